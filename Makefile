@@ -1,0 +1,156 @@
+# mega: Mega and efficient-attention models in C.
+#
+#   make            build build/libmega.a and build/mega (installs missing Debian packages first)
+#   make test       build and run every test; ends with "N passed, N failed"
+#   make run        the main job: train a small byte-level Mega LM on the default corpus
+#   make bench      benchmarks against the PyTorch peer (see docs/performance.md)
+#   make asan       the test suite built with AddressSanitizer + UndefinedBehaviorSanitizer
+#
+# Options: CC=clang, NO_OMP=1 (no OpenMP), NO_BLAS=1 (portable GEMM), NATIVE=0 (no -march=native),
+#          SAN=1 (sanitizers), BUILD=dir (output directory), DEBUG=1 (-O0 -g).
+#
+# The outer targets install missing packages (scripts/deps.sh) and then re-invoke make with
+# MEGA_INNER=1, so that feature detection runs after the packages exist.
+
+BUILD ?= build
+export BUILD
+
+ifeq ($(MEGA_INNER),)
+# ---------------------------------------------------------------------------------------------
+# outer level
+.PHONY: all test run bench asan clean deps lib f64 tests
+all: deps
+	@$(MAKE) --no-print-directory MEGA_INNER=1 all
+test: deps
+	@$(MAKE) --no-print-directory MEGA_INNER=1 test
+run:
+	@sh scripts/deps.sh run
+	@$(MAKE) --no-print-directory MEGA_INNER=1 run
+bench:
+	@sh scripts/deps.sh bench
+	@$(MAKE) --no-print-directory MEGA_INNER=1 bench
+asan: deps
+	@$(MAKE) --no-print-directory MEGA_INNER=1 SAN=1 BUILD=build-san NATIVE=0 test
+lib tests f64: deps
+	@$(MAKE) --no-print-directory MEGA_INNER=1 $@
+deps:
+	@sh scripts/deps.sh build
+clean:
+	rm -rf build build-san build-*
+else
+# ---------------------------------------------------------------------------------------------
+# inner level: detection and rules
+CC ?= cc
+ifeq ($(CC),cc)
+CC := gcc
+endif
+OPT := -O3
+ifeq ($(DEBUG),1)
+OPT := -O0 -g
+endif
+CFLAGS_BASE := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Wshadow \
+	-Wno-unused-parameter -fno-math-errno -Iinclude -Isrc $(OPT)
+LDLIBS := -lm
+
+# try = compiles and links scripts/probe/$(2).c with flags $(1)
+try = $(shell $(CC) scripts/probe/$(2).c -o /dev/null $(1) >/dev/null 2>&1 && echo yes)
+
+ifneq ($(NATIVE),0)
+ifeq ($(call try,-march=native,empty),yes)
+CFLAGS_BASE += -march=native
+MSG_NATIVE := ✓ -march=native
+else
+MSG_NATIVE := ✗ -march=native (not supported by $(CC))
+endif
+else
+MSG_NATIVE := ✗ -march=native (NATIVE=0)
+endif
+
+ifeq ($(NO_OMP),1)
+MSG_OMP := ✗ OpenMP (NO_OMP=1)
+else ifeq ($(call try,-fopenmp,omp),yes)
+CFLAGS_BASE += -fopenmp
+LDLIBS += -fopenmp
+MSG_OMP := ✓ OpenMP
+else
+MSG_OMP := ✗ OpenMP (not found; install libomp-dev for clang)
+endif
+
+ifeq ($(NO_BLAS),1)
+MSG_BLAS := ✗ OpenBLAS (NO_BLAS=1): portable GEMM
+else ifeq ($(call try,-lopenblas,cblas),yes)
+CFLAGS_BASE += -DMEGA_USE_BLAS
+LDLIBS += -lopenblas
+MSG_BLAS := ✓ OpenBLAS (cblas)
+else
+MSG_BLAS := ✗ OpenBLAS (cblas.h/-lopenblas not found: apt-get install libopenblas-dev): portable GEMM
+endif
+
+ifeq ($(call try,-lcjson,cjson),yes)
+LDLIBS += -lcjson
+MSG_JSON := ✓ cJSON
+else
+$(error cJSON not found: apt-get install libcjson-dev (or run 'make' as root to install it))
+endif
+
+ifeq ($(SAN),1)
+CFLAGS_BASE += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDLIBS += -fsanitize=address,undefined
+endif
+
+CFLAGS := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
+
+LIB_SRC := $(wildcard src/core/*.c src/ops/*.c src/layers/*.c src/model/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB64_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj64/%.o)
+TOOL_SRC := $(wildcard tools/*.c)
+TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
+HDRS := $(wildcard include/*.h src/*/*.h tests/*.h tests/lib/*.h)
+
+# test programs: tests/test_*.c build against the float library; tests/t64_*.c against the
+# double-precision build (finite differences and float64 fixtures).
+TEST32_SRC := $(wildcard tests/test_*.c)
+TEST64_SRC := $(wildcard tests/t64_*.c)
+TEST_BINS := $(TEST32_SRC:tests/%.c=$(BUILD)/%) $(TEST64_SRC:tests/%.c=$(BUILD)/%)
+
+.PHONY: all lib tests test run bench f64 banner
+all: banner $(BUILD)/libmega.a $(BUILD)/mega
+lib: $(BUILD)/libmega.a
+f64: $(BUILD)/libmega64.a
+tests: all $(BUILD)/libmega64.a $(TEST_BINS)
+
+banner:
+	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)"
+
+$(BUILD)/obj/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+$(BUILD)/obj64/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DMEGA_F64 -c $< -o $@
+
+$(BUILD)/libmega.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/libmega64.a: $(LIB64_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/mega: $(TOOL_OBJ) $(BUILD)/libmega.a
+	$(CC) $(CFLAGS) $(TOOL_OBJ) $(BUILD)/libmega.a $(LDLIBS) -o $@
+
+TEST_COMMON := $(wildcard tests/lib/*.c)
+$(BUILD)/test_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega.a $(HDRS) $(wildcard tests/*.c)
+	$(CC) $(CFLAGS) -Itests/lib $< $(TEST_COMMON) $(BUILD)/libmega.a $(LDLIBS) -o $@
+$(BUILD)/t64_%: tests/t64_%.c $(TEST_COMMON) $(BUILD)/libmega64.a $(HDRS) $(wildcard tests/*.c)
+	$(CC) $(CFLAGS) -DMEGA_F64 -Itests/lib $< $(TEST_COMMON) $(BUILD)/libmega64.a $(LDLIBS) -o $@
+
+test: banner tests
+	@sh tests/run.sh $(BUILD)
+
+run: all
+	@sh scripts/run.sh $(BUILD)
+
+bench: all
+	@sh bench/run.sh $(BUILD)
+endif

@@ -1,0 +1,76 @@
+/*
+ * Internal conventions shared by every library file (not installed).
+ *
+ *  - `real` is the build's floating type (float, or double with -DMEGA_F64).
+ *  - Every size and offset is size_t; indexes into (B, T, X) tensors are computed as
+ *    ((size_t)b * T + t) * X + x so that B*T*X never overflows an int.
+ *  - Library code reports failures with MEGA_FAIL(status, fmt, ...), which records a one-line
+ *    message (mega_last_error) and returns the status. It never exits.
+ *  - MEGA_ASSERT is for programmer errors inside kernels (cheap checks, kept in release builds).
+ */
+#ifndef MEGA_INTERNAL_H
+#define MEGA_INTERNAL_H
+
+#include "mega.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef mega_real real;
+
+#ifdef MEGA_F64
+#define R_EXP exp
+#define R_LOG log
+#define R_SQRT sqrt
+#define R_ERF erf
+#define R_TANH tanh
+#define R_FABS fabs
+#define R_LOG1P log1p
+#define R_EXPM1 expm1
+#define R_POW pow
+#define R_EPS 2.220446049250313e-16
+#else
+#define R_EXP expf
+#define R_LOG logf
+#define R_SQRT sqrtf
+#define R_ERF erff
+#define R_TANH tanhf
+#define R_FABS fabsf
+#define R_LOG1P log1pf
+#define R_EXPM1 expm1f
+#define R_POW powf
+#define R_EPS 1.1920929e-07f
+#endif
+
+#define MEGA_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MEGA_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* record an error message; returns st */
+mega_status mega__error(mega_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+#define MEGA_FAIL(st, ...) return mega__error((st), __VA_ARGS__)
+#define MEGA_TRY(expr)                                                                        \
+    do {                                                                                      \
+        mega_status _st = (expr);                                                             \
+        if (_st != MEGA_OK) return _st;                                                       \
+    } while (0)
+
+void mega__assert_fail(const char *expr, const char *file, int line);
+#define MEGA_ASSERT(x) ((x) ? (void)0 : mega__assert_fail(#x, __FILE__, __LINE__))
+
+/* logging through the user's callback (no-op when none is installed) */
+void mega__log(int level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* zero-initialised, 64-byte aligned allocation; NULL on failure (never exits) */
+void *mega__calloc(size_t n, size_t size);
+void mega__free(void *p);
+
+#endif /* MEGA_INTERNAL_H */

@@ -1,0 +1,71 @@
+/*
+ * The parameter table: every tensor of a model, by official name, in ONE contiguous buffer.
+ *
+ * Layers declare their tensors while the model is being built (mega_params_add returns the
+ * offset of the tensor in the buffer); after mega_params_alloc the model owns one buffer for the
+ * values and one with the same layout for the gradients (and the optimizer adds its moments in
+ * the same layout). Layers keep only offsets (size_t), so the same layer struct addresses the
+ * values, the gradients or the Adam moments: `W + L->off_x`.
+ *
+ * Non-trainable buffers (batchnorm running statistics) live in the same buffer but are flagged
+ * MEGA_P_BUFFER: they get no gradient, no optimizer update and no weight decay.
+ */
+#ifndef MEGA_PARAMS_H
+#define MEGA_PARAMS_H
+
+#include "core/internal.h"
+
+enum {
+    MEGA_P_DECAY = 1u << 0,  /* subject to weight decay (matrices and embeddings) */
+    MEGA_P_BUFFER = 1u << 1, /* non-trainable state (no grad) */
+    MEGA_P_I64 = 1u << 2,    /* stored as int64 in checkpoints (num_batches_tracked) */
+    MEGA_P_EMA = 1u << 3     /* EMA parameter (informational: never decayed by default) */
+};
+
+#define MEGA_NAME_MAX 128
+
+typedef struct {
+    char name[MEGA_NAME_MAX];
+    int ndim;
+    int64_t shape[4];
+    size_t numel;
+    size_t offset; /* in reals, into the buffer */
+    unsigned flags;
+} mega_pspec;
+
+typedef struct {
+    mega_pspec *specs;
+    int n, cap;
+    size_t total; /* reals */
+    real *data;   /* values */
+    real *grad;   /* gradients, same layout */
+} mega_params;
+
+void mega_params_init(mega_params *P);
+void mega_params_free(mega_params *P);
+/* Declare a tensor "<prefix><name>" with the given shape; returns its offset via *off.
+ * Offsets are 16-real aligned so that each tensor starts on a 64-byte boundary. */
+mega_status mega_params_add(mega_params *P, const char *prefix, const char *name, int ndim,
+                            const int64_t *shape, unsigned flags, size_t *off);
+/* Allocate (zeroed) data and grad buffers for everything declared. */
+mega_status mega_params_alloc(mega_params *P, int with_grad);
+const mega_pspec *mega_params_find(const mega_params *P, const char *name);
+void mega_params_zero_grad(mega_params *P);
+size_t mega_params_count_trainable(const mega_params *P);
+
+/* convenience to declare: MEGA_PADD(P, prefix, "name", flags, &off, d0, d1, ...) */
+#define MEGA_PADD(P, prefix, name, flags, off, ...)                                           \
+    mega_params_add((P), (prefix), (name), (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
+                    (int64_t[]){__VA_ARGS__}, (flags), (off))
+
+#endif
+
+/* Load every declared tensor from a safetensors file by name (after prepending `prefix` to the
+ * declared name... i.e. file name = prefix + spec name). Shapes must match exactly (a 1-element
+ * tensor matches shape [] and [1]). Tensors in the file that are not declared are an error unless
+ * listed in `ignore` (NULL-terminated) or allow_extra is set. Missing tensors are an error. */
+mega_status mega_params_load(mega_params *P, real *dst, const mega_st_file *f, const char *prefix,
+                             const char *const *ignore, int allow_extra);
+/* Add every tensor (values, or gradients when `use_grad`) to a writer, under prefix + name;
+ * MEGA_P_I64 tensors are written as I64, the rest as F32. */
+mega_status mega_params_save(const mega_params *P, const real *src, mega_st_writer *w, const char *prefix);

@@ -1,0 +1,359 @@
+/*
+ * Gated attention layer of Mega (official moving_average_gated_attention.py; SPEC §2.3).
+ *
+ *   xn   = norm(x) if prenorm else x
+ *   v    = act(xn Wv^T + bv)                         (then hidden dropout)
+ *   m    = silu(EMA(xn) + omega*xn)                  (then dropout)
+ *   base = m Wmx^T + bmx = [u | z | r | hx]          widths D, Z, E, D
+ *   u = sigmoid, z = silu, r = silu;  q = z*G0 + B0, k = z*G1 + B1
+ *   O    = attention(q, k, v) per chunk               (attention dropout on the weights)
+ *   h    = act(hx + (O*r) Wh^T + bh)                  (then dropout)
+ *   out  = x + u*(h - x);  out = norm(out) if not prenorm
+ */
+#include "layers/block.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* dropout sites */
+enum { SITE_MX = 1, SITE_HIDDEN, SITE_ATTN, SITE_H, SITE_FFN_HIDDEN, SITE_FFN_OUT };
+
+static inline size_t P_(const mega_block_cfg *c) { return 2 * (size_t)c->D + c->Z + c->E; }
+
+mega_status mega_mlayer_declare(mega_mlayer *L, mega_params *P, const char *prefix, const mega_block_cfg *c) {
+    char pre[MEGA_NAME_MAX];
+    memset(L, 0, sizeof *L);
+    L->cfg = *c;
+    const int64_t D = c->D, Z = c->Z, E = c->E;
+    snprintf(pre, sizeof pre, "%smega_layer.norm.norm.", prefix);
+    MEGA_TRY(mega_seqnorm_declare(&L->norm, P, pre, c->norm, c->D, c->norm_affine));
+    snprintf(pre, sizeof pre, "%smega_layer.move.", prefix);
+    MEGA_TRY(mega_ema_declare(&L->ema, P, pre, c->D, c->N, c->bidir, c->trunc));
+    snprintf(pre, sizeof pre, "%smega_layer.", prefix);
+    MEGA_TRY(MEGA_PADD(P, pre, "v_proj.weight", MEGA_P_DECAY, &L->v_w, E, D));
+    MEGA_TRY(MEGA_PADD(P, pre, "v_proj.bias", 0, &L->v_b, E));
+    MEGA_TRY(MEGA_PADD(P, pre, "mx_proj.weight", MEGA_P_DECAY, &L->mx_w, 2 * D + Z + E, D));
+    MEGA_TRY(MEGA_PADD(P, pre, "mx_proj.bias", 0, &L->mx_b, 2 * D + Z + E));
+    MEGA_TRY(MEGA_PADD(P, pre, "h_proj.weight", MEGA_P_DECAY, &L->h_w, D, E));
+    MEGA_TRY(MEGA_PADD(P, pre, "h_proj.bias", 0, &L->h_b, D));
+    MEGA_TRY(MEGA_PADD(P, pre, "gamma", 0, &L->qk_g, 2, Z));
+    MEGA_TRY(MEGA_PADD(P, pre, "beta", 0, &L->qk_b, 2, Z));
+    snprintf(pre, sizeof pre, "%smega_layer.rel_pos_bias.", prefix);
+    MEGA_TRY(mega_relpos_declare(&L->rp, P, pre, c->rotary, c->chunk > 0 ? c->chunk : c->max_positions, c->Z));
+    return MEGA_OK;
+}
+
+void mega_mlayer_init(const mega_mlayer *L, real *W, mega_rng *rng) {
+    const mega_block_cfg *c = &L->cfg;
+    const size_t D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E;
+    mega_seqnorm_init(&L->norm, W);
+    mega_ema_init(&L->ema, W, rng);
+    /* official reset_parameters: N(0, 0.02) weights, zero biases, gamma N(0,0.02), beta 0 */
+    mega_fill_normal(W + L->v_w, E * D, 0, 0.02, rng);
+    mega_fill_const(W + L->v_b, E, 0);
+    mega_fill_normal(W + L->mx_w, P_(c) * D, 0, 0.02, rng);
+    mega_fill_const(W + L->mx_b, P_(c), 0);
+    mega_fill_normal(W + L->h_w, D * E, 0, 0.02, rng);
+    mega_fill_const(W + L->h_b, D, 0);
+    mega_fill_normal(W + L->qk_g, 2 * Z, 0, 0.02, rng);
+    mega_fill_const(W + L->qk_b, 2 * Z, 0);
+    mega_relpos_init(&L->rp, W, rng);
+}
+
+static int attn_len(const mega_block_cfg *c, int T) { return (c->chunk > 0 && c->chunk < T) ? c->chunk : T; }
+
+static size_t btab_size(const mega_mlayer *L, int T) { return mega_relpos_table_size(&L->rp, attn_len(&L->cfg, T)); }
+
+size_t mega_mlayer_acts_point(const mega_mlayer *L, mega_mlayer_acts *A, real *base, int B, int T) {
+    const mega_block_cfg *c = &L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E;
+    mega_bump b = {base, 0};
+    mega_mlayer_acts a;
+    memset(&a, 0, sizeof a);
+    a.xn = c->prenorm ? mega_bump_take(&b, R * D) : NULL;
+    a.nstat = c->prenorm ? mega_bump_take(&b, mega_seqnorm_stat_size(&L->norm, R)) : NULL;
+    a.vpre = mega_bump_take(&b, R * E);
+    a.v = mega_bump_take(&b, R * E);
+    a.coef = mega_bump_take(&b, mega_ema_coef_size(&L->ema));
+    a.mpre = mega_bump_take(&b, R * D);
+    a.m = mega_bump_take(&b, R * D);
+    a.base = mega_bump_take(&b, R * P_(c));
+    a.q = mega_bump_take(&b, R * Z);
+    a.k = mega_bump_take(&b, R * Z);
+    a.lse = mega_bump_take(&b, R);
+    a.O = mega_bump_take(&b, R * E);
+    a.hpre = mega_bump_take(&b, R * D);
+    a.h = mega_bump_take(&b, R * D);
+    a.opre = c->prenorm ? NULL : mega_bump_take(&b, R * D);
+    a.ostat = c->prenorm ? NULL : mega_bump_take(&b, mega_seqnorm_stat_size(&L->norm, R));
+    a.btab = mega_bump_take(&b, btab_size(L, T));
+    if (A) *A = a;
+    return b.off;
+}
+
+static mega_attn_k attn_kernel(const mega_mlayer *L, const real *btab, int Mc, const mega_run *run) {
+    const mega_block_cfg *c = &L->cfg;
+    mega_attn_k k;
+    k.Z = c->Z, k.E = c->E, k.chunk = c->chunk, k.causal = !c->bidir, k.fn = c->attn_fn;
+    k.btab = btab, k.Mc = Mc;
+    k.p_attn = run && run->training ? c->attn_dropout : 0;
+    k.key_attn = run ? mega__subkey(run->key, SITE_ATTN) : 0;
+    return k;
+}
+
+size_t mega_mlayer_scratch(const mega_mlayer *L, int B, int T, int nthreads) {
+    const mega_block_cfg *c = &L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E;
+    if (nthreads < 1) nthreads = 1;
+    mega_attn_k k = attn_kernel(L, NULL, (int)((btab_size(L, T) + 1) / 2), NULL);
+    size_t attn = mega_attn_scratch(&k, T) * (size_t)nthreads;
+    size_t ema = mega_ema_layer_scratch(&L->ema, T, nthreads);
+    /* backward buffers: G1 D, dbase P, OR E, dOr E, dq Z, dk Z, dv E, dxn D, dbtab */
+    size_t bufs = R * (2 * D + P_(c) + 3 * E + 2 * Z) + btab_size(L, T) + 16 * 12;
+    return bufs + MEGA_MAX(attn, ema) + 64;
+}
+
+mega_status mega_mlayer_forward(const mega_mlayer *L, real *W, mega_mlayer_acts *A, real *out, const real *x,
+                                const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
+    const mega_block_cfg *c = &L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E, P = P_(c);
+    const int nt = run->nthreads > 0 ? run->nthreads : 1;
+    const int train = run->training;
+    MEGA_TRY(mega_relpos_table(&L->rp, W, attn_len(c, T), A->btab, &A->Mc));
+
+    /* x_bar = norm(x) if prenorm */
+    const real *xn = x;
+    if (c->prenorm) {
+        mega_seqnorm_forward(&L->norm, W, A->xn, A->nstat, x, R, train, run->update_stats);
+        xn = A->xn;
+    }
+    /* v = act(v_proj(x_bar)); hidden dropout applied to v before the attention product */
+    mega_linear_forward(A->vpre, xn, W + L->v_w, W + L->v_b, R, D, E);
+    mega_act_forward(c->act, A->v, A->vpre, R * E);
+    if (train) mega_dropout(A->v, A->v, R * E, c->hidden_dropout, mega__subkey(run->key, SITE_HIDDEN));
+    /* mx = dropout(silu(EMA(x_bar) + omega * x_bar)) */
+    mega_ema_layer_forward(&L->ema, W, A->coef, A->mpre, A->m, xn, pad, B, T, nt);
+    if (train) mega_dropout(A->m, A->m, R * D, c->dropout, mega__subkey(run->key, SITE_MX));
+    /* base = mx_proj(mx) = [u | z | r | hx] */
+    mega_linear_forward(A->base, A->m, W + L->mx_w, W + L->mx_b, R, D, P);
+    /* q = silu(z) * gamma[0] + beta[0], k = silu(z) * gamma[1] + beta[1] */
+    const real *g0 = W + L->qk_g, *g1 = g0 + Z, *b0 = W + L->qk_b, *b1 = b0 + Z;
+#pragma omp parallel for schedule(static) if (R > 256)
+    for (size_t r = 0; r < R; r++) {
+        const real *zr = A->base + r * P + D;
+        real *qr = A->q + r * Z, *kr = A->k + r * Z;
+        for (size_t j = 0; j < Z; j++) {
+            real z = mega_silu(zr[j]);
+            qr[j] = z * g0[j] + b0[j];
+            kr[j] = z * g1[j] + b1[j];
+        }
+    }
+    /* attention per chunk */
+    mega_attn_k ak = attn_kernel(L, A->btab, A->Mc, run);
+    mega_attn_forward(&ak, A->O, A->lse, A->q, A->k, A->v, pad, B, T, scratch, nt);
+    /* h = act(hx + h_proj(O * r)); dropout */
+    real *Or = scratch; /* R x E, attention scratch is free again */
+#pragma omp parallel for schedule(static) if (R > 256)
+    for (size_t r = 0; r < R; r++) {
+        const real *rr = A->base + r * P + D + Z, *o = A->O + r * E;
+        real *dst = Or + r * E;
+        for (size_t j = 0; j < E; j++) dst[j] = o[j] * mega_silu(rr[j]);
+    }
+    mega_linear_forward(A->hpre, Or, W + L->h_w, W + L->h_b, R, E, D);
+#pragma omp parallel for schedule(static) if (R > 256)
+    for (size_t r = 0; r < R; r++) {
+        const real *hx = A->base + r * P + D + Z + E;
+        real *hp = A->hpre + r * D;
+        for (size_t j = 0; j < D; j++) hp[j] += hx[j];
+    }
+    mega_act_forward(c->act, A->h, A->hpre, R * D);
+    if (train) mega_dropout(A->h, A->h, R * D, c->dropout, mega__subkey(run->key, SITE_H));
+    /* out = x + u * (h - x), u = sigmoid(u_raw); post-norm */
+    real *o = c->prenorm ? out : A->opre;
+#pragma omp parallel for schedule(static) if (R > 256)
+    for (size_t r = 0; r < R; r++) {
+        const real *ur = A->base + r * P, *hr = A->h + r * D, *xr = x + r * D;
+        real *orow = o + r * D;
+        for (size_t j = 0; j < D; j++) orow[j] = xr[j] + mega_sigmoid(ur[j]) * (hr[j] - xr[j]);
+    }
+    if (!c->prenorm) mega_seqnorm_forward(&L->norm, W, out, A->ostat, A->opre, R, train, run->update_stats);
+    return MEGA_OK;
+}
+
+void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const mega_mlayer_acts *A, real *dx,
+                          const real *dout, const real *x, const uint8_t *pad, int B, int T, const mega_run *run,
+                          real *scratch) {
+    const mega_block_cfg *c = &L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E, P = P_(c);
+    const int nt = run->nthreads > 0 ? run->nthreads : 1;
+    const int train = run->training;
+    mega_bump bp = {scratch, 0};
+    real *G1 = mega_bump_take(&bp, R * D);
+    real *dbase = mega_bump_take(&bp, R * P);
+    real *Or = mega_bump_take(&bp, R * E);
+    real *dOr = mega_bump_take(&bp, R * E);
+    real *dq = mega_bump_take(&bp, R * Z);
+    real *dk = mega_bump_take(&bp, R * Z);
+    real *dv = mega_bump_take(&bp, R * E);
+    real *dxn = mega_bump_take(&bp, R * D);
+    real *dbtab = mega_bump_take(&bp, (size_t)(2 * A->Mc - 1));
+    real *ws = scratch + bp.off;
+
+    /* post-norm: gradient through the output norm */
+    const real *g = dout;
+    if (!c->prenorm) {
+        mega_seqnorm_backward(&L->norm, W, dW, G1, dout, A->opre, A->ostat, R, train, 0);
+        g = G1;
+    }
+    /* out = x + u*(h - x): dx = g*(1-u); du_raw = g*(h-x)*u(1-u); dh = g*u */
+    real *dh = dxn; /* temporary R x D */
+#pragma omp parallel for schedule(static) if (R > 256)
+    for (size_t r = 0; r < R; r++) {
+        const real *gr = g + r * D, *hr = A->h + r * D, *xr = x + r * D, *ur = A->base + r * P;
+        real *dbu = dbase + r * P, *dxr = dx + r * D, *dhr = dh + r * D;
+        for (size_t j = 0; j < D; j++) {
+            real u = mega_sigmoid(ur[j]);
+            dxr[j] = gr[j] * ((real)1 - u);
+            dbu[j] = gr[j] * (hr[j] - xr[j]) * u * ((real)1 - u);
+            dhr[j] = gr[j] * u;
+        }
+    }
+    /* h = dropout(act(hpre)); hpre = hx + h_proj(O*r) */
+    if (train) mega_dropout(dh, dh, R * D, c->dropout, mega__subkey(run->key, SITE_H));
+    mega_act_backward(c->act, dh, dh, A->hpre, R * D);
+#pragma omp parallel for schedule(static) if (R > 256)
+    for (size_t r = 0; r < R; r++) {
+        const real *rr = A->base + r * P + D + Z, *o = A->O + r * E, *dhr = dh + r * D;
+        real *dst = Or + r * E, *dhx = dbase + r * P + D + Z + E;
+        for (size_t j = 0; j < E; j++) dst[j] = o[j] * mega_silu(rr[j]);
+        for (size_t j = 0; j < D; j++) dhx[j] = dhr[j];
+    }
+    mega_linear_backward(dOr, dW + L->h_w, dW + L->h_b, dh, Or, W + L->h_w, R, E, D, 0);
+    /* dO = dOr * r; dr_raw = dOr * O * silu'(r_raw) */
+#pragma omp parallel for schedule(static) if (R > 256)
+    for (size_t r = 0; r < R; r++) {
+        const real *rr = A->base + r * P + D + Z, *o = A->O + r * E;
+        real *d = dOr + r * E, *dr = dbase + r * P + D + Z;
+        for (size_t j = 0; j < E; j++) {
+            real rv = rr[j];
+            dr[j] = d[j] * o[j] * mega_silu_grad(rv);
+            d[j] *= mega_silu(rv);
+        }
+    }
+    /* attention backward: dq, dk, dv, bias table */
+    memset(dq, 0, R * Z * sizeof(real));
+    memset(dk, 0, R * Z * sizeof(real));
+    memset(dv, 0, R * E * sizeof(real));
+    memset(dbtab, 0, (size_t)(2 * A->Mc - 1) * sizeof(real));
+    mega_attn_k ak = attn_kernel(L, A->btab, A->Mc, run);
+    mega_attn_backward(&ak, dq, dk, dv, dbtab, dOr, A->q, A->k, A->v, A->lse, pad, B, T, ws, nt);
+    mega_relpos_backward(&L->rp, W, dW, dbtab, A->Mc);
+    /* q/k affine and z = silu(z_raw) */
+    const real *g0 = W + L->qk_g, *g1 = g0 + Z;
+    real *dg0 = dW + L->qk_g, *dg1 = dg0 + Z, *db0 = dW + L->qk_b, *db1 = db0 + Z;
+#pragma omp parallel for schedule(static) if (R > 256)
+    for (size_t r = 0; r < R; r++) {
+        const real *zr = A->base + r * P + D, *dqr = dq + r * Z, *dkr = dk + r * Z;
+        real *dz = dbase + r * P + D;
+        for (size_t j = 0; j < Z; j++) dz[j] = (dqr[j] * g0[j] + dkr[j] * g1[j]) * mega_silu_grad(zr[j]);
+    }
+    for (size_t r = 0; r < R; r++) { /* parameter sums: serial over rows, deterministic */
+        const real *zr = A->base + r * P + D, *dqr = dq + r * Z, *dkr = dk + r * Z;
+        for (size_t j = 0; j < Z; j++) {
+            real z = mega_silu(zr[j]);
+            dg0[j] += dqr[j] * z;
+            dg1[j] += dkr[j] * z;
+            db0[j] += dqr[j];
+            db1[j] += dkr[j];
+        }
+    }
+    /* v: hidden dropout and activation */
+    if (train) mega_dropout(dv, dv, R * E, c->hidden_dropout, mega__subkey(run->key, SITE_HIDDEN));
+    mega_act_backward(c->act, dv, dv, A->vpre, R * E);
+    /* base = mx_proj(m): dm into G... reuse dh (== dxn) is still free: dm goes to Or (R x D fits? use dOr) */
+    real *dm = dh; /* R x D */
+    mega_linear_backward(dm, dW + L->mx_w, dW + L->mx_b, dbase, A->m, W + L->mx_w, R, D, P, 0);
+    if (train) mega_dropout(dm, dm, R * D, c->dropout, mega__subkey(run->key, SITE_MX));
+    /* m = silu(mpre) */
+    for (size_t i = 0; i < R * D; i++) dm[i] *= mega_silu_grad(A->mpre[i]);
+    const real *xn = c->prenorm ? A->xn : x;
+    /* d x_bar from the EMA (includes the omega skip) and from v_proj */
+    real *dxb = G1; /* G1 no longer needed */
+    memset(dxb, 0, R * D * sizeof(real));
+    mega_ema_layer_backward(&L->ema, W, dW, A->coef, dxb, dm, xn, pad, B, T, ws, nt);
+    mega_linear_backward(dxb, dW + L->v_w, dW + L->v_b, dv, xn, W + L->v_w, R, D, E, 1);
+    if (c->prenorm)
+        mega_seqnorm_backward(&L->norm, W, dW, dx, dxb, x, A->nstat, R, train, 1);
+    else
+        for (size_t i = 0; i < R * D; i++) dx[i] += dxb[i];
+}
+
+/* ---- streaming -------------------------------------------------------------------------- */
+
+mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_block_state *S, real *out, const real *x,
+                             int T, real *scratch) {
+    const mega_block_cfg *c = &L->cfg;
+    const int B = S->B;
+    const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E, P = P_(c);
+    if (c->bidir) MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "bidirectional Mega layers have no streaming form");
+    if (c->chunk <= 0 && S->len + T > S->cap)
+        MEGA_FAIL(MEGA_ERR_INVALID, "stream of %d tokens exceeds the attention cache capacity %d", S->len + T, S->cap);
+    mega_bump bp = {scratch, 0};
+    real *xn = mega_bump_take(&bp, R * D), *nst = mega_bump_take(&bp, 2 * R);
+    real *v = mega_bump_take(&bp, R * E), *mp = mega_bump_take(&bp, R * D), *m = mega_bump_take(&bp, R * D);
+    real *base = mega_bump_take(&bp, R * P), *q = mega_bump_take(&bp, R * Z), *kk = mega_bump_take(&bp, R * Z);
+    real *O = mega_bump_take(&bp, R * E), *hp = mega_bump_take(&bp, R * D), *w = mega_bump_take(&bp, (size_t)S->cap * B);
+    real *W_ = (real *)W; /* eval-mode norms do not write */
+
+    const real *xb = x;
+    if (c->prenorm) {
+        mega_seqnorm_forward(&L->norm, W_, xn, nst, x, R, 0, 0);
+        xb = xn;
+    }
+    mega_linear_forward(v, xb, W + L->v_w, W + L->v_b, R, D, E);
+    mega_act_forward(c->act, v, v, R * E);
+    /* EMA with carried state, untruncated (official incremental path) */
+    mega_ema_layer_step(&L->ema, W, S->coef, S->h, mp, m, xb, B, T);
+    mega_linear_forward(base, m, W + L->mx_w, W + L->mx_b, R, D, P);
+    const real *g0 = W + L->qk_g, *g1 = g0 + Z, *b0 = W + L->qk_b, *b1 = b0 + Z;
+    for (size_t r = 0; r < R; r++)
+        for (size_t j = 0; j < Z; j++) {
+            real z = mega_silu(base[r * P + D + j]);
+            q[r * Z + j] = z * g0[j] + b0[j];
+            kk[r * Z + j] = z * g1[j] + b1[j];
+        }
+    /* token by token: append k, v to the cache, attend with one query over the cache, clear the
+     * cache when it reaches a chunk border (official incremental_state handling) */
+    mega_attn_k ak = attn_kernel(L, S->btab, S->Mc, NULL);
+    for (int t = 0; t < T; t++) {
+        int n = S->len + 1;
+#pragma omp parallel for schedule(static) if (B > 1)
+        for (int b = 0; b < B; b++) {
+            size_t r = (size_t)b * T + t;
+            memcpy(S->kc + ((size_t)b * S->cap + S->len) * Z, kk + r * Z, Z * sizeof(real));
+            memcpy(S->vc + ((size_t)b * S->cap + S->len) * E, v + r * E, E * sizeof(real));
+            mega_attn_query(&ak, O + r * E, q + r * Z, S->kc + (size_t)b * S->cap * Z, S->vc + (size_t)b * S->cap * E,
+                            n, w + (size_t)b * S->cap);
+        }
+        S->len = (c->chunk > 0 && n == c->chunk) ? 0 : n;
+    }
+    /* h = act(hx + h_proj(O*r)); out = x + u*(h - x); post-norm */
+    for (size_t r = 0; r < R; r++)
+        for (size_t j = 0; j < E; j++) O[r * E + j] *= mega_silu(base[r * P + D + Z + j]);
+    mega_linear_forward(hp, O, W + L->h_w, W + L->h_b, R, E, D);
+    for (size_t r = 0; r < R; r++)
+        for (size_t j = 0; j < D; j++) {
+            real h = hp[r * D + j] + base[r * P + D + Z + E + j];
+            mega_act_forward(c->act, &h, &h, 1);
+            real u = mega_sigmoid(base[r * P + j]);
+            out[r * D + j] = x[r * D + j] + u * (h - x[r * D + j]);
+        }
+    if (!c->prenorm) mega_seqnorm_forward(&L->norm, W_, out, nst, out, R, 0, 0);
+    return MEGA_OK;
+}
+
+size_t mega_mlayer_step_scratch(const mega_mlayer *L, int B, int T, int cap) {
+    const mega_block_cfg *c = &L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E;
+    return R * (5 * D + 2 + 2 * E + P_(c) + 2 * Z) + (size_t)cap * B + 16 * 12;
+}

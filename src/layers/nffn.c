@@ -1,0 +1,130 @@
+/*
+ * Normalized feed-forward network (official normalized_feedforward_network.py; SPEC §2.12):
+ *   prenorm:  y = x + dropout(fc2(hidden_dropout(act(fc1(norm(x))))))
+ *   postnorm: y = norm(x + dropout(fc2(hidden_dropout(act(fc1(x))))))
+ */
+#include "layers/block.h"
+
+enum { SITE_FFN_HIDDEN = 5, SITE_FFN_OUT = 6 };
+
+mega_status mega_nffn_declare(mega_nffn *f, mega_params *P, const char *prefix, const mega_block_cfg *c) {
+    char pre[MEGA_NAME_MAX];
+    memset(f, 0, sizeof *f);
+    f->cfg = *c;
+    snprintf(pre, sizeof pre, "%snffn.norm.norm.", prefix);
+    MEGA_TRY(mega_seqnorm_declare(&f->norm, P, pre, c->norm, c->D, c->norm_affine));
+    snprintf(pre, sizeof pre, "%snffn.", prefix);
+    MEGA_TRY(MEGA_PADD(P, pre, "fc1.weight", MEGA_P_DECAY, &f->fc1_w, c->F, c->D));
+    MEGA_TRY(MEGA_PADD(P, pre, "fc1.bias", 0, &f->fc1_b, c->F));
+    MEGA_TRY(MEGA_PADD(P, pre, "fc2.weight", MEGA_P_DECAY, &f->fc2_w, c->D, c->F));
+    MEGA_TRY(MEGA_PADD(P, pre, "fc2.bias", 0, &f->fc2_b, c->D));
+    return MEGA_OK;
+}
+
+void mega_nffn_init(const mega_nffn *f, real *W, mega_rng *rng) {
+    const size_t D = (size_t)f->cfg.D, F = (size_t)f->cfg.F;
+    mega_seqnorm_init(&f->norm, W);
+    mega_fill_normal(W + f->fc1_w, F * D, 0, 0.02, rng);
+    mega_fill_const(W + f->fc1_b, F, 0);
+    mega_fill_normal(W + f->fc2_w, D * F, 0, 0.02, rng);
+    mega_fill_const(W + f->fc2_b, D, 0);
+}
+
+size_t mega_nffn_acts_point(const mega_nffn *f, mega_nffn_acts *A, real *base, int B, int T) {
+    const mega_block_cfg *c = &f->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->D, F = (size_t)c->F;
+    mega_bump b = {base, 0};
+    mega_nffn_acts a;
+    memset(&a, 0, sizeof a);
+    a.xn = c->prenorm ? mega_bump_take(&b, R * D) : NULL;
+    a.nstat = c->prenorm ? mega_bump_take(&b, mega_seqnorm_stat_size(&f->norm, R)) : NULL;
+    a.fpre = mega_bump_take(&b, R * F);
+    a.f = mega_bump_take(&b, R * F);
+    a.ypre = c->prenorm ? NULL : mega_bump_take(&b, R * D);
+    a.ystat = c->prenorm ? NULL : mega_bump_take(&b, mega_seqnorm_stat_size(&f->norm, R));
+    if (A) *A = a;
+    return b.off;
+}
+
+size_t mega_nffn_scratch(const mega_nffn *f, int B, int T) {
+    const size_t R = (size_t)B * T;
+    return R * (2 * (size_t)f->cfg.D + (size_t)f->cfg.F) + 64;
+}
+
+void mega_nffn_forward(const mega_nffn *f, real *W, mega_nffn_acts *A, real *out, const real *x, size_t R,
+                       const mega_run *run) {
+    const mega_block_cfg *c = &f->cfg;
+    const size_t D = (size_t)c->D, F = (size_t)c->F;
+    const int train = run->training;
+    const real *xn = x;
+    if (c->prenorm) {
+        mega_seqnorm_forward(&f->norm, W, A->xn, A->nstat, x, R, train, run->update_stats);
+        xn = A->xn;
+    }
+    mega_linear_forward(A->fpre, xn, W + f->fc1_w, W + f->fc1_b, R, D, F);
+    mega_act_forward(c->act, A->f, A->fpre, R * F);
+    if (train) mega_dropout(A->f, A->f, R * F, c->act_dropout, mega__subkey(run->key, SITE_FFN_HIDDEN));
+    real *y = c->prenorm ? out : A->ypre;
+    mega_linear_forward(y, A->f, W + f->fc2_w, W + f->fc2_b, R, F, D);
+    if (train) mega_dropout(y, y, R * D, c->dropout, mega__subkey(run->key, SITE_FFN_OUT));
+    for (size_t i = 0; i < R * D; i++) y[i] += x[i];
+    if (!c->prenorm) mega_seqnorm_forward(&f->norm, W, out, A->ystat, A->ypre, R, train, run->update_stats);
+}
+
+void mega_nffn_backward(const mega_nffn *f, const real *W, real *dW, const mega_nffn_acts *A, real *dx,
+                        const real *dout, const real *x, size_t R, const mega_run *run, real *scratch) {
+    const mega_block_cfg *c = &f->cfg;
+    const size_t D = (size_t)c->D, F = (size_t)c->F;
+    const int train = run->training;
+    real *G = scratch, *dxn = scratch + R * D, *dF = scratch + 2 * R * D;
+    const real *g = dout;
+    if (!c->prenorm) {
+        mega_seqnorm_backward(&f->norm, W, dW, G, dout, A->ypre, A->ystat, R, train, 0);
+        g = G;
+    }
+    /* residual */
+    memcpy(dx, g, R * D * sizeof(real));
+    /* fc2 after output dropout */
+    const real *g2 = g;
+    if (train && c->dropout > 0) {
+        if (g != G) memcpy(G, g, R * D * sizeof(real));
+        mega_dropout(G, G, R * D, c->dropout, mega__subkey(run->key, SITE_FFN_OUT));
+        g2 = G;
+    }
+    mega_linear_backward(dF, dW + f->fc2_w, dW + f->fc2_b, g2, A->f, W + f->fc2_w, R, F, D, 0);
+    if (train) mega_dropout(dF, dF, R * F, c->act_dropout, mega__subkey(run->key, SITE_FFN_HIDDEN));
+    mega_act_backward(c->act, dF, dF, A->fpre, R * F);
+    const real *xn = c->prenorm ? A->xn : x;
+    mega_linear_backward(dxn, dW + f->fc1_w, dW + f->fc1_b, dF, xn, W + f->fc1_w, R, D, F, 0);
+    if (c->prenorm)
+        mega_seqnorm_backward(&f->norm, W, dW, dx, dxn, x, A->nstat, R, train, 1);
+    else
+        for (size_t i = 0; i < R * D; i++) dx[i] += dxn[i];
+}
+
+void mega_nffn_step(const mega_nffn *f, const real *W, real *out, const real *x, size_t R, real *scratch) {
+    const mega_block_cfg *c = &f->cfg;
+    const size_t D = (size_t)c->D, F = (size_t)c->F;
+    real *xn = scratch, *h = scratch + R * D, *st = h + R * F;
+    real *W_ = (real *)W; /* eval-mode norms do not write */
+    const real *xb = x;
+    if (c->prenorm) {
+        mega_seqnorm_forward(&f->norm, W_, xn, st, x, R, 0, 0);
+        xb = xn;
+    }
+    mega_linear_forward(h, xb, W + f->fc1_w, W + f->fc1_b, R, D, F);
+    mega_act_forward(c->act, h, h, R * F);
+    /* out may alias x: keep the residual in xn when post-norm */
+    if (!c->prenorm) memcpy(xn, x, R * D * sizeof(real));
+    const real *res = c->prenorm ? x : xn;
+    if (c->prenorm && out == x) {
+        /* y = x + fc2(h): accumulate into out directly */
+        mega_gemm(0, 1, R, D, F, 1, h, F, W + f->fc2_w, F, 1, out, D);
+        for (size_t r = 0; r < R; r++)
+            for (size_t d = 0; d < D; d++) out[r * D + d] += W[f->fc2_b + d];
+        return;
+    }
+    mega_linear_forward(out, h, W + f->fc2_w, W + f->fc2_b, R, F, D);
+    for (size_t i = 0; i < R * D; i++) out[i] += res[i];
+    if (!c->prenorm) mega_seqnorm_forward(&f->norm, W_, out, st, out, R, 0, 0);
+}

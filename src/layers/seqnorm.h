@@ -1,0 +1,36 @@
+/*
+ * SequenceNorm (official fairseq/modules/sequence_norm.py): layernorm, scalenorm, rmsnorm,
+ * batchnorm, all with eps = 1e-5 (SPEC §2.7). Parameters, by official name under `prefix`
+ * (e.g. "mega_layer.norm.norm."): weight/bias (layernorm, batchnorm), weight (rmsnorm),
+ * scalar (scalenorm); batchnorm buffers running_mean, running_var, num_batches_tracked.
+ */
+#ifndef MEGA_SEQNORM_H
+#define MEGA_SEQNORM_H
+#include "core/params.h"
+#include "core/rng.h"
+
+typedef enum { MEGA_NORM_LAYER = 0, MEGA_NORM_SCALE, MEGA_NORM_RMS, MEGA_NORM_BATCH } mega_norm_type;
+const char *mega_norm_name(mega_norm_type t);
+int mega_norm_parse(const char *s, mega_norm_type *t); /* 0 on success */
+
+typedef struct {
+    mega_norm_type type;
+    int D, affine;
+    size_t w, b, scalar, rmean, rvar, nbt; /* offsets (valid when present) */
+} mega_seqnorm;
+
+#define MEGA_NORM_EPS 1e-5
+
+mega_status mega_seqnorm_declare(mega_seqnorm *n, mega_params *P, const char *prefix, mega_norm_type type,
+                                 int D, int affine);
+void mega_seqnorm_init(const mega_seqnorm *n, real *W);
+/* reals of saved statistics for R rows */
+size_t mega_seqnorm_stat_size(const mega_seqnorm *n, size_t R);
+/* y[R,D] = norm(x). training: batchnorm uses batch statistics and (if update_stats) updates the
+ * running buffers in W; otherwise running statistics. stats receives what backward needs. */
+void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, const real *x, size_t R,
+                          int training, int update_stats);
+/* dx[R,D] = (acc ? dx : 0) + d norm / dx; dW accumulates. Requires the forward's stats and x. */
+void mega_seqnorm_backward(const mega_seqnorm *n, const real *W, real *dW, real *dx, const real *dy,
+                           const real *x, const real *stats, size_t R, int training, int acc);
+#endif

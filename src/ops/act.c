@@ -1,0 +1,79 @@
+/* Element-wise activations (official fairseq/utils.py get_activation_fn: silu, gelu (exact erf
+ * form, as torch F.gelu), relu, linear) and their derivatives. */
+#include "ops/ops.h"
+
+const char *mega_act_name(mega_act a) {
+    switch (a) {
+    case MEGA_ACT_SILU: return "silu";
+    case MEGA_ACT_GELU: return "gelu";
+    case MEGA_ACT_RELU: return "relu";
+    case MEGA_ACT_LINEAR: return "linear";
+    case MEGA_ACT_SIGMOID: return "sigmoid";
+    }
+    return "?";
+}
+
+int mega_act_parse(const char *s, mega_act *out) {
+    static const char *names[] = {"silu", "gelu", "relu", "linear", "sigmoid"};
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(s, names[i])) {
+            *out = (mega_act)i;
+            return 0;
+        }
+    if (!strcmp(s, "swish")) {
+        *out = MEGA_ACT_SILU;
+        return 0;
+    }
+    return -1;
+}
+
+#define INV_SQRT2 ((real)0.70710678118654752440)
+#define INV_SQRT2PI ((real)0.39894228040143267794)
+
+void mega_act_forward(mega_act a, real *y, const real *x, size_t n) {
+    switch (a) {
+    case MEGA_ACT_SILU:
+        for (size_t i = 0; i < n; i++) y[i] = mega_silu(x[i]);
+        break;
+    case MEGA_ACT_GELU:
+        for (size_t i = 0; i < n; i++) y[i] = (real)0.5 * x[i] * ((real)1 + R_ERF(x[i] * INV_SQRT2));
+        break;
+    case MEGA_ACT_RELU:
+        for (size_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
+        break;
+    case MEGA_ACT_LINEAR:
+        if (y != x) memmove(y, x, n * sizeof(real));
+        break;
+    case MEGA_ACT_SIGMOID:
+        for (size_t i = 0; i < n; i++) y[i] = mega_sigmoid(x[i]);
+        break;
+    }
+}
+
+void mega_act_backward(mega_act a, real *dx, const real *dy, const real *x, size_t n) {
+    switch (a) {
+    case MEGA_ACT_SILU:
+        for (size_t i = 0; i < n; i++) dx[i] = dy[i] * mega_silu_grad(x[i]);
+        break;
+    case MEGA_ACT_GELU:
+        for (size_t i = 0; i < n; i++) {
+            real v = x[i];
+            real cdf = (real)0.5 * ((real)1 + R_ERF(v * INV_SQRT2));
+            real pdf = INV_SQRT2PI * R_EXP((real)-0.5 * v * v);
+            dx[i] = dy[i] * (cdf + v * pdf);
+        }
+        break;
+    case MEGA_ACT_RELU:
+        for (size_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : 0;
+        break;
+    case MEGA_ACT_LINEAR:
+        if (dx != dy) memmove(dx, dy, n * sizeof(real));
+        break;
+    case MEGA_ACT_SIGMOID:
+        for (size_t i = 0; i < n; i++) {
+            real s = mega_sigmoid(x[i]);
+            dx[i] = dy[i] * s * ((real)1 - s);
+        }
+        break;
+    }
+}

@@ -1,0 +1,263 @@
+/* Chunked single-head attention of Mega: see attn.h for the exact semantics. */
+#include "ops/attn.h"
+#include "core/rng.h"
+#include "ops/ops.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define BR MEGA_ATTN_BR
+
+const char *mega_attn_fn_name(mega_attn_fn f) {
+    static const char *n[] = {"softmax", "relu2", "laplace"};
+    return (unsigned)f < 3 ? n[f] : "?";
+}
+int mega_attn_fn_parse(const char *s, mega_attn_fn *f) {
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, mega_attn_fn_name((mega_attn_fn)i))) {
+            *f = (mega_attn_fn)i;
+            return 0;
+        }
+    return -1;
+}
+
+static inline int chunk_len(const mega_attn_k *k, int T) { return (k->chunk > 0 && k->chunk < T) ? k->chunk : T; }
+
+size_t mega_attn_scratch(const mega_attn_k *k, int T) {
+    size_t c = (size_t)chunk_len(k, T);
+    return 4 * (size_t)BR * c + 2 * (size_t)k->Mc + 64;
+}
+
+/* Per-chunk geometry: t0 first position, n keys, pad pointer (or NULL), and whether every key is pad. */
+typedef struct {
+    size_t row0; /* b*T + t0 */
+    int n;
+    const uint8_t *pad;
+    int allpad, nvalid;
+} chunk_t;
+
+static chunk_t get_chunk(const mega_attn_k *k, const uint8_t *pad, int T, int b, int ci) {
+    chunk_t c;
+    int C = chunk_len(k, T);
+    int t0 = ci * C;
+    c.row0 = (size_t)b * T + t0;
+    c.n = MEGA_MIN(C, T - t0);
+    c.pad = pad ? pad + c.row0 : NULL;
+    c.nvalid = c.n;
+    if (c.pad) {
+        c.nvalid = 0;
+        for (int j = 0; j < c.n; j++) c.nvalid += !c.pad[j];
+    }
+    c.allpad = c.pad && c.nvalid == 0;
+    return c;
+}
+
+/* Scores for query rows [i0, i1) of a chunk against keys [0, nk) into S (ld = nk), turned into
+ * attention weights A (pre-dropout) in place. For element attention the pre-activation scores
+ * are kept in Sraw (if non-NULL). lse receives the softmax row normaliser. */
+static void block_weights(const mega_attn_k *k, const chunk_t *c, const real *q, const real *kk, int i0, int i1,
+                          int nk, real *S, real *Sraw, real *lse_out, const real *lse_in) {
+    const int Z = k->Z;
+    const int br = i1 - i0;
+    const int soft = k->fn == MEGA_ATTN_SOFTMAX;
+    const real scale = soft ? (real)1 / R_SQRT((real)Z) : (real)1;
+    mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)Z, scale, q + (c->row0 + i0) * Z, (size_t)Z,
+                     kk + c->row0 * Z, (size_t)Z, 0, S, (size_t)nk);
+    const real *bt = k->btab + (k->Mc - 1);
+    for (int r = 0; r < br; r++) {
+        const int i = i0 + r;
+        real *s = S + (size_t)r * nk;
+        const real *bi = bt - i; /* bias(i, j) = bi[j] */
+        if (soft) {
+            real mx = -INFINITY;
+            for (int j = 0; j < nk; j++) {
+                int ok = (!k->causal || j <= i) && (!c->pad || c->allpad || !c->pad[j]);
+                s[j] = ok ? s[j] + bi[j] : -INFINITY;
+                if (s[j] > mx) mx = s[j];
+            }
+            real l;
+            if (mx == -INFINITY) {
+                /* no visible key (cannot happen with right padding): output 0, no gradient */
+                for (int j = 0; j < nk; j++) s[j] = 0;
+                l = INFINITY;
+            } else if (lse_in) {
+                l = lse_in[c->row0 + i];
+                for (int j = 0; j < nk; j++) s[j] = R_EXP(s[j] - l);
+            } else {
+                real sum = 0;
+                for (int j = 0; j < nk; j++) {
+                    real e = R_EXP(s[j] - mx);
+                    s[j] = e;
+                    sum += e;
+                }
+                real inv = (real)1 / sum;
+                for (int j = 0; j < nk; j++) s[j] *= inv;
+                l = mx + R_LOG(sum);
+            }
+            if (lse_out) lse_out[c->row0 + i] = l;
+        } else {
+            /* length divisor: causal row count, else valid keys (>= 1) with a pad mask, else n */
+            real len = k->causal ? (real)(i + 1) : (real)(c->pad ? MEGA_MAX(c->nvalid, 1) : c->n);
+            real inv = (real)1 / len;
+            real *sr = Sraw ? Sraw + (size_t)r * nk : NULL;
+            for (int j = 0; j < nk; j++) {
+                real v = s[j] * inv + bi[j];
+                int ok = (!k->causal || j <= i) && (!c->pad || !c->pad[j]);
+                if (sr) sr[j] = v;
+                s[j] = ok ? mega_attn_f(k->fn, v) : 0;
+            }
+        }
+    }
+}
+
+/* apply attention dropout to rows [i0,i1) of a chunk: index = global query row * n + key */
+static void block_dropout(const mega_attn_k *k, const chunk_t *c, real *A, int i0, int i1, int nk) {
+    if (k->p_attn <= 0) return;
+    const real sc = (real)(1.0 / (1.0 - k->p_attn));
+    for (int r = 0; r < i1 - i0; r++) {
+        uint64_t base = (uint64_t)(c->row0 + i0 + r) * (uint64_t)c->n;
+        real *a = A + (size_t)r * nk;
+        for (int j = 0; j < nk; j++) a[j] = mega__hash01(k->key_attn, base + j) >= k->p_attn ? a[j] * sc : 0;
+    }
+}
+
+void mega_attn_forward(const mega_attn_k *k, real *O, real *lse, const real *q, const real *kk, const real *v,
+                       const uint8_t *pad, int B, int T, real *scratch, int nthreads) {
+    const int C = chunk_len(k, T), nch = (T + C - 1) / C;
+    const size_t per = mega_attn_scratch(k, T);
+    const long units = (long)B * nch;
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (long u = 0; u < units; u++) {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        real *S = scratch + per * (size_t)tid;
+        chunk_t c = get_chunk(k, pad, T, (int)(u / nch), (int)(u % nch));
+        for (int i0 = 0; i0 < c.n; i0 += BR) {
+            int i1 = MEGA_MIN(c.n, i0 + BR);
+            int nk = k->causal ? i1 : c.n; /* causal rows never see keys beyond i1 */
+            block_weights(k, &c, q, kk, i0, i1, nk, S, NULL, lse, NULL);
+            block_dropout(k, &c, S, i0, i1, nk);
+            mega_gemm_serial(0, 0, (size_t)(i1 - i0), (size_t)k->E, (size_t)nk, 1, S, (size_t)nk,
+                             v + c.row0 * k->E, (size_t)k->E, 0, O + (c.row0 + i0) * k->E, (size_t)k->E);
+        }
+    }
+}
+
+void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real *dbtab, const real *dO,
+                        const real *q, const real *kk, const real *v, const real *lse, const uint8_t *pad, int B,
+                        int T, real *scratch, int nthreads) {
+    const int C = chunk_len(k, T), nch = (T + C - 1) / C;
+    const size_t per = mega_attn_scratch(k, T);
+    const int Z = k->Z, E = k->E, Mc = k->Mc;
+    const int soft = k->fn == MEGA_ATTN_SOFTMAX;
+    const real scale = soft ? (real)1 / R_SQRT((real)Z) : (real)1;
+    const long units = (long)B * nch;
+    if (nthreads < 1) nthreads = 1;
+    /* zero the per-thread bias-gradient partials */
+    for (int t = 0; t < nthreads; t++) {
+        real *db = scratch + per * (size_t)t + 4 * (size_t)BR * C;
+        for (int i = 0; i < 2 * Mc - 1; i++) db[i] = 0;
+    }
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+    for (long u = 0; u < units; u++) {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        real *A = scratch + per * (size_t)tid;   /* BR x n: weights (pre-dropout) */
+        real *G = A + (size_t)BR * C;             /* BR x n: dA', then dS */
+        real *Sr = G + (size_t)BR * C;            /* BR x n: raw element scores */
+        real *db = Sr + 2 * (size_t)BR * C;       /* 2Mc-1 bias-table gradient partial (after dropped A) */
+        chunk_t c = get_chunk(k, pad, T, (int)(u / nch), (int)(u % nch));
+        const real *vc = v + c.row0 * E;
+        for (int i0 = 0; i0 < c.n; i0 += BR) {
+            const int i1 = MEGA_MIN(c.n, i0 + BR), br = i1 - i0;
+            const int nk = k->causal ? i1 : c.n;
+            const real *dOb = dO + (c.row0 + i0) * E;
+            block_weights(k, &c, q, kk, i0, i1, nk, A, soft ? NULL : Sr, NULL, lse);
+            /* dA' = dO v^T */
+            mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)E, 1, dOb, (size_t)E, vc, (size_t)E, 0, G,
+                             (size_t)nk);
+            if (k->p_attn > 0) {
+                /* dv += A'^T dO with A' the dropped weights; then dA = dropout(dA') */
+                real *Ad = Sr + (size_t)BR * C;
+                memcpy(Ad, A, (size_t)br * nk * sizeof(real));
+                block_dropout(k, &c, Ad, i0, i1, nk);
+                mega_gemm_serial(1, 0, (size_t)nk, (size_t)E, (size_t)br, 1, Ad, (size_t)nk, dOb, (size_t)E, 1,
+                                 dv + c.row0 * E, (size_t)E);
+                block_dropout(k, &c, G, i0, i1, nk);
+            } else {
+                mega_gemm_serial(1, 0, (size_t)nk, (size_t)E, (size_t)br, 1, A, (size_t)nk, dOb, (size_t)E, 1,
+                                 dv + c.row0 * E, (size_t)E);
+            }
+            /* dS */
+            real *dbc = db + (Mc - 1);
+            for (int r = 0; r < br; r++) {
+                const int i = i0 + r;
+                real *g = G + (size_t)r * nk;
+                const real *a = A + (size_t)r * nk;
+                real rowscale;
+                if (soft) {
+                    real dot = 0;
+                    for (int j = 0; j < nk; j++) dot += g[j] * a[j];
+                    for (int j = 0; j < nk; j++) g[j] = a[j] * (g[j] - dot);
+                    rowscale = scale;
+                } else {
+                    const real *sr = Sr + (size_t)r * nk;
+                    for (int j = 0; j < nk; j++) {
+                        int ok = (!k->causal || j <= i) && (!c.pad || !c.pad[j]);
+                        g[j] = ok ? g[j] * mega_attn_fgrad(k->fn, sr[j]) : 0;
+                    }
+                    real len = k->causal ? (real)(i + 1) : (real)(c.pad ? MEGA_MAX(c.nvalid, 1) : c.n);
+                    rowscale = (real)1 / len;
+                }
+                /* bias gradient along the diagonals: d btab[Mc-1 + j - i] += dS[i,j] */
+                real *dbi = dbc - i;
+                for (int j = 0; j < nk; j++) dbi[j] += g[j];
+                for (int j = 0; j < nk; j++) g[j] *= rowscale;
+            }
+            /* dq += dS k ; dk += dS^T q */
+            mega_gemm_serial(0, 0, (size_t)br, (size_t)Z, (size_t)nk, 1, G, (size_t)nk, kk + c.row0 * Z, (size_t)Z, 1,
+                             dq + (c.row0 + i0) * Z, (size_t)Z);
+            mega_gemm_serial(1, 0, (size_t)nk, (size_t)Z, (size_t)br, 1, G, (size_t)nk, q + (c.row0 + i0) * Z,
+                             (size_t)Z, 1, dk + c.row0 * Z, (size_t)Z);
+        }
+    }
+    /* reduce bias partials in thread order (deterministic for a given thread count) */
+    for (int t = 0; t < nthreads; t++) {
+        const real *db = scratch + per * (size_t)t + 4 * (size_t)BR * C;
+        for (int i = 0; i < 2 * Mc - 1; i++) dbtab[i] += db[i];
+    }
+}
+
+void mega_attn_query(const mega_attn_k *k, real *o, const real *q, const real *kc, const real *vc, int n, real *w) {
+    const int Z = k->Z, E = k->E;
+    const int soft = k->fn == MEGA_ATTN_SOFTMAX;
+    const real *bi = k->btab + (k->Mc - 1) - (n - 1); /* bias row n-1 */
+    real mx = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        const real *kj = kc + (size_t)j * Z;
+        real s = 0;
+        for (int z = 0; z < Z; z++) s += q[z] * kj[z];
+        if (soft) {
+            s = s / R_SQRT((real)Z) + bi[j];
+            if (s > mx) mx = s;
+        } else {
+            s = mega_attn_f(k->fn, s / (real)n + bi[j]);
+        }
+        w[j] = s;
+    }
+    if (soft) {
+        real sum = 0;
+        for (int j = 0; j < n; j++) sum += (w[j] = R_EXP(w[j] - mx));
+        for (int j = 0; j < n; j++) w[j] /= sum;
+    }
+    for (int e = 0; e < E; e++) o[e] = 0;
+    for (int j = 0; j < n; j++) {
+        const real *vj = vc + (size_t)j * E;
+        for (int e = 0; e < E; e++) o[e] += w[j] * vj[e];
+    }
+}

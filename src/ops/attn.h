@@ -1,0 +1,70 @@
+/*
+ * Single-head chunked attention of Mega (SPEC §2.4–2.6; official
+ * moving_average_gated_attention.py softmax_attention / element_attention).
+ *
+ * The sequence is cut into chunks of `chunk` positions (the last one may be shorter: the ragged
+ * extension, equivalent to the official right-padding); chunk <= 0 means one chunk of T.
+ * Inside a chunk (chunk-local indices i = query, j = key, n keys):
+ *   softmax: S = scale*q.k + Bias[i,j]; causal keys j>i and pad keys get -inf, except that in a
+ *            chunk whose keys are ALL pad nothing is pad-masked (official rule); A = softmax(S)
+ *   relu2 / laplace: S = q.k / len_i + Bias[i,j]; A = f(S) * [key valid] * [j <= i if causal]
+ *            len_i = i+1 (causal); else the number of valid keys in the chunk (at least 1) when a
+ *            pad mask is given, else n.
+ *   O = dropout(A) v
+ * Bias[i,j] = btab[Mc - 1 + j - i] (a Toeplitz table: the simple bias vector itself, or the
+ * rotary bias evaluated per distance).
+ *
+ * Memory: scores are never stored. The forward keeps only the row log-sum-exp (softmax); the
+ * backward recomputes S block by block (MEGA_ATTN_BR query rows at a time), so at most one
+ * BR x n block of scores exists per thread. Threads run over (batch, chunk) units.
+ */
+#ifndef MEGA_ATTN_OPS_H
+#define MEGA_ATTN_OPS_H
+#include "core/internal.h"
+
+typedef enum { MEGA_ATTN_SOFTMAX = 0, MEGA_ATTN_RELU2, MEGA_ATTN_LAPLACE } mega_attn_fn;
+const char *mega_attn_fn_name(mega_attn_fn f);
+int mega_attn_fn_parse(const char *s, mega_attn_fn *f);
+
+#define MEGA_ATTN_BR 64
+
+typedef struct {
+    int Z, E;
+    int chunk;  /* > 0 chunk length; <= 0: one chunk */
+    int causal;
+    mega_attn_fn fn;
+    const real *btab; /* bias table, 2*Mc-1 entries, centre Mc-1 (distance 0) */
+    int Mc;
+    double p_attn;    /* attention dropout (on A) */
+    uint64_t key_attn;
+} mega_attn_k;
+
+/* element attention functions (official utils.relu2 / utils.laplace) */
+static inline real mega_attn_f(mega_attn_fn fn, real s) {
+    if (fn == MEGA_ATTN_RELU2) {
+        real r = s > 0 ? s : 0;
+        return r * r;
+    }
+    /* laplace: 0.5 * (1 + erf((s - mu) / (sigma * sqrt 2))), official literals */
+    return (real)0.5 * ((real)1 + R_ERF((s - (real)0.707107) / ((real)0.282095 * (real)1.4142135623730951)));
+}
+static inline real mega_attn_fgrad(mega_attn_fn fn, real s) {
+    if (fn == MEGA_ATTN_RELU2) return s > 0 ? 2 * s : 0;
+    const real sig = (real)0.282095, c = (s - (real)0.707107) / sig;
+    return R_EXP((real)-0.5 * c * c) / (sig * (real)2.5066282746310002);
+}
+
+/* reals of scratch per thread for sequences of length T */
+size_t mega_attn_scratch(const mega_attn_k *k, int T);
+/* O [B,T,E] = attention; lse [B,T] (softmax only; may be NULL otherwise) */
+void mega_attn_forward(const mega_attn_k *k, real *O, real *lse, const real *q, const real *kk, const real *v,
+                       const uint8_t *pad, int B, int T, real *scratch, int nthreads);
+/* accumulates dq, dk, dv [B,T,*] and dbtab [2*Mc-1]; scratch from mega_attn_scratch * nthreads */
+void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real *dbtab, const real *dO,
+                        const real *q, const real *kk, const real *v, const real *lse, const uint8_t *pad, int B,
+                        int T, real *scratch, int nthreads);
+
+/* One query against n cached keys (streaming step, SPEC §2.8): no causal mask, bias row n-1,
+ * element attention divides by n. o [E] = sum_j A_j v_j. w: scratch of n reals. */
+void mega_attn_query(const mega_attn_k *k, real *o, const real *q, const real *kc, const real *vc, int n, real *w);
+#endif

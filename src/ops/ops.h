@@ -1,0 +1,46 @@
+/*
+ * Stateless kernels shared by the layers (src/ops/). Shapes in comments are row-major, PyTorch
+ * order. Backward kernels ACCUMULATE (+=) into parameter gradients; into input gradients they
+ * accumulate as well unless the name says _set.
+ */
+#ifndef MEGA_OPS_H
+#define MEGA_OPS_H
+#include "core/internal.h"
+
+/* ---- GEMM (gemm.c): C[M,N] = alpha * op(A) op(B) + beta * C, row-major.
+ * op(A) is A[M,K] (ta=0) or A[K,M]^T (ta=1); op(B) is B[K,N] (tb=0) or B[N,K]^T (tb=1).
+ * mega_gemm may use BLAS threads; mega_gemm_serial is for calls made inside an OpenMP
+ * parallel region (it never spawns threads). */
+void mega_gemm(int ta, int tb, size_t M, size_t N, size_t K, real alpha, const real *A, size_t lda,
+               const real *B, size_t ldb, real beta, real *C, size_t ldc);
+void mega_gemm_serial(int ta, int tb, size_t M, size_t N, size_t K, real alpha, const real *A,
+                      size_t lda, const real *B, size_t ldb, real beta, real *C, size_t ldc);
+
+/* Linear layer, torch layout W[O,I], b[O] (b may be NULL): Y[R,O] = X[R,I] W^T + b */
+void mega_linear_forward(real *Y, const real *X, const real *W, const real *b, size_t R, size_t In, size_t O);
+/* dX[R,I] (+)= dY W (accumulates when acc, else overwrites; dX may be NULL);
+ * dW[O,I] += dY^T X; db[O] += colsum(dY) (dW/db may be NULL) */
+void mega_linear_backward(real *dX, real *dW, real *db, const real *dY, const real *X, const real *W,
+                          size_t R, size_t In, size_t O, int acc);
+/* db[O] += sum over rows of dY[R,O] */
+void mega_colsum_acc(real *db, const real *dY, size_t R, size_t O);
+
+/* ---- activations (act.c) */
+typedef enum { MEGA_ACT_SILU = 0, MEGA_ACT_GELU, MEGA_ACT_RELU, MEGA_ACT_LINEAR, MEGA_ACT_SIGMOID } mega_act;
+const char *mega_act_name(mega_act a);
+int mega_act_parse(const char *s, mega_act *out); /* 0 on success */
+/* y = f(x) (y may alias x) */
+void mega_act_forward(mega_act a, real *y, const real *x, size_t n);
+/* dx = dy * f'(x)  (dx may alias dy) */
+void mega_act_backward(mega_act a, real *dx, const real *dy, const real *x, size_t n);
+static inline real mega_sigmoid(real x) { return (real)1 / ((real)1 + R_EXP(-x)); }
+static inline real mega_silu(real x) { return x / ((real)1 + R_EXP(-x)); }
+static inline real mega_silu_grad(real x) {
+    real s = mega_sigmoid(x);
+    return s * ((real)1 + x * ((real)1 - s));
+}
+
+/* ---- dropout by counter-based hash (dropout.c): y = x * keep / (1-p), keep ~ Bernoulli(1-p)
+ * drawn from (key, index). y may alias x. Backward is the same call on the gradient. */
+void mega_dropout(real *y, const real *x, size_t n, double p, uint64_t key);
+#endif
