@@ -120,6 +120,104 @@ const char *mega_dtype_name(mega_dtype dt); /* "F32", ... */
  * rename, fsync of the directory). */
 mega_status mega_write_file_atomic(const char *path, const void *data, size_t len);
 
+/* ---------------------------------------------------------------------------------------------
+ * mechanisms (names as on the command line and in config JSON) */
+typedef enum { MEGA_ATTN_SOFTMAX = 0, MEGA_ATTN_RELU2, MEGA_ATTN_LAPLACE } mega_attn_fn;
+typedef enum { MEGA_NORM_LAYER = 0, MEGA_NORM_SCALE, MEGA_NORM_RMS, MEGA_NORM_BATCH } mega_norm_type;
+typedef enum { MEGA_ACT_SILU = 0, MEGA_ACT_GELU, MEGA_ACT_RELU, MEGA_ACT_LINEAR, MEGA_ACT_SIGMOID } mega_act;
+const char *mega_attn_fn_name(mega_attn_fn f);
+int mega_attn_fn_parse(const char *s, mega_attn_fn *f); /* 0 on success */
+const char *mega_norm_name(mega_norm_type t);
+int mega_norm_parse(const char *s, mega_norm_type *t);
+const char *mega_act_name(mega_act a);
+int mega_act_parse(const char *s, mega_act *a);
+
+/* ---------------------------------------------------------------------------------------------
+ * causal language model (official fairseq mega_lm / MegaDecoderNoCrossAttn, SPEC §2.13).
+ * Weight names follow the official state dict: decoder.embed_tokens.weight,
+ * decoder.layers.<i>.mega_layer.*, decoder.layers.<i>.nffn.*, decoder.final_norm.norm.*,
+ * decoder.output_projection.weight (untied only). */
+typedef struct {
+    int vocab_size;   /* 257 for bytes + pad */
+    int padding_idx;  /* 256; -1 = no pad token */
+    int layers, embed_dim, z_dim, hidden_dim, n_dim, ffn_dim;
+    int chunk_size;   /* -1 = full attention */
+    int truncation;   /* EMA truncation, 0 = none */
+    int max_positions; /* simple bias length with full attention */
+    mega_attn_fn attention_activation;
+    int rotary;       /* rel-pos-bias: 0 simple, 1 rotary */
+    mega_norm_type norm_type;
+    int prenorm;
+    int norm_affine;       /* affine parameters in the block norms (official default) */
+    int final_norm_affine; /* affine final norm (prenorm models) */
+    mega_act activation;
+    int scale_embedding;   /* multiply embeddings by sqrt(embed_dim) */
+    int tie_embeddings;
+    float dropout, attention_dropout, hidden_dropout, activation_dropout;
+} mega_lm_config;
+
+/* the defaults of `mega train` (a small byte-level model) */
+void mega_lm_config_default(mega_lm_config *c);
+/* one-line error for an invalid configuration */
+mega_status mega_lm_config_check(const mega_lm_config *c);
+/* JSON with the CLI flag names as keys ("layers", "embed-dim", ...); caller frees with free() */
+char *mega_lm_config_to_json(const mega_lm_config *c);
+mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c);
+
+typedef struct mega_lm mega_lm;
+
+mega_status mega_lm_create(const mega_lm_config *c, mega_lm **out);
+void mega_lm_free(mega_lm *m);
+const mega_lm_config *mega_lm_get_config(const mega_lm *m);
+/* official initialisation (reset_parameters distributions), deterministic in seed */
+void mega_lm_init_params(mega_lm *m, uint64_t seed);
+size_t mega_lm_num_params(const mega_lm *m); /* trainable */
+/* write model.safetensors (config JSON in __metadata__["config"]) atomically */
+mega_status mega_lm_save(const mega_lm *m, const char *path);
+/* create a model from a model.safetensors written by mega_lm_save (or an official-named file
+ * with a config in the metadata) */
+mega_status mega_lm_load(const char *path, mega_lm **out);
+/* load weights by official name into an existing model (the config must match) */
+mega_status mega_lm_load_weights(mega_lm *m, const char *path);
+
+typedef struct {
+    int training;      /* dropout on, batchnorm batch statistics */
+    uint64_t key;      /* dropout key for this step */
+} mega_lm_run;
+
+/* Reserve buffers for batches up to B x T (called implicitly by forward when needed). */
+mega_status mega_lm_reserve(mega_lm *m, int B, int T);
+/* Forward over tokens [B,T]. With targets (NULL = none; negative entries are ignored) computes
+ * the mean cross-entropy over the counted targets (*loss, *count) and keeps what backward needs.
+ * Logits are available with mega_lm_logits until the next call. */
+mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                            const mega_lm_run *run, double *loss, int64_t *count);
+/* Gradients of the last forward's loss, ACCUMULATED into the gradient buffer (zero it first
+ * with mega_lm_zero_grad). `scale` multiplies the gradient (1 for the mean loss). */
+mega_status mega_lm_backward(mega_lm *m, double scale);
+void mega_lm_zero_grad(mega_lm *m);
+const mega_real *mega_lm_logits(const mega_lm *m); /* [B, T, V] of the last forward */
+/* hidden state i (0 = scaled embedding, i = output of layer i) of the last forward: [B,T,D] */
+const mega_real *mega_lm_hidden(const mega_lm *m, int i);
+
+/* the flat parameter / gradient buffers and their table */
+mega_real *mega_lm_params(mega_lm *m);
+mega_real *mega_lm_grads(mega_lm *m);
+size_t mega_lm_param_total(const mega_lm *m); /* reals in the buffer (incl. buffers and padding) */
+int mega_lm_tensor_count(const mega_lm *m);
+/* name, offset, numel, flags of tensor i (flags: 1 decay, 2 non-trainable buffer) */
+const char *mega_lm_tensor_info(const mega_lm *m, int i, size_t *offset, size_t *numel, unsigned *flags);
+
+/* Streaming (incremental) inference for B sequences, caller-owned state. cap: longest stream
+ * for full-attention models (ignored when chunked). */
+typedef struct mega_lm_stream mega_lm_stream;
+mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out);
+void mega_lm_stream_free(mega_lm_stream *s);
+void mega_lm_stream_reset(mega_lm_stream *s);
+/* feed T tokens per sequence (tokens [B,T]); logits [B,T,V] (or NULL) */
+mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T, mega_real *logits);
+int64_t mega_lm_stream_pos(const mega_lm_stream *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -31,6 +31,20 @@ mega_status mega__error(mega_status st, const char *fmt, ...) {
     return st;
 }
 
+mega_status mega__error_prefix(mega_status st, const char *prefix) {
+    char tmp[sizeof g_err];
+    memcpy(tmp, g_err, sizeof tmp);
+    size_t n = strlen(prefix);
+    if (n > sizeof g_err / 2) n = sizeof g_err / 2;
+    memcpy(g_err, prefix, n);
+    g_err[n] = ':', g_err[n + 1] = ' ';
+    size_t rest = sizeof g_err - n - 3;
+    size_t m = strnlen(tmp, rest);
+    memcpy(g_err + n + 2, tmp, m);
+    g_err[n + 2 + m] = 0;
+    return st;
+}
+
 void mega__assert_fail(const char *expr, const char *file, int line) {
     fprintf(stderr, "mega: internal assertion failed: %s (%s:%d)\n", expr, file, line);
     abort();

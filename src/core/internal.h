@@ -52,6 +52,8 @@ mega_status mega__error(mega_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* prepend "prefix: " to the current error message */
+mega_status mega__error_prefix(mega_status st, const char *prefix);
 #define MEGA_FAIL(st, ...) return mega__error((st), __VA_ARGS__)
 #define MEGA_TRY(expr)                                                                        \
     do {                                                                                      \

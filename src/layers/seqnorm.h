@@ -9,9 +9,6 @@
 #include "core/params.h"
 #include "core/rng.h"
 
-typedef enum { MEGA_NORM_LAYER = 0, MEGA_NORM_SCALE, MEGA_NORM_RMS, MEGA_NORM_BATCH } mega_norm_type;
-const char *mega_norm_name(mega_norm_type t);
-int mega_norm_parse(const char *s, mega_norm_type *t); /* 0 on success */
 
 typedef struct {
     mega_norm_type type;

@@ -22,9 +22,6 @@
 #define MEGA_ATTN_OPS_H
 #include "core/internal.h"
 
-typedef enum { MEGA_ATTN_SOFTMAX = 0, MEGA_ATTN_RELU2, MEGA_ATTN_LAPLACE } mega_attn_fn;
-const char *mega_attn_fn_name(mega_attn_fn f);
-int mega_attn_fn_parse(const char *s, mega_attn_fn *f);
 
 #define MEGA_ATTN_BR 64
 

@@ -26,9 +26,7 @@ void mega_linear_backward(real *dX, real *dW, real *db, const real *dY, const re
 void mega_colsum_acc(real *db, const real *dY, size_t R, size_t O);
 
 /* ---- activations (act.c) */
-typedef enum { MEGA_ACT_SILU = 0, MEGA_ACT_GELU, MEGA_ACT_RELU, MEGA_ACT_LINEAR, MEGA_ACT_SIGMOID } mega_act;
-const char *mega_act_name(mega_act a);
-int mega_act_parse(const char *s, mega_act *out); /* 0 on success */
+/* mega_act, mega_act_name, mega_act_parse are public (mega.h) */
 /* y = f(x) (y may alias x) */
 void mega_act_forward(mega_act a, real *y, const real *x, size_t n);
 /* dx = dy * f'(x)  (dx may alias dy) */

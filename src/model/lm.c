@@ -1,0 +1,453 @@
+/*
+ * Causal Mega language model (official fairseq/models/mega_lm.py MegaDecoderNoCrossAttn;
+ * SPEC §2.13):
+ *   x = embed_scale * Emb[tokens]        (embed_scale = sqrt(D) unless disabled)
+ *   x = dropout(x); x *= valid           (pads zeroed)
+ *   x = block_l(x) for l = 0..L-1        (causal mask, chunk-local)
+ *   x = final_norm(x) if prenorm; x *= valid
+ *   logits = x W^T                       (W = Emb when tied, else output_projection)
+ * A sequence whose length is not a multiple of the chunk is handled as a shorter last chunk
+ * (exactly the official right-padding for every norm but batchnorm); for batchnorm models the
+ * official padding is reproduced (pad tokens, pad mask, statistics over the padded batch).
+ */
+#include "model/lm.h"
+
+#include <cjson/cJSON.h>
+
+enum { SITE_EMBED = 7 };
+
+void mega_lm_config_default(mega_lm_config *c) {
+    memset(c, 0, sizeof *c);
+    c->vocab_size = 257;
+    c->padding_idx = 256;
+    c->layers = 4;
+    c->embed_dim = 128;
+    c->z_dim = 64;
+    c->hidden_dim = 256;
+    c->n_dim = 16;
+    c->ffn_dim = 256;
+    c->chunk_size = 128;
+    c->truncation = 0;
+    c->max_positions = 1024;
+    c->attention_activation = MEGA_ATTN_SOFTMAX;
+    c->rotary = 0;
+    c->norm_type = MEGA_NORM_LAYER;
+    c->prenorm = 1;
+    c->norm_affine = 1;
+    c->final_norm_affine = 1;
+    c->activation = MEGA_ACT_SILU;
+    c->scale_embedding = 1;
+    c->tie_embeddings = 0;
+    c->dropout = 0.0f;
+    c->attention_dropout = 0.0f;
+    c->hidden_dropout = 0.0f;
+    c->activation_dropout = 0.0f;
+}
+
+static void block_cfg_of(const mega_lm_config *c, mega_block_cfg *b) {
+    memset(b, 0, sizeof *b);
+    b->D = c->embed_dim, b->Z = c->z_dim, b->E = c->hidden_dim, b->N = c->n_dim, b->F = c->ffn_dim;
+    b->chunk = c->chunk_size, b->trunc = c->truncation, b->max_positions = c->max_positions;
+    b->attn_fn = c->attention_activation, b->rotary = c->rotary, b->bidir = 0;
+    b->prenorm = c->prenorm, b->norm_affine = c->norm_affine, b->norm = c->norm_type, b->act = c->activation;
+    b->dropout = c->dropout, b->attn_dropout = c->attention_dropout, b->hidden_dropout = c->hidden_dropout;
+    b->act_dropout = c->activation_dropout;
+}
+
+mega_status mega_lm_config_check(const mega_lm_config *c) {
+    if (c->layers < 1 || c->layers > 1024) MEGA_FAIL(MEGA_ERR_INVALID, "layers must be in [1, 1024] (got %d)", c->layers);
+    if (c->vocab_size < 2 || c->vocab_size > 1 << 24) MEGA_FAIL(MEGA_ERR_INVALID, "vocab size must be in [2, 2^24] (got %d)", c->vocab_size);
+    if (c->padding_idx >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "padding index %d is outside the vocabulary of %d", c->padding_idx, c->vocab_size);
+    if (c->chunk_size > 1 << 20) MEGA_FAIL(MEGA_ERR_INVALID, "chunk-size %d is too large", c->chunk_size);
+    mega_block_cfg b;
+    block_cfg_of(c, &b);
+    return mega_block_cfg_check(&b);
+}
+
+/* ---- model ------------------------------------------------------------------------------ */
+
+static void free_buffers(mega_lm *m) {
+    mega__free(m->acts);
+    mega__free(m->H);
+    mega__free(m->xf);
+    mega__free(m->logits);
+    mega__free(m->scratch);
+    mega__free(m->dx);
+    mega__free(m->dy);
+    free(m->pad);
+    free(m->tok);
+    free(m->tgt);
+    free(m->A);
+    m->acts = m->H = m->xf = m->logits = m->scratch = m->dx = m->dy = NULL;
+    m->pad = NULL, m->tok = m->tgt = NULL, m->A = NULL;
+    m->Bmax = m->Tmax = 0;
+}
+
+mega_status mega_lm_create(const mega_lm_config *c, mega_lm **out) {
+    *out = NULL;
+    MEGA_TRY(mega_lm_config_check(c));
+    mega_lm *m = calloc(1, sizeof *m);
+    if (!m) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    m->cfg = *c;
+    block_cfg_of(c, &m->bcfg);
+    mega_params_init(&m->P);
+    mega_status st;
+    const int64_t V = c->vocab_size, D = c->embed_dim;
+    m->blocks = calloc((size_t)c->layers, sizeof *m->blocks);
+    if (!m->blocks) {
+        st = mega__error(MEGA_ERR_OOM, "out of memory");
+        goto fail;
+    }
+    if ((st = MEGA_PADD(&m->P, "decoder.", "embed_tokens.weight", MEGA_P_DECAY, &m->emb, V, D))) goto fail;
+    for (int l = 0; l < c->layers; l++) {
+        char pre[64];
+        snprintf(pre, sizeof pre, "decoder.layers.%d.", l);
+        if ((st = mega_block_declare(&m->blocks[l], &m->P, pre, &m->bcfg))) goto fail;
+    }
+    m->has_fnorm = c->prenorm;
+    if (m->has_fnorm &&
+        (st = mega_seqnorm_declare(&m->fnorm, &m->P, "decoder.final_norm.norm.", c->norm_type, c->embed_dim, c->final_norm_affine)))
+        goto fail;
+    if (!c->tie_embeddings && (st = MEGA_PADD(&m->P, "decoder.", "output_projection.weight", MEGA_P_DECAY, &m->out_w, V, D)))
+        goto fail;
+    if ((st = mega_params_alloc(&m->P, 1))) goto fail;
+    m->nthreads = mega_get_threads();
+    mega_lm_init_params(m, 0);
+    *out = m;
+    return MEGA_OK;
+fail:
+    mega_lm_free(m);
+    return st;
+}
+
+void mega_lm_free(mega_lm *m) {
+    if (!m) return;
+    free_buffers(m);
+    mega_params_free(&m->P);
+    free(m->blocks);
+    free(m);
+}
+
+const mega_lm_config *mega_lm_get_config(const mega_lm *m) { return &m->cfg; }
+
+void mega_lm_init_params(mega_lm *m, uint64_t seed) {
+    mega_rng rng;
+    mega_rng_seed(&rng, seed);
+    const mega_lm_config *c = &m->cfg;
+    const size_t V = (size_t)c->vocab_size, D = (size_t)c->embed_dim;
+    real *W = m->P.data;
+    /* official Embedding(): N(0, D^-1/2) with the padding row zeroed */
+    mega_fill_normal(W + m->emb, V * D, 0, 1.0 / sqrt((double)D), &rng);
+    if (c->padding_idx >= 0) memset(W + m->emb + (size_t)c->padding_idx * D, 0, D * sizeof(real));
+    for (int l = 0; l < c->layers; l++) mega_block_init(&m->blocks[l], W, &rng);
+    if (m->has_fnorm) mega_seqnorm_init(&m->fnorm, W);
+    if (!c->tie_embeddings) mega_fill_normal(W + m->out_w, V * D, 0, 1.0 / sqrt((double)D), &rng);
+}
+
+size_t mega_lm_num_params(const mega_lm *m) { return mega_params_count_trainable(&m->P); }
+mega_real *mega_lm_params(mega_lm *m) { return m->P.data; }
+mega_real *mega_lm_grads(mega_lm *m) { return m->P.grad; }
+size_t mega_lm_param_total(const mega_lm *m) { return m->P.total; }
+int mega_lm_tensor_count(const mega_lm *m) { return m->P.n; }
+const char *mega_lm_tensor_info(const mega_lm *m, int i, size_t *offset, size_t *numel, unsigned *flags) {
+    if (i < 0 || i >= m->P.n) return NULL;
+    const mega_pspec *s = &m->P.specs[i];
+    if (offset) *offset = s->offset;
+    if (numel) *numel = s->numel;
+    if (flags) *flags = (s->flags & MEGA_P_DECAY ? 1u : 0u) | (s->flags & MEGA_P_BUFFER ? 2u : 0u);
+    return s->name;
+}
+void mega_lm_zero_grad(mega_lm *m) { mega_params_zero_grad(&m->P); }
+const mega_real *mega_lm_logits(const mega_lm *m) { return m->logits; }
+
+/* padded length for a batch of T positions (official right-padding kept only for batchnorm) */
+static int padded_len(const mega_lm *m, int T) {
+    int c = m->cfg.chunk_size;
+    if (m->cfg.norm_type == MEGA_NORM_BATCH && c > 0 && c < T && T % c) return (T + c - 1) / c * c;
+    return T;
+}
+
+mega_status mega_lm_reserve(mega_lm *m, int B, int T) {
+    if (B < 1 || T < 1) MEGA_FAIL(MEGA_ERR_INVALID, "batch and sequence length must be positive (got %d x %d)", B, T);
+    int Tp = padded_len(m, T);
+    if (B <= m->Bmax && Tp <= m->Tmax) return MEGA_OK;
+    B = MEGA_MAX(B, m->Bmax);
+    Tp = MEGA_MAX(Tp, m->Tmax);
+    free_buffers(m);
+    const mega_lm_config *c = &m->cfg;
+    const size_t R = (size_t)B * Tp, D = (size_t)c->embed_dim, V = (size_t)c->vocab_size;
+    const int L = c->layers;
+    size_t per = mega_block_acts_size(&m->blocks[0], B, Tp);
+    size_t scr = mega_block_scratch_size(&m->blocks[0], B, Tp, m->nthreads);
+    m->acts = mega__calloc(per * (size_t)L, sizeof(real));
+    m->A = calloc((size_t)L, sizeof *m->A);
+    m->H = mega__calloc(R * D * (size_t)(L + 1), sizeof(real));
+    m->xf = mega__calloc(R * D + 2 * R + 2 * D, sizeof(real));
+    m->logits = mega__calloc(R * V + R, sizeof(real));
+    m->scratch = mega__calloc(scr, sizeof(real));
+    m->dx = mega__calloc(R * D, sizeof(real));
+    m->dy = mega__calloc(R * D, sizeof(real));
+    m->pad = calloc(R, 1);
+    m->tok = calloc(R, sizeof(int32_t));
+    m->tgt = calloc(R, sizeof(int32_t));
+    if (!m->acts || !m->A || !m->H || !m->xf || !m->logits || !m->scratch || !m->dx || !m->dy || !m->pad || !m->tok ||
+        !m->tgt) {
+        size_t mb = (per * L + R * D * (L + 4) + R * V + scr) * sizeof(real) >> 20;
+        free_buffers(m);
+        MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving training buffers for %d x %d tokens (about %zu MiB)", B, Tp, mb);
+    }
+    m->fstat = m->xf + R * D;
+    m->lse = m->logits + R * V;
+    m->Bmax = B;
+    m->Tmax = Tp;
+    m->acts_per = per;
+    return MEGA_OK;
+}
+
+const mega_real *mega_lm_hidden(const mega_lm *m, int i) {
+    if (i < 0 || i > m->cfg.layers || !m->H) return NULL;
+    return m->H + (size_t)i * m->B * m->Tp * m->cfg.embed_dim;
+}
+
+mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                            const mega_lm_run *run, double *loss, int64_t *count) {
+    const mega_lm_config *c = &m->cfg;
+    MEGA_TRY(mega_lm_reserve(m, B, T));
+    const int Tp = padded_len(m, T), L = c->layers;
+    const size_t R = (size_t)B * Tp, D = (size_t)c->embed_dim, V = (size_t)c->vocab_size;
+    m->B = B, m->T = T, m->Tp = Tp;
+    m->run = run ? *run : (mega_lm_run){0, 0};
+    /* tokens, padded to Tp with padding_idx when needed; validate the range */
+    int any_pad = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < Tp; t++) {
+            int32_t tk = t < T ? tokens[(size_t)b * T + t] : c->padding_idx;
+            if (tk < 0 || tk >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "token %d at [%d, %d] is outside the vocabulary of %d", tk, b, t, c->vocab_size);
+            size_t r = (size_t)b * Tp + t;
+            m->tok[r] = tk;
+            m->pad[r] = c->padding_idx >= 0 && tk == c->padding_idx;
+            any_pad |= m->pad[r];
+            m->tgt[r] = (targets && t < T) ? targets[(size_t)b * T + t] : -1;
+        }
+    const uint8_t *pad = any_pad ? m->pad : NULL;
+    m->any_pad = any_pad;
+    /* embedding */
+    const real scale = c->scale_embedding ? (real)sqrt((double)D) : (real)1;
+    real *W = m->P.data;
+    real *H0 = m->H;
+    for (size_t r = 0; r < R; r++) {
+        const real *e = W + m->emb + (size_t)m->tok[r] * D;
+        real s = m->pad[r] ? 0 : scale;
+        for (size_t d = 0; d < D; d++) H0[r * D + d] = s * e[d];
+    }
+    const int train = m->run.training;
+    if (train && c->dropout > 0) mega_dropout(H0, H0, R * D, c->dropout, mega__subkey(m->run.key, SITE_EMBED));
+    /* the blocks */
+    for (int l = 0; l < L; l++) {
+        mega_block_acts_point(&m->blocks[l], &m->A[l], m->acts + (size_t)l * m->acts_per, B, Tp);
+        mega_run br = {train, train, mega__subkey(m->run.key, 100 + (uint64_t)l), m->nthreads};
+        MEGA_TRY(mega_block_forward(&m->blocks[l], W, &m->A[l], m->H + (size_t)(l + 1) * R * D, m->H + (size_t)l * R * D,
+                                    pad, B, Tp, &br, m->scratch));
+    }
+    /* final norm (prenorm models), zero pads */
+    real *HL = m->H + (size_t)L * R * D;
+    const real *xf = HL;
+    if (m->has_fnorm) {
+        mega_seqnorm_forward(&m->fnorm, W, m->xf, m->fstat, HL, R, train, train);
+        xf = m->xf;
+    }
+    if (pad) {
+        if (xf == HL) {
+            memcpy(m->xf, HL, R * D * sizeof(real));
+            xf = m->xf;
+        }
+        for (size_t r = 0; r < R; r++)
+            if (m->pad[r]) memset(m->xf + r * D, 0, D * sizeof(real));
+    }
+    m->xfp = xf;
+    /* logits = x W^T */
+    const real *Wo = W + (c->tie_embeddings ? m->emb : m->out_w);
+    mega_linear_forward(m->logits, xf, Wo, NULL, R, D, V);
+    /* cross-entropy over the counted targets */
+    double tot = 0;
+    int64_t cnt = 0;
+    if (targets) {
+        for (size_t r = 0; r < R; r++) {
+            int32_t y = m->tgt[r];
+            if (y < 0) continue;
+            if (y >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "target %d is outside the vocabulary of %d", y, c->vocab_size);
+        }
+#pragma omp parallel for schedule(static) reduction(+ : tot, cnt)
+        for (size_t r = 0; r < R; r++) {
+            const real *lg = m->logits + r * V;
+            real mx = lg[0];
+            for (size_t v = 1; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
+            double s = 0;
+            for (size_t v = 0; v < V; v++) s += exp((double)(lg[v] - mx));
+            double lse = (double)mx + log(s);
+            m->lse[r] = (real)lse;
+            int32_t y = m->tgt[r];
+            if (y < 0) continue;
+            tot += lse - (double)lg[y];
+            cnt++;
+        }
+    }
+    m->count = cnt;
+    m->has_targets = targets != NULL;
+    if (loss) *loss = cnt ? tot / (double)cnt : 0;
+    if (count) *count = cnt;
+    return MEGA_OK;
+}
+
+mega_status mega_lm_backward(mega_lm *m, double scale) {
+    const mega_lm_config *c = &m->cfg;
+    if (!m->has_targets) MEGA_FAIL(MEGA_ERR_INVALID, "backward needs a forward with targets");
+    const int B = m->B, Tp = m->Tp, L = c->layers;
+    const size_t R = (size_t)B * Tp, D = (size_t)c->embed_dim, V = (size_t)c->vocab_size;
+    const real *W = m->P.data;
+    real *dW = m->P.grad;
+    const int train = m->run.training;
+    const uint8_t *pad = m->any_pad ? m->pad : NULL;
+    /* d logits = (softmax - onehot) * scale / count, in place */
+    const real g = m->count ? (real)(scale / (double)m->count) : 0;
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < R; r++) {
+        real *lg = m->logits + r * V;
+        int32_t y = m->tgt[r];
+        if (y < 0) {
+            memset(lg, 0, V * sizeof(real));
+            continue;
+        }
+        real l = m->lse[r];
+        for (size_t v = 0; v < V; v++) lg[v] = R_EXP(lg[v] - l) * g;
+        lg[y] -= g;
+    }
+    m->has_targets = 0; /* logits are now gradients */
+    /* output projection */
+    real *dX = m->dx;
+    size_t wo = c->tie_embeddings ? m->emb : m->out_w;
+    mega_linear_backward(dX, dW + wo, NULL, m->logits, m->xfp, W + wo, R, D, V, 0);
+    if (pad)
+        for (size_t r = 0; r < R; r++)
+            if (m->pad[r]) memset(dX + r * D, 0, D * sizeof(real));
+    /* final norm */
+    real *dH = m->dy;
+    if (m->has_fnorm) {
+        mega_seqnorm_backward(&m->fnorm, W, dW, dH, dX, m->H + (size_t)L * R * D, m->fstat, R, train, 0);
+    } else {
+        real *t = dH;
+        dH = dX;
+        dX = t;
+    }
+    /* blocks in reverse: dH holds the gradient at the output of block l */
+    for (int l = L - 1; l >= 0; l--) {
+        mega_run br = {train, train, mega__subkey(m->run.key, 100 + (uint64_t)l), m->nthreads};
+        real *dIn = (dH == m->dx) ? m->dy : m->dx;
+        mega_block_backward(&m->blocks[l], W, dW, &m->A[l], dIn, dH, m->H + (size_t)l * R * D, pad, B, Tp, &br, m->scratch);
+        dH = dIn;
+    }
+    /* embedding: dropout, pads, scale; scatter into the rows (the padding row gets no gradient) */
+    if (train && c->dropout > 0) mega_dropout(dH, dH, R * D, c->dropout, mega__subkey(m->run.key, SITE_EMBED));
+    const real es = c->scale_embedding ? (real)sqrt((double)D) : (real)1;
+    real *dE = dW + m->emb;
+    for (size_t r = 0; r < R; r++) {
+        if (m->pad[r]) continue;
+        int32_t tk = m->tok[r];
+        if (tk == c->padding_idx) continue;
+        real *d = dE + (size_t)tk * D;
+        const real *s = dH + r * D;
+        for (size_t j = 0; j < D; j++) d[j] += es * s[j];
+    }
+    return MEGA_OK;
+}
+
+/* ---- streaming -------------------------------------------------------------------------- */
+
+#define STREAM_TMAX 64 /* tokens per internal step (projections batched as GEMMs) */
+
+mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out) {
+    *out = NULL;
+    const mega_lm_config *c = &m->cfg;
+    if (B < 1) MEGA_FAIL(MEGA_ERR_INVALID, "stream batch must be positive");
+    if (c->chunk_size > 0) cap = c->chunk_size;
+    if (cap < 1) MEGA_FAIL(MEGA_ERR_INVALID, "full-attention streaming needs a capacity (the longest stream)");
+    mega_lm_stream *s = calloc(1, sizeof *s);
+    if (!s) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    s->m = m, s->B = B, s->cap = cap;
+    const int L = c->layers;
+    const size_t D = (size_t)c->embed_dim;
+    s->tmax = STREAM_TMAX;
+    size_t per = mega_block_state_size(&m->blocks[0], B, cap);
+    size_t scr = mega_block_step_scratch(&m->blocks[0], B, s->tmax, cap);
+    s->S = calloc((size_t)L, sizeof *s->S);
+    s->mem = mega__calloc(per * (size_t)L, sizeof(real));
+    s->x = mega__calloc((size_t)B * s->tmax * D * 2 + 2 * (size_t)B * s->tmax, sizeof(real));
+    s->scratch = mega__calloc(scr, sizeof(real));
+    if (!s->S || !s->mem || !s->x || !s->scratch) {
+        mega_lm_stream_free(s);
+        MEGA_FAIL(MEGA_ERR_OOM, "out of memory allocating the streaming state");
+    }
+    for (int l = 0; l < L; l++) {
+        mega_status st = mega_block_state_init(&m->blocks[l], m->P.data, &s->S[l], s->mem + (size_t)l * per, B, cap);
+        if (st) {
+            mega_lm_stream_free(s);
+            return st;
+        }
+    }
+    *out = s;
+    return MEGA_OK;
+}
+
+void mega_lm_stream_free(mega_lm_stream *s) {
+    if (!s) return;
+    free(s->S);
+    mega__free(s->mem);
+    mega__free(s->x);
+    mega__free(s->scratch);
+    free(s);
+}
+
+void mega_lm_stream_reset(mega_lm_stream *s) {
+    for (int l = 0; l < s->m->cfg.layers; l++) mega_block_state_reset(&s->S[l]);
+    s->pos = 0;
+}
+
+int64_t mega_lm_stream_pos(const mega_lm_stream *s) { return s->pos; }
+
+mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T, mega_real *logits) {
+    mega_lm *m = s->m;
+    const mega_lm_config *c = &m->cfg;
+    const int B = s->B, L = c->layers;
+    const size_t D = (size_t)c->embed_dim, V = (size_t)c->vocab_size;
+    const real *W = m->P.data;
+    const real scale = c->scale_embedding ? (real)sqrt((double)D) : (real)1;
+    const real *Wo = W + (c->tie_embeddings ? m->emb : m->out_w);
+    for (int t0 = 0; t0 < T; t0 += s->tmax) {
+        const int n = MEGA_MIN(s->tmax, T - t0);
+        const size_t R = (size_t)B * n;
+        real *x = s->x, *y = s->x + (size_t)B * s->tmax * D, *st = y + (size_t)B * s->tmax * D;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < n; t++) {
+                int32_t tk = tokens[(size_t)b * T + t0 + t];
+                if (tk < 0 || tk >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "token %d is outside the vocabulary of %d", tk, c->vocab_size);
+                const real *e = W + m->emb + (size_t)tk * D;
+                real *xr = x + ((size_t)b * n + t) * D;
+                real sc = (c->padding_idx >= 0 && tk == c->padding_idx) ? 0 : scale;
+                for (size_t d = 0; d < D; d++) xr[d] = sc * e[d];
+            }
+        for (int l = 0; l < L; l++) {
+            MEGA_TRY(mega_block_step(&m->blocks[l], W, &s->S[l], y, x, n, s->scratch));
+            real *tmp = x;
+            x = y;
+            y = tmp;
+        }
+        if (m->has_fnorm) mega_seqnorm_forward(&m->fnorm, (real *)W, x, st, x, R, 0, 0);
+        if (logits) {
+            /* rows are [b][t] for this piece; scatter into [B, T, V] */
+            for (int b = 0; b < B; b++)
+                mega_linear_forward(logits + ((size_t)b * T + t0) * V, x + (size_t)b * n * D, Wo, NULL, (size_t)n, D, V);
+        }
+        s->pos += n;
+    }
+    return MEGA_OK;
+}
