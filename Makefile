@@ -76,12 +76,22 @@ else
 MSG_OMP := ✗ OpenMP (not found; install libomp-dev for clang)
 endif
 
+# OpenBLAS: with OpenMP we link Debian's OpenMP build of OpenBLAS (libopenblas0-openmp), which
+# shares our OpenMP thread pool and runs single-threaded inside our parallel regions; the default
+# pthread build would spin its own threads against ours (oversubscription).
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+OPENBLAS_OMP_DIR := /usr/lib/$(MULTIARCH)/openblas-openmp
 ifeq ($(NO_BLAS),1)
 MSG_BLAS := ✗ OpenBLAS (NO_BLAS=1): portable GEMM
+# (gcc only: clang uses libomp, and two OpenMP runtimes in one process fight the same way)
+else ifeq ($(if $(findstring gcc,$(CC)),$(if $(findstring ✓,$(MSG_OMP)),$(call try,-L$(OPENBLAS_OMP_DIR) -lopenblas -fopenmp,cblas))),yes)
+CFLAGS_BASE += -DMEGA_USE_BLAS
+LDLIBS += -L$(OPENBLAS_OMP_DIR) -Wl,-rpath,$(OPENBLAS_OMP_DIR) -lopenblas
+MSG_BLAS := ✓ OpenBLAS (OpenMP build)
 else ifeq ($(call try,-lopenblas,cblas),yes)
 CFLAGS_BASE += -DMEGA_USE_BLAS
 LDLIBS += -lopenblas
-MSG_BLAS := ✓ OpenBLAS (cblas)
+MSG_BLAS := ✓ OpenBLAS (cblas, pthread build: install libopenblas-openmp-dev to avoid thread oversubscription)
 else
 MSG_BLAS := ✗ OpenBLAS (cblas.h/-lopenblas not found: apt-get install libopenblas-dev): portable GEMM
 endif

@@ -174,6 +174,8 @@ void mega_lm_init_params(mega_lm *m, uint64_t seed);
 size_t mega_lm_num_params(const mega_lm *m); /* trainable */
 /* write model.safetensors (config JSON in __metadata__["config"]) atomically */
 mega_status mega_lm_save(const mega_lm *m, const char *path);
+/* same, with extra __metadata__ entries: kv = {key, value, key, value, ..., NULL} */
+mega_status mega_lm_save_ex(const mega_lm *m, const char *path, const char *const *kv);
 /* create a model from a model.safetensors written by mega_lm_save (or an official-named file
  * with a config in the metadata) */
 mega_status mega_lm_load(const char *path, mega_lm **out);
@@ -217,6 +219,27 @@ void mega_lm_stream_reset(mega_lm_stream *s);
 /* feed T tokens per sequence (tokens [B,T]); logits [B,T,V] (or NULL) */
 mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T, mega_real *logits);
 int64_t mega_lm_stream_pos(const mega_lm_stream *s);
+
+/* ---------------------------------------------------------------------------------------------
+ * AdamW (decoupled weight decay, Loshchilov & Hutter) over a model's flat parameter buffer.
+ * Weight decay applies to tensors flagged "decay" (matrices and embeddings) unless decay_all is
+ * set; never to non-trainable buffers. */
+typedef struct {
+    double beta1, beta2, eps, weight_decay;
+    int decay_all;
+} mega_adamw_hp;
+typedef struct mega_adamw mega_adamw;
+mega_status mega_adamw_new(size_t total, mega_adamw **out);
+void mega_adamw_free(mega_adamw *o);
+/* one update of the LM's parameters from its gradients with learning rate lr */
+void mega_adamw_step_lm(mega_adamw *o, mega_lm *m, const mega_adamw_hp *hp, double lr);
+/* moment buffers (total reals each) and step counter, for checkpoints */
+mega_real *mega_adamw_m(mega_adamw *o);
+mega_real *mega_adamw_v(mega_adamw *o);
+int64_t *mega_adamw_t(mega_adamw *o);
+/* global L2 norm of the trainable gradients; scale them */
+double mega_lm_grad_norm(const mega_lm *m);
+void mega_lm_scale_grads(mega_lm *m, double s);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,7 @@
 # Quiet when everything is present. Needs root (or sudo) only when something is missing.
 set -e
 what=${1:-build}
-pkgs="make gcc libopenblas-dev libcjson-dev pkg-config"
+pkgs="make gcc libopenblas-dev libopenblas-openmp-dev libcjson-dev pkg-config"
 case "$what" in
   run) pkgs="$pkgs dict-gcide" ;;
   bench) pkgs="$pkgs python3-torch python3-numpy" ;;

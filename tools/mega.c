@@ -1,24 +1,48 @@
-/* The mega command-line tool. */
-#include "mega.h"
+/* The mega command-line tool: train, evaluate and run Mega language models. */
+#include "common.h"
 #include <stdio.h>
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: mega <command> [options]\n\n"
+    fprintf(f, "usage: mega <command> [options]     ('mega <command> --help' lists every flag and default)\n\n"
                "commands:\n"
-               "  help       this text\n"
-               "  version    version and build description\n");
+               "  train      train a byte-level Mega language model (--data FILE --out DIR)\n"
+               "  eval       loss and bits per byte of a model on a text file (streaming, state carried)\n"
+               "  generate   sample text from a model, token by token\n"
+               "  info       print a model's config and parameter count\n"
+               "  plot       write an SVG of the training and validation curves of a run\n"
+               "  version    version and build description\n"
+               "  help       this text\n");
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
     }
-    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+    const char *c = argv[1];
+    static char help_flag[] = "--help";
+    static char *hv[4];
+    if (!strcmp(c, "help") || !strcmp(c, "--help") || !strcmp(c, "-h")) {
+        if (argc > 2) { /* mega help CMD == mega CMD --help */
+            hv[0] = argv[0], hv[1] = argv[2], hv[2] = help_flag, hv[3] = NULL;
+            argv = hv;
+            argc = 3;
+            c = argv[1];
+        } else {
+            usage(stdout);
+            return 0;
+        }
+    }
+    if (!strcmp(c, "version") || !strcmp(c, "--version")) {
         printf("%s\n", mega_build_info());
         return 0;
     }
-    fprintf(stderr, "mega: unknown command '%s' (see 'mega help')\n", argv[1]);
+    if (!strcmp(c, "train")) return cmd_train(argc, argv);
+    if (!strcmp(c, "eval")) return cmd_eval(argc, argv);
+    if (!strcmp(c, "generate")) return cmd_generate(argc, argv);
+    if (!strcmp(c, "info")) return cmd_info(argc, argv);
+    if (!strcmp(c, "plot")) return cmd_plot(argc, argv);
+    fprintf(stderr, "mega: error: unknown command '%s' (see 'mega help')\n", c);
     return 2;
 }

@@ -43,6 +43,9 @@ typedef mega_real real;
 #define R_EPS 1.1920929e-07f
 #endif
 
+/* Below this many scalar operations a loop is not worth an OpenMP region: on a busy machine a
+ * region costs a scheduling quantum whenever one of its threads is descheduled. */
+#define MEGA_PAR_MIN 65536
 #define MEGA_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MEGA_MAX(a, b) ((a) > (b) ? (a) : (b))
 

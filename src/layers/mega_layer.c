@@ -138,7 +138,7 @@ mega_status mega_mlayer_forward(const mega_mlayer *L, real *W, mega_mlayer_acts 
     mega_linear_forward(A->base, A->m, W + L->mx_w, W + L->mx_b, R, D, P);
     /* q = silu(z) * gamma[0] + beta[0], k = silu(z) * gamma[1] + beta[1] */
     const real *g0 = W + L->qk_g, *g1 = g0 + Z, *b0 = W + L->qk_b, *b1 = b0 + Z;
-#pragma omp parallel for schedule(static) if (R > 256)
+#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         const real *zr = A->base + r * P + D;
         real *qr = A->q + r * Z, *kr = A->k + r * Z;
@@ -153,14 +153,14 @@ mega_status mega_mlayer_forward(const mega_mlayer *L, real *W, mega_mlayer_acts 
     mega_attn_forward(&ak, A->O, A->lse, A->q, A->k, A->v, pad, B, T, scratch, nt);
     /* h = act(hx + h_proj(O * r)); dropout */
     real *Or = scratch; /* R x E, attention scratch is free again */
-#pragma omp parallel for schedule(static) if (R > 256)
+#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         const real *rr = A->base + r * P + D + Z, *o = A->O + r * E;
         real *dst = Or + r * E;
         for (size_t j = 0; j < E; j++) dst[j] = o[j] * mega_silu(rr[j]);
     }
     mega_linear_forward(A->hpre, Or, W + L->h_w, W + L->h_b, R, E, D);
-#pragma omp parallel for schedule(static) if (R > 256)
+#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         const real *hx = A->base + r * P + D + Z + E;
         real *hp = A->hpre + r * D;
@@ -170,7 +170,7 @@ mega_status mega_mlayer_forward(const mega_mlayer *L, real *W, mega_mlayer_acts 
     if (train) mega_dropout(A->h, A->h, R * D, c->dropout, mega__subkey(run->key, SITE_H));
     /* out = x + u * (h - x), u = sigmoid(u_raw); post-norm */
     real *o = c->prenorm ? out : A->opre;
-#pragma omp parallel for schedule(static) if (R > 256)
+#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         const real *ur = A->base + r * P, *hr = A->h + r * D, *xr = x + r * D;
         real *orow = o + r * D;
@@ -207,7 +207,7 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
     }
     /* out = x + u*(h - x): dx = g*(1-u); du_raw = g*(h-x)*u(1-u); dh = g*u */
     real *dh = dxn; /* temporary R x D */
-#pragma omp parallel for schedule(static) if (R > 256)
+#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         const real *gr = g + r * D, *hr = A->h + r * D, *xr = x + r * D, *ur = A->base + r * P;
         real *dbu = dbase + r * P, *dxr = dx + r * D, *dhr = dh + r * D;
@@ -221,7 +221,7 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
     /* h = dropout(act(hpre)); hpre = hx + h_proj(O*r) */
     if (train) mega_dropout(dh, dh, R * D, c->dropout, mega__subkey(run->key, SITE_H));
     mega_act_backward(c->act, dh, dh, A->hpre, R * D);
-#pragma omp parallel for schedule(static) if (R > 256)
+#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         const real *rr = A->base + r * P + D + Z, *o = A->O + r * E, *dhr = dh + r * D;
         real *dst = Or + r * E, *dhx = dbase + r * P + D + Z + E;
@@ -230,7 +230,7 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
     }
     mega_linear_backward(dOr, dW + L->h_w, dW + L->h_b, dh, Or, W + L->h_w, R, E, D, 0);
     /* dO = dOr * r; dr_raw = dOr * O * silu'(r_raw) */
-#pragma omp parallel for schedule(static) if (R > 256)
+#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         const real *rr = A->base + r * P + D + Z, *o = A->O + r * E;
         real *d = dOr + r * E, *dr = dbase + r * P + D + Z;
@@ -251,7 +251,7 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
     /* q/k affine and z = silu(z_raw) */
     const real *g0 = W + L->qk_g, *g1 = g0 + Z;
     real *dg0 = dW + L->qk_g, *dg1 = dg0 + Z, *db0 = dW + L->qk_b, *db1 = db0 + Z;
-#pragma omp parallel for schedule(static) if (R > 256)
+#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         const real *zr = A->base + r * P + D, *dqr = dq + r * Z, *dkr = dk + r * Z;
         real *dz = dbase + r * P + D;
@@ -327,7 +327,7 @@ mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_block_sta
     mega_attn_k ak = attn_kernel(L, S->btab, S->Mc, NULL);
     for (int t = 0; t < T; t++) {
         int n = S->len + 1;
-#pragma omp parallel for schedule(static) if (B > 1)
+#pragma omp parallel for schedule(static) if ((size_t)B * S->cap * (Z + E) > MEGA_PAR_MIN)
         for (int b = 0; b < B; b++) {
             size_t r = (size_t)b * T + t;
             memcpy(S->kc + ((size_t)b * S->cap + S->len) * Z, kk + r * Z, Z * sizeof(real));

@@ -111,7 +111,7 @@ void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, 
                 rstd[d] = (real)1 / R_SQRT(W[n->rvar + d] + eps);
             }
         }
-#pragma omp parallel for schedule(static) if (R * D > 32768)
+#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
         for (size_t r = 0; r < R; r++) {
             const real *xr = x + r * D;
             real *yr = y + r * D;
@@ -123,7 +123,7 @@ void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, 
         return;
     }
     const real gs = (n->type == MEGA_NORM_SCALE && n->affine) ? W[n->scalar] : (real)1;
-#pragma omp parallel for schedule(static) if (R * D > 32768)
+#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         const real *xr = x + r * D;
         real *yr = y + r * D;
@@ -199,7 +199,7 @@ void mega_seqnorm_backward(const mega_seqnorm *n, const real *W, real *dW, real 
         return;
     }
     const real gs = (n->type == MEGA_NORM_SCALE && n->affine) ? W[n->scalar] : (real)1;
-#pragma omp parallel for schedule(static) if (R * D > 32768)
+#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         const real *xr = x + r * D, *gr = dy + r * D;
         real *dxr = dx + r * D;

@@ -277,7 +277,7 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
             if (y < 0) continue;
             if (y >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "target %d is outside the vocabulary of %d", y, c->vocab_size);
         }
-#pragma omp parallel for schedule(static) reduction(+ : tot, cnt)
+#pragma omp parallel for schedule(static) reduction(+ : tot, cnt) if (R * V > MEGA_PAR_MIN)
         for (size_t r = 0; r < R; r++) {
             const real *lg = m->logits + r * V;
             real mx = lg[0];
@@ -310,7 +310,7 @@ mega_status mega_lm_backward(mega_lm *m, double scale) {
     const uint8_t *pad = m->any_pad ? m->pad : NULL;
     /* d logits = (softmax - onehot) * scale / count, in place */
     const real g = m->count ? (real)(scale / (double)m->count) : 0;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (R * V > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         real *lg = m->logits + r * V;
         int32_t y = m->tgt[r];

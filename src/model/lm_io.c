@@ -157,13 +157,16 @@ mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c) {
     return mega_lm_config_check(c);
 }
 
-mega_status mega_lm_save(const mega_lm *m, const char *path) {
+mega_status mega_lm_save(const mega_lm *m, const char *path) { return mega_lm_save_ex(m, path, NULL); }
+
+mega_status mega_lm_save_ex(const mega_lm *m, const char *path, const char *const *kv) {
     mega_st_writer *w = mega_st_writer_new();
     if (!w) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
     char *cfg = mega_lm_config_to_json(&m->cfg);
     mega_status st = cfg ? MEGA_OK : mega__error(MEGA_ERR_OOM, "out of memory");
     if (!st) st = mega_st_writer_meta(w, "config", cfg);
     if (!st) st = mega_st_writer_meta(w, "format", "mega " MEGA_VERSION);
+    for (const char *const *p = kv; p && p[0] && p[1] && !st; p += 2) st = mega_st_writer_meta(w, p[0], p[1]);
     if (!st) st = mega_params_save(&m->P, m->P.data, w, "");
     if (!st) st = mega_st_writer_write(w, path);
     free(cfg);

@@ -127,7 +127,7 @@ void mega_attn_forward(const mega_attn_k *k, real *O, real *lse, const real *q, 
     const size_t per = mega_attn_scratch(k, T);
     const long units = (long)B * nch;
     if (nthreads < 1) nthreads = 1;
-#pragma omp parallel for schedule(static) num_threads(nthreads)
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (units > 1 && (size_t)B * T * C * (k->Z + k->E) > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
         int tid = 0;
 #ifdef _OPENMP
@@ -161,7 +161,7 @@ void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real
         real *db = scratch + per * (size_t)t + 4 * (size_t)BR * C;
         for (int i = 0; i < 2 * Mc - 1; i++) db[i] = 0;
     }
-#pragma omp parallel for schedule(static) num_threads(nthreads)
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (units > 1 && (size_t)B * T * C * (k->Z + k->E) > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
         int tid = 0;
 #ifdef _OPENMP

@@ -9,6 +9,6 @@ void mega_dropout(real *y, const real *x, size_t n, double p, uint64_t key) {
         return;
     }
     real scale = (real)(1.0 / (1.0 - p));
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > MEGA_PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] = mega__hash01(key, i) >= p ? x[i] * scale : 0;
 }

@@ -80,7 +80,7 @@ void mega_ema_forward(const mega_ema_k *k, real *mpre, real *m, const real *x, c
     const int D = k->D, N = k->N;
     const int nblk = (D + DB - 1) / DB;
     const long units = (long)B * nblk;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)B * T * D * N > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
         int b = (int)(u / nblk), d0 = (int)(u % nblk) * DB, nd = MEGA_MIN(DB, D - d0);
         real h[64 * DB]; /* N <= 64 checked by the layer */
@@ -252,7 +252,7 @@ void mega_ema_backward(const mega_ema_k *k, real *dx, real *dcoef, real *domega,
     const size_t ND = (size_t)N * DB;
     const size_t S = (size_t)Dp * N;
     if (nthreads < 1) nthreads = 1;
-#pragma omp parallel for schedule(static) num_threads(nthreads)
+#pragma omp parallel for schedule(static) num_threads(nthreads) if ((size_t)B * T * D * N > MEGA_PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
         int tid = 0;
 #ifdef _OPENMP

@@ -1,0 +1,34 @@
+/* Table-driven command-line flags for the mega tool: every command declares its flags once, and
+ * the same table parses argv, rejects unknown flags and bad values with one clear line, and
+ * prints --help with every flag and its default. */
+#ifndef MEGA_CLI_H
+#define MEGA_CLI_H
+#include "mega.h"
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum { F_INT, F_I64, F_DBL, F_STR, F_BOOL, F_SET, F_CLEAR, F_ENUM } flag_kind;
+
+typedef struct {
+    const char *name;    /* without the leading -- */
+    flag_kind kind;
+    void *dst;           /* int*, int64_t*, double*, const char**, int* */
+    const char *help;
+    const char *choices; /* F_ENUM: "a|b|c" (dst is const char**) */
+    double lo, hi;       /* numeric range (ignored when lo > hi) */
+    int seen;
+} cli_flag;
+
+#define FL_END {NULL, F_INT, NULL, NULL, NULL, 0, 0, 0}
+
+/* parse argv[i0..argc); returns 0, or 2 after printing the error (or 1 when --help was printed) */
+int cli_parse(const char *cmd, const char *usage, cli_flag *flags, int argc, char **argv, int i0);
+void cli_help(FILE *f, const char *cmd, const char *usage, const cli_flag *flags);
+int cli_seen(const cli_flag *flags, const char *name);
+/* "error: ..." on stderr, returns 1 */
+int cli_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+#endif

@@ -1,0 +1,44 @@
+/* Helpers shared by the mega subcommands. */
+#ifndef MEGA_TOOLS_COMMON_H
+#define MEGA_TOOLS_COMMON_H
+#include "cli.h"
+#include "mega.h"
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint8_t *buf;
+    size_t n;
+} bytes_t;
+
+/* read a whole file; one-line error (missing, directory, empty, unreadable) and non-zero on failure */
+int read_bytes(const char *path, bytes_t *out, const char *what);
+uint64_t fnv1a64(const uint8_t *p, size_t n);
+double now_sec(void);
+void fmt_duration(char *buf, size_t n, double sec);
+void fmt_rate(char *buf, size_t n, double per_sec);
+int is_tty(FILE *f);
+/* path join into buf */
+const char *path_join(char *buf, size_t n, const char *dir, const char *file);
+int ensure_dir(const char *dir);
+int file_exists(const char *path);
+
+/* mean loss over non-overlapping windows of T bytes of text (full forward, eval mode): the
+ * validation measure used during training. max_tokens caps the work (0 = all). */
+int eval_windows(mega_lm *m, const uint8_t *text, size_t n, int B, int T, size_t max_tokens, double *loss,
+                 int64_t *count);
+
+/* streaming evaluation over the whole text with state carried across segments of `seg`
+ * tokens; progress on stderr when verbose */
+int eval_stream(mega_lm *m, const uint8_t *text, size_t n, int seg, int verbose, double *loss, int64_t *count);
+
+/* print the model config as "key value" lines */
+void print_config(FILE *f, const mega_lm_config *c, const char *indent);
+
+/* subcommands */
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
+#endif
