@@ -22,6 +22,9 @@
  *
  * Error measure: per tensor, max |analytic - FD| / max(max |analytic|, max |FD|, 1e-3 x the
  * largest gradient of the configuration); directional: |<g,v> - FD| / (|g| |v|). Tolerance 1e-6.
+ * Also checked per configuration: dropout is live (another key changes the loss) and
+ * deterministic, and the forwards left every tensor, batchnorm buffers included, unchanged.
+ * relu activation: x is redrawn until every relu input is at least 2e-3 away from the kink.
  */
 #include "layers/block.h"
 #include "testlib.h"
@@ -296,6 +299,17 @@ static void run_block(int ci) {
     if (!isfinite(L0)) goto done;
     if (gc->act == RELU) TL_CHECK(relu_margin(&g) > 2e-3, "%s: relu inputs away from the kink", name);
 
+    double *w_start = malloc(g.P.total * sizeof(double));
+    memcpy(w_start, g.P.data, g.P.total * sizeof(double));
+    if (gc->drop) {
+        /* the dropout masks are live: another key changes the loss */
+        uint64_t k0 = g.run.key;
+        g.run.key = k0 ^ 0x55;
+        double L1 = block_loss(&g);
+        g.run.key = k0;
+        TL_CHECK(fabs(L1 - L0) > 1e-6 * fabs(L0) && block_loss(&g) == L0,
+                 "%s: dropout active and deterministic for a fixed key (L %.6f, other key %.6f)", name, L0, L1);
+    }
     /* analytic gradient */
     mega_params_zero_grad(&g.P);
     mega_block_forward(&g.bl, g.P.data, &g.A, g.out, g.x, g.pm, g.B, g.T, &g.run, g.scr);
@@ -341,8 +355,7 @@ static void run_block(int ci) {
 
     /* random directional derivatives: over all trainable parameters (3), over x (1) */
     {
-        double *v = calloc(g.P.total, sizeof(double)), *w0 = malloc(g.P.total * sizeof(double));
-        memcpy(w0, g.P.data, g.P.total * sizeof(double));
+        double *v = calloc(g.P.total, sizeof(double));
         double dworst = 0;
         for (int rep = 0; rep < 4; rep++) {
             int onx = rep == 3;
@@ -375,8 +388,14 @@ static void run_block(int ci) {
         }
         note(&g_block_dir, dworst, "%s%s", name, "");
         TL_CHECK(dworst < TOL, "block FD %s: directional derivatives (3 over W, 1 over x): worst %.2e", name, dworst);
-        free(v), free(w0);
+        free(v);
     }
+    {
+        /* update_stats = 0: the many forwards left every tensor (batchnorm buffers included)
+         * exactly as they were */
+        TL_CHECK(!memcmp(w_start, g.P.data, g.P.total * sizeof(double)), "%s: parameters and buffers unchanged", name);
+    }
+    free(w_start);
 done:
     free(g.acts), free(g.scr), free(g.x), free(g.Rw), free(g.out), free(g.dx), free(g.pad);
     mega_params_free(&g.P);

@@ -11,7 +11,8 @@
  * plus: mega_block_state_reset then re-streaming gives bit-identical outputs; a bidirectional
  * block refuses mega_block_state_init (MEGA_ERR_UNSUPPORTED); streaming past the capacity of a
  * full-attention cache fails with MEGA_ERR_INVALID without touching the state or the memory
- * around it; a capacity below the chunk size is refused.
+ * around it; a capacity below the chunk size is refused; the step stays inside the scratch size
+ * it asks for (batchnorm statistics with B*T = 1 and a wide FFN, guard zone checked).
  * Configurations: chunk 4 with T = 13 (cache cleared at chunk borders, ragged last chunk),
  * chunk 5, chunk = T, full attention; softmax / relu2 / laplace; simple / rotary; pre / post
  * norm; every norm, batchnorm with non-trivial running statistics (eval mode); with and
@@ -347,6 +348,40 @@ static void run_errors(void) {
     }
 }
 
+/* regression: batchnorm keeps 2*D statistics (not 2 per row): with B*T = 1 and a wide FFN the
+ * step scratch (mega_block_step_scratch) used to be too small for them (heap overflow in
+ * mega_nffn_step). The scratch is allocated exactly, followed by a guard zone. */
+static void run_scratch_bounds(void) {
+    for (int pre = 0; pre < 2; pre++) {
+        mega_block_cfg c;
+        memset(&c, 0, sizeof c);
+        c.D = 64, c.Z = 8, c.E = 8, c.N = 2, c.F = 1024, c.chunk = 4, c.max_positions = 16;
+        c.attn_fn = MEGA_ATTN_SOFTMAX, c.prenorm = pre, c.norm_affine = 1, c.norm = MEGA_NORM_BATCH, c.act = MEGA_ACT_SILU;
+        sctx s;
+        const int B = 1, T = 6, GUARD = 256;
+        if (setup(&s, &c, B, T, 90 + (unsigned long long)pre)) return;
+        if (full_forward(&s, s.full) == 0) {
+            size_t ssz = mega_block_step_scratch(&s.bl, B, 1, s.cap);
+            rl *scr = calloc(ssz + GUARD, sizeof(rl));
+            for (int i = 0; i < GUARD; i++) scr[ssz + i] = (rl)4242;
+            rl *mem = calloc(mega_block_state_size(&s.bl, B, s.cap), sizeof(rl));
+            rl *o = calloc((size_t)B * T * c.D, sizeof(rl));
+            mega_block_state S;
+            mega_status st = mega_block_state_init(&s.bl, s.P.data, &S, mem, B, s.cap);
+            if (st == MEGA_OK) st = stream(&s, &S, scr, NULL, o);
+            int guard_ok = 1;
+            for (int i = 0; i < GUARD; i++) guard_ok &= scr[ssz + i] == (rl)4242;
+            double e = rel_diff(o, s.full, (size_t)B * T * c.D);
+            g_worst = fmax(g_worst, e);
+            TL_CHECK(st == MEGA_OK && guard_ok && e < STOL,
+                     "%s B=1: step stays inside mega_block_step_scratch (%s) and matches the forward (%.2e)", s.name,
+                     guard_ok ? "guard intact" : "GUARD OVERWRITTEN", e);
+            free(scr), free(mem), free(o);
+        }
+        teardown(&s);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     enum { S_ = MEGA_ATTN_SOFTMAX, R_ = MEGA_ATTN_RELU2, L_ = MEGA_ATTN_LAPLACE };
@@ -379,6 +414,7 @@ int main(int argc, char **argv) {
         run_truncation(&c, 200 + (unsigned long long)k);
     }
     run_errors();
+    run_scratch_bounds();
     printf("NOTE %s: worst streaming rel err %.2e (tolerance %.0e)\n",
 #ifdef MEGA_F64
            "t64_stream",

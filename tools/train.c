@@ -543,12 +543,12 @@ int cmd_train(int argc, char **argv) {
             double vl;
             int64_t vc;
             double te = now_sec();
-            if (eval_windows(m, val_txt, nval, a.batch, a.seq_len, last ? 0 : (size_t)a.eval_tokens, &vl, &vc)) {
+            if (eval_windows(m, val_txt, nval, a.batch, a.seq_len, (size_t)a.eval_tokens, &vl, &vc)) {
                 rc = 2;
                 break;
             }
-            printf("%svalid step %6lld | loss %.4f | bpb %.4f | %lld bytes%s (%.1fs)\n", tty ? "\r" : "", (long long)pos.step, vl,
-                   vl / M_LN2, (long long)vc, last ? ", whole split" : "", now_sec() - te);
+            printf("%svalid step %6lld | loss %.4f | bpb %.4f | %lld bytes in windows of %d (%.1fs)\n", tty ? "\r" : "",
+                   (long long)pos.step, vl, vl / M_LN2, (long long)vc, a.seq_len, now_sec() - te);
             fprintf(log, "{\"step\": %lld, \"valid_loss\": %.6f, \"valid_bpb\": %.6f, \"valid_tokens\": %lld}\n",
                     (long long)pos.step, vl, vl / M_LN2, (long long)vc);
             fflush(log);

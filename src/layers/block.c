@@ -124,7 +124,9 @@ void mega_block_state_reset(mega_block_state *S) {
 
 size_t mega_block_step_scratch(const mega_block *bl, int B, int T, int cap) {
     size_t s = mega_mlayer_step_scratch(&bl->ml, B, T, cap);
-    if (bl->cfg.F > 0) s = MEGA_MAX(s, (size_t)B * T * ((size_t)bl->cfg.F + bl->cfg.D) + 2 * (size_t)B * T + 64);
+    if (bl->cfg.F > 0) /* mega_nffn_step: R*(F+D) + the norm statistics (2R, or 2D for batchnorm) */
+        s = MEGA_MAX(s, (size_t)B * T * ((size_t)bl->cfg.F + bl->cfg.D) +
+                            mega_seqnorm_stat_size(&bl->ffn.norm, (size_t)B * T) + 64);
     return s;
 }
 

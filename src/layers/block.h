@@ -149,7 +149,8 @@ void mega_nffn_forward(const mega_nffn *f, real *W, mega_nffn_acts *A, real *out
                        const mega_run *run);
 void mega_nffn_backward(const mega_nffn *f, const real *W, real *dW, const mega_nffn_acts *A, real *dx,
                         const real *dout, const real *x, size_t R, const mega_run *run, real *scratch);
-/* eval-mode FFN for streaming (no saved activations); scratch: R*(F+D) + 2R reals */
+/* eval-mode FFN for streaming (no saved activations); scratch: R*(F+D) reals plus the norm
+ * statistics, mega_seqnorm_stat_size(&f->norm, R) (2R, or 2D for batchnorm) */
 void mega_nffn_step(const mega_nffn *f, const real *W, real *out, const real *x, size_t R, real *scratch);
 
 /* bump allocator over a real buffer: counts when base is NULL */

@@ -299,7 +299,8 @@ mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_block_sta
     if (c->chunk <= 0 && S->len + T > S->cap)
         MEGA_FAIL(MEGA_ERR_INVALID, "stream of %d tokens exceeds the attention cache capacity %d", S->len + T, S->cap);
     mega_bump bp = {scratch, 0};
-    real *xn = mega_bump_take(&bp, R * D), *nst = mega_bump_take(&bp, 2 * R);
+    /* norm statistics: 2R reals per-token norms, 2D for batchnorm (mega_seqnorm_stat_size) */
+    real *xn = mega_bump_take(&bp, R * D), *nst = mega_bump_take(&bp, mega_seqnorm_stat_size(&L->norm, R));
     real *v = mega_bump_take(&bp, R * E), *mp = mega_bump_take(&bp, R * D), *m = mega_bump_take(&bp, R * D);
     real *base = mega_bump_take(&bp, R * P), *q = mega_bump_take(&bp, R * Z), *kk = mega_bump_take(&bp, R * Z);
     real *O = mega_bump_take(&bp, R * E), *hp = mega_bump_take(&bp, R * D), *w = mega_bump_take(&bp, (size_t)S->cap * B);
@@ -355,5 +356,5 @@ mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_block_sta
 size_t mega_mlayer_step_scratch(const mega_mlayer *L, int B, int T, int cap) {
     const mega_block_cfg *c = &L->cfg;
     const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E;
-    return R * (5 * D + 2 + 2 * E + P_(c) + 2 * Z) + (size_t)cap * B + 16 * 12;
+    return R * (5 * D + 2 * E + P_(c) + 2 * Z) + mega_seqnorm_stat_size(&L->norm, R) + (size_t)cap * B + 16 * 12;
 }

@@ -381,7 +381,8 @@ mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out)
     size_t scr = mega_block_step_scratch(&m->blocks[0], B, s->tmax, cap);
     s->S = calloc((size_t)L, sizeof *s->S);
     s->mem = mega__calloc(per * (size_t)L, sizeof(real));
-    s->x = mega__calloc((size_t)B * s->tmax * D * 2 + 2 * (size_t)B * s->tmax, sizeof(real));
+    /* x, y ([B, tmax, D] each) and the final-norm statistics (2 per row, or 2*D for batchnorm) */
+    s->x = mega__calloc((size_t)B * s->tmax * D * 2 + 2 * (size_t)B * s->tmax + 2 * D, sizeof(real));
     s->scratch = mega__calloc(scr, sizeof(real));
     if (!s->S || !s->mem || !s->x || !s->scratch) {
         mega_lm_stream_free(s);
