@@ -3,10 +3,13 @@
 # Each binary prints its own summary line last; a binary that crashes counts as one failure.
 B=${1:-build}
 total_p=0; total_f=0; bad=""
-for t in "$B"/test_* "$B"/t64_*; do
-  [ -x "$t" ] || continue
+for t in "$B"/test_* "$B"/t64_* tests/sh/test_*.sh; do
+  [ -e "$t" ] || continue
   name=$(basename "$t")
-  out=$("$t" 2>&1); rc=$?
+  case "$t" in
+    *.sh) out=$(sh "$t" "$B" 2>&1); rc=$? ;;
+    *) [ -x "$t" ] || continue; out=$("$t" 2>&1); rc=$? ;;
+  esac
   line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -1)
   p=$(printf '%s' "$line" | sed -n 's/^\([0-9]*\) passed.*/\1/p'); p=${p:-0}
   f=$(printf '%s' "$line" | sed -n 's/.* \([0-9]*\) failed$/\1/p'); f=${f:-0}
