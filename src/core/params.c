@@ -150,3 +150,12 @@ mega_status mega_params_save(const mega_params *P, const real *src, mega_st_writ
     }
     return MEGA_OK;
 }
+
+const char *mega_params_info(const mega_params *P, int i, size_t *offset, size_t *numel, unsigned *flags) {
+    if (i < 0 || i >= P->n) return NULL;
+    const mega_pspec *s = &P->specs[i];
+    if (offset) *offset = s->offset;
+    if (numel) *numel = s->numel;
+    if (flags) *flags = (s->flags & MEGA_P_DECAY ? 1u : 0u) | (s->flags & MEGA_P_BUFFER ? 2u : 0u);
+    return s->name;
+}

@@ -69,3 +69,5 @@ mega_status mega_params_load(mega_params *P, real *dst, const mega_st_file *f, c
 /* Add every tensor (values, or gradients when `use_grad`) to a writer, under prefix + name;
  * MEGA_P_I64 tensors are written as I64, the rest as F32. */
 mega_status mega_params_save(const mega_params *P, const real *src, mega_st_writer *w, const char *prefix);
+/* name, offset, numel and public flags (1 decay, 2 non-trainable buffer) of tensor i; NULL if out of range */
+const char *mega_params_info(const mega_params *P, int i, size_t *offset, size_t *numel, unsigned *flags);

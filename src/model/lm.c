@@ -67,19 +67,11 @@ mega_status mega_lm_config_check(const mega_lm_config *c) {
 /* ---- model ------------------------------------------------------------------------------ */
 
 static void free_buffers(mega_lm *m) {
-    mega__free(m->acts);
-    mega__free(m->H);
-    mega__free(m->xf);
     mega__free(m->logits);
-    mega__free(m->scratch);
-    mega__free(m->dx);
-    mega__free(m->dy);
     free(m->pad);
     free(m->tok);
     free(m->tgt);
-    free(m->A);
-    m->acts = m->H = m->xf = m->logits = m->scratch = m->dx = m->dy = NULL;
-    m->pad = NULL, m->tok = m->tgt = NULL, m->A = NULL;
+    m->logits = NULL, m->pad = NULL, m->tok = m->tgt = NULL;
     m->Bmax = m->Tmax = 0;
 }
 
@@ -93,25 +85,13 @@ mega_status mega_lm_create(const mega_lm_config *c, mega_lm **out) {
     mega_params_init(&m->P);
     mega_status st;
     const int64_t V = c->vocab_size, D = c->embed_dim;
-    m->blocks = calloc((size_t)c->layers, sizeof *m->blocks);
-    if (!m->blocks) {
-        st = mega__error(MEGA_ERR_OOM, "out of memory");
-        goto fail;
-    }
     if ((st = MEGA_PADD(&m->P, "decoder.", "embed_tokens.weight", MEGA_P_DECAY, &m->emb, V, D))) goto fail;
-    for (int l = 0; l < c->layers; l++) {
-        char pre[64];
-        snprintf(pre, sizeof pre, "decoder.layers.%d.", l);
-        if ((st = mega_block_declare(&m->blocks[l], &m->P, pre, &m->bcfg))) goto fail;
-    }
-    m->has_fnorm = c->prenorm;
-    if (m->has_fnorm &&
-        (st = mega_seqnorm_declare(&m->fnorm, &m->P, "decoder.final_norm.norm.", c->norm_type, c->embed_dim, c->final_norm_affine)))
+    if ((st = mega_stack_declare(&m->st, &m->P, "decoder.layers.", "decoder.final_norm.norm.", &m->bcfg, c->layers,
+                                 c->final_norm_affine)))
         goto fail;
     if (!c->tie_embeddings && (st = MEGA_PADD(&m->P, "decoder.", "output_projection.weight", MEGA_P_DECAY, &m->out_w, V, D)))
         goto fail;
     if ((st = mega_params_alloc(&m->P, 1))) goto fail;
-    m->nthreads = mega_get_threads();
     mega_lm_init_params(m, 0);
     *out = m;
     return MEGA_OK;
@@ -123,8 +103,8 @@ fail:
 void mega_lm_free(mega_lm *m) {
     if (!m) return;
     free_buffers(m);
+    mega_stack_free(&m->st);
     mega_params_free(&m->P);
-    free(m->blocks);
     free(m);
 }
 
@@ -139,8 +119,7 @@ void mega_lm_init_params(mega_lm *m, uint64_t seed) {
     /* official Embedding(): N(0, D^-1/2) with the padding row zeroed */
     mega_fill_normal(W + m->emb, V * D, 0, 1.0 / sqrt((double)D), &rng);
     if (c->padding_idx >= 0) memset(W + m->emb + (size_t)c->padding_idx * D, 0, D * sizeof(real));
-    for (int l = 0; l < c->layers; l++) mega_block_init(&m->blocks[l], W, &rng);
-    if (m->has_fnorm) mega_seqnorm_init(&m->fnorm, W);
+    mega_stack_init(&m->st, W, &rng);
     if (!c->tie_embeddings) mega_fill_normal(W + m->out_w, V * D, 0, 1.0 / sqrt((double)D), &rng);
 }
 
@@ -150,12 +129,7 @@ mega_real *mega_lm_grads(mega_lm *m) { return m->P.grad; }
 size_t mega_lm_param_total(const mega_lm *m) { return m->P.total; }
 int mega_lm_tensor_count(const mega_lm *m) { return m->P.n; }
 const char *mega_lm_tensor_info(const mega_lm *m, int i, size_t *offset, size_t *numel, unsigned *flags) {
-    if (i < 0 || i >= m->P.n) return NULL;
-    const mega_pspec *s = &m->P.specs[i];
-    if (offset) *offset = s->offset;
-    if (numel) *numel = s->numel;
-    if (flags) *flags = (s->flags & MEGA_P_DECAY ? 1u : 0u) | (s->flags & MEGA_P_BUFFER ? 2u : 0u);
-    return s->name;
+    return mega_params_info(&m->P, i, offset, numel, flags);
 }
 void mega_lm_zero_grad(mega_lm *m) { mega_params_zero_grad(&m->P); }
 const mega_real *mega_lm_logits(const mega_lm *m) { return m->logits; }
@@ -170,50 +144,36 @@ static int padded_len(const mega_lm *m, int T) {
 mega_status mega_lm_reserve(mega_lm *m, int B, int T) {
     if (B < 1 || T < 1) MEGA_FAIL(MEGA_ERR_INVALID, "batch and sequence length must be positive (got %d x %d)", B, T);
     int Tp = padded_len(m, T);
+    MEGA_TRY(mega_stack_reserve(&m->st, B, Tp));
     if (B <= m->Bmax && Tp <= m->Tmax) return MEGA_OK;
     B = MEGA_MAX(B, m->Bmax);
     Tp = MEGA_MAX(Tp, m->Tmax);
     free_buffers(m);
-    const mega_lm_config *c = &m->cfg;
-    const size_t R = (size_t)B * Tp, D = (size_t)c->embed_dim, V = (size_t)c->vocab_size;
-    const int L = c->layers;
-    size_t per = mega_block_acts_size(&m->blocks[0], B, Tp);
-    size_t scr = mega_block_scratch_size(&m->blocks[0], B, Tp, m->nthreads);
-    m->acts = mega__calloc(per * (size_t)L, sizeof(real));
-    m->A = calloc((size_t)L, sizeof *m->A);
-    m->H = mega__calloc(R * D * (size_t)(L + 1), sizeof(real));
-    m->xf = mega__calloc(R * D + 2 * R + 2 * D, sizeof(real));
+    const size_t R = (size_t)B * Tp, V = (size_t)m->cfg.vocab_size;
     m->logits = mega__calloc(R * V + R, sizeof(real));
-    m->scratch = mega__calloc(scr, sizeof(real));
-    m->dx = mega__calloc(R * D, sizeof(real));
-    m->dy = mega__calloc(R * D, sizeof(real));
     m->pad = calloc(R, 1);
     m->tok = calloc(R, sizeof(int32_t));
     m->tgt = calloc(R, sizeof(int32_t));
-    if (!m->acts || !m->A || !m->H || !m->xf || !m->logits || !m->scratch || !m->dx || !m->dy || !m->pad || !m->tok ||
-        !m->tgt) {
-        size_t mb = (per * L + R * D * (L + 4) + R * V + scr) * sizeof(real) >> 20;
+    if (!m->logits || !m->pad || !m->tok || !m->tgt) {
         free_buffers(m);
-        MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving training buffers for %d x %d tokens (about %zu MiB)", B, Tp, mb);
+        MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving logits for %d x %d tokens", B, Tp);
     }
-    m->fstat = m->xf + R * D;
     m->lse = m->logits + R * V;
     m->Bmax = B;
     m->Tmax = Tp;
-    m->acts_per = per;
     return MEGA_OK;
 }
 
 const mega_real *mega_lm_hidden(const mega_lm *m, int i) {
-    if (i < 0 || i > m->cfg.layers || !m->H) return NULL;
-    return m->H + (size_t)i * m->B * m->Tp * m->cfg.embed_dim;
+    if (i < 0 || i > m->cfg.layers || !m->st.H) return NULL;
+    return mega_stack_hidden(&m->st, i);
 }
 
 mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                             const mega_lm_run *run, double *loss, int64_t *count) {
     const mega_lm_config *c = &m->cfg;
     MEGA_TRY(mega_lm_reserve(m, B, T));
-    const int Tp = padded_len(m, T), L = c->layers;
+    const int Tp = padded_len(m, T);
     const size_t R = (size_t)B * Tp, D = (size_t)c->embed_dim, V = (size_t)c->vocab_size;
     m->B = B, m->T = T, m->Tp = Tp;
     m->run = run ? *run : (mega_lm_run){0, 0};
@@ -228,43 +188,19 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
             m->pad[r] = c->padding_idx >= 0 && tk == c->padding_idx;
             any_pad |= m->pad[r];
             m->tgt[r] = (targets && t < T) ? targets[(size_t)b * T + t] : -1;
+            if (m->tgt[r] >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "target %d is outside the vocabulary of %d", m->tgt[r], c->vocab_size);
         }
     const uint8_t *pad = any_pad ? m->pad : NULL;
     m->any_pad = any_pad;
-    /* embedding */
+    /* x = embed_scale * Emb[tokens]; dropout; pads zeroed */
     const real scale = c->scale_embedding ? (real)sqrt((double)D) : (real)1;
     real *W = m->P.data;
-    real *H0 = m->H;
-    for (size_t r = 0; r < R; r++) {
-        const real *e = W + m->emb + (size_t)m->tok[r] * D;
-        real s = m->pad[r] ? 0 : scale;
-        for (size_t d = 0; d < D; d++) H0[r * D + d] = s * e[d];
-    }
+    real *H0 = mega_stack_input(&m->st);
+    mega_embedding_forward(H0, W + m->emb, m->tok, m->pad, R, D, scale);
     const int train = m->run.training;
     if (train && c->dropout > 0) mega_dropout(H0, H0, R * D, c->dropout, mega__subkey(m->run.key, SITE_EMBED));
-    /* the blocks */
-    for (int l = 0; l < L; l++) {
-        mega_block_acts_point(&m->blocks[l], &m->A[l], m->acts + (size_t)l * m->acts_per, B, Tp);
-        mega_run br = {train, train, mega__subkey(m->run.key, 100 + (uint64_t)l), m->nthreads};
-        MEGA_TRY(mega_block_forward(&m->blocks[l], W, &m->A[l], m->H + (size_t)(l + 1) * R * D, m->H + (size_t)l * R * D,
-                                    pad, B, Tp, &br, m->scratch));
-    }
-    /* final norm (prenorm models), zero pads */
-    real *HL = m->H + (size_t)L * R * D;
-    const real *xf = HL;
-    if (m->has_fnorm) {
-        mega_seqnorm_forward(&m->fnorm, W, m->xf, m->fstat, HL, R, train, train);
-        xf = m->xf;
-    }
-    if (pad) {
-        if (xf == HL) {
-            memcpy(m->xf, HL, R * D * sizeof(real));
-            xf = m->xf;
-        }
-        for (size_t r = 0; r < R; r++)
-            if (m->pad[r]) memset(m->xf + r * D, 0, D * sizeof(real));
-    }
-    m->xfp = xf;
+    const real *xf;
+    MEGA_TRY(mega_stack_forward(&m->st, W, pad, B, Tp, train, m->run.key, &xf));
     /* logits = x W^T */
     const real *Wo = W + (c->tie_embeddings ? m->emb : m->out_w);
     mega_linear_forward(m->logits, xf, Wo, NULL, R, D, V);
@@ -272,11 +208,6 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
     double tot = 0;
     int64_t cnt = 0;
     if (targets) {
-        for (size_t r = 0; r < R; r++) {
-            int32_t y = m->tgt[r];
-            if (y < 0) continue;
-            if (y >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "target %d is outside the vocabulary of %d", y, c->vocab_size);
-        }
 #pragma omp parallel for schedule(static) reduction(+ : tot, cnt) if (R * V > MEGA_PAR_MIN)
         for (size_t r = 0; r < R; r++) {
             const real *lg = m->logits + r * V;
@@ -302,12 +233,10 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
 mega_status mega_lm_backward(mega_lm *m, double scale) {
     const mega_lm_config *c = &m->cfg;
     if (!m->has_targets) MEGA_FAIL(MEGA_ERR_INVALID, "backward needs a forward with targets");
-    const int B = m->B, Tp = m->Tp, L = c->layers;
-    const size_t R = (size_t)B * Tp, D = (size_t)c->embed_dim, V = (size_t)c->vocab_size;
+    const size_t R = (size_t)m->B * m->Tp, D = (size_t)c->embed_dim, V = (size_t)c->vocab_size;
     const real *W = m->P.data;
     real *dW = m->P.grad;
     const int train = m->run.training;
-    const uint8_t *pad = m->any_pad ? m->pad : NULL;
     /* d logits = (softmax - onehot) * scale / count, in place */
     const real g = m->count ? (real)(scale / (double)m->count) : 0;
 #pragma omp parallel for schedule(static) if (R * V > MEGA_PAR_MIN)
@@ -323,41 +252,14 @@ mega_status mega_lm_backward(mega_lm *m, double scale) {
         lg[y] -= g;
     }
     m->has_targets = 0; /* logits are now gradients */
-    /* output projection */
-    real *dX = m->dx;
+    /* output projection, then the stack */
     size_t wo = c->tie_embeddings ? m->emb : m->out_w;
-    mega_linear_backward(dX, dW + wo, NULL, m->logits, m->xfp, W + wo, R, D, V, 0);
-    if (pad)
-        for (size_t r = 0; r < R; r++)
-            if (m->pad[r]) memset(dX + r * D, 0, D * sizeof(real));
-    /* final norm */
-    real *dH = m->dy;
-    if (m->has_fnorm) {
-        mega_seqnorm_backward(&m->fnorm, W, dW, dH, dX, m->H + (size_t)L * R * D, m->fstat, R, train, 0);
-    } else {
-        real *t = dH;
-        dH = dX;
-        dX = t;
-    }
-    /* blocks in reverse: dH holds the gradient at the output of block l */
-    for (int l = L - 1; l >= 0; l--) {
-        mega_run br = {train, train, mega__subkey(m->run.key, 100 + (uint64_t)l), m->nthreads};
-        real *dIn = (dH == m->dx) ? m->dy : m->dx;
-        mega_block_backward(&m->blocks[l], W, dW, &m->A[l], dIn, dH, m->H + (size_t)l * R * D, pad, B, Tp, &br, m->scratch);
-        dH = dIn;
-    }
-    /* embedding: dropout, pads, scale; scatter into the rows (the padding row gets no gradient) */
+    mega_linear_backward(m->st.dx, dW + wo, NULL, m->logits, m->st.out, W + wo, R, D, V, 0);
+    real *dH = mega_stack_backward(&m->st, W, dW, m->st.dx, train, m->run.key);
+    /* embedding: dropout, scale; scatter into the rows (pads and the padding row get nothing) */
     if (train && c->dropout > 0) mega_dropout(dH, dH, R * D, c->dropout, mega__subkey(m->run.key, SITE_EMBED));
     const real es = c->scale_embedding ? (real)sqrt((double)D) : (real)1;
-    real *dE = dW + m->emb;
-    for (size_t r = 0; r < R; r++) {
-        if (m->pad[r]) continue;
-        int32_t tk = m->tok[r];
-        if (tk == c->padding_idx) continue;
-        real *d = dE + (size_t)tk * D;
-        const real *s = dH + r * D;
-        for (size_t j = 0; j < D; j++) d[j] += es * s[j];
-    }
+    mega_embedding_backward(dW + m->emb, dH, m->tok, m->pad, R, D, es, c->padding_idx);
     return MEGA_OK;
 }
 
@@ -377,19 +279,21 @@ mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out)
     const int L = c->layers;
     const size_t D = (size_t)c->embed_dim;
     s->tmax = STREAM_TMAX;
-    size_t per = mega_block_state_size(&m->blocks[0], B, cap);
-    size_t scr = mega_block_step_scratch(&m->blocks[0], B, s->tmax, cap);
+    size_t per = mega_block_state_size(&m->st.blocks[0], B, cap);
+    size_t scr = mega_block_step_scratch(&m->st.blocks[0], B, s->tmax, cap);
     s->S = calloc((size_t)L, sizeof *s->S);
     s->mem = mega__calloc(per * (size_t)L, sizeof(real));
     /* x, y ([B, tmax, D] each) and the final-norm statistics (2 per row, or 2*D for batchnorm) */
     s->x = mega__calloc((size_t)B * s->tmax * D * 2 + 2 * (size_t)B * s->tmax + 2 * D, sizeof(real));
     s->scratch = mega__calloc(scr, sizeof(real));
-    if (!s->S || !s->mem || !s->x || !s->scratch) {
+    s->tok = calloc((size_t)B * s->tmax, sizeof(int32_t));
+    s->pad = calloc((size_t)B * s->tmax, 1);
+    if (!s->S || !s->mem || !s->x || !s->scratch || !s->tok || !s->pad) {
         mega_lm_stream_free(s);
         MEGA_FAIL(MEGA_ERR_OOM, "out of memory allocating the streaming state");
     }
     for (int l = 0; l < L; l++) {
-        mega_status st = mega_block_state_init(&m->blocks[l], m->P.data, &s->S[l], s->mem + (size_t)l * per, B, cap);
+        mega_status st = mega_block_state_init(&m->st.blocks[l], m->P.data, &s->S[l], s->mem + (size_t)l * per, B, cap);
         if (st) {
             mega_lm_stream_free(s);
             return st;
@@ -405,6 +309,8 @@ void mega_lm_stream_free(mega_lm_stream *s) {
     mega__free(s->mem);
     mega__free(s->x);
     mega__free(s->scratch);
+    free(s->tok);
+    free(s->pad);
     free(s);
 }
 
@@ -427,22 +333,23 @@ mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T,
         const int n = MEGA_MIN(s->tmax, T - t0);
         const size_t R = (size_t)B * n;
         real *x = s->x, *y = s->x + (size_t)B * s->tmax * D, *st = y + (size_t)B * s->tmax * D;
+        int32_t *tk = s->tok;
+        uint8_t *pd = s->pad;
         for (int b = 0; b < B; b++)
             for (int t = 0; t < n; t++) {
-                int32_t tk = tokens[(size_t)b * T + t0 + t];
-                if (tk < 0 || tk >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "token %d is outside the vocabulary of %d", tk, c->vocab_size);
-                const real *e = W + m->emb + (size_t)tk * D;
-                real *xr = x + ((size_t)b * n + t) * D;
-                real sc = (c->padding_idx >= 0 && tk == c->padding_idx) ? 0 : scale;
-                for (size_t d = 0; d < D; d++) xr[d] = sc * e[d];
+                int32_t v = tokens[(size_t)b * T + t0 + t];
+                if (v < 0 || v >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "token %d is outside the vocabulary of %d", v, c->vocab_size);
+                tk[(size_t)b * n + t] = v;
+                pd[(size_t)b * n + t] = c->padding_idx >= 0 && v == c->padding_idx;
             }
+        mega_embedding_forward(x, W + m->emb, tk, pd, R, D, scale);
         for (int l = 0; l < L; l++) {
-            MEGA_TRY(mega_block_step(&m->blocks[l], W, &s->S[l], y, x, n, s->scratch));
+            MEGA_TRY(mega_block_step(&m->st.blocks[l], W, &s->S[l], y, x, n, s->scratch));
             real *tmp = x;
             x = y;
             y = tmp;
         }
-        if (m->has_fnorm) mega_seqnorm_forward(&m->fnorm, (real *)W, x, st, x, R, 0, 0);
+        if (m->st.has_fnorm) mega_seqnorm_forward(&m->st.fnorm, (real *)W, x, st, x, R, 0, 0);
         if (logits) {
             /* rows are [b][t] for this piece; scatter into [B, T, V] */
             for (int b = 0; b < B; b++)

@@ -41,4 +41,11 @@ static inline real mega_silu_grad(real x) {
 /* ---- dropout by counter-based hash (dropout.c): y = x * keep / (1-p), keep ~ Bernoulli(1-p)
  * drawn from (key, index). y may alias x. Backward is the same call on the gradient. */
 void mega_dropout(real *y, const real *x, size_t n, double p, uint64_t key);
+/* ---- embeddings (embed.c): rows of E[V,D] scaled into x[R,D]; pad rows (pad[r] != 0) get 0 */
+void mega_embedding_forward(real *x, const real *E, const int32_t *tok, const uint8_t *pad, size_t R, size_t D,
+                            real scale);
+/* dE[tok[r]] += scale * dx[r] for non-pad rows whose token is not padding_idx (nn.Embedding
+ * gives the padding row no gradient); serial over rows, so deterministic */
+void mega_embedding_backward(real *dE, const real *dx, const int32_t *tok, const uint8_t *pad, size_t R, size_t D,
+                             real scale, int padding_idx);
 #endif

@@ -1,0 +1,125 @@
+/* Stack of Mega blocks + final norm (see stack.h). */
+#include "model/stack.h"
+
+mega_status mega_stack_declare(mega_stack *s, mega_params *P, const char *layer_prefix, const char *fnorm_prefix,
+                               const mega_block_cfg *cfg, int layers, int fnorm_affine) {
+    memset(s, 0, sizeof *s);
+    s->L = layers;
+    s->cfg = *cfg;
+    s->nthreads = mega_get_threads();
+    s->blocks = calloc((size_t)layers, sizeof *s->blocks);
+    if (!s->blocks) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    for (int l = 0; l < layers; l++) {
+        char pre[MEGA_NAME_MAX];
+        snprintf(pre, sizeof pre, "%s%d.", layer_prefix, l);
+        MEGA_TRY(mega_block_declare(&s->blocks[l], P, pre, cfg));
+    }
+    s->has_fnorm = cfg->prenorm;
+    if (s->has_fnorm) MEGA_TRY(mega_seqnorm_declare(&s->fnorm, P, fnorm_prefix, cfg->norm, cfg->D, fnorm_affine));
+    return MEGA_OK;
+}
+
+void mega_stack_init(const mega_stack *s, real *W, mega_rng *rng) {
+    for (int l = 0; l < s->L; l++) mega_block_init(&s->blocks[l], W, rng);
+    if (s->has_fnorm) mega_seqnorm_init(&s->fnorm, W);
+}
+
+static void free_buffers(mega_stack *s) {
+    mega__free(s->acts);
+    mega__free(s->H);
+    mega__free(s->xf);
+    mega__free(s->scratch);
+    mega__free(s->dx);
+    mega__free(s->dy);
+    free(s->A);
+    s->acts = s->H = s->xf = s->scratch = s->dx = s->dy = NULL;
+    s->A = NULL;
+    s->Bmax = s->Tmax = 0;
+}
+
+void mega_stack_free(mega_stack *s) {
+    free_buffers(s);
+    free(s->blocks);
+    s->blocks = NULL;
+}
+
+mega_status mega_stack_reserve(mega_stack *s, int B, int T) {
+    if (B < 1 || T < 1) MEGA_FAIL(MEGA_ERR_INVALID, "batch and sequence length must be positive (got %d x %d)", B, T);
+    if (B <= s->Bmax && T <= s->Tmax) return MEGA_OK;
+    B = MEGA_MAX(B, s->Bmax);
+    T = MEGA_MAX(T, s->Tmax);
+    free_buffers(s);
+    const size_t R = (size_t)B * T, D = (size_t)s->cfg.D;
+    const int L = s->L;
+    size_t per = mega_block_acts_size(&s->blocks[0], B, T);
+    size_t scr = mega_block_scratch_size(&s->blocks[0], B, T, s->nthreads);
+    s->acts = mega__calloc(per * (size_t)L, sizeof(real));
+    s->A = calloc((size_t)L, sizeof *s->A);
+    s->H = mega__calloc(R * D * (size_t)(L + 1), sizeof(real));
+    s->xf = mega__calloc(R * D + 2 * R + 2 * D, sizeof(real));
+    s->scratch = mega__calloc(scr, sizeof(real));
+    s->dx = mega__calloc(R * D, sizeof(real));
+    s->dy = mega__calloc(R * D, sizeof(real));
+    if (!s->acts || !s->A || !s->H || !s->xf || !s->scratch || !s->dx || !s->dy) {
+        size_t mb = (per * L + R * D * (L + 4) + scr) * sizeof(real) >> 20;
+        free_buffers(s);
+        MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving buffers for %d x %d tokens (about %zu MiB)", B, T, mb);
+    }
+    s->fstat = s->xf + R * D;
+    s->Bmax = B, s->Tmax = T, s->acts_per = per;
+    return MEGA_OK;
+}
+
+mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B, int T, int training, uint64_t key,
+                               const real **out) {
+    MEGA_TRY(mega_stack_reserve(s, B, T));
+    const size_t R = (size_t)B * T, D = (size_t)s->cfg.D;
+    const int L = s->L;
+    s->B = B, s->T = T, s->pad = pad;
+    for (int l = 0; l < L; l++) {
+        mega_block_acts_point(&s->blocks[l], &s->A[l], s->acts + (size_t)l * s->acts_per, B, T);
+        mega_run br = {training, training, mega_stack_key(key, l), s->nthreads};
+        MEGA_TRY(mega_block_forward(&s->blocks[l], W, &s->A[l], s->H + (size_t)(l + 1) * R * D, s->H + (size_t)l * R * D,
+                                    pad, B, T, &br, s->scratch));
+    }
+    /* final norm (prenorm models), then zero the pads (official: x *= 1 - padding_mask) */
+    real *HL = s->H + (size_t)L * R * D;
+    const real *xf = HL;
+    if (s->has_fnorm) {
+        mega_seqnorm_forward(&s->fnorm, W, s->xf, s->fstat, HL, R, training, training);
+        xf = s->xf;
+    }
+    if (pad) {
+        if (xf == HL) {
+            memcpy(s->xf, HL, R * D * sizeof(real));
+            xf = s->xf;
+        }
+        for (size_t r = 0; r < R; r++)
+            if (pad[r]) memset(s->xf + r * D, 0, D * sizeof(real));
+    }
+    s->out = xf;
+    *out = xf;
+    return MEGA_OK;
+}
+
+real *mega_stack_backward(mega_stack *s, const real *W, real *dW, real *dout, int training, uint64_t key) {
+    const int B = s->B, T = s->T, L = s->L;
+    const size_t R = (size_t)B * T, D = (size_t)s->cfg.D;
+    if (s->pad)
+        for (size_t r = 0; r < R; r++)
+            if (s->pad[r]) memset(dout + r * D, 0, D * sizeof(real));
+    real *dH = dout;
+    if (s->has_fnorm) {
+        real *dst = dout == s->dx ? s->dy : s->dx;
+        mega_seqnorm_backward(&s->fnorm, W, dW, dst, dout, s->H + (size_t)L * R * D, s->fstat, R, training, 0);
+        dH = dst;
+    }
+    for (int l = L - 1; l >= 0; l--) {
+        mega_run br = {training, training, mega_stack_key(key, l), s->nthreads};
+        real *dIn = (dH == s->dx) ? s->dy : s->dx;
+        mega_block_backward(&s->blocks[l], W, dW, &s->A[l], dIn, dH, s->H + (size_t)l * R * D, s->pad, B, T, &br,
+                            s->scratch);
+        dH = dIn;
+    }
+    return dH;
+}

@@ -1,0 +1,53 @@
+/*
+ * A stack of Mega blocks with the optional final norm (prenorm models), shared by the language
+ * model (causal) and the classifier (bidirectional): it owns the per-layer activations, the
+ * hidden states and the scratch, sized for batches up to Bmax x Tmax.
+ *
+ *   H[0]            input (written by the caller: embeddings)
+ *   H[l+1]          = block_l(H[l])
+ *   out             = final_norm(H[L]) (prenorm) else H[L], then zeroed at pads
+ */
+#ifndef MEGA_STACK_H
+#define MEGA_STACK_H
+#include "layers/block.h"
+
+typedef struct {
+    int L;
+    mega_block_cfg cfg;
+    mega_block *blocks;
+    mega_seqnorm fnorm;
+    int has_fnorm;
+    int nthreads;
+    /* buffers */
+    int Bmax, Tmax;
+    size_t acts_per;
+    real *acts;
+    mega_block_acts *A;
+    real *H;           /* [(L+1)][R][D] */
+    real *xf, *fstat;  /* output features [R][D] and final-norm statistics */
+    real *scratch;
+    real *dx, *dy;     /* gradient ping-pong [R][D] */
+    /* the last forward */
+    int B, T;
+    const real *out;   /* features of the last forward (xf or H[L]) */
+    const uint8_t *pad;
+} mega_stack;
+
+/* declares "<layer_prefix><i>." blocks and "<fnorm_prefix>" final norm (when cfg->prenorm) */
+mega_status mega_stack_declare(mega_stack *s, mega_params *P, const char *layer_prefix, const char *fnorm_prefix,
+                               const mega_block_cfg *cfg, int layers, int fnorm_affine);
+void mega_stack_init(const mega_stack *s, real *W, mega_rng *rng);
+void mega_stack_free(mega_stack *s);
+mega_status mega_stack_reserve(mega_stack *s, int B, int T);
+static inline real *mega_stack_input(mega_stack *s) { return s->H; }
+static inline const real *mega_stack_hidden(const mega_stack *s, int i) {
+    return s->H + (size_t)i * s->B * s->T * s->cfg.D;
+}
+/* run the blocks on H[0] ([B,T,D], already embedded and pad-zeroed); returns the output features */
+mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B, int T, int training, uint64_t key,
+                               const real **out);
+/* from d out [B,T,D] (may be s->dx) to d H[0]; returns a pointer to it (one of s->dx / s->dy) */
+real *mega_stack_backward(mega_stack *s, const real *W, real *dW, real *dout, int training, uint64_t key);
+/* dropout key of block l */
+static inline uint64_t mega_stack_key(uint64_t key, int l) { return mega__subkey(key, 100 + (uint64_t)l); }
+#endif
