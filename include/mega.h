@@ -221,6 +221,79 @@ mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T,
 int64_t mega_lm_stream_pos(const mega_lm_stream *s);
 
 /* ---------------------------------------------------------------------------------------------
+ * Classifier (official LRA model: MegaLRAEncoder + LRAModel head; SPEC §2.13).
+ * Names: encoder.encoder.embed_tokens.embed.weight (token) or encoder.encoder.embed_tokens.
+ * {weight,bias} (real-valued inputs), encoder.encoder.layers.<i>.*, encoder.encoder.final_norm.
+ * norm.*, classifier.<j>.0.{weight,bias}, sentence_projection_layer.weight. */
+typedef enum { MEGA_EMBED_TOKEN = 0, MEGA_EMBED_REAL } mega_embed_kind;
+typedef enum { MEGA_POOL_MEAN = 0, MEGA_POOL_CLS } mega_pool_kind;
+typedef struct {
+    int layers, embed_dim, z_dim, hidden_dim, n_dim, ffn_dim;
+    int chunk_size, truncation, max_positions;
+    mega_attn_fn attention_activation;
+    int rotary;
+    mega_norm_type norm_type;
+    int prenorm, norm_affine, final_norm_affine;
+    mega_act activation;
+    mega_embed_kind embedding;
+    int vocab_size, padding_idx; /* token embedding only */
+    mega_pool_kind pool;
+    int classifier_layers, classifier_out_dim;
+    mega_act classifier_activation;
+    int num_classes;
+    int two_tower; /* retrieval pairs: pooled vectors of both inputs concatenated */
+    float dropout, attention_dropout, hidden_dropout, activation_dropout;
+} mega_cls_config;
+
+void mega_cls_config_default(mega_cls_config *c);
+mega_status mega_cls_config_check(const mega_cls_config *c);
+/* JSON with CLI flag names (also reads the official LRA argument names) */
+char *mega_cls_config_to_json(const mega_cls_config *c);
+mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c);
+
+typedef struct mega_cls mega_cls;
+mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out);
+void mega_cls_free(mega_cls *m);
+const mega_cls_config *mega_cls_get_config(const mega_cls *m);
+void mega_cls_init_params(mega_cls *m, uint64_t seed);
+mega_status mega_cls_save_ex(const mega_cls *m, const char *path, const char *const *kv);
+mega_status mega_cls_load(const char *path, mega_cls **out);
+
+/* One input of a batch: tokens [B,T] (token embedding) or values [B,T] (real embedding), and the
+ * true lengths [B] (positions >= length are padding; tokens there should be padding_idx). */
+typedef struct {
+    const int32_t *tokens;
+    const mega_real *values;
+    const int32_t *lengths;
+    int T;
+} mega_cls_input;
+/* logits [B, C]; with targets [B] the mean cross-entropy (*loss) and the number of correct
+ * argmax predictions (*correct). in2 is the second document for two-tower models (else NULL). */
+mega_status mega_cls_forward(mega_cls *m, const mega_cls_input *in, const mega_cls_input *in2, int B,
+                             const int32_t *targets, const mega_lm_run *run, double *loss, int64_t *correct);
+mega_status mega_cls_backward(mega_cls *m, double scale);
+const mega_real *mega_cls_logits(const mega_cls *m);
+/* hidden state i of the last forward ([B, Tp, D], Tp = padded length) of input `which` (0/1) */
+const mega_real *mega_cls_hidden(const mega_cls *m, int which, int i, int *Tp);
+
+/* ---------------------------------------------------------------------------------------------
+ * A model's parameter set: one flat buffer of values and one of gradients, described by a table
+ * of named tensors. Shared by every model kind (optimizer, clipping, checkpoints). */
+typedef struct mega_paramset mega_paramset;
+mega_paramset *mega_lm_paramset(mega_lm *m);
+mega_paramset *mega_cls_paramset(mega_cls *m);
+mega_real *mega_ps_data(mega_paramset *p);
+mega_real *mega_ps_grad(mega_paramset *p);
+size_t mega_ps_total(const mega_paramset *p);      /* reals in each buffer */
+size_t mega_ps_trainable(const mega_paramset *p);  /* trainable parameters */
+int mega_ps_count(const mega_paramset *p);
+/* name, offset, numel, flags (1 decay, 2 non-trainable buffer) of tensor i */
+const char *mega_ps_info(const mega_paramset *p, int i, size_t *offset, size_t *numel, unsigned *flags);
+void mega_ps_zero_grad(mega_paramset *p);
+double mega_ps_grad_norm(const mega_paramset *p);
+void mega_ps_scale_grad(mega_paramset *p, double s);
+
+/* ---------------------------------------------------------------------------------------------
  * AdamW (decoupled weight decay, Loshchilov & Hutter) over a model's flat parameter buffer.
  * Weight decay applies to tensors flagged "decay" (matrices and embeddings) unless decay_all is
  * set; never to non-trainable buffers. */
@@ -231,7 +304,9 @@ typedef struct {
 typedef struct mega_adamw mega_adamw;
 mega_status mega_adamw_new(size_t total, mega_adamw **out);
 void mega_adamw_free(mega_adamw *o);
-/* one update of the LM's parameters from its gradients with learning rate lr */
+/* one update of a parameter set from its gradients with learning rate lr */
+void mega_adamw_step(mega_adamw *o, mega_paramset *p, const mega_adamw_hp *hp, double lr);
+/* the same for a language model (mega_adamw_step on mega_lm_paramset) */
 void mega_adamw_step_lm(mega_adamw *o, mega_lm *m, const mega_adamw_hp *hp, double lr);
 /* moment buffers (total reals each) and step counter, for checkpoints */
 mega_real *mega_adamw_m(mega_adamw *o);

@@ -1,5 +1,6 @@
 /* Language-model config JSON and model.safetensors save/load. */
 #include "model/lm.h"
+#include "model/modelio.h"
 
 #include <cjson/cJSON.h>
 
@@ -36,57 +37,6 @@ char *mega_lm_config_to_json(const mega_lm_config *c) {
     return s;
 }
 
-typedef struct {
-    const cJSON *o;
-    mega_status st;
-} jr;
-
-static const cJSON *jget(jr *r, const char *k) { return cJSON_GetObjectItemCaseSensitive(r->o, k); }
-
-static void jint(jr *r, const char *k, int *dst) {
-    const cJSON *v = jget(r, k);
-    if (!v || cJSON_IsNull(v)) return;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble) {
-        if (!r->st) r->st = mega__error(MEGA_ERR_FORMAT, "config key '%s' must be an integer", k);
-        return;
-    }
-    *dst = (int)v->valuedouble;
-}
-static void jflt(jr *r, const char *k, float *dst) {
-    const cJSON *v = jget(r, k);
-    if (!v || cJSON_IsNull(v)) return;
-    if (!cJSON_IsNumber(v)) {
-        if (!r->st) r->st = mega__error(MEGA_ERR_FORMAT, "config key '%s' must be a number", k);
-        return;
-    }
-    *dst = (float)v->valuedouble;
-}
-static void jbool(jr *r, const char *k, int *dst, int invert) {
-    const cJSON *v = jget(r, k);
-    if (!v || cJSON_IsNull(v)) return;
-    if (!cJSON_IsBool(v)) {
-        if (!r->st) r->st = mega__error(MEGA_ERR_FORMAT, "config key '%s' must be true or false", k);
-        return;
-    }
-    *dst = cJSON_IsTrue(v) ? !invert : invert;
-}
-static void jenum(jr *r, const char *k, int (*parse)(const char *, void *), void *dst) {
-    const cJSON *v = jget(r, k);
-    if (!v || cJSON_IsNull(v)) return;
-    if (!cJSON_IsString(v) || parse(v->valuestring, dst)) {
-        if (!r->st) r->st = mega__error(MEGA_ERR_FORMAT, "config key '%s' has an unknown value", k);
-    }
-}
-static int p_attn(const char *s, void *d) { return mega_attn_fn_parse(s, (mega_attn_fn *)d); }
-static int p_norm(const char *s, void *d) { return mega_norm_parse(s, (mega_norm_type *)d); }
-static int p_act(const char *s, void *d) { return mega_act_parse(s, (mega_act *)d); }
-static int p_rel(const char *s, void *d) {
-    if (!strcmp(s, "simple")) *(int *)d = 0;
-    else if (!strcmp(s, "rotary")) *(int *)d = 1;
-    else return -1;
-    return 0;
-}
-
 mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c) {
     mega_lm_config_default(c);
     cJSON *o = cJSON_Parse(json);
@@ -94,63 +44,63 @@ mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c) {
         cJSON_Delete(o);
         MEGA_FAIL(MEGA_ERR_FORMAT, "model config is not a JSON object");
     }
-    jr r = {o, MEGA_OK};
-    if (jget(&r, "decoder_layers")) {
+    mega_json_reader r = {o, MEGA_OK};
+    if (cJSON_GetObjectItemCaseSensitive(o, "decoder_layers")) {
         /* official fairseq argument names (as in the reference fixtures) */
-        jint(&r, "vocab_size", &c->vocab_size);
+        mega_json_int(&r, "vocab_size", &c->vocab_size);
         c->padding_idx = -1;
-        jint(&r, "padding_idx", &c->padding_idx);
-        jint(&r, "decoder_layers", &c->layers);
-        jint(&r, "decoder_embed_dim", &c->embed_dim);
-        jint(&r, "decoder_z_dim", &c->z_dim);
-        jint(&r, "decoder_hidden_dim", &c->hidden_dim);
-        jint(&r, "decoder_n_dim", &c->n_dim);
-        jint(&r, "decoder_ffn_embed_dim", &c->ffn_dim);
-        jint(&r, "decoder_chunk_size", &c->chunk_size);
+        mega_json_int(&r, "padding_idx", &c->padding_idx);
+        mega_json_int(&r, "decoder_layers", &c->layers);
+        mega_json_int(&r, "decoder_embed_dim", &c->embed_dim);
+        mega_json_int(&r, "decoder_z_dim", &c->z_dim);
+        mega_json_int(&r, "decoder_hidden_dim", &c->hidden_dim);
+        mega_json_int(&r, "decoder_n_dim", &c->n_dim);
+        mega_json_int(&r, "decoder_ffn_embed_dim", &c->ffn_dim);
+        mega_json_int(&r, "decoder_chunk_size", &c->chunk_size);
         c->truncation = 0;
-        jint(&r, "truncation_length", &c->truncation);
-        jint(&r, "max_target_positions", &c->max_positions);
-        jenum(&r, "attention_activation_fn", p_attn, &c->attention_activation);
-        jenum(&r, "rel_pos_bias", p_rel, &c->rotary);
-        jenum(&r, "normalization_type", p_norm, &c->norm_type);
+        mega_json_int(&r, "truncation_length", &c->truncation);
+        mega_json_int(&r, "max_target_positions", &c->max_positions);
+        mega_json_enum(&r, "attention_activation_fn", mega_json_parse_attn, &c->attention_activation);
+        mega_json_enum(&r, "rel_pos_bias", mega_json_parse_relpos, &c->rotary);
+        mega_json_enum(&r, "normalization_type", mega_json_parse_norm, &c->norm_type);
         c->prenorm = 0;
-        jbool(&r, "normalize_before", &c->prenorm, 0);
-        jbool(&r, "no_affine_final_norm", &c->final_norm_affine, 1);
-        jenum(&r, "activation_fn", p_act, &c->activation);
-        jbool(&r, "no_scale_embedding", &c->scale_embedding, 1);
+        mega_json_bool(&r, "normalize_before", &c->prenorm, 0);
+        mega_json_bool(&r, "no_affine_final_norm", &c->final_norm_affine, 1);
+        mega_json_enum(&r, "activation_fn", mega_json_parse_act, &c->activation);
+        mega_json_bool(&r, "no_scale_embedding", &c->scale_embedding, 1);
         c->tie_embeddings = 0;
-        jbool(&r, "share_decoder_input_output_embed", &c->tie_embeddings, 0);
+        mega_json_bool(&r, "share_decoder_input_output_embed", &c->tie_embeddings, 0);
     } else {
-        const cJSON *mdl = jget(&r, "model");
+        const cJSON *mdl = cJSON_GetObjectItemCaseSensitive(o, "model");
         if (mdl && (!cJSON_IsString(mdl) || strcmp(mdl->valuestring, "mega_lm"))) {
             cJSON_Delete(o);
             MEGA_FAIL(MEGA_ERR_FORMAT, "config describes a '%s' model, not a language model (mega_lm)",
                       cJSON_IsString(mdl) ? mdl->valuestring : "?");
         }
-        jint(&r, "vocab-size", &c->vocab_size);
-        jint(&r, "padding-idx", &c->padding_idx);
-        jint(&r, "layers", &c->layers);
-        jint(&r, "embed-dim", &c->embed_dim);
-        jint(&r, "z-dim", &c->z_dim);
-        jint(&r, "hidden-dim", &c->hidden_dim);
-        jint(&r, "n-dim", &c->n_dim);
-        jint(&r, "ffn-dim", &c->ffn_dim);
-        jint(&r, "chunk-size", &c->chunk_size);
-        jint(&r, "truncation", &c->truncation);
-        jint(&r, "max-positions", &c->max_positions);
-        jenum(&r, "attention-activation", p_attn, &c->attention_activation);
-        jenum(&r, "rel-pos-bias", p_rel, &c->rotary);
-        jenum(&r, "norm-type", p_norm, &c->norm_type);
-        jbool(&r, "prenorm", &c->prenorm, 0);
-        jbool(&r, "norm-affine", &c->norm_affine, 0);
-        jbool(&r, "final-norm-affine", &c->final_norm_affine, 0);
-        jenum(&r, "activation", p_act, &c->activation);
-        jbool(&r, "scale-embedding", &c->scale_embedding, 0);
-        jbool(&r, "tie-embeddings", &c->tie_embeddings, 0);
-        jflt(&r, "dropout", &c->dropout);
-        jflt(&r, "attention-dropout", &c->attention_dropout);
-        jflt(&r, "hidden-dropout", &c->hidden_dropout);
-        jflt(&r, "activation-dropout", &c->activation_dropout);
+        mega_json_int(&r, "vocab-size", &c->vocab_size);
+        mega_json_int(&r, "padding-idx", &c->padding_idx);
+        mega_json_int(&r, "layers", &c->layers);
+        mega_json_int(&r, "embed-dim", &c->embed_dim);
+        mega_json_int(&r, "z-dim", &c->z_dim);
+        mega_json_int(&r, "hidden-dim", &c->hidden_dim);
+        mega_json_int(&r, "n-dim", &c->n_dim);
+        mega_json_int(&r, "ffn-dim", &c->ffn_dim);
+        mega_json_int(&r, "chunk-size", &c->chunk_size);
+        mega_json_int(&r, "truncation", &c->truncation);
+        mega_json_int(&r, "max-positions", &c->max_positions);
+        mega_json_enum(&r, "attention-activation", mega_json_parse_attn, &c->attention_activation);
+        mega_json_enum(&r, "rel-pos-bias", mega_json_parse_relpos, &c->rotary);
+        mega_json_enum(&r, "norm-type", mega_json_parse_norm, &c->norm_type);
+        mega_json_bool(&r, "prenorm", &c->prenorm, 0);
+        mega_json_bool(&r, "norm-affine", &c->norm_affine, 0);
+        mega_json_bool(&r, "final-norm-affine", &c->final_norm_affine, 0);
+        mega_json_enum(&r, "activation", mega_json_parse_act, &c->activation);
+        mega_json_bool(&r, "scale-embedding", &c->scale_embedding, 0);
+        mega_json_bool(&r, "tie-embeddings", &c->tie_embeddings, 0);
+        mega_json_flt(&r, "dropout", &c->dropout);
+        mega_json_flt(&r, "attention-dropout", &c->attention_dropout);
+        mega_json_flt(&r, "hidden-dropout", &c->hidden_dropout);
+        mega_json_flt(&r, "activation-dropout", &c->activation_dropout);
     }
     cJSON_Delete(o);
     if (r.st) return r.st;
@@ -160,17 +110,10 @@ mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c) {
 mega_status mega_lm_save(const mega_lm *m, const char *path) { return mega_lm_save_ex(m, path, NULL); }
 
 mega_status mega_lm_save_ex(const mega_lm *m, const char *path, const char *const *kv) {
-    mega_st_writer *w = mega_st_writer_new();
-    if (!w) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
     char *cfg = mega_lm_config_to_json(&m->cfg);
-    mega_status st = cfg ? MEGA_OK : mega__error(MEGA_ERR_OOM, "out of memory");
-    if (!st) st = mega_st_writer_meta(w, "config", cfg);
-    if (!st) st = mega_st_writer_meta(w, "format", "mega " MEGA_VERSION);
-    for (const char *const *p = kv; p && p[0] && p[1] && !st; p += 2) st = mega_st_writer_meta(w, p[0], p[1]);
-    if (!st) st = mega_params_save(&m->P, m->P.data, w, "");
-    if (!st) st = mega_st_writer_write(w, path);
+    if (!cfg) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    mega_status st = mega__model_save(&m->P, path, cfg, kv);
     free(cfg);
-    mega_st_writer_free(w);
     return st;
 }
 
@@ -194,15 +137,12 @@ mega_status mega_lm_load_weights(mega_lm *m, const char *path) {
 mega_status mega_lm_load(const char *path, mega_lm **out) {
     *out = NULL;
     mega_st_file *f;
-    MEGA_TRY(mega_st_open(path, &f));
-    const char *cfgs = mega_st_meta(f, "config");
+    const char *cfgs;
+    MEGA_TRY(mega__model_open(path, &f, &cfgs));
     mega_lm_config c;
-    mega_status st;
-    if (!cfgs) {
-        st = mega__error(MEGA_ERR_FORMAT, "%s: no model config in the file's __metadata__ (key 'config')", path);
-    } else if ((st = mega_lm_config_from_json(cfgs, &c))) {
-        st = mega__error_prefix(st, path);
-    } else if (!(st = mega_lm_create(&c, out))) {
+    mega_status st = mega_lm_config_from_json(cfgs, &c);
+    if (st) st = mega__error_prefix(st, path);
+    else if (!(st = mega_lm_create(&c, out))) {
         st = load_into(*out, f);
         if (st) {
             st = mega__error_prefix(st, path);

@@ -33,8 +33,23 @@ mega_real *mega_adamw_m(mega_adamw *o) { return o->m; }
 mega_real *mega_adamw_v(mega_adamw *o) { return o->v; }
 int64_t *mega_adamw_t(mega_adamw *o) { return &o->t; }
 
-void mega_adamw_step_lm(mega_adamw *o, mega_lm *lm, const mega_adamw_hp *hp, double lr) {
-    mega_params *P = &lm->P;
+mega_paramset *mega_lm_paramset(mega_lm *m) { return (mega_paramset *)&m->P; }
+mega_real *mega_ps_data(mega_paramset *p) { return ((mega_params *)p)->data; }
+mega_real *mega_ps_grad(mega_paramset *p) { return ((mega_params *)p)->grad; }
+size_t mega_ps_total(const mega_paramset *p) { return ((const mega_params *)p)->total; }
+size_t mega_ps_trainable(const mega_paramset *p) { return mega_params_count_trainable((const mega_params *)p); }
+int mega_ps_count(const mega_paramset *p) { return ((const mega_params *)p)->n; }
+const char *mega_ps_info(const mega_paramset *p, int i, size_t *offset, size_t *numel, unsigned *flags) {
+    return mega_params_info((const mega_params *)p, i, offset, numel, flags);
+}
+void mega_ps_zero_grad(mega_paramset *p) { mega_params_zero_grad((mega_params *)p); }
+
+void mega_adamw_step_lm(mega_adamw *o, mega_lm *m, const mega_adamw_hp *hp, double lr) {
+    mega_adamw_step(o, mega_lm_paramset(m), hp, lr);
+}
+
+void mega_adamw_step(mega_adamw *o, mega_paramset *ps, const mega_adamw_hp *hp, double lr) {
+    mega_params *P = (mega_params *)ps;
     o->t++;
     const double b1 = hp->beta1, b2 = hp->beta2;
     const double c1 = 1.0 - pow(b1, (double)o->t), c2 = 1.0 - pow(b2, (double)o->t);
@@ -58,8 +73,11 @@ void mega_adamw_step_lm(mega_adamw *o, mega_lm *lm, const mega_adamw_hp *hp, dou
     }
 }
 
-double mega_lm_grad_norm(const mega_lm *lm) {
-    const mega_params *P = &lm->P;
+double mega_lm_grad_norm(const mega_lm *lm) { return mega_ps_grad_norm((const mega_paramset *)&lm->P); }
+void mega_lm_scale_grads(mega_lm *lm, double sc) { mega_ps_scale_grad((mega_paramset *)&lm->P, sc); }
+
+double mega_ps_grad_norm(const mega_paramset *ps) {
+    const mega_params *P = (const mega_params *)ps;
     double s = 0;
     for (int i = 0; i < P->n; i++) {
         const mega_pspec *sp = &P->specs[i];
@@ -72,7 +90,8 @@ double mega_lm_grad_norm(const mega_lm *lm) {
     return sqrt(s);
 }
 
-void mega_lm_scale_grads(mega_lm *lm, double sc) {
+void mega_ps_scale_grad(mega_paramset *ps, double sc) {
+    mega_params *P = (mega_params *)ps;
     real f = (real)sc;
-    for (size_t i = 0; i < lm->P.total; i++) lm->P.grad[i] *= f;
+    for (size_t i = 0; i < P->total; i++) P->grad[i] *= f;
 }

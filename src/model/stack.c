@@ -9,6 +9,7 @@ mega_status mega_stack_declare(mega_stack *s, mega_params *P, const char *layer_
     s->nthreads = mega_get_threads();
     s->blocks = calloc((size_t)layers, sizeof *s->blocks);
     if (!s->blocks) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    s->owns_blocks = 1;
     for (int l = 0; l < layers; l++) {
         char pre[MEGA_NAME_MAX];
         snprintf(pre, sizeof pre, "%s%d.", layer_prefix, l);
@@ -39,8 +40,14 @@ static void free_buffers(mega_stack *s) {
 
 void mega_stack_free(mega_stack *s) {
     free_buffers(s);
-    free(s->blocks);
+    if (s->owns_blocks) free(s->blocks);
     s->blocks = NULL;
+}
+
+void mega_stack_share(mega_stack *dst, const mega_stack *src) {
+    memset(dst, 0, sizeof *dst);
+    dst->L = src->L, dst->cfg = src->cfg, dst->blocks = src->blocks, dst->owns_blocks = 0;
+    dst->fnorm = src->fnorm, dst->has_fnorm = src->has_fnorm, dst->nthreads = src->nthreads;
 }
 
 mega_status mega_stack_reserve(mega_stack *s, int B, int T) {

@@ -15,6 +15,7 @@ typedef struct {
     int L;
     mega_block_cfg cfg;
     mega_block *blocks;
+    int owns_blocks;
     mega_seqnorm fnorm;
     int has_fnorm;
     int nthreads;
@@ -36,6 +37,9 @@ typedef struct {
 /* declares "<layer_prefix><i>." blocks and "<fnorm_prefix>" final norm (when cfg->prenorm) */
 mega_status mega_stack_declare(mega_stack *s, mega_params *P, const char *layer_prefix, const char *fnorm_prefix,
                                const mega_block_cfg *cfg, int layers, int fnorm_affine);
+/* a second stack over the same blocks (own activation buffers): the second tower of a two-tower
+ * model, which the official code encodes in a separate pass */
+void mega_stack_share(mega_stack *dst, const mega_stack *src);
 void mega_stack_init(const mega_stack *s, real *W, mega_rng *rng);
 void mega_stack_free(mega_stack *s);
 mega_status mega_stack_reserve(mega_stack *s, int B, int T);

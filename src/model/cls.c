@@ -1,0 +1,597 @@
+/*
+ * Long-sequence classifier (official fairseq/models/lra/mega_lra_encoder.py MegaLRAEncoder and
+ * fairseq/models/lra/model.py LRAModel; SPEC §2.13):
+ *   token inputs are right-padded with padding_idx to a chunk multiple when T > chunk (official);
+ *   x = Emb[tokens] (no scale) or x = v*w + b (RealNumberEmbedding); dropout; pads zeroed
+ *   bidirectional Mega blocks (pad mask), final norm when prenorm, pads zeroed
+ *   rep = sum_t x_t / length (mean, "mp") or x_0 ("cls"); two-tower: [rep(doc2), rep(doc1)]
+ *   head: classifier_layers x [act(dropout(Linear))], then sentence_projection (no bias)
+ */
+#include "model/modelio.h"
+#include "model/stack.h"
+
+#include <cjson/cJSON.h>
+
+enum { SITE_EMBED = 7, SITE_HEAD = 9 };
+
+typedef struct {
+    mega_stack st;
+    int B, T, Tp;
+    int32_t *tok;
+    uint8_t *pad;
+    size_t tokcap;
+    int any_pad;
+    const mega_real *vals;
+    const int32_t *len;
+    real *rep; /* [B, D] pooled */
+} cls_pass;
+
+struct mega_cls {
+    mega_cls_config cfg;
+    mega_block_cfg bcfg;
+    mega_params P;
+    size_t emb, emb_w, emb_b;   /* token table, or real-embedding weight/bias */
+    size_t *hw, *hb;            /* head layers */
+    size_t proj;
+    int in_dim, head_dim;       /* rep width (D or 2D), head width */
+    cls_pass pass[2];
+    int Bmax;
+    real *hbuf;                 /* head activations: [layers+1][B][max(in,out)] pre and post */
+    real *logits, *dlog;        /* [B, C] */
+    int32_t *tgt;
+    int B, has_targets;
+    mega_lm_run run;
+};
+
+void mega_cls_config_default(mega_cls_config *c) {
+    memset(c, 0, sizeof *c);
+    c->layers = 2, c->embed_dim = 64, c->z_dim = 32, c->hidden_dim = 128, c->n_dim = 16, c->ffn_dim = 128;
+    c->chunk_size = -1, c->truncation = 0, c->max_positions = 4096;
+    c->attention_activation = MEGA_ATTN_SOFTMAX, c->rotary = 0, c->norm_type = MEGA_NORM_LAYER;
+    c->prenorm = 0, c->norm_affine = 1, c->final_norm_affine = 1, c->activation = MEGA_ACT_SILU;
+    c->embedding = MEGA_EMBED_TOKEN, c->vocab_size = 257, c->padding_idx = 256;
+    c->pool = MEGA_POOL_MEAN, c->classifier_layers = 1, c->classifier_out_dim = 128;
+    c->classifier_activation = MEGA_ACT_GELU, c->num_classes = 2, c->two_tower = 0;
+}
+
+static void block_cfg_of(const mega_cls_config *c, mega_block_cfg *b) {
+    memset(b, 0, sizeof *b);
+    b->D = c->embed_dim, b->Z = c->z_dim, b->E = c->hidden_dim, b->N = c->n_dim, b->F = c->ffn_dim;
+    b->chunk = c->chunk_size, b->trunc = c->truncation, b->max_positions = c->max_positions;
+    b->attn_fn = c->attention_activation, b->rotary = c->rotary, b->bidir = 1;
+    b->prenorm = c->prenorm, b->norm_affine = c->norm_affine, b->norm = c->norm_type, b->act = c->activation;
+    b->dropout = c->dropout, b->attn_dropout = c->attention_dropout, b->hidden_dropout = c->hidden_dropout;
+    b->act_dropout = c->activation_dropout;
+}
+
+mega_status mega_cls_config_check(const mega_cls_config *c) {
+    if (c->layers < 1 || c->layers > 1024) MEGA_FAIL(MEGA_ERR_INVALID, "layers must be in [1, 1024] (got %d)", c->layers);
+    if (c->num_classes < 2 || c->num_classes > 1 << 20) MEGA_FAIL(MEGA_ERR_INVALID, "classes must be in [2, 2^20] (got %d)", c->num_classes);
+    if (c->classifier_layers < 0 || c->classifier_layers > 16) MEGA_FAIL(MEGA_ERR_INVALID, "classifier layers must be in [0, 16]");
+    if (c->classifier_layers > 0 && (c->classifier_out_dim < 1 || c->classifier_out_dim > 1 << 20))
+        MEGA_FAIL(MEGA_ERR_INVALID, "classifier width must be positive (got %d)", c->classifier_out_dim);
+    if (c->embedding == MEGA_EMBED_TOKEN) {
+        if (c->vocab_size < 2 || c->vocab_size > 1 << 24) MEGA_FAIL(MEGA_ERR_INVALID, "vocab size must be in [2, 2^24] (got %d)", c->vocab_size);
+        if (c->padding_idx < 0 || c->padding_idx >= c->vocab_size)
+            MEGA_FAIL(MEGA_ERR_INVALID, "padding index %d is outside the vocabulary of %d", c->padding_idx, c->vocab_size);
+    } else if (c->embedding != MEGA_EMBED_REAL) {
+        MEGA_FAIL(MEGA_ERR_INVALID, "unknown embedding kind");
+    }
+    if (c->pool != MEGA_POOL_MEAN && c->pool != MEGA_POOL_CLS) MEGA_FAIL(MEGA_ERR_INVALID, "unknown pooling");
+    mega_block_cfg b;
+    block_cfg_of(c, &b);
+    return mega_block_cfg_check(&b);
+}
+
+static void free_buffers(mega_cls *m) {
+    for (int k = 0; k < 2; k++) {
+        free(m->pass[k].tok);
+        free(m->pass[k].pad);
+        mega__free(m->pass[k].rep);
+        m->pass[k].tok = NULL, m->pass[k].pad = NULL, m->pass[k].rep = NULL, m->pass[k].tokcap = 0;
+    }
+    mega__free(m->hbuf);
+    mega__free(m->logits);
+    free(m->tgt);
+    m->hbuf = m->logits = NULL, m->tgt = NULL;
+    m->Bmax = 0;
+}
+
+mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out) {
+    *out = NULL;
+    MEGA_TRY(mega_cls_config_check(c));
+    mega_cls *m = calloc(1, sizeof *m);
+    if (!m) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    m->cfg = *c;
+    block_cfg_of(c, &m->bcfg);
+    mega_params_init(&m->P);
+    mega_status st;
+    const int64_t D = c->embed_dim;
+    if (c->embedding == MEGA_EMBED_TOKEN)
+        st = MEGA_PADD(&m->P, "encoder.encoder.", "embed_tokens.embed.weight", MEGA_P_DECAY, &m->emb, c->vocab_size, D);
+    else if (!(st = MEGA_PADD(&m->P, "encoder.encoder.", "embed_tokens.weight", 0, &m->emb_w, D)))
+        st = MEGA_PADD(&m->P, "encoder.encoder.", "embed_tokens.bias", 0, &m->emb_b, D);
+    if (st) goto fail;
+    if ((st = mega_stack_declare(&m->pass[0].st, &m->P, "encoder.encoder.layers.", "encoder.encoder.final_norm.norm.",
+                                 &m->bcfg, c->layers, c->final_norm_affine)))
+        goto fail;
+    if (c->two_tower) mega_stack_share(&m->pass[1].st, &m->pass[0].st);
+    m->in_dim = (c->two_tower ? 2 : 1) * c->embed_dim;
+    m->head_dim = c->classifier_layers > 0 ? c->classifier_out_dim : m->in_dim;
+    m->hw = calloc((size_t)c->classifier_layers + 1, sizeof(size_t));
+    m->hb = calloc((size_t)c->classifier_layers + 1, sizeof(size_t));
+    if (!m->hw || !m->hb) {
+        st = mega__error(MEGA_ERR_OOM, "out of memory");
+        goto fail;
+    }
+    for (int j = 0; j < c->classifier_layers; j++) {
+        char nm[64];
+        int64_t in = j == 0 ? m->in_dim : c->classifier_out_dim;
+        snprintf(nm, sizeof nm, "classifier.%d.0.weight", j);
+        if ((st = MEGA_PADD(&m->P, "", nm, MEGA_P_DECAY, &m->hw[j], c->classifier_out_dim, in))) goto fail;
+        snprintf(nm, sizeof nm, "classifier.%d.0.bias", j);
+        if ((st = MEGA_PADD(&m->P, "", nm, 0, &m->hb[j], c->classifier_out_dim))) goto fail;
+    }
+    if ((st = MEGA_PADD(&m->P, "", "sentence_projection_layer.weight", MEGA_P_DECAY, &m->proj, c->num_classes, m->head_dim)))
+        goto fail;
+    if ((st = mega_params_alloc(&m->P, 1))) goto fail;
+    mega_cls_init_params(m, 0);
+    *out = m;
+    return MEGA_OK;
+fail:
+    mega_cls_free(m);
+    return st;
+}
+
+void mega_cls_free(mega_cls *m) {
+    if (!m) return;
+    free_buffers(m);
+    mega_stack_free(&m->pass[1].st);
+    mega_stack_free(&m->pass[0].st);
+    mega_params_free(&m->P);
+    free(m->hw);
+    free(m->hb);
+    free(m);
+}
+
+const mega_cls_config *mega_cls_get_config(const mega_cls *m) { return &m->cfg; }
+mega_paramset *mega_cls_paramset(mega_cls *m) { return (mega_paramset *)&m->P; }
+const mega_real *mega_cls_logits(const mega_cls *m) { return m->logits; }
+
+static void xavier(real *w, size_t out, size_t in, mega_rng *rng) {
+    double a = sqrt(6.0 / (double)(in + out));
+    mega_fill_uniform(w, out * in, -a, a, rng);
+}
+
+void mega_cls_init_params(mega_cls *m, uint64_t seed) {
+    mega_rng rng;
+    mega_rng_seed(&rng, seed);
+    const mega_cls_config *c = &m->cfg;
+    const size_t D = (size_t)c->embed_dim;
+    real *W = m->P.data;
+    if (c->embedding == MEGA_EMBED_TOKEN) {
+        /* official LRA Embedding: N(0, D^-1/2) over the whole table, padding row included */
+        mega_fill_normal(W + m->emb, (size_t)c->vocab_size * D, 0, 1.0 / sqrt((double)D), &rng);
+    } else {
+        mega_fill_normal(W + m->emb_w, D, 0, 1.0, &rng); /* RealNumberEmbedding */
+        mega_fill_normal(W + m->emb_b, D, 0, 0.1, &rng);
+    }
+    mega_stack_init(&m->pass[0].st, W, &rng);
+    for (int j = 0; j < c->classifier_layers; j++) {
+        size_t in = (size_t)(j == 0 ? m->in_dim : c->classifier_out_dim);
+        xavier(W + m->hw[j], (size_t)c->classifier_out_dim, in, &rng);
+        mega_fill_const(W + m->hb[j], (size_t)c->classifier_out_dim, 0);
+    }
+    xavier(W + m->proj, (size_t)c->num_classes, (size_t)m->head_dim, &rng);
+}
+
+static int padded_len(const mega_cls *m, int T) {
+    int c = m->cfg.chunk_size;
+    /* official: token inputs are right-padded to a chunk multiple when longer than a chunk */
+    if (m->cfg.embedding == MEGA_EMBED_TOKEN && c > 0 && T > c && T % c) return (T + c - 1) / c * c;
+    return T;
+}
+
+static size_t head_width(const mega_cls *m) {
+    return (size_t)MEGA_MAX(MEGA_MAX(m->in_dim, m->head_dim), m->cfg.num_classes);
+}
+
+static mega_status reserve(mega_cls *m, int B) {
+    if (B <= m->Bmax) return MEGA_OK;
+    free_buffers(m);
+    const mega_cls_config *c = &m->cfg;
+    const size_t D = (size_t)c->embed_dim, HW = head_width(m);
+    int ok = 1;
+    m->hbuf = mega__calloc(2 * ((size_t)c->classifier_layers + 2) * (size_t)B * HW, sizeof(real));
+    m->logits = mega__calloc(2 * (size_t)B * c->num_classes, sizeof(real));
+    m->tgt = calloc((size_t)B, sizeof(int32_t));
+    ok = m->hbuf && m->logits && m->tgt;
+    for (int k = 0; k < 2 && ok; k++) {
+        m->pass[k].rep = mega__calloc((size_t)B * D, sizeof(real));
+        ok = m->pass[k].rep != NULL;
+    }
+    if (!ok) {
+        free_buffers(m);
+        MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving classifier buffers");
+    }
+    m->dlog = m->logits + (size_t)B * c->num_classes;
+    m->Bmax = B;
+    return MEGA_OK;
+}
+
+/* embed, run the stack, pool one input into p->rep */
+static mega_status encode(mega_cls *m, int k, const mega_cls_input *in, int B) {
+    const mega_cls_config *c = &m->cfg;
+    cls_pass *p = &m->pass[k];
+    if (in->T < 1) MEGA_FAIL(MEGA_ERR_INVALID, "sequence length must be positive");
+    if (!in->lengths) MEGA_FAIL(MEGA_ERR_INVALID, "lengths are required");
+    const int T = in->T, Tp = padded_len(m, T);
+    const size_t D = (size_t)c->embed_dim, R = (size_t)B * Tp;
+    MEGA_TRY(mega_stack_reserve(&p->st, B, Tp));
+    const size_t cap = (size_t)p->st.Bmax * p->st.Tmax;
+    if (p->tokcap < cap) {
+        free(p->tok), free(p->pad);
+        p->tok = calloc(cap, sizeof(int32_t));
+        p->pad = calloc(cap, 1);
+        p->tokcap = p->tok && p->pad ? cap : 0;
+        if (!p->tokcap) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    }
+    p->B = B, p->T = T, p->Tp = Tp, p->len = in->lengths, p->vals = in->values;
+    for (int b = 0; b < B; b++)
+        if (in->lengths[b] < 1 || in->lengths[b] > T)
+            MEGA_FAIL(MEGA_ERR_INVALID, "length %d of sequence %d is outside [1, %d]", in->lengths[b], b, T);
+    real *W = m->P.data;
+    real *x = mega_stack_input(&p->st);
+    p->any_pad = 0;
+    if (c->embedding == MEGA_EMBED_TOKEN) {
+        if (!in->tokens) MEGA_FAIL(MEGA_ERR_INVALID, "this classifier takes token inputs");
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < Tp; t++) {
+                size_t r = (size_t)b * Tp + t;
+                int32_t tk = (t < T && t < in->lengths[b]) ? in->tokens[(size_t)b * T + t] : c->padding_idx;
+                if (tk < 0 || tk >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "token %d is outside the vocabulary of %d", tk, c->vocab_size);
+                p->tok[r] = tk;
+                p->pad[r] = tk == c->padding_idx;
+                p->any_pad |= p->pad[r];
+            }
+        mega_embedding_forward(x, W + m->emb, p->tok, p->pad, R, D, 1);
+    } else {
+        if (!in->values) MEGA_FAIL(MEGA_ERR_INVALID, "this classifier takes real-valued inputs");
+        /* RealNumberEmbedding; the official encoder builds no padding mask for real inputs */
+        const real *w = W + m->emb_w, *bb = W + m->emb_b;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < Tp; t++) {
+                real v = in->values[(size_t)b * T + t];
+                real *xr = x + ((size_t)b * Tp + t) * D;
+                for (size_t d = 0; d < D; d++) xr[d] = v * w[d] + bb[d];
+            }
+    }
+    const int train = m->run.training;
+    uint64_t key = mega__subkey(m->run.key, 1000 + (uint64_t)k);
+    if (train && c->dropout > 0) {
+        mega_dropout(x, x, R * D, c->dropout, mega__subkey(key, SITE_EMBED));
+        if (p->any_pad)
+            for (size_t r = 0; r < R; r++)
+                if (p->pad[r]) memset(x + r * D, 0, D * sizeof(real));
+    }
+    const real *feat;
+    MEGA_TRY(mega_stack_forward(&p->st, W, p->any_pad ? p->pad : NULL, B, Tp, train, key, &feat));
+    for (int b = 0; b < B; b++) {
+        real *rep = p->rep + (size_t)b * D;
+        const real *fb = feat + (size_t)b * Tp * D;
+        if (c->pool == MEGA_POOL_CLS) {
+            memcpy(rep, fb, D * sizeof(real));
+        } else {
+            /* official "mp": sum over all positions (pads are zero) / true length */
+            for (size_t d = 0; d < D; d++) rep[d] = 0;
+            for (int t = 0; t < Tp; t++)
+                for (size_t d = 0; d < D; d++) rep[d] += fb[(size_t)t * D + d];
+            real inv = (real)1 / (real)in->lengths[b];
+            for (size_t d = 0; d < D; d++) rep[d] *= inv;
+        }
+    }
+    return MEGA_OK;
+}
+
+const mega_real *mega_cls_hidden(const mega_cls *m, int which, int i, int *Tp) {
+    if (which < 0 || which > 1 || i < 0 || i > m->cfg.layers || !m->pass[which].st.H) return NULL;
+    if (Tp) *Tp = m->pass[which].Tp;
+    return mega_stack_hidden(&m->pass[which].st, i);
+}
+
+/* head buffers: pre-activation z_j and output h_j for j = 0..layers (h_0 = input rep) */
+static real *hz(mega_cls *m, int j) { return m->hbuf + (2 * (size_t)j) * m->Bmax * head_width(m); }
+static real *hh(mega_cls *m, int j) { return m->hbuf + (2 * (size_t)j + 1) * m->Bmax * head_width(m); }
+
+mega_status mega_cls_forward(mega_cls *m, const mega_cls_input *in, const mega_cls_input *in2, int B,
+                             const int32_t *targets, const mega_lm_run *run, double *loss, int64_t *correct) {
+    const mega_cls_config *c = &m->cfg;
+    if (B < 1) MEGA_FAIL(MEGA_ERR_INVALID, "batch must be positive");
+    if (c->two_tower && !in2) MEGA_FAIL(MEGA_ERR_INVALID, "two-tower model needs a second input");
+    MEGA_TRY(reserve(m, B));
+    m->run = run ? *run : (mega_lm_run){0, 0};
+    m->B = B;
+    MEGA_TRY(encode(m, 0, in, B));
+    if (c->two_tower) MEGA_TRY(encode(m, 1, in2, B));
+    const size_t D = (size_t)c->embed_dim, C = (size_t)c->num_classes;
+    /* rep: [rep(doc2), rep(doc1)] for two towers (official concat order), else rep(doc1) */
+    real *h = hh(m, 0);
+    const size_t in0 = (size_t)m->in_dim;
+    for (int b = 0; b < B; b++) {
+        real *dst = h + (size_t)b * in0;
+        if (c->two_tower) {
+            memcpy(dst, m->pass[1].rep + (size_t)b * D, D * sizeof(real));
+            memcpy(dst + D, m->pass[0].rep + (size_t)b * D, D * sizeof(real));
+        } else {
+            memcpy(dst, m->pass[0].rep + (size_t)b * D, D * sizeof(real));
+        }
+    }
+    real *W = m->P.data;
+    size_t w_in = in0;
+    for (int j = 0; j < c->classifier_layers; j++) {
+        const size_t o = (size_t)c->classifier_out_dim;
+        real *z = hz(m, j + 1), *y = hh(m, j + 1);
+        mega_linear_forward(z, hh(m, j), W + m->hw[j], W + m->hb[j], (size_t)B, w_in, o);
+        /* official order: activation(dropout(linear(x))) */
+        if (m->run.training && c->dropout > 0)
+            mega_dropout(z, z, (size_t)B * o, c->dropout, mega__subkey(m->run.key, SITE_HEAD + (uint64_t)j));
+        mega_act_forward(c->classifier_activation, y, z, (size_t)B * o);
+        w_in = o;
+    }
+    mega_linear_forward(m->logits, hh(m, c->classifier_layers), W + m->proj, NULL, (size_t)B, w_in, C);
+    m->has_targets = targets != NULL;
+    double tot = 0;
+    int64_t ok = 0;
+    if (targets) {
+        for (int b = 0; b < B; b++) {
+            int32_t y = targets[b];
+            if (y < 0 || y >= (int)C) MEGA_FAIL(MEGA_ERR_INVALID, "label %d is outside [0, %zu)", y, C);
+            m->tgt[b] = y;
+            const real *l = m->logits + (size_t)b * C;
+            double mx = l[0], s = 0;
+            size_t am = 0;
+            for (size_t k = 1; k < C; k++)
+                if (l[k] > l[am]) am = k;
+            mx = l[am];
+            for (size_t k = 0; k < C; k++) s += exp((double)l[k] - mx);
+            double lse = mx + log(s);
+            tot += lse - (double)l[y];
+            ok += (int32_t)am == y;
+            real *g = m->dlog + (size_t)b * C;
+            for (size_t k = 0; k < C; k++) g[k] = (real)exp((double)l[k] - lse);
+            g[y] -= 1;
+        }
+    }
+    if (loss) *loss = targets ? tot / B : 0;
+    if (correct) *correct = ok;
+    return MEGA_OK;
+}
+
+/* backward of one tower from d rep [B, D] (stride ld) */
+static void decode_back(mega_cls *m, int k, const real *drep, size_t ld) {
+    const mega_cls_config *c = &m->cfg;
+    cls_pass *p = &m->pass[k];
+    const int B = p->B, Tp = p->Tp;
+    const size_t D = (size_t)c->embed_dim, R = (size_t)B * Tp;
+    real *dfeat = p->st.dx;
+    for (int b = 0; b < B; b++) {
+        const real *g = drep + (size_t)b * ld;
+        real *df = dfeat + (size_t)b * Tp * D;
+        memset(df, 0, (size_t)Tp * D * sizeof(real));
+        if (c->pool == MEGA_POOL_CLS) {
+            memcpy(df, g, D * sizeof(real));
+        } else {
+            real inv = (real)1 / (real)p->len[b];
+            for (int t = 0; t < Tp; t++)
+                for (size_t d = 0; d < D; d++) df[(size_t)t * D + d] = g[d] * inv;
+        }
+    }
+    const int train = m->run.training;
+    uint64_t key = mega__subkey(m->run.key, 1000 + (uint64_t)k);
+    real *W = m->P.data, *dW = m->P.grad;
+    real *dx = mega_stack_backward(&p->st, W, dW, dfeat, train, key);
+    if (train && c->dropout > 0) mega_dropout(dx, dx, R * D, c->dropout, mega__subkey(key, SITE_EMBED));
+    if (c->embedding == MEGA_EMBED_TOKEN) {
+        mega_embedding_backward(dW + m->emb, dx, p->tok, p->any_pad ? p->pad : NULL, R, D, 1, c->padding_idx);
+    } else {
+        real *dw = dW + m->emb_w, *db = dW + m->emb_b;
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < Tp; t++) {
+                real v = p->vals[(size_t)b * p->T + t];
+                const real *g = dx + ((size_t)b * Tp + t) * D;
+                for (size_t d = 0; d < D; d++) dw[d] += g[d] * v, db[d] += g[d];
+            }
+    }
+}
+
+mega_status mega_cls_backward(mega_cls *m, double scale) {
+    const mega_cls_config *c = &m->cfg;
+    if (!m->has_targets) MEGA_FAIL(MEGA_ERR_INVALID, "backward needs a forward with targets");
+    m->has_targets = 0;
+    const int B = m->B;
+    const size_t C = (size_t)c->num_classes, D = (size_t)c->embed_dim;
+    real *W = m->P.data, *dW = m->P.grad;
+    real *g = m->dlog;
+    const real sc = (real)(scale / B);
+    for (size_t i = 0; i < (size_t)B * C; i++) g[i] *= sc;
+    /* head, in reverse; dh buffers reuse the z slots */
+    size_t w_in = (size_t)(c->classifier_layers > 0 ? c->classifier_out_dim : m->in_dim);
+    real *dh = hz(m, 0); /* z_0 is unused in the forward: scratch for d h */
+    mega_linear_backward(dh, dW + m->proj, NULL, g, hh(m, c->classifier_layers), W + m->proj, (size_t)B, w_in, C, 0);
+    for (int j = c->classifier_layers - 1; j >= 0; j--) {
+        const size_t o = (size_t)c->classifier_out_dim, in = (size_t)(j == 0 ? m->in_dim : c->classifier_out_dim);
+        real *z = hz(m, j + 1);
+        /* dz = dh * act'(z) (z holds the dropped pre-activation), then dropout */
+        mega_act_backward(c->classifier_activation, z, dh, z, (size_t)B * o);
+        if (m->run.training && c->dropout > 0)
+            mega_dropout(z, z, (size_t)B * o, c->dropout, mega__subkey(m->run.key, SITE_HEAD + (uint64_t)j));
+        mega_linear_backward(dh, dW + m->hw[j], dW + m->hb[j], z, hh(m, j), W + m->hw[j], (size_t)B, in, o, 0);
+    }
+    /* dh now holds d rep [B, in_dim] */
+    if (c->two_tower) {
+        decode_back(m, 1, dh, (size_t)m->in_dim);
+        decode_back(m, 0, dh + D, (size_t)m->in_dim);
+    } else {
+        decode_back(m, 0, dh, D);
+    }
+    return MEGA_OK;
+}
+
+/* ---- config JSON and checkpoints ------------------------------------------------------------ */
+
+char *mega_cls_config_to_json(const mega_cls_config *c) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddStringToObject(o, "model", "mega_cls");
+    cJSON_AddNumberToObject(o, "layers", c->layers);
+    cJSON_AddNumberToObject(o, "embed-dim", c->embed_dim);
+    cJSON_AddNumberToObject(o, "z-dim", c->z_dim);
+    cJSON_AddNumberToObject(o, "hidden-dim", c->hidden_dim);
+    cJSON_AddNumberToObject(o, "n-dim", c->n_dim);
+    cJSON_AddNumberToObject(o, "ffn-dim", c->ffn_dim);
+    cJSON_AddNumberToObject(o, "chunk-size", c->chunk_size);
+    cJSON_AddNumberToObject(o, "truncation", c->truncation);
+    cJSON_AddNumberToObject(o, "max-positions", c->max_positions);
+    cJSON_AddStringToObject(o, "attention-activation", mega_attn_fn_name(c->attention_activation));
+    cJSON_AddStringToObject(o, "rel-pos-bias", c->rotary ? "rotary" : "simple");
+    cJSON_AddStringToObject(o, "norm-type", mega_norm_name(c->norm_type));
+    cJSON_AddBoolToObject(o, "prenorm", c->prenorm);
+    cJSON_AddBoolToObject(o, "norm-affine", c->norm_affine);
+    cJSON_AddBoolToObject(o, "final-norm-affine", c->final_norm_affine);
+    cJSON_AddStringToObject(o, "activation", mega_act_name(c->activation));
+    cJSON_AddStringToObject(o, "embedding", c->embedding == MEGA_EMBED_TOKEN ? "token" : "real");
+    cJSON_AddNumberToObject(o, "vocab-size", c->vocab_size);
+    cJSON_AddNumberToObject(o, "padding-idx", c->padding_idx);
+    cJSON_AddStringToObject(o, "pool", c->pool == MEGA_POOL_MEAN ? "mean" : "cls");
+    cJSON_AddNumberToObject(o, "classifier-layers", c->classifier_layers);
+    cJSON_AddNumberToObject(o, "classifier-dim", c->classifier_out_dim);
+    cJSON_AddStringToObject(o, "classifier-activation", mega_act_name(c->classifier_activation));
+    cJSON_AddNumberToObject(o, "classes", c->num_classes);
+    cJSON_AddBoolToObject(o, "two-tower", c->two_tower);
+    cJSON_AddNumberToObject(o, "dropout", c->dropout);
+    cJSON_AddNumberToObject(o, "attention-dropout", c->attention_dropout);
+    cJSON_AddNumberToObject(o, "hidden-dropout", c->hidden_dropout);
+    cJSON_AddNumberToObject(o, "activation-dropout", c->activation_dropout);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static int p_embed(const char *s, void *d) {
+    if (!strcmp(s, "token") || !strcmp(s, "sparse")) *(mega_embed_kind *)d = MEGA_EMBED_TOKEN;
+    else if (!strcmp(s, "real") || !strcmp(s, "linear")) *(mega_embed_kind *)d = MEGA_EMBED_REAL;
+    else return -1;
+    return 0;
+}
+static int p_pool(const char *s, void *d) {
+    if (!strcmp(s, "mean") || !strcmp(s, "mp")) *(mega_pool_kind *)d = MEGA_POOL_MEAN;
+    else if (!strcmp(s, "cls")) *(mega_pool_kind *)d = MEGA_POOL_CLS;
+    else return -1;
+    return 0;
+}
+
+mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c) {
+    mega_cls_config_default(c);
+    cJSON *o = cJSON_Parse(json);
+    if (!o || !cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        MEGA_FAIL(MEGA_ERR_FORMAT, "model config is not a JSON object");
+    }
+    mega_json_reader r = {o, MEGA_OK};
+    if (cJSON_GetObjectItemCaseSensitive(o, "encoder_layers")) {
+        /* official LRA argument names (as in the reference fixtures) */
+        mega_json_int(&r, "encoder_layers", &c->layers);
+        mega_json_int(&r, "encoder_embed_dim", &c->embed_dim);
+        mega_json_int(&r, "encoder_z_dim", &c->z_dim);
+        mega_json_int(&r, "encoder_hidden_dim", &c->hidden_dim);
+        mega_json_int(&r, "encoder_n_dim", &c->n_dim);
+        mega_json_int(&r, "encoder_ffn_embed_dim", &c->ffn_dim);
+        mega_json_int(&r, "encoder_chunk_size", &c->chunk_size);
+        mega_json_int(&r, "truncation_length", &c->truncation);
+        mega_json_int(&r, "max_positions", &c->max_positions);
+        mega_json_enum(&r, "attention_activation_fn", mega_json_parse_attn, &c->attention_activation);
+        mega_json_enum(&r, "rel_pos_bias", mega_json_parse_relpos, &c->rotary);
+        mega_json_enum(&r, "normalization_type", mega_json_parse_norm, &c->norm_type);
+        c->prenorm = 0;
+        mega_json_bool(&r, "normalize_before", &c->prenorm, 0);
+        mega_json_enum(&r, "activation_fn", mega_json_parse_act, &c->activation);
+        mega_json_enum(&r, "embedding_type", p_embed, &c->embedding);
+        mega_json_enum(&r, "sen_rep_type", p_pool, &c->pool);
+        mega_json_int(&r, "classifier_layers", &c->classifier_layers);
+        mega_json_int(&r, "classifier_out_dim", &c->classifier_out_dim);
+        mega_json_enum(&r, "classifier_activation_fn", mega_json_parse_act, &c->classifier_activation);
+        mega_json_int(&r, "sentence_class_num", &c->num_classes);
+        mega_json_int(&r, "vocab_size", &c->vocab_size);
+        mega_json_int(&r, "padding_idx", &c->padding_idx);
+        mega_json_bool(&r, "two_tower", &c->two_tower, 0);
+    } else {
+        const cJSON *mdl = cJSON_GetObjectItemCaseSensitive(o, "model");
+        if (mdl && (!cJSON_IsString(mdl) || strcmp(mdl->valuestring, "mega_cls"))) {
+            cJSON_Delete(o);
+            MEGA_FAIL(MEGA_ERR_FORMAT, "config describes a '%s' model, not a classifier (mega_cls)",
+                      cJSON_IsString(mdl) ? mdl->valuestring : "?");
+        }
+        mega_json_int(&r, "layers", &c->layers);
+        mega_json_int(&r, "embed-dim", &c->embed_dim);
+        mega_json_int(&r, "z-dim", &c->z_dim);
+        mega_json_int(&r, "hidden-dim", &c->hidden_dim);
+        mega_json_int(&r, "n-dim", &c->n_dim);
+        mega_json_int(&r, "ffn-dim", &c->ffn_dim);
+        mega_json_int(&r, "chunk-size", &c->chunk_size);
+        mega_json_int(&r, "truncation", &c->truncation);
+        mega_json_int(&r, "max-positions", &c->max_positions);
+        mega_json_enum(&r, "attention-activation", mega_json_parse_attn, &c->attention_activation);
+        mega_json_enum(&r, "rel-pos-bias", mega_json_parse_relpos, &c->rotary);
+        mega_json_enum(&r, "norm-type", mega_json_parse_norm, &c->norm_type);
+        mega_json_bool(&r, "prenorm", &c->prenorm, 0);
+        mega_json_bool(&r, "norm-affine", &c->norm_affine, 0);
+        mega_json_bool(&r, "final-norm-affine", &c->final_norm_affine, 0);
+        mega_json_enum(&r, "activation", mega_json_parse_act, &c->activation);
+        mega_json_enum(&r, "embedding", p_embed, &c->embedding);
+        mega_json_int(&r, "vocab-size", &c->vocab_size);
+        mega_json_int(&r, "padding-idx", &c->padding_idx);
+        mega_json_enum(&r, "pool", p_pool, &c->pool);
+        mega_json_int(&r, "classifier-layers", &c->classifier_layers);
+        mega_json_int(&r, "classifier-dim", &c->classifier_out_dim);
+        mega_json_enum(&r, "classifier-activation", mega_json_parse_act, &c->classifier_activation);
+        mega_json_int(&r, "classes", &c->num_classes);
+        mega_json_bool(&r, "two-tower", &c->two_tower, 0);
+        mega_json_flt(&r, "dropout", &c->dropout);
+        mega_json_flt(&r, "attention-dropout", &c->attention_dropout);
+        mega_json_flt(&r, "hidden-dropout", &c->hidden_dropout);
+        mega_json_flt(&r, "activation-dropout", &c->activation_dropout);
+    }
+    cJSON_Delete(o);
+    if (r.st) return r.st;
+    if (c->classifier_layers == 0) c->classifier_out_dim = 0;
+    return mega_cls_config_check(c);
+}
+
+mega_status mega_cls_save_ex(const mega_cls *m, const char *path, const char *const *kv) {
+    char *cfg = mega_cls_config_to_json(&m->cfg);
+    if (!cfg) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    mega_status st = mega__model_save(&m->P, path, cfg, kv);
+    free(cfg);
+    return st;
+}
+
+mega_status mega_cls_load(const char *path, mega_cls **out) {
+    *out = NULL;
+    mega_st_file *f;
+    const char *cfgs;
+    MEGA_TRY(mega__model_open(path, &f, &cfgs));
+    mega_cls_config c;
+    mega_status st = mega_cls_config_from_json(cfgs, &c);
+    if (st) st = mega__error_prefix(st, path);
+    else if (!(st = mega_cls_create(&c, out))) {
+        static const char *const ignore[] = {"_float_tensor", NULL};
+        st = mega_params_load(&(*out)->P, (*out)->P.data, f, "", ignore, 0);
+        if (st) {
+            st = mega__error_prefix(st, path);
+            mega_cls_free(*out);
+            *out = NULL;
+        }
+    }
+    mega_st_close(f);
+    return st;
+}
