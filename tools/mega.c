@@ -1,4 +1,5 @@
 /* The mega command-line tool: train, evaluate and run Mega language models. */
+#include "cls_data.h"
 #include "common.h"
 #include <stdio.h>
 #include <string.h>
@@ -6,11 +7,13 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: mega <command> [options]     ('mega <command> --help' lists every flag and default)\n\n"
                "commands:\n"
-               "  train      train a byte-level Mega language model (--data FILE --out DIR)\n"
-               "  eval       loss and bits per byte of a model on a text file (streaming, state carried)\n"
+               "  train      train a byte-level Mega language model, or a classifier (--task classify)\n"
+               "  eval       bits per byte of a language model (streaming), or a classifier's accuracy\n"
                "  generate   sample text from a model, token by token\n"
+               "  predict    print one predicted label per input (classifiers)\n"
                "  info       print a model's config and parameter count\n"
                "  plot       write an SVG of the training and validation curves of a run\n"
+               "  listops    generate the ListOps task of the Long Range Arena (--out DIR)\n"
                "  version    version and build description\n"
                "  help       this text\n");
 }
@@ -43,6 +46,8 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "generate")) return cmd_generate(argc, argv);
     if (!strcmp(c, "info")) return cmd_info(argc, argv);
     if (!strcmp(c, "plot")) return cmd_plot(argc, argv);
+    if (!strcmp(c, "predict")) return cmd_predict(argc, argv);
+    if (!strcmp(c, "listops")) return cmd_listops(argc, argv);
     fprintf(stderr, "mega: error: unknown command '%s' (see 'mega help')\n", c);
     return 2;
 }

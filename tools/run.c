@@ -1,4 +1,5 @@
 /* mega eval / generate / info: using a trained language model. */
+#include "cls_data.h"
 #include "common.h"
 
 #include <math.h>
@@ -38,11 +39,149 @@ static int load_model(const char *arg, int chunk_override, mega_lm **out) {
     return 0;
 }
 
+/* ---- classifiers ---------------------------------------------------------------------- */
+
+int cls_load_any(const char *format, const char *data, const char *images, const char *labels, const cls_load_opts *o,
+                 cls_dataset *d); /* task_cls.c */
+int cls_evaluate(mega_cls *m, const cls_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
+                 int64_t *correct, int *pred, int verbose);
+
+/* the kind of model stored at path: "mega_lm" or "mega_cls" (NULL if unreadable) */
+static const char *model_kind(const char *path, char *buf, size_t n) {
+    mega_st_file *f;
+    if (mega_st_open(path, &f) != MEGA_OK) return NULL;
+    const char *cfg = mega_st_meta(f, "config");
+    snprintf(buf, n, "%s", cfg && strstr(cfg, "\"mega_cls\"") ? "mega_cls" : "mega_lm");
+    if (cfg && strstr(cfg, "encoder_layers")) snprintf(buf, n, "mega_cls");
+    mega_st_close(f);
+    return buf;
+}
+
+typedef struct {
+    mega_cls *m;
+    cls_classes classes;
+    cls_vocab vocab;
+    char format[16];
+} cls_model;
+
+static int load_cls_model(const char *arg, cls_model *cm) {
+    char p[4096];
+    model_path(arg, p, sizeof p);
+    memset(cm, 0, sizeof *cm);
+    if (mega_cls_load(p, &cm->m) != MEGA_OK) return cli_error("%s", mega_last_error());
+    mega_st_file *f;
+    if (mega_st_open(p, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const char *cj = mega_st_meta(f, "classes"), *vj = mega_st_meta(f, "vocab"), *fm = mega_st_meta(f, "data-format");
+    int bad = !cj || !vj || cls_classes_from_json(cj, &cm->classes) || cls_vocab_from_json(vj, &cm->vocab);
+    snprintf(cm->format, sizeof cm->format, "%s", fm ? fm : "auto");
+    mega_st_close(f);
+    if (bad) return cli_error("%s: no readable vocabulary/classes in the metadata (was it written by mega train --task classify?)", p);
+    return 0;
+}
+
+static void free_cls_model(cls_model *cm) {
+    mega_cls_free(cm->m);
+    cls_classes_free(&cm->classes);
+}
+
+static int load_cls_data(const cls_model *cm, const char *data, const char *images, const char *labels, int seq_len,
+                         cls_dataset *d) {
+    cls_load_opts o;
+    memset(&o, 0, sizeof o);
+    o.max_len = seq_len;
+    o.keep_parens = cm->vocab.keep_parens;
+    o.real = cm->vocab.real, o.mean = cm->vocab.mean, o.std = cm->vocab.std;
+    o.classes = &cm->classes;
+    const char *fmt = strcmp(cm->format, "idx") ? cm->format : "idx";
+    return cls_load_any(fmt, data, images, labels, &o, d);
+}
+
+static int eval_classifier(const char *model, const char *data, const char *images, const char *labels, int seq_len,
+                           int batch, int confusion, int quiet) {
+    cls_model cm;
+    if (load_cls_model(model, &cm)) return free_cls_model(&cm), 2;
+    cls_dataset d;
+    memset(&d, 0, sizeof d);
+    if (load_cls_data(&cm, data, images, labels, seq_len, &d)) return free_cls_model(&cm), 2;
+    const int C = mega_cls_get_config(cm.m)->num_classes;
+    int *idx = malloc((size_t)d.n * sizeof(int)), *pred = malloc((size_t)d.n * sizeof(int));
+    for (int i = 0; i < d.n; i++) idx[i] = i;
+    double loss, t0 = now_sec();
+    int64_t ok;
+    int rc = cls_evaluate(cm.m, &d, idx, d.n, batch, seq_len, &loss, &ok, pred, !quiet);
+    if (!rc) {
+        printf("accuracy %.4f (%lld/%d) | loss %.4f | %d examples, %d classes, %.1f s\n", (double)ok / d.n, (long long)ok,
+               d.n, loss, d.n, C, now_sec() - t0);
+        if (confusion) {
+            int64_t *cm_ = calloc((size_t)C * C, sizeof(int64_t));
+            for (int i = 0; i < d.n; i++) cm_[(size_t)d.label[i] * C + pred[i]]++;
+            printf("confusion matrix (rows: true label, columns: predicted)\n%10s", "");
+            for (int k = 0; k < C; k++) printf(" %8.8s", k < cm.classes.n ? cm.classes.names[k] : "?");
+            printf("\n");
+            for (int r = 0; r < C; r++) {
+                printf("%10.10s", r < cm.classes.n ? cm.classes.names[r] : "?");
+                for (int k = 0; k < C; k++) printf(" %8lld", (long long)cm_[(size_t)r * C + k]);
+                printf("\n");
+            }
+            free(cm_);
+        }
+    }
+    free(idx), free(pred);
+    cls_dataset_free(&d);
+    free_cls_model(&cm);
+    return rc ? 2 : 0;
+}
+
+int cmd_predict(int argc, char **argv) {
+    const char *model = NULL, *data = NULL, *images = NULL, *labels = NULL;
+    int seq_len = 1 << 20, batch = 32, threads = 0;
+    cli_flag fl[] = {
+        {"model", F_STR, &model, "classifier checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
+        {"data", F_STR, &data, "inputs in the training format (the label column is read but not used)", NULL, 1, 0, 0},
+        {"images", F_STR, &images, "IDX images (with --labels)", NULL, 1, 0, 0},
+        {"labels", F_STR, &labels, "IDX labels", NULL, 1, 0, 0},
+        {"seq-len", F_INT, &seq_len, "truncate inputs to this many tokens", NULL, 1, 1 << 24, 0},
+        {"batch", F_INT, &batch, "examples per forward pass", NULL, 1, 1 << 16, 0},
+        {"threads", F_INT, &threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
+        FL_END};
+    int r = cli_parse("predict", "--model DIR --data FILE   (prints one predicted label per input line)", fl, argc, argv, 2);
+    if (r) return r == 1 ? 0 : 2;
+    if (!model || (!data && !images)) return cli_error("--model and --data are required (see 'mega predict --help')"), 2;
+    mega_set_threads(threads);
+    char p[4096], kind[16];
+    model_path(model, p, sizeof p);
+    if (!file_exists(p)) return cli_error("no model at '%s'", model), 2;
+    if (!model_kind(p, kind, sizeof kind) || strcmp(kind, "mega_cls"))
+        return cli_error("'%s' is not a classifier (predict is for --task classify models)", model), 2;
+    cls_model cm;
+    if (load_cls_model(model, &cm)) return free_cls_model(&cm), 2;
+    cls_dataset d;
+    memset(&d, 0, sizeof d);
+    if (load_cls_data(&cm, data, images, labels, seq_len, &d)) return free_cls_model(&cm), 2;
+    int *idx = malloc((size_t)d.n * sizeof(int)), *pred = malloc((size_t)d.n * sizeof(int));
+    for (int i = 0; i < d.n; i++) idx[i] = i;
+    double loss;
+    int64_t ok;
+    int rc = cls_evaluate(cm.m, &d, idx, d.n, batch, seq_len, &loss, &ok, pred, 0);
+    if (!rc)
+        for (int i = 0; i < d.n; i++) printf("%s\n", pred[i] < cm.classes.n ? cm.classes.names[pred[i]] : "?");
+    free(idx), free(pred);
+    cls_dataset_free(&d);
+    free_cls_model(&cm);
+    return rc ? 2 : 0;
+}
+
 int cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL;
-    int seq_len = 0, chunk = 0, threads = 0, quiet = 0;
+    int seq_len = 0, chunk = 0, threads = 0, quiet = 0, confusion = 0, batch = 32;
     int64_t max_bytes = 0;
+    const char *task = "auto", *images = NULL, *labels = NULL;
     cli_flag fl[] = {
+        {"task", F_ENUM, &task, "lm or classify (auto: from the model)", "auto|lm|classify", 1, 0, 0},
+        {"images", F_STR, &images, "classify: IDX images (with --labels)", NULL, 1, 0, 0},
+        {"labels", F_STR, &labels, "classify: IDX labels", NULL, 1, 0, 0},
+        {"confusion", F_SET, &confusion, "classify: print the confusion matrix", NULL, 1, 0, 0},
+        {"batch", F_INT, &batch, "classify: examples per forward pass", NULL, 1, 1 << 16, 0},
         {"model", F_STR, &model, "checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
         {"data", F_STR, &data, "text to score (bytes)", NULL, 1, 0, 0},
         {"seq-len", F_INT, &seq_len, "segment length fed per call, state carried across segments (0 = the chunk size, or 2048 for full attention, where each segment restarts)", NULL, 0, 1 << 24, 0},
@@ -51,10 +190,20 @@ int cmd_eval(int argc, char **argv) {
         {"threads", F_INT, &threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
         {"quiet", F_SET, &quiet, "no progress output", NULL, 1, 0, 0},
         FL_END};
-    int r = cli_parse("eval", "--model DIR --data FILE [--seq-len L] [--chunk-size C]", fl, argc, argv, 2);
+    int r = cli_parse("eval", "--model DIR --data FILE [--seq-len L] [--chunk-size C] [--task classify --confusion]", fl, argc, argv, 2);
     if (r) return r == 1 ? 0 : 2;
-    if (!model || !data) return cli_error("--model and --data are required (see 'mega eval --help')"), 2;
+    if (!model || (!data && !images)) return cli_error("--model and --data are required (see 'mega eval --help')"), 2;
     mega_set_threads(threads);
+    {
+        char p[4096], kind[16];
+        model_path(model, p, sizeof p);
+        if (!file_exists(p)) return cli_error("no model at '%s' (expected a checkpoint directory or a .safetensors file)", model), 2;
+        if (!model_kind(p, kind, sizeof kind)) return cli_error("%s", mega_last_error()), 2;
+        int is_cls = !strcmp(kind, "mega_cls");
+        if (!strcmp(task, "classify") && !is_cls) return cli_error("'%s' is a language model, not a classifier", model), 2;
+        if (!strcmp(task, "lm") && is_cls) return cli_error("'%s' is a classifier, not a language model", model), 2;
+        if (is_cls) return eval_classifier(model, data, images, labels, seq_len > 0 ? seq_len : 1 << 20, batch, confusion, quiet);
+    }
     mega_lm *m;
     if (load_model(model, chunk, &m)) return 2;
     bytes_t txt;
@@ -201,10 +350,20 @@ int cmd_info(int argc, char **argv) {
     int r = cli_parse("info", "--model DIR [--tensors]", fl, argc, argv, 2);
     if (r) return r == 1 ? 0 : 2;
     if (!model) return cli_error("--model is required (see 'mega info --help')"), 2;
+    char p[4096], kind[16];
+    model_path(model, p, sizeof p);
+    if (file_exists(p) && model_kind(p, kind, sizeof kind) && !strcmp(kind, "mega_cls")) {
+        cls_model cm;
+        if (load_cls_model(model, &cm)) return free_cls_model(&cm), 2;
+        char *js = mega_cls_config_to_json(mega_cls_get_config(cm.m));
+        printf("model      %s\nkind       mega_cls (classifier)\nparameters %zu\nclasses    %d\nconfig     %s\n", p,
+               mega_ps_trainable(mega_cls_paramset(cm.m)), cm.classes.n, js ? js : "");
+        free(js);
+        free_cls_model(&cm);
+        return 0;
+    }
     mega_lm *m;
     if (load_model(model, 0, &m)) return 2;
-    char p[4096];
-    model_path(model, p, sizeof p);
     mega_st_file *f = NULL;
     const char *step = NULL;
     if (mega_st_open(p, &f) == MEGA_OK) step = mega_st_meta(f, "step");

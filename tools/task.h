@@ -1,0 +1,52 @@
+/*
+ * A training task for `mega train`: the language model (task "lm") or the classifier (task
+ * "classify"). The generic loop in train.c owns the optimizer, the schedule, checkpoints, resume,
+ * logging and progress; a task owns its model, data, batches and validation metric.
+ */
+#ifndef MEGA_TASK_H
+#define MEGA_TASK_H
+#include "common.h"
+
+typedef struct train_args {
+    /* task and data */
+    const char *task, *data, *valid, *out, *preset;
+    const char *format, *images, *labels, *valid_images, *valid_labels;
+    double valid_fraction, pixel_mean, pixel_std;
+    int keep_parens;
+    /* model */
+    int layers, embed_dim, z_dim, hidden_dim, n_dim, ffn_dim, chunk_size, truncation, max_positions;
+    const char *attn, *relpos, *norm, *activation, *embedding, *pool, *classifier_activation;
+    int prenorm, postnorm, tie, no_scale, no_affine_final, classifier_layers, classifier_dim, classes;
+    double dropout, attention_dropout, hidden_dropout, activation_dropout;
+    /* training */
+    int64_t steps, warmup, seed, eval_every, save_every, log_every, eval_tokens, stop_after;
+    int batch, seq_len, threads, resume, decay_all, quiet;
+    int model_flags_seen; /* some model flag was given explicitly (checked against a resumed checkpoint) */
+    double lr, min_lr, weight_decay, clip, beta1, beta2, eps;
+    const char *schedule;
+} train_args;
+
+typedef struct task task;
+struct task {
+    const char *kind;        /* "lm" or "classify" */
+    const char *metric;      /* "bpb" or "acc" */
+    const char *unit;        /* throughput unit: "tok/s" */
+    mega_paramset *ps;
+    uint64_t data_hash, data_size; /* fingerprint of the training data (resume check) */
+    /* gradients of one training batch drawn with *rng (accumulated; the caller zeroes them) */
+    int (*step)(task *t, const train_args *a, uint64_t *rng, uint64_t key, double *loss, double *metric, int64_t *units);
+    /* validation loss and metric (bits per byte, accuracy); max_units caps the work (0 = all) */
+    int (*validate)(task *t, const train_args *a, int64_t max_units, double *loss, double *metric, int64_t *count);
+    mega_status (*save)(task *t, const char *path, const char *const *kv);
+    void (*describe)(task *t, const train_args *a, FILE *f);
+    void (*destroy)(task *t);
+    void *impl;
+};
+
+/* build from flags, or (resume) from the checkpoint at model_path with its config; the data is
+ * loaded in both cases. Print errors with cli_error and return non-zero on failure. */
+int lm_task_new(const train_args *a, const char *model_path, task **out);
+int cls_task_new(const train_args *a, const char *model_path, task **out);
+/* apply --preset defaults to every flag the user did not set; returns non-zero on an unknown preset */
+int cls_apply_preset(train_args *a, const cli_flag *flags);
+#endif

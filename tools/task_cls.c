@@ -1,0 +1,420 @@
+/* `mega train --task classify`: long-sequence classification (LRA style). */
+#include "cls_data.h"
+#include "task.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t task_rng_below(uint64_t *s, uint64_t n); /* train.c */
+
+/* ---- presets: the paper's Table 8 architectures with the official training scripts'
+ * defaults (examples/mega/README.lra.md, fairseq/models/lra/model.py mega_lra_* archs) ---- */
+typedef struct {
+    const char *name, *format, *attn, *norm, *embedding;
+    int layers, D, E, Z, F, chunk, prenorm, head;
+    double lr, wd, dropout;
+    int batch, seq_len;
+    int64_t steps, warmup;
+    double pmean, pstd;
+} preset;
+
+static const preset PRESETS[] = {
+    /* ListOps: layernorm (the script; the arch default is scalenorm), post-norm, full attention */
+    {"lra-listops", "listops", "softmax", "layernorm", "token", 6, 80, 160, 64, 160, -1, 0, 160, 1e-3, 0.01, 0.1, 64, 2000, 90000, 3000, 0.5, 0.5},
+    {"lra-text", "text", "softmax", "scalenorm", "token", 4, 128, 256, 64, 256, -1, 0, 256, 4e-3, 0.01, 0.1, 50, 4000, 25000, 10000, 0.5, 0.5},
+    {"lra-retrieval", "pairs", "softmax", "scalenorm", "token", 6, 128, 256, 64, 256, -1, 0, 256, 3e-3, 0.04, 0.1, 64, 4000, 91960, 10000, 0.5, 0.5},
+    /* images: laplace, batchnorm, pre-norm, chunk 1024, real-valued pixels (CIFAR normalisation) */
+    {"lra-image", "idx", "laplace", "batchnorm", "real", 8, 160, 320, 96, 320, 1024, 1, 320, 1e-2, 0.02, 0.0, 50, 1024, 180000, 9000, 0.48, 0.24},
+    {"lra-pathfinder", "idx", "laplace", "batchnorm", "real", 6, 128, 256, 64, 256, 1024, 1, 256, 1e-2, 0.01, 0.0, 128, 1024, 250000, 50000, 0.5, 0.5},
+};
+
+int cls_apply_preset(train_args *a, const cli_flag *fl) {
+    /* classify defaults that differ from the language model's */
+    if (!cli_seen(fl, "chunk-size")) a->chunk_size = -1;
+    if (!cli_seen(fl, "prenorm")) a->prenorm = 0;
+    if (!cli_seen(fl, "seq-len")) a->seq_len = 4096;
+    if (!cli_seen(fl, "schedule")) a->schedule = "linear";
+    if (!cli_seen(fl, "min-lr")) a->min_lr = 0;
+    if (!cli_seen(fl, "eval-tokens")) a->eval_tokens = 0;
+    if (!cli_seen(fl, "truncation")) a->truncation = 1024;
+    if (!a->preset) return 0;
+    const preset *p = NULL;
+    for (size_t i = 0; i < sizeof PRESETS / sizeof *PRESETS; i++)
+        if (!strcmp(PRESETS[i].name, a->preset)) p = &PRESETS[i];
+    if (!p) return cli_error("unknown --preset '%s'", a->preset);
+#define SET(flag, field, val) if (!cli_seen(fl, flag)) a->field = (val)
+    SET("format", format, p->format);
+    SET("attention-activation", attn, p->attn);
+    SET("norm-type", norm, p->norm);
+    SET("embedding", embedding, p->embedding);
+    SET("layers", layers, p->layers);
+    SET("embed-dim", embed_dim, p->D);
+    SET("hidden-dim", hidden_dim, p->E);
+    SET("z-dim", z_dim, p->Z);
+    SET("ffn-dim", ffn_dim, p->F);
+    SET("n-dim", n_dim, 16);
+    SET("chunk-size", chunk_size, p->chunk);
+    if (!cli_seen(fl, "prenorm") && !cli_seen(fl, "postnorm")) a->prenorm = p->prenorm;
+    SET("classifier-layers", classifier_layers, 1);
+    SET("classifier-dim", classifier_dim, p->head);
+    SET("classifier-activation", classifier_activation, "gelu");
+    SET("pool", pool, "mean");
+    SET("rel-pos-bias", relpos, "simple");
+    SET("activation", activation, "silu");
+    SET("truncation", truncation, 1024);
+    SET("lr", lr, p->lr);
+    SET("weight-decay", weight_decay, p->wd);
+    SET("dropout", dropout, p->dropout);
+    SET("attention-dropout", attention_dropout, 0.0);
+    SET("batch", batch, p->batch);
+    SET("seq-len", seq_len, p->seq_len);
+    SET("steps", steps, p->steps);
+    SET("warmup", warmup, p->warmup);
+    SET("beta1", beta1, 0.9);
+    SET("beta2", beta2, 0.98);
+    SET("clip", clip, 1.0);
+    SET("pixel-mean", pixel_mean, p->pmean);
+    SET("pixel-std", pixel_std, p->pstd);
+#undef SET
+    return 0;
+}
+
+/* ---- data ------------------------------------------------------------------------------- */
+
+/* the format of a TSV from its first lines: ListOps header, 3+ fields = pairs, else text */
+static const char *detect_format(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return "text";
+    char line[8192];
+    const char *fmt = "text";
+    if (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "Source\t", 7)) fmt = "listops";
+        else {
+            int tabs = 0;
+            for (char *p = line; *p && *p != '\n'; p++) tabs += *p == '\t';
+            if (tabs >= 2) fmt = "pairs";
+        }
+    }
+    fclose(f);
+    return fmt;
+}
+
+int cls_load_any(const char *format, const char *data, const char *images, const char *labels, const cls_load_opts *o,
+                 cls_dataset *d) {
+    if (!strcmp(format, "idx") || (images && !data)) {
+        if (!images || !labels) return cli_error("IDX data needs both --images and --labels");
+        if (cls_load_idx(images, labels, o, d)) return cli_error("%s", cls_last_error());
+        return 0;
+    }
+    if (!data) return cli_error("--data FILE is required");
+    if (!strcmp(format, "auto")) format = detect_format(data);
+    int r = !strcmp(format, "listops") ? cls_load_listops(data, o, d)
+            : !strcmp(format, "pairs") ? cls_load_pairs(data, o, d)
+                                       : cls_load_text(data, o, d);
+    if (r) return cli_error("%s", cls_last_error());
+    if (d->n == 0) return cli_error("'%s' holds no examples", data);
+    return 0;
+}
+
+typedef struct {
+    mega_cls *m;
+    cls_dataset train, valid;
+    int n_train, valid_from_train; /* valid = the last examples of --data */
+    int *vidx;                     /* validation example indices (into train or valid) */
+    int n_valid;
+    cls_batch batch;
+    size_t cap, cap2; /* batch buffer capacities (elements) */
+    int capB;
+    int *idx;
+    char *vocab_json, *classes_json;
+    const char *format;
+} cls_task;
+
+static const cls_dataset *vset(const cls_task *C) { return C->valid_from_train ? &C->train : &C->valid; }
+
+/* run examples idx[0..n) through the model (forward only or with targets); the batch is shaped
+ * n x (longest example, at most maxlen) inside buffers kept at their largest capacity */
+static int run_batch(cls_task *C, const cls_dataset *d, const int *idx, int n, int maxlen, const mega_lm_run *run,
+                     double *loss, int64_t *correct, int64_t *units) {
+    int L = cls_batch_max_len(d, idx, n, 0), L2 = d->pairs ? cls_batch_max_len(d, idx, n, 1) : 0;
+    if (L > maxlen) L = maxlen;
+    if (L2 > maxlen) L2 = maxlen;
+    if (L < 1) L = 1;
+    if (d->pairs && L2 < 1) L2 = 1;
+    if ((size_t)n * L > C->cap || (size_t)n * L2 > C->cap2 || n > C->capB) {
+        size_t nc = (size_t)n * L > C->cap ? (size_t)n * L : C->cap, nc2 = (size_t)n * L2 > C->cap2 ? (size_t)n * L2 : C->cap2;
+        int nb = n > C->capB ? n : C->capB;
+        cls_batch_free(&C->batch);
+        /* allocate nb rows x (capacity / nb) columns, rounded up */
+        if (cls_batch_init(&C->batch, nb, (int)((nc + nb - 1) / nb), d->pairs ? (int)((nc2 + nb - 1) / nb) : 0, d->vocab.real))
+            return cli_error("%s", cls_last_error());
+        C->capB = nb, C->cap = (size_t)nb * C->batch.L, C->cap2 = (size_t)nb * C->batch.L2;
+    }
+    cls_batch *b = &C->batch;
+    b->B = n, b->L = L, b->L2 = L2;
+    if (cls_batch_fill(b, d, idx, n)) return cli_error("%s", cls_last_error());
+    mega_cls_input in = {b->tok, (const mega_real *)b->val, b->len, L};
+    mega_cls_input in2 = {b->tok2, NULL, b->len2, L2};
+    if (mega_cls_forward(C->m, &in, d->pairs ? &in2 : NULL, n, b->label, run, loss, correct) != MEGA_OK)
+        return cli_error("%s", mega_last_error());
+    if (units) {
+        *units = 0;
+        for (int i = 0; i < n; i++) *units += b->len[i] + (d->pairs ? b->len2[i] : 0);
+    }
+    return 0;
+}
+
+static int cls_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, double *loss, double *metric, int64_t *units) {
+    cls_task *C = t->impl;
+    int B = a->batch < C->n_train ? a->batch : C->n_train;
+    for (int i = 0; i < B; i++) C->idx[i] = (int)task_rng_below(rng, (uint64_t)C->n_train);
+    int64_t ok;
+    mega_lm_run run = {1, key};
+    if (run_batch(C, &C->train, C->idx, B, a->seq_len, &run, loss, &ok, units)) return 1;
+    if (!isfinite(*loss)) return 0;
+    mega_cls_backward(C->m, 1.0);
+    *metric = (double)ok / B;
+    return 0;
+}
+
+int cls_evaluate(mega_cls *m, const cls_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
+                 int64_t *correct, int *pred, int verbose);
+
+static int cls_validate(task *t, const train_args *a, int64_t max_units, double *loss, double *metric, int64_t *count) {
+    cls_task *C = t->impl;
+    if (C->n_valid == 0) return 1;
+    int n = C->n_valid;
+    if (max_units > 0 && max_units < n) n = (int)max_units;
+    int64_t ok;
+    if (cls_evaluate(C->m, vset(C), C->vidx, n, a->batch, a->seq_len, loss, &ok, NULL, 0)) return -1;
+    *metric = (double)ok / n;
+    *count = n;
+    return 0;
+}
+
+static mega_status cls_save(task *t, const char *path, const char *const *kv) {
+    cls_task *C = t->impl;
+    const char *all[16];
+    int k = 0;
+    for (; kv && kv[k] && k < 10; k++) all[k] = kv[k];
+    all[k++] = "vocab", all[k++] = C->vocab_json;
+    all[k++] = "classes", all[k++] = C->classes_json;
+    all[k++] = "data-format", all[k++] = C->format;
+    all[k] = NULL;
+    return mega_cls_save_ex(C->m, path, all);
+}
+
+static void cls_describe(task *t, const train_args *a, FILE *f) {
+    cls_task *C = t->impl;
+    const mega_cls_config *c = mega_cls_get_config(C->m);
+    fprintf(f, "  task      classification%s%s%s\n", a->preset ? " (preset " : "", a->preset ? a->preset : "", a->preset ? ")" : "");
+    fprintf(f, "  model     %zu parameters\n", mega_ps_trainable(t->ps));
+    fprintf(f, "            layers %d, embed-dim %d, z-dim %d, hidden-dim %d, n-dim %d, ffn-dim %d\n", c->layers, c->embed_dim,
+            c->z_dim, c->hidden_dim, c->n_dim, c->ffn_dim);
+    fprintf(f, "            chunk-size %d, truncation %d, attention-activation %s, rel-pos-bias %s, norm-type %s, %s\n",
+            c->chunk_size, c->truncation, mega_attn_fn_name(c->attention_activation), c->rotary ? "rotary" : "simple",
+            mega_norm_name(c->norm_type), c->prenorm ? "prenorm" : "postnorm");
+    fprintf(f, "            %s embedding (vocab %d), %s pooling%s, head %d x %d (%s), %d classes, dropout %g\n",
+            c->embedding == MEGA_EMBED_TOKEN ? "token" : "real-valued", c->vocab_size,
+            c->pool == MEGA_POOL_MEAN ? "mean" : "cls", c->two_tower ? ", two towers" : "", c->classifier_layers,
+            c->classifier_out_dim, mega_act_name(c->classifier_activation), c->num_classes, c->dropout);
+    fprintf(f, "  data      %s (%s): %d training examples (longest %d, %d truncated to %d), %d validation examples%s\n",
+            C->train.path, C->format, C->n_train, C->train.max_len, C->train.n_truncated, a->seq_len, C->n_valid,
+            C->valid_from_train ? " (held-out tail)" : "");
+}
+
+static void cls_destroy(task *t) {
+    cls_task *C = t->impl;
+    mega_cls_free(C->m);
+    cls_dataset_free(&C->train);
+    cls_dataset_free(&C->valid);
+    cls_batch_free(&C->batch);
+    free(C->vidx), free(C->idx), free(C->vocab_json), free(C->classes_json);
+    free(C);
+    free(t);
+}
+
+static int config_from_flags(const train_args *a, const cls_dataset *d, int nclasses, mega_cls_config *c) {
+    mega_cls_config_default(c);
+    c->layers = a->layers, c->embed_dim = a->embed_dim, c->z_dim = a->z_dim, c->hidden_dim = a->hidden_dim;
+    c->n_dim = a->n_dim, c->ffn_dim = a->ffn_dim, c->chunk_size = a->chunk_size, c->truncation = a->truncation;
+    c->max_positions = a->max_positions > a->seq_len ? a->max_positions : a->seq_len;
+    mega_attn_fn_parse(a->attn, &c->attention_activation);
+    c->rotary = !strcmp(a->relpos, "rotary");
+    mega_norm_parse(a->norm, &c->norm_type);
+    mega_act_parse(a->activation, &c->activation);
+    c->prenorm = a->prenorm, c->final_norm_affine = !a->no_affine_final;
+    c->embedding = d->vocab.real ? MEGA_EMBED_REAL : MEGA_EMBED_TOKEN;
+    c->vocab_size = d->vocab.size, c->padding_idx = d->vocab.pad;
+    c->pool = !strcmp(a->pool, "cls") ? MEGA_POOL_CLS : MEGA_POOL_MEAN;
+    c->classifier_layers = a->classifier_layers;
+    c->classifier_out_dim = a->classifier_dim > 0 ? a->classifier_dim : 2 * a->embed_dim;
+    if (c->classifier_layers == 0) c->classifier_out_dim = 0;
+    mega_act_parse(a->classifier_activation, &c->classifier_activation);
+    c->num_classes = nclasses;
+    c->two_tower = d->pairs;
+    c->dropout = (float)a->dropout, c->attention_dropout = (float)a->attention_dropout;
+    c->hidden_dropout = (float)a->hidden_dropout, c->activation_dropout = (float)a->activation_dropout;
+    if (mega_cls_config_check(c) != MEGA_OK) return cli_error("%s", mega_last_error());
+    return 0;
+}
+
+int cls_task_new(const train_args *a, const char *model_path, task **out) {
+    *out = NULL;
+    cls_task *C = calloc(1, sizeof *C);
+    task *t = calloc(1, sizeof *t);
+    if (!C || !t) return free(C), free(t), cli_error("out of memory");
+    t->kind = "classify", t->metric = "acc", t->unit = "tok/s", t->impl = C;
+    t->step = cls_step, t->validate = cls_validate, t->save = cls_save, t->describe = cls_describe, t->destroy = cls_destroy;
+    cls_classes prev = {0, NULL};
+    cls_vocab pv;
+    int have_prev = 0;
+    if (model_path) {
+        /* resume: the vocabulary and the classes come from the checkpoint */
+        mega_st_file *f;
+        if (mega_st_open(model_path, &f) != MEGA_OK) {
+            cli_error("%s", mega_last_error());
+            goto fail;
+        }
+        const char *cj = mega_st_meta(f, "classes"), *vj = mega_st_meta(f, "vocab");
+        int bad = !cj || !vj || cls_classes_from_json(cj, &prev) || cls_vocab_from_json(vj, &pv);
+        mega_st_close(f);
+        if (bad) {
+            cli_error("%s: no readable vocabulary/classes in the metadata (not a classifier checkpoint)", model_path);
+            goto fail;
+        }
+        have_prev = 1;
+        if (mega_cls_load(model_path, &C->m) != MEGA_OK) {
+            cli_error("%s", mega_last_error());
+            goto fail;
+        }
+    }
+    cls_load_opts o;
+    memset(&o, 0, sizeof o);
+    o.max_len = a->seq_len;
+    o.keep_parens = have_prev ? pv.keep_parens : a->keep_parens;
+    o.real = have_prev ? pv.real : !strcmp(a->embedding, "real");
+    o.mean = have_prev ? pv.mean : a->pixel_mean;
+    o.std = have_prev ? pv.std : a->pixel_std;
+    o.classes = have_prev ? &prev : NULL;
+    if (cls_load_any(a->format, a->data, a->images, a->labels, &o, &C->train)) goto fail;
+    C->format = C->train.pairs ? "pairs" : C->train.rows ? "idx" : C->train.vocab.kind == CLS_VOCAB_LISTOPS ? "listops" : "text";
+    if (!strcmp(a->embedding, "real") && !C->train.vocab.real) {
+        cli_error("--embedding real needs real-valued inputs (IDX images)");
+        goto fail;
+    }
+    /* validation: --valid / --valid-images, else the last --valid-fraction of the examples */
+    cls_load_opts vo = o;
+    vo.classes = &C->train.classes;
+    C->n_train = C->train.n;
+    if (a->valid || a->valid_images) {
+        if (cls_load_any(a->format, a->valid, a->valid_images, a->valid_labels, &vo, &C->valid)) goto fail;
+        C->n_valid = C->valid.n;
+        C->vidx = malloc((size_t)C->n_valid * sizeof(int));
+        for (int i = 0; C->vidx && i < C->n_valid; i++) C->vidx[i] = i;
+    } else if (a->valid_fraction > 0 && C->train.n >= 2) {
+        int nv = (int)(C->train.n * a->valid_fraction);
+        if (nv < 1) nv = 1;
+        C->n_train = C->train.n - nv, C->n_valid = nv, C->valid_from_train = 1;
+        C->vidx = malloc((size_t)nv * sizeof(int));
+        for (int i = 0; C->vidx && i < nv; i++) C->vidx[i] = C->n_train + i;
+    }
+    if (C->n_valid && !C->vidx) {
+        cli_error("out of memory");
+        goto fail;
+    }
+    int nclasses = C->train.classes.n;
+    if (a->classes > 0) {
+        if (a->classes < nclasses) {
+            cli_error("--classes %d, but the training labels have %d classes", a->classes, nclasses);
+            goto fail;
+        }
+        nclasses = a->classes;
+    }
+    if (nclasses < 2) {
+        cli_error("the training data has a single class; classification needs at least 2");
+        goto fail;
+    }
+    mega_cls_config cfg;
+    if (!C->m) {
+        if (config_from_flags(a, &C->train, nclasses, &cfg)) goto fail;
+        if (mega_cls_create(&cfg, &C->m) != MEGA_OK) {
+            cli_error("%s", mega_last_error());
+            goto fail;
+        }
+        mega_cls_init_params(C->m, (uint64_t)a->seed);
+    } else if (a->model_flags_seen) {
+        if (config_from_flags(a, &C->train, nclasses, &cfg)) goto fail;
+        char *x = mega_cls_config_to_json(&cfg), *y = mega_cls_config_to_json(mega_cls_get_config(C->m));
+        int same = x && y && !strcmp(x, y);
+        free(x), free(y);
+        if (!same) {
+            cli_error("--resume: the model flags differ from the checkpoint's config (see 'mega info --model %s')", a->out);
+            goto fail;
+        }
+    }
+    C->vocab_json = cls_vocab_to_json(&C->train.vocab);
+    C->classes_json = cls_classes_to_json(&C->train.classes);
+    C->idx = malloc((size_t)(a->batch > 0 ? a->batch : 1) * sizeof(int));
+    if (!C->vocab_json || !C->classes_json || !C->idx) {
+        cli_error("out of memory");
+        goto fail;
+    }
+    /* fingerprint: the examples' tokens and labels */
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < C->train.n; i++) {
+        h = (h ^ fnv1a64((const uint8_t *)C->train.tok[i], (size_t)C->train.len[i] * sizeof(uint16_t))) * 1099511628211ull;
+        h = (h ^ (uint64_t)C->train.label[i]) * 1099511628211ull;
+    }
+    t->data_hash = h, t->data_size = (uint64_t)C->train.n;
+    t->ps = mega_cls_paramset(C->m);
+    cls_classes_free(&prev);
+    *out = t;
+    return 0;
+fail:
+    cls_classes_free(&prev);
+    cls_destroy(t);
+    return 1;
+}
+
+/* evaluate examples idx[0..n) in batches; pred (optional) receives the argmax per example */
+int cls_evaluate(mega_cls *m, const cls_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
+                 int64_t *correct, int *pred, int verbose) {
+    cls_task C;
+    memset(&C, 0, sizeof C);
+    C.m = m;
+    double tot = 0, t0 = now_sec(), last = t0;
+    int64_t ok = 0;
+    mega_lm_run run = {0, 0};
+    const int C_ = mega_cls_get_config(m)->num_classes;
+    for (int i = 0; i < n; i += batch) {
+        int nb = n - i < batch ? n - i : batch;
+        double l;
+        int64_t c;
+        if (run_batch(&C, d, idx + i, nb, maxlen, &run, &l, &c, NULL)) {
+            cls_batch_free(&C.batch);
+            return 1;
+        }
+        tot += l * nb, ok += c;
+        if (pred) {
+            const mega_real *lg = mega_cls_logits(m);
+            for (int b = 0; b < nb; b++) {
+                int am = 0;
+                for (int k = 1; k < C_; k++)
+                    if (lg[(size_t)b * C_ + k] > lg[(size_t)b * C_ + am]) am = k;
+                pred[i + b] = am;
+            }
+        }
+        double now = now_sec();
+        if (verbose && (now - last > 1 || i + nb >= n)) {
+            fprintf(stderr, "\r  eval %d/%d examples, accuracy %.4f   ", i + nb, n, (double)ok / (i + nb));
+            last = now;
+        }
+    }
+    if (verbose) fprintf(stderr, "\n");
+    cls_batch_free(&C.batch);
+    *loss = n ? tot / n : 0;
+    *correct = ok;
+    return 0;
+}

@@ -1,0 +1,140 @@
+/* `mega train` task "lm": byte-level causal language model on random contiguous windows. */
+#include "task.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    mega_lm *m;
+    bytes_t data, valid;
+    const uint8_t *train_txt, *val_txt;
+    size_t ntrain, nval;
+    int32_t *tok, *tgt;
+} lm_task;
+
+uint64_t task_rng_below(uint64_t *s, uint64_t n); /* train.c */
+
+static int lm_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, double *loss, double *metric, int64_t *units) {
+    lm_task *L = t->impl;
+    for (int b = 0; b < a->batch; b++) {
+        size_t s0 = (size_t)task_rng_below(rng, (uint64_t)(L->ntrain - (size_t)a->seq_len));
+        for (int i = 0; i < a->seq_len; i++) {
+            L->tok[(size_t)b * a->seq_len + i] = L->train_txt[s0 + (size_t)i];
+            L->tgt[(size_t)b * a->seq_len + i] = L->train_txt[s0 + (size_t)i + 1];
+        }
+    }
+    int64_t cnt;
+    mega_lm_run run = {1, key};
+    if (mega_lm_forward(L->m, L->tok, L->tgt, a->batch, a->seq_len, &run, loss, &cnt) != MEGA_OK)
+        return cli_error("%s", mega_last_error());
+    if (!isfinite(*loss)) return 0; /* the loop reports it */
+    mega_lm_backward(L->m, 1.0);
+    *metric = *loss / M_LN2;
+    *units = cnt;
+    return 0;
+}
+
+static int lm_validate(task *t, const train_args *a, int64_t max_units, double *loss, double *metric, int64_t *count) {
+    lm_task *L = t->impl;
+    if (!L->val_txt) return 1;
+    if (eval_windows(L->m, L->val_txt, L->nval, a->batch, a->seq_len, (size_t)max_units, loss, count)) return -1;
+    *metric = *loss / M_LN2;
+    return 0;
+}
+
+static mega_status lm_save(task *t, const char *path, const char *const *kv) {
+    return mega_lm_save_ex(((lm_task *)t->impl)->m, path, kv);
+}
+
+static void lm_describe(task *t, const train_args *a, FILE *f) {
+    lm_task *L = t->impl;
+    fprintf(f, "  task      language model (bytes)\n");
+    fprintf(f, "  model     %zu parameters\n", mega_lm_num_params(L->m));
+    print_config(f, mega_lm_get_config(L->m), "            ");
+    fprintf(f, "  data      %s: %zu training bytes, %zu validation bytes%s\n", a->data, L->ntrain, L->nval,
+            a->valid ? " (--valid)" : L->val_txt ? " (held-out tail)" : "");
+}
+
+static void lm_destroy(task *t) {
+    lm_task *L = t->impl;
+    mega_lm_free(L->m);
+    free(L->data.buf), free(L->valid.buf), free(L->tok), free(L->tgt);
+    free(L);
+    free(t);
+}
+
+static int config_from_flags(const train_args *a, mega_lm_config *c) {
+    mega_lm_config_default(c);
+    c->layers = a->layers, c->embed_dim = a->embed_dim, c->z_dim = a->z_dim, c->hidden_dim = a->hidden_dim;
+    c->n_dim = a->n_dim, c->ffn_dim = a->ffn_dim, c->chunk_size = a->chunk_size, c->truncation = a->truncation;
+    c->max_positions = a->max_positions;
+    mega_attn_fn_parse(a->attn, &c->attention_activation);
+    c->rotary = !strcmp(a->relpos, "rotary");
+    mega_norm_parse(a->norm, &c->norm_type);
+    mega_act_parse(a->activation, &c->activation);
+    c->prenorm = a->prenorm, c->tie_embeddings = a->tie, c->scale_embedding = !a->no_scale;
+    c->final_norm_affine = !a->no_affine_final;
+    c->dropout = (float)a->dropout, c->attention_dropout = (float)a->attention_dropout;
+    c->hidden_dropout = (float)a->hidden_dropout, c->activation_dropout = (float)a->activation_dropout;
+    if (mega_lm_config_check(c) != MEGA_OK) return cli_error("%s", mega_last_error());
+    return 0;
+}
+
+int lm_task_new(const train_args *a, const char *model_path, task **out) {
+    *out = NULL;
+    lm_task *L = calloc(1, sizeof *L);
+    task *t = calloc(1, sizeof *t);
+    if (!L || !t) return free(L), free(t), cli_error("out of memory");
+    t->kind = "lm", t->metric = "bpb", t->unit = "tok/s", t->impl = L;
+    t->step = lm_step, t->validate = lm_validate, t->save = lm_save, t->describe = lm_describe, t->destroy = lm_destroy;
+    mega_lm_config cfg;
+    if (model_path) {
+        if (mega_lm_load(model_path, &L->m) != MEGA_OK) goto fail_msg;
+        if (a->model_flags_seen) { /* model flags given with --resume must describe the checkpoint */
+            if (config_from_flags(a, &cfg)) goto fail;
+            char *x = mega_lm_config_to_json(&cfg), *y = mega_lm_config_to_json(mega_lm_get_config(L->m));
+            int same = x && y && !strcmp(x, y);
+            free(x), free(y);
+            if (!same) {
+                cli_error("--resume: the model flags differ from the checkpoint's config (see 'mega info --model %s')", a->out);
+                goto fail;
+            }
+        }
+    } else {
+        if (config_from_flags(a, &cfg)) goto fail;
+        if (mega_lm_create(&cfg, &L->m) != MEGA_OK) goto fail_msg;
+        mega_lm_init_params(L->m, (uint64_t)a->seed);
+    }
+    if (read_bytes(a->data, &L->data, "--data")) goto fail;
+    L->train_txt = L->data.buf, L->ntrain = L->data.n;
+    if (a->valid) {
+        if (read_bytes(a->valid, &L->valid, "--valid")) goto fail;
+        L->val_txt = L->valid.buf, L->nval = L->valid.n;
+    } else if (a->valid_fraction > 0) {
+        L->nval = (size_t)((double)L->data.n * a->valid_fraction);
+        L->ntrain = L->data.n - L->nval;
+        L->val_txt = L->data.buf + L->ntrain;
+    }
+    if (L->val_txt && L->nval < 2) L->val_txt = NULL, L->nval = 0;
+    if (L->ntrain < (size_t)a->seq_len + 1) {
+        cli_error("training text has %zu bytes, fewer than --seq-len + 1 = %d (use a shorter --seq-len)", L->ntrain, a->seq_len + 1);
+        goto fail;
+    }
+    t->data_hash = fnv1a64(L->data.buf, L->data.n), t->data_size = L->data.n;
+    L->tok = malloc((size_t)a->batch * a->seq_len * sizeof(int32_t));
+    L->tgt = malloc((size_t)a->batch * a->seq_len * sizeof(int32_t));
+    if (!L->tok || !L->tgt) {
+        cli_error("out of memory");
+        goto fail;
+    }
+    if (mega_lm_reserve(L->m, a->batch, a->seq_len) != MEGA_OK) goto fail_msg;
+    t->ps = mega_lm_paramset(L->m);
+    *out = t;
+    return 0;
+fail_msg:
+    cli_error("%s", mega_last_error());
+fail:
+    lm_destroy(t);
+    return 1;
+}
