@@ -185,7 +185,7 @@ static void run_config(const mega_block_cfg *c, unsigned long long seed) {
     TL_CHECK(st == MEGA_OK && e < STOL, "%s: token-by-token step == full forward: rel err %.2e", s.name, e);
 
     /* reset then re-stream: bit-identical */
-    mega_block_state_reset(&S);
+    mega_block_state_reset(&s.bl, &S);
     st = stream(&s, &S, scr, NULL, o2);
     TL_CHECK(st == MEGA_OK && !memcmp(o1, o2, RD * sizeof(rl)), "%s: reset + re-stream gives identical outputs", s.name);
 
@@ -198,7 +198,7 @@ static void run_config(const mega_block_cfg *c, unsigned long long seed) {
         int sz4[] = {1, 7, 2, 2, 1, 0};
         const int *all[] = {sz1, sz2, sz3, sz4};
         for (int k = 0; k < 4; k++) {
-            mega_block_state_reset(&S);
+            mega_block_state_reset(&s.bl, &S);
             memset(o2, 0, RD * sizeof(rl));
             st = stream(&s, &S, scr, all[k], o2);
             e = rel_diff(o2, s.full, RD);
@@ -310,7 +310,7 @@ static void run_errors(void) {
             for (int i = 0; i < GUARD; i++) guard_ok &= mem[ssz + i] == (rl)12345;
             TL_CHECK(guard_ok, "capacity: nothing written past the state memory");
             /* after a reset the same state streams again */
-            mega_block_state_reset(&S);
+            mega_block_state_reset(&s.bl, &S);
             for (int b = 0; b < B; b++) memcpy(xt + b * D, s.x + ((size_t)b * T) * D, D * sizeof(rl));
             st = mega_block_step(&s.bl, s.P.data, &S, ot, xt, 1, scr);
             TL_CHECK(st == MEGA_OK && rel_diff(ot, s.full, D) < STOL, "capacity: usable again after a reset");

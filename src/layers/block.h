@@ -12,13 +12,15 @@
 #include "core/params.h"
 #include "core/rng.h"
 #include "layers/ema.h"
+#include "layers/mixer.h"
 #include "layers/relpos.h"
 #include "layers/seqnorm.h"
 #include "ops/attn.h"
 #include "ops/ops.h"
 
-typedef struct {
-    int D, Z, E, N, F;   /* embed, zdim, hdim, ndim, ffn hidden (0 = no FFN) */
+struct mega_block_cfg {
+    mega_mixer_kind mixer; /* the token mixer (MEGA_MIXER_MEGA = 0: the official Mega layer) */
+    int D, Z, E, N, F;   /* embed, zdim, hdim, ndim (0 = Mega without EMA), ffn hidden (0 = no FFN) */
     int chunk;           /* attention chunk, -1 = full attention */
     int trunc;           /* EMA truncation, 0 = none */
     int max_positions;   /* simple bias length when chunk < 0 */
@@ -30,18 +32,27 @@ typedef struct {
     mega_norm_type norm;
     mega_act act;
     double dropout, attn_dropout, hidden_dropout, act_dropout;
-} mega_block_cfg;
+    /* other mixers (SPEC §3-§8) */
+    int heads;           /* attention heads (mha, mhatw, local, abc) */
+    int window;          /* local attention / AFT-local window */
+    int memory;          /* ABC memory slots */
+    int max_len;         /* trained context T for absolute-position parameters (AFT-full, gMLP, MHATW, Linformer) */
+    mega_pos_kind pos;   /* positional scheme of the attention mixers */
+    int attn_window;     /* local mask applied at evaluation (0 = none) */
+    int log_n;           /* log-n attention scaling (with train_len) */
+    int train_len;       /* training length L_train for log-n scaling */
+};
 
 /* validate a configuration (clear one-line error) */
 mega_status mega_block_cfg_check(const mega_block_cfg *c);
 
 /* how a forward/backward runs */
-typedef struct {
+struct mega_run {
     int training;     /* dropout active, batchnorm batch statistics */
     int update_stats; /* batchnorm running statistics updated in training forward */
     uint64_t key;     /* dropout key (already specific to this layer) */
     int nthreads;     /* threads for the library's own parallel loops */
-} mega_run;
+};
 
 /* ---- the gated-attention layer ---------------------------------------------------------- */
 typedef struct {
@@ -79,32 +90,34 @@ typedef struct {
 /* ---- the block -------------------------------------------------------------------------- */
 typedef struct {
     mega_block_cfg cfg;
-    mega_mlayer ml;
+    mega_mixer mix;      /* the token mixer (ops + offsets) */
+    mega_mlayer ml;      /* Mega's layer (mix.impl points here when mixer == MEGA) */
+    mega_seqnorm mnorm;  /* sublayer norm for the other mixers */
     mega_nffn ffn;
 } mega_block;
 
 typedef struct {
-    mega_mlayer_acts ml;
+    union {
+        mega_mlayer_acts ml; /* Mega */
+        mega_mixer_acts mx;  /* any other mixer */
+    };
+    real *mn, *mstat;  /* sublayer wrapper: normalised input (prenorm) or residual sum (postnorm), stats */
     mega_nffn_acts ffn;
-    real *y1; /* mega layer output (FFN input) */
+    real *y1; /* mixer sublayer output (FFN input) */
 } mega_block_acts;
 
-/* streaming state of one block for B sequences (caller-owned memory, see *_state_size) */
-typedef struct {
-    int B, cap, len; /* attention cache capacity and current length */
-    real *h;         /* EMA state [B, N, D] */
-    size_t hsize;
-    real *kc, *vc;   /* key/value cache [B, cap, Z], [B, cap, E] */
-    real *coef;      /* untruncated EMA coefficients */
-    real *btab;      /* bias table covering cap positions */
-    int Mc;
-} mega_block_state;
+/* streaming state of one block for B sequences (caller-owned memory, see *_state_size):
+ * the mixer's state (for Mega: len = attention cache length; p[0] EMA state [B,N,D], p[1]/p[2]
+ * key/value caches [B,cap,Z]/[B,cap,E], p[3] untruncated EMA coefficients, p[4] bias table,
+ * iv[0] = its centre Mc) */
+typedef mega_mixer_state mega_block_state;
 
 mega_status mega_block_declare(mega_block *bl, mega_params *P, const char *prefix, const mega_block_cfg *cfg);
 void mega_block_init(const mega_block *bl, real *W, mega_rng *rng);
 
 size_t mega_block_acts_size(const mega_block *bl, int B, int T);
 void mega_block_acts_point(const mega_block *bl, mega_block_acts *A, real *base, int B, int T);
+size_t mega_block_acts_point_n(const mega_block *bl, mega_block_acts *A, real *base, int B, int T);
 /* scratch reals for forward + backward */
 size_t mega_block_scratch_size(const mega_block *bl, int B, int T, int nthreads);
 
@@ -120,7 +133,7 @@ void mega_block_backward(const mega_block *bl, const real *W, real *dW, const me
  * the longest sequence to be streamed) */
 size_t mega_block_state_size(const mega_block *bl, int B, int cap);
 mega_status mega_block_state_init(const mega_block *bl, const real *W, mega_block_state *S, real *mem, int B, int cap);
-void mega_block_state_reset(mega_block_state *S);
+void mega_block_state_reset(const mega_block *bl, mega_block_state *S);
 size_t mega_block_step_scratch(const mega_block *bl, int B, int T, int cap);
 /* T tokens per sequence through the block in streaming mode (eval semantics): equivalent to the
  * causal forward over the whole stream so far, with the cache cleared at every chunk border */
@@ -137,7 +150,7 @@ mega_status mega_mlayer_forward(const mega_mlayer *L, real *W, mega_mlayer_acts 
 void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const mega_mlayer_acts *A, real *dx,
                           const real *dout, const real *x, const uint8_t *pad, int B, int T, const mega_run *run,
                           real *scratch);
-mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_block_state *S, real *out, const real *x,
+mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_mixer_state *S, real *out, const real *x,
                              int T, real *scratch);
 size_t mega_mlayer_step_scratch(const mega_mlayer *L, int B, int T, int cap);
 

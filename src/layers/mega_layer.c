@@ -27,8 +27,10 @@ mega_status mega_mlayer_declare(mega_mlayer *L, mega_params *P, const char *pref
     const int64_t D = c->D, Z = c->Z, E = c->E;
     snprintf(pre, sizeof pre, "%smega_layer.norm.norm.", prefix);
     MEGA_TRY(mega_seqnorm_declare(&L->norm, P, pre, c->norm, c->D, c->norm_affine));
-    snprintf(pre, sizeof pre, "%smega_layer.move.", prefix);
-    MEGA_TRY(mega_ema_declare(&L->ema, P, pre, c->D, c->N, c->bidir, c->trunc));
+    if (c->N > 0) { /* n-dim 0: the paper's ablation without the EMA (mx = x_bar) */
+        snprintf(pre, sizeof pre, "%smega_layer.move.", prefix);
+        MEGA_TRY(mega_ema_declare(&L->ema, P, pre, c->D, c->N, c->bidir, c->trunc));
+    }
     snprintf(pre, sizeof pre, "%smega_layer.", prefix);
     MEGA_TRY(MEGA_PADD(P, pre, "v_proj.weight", MEGA_P_DECAY, &L->v_w, E, D));
     MEGA_TRY(MEGA_PADD(P, pre, "v_proj.bias", 0, &L->v_b, E));
@@ -47,7 +49,7 @@ void mega_mlayer_init(const mega_mlayer *L, real *W, mega_rng *rng) {
     const mega_block_cfg *c = &L->cfg;
     const size_t D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E;
     mega_seqnorm_init(&L->norm, W);
-    mega_ema_init(&L->ema, W, rng);
+    if (c->N > 0) mega_ema_init(&L->ema, W, rng);
     /* official reset_parameters: N(0, 0.02) weights, zero biases, gamma N(0,0.02), beta 0 */
     mega_fill_normal(W + L->v_w, E * D, 0, 0.02, rng);
     mega_fill_const(W + L->v_b, E, 0);
@@ -74,8 +76,8 @@ size_t mega_mlayer_acts_point(const mega_mlayer *L, mega_mlayer_acts *A, real *b
     a.nstat = c->prenorm ? mega_bump_take(&b, mega_seqnorm_stat_size(&L->norm, R)) : NULL;
     a.vpre = mega_bump_take(&b, R * E);
     a.v = mega_bump_take(&b, R * E);
-    a.coef = mega_bump_take(&b, mega_ema_coef_size(&L->ema));
-    a.mpre = mega_bump_take(&b, R * D);
+    a.coef = c->N > 0 ? mega_bump_take(&b, mega_ema_coef_size(&L->ema)) : NULL;
+    a.mpre = c->N > 0 ? mega_bump_take(&b, R * D) : NULL;
     a.m = mega_bump_take(&b, R * D);
     a.base = mega_bump_take(&b, R * P_(c));
     a.q = mega_bump_take(&b, R * Z);
@@ -107,7 +109,7 @@ size_t mega_mlayer_scratch(const mega_mlayer *L, int B, int T, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     mega_attn_k k = attn_kernel(L, NULL, (int)((btab_size(L, T) + 1) / 2), NULL);
     size_t attn = mega_attn_scratch(&k, T) * (size_t)nthreads;
-    size_t ema = mega_ema_layer_scratch(&L->ema, T, nthreads);
+    size_t ema = c->N > 0 ? mega_ema_layer_scratch(&L->ema, T, nthreads) : 0;
     /* backward buffers: G1 D, dbase P, OR E, dOr E, dq Z, dk Z, dv E, dxn D, dbtab */
     size_t bufs = R * (2 * D + P_(c) + 3 * E + 2 * Z) + btab_size(L, T) + 16 * 12;
     return bufs + MEGA_MAX(attn, ema) + 64;
@@ -132,7 +134,10 @@ mega_status mega_mlayer_forward(const mega_mlayer *L, real *W, mega_mlayer_acts 
     mega_act_forward(c->act, A->v, A->vpre, R * E);
     if (train) mega_dropout(A->v, A->v, R * E, c->hidden_dropout, mega__subkey(run->key, SITE_HIDDEN));
     /* mx = dropout(silu(EMA(x_bar) + omega * x_bar)) */
-    mega_ema_layer_forward(&L->ema, W, A->coef, A->mpre, A->m, xn, pad, B, T, nt);
+    if (c->N > 0)
+        mega_ema_layer_forward(&L->ema, W, A->coef, A->mpre, A->m, xn, pad, B, T, nt);
+    else
+        memcpy(A->m, xn, R * D * sizeof(real)); /* no EMA: mx = x_bar */
     if (train) mega_dropout(A->m, A->m, R * D, c->dropout, mega__subkey(run->key, SITE_MX));
     /* base = mx_proj(mx) = [u | z | r | hx] */
     mega_linear_forward(A->base, A->m, W + L->mx_w, W + L->mx_b, R, D, P);
@@ -274,13 +279,16 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
     real *dm = dh; /* R x D */
     mega_linear_backward(dm, dW + L->mx_w, dW + L->mx_b, dbase, A->m, W + L->mx_w, R, D, P, 0);
     if (train) mega_dropout(dm, dm, R * D, c->dropout, mega__subkey(run->key, SITE_MX));
-    /* m = silu(mpre) */
-    for (size_t i = 0; i < R * D; i++) dm[i] *= mega_silu_grad(A->mpre[i]);
     const real *xn = c->prenorm ? A->xn : x;
-    /* d x_bar from the EMA (includes the omega skip) and from v_proj */
+    /* d x_bar from the EMA (m = silu(mpre); includes the omega skip) and from v_proj */
     real *dxb = G1; /* G1 no longer needed */
-    memset(dxb, 0, R * D * sizeof(real));
-    mega_ema_layer_backward(&L->ema, W, dW, A->coef, dxb, dm, xn, pad, B, T, ws, nt);
+    if (c->N > 0) {
+        for (size_t i = 0; i < R * D; i++) dm[i] *= mega_silu_grad(A->mpre[i]);
+        memset(dxb, 0, R * D * sizeof(real));
+        mega_ema_layer_backward(&L->ema, W, dW, A->coef, dxb, dm, xn, pad, B, T, ws, nt);
+    } else {
+        memcpy(dxb, dm, R * D * sizeof(real));
+    }
     mega_linear_backward(dxb, dW + L->v_w, dW + L->v_b, dv, xn, W + L->v_w, R, D, E, 1);
     if (c->prenorm)
         mega_seqnorm_backward(&L->norm, W, dW, dx, dxb, x, A->nstat, R, train, 1);
@@ -290,7 +298,15 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
 
 /* ---- streaming -------------------------------------------------------------------------- */
 
-mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_block_state *S, real *out, const real *x,
+/* Mega's streaming state slots in mega_mixer_state */
+#define S_H(S) ((S)->p[0])    /* EMA state [B, N, D] */
+#define S_KC(S) ((S)->p[1])   /* key cache [B, cap, Z] */
+#define S_VC(S) ((S)->p[2])   /* value cache [B, cap, E] */
+#define S_COEF(S) ((S)->p[3]) /* untruncated EMA coefficients */
+#define S_BTAB(S) ((S)->p[4]) /* bias table covering cap positions */
+#define S_MC(S) ((S)->iv[0])
+
+mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_mixer_state *S, real *out, const real *x,
                              int T, real *scratch) {
     const mega_block_cfg *c = &L->cfg;
     const int B = S->B;
@@ -313,8 +329,11 @@ mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_block_sta
     }
     mega_linear_forward(v, xb, W + L->v_w, W + L->v_b, R, D, E);
     mega_act_forward(c->act, v, v, R * E);
-    /* EMA with carried state, untruncated (official incremental path) */
-    mega_ema_layer_step(&L->ema, W, S->coef, S->h, mp, m, xb, B, T);
+    /* EMA with carried state, untruncated (official incremental path); n-dim 0: no EMA */
+    if (c->N > 0)
+        mega_ema_layer_step(&L->ema, W, S_COEF(S), S_H(S), mp, m, xb, B, T);
+    else
+        memcpy(m, xb, R * D * sizeof(real));
     mega_linear_forward(base, m, W + L->mx_w, W + L->mx_b, R, D, P);
     const real *g0 = W + L->qk_g, *g1 = g0 + Z, *b0 = W + L->qk_b, *b1 = b0 + Z;
     for (size_t r = 0; r < R; r++)
@@ -325,15 +344,15 @@ mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_block_sta
         }
     /* token by token: append k, v to the cache, attend with one query over the cache, clear the
      * cache when it reaches a chunk border (official incremental_state handling) */
-    mega_attn_k ak = attn_kernel(L, S->btab, S->Mc, NULL);
+    mega_attn_k ak = attn_kernel(L, S_BTAB(S), S_MC(S), NULL);
     for (int t = 0; t < T; t++) {
         int n = S->len + 1;
 #pragma omp parallel for schedule(static) if ((size_t)B * S->cap * (Z + E) > MEGA_PAR_MIN)
         for (int b = 0; b < B; b++) {
             size_t r = (size_t)b * T + t;
-            memcpy(S->kc + ((size_t)b * S->cap + S->len) * Z, kk + r * Z, Z * sizeof(real));
-            memcpy(S->vc + ((size_t)b * S->cap + S->len) * E, v + r * E, E * sizeof(real));
-            mega_attn_query(&ak, O + r * E, q + r * Z, S->kc + (size_t)b * S->cap * Z, S->vc + (size_t)b * S->cap * E,
+            memcpy(S_KC(S) + ((size_t)b * S->cap + S->len) * Z, kk + r * Z, Z * sizeof(real));
+            memcpy(S_VC(S) + ((size_t)b * S->cap + S->len) * E, v + r * E, E * sizeof(real));
+            mega_attn_query(&ak, O + r * E, q + r * Z, S_KC(S) + (size_t)b * S->cap * Z, S_VC(S) + (size_t)b * S->cap * E,
                             n, w + (size_t)b * S->cap);
         }
         S->len = (c->chunk > 0 && n == c->chunk) ? 0 : n;
@@ -358,3 +377,75 @@ size_t mega_mlayer_step_scratch(const mega_mlayer *L, int B, int T, int cap) {
     const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E;
     return R * (5 * D + 2 * E + P_(c) + 2 * Z) + mega_seqnorm_stat_size(&L->norm, R) + (size_t)cap * B + 16 * 12;
 }
+
+/* ---- the Mega mixer: the official layer behind the token-mixer interface ---------------- */
+
+#define ML(mx) ((const mega_mlayer *)(mx)->impl)
+
+_Static_assert(sizeof(mega_mlayer_acts) <= sizeof(mega_mixer_acts), "Mega activations must fit the mixer slots");
+
+static mega_status mg_declare(mega_mixer *mx, mega_params *P, const char *prefix) {
+    return mega_mlayer_declare((mega_mlayer *)mx->impl, P, prefix, mx->cfg);
+}
+static void mg_init(const mega_mixer *mx, real *W, mega_rng *rng) { mega_mlayer_init(ML(mx), W, rng); }
+static size_t mg_acts(const mega_mixer *mx, mega_mixer_acts *A, real *base, int B, int T) {
+    return mega_mlayer_acts_point(ML(mx), (mega_mlayer_acts *)A, base, B, T);
+}
+static size_t mg_scratch(const mega_mixer *mx, int B, int T, int nt) { return mega_mlayer_scratch(ML(mx), B, T, nt); }
+static mega_status mg_forward(const mega_mixer *mx, real *W, mega_mixer_acts *A, real *y, const real *x, const uint8_t *pad,
+                              int B, int T, const mega_run *run, real *scratch) {
+    return mega_mlayer_forward(ML(mx), W, (mega_mlayer_acts *)A, y, x, pad, B, T, run, scratch);
+}
+static void mg_backward(const mega_mixer *mx, const real *W, real *dW, const mega_mixer_acts *A, real *dx, const real *dy,
+                        const real *x, const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
+    mega_mlayer_backward(ML(mx), W, dW, (const mega_mlayer_acts *)A, dx, dy, x, pad, B, T, run, scratch);
+}
+static size_t mg_state_size(const mega_mixer *mx, int B, int cap) {
+    const mega_mlayer *L = ML(mx);
+    const mega_block_cfg *c = &L->cfg;
+    mega_bump b = {NULL, 0};
+    mega_bump_take(&b, (size_t)B * c->N * c->D);
+    mega_bump_take(&b, (size_t)B * cap * c->Z);
+    mega_bump_take(&b, (size_t)B * cap * c->E);
+    mega_bump_take(&b, c->N > 0 ? mega_ema_coef_size(&L->ema) : 0);
+    mega_bump_take(&b, mega_relpos_table_size(&L->rp, cap));
+    return b.off;
+}
+static void mg_state_reset(const mega_mixer *mx, mega_mixer_state *S) {
+    (void)mx;
+    S->len = 0, S->pos = 0;
+    /* only the EMA state needs zeroing: the caches are overwritten before being read */
+    if (S_H(S)) memset(S_H(S), 0, S->n[0] * sizeof(real));
+}
+static mega_status mg_state_init(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *mem, int B, int cap) {
+    const mega_mlayer *L = ML(mx);
+    const mega_block_cfg *c = &L->cfg;
+    if (c->bidir) MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "bidirectional blocks have no streaming state");
+    if (cap < 1) MEGA_FAIL(MEGA_ERR_INVALID, "streaming cache capacity must be positive");
+    if (c->chunk > 0 && cap < c->chunk) MEGA_FAIL(MEGA_ERR_INVALID, "streaming cache capacity %d is below the chunk size %d", cap, c->chunk);
+    memset(S, 0, sizeof *S);
+    S->B = B, S->cap = cap;
+    mega_bump b = {mem, 0};
+    S_H(S) = mega_bump_take(&b, (size_t)B * c->N * c->D);
+    S->n[0] = (size_t)B * c->N * c->D;
+    S_KC(S) = mega_bump_take(&b, (size_t)B * cap * c->Z);
+    S_VC(S) = mega_bump_take(&b, (size_t)B * cap * c->E);
+    S_COEF(S) = mega_bump_take(&b, c->N > 0 ? mega_ema_coef_size(&L->ema) : 0);
+    S_BTAB(S) = mega_bump_take(&b, mega_relpos_table_size(&L->rp, cap));
+    if (c->N > 0) mega_ema_layer_coef(&L->ema, W, S_COEF(S), 0);
+    MEGA_TRY(mega_relpos_table(&L->rp, W, c->chunk > 0 ? c->chunk : cap, S_BTAB(S), &S_MC(S)));
+    mg_state_reset(mx, S);
+    return MEGA_OK;
+}
+static size_t mg_step_scratch(const mega_mixer *mx, int B, int T, int cap) { return mega_mlayer_step_scratch(ML(mx), B, T, cap); }
+static mega_status mg_step(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *y, const real *x, int T,
+                           real *scratch) {
+    mega_status st = mega_mlayer_step(ML(mx), W, S, y, x, T, scratch);
+    if (!st) S->pos += T;
+    return st;
+}
+
+const mega_mixer_ops mega_mixer_ops_mega = {
+    "mega", 1, 1, 1, mg_declare, mg_init, mg_acts, mg_scratch, mg_forward, mg_backward,
+    mg_state_size, mg_state_init, mg_state_reset, mg_step_scratch, mg_step,
+};

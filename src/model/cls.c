@@ -527,9 +527,11 @@ mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c) {
     } else {
         const cJSON *mdl = cJSON_GetObjectItemCaseSensitive(o, "model");
         if (mdl && (!cJSON_IsString(mdl) || strcmp(mdl->valuestring, "mega_cls"))) {
+            /* the message reads mdl, which cJSON_Delete(o) frees: format it first */
+            mega_status st = mega__error(MEGA_ERR_FORMAT, "config describes a '%s' model, not a classifier (mega_cls)",
+                                         cJSON_IsString(mdl) ? mdl->valuestring : "?");
             cJSON_Delete(o);
-            MEGA_FAIL(MEGA_ERR_FORMAT, "config describes a '%s' model, not a classifier (mega_cls)",
-                      cJSON_IsString(mdl) ? mdl->valuestring : "?");
+            return st;
         }
         mega_json_int(&r, "layers", &c->layers);
         mega_json_int(&r, "embed-dim", &c->embed_dim);

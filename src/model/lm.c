@@ -315,7 +315,7 @@ void mega_lm_stream_free(mega_lm_stream *s) {
 }
 
 void mega_lm_stream_reset(mega_lm_stream *s) {
-    for (int l = 0; l < s->m->cfg.layers; l++) mega_block_state_reset(&s->S[l]);
+    for (int l = 0; l < s->m->cfg.layers; l++) mega_block_state_reset(&s->m->st.blocks[l], &s->S[l]);
     s->pos = 0;
 }
 

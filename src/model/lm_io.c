@@ -73,9 +73,11 @@ mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c) {
     } else {
         const cJSON *mdl = cJSON_GetObjectItemCaseSensitive(o, "model");
         if (mdl && (!cJSON_IsString(mdl) || strcmp(mdl->valuestring, "mega_lm"))) {
+            /* the message reads mdl, which cJSON_Delete(o) frees: format it first */
+            mega_status st = mega__error(MEGA_ERR_FORMAT, "config describes a '%s' model, not a language model (mega_lm)",
+                                         cJSON_IsString(mdl) ? mdl->valuestring : "?");
             cJSON_Delete(o);
-            MEGA_FAIL(MEGA_ERR_FORMAT, "config describes a '%s' model, not a language model (mega_lm)",
-                      cJSON_IsString(mdl) ? mdl->valuestring : "?");
+            return st;
         }
         mega_json_int(&r, "vocab-size", &c->vocab_size);
         mega_json_int(&r, "padding-idx", &c->padding_idx);
