@@ -37,6 +37,16 @@ static int layer_cfg(const fx_case *c, mega_block_cfg *cfg) {
     if (mega_attn_fn_parse(fx_cfg_str(c, "attention_activation", "softmax"), &cfg->attn_fn)) return -1;
     if (mega_norm_parse(fx_cfg_str(c, "norm_type", "layernorm"), &cfg->norm)) return -1;
     if (mega_act_parse(fx_cfg_str(c, "activation", "silu"), &cfg->act)) return -1;
+    /* other mixers (our own reference cases, tests/ref/): the block's mixer fields */
+    if (mega_mixer_parse(fx_cfg_str(c, "mixer", "mega"), &cfg->mixer)) return -1;
+    if (mega_pos_parse(fx_cfg_str(c, "pos", "none"), &cfg->pos)) return -1;
+    cfg->heads = fx_cfg_int(c, "heads", 1);
+    cfg->window = fx_cfg_int(c, "window", 0);
+    cfg->memory = fx_cfg_int(c, "memory", 0);
+    cfg->max_len = fx_cfg_int(c, "max_len", 0);
+    cfg->attn_window = fx_cfg_int(c, "attn_window", 0);
+    cfg->log_n = fx_cfg_bool(c, "log_n", 0);
+    cfg->train_len = fx_cfg_int(c, "train_len", 0);
     return 0;
 }
 
@@ -174,9 +184,9 @@ int main(int argc, char **argv) {
     static char names[512][1024];
     static char seen[1024][256];
     int nseen = 0;
-    const char *defaults[] = {"tests/fixtures/official", "tests/fixtures/generated", "../shared/fixtures"};
+    const char *defaults[] = {"tests/fixtures/official", "tests/fixtures/generated", "tests/fixtures/mixers", "../shared/fixtures"};
     const char **roots = defaults;
-    int nroots = 3, explicit = 0;
+    int nroots = 4, explicit = 0;
     int a = 1;
     if (a < argc && !strcmp(argv[a], "-v")) tl_verbose = 1, a++;
     if (a < argc) roots = (const char **)(argv + a), nroots = argc - a, explicit = 1;
