@@ -41,6 +41,20 @@ static inline real mega_silu_grad(real x) {
 /* ---- dropout by counter-based hash (dropout.c): y = x * keep / (1-p), keep ~ Bernoulli(1-p)
  * drawn from (key, index). y may alias x. Backward is the same call on the gradient. */
 void mega_dropout(real *y, const real *x, size_t n, double p, uint64_t key);
+/* ---- row softmax (softmax.c), shared by every softmax-normalised mixer.
+ * In place over n entries; entries equal to -INFINITY are masked (weight 0). A row with no
+ * finite entry becomes all zeros (a query with no visible key outputs 0, no NaN).
+ * Returns the row's log-sum-exp (+INFINITY for an empty row). */
+real mega_softmax_row(real *s, size_t n);
+/* given p = softmax row and dp = dL/dp, writes ds = p * (dp - sum(dp * p)) into ds (may alias dp) */
+void mega_softmax_row_backward(real *ds, const real *dp, const real *p, size_t n);
+
+/* ---- rotary position embedding (rope.c; SPEC §3.2): rotate the first r dims of x [d] at
+ * position pos; half-split pairs (x_i, x_{i+r/2}) or interleaved (x_{2i}, x_{2i+1});
+ * theta_i = base^(-2i/r); angles computed in double and reduced mod 2 pi. inverse = 1 rotates by
+ * -pos (the backward). */
+void mega_rope(real *x, int d, int r, int64_t pos, double base, int interleaved, int inverse);
+
 /* ---- embeddings (embed.c): rows of E[V,D] scaled into x[R,D]; pad rows (pad[r] != 0) get 0 */
 void mega_embedding_forward(real *x, const real *E, const int32_t *tok, const uint8_t *pad, size_t R, size_t D,
                             real scale);
