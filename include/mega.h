@@ -125,6 +125,50 @@ mega_status mega_write_file_atomic(const char *path, const void *data, size_t le
 typedef enum { MEGA_ATTN_SOFTMAX = 0, MEGA_ATTN_RELU2, MEGA_ATTN_LAPLACE } mega_attn_fn;
 typedef enum { MEGA_NORM_LAYER = 0, MEGA_NORM_SCALE, MEGA_NORM_RMS, MEGA_NORM_BATCH } mega_norm_type;
 typedef enum { MEGA_ACT_SILU = 0, MEGA_ACT_GELU, MEGA_ACT_RELU, MEGA_ACT_LINEAR, MEGA_ACT_SIGMOID } mega_act;
+/* token mixers (see docs/mixers.md) and positional schemes of the attention mixers */
+typedef enum {
+    MEGA_MIXER_MEGA = 0,
+    MEGA_MIXER_MHA,
+    MEGA_MIXER_MHATW,
+    MEGA_MIXER_AFT_FULL,
+    MEGA_MIXER_AFT_LOCAL,
+    MEGA_MIXER_AFT_SIMPLE,
+    MEGA_MIXER_AFT_TW,
+    MEGA_MIXER_GMLP,
+    MEGA_MIXER_ABC_WINDOW,
+    MEGA_MIXER_ABC_LINFORMER,
+    MEGA_MIXER_ABC_MLP,
+    MEGA_MIXER_LOCAL,
+    MEGA_MIXER_COUNT
+} mega_mixer_kind;
+typedef enum {
+    MEGA_POS_NONE = 0,
+    MEGA_POS_ROPE,
+    MEGA_POS_ALIBI,
+    MEGA_POS_KERPLE_POWER,
+    MEGA_POS_KERPLE_LOG,
+    MEGA_POS_SANDWICH,
+    MEGA_POS_XPOS
+} mega_pos_kind;
+const char *mega_mixer_name(mega_mixer_kind k);
+int mega_mixer_parse(const char *s, mega_mixer_kind *k); /* 0 on success */
+int mega_mixer_available(mega_mixer_kind k);             /* built into this library */
+const char *mega_pos_name(mega_pos_kind p);
+int mega_pos_parse(const char *s, mega_pos_kind *p);
+
+/* the mixer of a model and its options (defaults: Mega, 1 head, no window) */
+typedef struct {
+    mega_mixer_kind mixer;
+    int heads;       /* attention heads of mha / mhatw / local / abc / aft-tw */
+    int window;      /* local attention and AFT-local window */
+    int memory;      /* ABC memory slots */
+    int max_len;     /* trained context for absolute-position parameters (AFT-full, gMLP, MHATW, Linformer) */
+    mega_pos_kind pos;
+    int attn_window; /* local mask at evaluation (0 = none) */
+    int log_n;       /* log-n attention scaling with train_len */
+    int train_len;
+} mega_mixer_config;
+
 const char *mega_attn_fn_name(mega_attn_fn f);
 int mega_attn_fn_parse(const char *s, mega_attn_fn *f); /* 0 on success */
 const char *mega_norm_name(mega_norm_type t);
@@ -154,6 +198,7 @@ typedef struct {
     int scale_embedding;   /* multiply embeddings by sqrt(embed_dim) */
     int tie_embeddings;
     float dropout, attention_dropout, hidden_dropout, activation_dropout;
+    mega_mixer_config mix;
 } mega_lm_config;
 
 /* the defaults of `mega train` (a small byte-level model) */
@@ -243,6 +288,7 @@ typedef struct {
     int num_classes;
     int two_tower; /* retrieval pairs: pooled vectors of both inputs concatenated */
     float dropout, attention_dropout, hidden_dropout, activation_dropout;
+    mega_mixer_config mix;
 } mega_cls_config;
 
 void mega_cls_config_default(mega_cls_config *c);

@@ -198,6 +198,10 @@ void print_config(FILE *f, const mega_lm_config *c, const char *ind) {
     fprintf(f, "%snorm-type %s, %s, activation %s, %s embeddings, embedding scale %s\n", ind, mega_norm_name(c->norm_type),
             c->prenorm ? "prenorm" : "postnorm", mega_act_name(c->activation), c->tie_embeddings ? "tied" : "untied",
             c->scale_embedding ? "sqrt(D)" : "1");
+    if (c->mix.mixer != MEGA_MIXER_MEGA)
+        fprintf(f, "%smixer %s: heads %d, window %d, memory-size %d, max-len %d, pos %s, attn-window %d%s\n", ind,
+                mega_mixer_name(c->mix.mixer), c->mix.heads, c->mix.window, c->mix.memory, c->mix.max_len,
+                mega_pos_name(c->mix.pos), c->mix.attn_window, c->mix.log_n ? ", log-n scaling" : "");
     fprintf(f, "%sdropout %g, attention-dropout %g, hidden-dropout %g, activation-dropout %g, vocab %d (pad %d)\n", ind,
             c->dropout, c->attention_dropout, c->hidden_dropout, c->activation_dropout, c->vocab_size, c->padding_idx);
 }

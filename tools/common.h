@@ -42,4 +42,5 @@ int cmd_generate(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 #endif

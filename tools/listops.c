@@ -340,9 +340,9 @@ int listops_check(const listops_params *p) {
     if (p->min_len < 0) return cls_fail("--min-len must be >= 0, got %d", p->min_len);
     if (p->max_len > 10000000) return cls_fail("--max-len must be <= 10000000, got %d", p->max_len);
     if (p->min_len >= p->max_len - 1)
-        return cls_fail("--min-len %d must be smaller than --max-len %d minus 1: a length strictly between them is "
-                        "accepted (as in the published generator), and there is none",
-                        p->min_len, p->max_len);
+        return cls_fail("--min-len %d must be at most --max-len - 2 = %d: the lengths kept lie strictly between --min-len and "
+                        "--max-len (as in the published generator)",
+                        p->min_len, p->max_len - 2);
     if (p->max_args < 2) return cls_fail("--max-args must be at least 2 (an operator takes 2 or more arguments), got %d", p->max_args);
     if (p->max_args > 100) return cls_fail("--max-args must be at most 100, got %d", p->max_args);
     if (p->max_depth < 1 || p->max_depth > 64) return cls_fail("--max-depth must be in [1, 64], got %d", p->max_depth);
@@ -527,7 +527,9 @@ typedef struct {
 static int lo_open(lo_out *o, const char *dir, const char *name) {
     o->name = name;
     path_join(o->path, sizeof o->path, dir, name);
-    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", o->path, (long)getpid());
+    size_t l = strlen(o->path); /* < 4096 */
+    memcpy(o->tmp, o->path, l);
+    snprintf(o->tmp + l, sizeof o->tmp - l, ".tmp.%ld", (long)getpid());
     o->f = fopen(o->tmp, "wb");
     if (!o->f) return cli_error("cannot create '%s': %s", o->tmp, strerror(errno));
     static char bufs[3][1 << 20];
@@ -582,6 +584,7 @@ int cmd_listops(int argc, char **argv) {
     int r = cli_parse("listops", usage, fl, argc, argv, 2);
     if (r) return r == 1 ? 0 : 2;
     if (!out || !*out) return cli_error("--out DIR is required (see 'mega listops --help')"), 2;
+    if (strlen(out) > 4000) return cli_error("--out: path too long"), 2;
     if (listops_check(&p)) return cli_error("%s", cls_last_error()), 2;
     listops_gen *g = listops_gen_new(&p);
     if (!g) return cli_error("%s", cls_last_error()), 2;

@@ -14,6 +14,7 @@ static void usage(FILE *f) {
                "  info       print a model's config and parameter count\n"
                "  plot       write an SVG of the training and validation curves of a run\n"
                "  listops    generate the ListOps task of the Long Range Arena (--out DIR)\n"
+               "  bench      performance workloads (tokens/s, GFLOP/s, peak memory; 'mega bench --list')\n"
                "  version    version and build description\n"
                "  help       this text\n");
 }
@@ -48,6 +49,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "plot")) return cmd_plot(argc, argv);
     if (!strcmp(c, "predict")) return cmd_predict(argc, argv);
     if (!strcmp(c, "listops")) return cmd_listops(argc, argv);
+    if (!strcmp(c, "bench")) return cmd_bench(argc, argv);
     fprintf(stderr, "mega: error: unknown command '%s' (see 'mega help')\n", c);
     return 2;
 }

@@ -15,11 +15,26 @@ static const char *model_path(const char *m, char *buf, size_t n) {
     return buf;
 }
 
-static int load_model(const char *arg, int chunk_override, mega_lm **out) {
+static int load_model_ex(const char *arg, int chunk_override, int attn_window, mega_lm **out);
+static int load_model(const char *arg, int chunk_override, mega_lm **out) { return load_model_ex(arg, chunk_override, -1, out); }
+
+/* attn_window >= 0 replaces the model's evaluation-time local attention mask */
+static int load_model_ex(const char *arg, int chunk_override, int attn_window, mega_lm **out) {
     char p[4096];
     model_path(arg, p, sizeof p);
     if (!file_exists(p)) return cli_error("no model at '%s' (expected a checkpoint directory or a .safetensors file)", arg);
     if (mega_lm_load(p, out) != MEGA_OK) return cli_error("%s", mega_last_error());
+    if (attn_window >= 0 && attn_window != mega_lm_get_config(*out)->mix.attn_window) {
+        mega_lm_config c = *mega_lm_get_config(*out);
+        mega_lm_free(*out);
+        *out = NULL;
+        c.mix.attn_window = attn_window;
+        if (mega_lm_create(&c, out) != MEGA_OK || mega_lm_load_weights(*out, p) != MEGA_OK) {
+            mega_lm_free(*out);
+            *out = NULL;
+            return cli_error("--attn-window: %s", mega_last_error());
+        }
+    }
     if (chunk_override != 0 && chunk_override != mega_lm_get_config(*out)->chunk_size) {
         /* train short, test long: rebuild with another attention chunk and reload the weights */
         mega_lm_config c = *mega_lm_get_config(*out);
@@ -173,10 +188,12 @@ int cmd_predict(int argc, char **argv) {
 
 int cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL;
-    int seq_len = 0, chunk = 0, threads = 0, quiet = 0, confusion = 0, batch = 32;
+    int seq_len = 0, chunk = 0, threads = 0, quiet = 0, confusion = 0, batch = 32, attn_window = -1;
     int64_t max_bytes = 0;
-    const char *task = "auto", *images = NULL, *labels = NULL;
+    const char *task = "auto", *images = NULL, *labels = NULL, *lengths = NULL;
     cli_flag fl[] = {
+        {"lengths", F_STR, &lengths, "lm: bits per byte at several lengths in one call (e.g. 512,1024,2048,4096): full forward over non-overlapping windows of each length (train short, test long)", NULL, 1, 0, 0},
+        {"attn-window", F_INT, &attn_window, "lm, attention mixers: apply a local attention mask of this width (-1 = as trained)", NULL, -1, 1 << 24, 0},
         {"task", F_ENUM, &task, "lm or classify (auto: from the model)", "auto|lm|classify", 1, 0, 0},
         {"images", F_STR, &images, "classify: IDX images (with --labels)", NULL, 1, 0, 0},
         {"labels", F_STR, &labels, "classify: IDX labels", NULL, 1, 0, 0},
@@ -205,7 +222,7 @@ int cmd_eval(int argc, char **argv) {
         if (is_cls) return eval_classifier(model, data, images, labels, seq_len > 0 ? seq_len : 1 << 20, batch, confusion, quiet);
     }
     mega_lm *m;
-    if (load_model(model, chunk, &m)) return 2;
+    if (load_model_ex(model, chunk, attn_window, &m)) return 2;
     bytes_t txt;
     if (read_bytes(data, &txt, "--data")) {
         mega_lm_free(m);
@@ -214,6 +231,38 @@ int cmd_eval(int argc, char **argv) {
     size_t n = txt.n;
     if (max_bytes > 0 && (size_t)max_bytes < n) n = (size_t)max_bytes;
     const mega_lm_config *c = mega_lm_get_config(m);
+    if (lengths) {
+        /* extrapolation table: one row per length */
+        const char *p = lengths;
+        printf("%-10s %-12s %-12s %s\n", "length", "bpb", "bytes", "note");
+        int rc = 0;
+        while (*p) {
+            char *end;
+            long L = strtol(p, &end, 10);
+            if (end == p || L < 2 || L > (1L << 24) || (*end && *end != ',')) {
+                rc = cli_error("--lengths expects a comma-separated list of lengths >= 2, got '%s'", lengths);
+                break;
+            }
+            p = *end ? end + 1 : end;
+            double loss;
+            int64_t cnt;
+            if ((size_t)L + 1 > n) {
+                printf("%-10ld %-12s %-12s %s\n", L, "-", "-", "text shorter than one window");
+                continue;
+            }
+            int B = (int)(65536 / L > 0 ? 65536 / L : 1);
+            mega_clear_error();
+            if (eval_windows(m, txt.buf, n, B > 16 ? 16 : B, (int)L, 0, &loss, &cnt)) {
+                printf("%-10ld %-12s %-12s %s\n", L, "n/a", "-", "(error above)");
+                continue;
+            }
+            printf("%-10ld %-12.4f %-12lld\n", L, loss / M_LN2, (long long)cnt);
+            fflush(stdout);
+        }
+        free(txt.buf);
+        mega_lm_free(m);
+        return rc ? 2 : 0;
+    }
     if (seq_len <= 0) seq_len = c->chunk_size > 0 ? c->chunk_size : 2048;
     double t0 = now_sec(), loss;
     int64_t cnt;

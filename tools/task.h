@@ -18,6 +18,8 @@ typedef struct train_args {
     const char *attn, *relpos, *norm, *activation, *embedding, *pool, *classifier_activation;
     int prenorm, postnorm, tie, no_scale, no_affine_final, classifier_layers, classifier_dim, classes;
     double dropout, attention_dropout, hidden_dropout, activation_dropout;
+    const char *mixer, *pos;
+    int heads, window, memory, mix_max_len, attn_window, log_n;
     /* training */
     int64_t steps, warmup, seed, eval_every, save_every, log_every, eval_tokens, stop_after;
     int batch, seq_len, threads, resume, decay_all, quiet;
@@ -47,6 +49,8 @@ struct task {
  * loaded in both cases. Print errors with cli_error and return non-zero on failure. */
 int lm_task_new(const train_args *a, const char *model_path, task **out);
 int cls_task_new(const train_args *a, const char *model_path, task **out);
+/* the mixer options from the flags (train_len = --seq-len for log-n scaling) */
+void mixer_from_flags(const train_args *a, mega_mixer_config *m);
 /* apply --preset defaults to every flag the user did not set; returns non-zero on an unknown preset */
 int cls_apply_preset(train_args *a, const cli_flag *flags);
 #endif

@@ -77,6 +77,7 @@ static int config_from_flags(const train_args *a, mega_lm_config *c) {
     c->final_norm_affine = !a->no_affine_final;
     c->dropout = (float)a->dropout, c->attention_dropout = (float)a->attention_dropout;
     c->hidden_dropout = (float)a->hidden_dropout, c->activation_dropout = (float)a->activation_dropout;
+    mixer_from_flags(a, &c->mix);
     if (mega_lm_config_check(c) != MEGA_OK) return cli_error("%s", mega_last_error());
     return 0;
 }

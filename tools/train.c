@@ -36,6 +36,15 @@ uint64_t task_rng_below(uint64_t *s, uint64_t n) {
     return x % n;
 }
 
+void mixer_from_flags(const train_args *a, mega_mixer_config *m) {
+    memset(m, 0, sizeof *m);
+    mega_mixer_parse(a->mixer, &m->mixer);
+    mega_pos_parse(a->pos, &m->pos);
+    m->heads = a->heads, m->window = a->window, m->memory = a->memory;
+    m->max_len = a->mix_max_len > 0 ? a->mix_max_len : a->seq_len;
+    m->attn_window = a->attn_window, m->log_n = a->log_n, m->train_len = a->seq_len;
+}
+
 static double lr_at(const train_args *a, int64_t step) {
     /* step is 0-based: linear warm-up to lr, then cosine / linear decay to min_lr, or constant */
     if (a->warmup > 0 && step < a->warmup) return a->lr * (double)(step + 1) / (double)a->warmup;
@@ -254,6 +263,7 @@ int cmd_train(int argc, char **argv) {
     a.embedding = "token", a.pool = "mean", a.classifier_activation = "gelu";
     a.classifier_layers = 1, a.classifier_dim = 0, a.classes = 0;
     a.prenorm = 1;
+    a.mixer = "mega", a.pos = "none", a.heads = 8, a.mix_max_len = 0;
     a.steps = 1000, a.batch = 16, a.seq_len = 256;
     a.lr = 2e-3, a.min_lr = 1e-4, a.warmup = 100, a.schedule = "cosine";
     a.weight_decay = 0.01, a.clip = 1.0, a.beta1 = 0.9, a.beta2 = 0.98, a.eps = 1e-8;
@@ -300,6 +310,14 @@ int cmd_train(int argc, char **argv) {
         {"classifier-layers", F_INT, &a.classifier_layers, "classify: hidden layers of the head", NULL, 0, 16, 0},
         {"classifier-dim", F_INT, &a.classifier_dim, "classify: head width (0 = 2 x embed-dim)", NULL, 0, 1 << 20, 0},
         {"classifier-activation", F_ENUM, &a.classifier_activation, "classify: head activation", "gelu|silu|relu|linear", 1, 0, 0},
+        {"mixer", F_ENUM, &a.mixer, "token mixer (docs/mixers.md)", "mega|mha|mhatw|aft-full|aft-local|aft-simple|aft-tw|gmlp|abc-window|abc-linformer|abc-mlp|local", 1, 0, 0},
+        {"heads", F_INT, &a.heads, "attention heads (mha, mhatw, local, abc, aft-tw)", NULL, 1, 4096, 0},
+        {"window", F_INT, &a.window, "local attention / AFT-local window", NULL, 0, 1 << 24, 0},
+        {"memory-size", F_INT, &a.memory, "ABC memory slots", NULL, 0, 1 << 20, 0},
+        {"max-len", F_INT, &a.mix_max_len, "context of absolute-position parameters (AFT-full, gMLP, MHATW, Linformer; 0 = --seq-len)", NULL, 0, 1 << 24, 0},
+        {"pos", F_ENUM, &a.pos, "positional scheme of the attention mixers", "none|rope|alibi|kerple-power|kerple-log|sandwich|xpos", 1, 0, 0},
+        {"attn-window", F_INT, &a.attn_window, "local attention mask (attention mixers; usually set at evaluation only)", NULL, 0, 1 << 24, 0},
+        {"log-n-scaling", F_SET, &a.log_n, "scale attention logits by max(1, log n / log seq-len)", NULL, 1, 0, 0},
         {"dropout", F_DBL, &a.dropout, "dropout (embedding, EMA output, h, FFN output, head)", NULL, 0, 0.99, 0},
         {"attention-dropout", F_DBL, &a.attention_dropout, "dropout on the attention weights", NULL, 0, 0.99, 0},
         {"hidden-dropout", F_DBL, &a.hidden_dropout, "dropout on the attention values", NULL, 0, 0.99, 0},
@@ -334,7 +352,8 @@ int cmd_train(int argc, char **argv) {
                                  "activation", "prenorm", "postnorm", "tie-embeddings", "no-scale-embedding",
                                  "no-affine-final-norm", "embedding", "pool", "classes", "classifier-layers",
                                  "classifier-dim", "classifier-activation", "dropout", "attention-dropout",
-                                 "hidden-dropout", "activation-dropout", "preset"};
+                                 "hidden-dropout", "activation-dropout", "preset", "mixer", "heads", "window",
+                                 "memory-size", "max-len", "pos", "attn-window", "log-n-scaling"};
     for (size_t i = 0; i < sizeof model_flags / sizeof *model_flags; i++) a.model_flags_seen |= cli_seen(fl, model_flags[i]);
     if (a.preset && strcmp(a.task, "classify")) {
         if (cli_seen(fl, "task")) return cli_error("--preset is for --task classify"), 2;

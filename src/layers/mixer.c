@@ -25,6 +25,8 @@ const mega_mixer_ops *mega_mixer_ops_of(mega_mixer_kind k) {
     }
 }
 
+int mega_mixer_available(mega_mixer_kind k) { return mega_mixer_ops_of(k) != NULL; }
+
 static const char *const POS[] = {"none", "rope", "alibi", "kerple-power", "kerple-log", "sandwich", "xpos"};
 const char *mega_pos_name(mega_pos_kind p) { return (unsigned)p < 7 ? POS[p] : "?"; }
 int mega_pos_parse(const char *s, mega_pos_kind *p) {

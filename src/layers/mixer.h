@@ -74,38 +74,12 @@ struct mega_mixer {
     void *impl;                /* mixer-defined (e.g. the Mega layer struct); owned by the block */
 };
 
-/* registry: ops of a mixer kind (NULL if unknown) and the names */
-typedef enum {
-    MEGA_MIXER_MEGA = 0,
-    MEGA_MIXER_MHA,
-    MEGA_MIXER_MHATW,
-    MEGA_MIXER_AFT_FULL,
-    MEGA_MIXER_AFT_LOCAL,
-    MEGA_MIXER_AFT_SIMPLE,
-    MEGA_MIXER_AFT_TW,
-    MEGA_MIXER_GMLP,
-    MEGA_MIXER_ABC_WINDOW,
-    MEGA_MIXER_ABC_LINFORMER,
-    MEGA_MIXER_ABC_MLP,
-    MEGA_MIXER_LOCAL,
-    MEGA_MIXER_COUNT
-} mega_mixer_kind;
-
+/* registry (mega_mixer_kind and mega_pos_kind are public, in mega.h) */
 const char *mega_mixer_name(mega_mixer_kind k);
 int mega_mixer_parse(const char *s, mega_mixer_kind *k);
 /* NULL when the kind is not built yet */
 const mega_mixer_ops *mega_mixer_ops_of(mega_mixer_kind k);
 
-/* positional schemes for attention mixers (SPEC §8) */
-typedef enum {
-    MEGA_POS_NONE = 0,
-    MEGA_POS_ROPE,
-    MEGA_POS_ALIBI,
-    MEGA_POS_KERPLE_POWER,
-    MEGA_POS_KERPLE_LOG,
-    MEGA_POS_SANDWICH,
-    MEGA_POS_XPOS
-} mega_pos_kind;
 const char *mega_pos_name(mega_pos_kind p);
 int mega_pos_parse(const char *s, mega_pos_kind *p);
 

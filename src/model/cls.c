@@ -52,6 +52,7 @@ void mega_cls_config_default(mega_cls_config *c) {
     c->embedding = MEGA_EMBED_TOKEN, c->vocab_size = 257, c->padding_idx = 256;
     c->pool = MEGA_POOL_MEAN, c->classifier_layers = 1, c->classifier_out_dim = 128;
     c->classifier_activation = MEGA_ACT_GELU, c->num_classes = 2, c->two_tower = 0;
+    mega_mixer_config_default(&c->mix);
 }
 
 static void block_cfg_of(const mega_cls_config *c, mega_block_cfg *b) {
@@ -62,6 +63,7 @@ static void block_cfg_of(const mega_cls_config *c, mega_block_cfg *b) {
     b->prenorm = c->prenorm, b->norm_affine = c->norm_affine, b->norm = c->norm_type, b->act = c->activation;
     b->dropout = c->dropout, b->attn_dropout = c->attention_dropout, b->hidden_dropout = c->hidden_dropout;
     b->act_dropout = c->activation_dropout;
+    mega_mixer_config_apply(&c->mix, b);
 }
 
 mega_status mega_cls_config_check(const mega_cls_config *c) {
@@ -472,6 +474,7 @@ char *mega_cls_config_to_json(const mega_cls_config *c) {
     cJSON_AddNumberToObject(o, "attention-dropout", c->attention_dropout);
     cJSON_AddNumberToObject(o, "hidden-dropout", c->hidden_dropout);
     cJSON_AddNumberToObject(o, "activation-dropout", c->activation_dropout);
+    mega_mixer_config_to_json(o, &c->mix);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -562,6 +565,7 @@ mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c) {
         mega_json_flt(&r, "attention-dropout", &c->attention_dropout);
         mega_json_flt(&r, "hidden-dropout", &c->hidden_dropout);
         mega_json_flt(&r, "activation-dropout", &c->activation_dropout);
+        mega_mixer_config_from_json(&r, &c->mix);
     }
     cJSON_Delete(o);
     if (r.st) return r.st;

@@ -11,6 +11,7 @@
  * official padding is reproduced (pad tokens, pad mask, statistics over the padded batch).
  */
 #include "model/lm.h"
+#include "model/modelio.h"
 
 #include <cjson/cJSON.h>
 
@@ -42,6 +43,7 @@ void mega_lm_config_default(mega_lm_config *c) {
     c->attention_dropout = 0.0f;
     c->hidden_dropout = 0.0f;
     c->activation_dropout = 0.0f;
+    mega_mixer_config_default(&c->mix);
 }
 
 static void block_cfg_of(const mega_lm_config *c, mega_block_cfg *b) {
@@ -52,6 +54,7 @@ static void block_cfg_of(const mega_lm_config *c, mega_block_cfg *b) {
     b->prenorm = c->prenorm, b->norm_affine = c->norm_affine, b->norm = c->norm_type, b->act = c->activation;
     b->dropout = c->dropout, b->attn_dropout = c->attention_dropout, b->hidden_dropout = c->hidden_dropout;
     b->act_dropout = c->activation_dropout;
+    mega_mixer_config_apply(&c->mix, b);
 }
 
 mega_status mega_lm_config_check(const mega_lm_config *c) {

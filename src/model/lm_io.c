@@ -32,6 +32,7 @@ char *mega_lm_config_to_json(const mega_lm_config *c) {
     cJSON_AddNumberToObject(o, "attention-dropout", c->attention_dropout);
     cJSON_AddNumberToObject(o, "hidden-dropout", c->hidden_dropout);
     cJSON_AddNumberToObject(o, "activation-dropout", c->activation_dropout);
+    mega_mixer_config_to_json(o, &c->mix);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -103,6 +104,7 @@ mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c) {
         mega_json_flt(&r, "attention-dropout", &c->attention_dropout);
         mega_json_flt(&r, "hidden-dropout", &c->hidden_dropout);
         mega_json_flt(&r, "activation-dropout", &c->activation_dropout);
+        mega_mixer_config_from_json(&r, &c->mix);
     }
     cJSON_Delete(o);
     if (r.st) return r.st;

@@ -1,5 +1,6 @@
 /* Config JSON readers and model file save/open shared by the model kinds. */
 #include "model/modelio.h"
+#include "layers/block.h"
 
 
 static const cJSON *jget(mega_json_reader *r, const char *k) { return cJSON_GetObjectItemCaseSensitive(r->o, k); }
@@ -70,4 +71,45 @@ mega_status mega__model_open(const char *path, mega_st_file **f, const char **co
         MEGA_FAIL(MEGA_ERR_FORMAT, "%s: no model config in the file's __metadata__ (key 'config')", path);
     }
     return MEGA_OK;
+}
+
+static int p_mixer(const char *s, void *d) { return mega_mixer_parse(s, (mega_mixer_kind *)d); }
+static int p_pos(const char *s, void *d) { return mega_pos_parse(s, (mega_pos_kind *)d); }
+
+void mega_mixer_config_default(mega_mixer_config *m) {
+    memset(m, 0, sizeof *m);
+    m->mixer = MEGA_MIXER_MEGA;
+    m->heads = 8;
+    m->max_len = 1024;
+    m->pos = MEGA_POS_NONE;
+}
+
+void mega_mixer_config_to_json(cJSON *o, const mega_mixer_config *m) {
+    cJSON_AddStringToObject(o, "mixer", mega_mixer_name(m->mixer));
+    cJSON_AddNumberToObject(o, "heads", m->heads);
+    cJSON_AddNumberToObject(o, "window", m->window);
+    cJSON_AddNumberToObject(o, "memory-size", m->memory);
+    cJSON_AddNumberToObject(o, "max-len", m->max_len);
+    cJSON_AddStringToObject(o, "pos", mega_pos_name(m->pos));
+    cJSON_AddNumberToObject(o, "attn-window", m->attn_window);
+    cJSON_AddBoolToObject(o, "log-n-scaling", m->log_n);
+    cJSON_AddNumberToObject(o, "train-len", m->train_len);
+}
+
+void mega_mixer_config_from_json(mega_json_reader *r, mega_mixer_config *m) {
+    mega_json_enum(r, "mixer", p_mixer, &m->mixer);
+    mega_json_int(r, "heads", &m->heads);
+    mega_json_int(r, "window", &m->window);
+    mega_json_int(r, "memory-size", &m->memory);
+    mega_json_int(r, "max-len", &m->max_len);
+    mega_json_enum(r, "pos", p_pos, &m->pos);
+    mega_json_int(r, "attn-window", &m->attn_window);
+    mega_json_bool(r, "log-n-scaling", &m->log_n, 0);
+    mega_json_int(r, "train-len", &m->train_len);
+}
+
+void mega_mixer_config_apply(const mega_mixer_config *m, mega_block_cfg *b) {
+    b->mixer = m->mixer, b->heads = m->heads, b->window = m->window, b->memory = m->memory;
+    b->max_len = m->max_len, b->pos = m->pos, b->attn_window = m->attn_window, b->log_n = m->log_n;
+    b->train_len = m->train_len;
 }

@@ -1,0 +1,761 @@
+/*
+ * mega bench: the performance workloads of issue 6 (names are contracts), timed in this build.
+ *
+ *   mega bench [WORKLOAD...] [--json] [--threads N] [--repeat R] [--warmup W] [--no-sgemm]
+ *
+ * Every workload runs in a fresh child process (this binary re-executed as
+ * `mega bench --child NAME ...`), so its peak resident memory (wait4's ru_maxrss) is its own and
+ * not the maximum over the run, and no OpenMP/BLAS state is shared between workloads. The parent
+ * does no numerical work itself (libgomp's thread pool does not survive fork, so it never starts
+ * one).
+ *
+ * Timing: --warmup W untimed steps, then --repeat R timed steps; ms/step is the median (min and
+ * max are reported too). For the decode workloads one "run" generates 512 tokens from a reset
+ * stream; the median run is divided by 512 for ms/step (one mega_lm_stream_feed of B tokens).
+ *
+ * Analytic FLOP count (docs/performance.md has the same text). MACs of the forward pass of one
+ * sequence of L tokens through one Mega block (SPEC §2.10, §2.12), D embed, Z zdim, E hdim,
+ * N ndim, F ffn, c chunk (c = L for full attention), D' = 2D bidirectional, D causal:
+ *     projections  L·D·(2D + Z + 3E)          (v_proj D→E, mx_proj D→2D+Z+E, h_proj E→D)
+ *     EMA          3·L·D'·N                   (recurrence: q·h + pβ·x, then γ·h; §1.8 route A)
+ *     attention    L·c·(Z + E)                (q·kᵀ and A·v per chunk; halved when causal)
+ *     FFN          2·L·D·F
+ * plus, per model, the LM output layer L·D·V, or the classifier head D·H + H·C per sequence.
+ * A Transformer block (mixer "mha", for lra-text-mha-train): 4·L·D² (q, k, v, out projections)
+ * + 2·L²·D (bidirectional scores and values, all heads) + 2·L·D·F.
+ * FLOPs = 2·MACs. Training (forward + backward) = 3 × forward (backward = 2 × forward). Not
+ * counted: norms, activations, gates, softmax, the loss, the embedding lookup and the AdamW update
+ * (all O(L·D) or O(params)), so the GFLOP/s is a lower bound on the arithmetic done.
+ * Decode, per generated token at chunk position t (cache length n = t mod c + 1): per layer
+ * D·(2D + Z + 3E) + 3·D·N + n·(Z + E) + 2·D·F, plus D·V for the output layer (SPEC §2.8).
+ *
+ * sgemm: cblas_sgemm through the same OpenBLAS the library links (MEGA_USE_BLAS), on a square
+ * 2048³ problem and on the lm-train projection shape M=8192 (batch × tokens), N=512, K=256;
+ * "% sgemm" is a training step's GFLOP/s over the 2048³ rate. Without BLAS it is skipped.
+ *
+ * --json prints one JSON object per line: first {"impl", "workload": "sgemm", "status", "note",
+ * "threads", "gflops", "shapes": [{m, n, k, calls, gflops, gflops_best}], "peak_rss_mib"}, then one
+ * per workload with, in this order: impl ("mega"), workload, status ("ok" | "n/a" | "error"), note,
+ * threads, batch, seq_len, tokens_per_step, warmup, repeat, ms_per_step, ms_min, ms_max,
+ * tokens_per_s, gflop_per_step, gflops, sgemm_gflops, sgemm_fraction, peak_rss_mib, base_rss_mib
+ * (resident memory before the model is built), loss, [tokens_digest (decode)], mixer, build.
+ * Numbers are null when a workload is not available.
+ */
+#include "common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#ifdef MEGA_USE_BLAS
+#include <cblas.h>
+#endif
+
+/* ---- workloads ---------------------------------------------------------------------------- */
+
+typedef enum { WK_SGEMM, WK_LM_TRAIN, WK_CLS_TRAIN, WK_LM_DECODE } wk_kind;
+
+typedef struct {
+    const char *name;
+    wk_kind kind;
+    int B, T;          /* batch; tokens per sequence (decode: tokens generated per sequence) */
+    int chunk;         /* classifier attention chunk (-1 = full); the LM uses 256 */
+    const char *mixer; /* classifier token mixer: "mega", or "mha" (Transformer, 8 heads) */
+    const char *what;
+} workload;
+
+static const workload WORKLOADS[] = {
+    {"sgemm", WK_SGEMM, 0, 0, 0, NULL, "OpenBLAS sgemm rate (2048^3 and the lm-train projection shape)"},
+    {"lm-train", WK_LM_TRAIN, 8, 1024, 256, "mega", "causal LM, 4x256 (z 64, hidden 512, ffn 512), chunk 256: fwd+bwd+AdamW"},
+    {"lra-text-train-c128", WK_CLS_TRAIN, 2, 4096, 128, "mega", "LRA text classifier, 4x128, chunk 128: fwd+bwd"},
+    {"lra-text-train-full", WK_CLS_TRAIN, 2, 4096, -1, "mega", "LRA text classifier, 4x128, full attention: fwd+bwd"},
+    {"lm-decode-b1", WK_LM_DECODE, 1, 512, 256, "mega", "the lm-train model generating 512 tokens, batch 1"},
+    {"lm-decode-b8", WK_LM_DECODE, 8, 512, 256, "mega", "the lm-train model generating 512 tokens, batch 8"},
+    {"lra-text-mha-train", WK_CLS_TRAIN, 2, 4096, -1, "mha", "the LRA text classifier with the mha mixer (8 heads): fwd+bwd"},
+    {"scaling-1k", WK_CLS_TRAIN, 2, 1024, 128, "mega", "chunked LRA text classifier at 1K tokens"},
+    {"scaling-4k", WK_CLS_TRAIN, 2, 4096, 128, "mega", "chunked LRA text classifier at 4K tokens"},
+    {"scaling-16k", WK_CLS_TRAIN, 2, 16384, 128, "mega", "chunked LRA text classifier at 16K tokens"},
+};
+#define N_WORKLOADS ((int)(sizeof WORKLOADS / sizeof *WORKLOADS))
+
+static const workload *find_workload(const char *name) {
+    for (int i = 0; i < N_WORKLOADS; i++)
+        if (!strcmp(WORKLOADS[i].name, name)) return &WORKLOADS[i];
+    return NULL;
+}
+
+/* the classifier's mixer heads and the JSON keys that select a mixer (the CLI flag names) */
+#define MHA_HEADS 8
+#define CFG_KEY_MIXER "mixer"
+#define CFG_KEY_HEADS "heads"
+
+static void lm_bench_config(mega_lm_config *c) {
+    mega_lm_config_default(c);
+    c->vocab_size = 257, c->padding_idx = 256; /* the byte vocabulary + pad (issue 6 says 256) */
+    c->layers = 4, c->embed_dim = 256, c->z_dim = 64, c->hidden_dim = 512, c->ffn_dim = 512, c->n_dim = 16;
+    c->chunk_size = 256, c->truncation = 0, c->max_positions = 1024;
+    c->attention_activation = MEGA_ATTN_SOFTMAX, c->norm_type = MEGA_NORM_LAYER, c->prenorm = 1;
+    c->rotary = 0, c->activation = MEGA_ACT_SILU, c->scale_embedding = 1, c->tie_embeddings = 0;
+    c->dropout = c->attention_dropout = c->hidden_dropout = c->activation_dropout = 0;
+}
+
+static void cls_bench_config(const workload *w, mega_cls_config *c) {
+    mega_cls_config_default(c);
+    c->layers = 4, c->embed_dim = 128, c->z_dim = 64, c->hidden_dim = 256, c->ffn_dim = 256, c->n_dim = 16;
+    c->chunk_size = w->chunk, c->truncation = 0;
+    c->max_positions = w->T > 4096 ? w->T : 4096;
+    c->attention_activation = MEGA_ATTN_SOFTMAX, c->norm_type = MEGA_NORM_SCALE, c->prenorm = 0;
+    c->rotary = 0, c->activation = MEGA_ACT_SILU;
+    c->embedding = MEGA_EMBED_TOKEN, c->vocab_size = 257, c->padding_idx = 256, c->pool = MEGA_POOL_MEAN;
+    c->classifier_layers = 1, c->classifier_out_dim = 2 * c->embed_dim, c->num_classes = 2;
+    c->classifier_activation = MEGA_ACT_GELU;
+    c->dropout = c->attention_dropout = c->hidden_dropout = c->activation_dropout = 0;
+}
+
+/*
+ * Select a non-Mega mixer for the classifier. The public mega_cls_config has no mixer field yet,
+ * so the request goes through the config JSON ("mixer": "mha", "heads": 8): when the library
+ * learns these keys (from_json reads them and to_json writes them back), this workload runs with
+ * no change here. Until then the round trip drops them and the workload reports "n/a". If the
+ * field is added under another name, change CFG_KEY_MIXER / CFG_KEY_HEADS (or set the field
+ * directly here).
+ */
+static int cls_select_mixer(const workload *w, mega_cls_config *c, char *why, size_t nwhy) {
+    if (!strcmp(w->mixer, "mega")) return 0;
+    int ok = 0;
+    char *js = mega_cls_config_to_json(c);
+    cJSON *o = js ? cJSON_Parse(js) : NULL;
+    free(js);
+    if (o) {
+        cJSON_DeleteItemFromObjectCaseSensitive(o, CFG_KEY_MIXER);
+        cJSON_DeleteItemFromObjectCaseSensitive(o, CFG_KEY_HEADS);
+        cJSON_AddStringToObject(o, CFG_KEY_MIXER, w->mixer);
+        cJSON_AddNumberToObject(o, CFG_KEY_HEADS, MHA_HEADS);
+        char *req = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        mega_cls_config c2;
+        if (req && mega_cls_config_from_json(req, &c2) == MEGA_OK) {
+            char *back = mega_cls_config_to_json(&c2);
+            cJSON *b = back ? cJSON_Parse(back) : NULL;
+            const cJSON *mx = b ? cJSON_GetObjectItemCaseSensitive(b, CFG_KEY_MIXER) : NULL;
+            if (cJSON_IsString(mx) && !strcmp(mx->valuestring, w->mixer)) {
+                *c = c2;
+                ok = 1;
+            }
+            cJSON_Delete(b);
+            free(back);
+        }
+        free(req);
+    }
+    if (!ok) snprintf(why, nwhy, "%s mixer not built yet", w->mixer);
+    return ok ? 0 : 1;
+}
+
+/* ---- analytic FLOP count (see the header comment) ------------------------------------------ */
+
+static double mega_block_macs(double D, double Z, double E, double N, double F, double L, int chunk, int causal) {
+    double c = chunk > 0 && chunk < L ? chunk : L;
+    double proj = L * D * (2 * D + Z + 3 * E);
+    double ema = 3 * L * (causal ? D : 2 * D) * N;
+    double attn = L * c * (Z + E) * (causal ? 0.5 : 1.0);
+    double ffn = 2 * L * D * F;
+    return proj + ema + attn + ffn;
+}
+
+static double mha_block_macs(double D, double F, double L) { return 4 * L * D * D + 2 * L * L * D + 2 * L * D * F; }
+
+/* FLOPs of one timed step (training: forward + backward; decode: one whole 512-token run) */
+static double workload_flops(const workload *w) {
+    if (w->kind == WK_LM_TRAIN || w->kind == WK_LM_DECODE) {
+        mega_lm_config c;
+        lm_bench_config(&c);
+        const double D = c.embed_dim, Z = c.z_dim, E = c.hidden_dim, N = c.n_dim, F = c.ffn_dim, V = c.vocab_size;
+        if (w->kind == WK_LM_TRAIN) {
+            double fwd = c.layers * mega_block_macs(D, Z, E, N, F, w->T, c.chunk_size, 1) + (double)w->T * D * V;
+            return 2.0 * 3.0 * fwd * w->B;
+        }
+        double macs = 0;
+        for (int t = 0; t < w->T; t++) {
+            double n = c.chunk_size > 0 ? (double)(t % c.chunk_size + 1) : (double)(t + 1);
+            macs += c.layers * (D * (2 * D + Z + 3 * E) + 3 * D * N + n * (Z + E) + 2 * D * F) + D * V;
+        }
+        return 2.0 * macs * w->B;
+    }
+    if (w->kind == WK_CLS_TRAIN) {
+        mega_cls_config c;
+        cls_bench_config(w, &c);
+        const double D = c.embed_dim, Z = c.z_dim, E = c.hidden_dim, N = c.n_dim, F = c.ffn_dim;
+        double blk = strcmp(w->mixer, "mega") ? mha_block_macs(D, F, w->T) : mega_block_macs(D, Z, E, N, F, w->T, c.chunk_size, 0);
+        double head = D * c.classifier_out_dim + (double)c.classifier_out_dim * c.num_classes;
+        return 2.0 * 3.0 * (c.layers * blk + head) * w->B;
+    }
+    return 0;
+}
+
+/* ---- child side: run one workload in this process, print one JSON line --------------------- */
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* resident set from /proc/self/status (kB field), in MiB; -1 if unknown */
+static double proc_status_mib(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    double v = -1;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':') {
+            v = atof(line + n + 1) / 1024.0;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct {
+    double *ms; /* per timed step */
+    int n;
+    double loss;
+} timings;
+
+static void put_num(cJSON *o, const char *k, double v) {
+    if (isfinite(v)) cJSON_AddNumberToObject(o, k, v);
+    else cJSON_AddNullToObject(o, k);
+}
+
+static int child_sgemm(int threads, cJSON *o) {
+#ifdef MEGA_USE_BLAS
+    static const int shapes[][3] = {{2048, 2048, 2048}, {8192, 512, 256}};
+    cJSON *arr = cJSON_AddArrayToObject(o, "shapes");
+    double best = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        float *A = malloc((size_t)M * K * sizeof(float)), *B = malloc((size_t)K * N * sizeof(float));
+        float *C = malloc((size_t)M * N * sizeof(float));
+        if (!A || !B || !C) return free(A), free(B), free(C), cli_error("out of memory"), 1;
+        uint64_t r = 42;
+        for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)((double)(rng_next(&r) >> 11) * 0x1p-53 - 0.5);
+        for (size_t i = 0; i < (size_t)K * N; i++) B[i] = (float)((double)(rng_next(&r) >> 11) * 0x1p-53 - 0.5);
+        memset(C, 0, (size_t)M * N * sizeof(float));
+        const double flop = 2.0 * M * N * K;
+        /* at least 5 calls and about 0.5 s after one warm-up call; the median call */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
+        double t[64];
+        int n = 0;
+        double t_all = now_sec();
+        while (n < 64 && (n < 5 || now_sec() - t_all < 0.5)) {
+            double t0 = now_sec();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
+            t[n++] = now_sec() - t0;
+        }
+        qsort(t, (size_t)n, sizeof *t, cmp_dbl);
+        double gf = flop / t[n / 2] / 1e9, gmax = flop / t[0] / 1e9;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "m", M);
+        cJSON_AddNumberToObject(e, "n", N);
+        cJSON_AddNumberToObject(e, "k", K);
+        cJSON_AddNumberToObject(e, "calls", n);
+        cJSON_AddNumberToObject(e, "gflops", gf);
+        cJSON_AddNumberToObject(e, "gflops_best", gmax);
+        cJSON_AddItemToArray(arr, e);
+        if (s == 0) best = gf;
+        free(A), free(B), free(C);
+    }
+    cJSON_AddStringToObject(o, "status", "ok");
+    cJSON_AddStringToObject(o, "note", "cblas_sgemm (OpenBLAS), row-major NN, median call");
+    cJSON_AddNumberToObject(o, "gflops", best);
+    (void)threads;
+    return 0;
+#else
+    (void)threads;
+    cJSON_AddStringToObject(o, "status", "n/a");
+    cJSON_AddStringToObject(o, "note", "built without BLAS (portable GEMM): no sgemm reference");
+    cJSON_AddNullToObject(o, "gflops");
+    return 0;
+#endif
+}
+
+static int child_lm_train(const workload *w, int warmup, int repeat, timings *tm) {
+    mega_lm_config c;
+    lm_bench_config(&c);
+    mega_lm *m = NULL;
+    if (mega_lm_create(&c, &m) != MEGA_OK) return cli_error("%s", mega_last_error());
+    mega_lm_init_params(m, 1);
+    const size_t n = (size_t)w->B * w->T;
+    int32_t *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
+    mega_adamw *opt = NULL;
+    if (!tok || !tgt || mega_adamw_new(mega_lm_param_total(m), &opt) != MEGA_OK) {
+        free(tok), free(tgt), mega_lm_free(m);
+        return cli_error("out of memory");
+    }
+    uint64_t r = 7;
+    for (size_t i = 0; i < n; i++) tok[i] = (int32_t)(rng_next(&r) % 256);
+    for (size_t i = 0; i < n; i++) tgt[i] = (i + 1) % (size_t)w->T ? tok[i + 1] : (int32_t)(rng_next(&r) % 256);
+    mega_paramset *ps = mega_lm_paramset(m);
+    const mega_adamw_hp hp = {0.9, 0.98, 1e-8, 0.01, 0};
+    int rc = 0;
+    for (int s = 0; s < warmup + repeat && !rc; s++) {
+        double t0 = now_sec(), loss;
+        int64_t cnt;
+        mega_lm_run run = {1, (uint64_t)s};
+        mega_ps_zero_grad(ps);
+        if (mega_lm_forward(m, tok, tgt, w->B, w->T, &run, &loss, &cnt) != MEGA_OK) {
+            rc = cli_error("%s", mega_last_error());
+            break;
+        }
+        mega_lm_backward(m, 1.0);
+        double gn = mega_ps_grad_norm(ps);
+        if (gn > 1.0) mega_ps_scale_grad(ps, 1.0 / (gn + 1e-12));
+        mega_adamw_step(opt, ps, &hp, 1e-3);
+        double dt = now_sec() - t0;
+        if (s >= warmup) tm->ms[tm->n++] = dt * 1e3;
+        tm->loss = loss;
+    }
+    mega_adamw_free(opt);
+    free(tok), free(tgt);
+    mega_lm_free(m);
+    return rc;
+}
+
+static int child_cls_train(const workload *w, int warmup, int repeat, timings *tm, char *why, size_t nwhy) {
+    mega_cls_config c;
+    cls_bench_config(w, &c);
+    if (cls_select_mixer(w, &c, why, nwhy)) return -1; /* not available */
+    mega_cls *m = NULL;
+    if (mega_cls_create(&c, &m) != MEGA_OK) {
+        if (strcmp(w->mixer, "mega")) { /* the mixer is known to the config but not runnable yet */
+            snprintf(why, nwhy, "%s mixer: %s", w->mixer, mega_last_error());
+            return -1;
+        }
+        return cli_error("%s", mega_last_error());
+    }
+    mega_cls_init_params(m, 1);
+    const size_t n = (size_t)w->B * w->T;
+    int32_t *tok = malloc(n * sizeof *tok), *len = malloc((size_t)w->B * sizeof *len), *y = malloc((size_t)w->B * sizeof *y);
+    if (!tok || !len || !y) {
+        free(tok), free(len), free(y), mega_cls_free(m);
+        return cli_error("out of memory");
+    }
+    uint64_t r = 11;
+    for (size_t i = 0; i < n; i++) tok[i] = (int32_t)(rng_next(&r) % 256);
+    for (int b = 0; b < w->B; b++) len[b] = w->T, y[b] = b & 1;
+    mega_cls_input in = {tok, NULL, len, w->T};
+    mega_paramset *ps = mega_cls_paramset(m);
+    int rc = 0;
+    for (int s = 0; s < warmup + repeat; s++) {
+        double t0 = now_sec(), loss;
+        int64_t correct;
+        mega_lm_run run = {1, (uint64_t)s};
+        mega_ps_zero_grad(ps);
+        if (mega_cls_forward(m, &in, NULL, w->B, y, &run, &loss, &correct) != MEGA_OK) {
+            rc = cli_error("%s", mega_last_error());
+            break;
+        }
+        if (mega_cls_backward(m, 1.0) != MEGA_OK) {
+            rc = cli_error("%s", mega_last_error());
+            break;
+        }
+        double dt = now_sec() - t0;
+        if (s >= warmup) tm->ms[tm->n++] = dt * 1e3;
+        tm->loss = loss;
+    }
+    free(tok), free(len), free(y);
+    mega_cls_free(m);
+    return rc;
+}
+
+static int child_lm_decode(const workload *w, int warmup, int repeat, timings *tm, uint64_t *digest) {
+    mega_lm_config c;
+    lm_bench_config(&c);
+    mega_lm *m = NULL;
+    if (mega_lm_create(&c, &m) != MEGA_OK) return cli_error("%s", mega_last_error());
+    mega_lm_init_params(m, 1);
+    const int B = w->B, V = c.vocab_size;
+    mega_lm_stream *s = NULL;
+    if (mega_lm_stream_new(m, B, w->T + 1, &s) != MEGA_OK) {
+        mega_lm_free(m);
+        return cli_error("%s", mega_last_error());
+    }
+    mega_real *logits = malloc((size_t)B * V * sizeof *logits);
+    int32_t *tok = malloc((size_t)B * sizeof *tok);
+    if (!logits || !tok) {
+        free(logits), free(tok), mega_lm_stream_free(s), mega_lm_free(m);
+        return cli_error("out of memory");
+    }
+    int rc = 0;
+    for (int run = 0; run < warmup + repeat && !rc; run++) {
+        mega_lm_stream_reset(s);
+        for (int b = 0; b < B; b++) tok[b] = (int32_t)('A' + b);
+        uint64_t h = 1469598103934665603ull;
+        double t0 = now_sec();
+        for (int t = 0; t < w->T; t++) {
+            if (mega_lm_stream_feed(s, tok, 1, logits) != MEGA_OK) {
+                rc = cli_error("%s", mega_last_error());
+                break;
+            }
+            /* greedy: the next input is the argmax over the bytes (never the pad token) */
+            for (int b = 0; b < B; b++) {
+                const mega_real *l = logits + (size_t)b * V;
+                int best = 0;
+                for (int v = 1; v < 256; v++)
+                    if (l[v] > l[best]) best = v;
+                tok[b] = best;
+                h = (h ^ (uint64_t)best) * 1099511628211ull;
+            }
+        }
+        double dt = now_sec() - t0;
+        if (run >= warmup) tm->ms[tm->n++] = dt * 1e3;
+        *digest = h;
+    }
+    free(logits), free(tok);
+    mega_lm_stream_free(s);
+    mega_lm_free(m);
+    return rc;
+}
+
+static int run_child(const char *name, int threads, int warmup, int repeat) {
+    const workload *w = find_workload(name);
+    if (!w) return cli_error("unknown workload '%s'", name), 2;
+    mega_set_threads(threads);
+    const double base = proc_status_mib("VmRSS");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "workload", w->name);
+    int rc = 0;
+    if (w->kind == WK_SGEMM) {
+        rc = child_sgemm(threads, o);
+    } else {
+        timings tm = {calloc((size_t)repeat + 1, sizeof(double)), 0, NAN};
+        char why[512] = "";
+        uint64_t digest = 0;
+        int r;
+        if (!tm.ms) return cli_error("out of memory"), 2;
+        switch (w->kind) {
+        case WK_LM_TRAIN: r = child_lm_train(w, warmup, repeat, &tm); break;
+        case WK_CLS_TRAIN: r = child_cls_train(w, warmup, repeat, &tm, why, sizeof why); break;
+        default: r = child_lm_decode(w, warmup, repeat, &tm, &digest); break;
+        }
+        if (r > 0) {
+            free(tm.ms);
+            cJSON_Delete(o);
+            return 2;
+        }
+        if (r < 0) {
+            cJSON_AddStringToObject(o, "status", "n/a");
+            cJSON_AddStringToObject(o, "note", why);
+        } else {
+            cJSON_AddStringToObject(o, "status", "ok");
+            qsort(tm.ms, (size_t)tm.n, sizeof *tm.ms, cmp_dbl);
+            const int per_run = w->kind == WK_LM_DECODE ? w->T : 1; /* feeds per timed unit */
+            double med = tm.ms[tm.n / 2];
+            if (tm.n % 2 == 0) med = 0.5 * (tm.ms[tm.n / 2 - 1] + tm.ms[tm.n / 2]);
+            const double tokens = (double)w->B * w->T; /* per timed unit */
+            const double flops = workload_flops(w);
+            put_num(o, "ms_per_step", med / per_run);
+            put_num(o, "ms_min", tm.ms[0] / per_run);
+            put_num(o, "ms_max", tm.ms[tm.n - 1] / per_run);
+            put_num(o, "tokens_per_s", tokens / (med * 1e-3));
+            put_num(o, "gflop_per_step", flops / per_run / 1e9);
+            put_num(o, "gflops", flops / (med * 1e-3) / 1e9);
+            put_num(o, "loss", tm.loss);
+            if (w->kind == WK_LM_DECODE) {
+                char hx[32];
+                snprintf(hx, sizeof hx, "%016llx", (unsigned long long)digest);
+                cJSON_AddStringToObject(o, "tokens_digest", hx);
+            }
+        }
+        free(tm.ms);
+    }
+    put_num(o, "base_rss_mib", base);
+    put_num(o, "self_peak_rss_mib", proc_status_mib("VmHWM"));
+    char *s = cJSON_PrintUnformatted(o);
+    printf("%s\n", s ? s : "{}");
+    fflush(stdout);
+    free(s);
+    cJSON_Delete(o);
+    return rc ? 2 : 0;
+}
+
+/* ---- parent side -------------------------------------------------------------------------- */
+
+/* run `mega bench --child NAME` in a fresh process; the child's JSON object (or NULL) and its
+ * peak resident memory in MiB from wait4 */
+static cJSON *spawn_child(const char *self, const char *name, int threads, int warmup, int repeat, double *peak_mib,
+                          char *err, size_t nerr) {
+    int fd[2];
+    *peak_mib = NAN;
+    if (pipe(fd) != 0) return snprintf(err, nerr, "pipe: %s", strerror(errno)), NULL;
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]), close(fd[1]);
+        snprintf(err, nerr, "fork: %s", strerror(errno));
+        return NULL;
+    }
+    if (pid == 0) {
+        char ts[16], ws[16], rs[16];
+        snprintf(ts, sizeof ts, "%d", threads);
+        snprintf(ws, sizeof ws, "%d", warmup);
+        snprintf(rs, sizeof rs, "%d", repeat);
+        dup2(fd[1], 1);
+        close(fd[0]), close(fd[1]);
+        char *av[] = {(char *)"mega", (char *)"bench", (char *)"--child", (char *)name, (char *)"--threads", ts,
+                      (char *)"--warmup", ws, (char *)"--repeat", rs, NULL};
+        execv(self, av);
+        fprintf(stderr, "mega bench: cannot re-execute %s: %s\n", self, strerror(errno));
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) break;
+        if (n + 1024 > cap) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+        }
+        ssize_t r = read(fd[0], buf + n, cap - n - 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        n += (size_t)r;
+    }
+    close(fd[0]);
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {
+    }
+    *peak_mib = (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
+    if (!buf) return snprintf(err, nerr, "out of memory"), NULL;
+    buf[n] = 0;
+    cJSON *o = NULL;
+    char *line = strstr(buf, "{\"workload\"");
+    if (line) o = cJSON_Parse(line);
+    free(buf);
+    if (WIFSIGNALED(status)) {
+        snprintf(err, nerr, "child killed by signal %d", WTERMSIG(status));
+        cJSON_Delete(o);
+        return NULL;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !o) {
+        snprintf(err, nerr, "child exited with status %d (its error is above)", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+static double jnum(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+static const char *jstr(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static cJSON *workload_record(const workload *w, const cJSON *child, const char *err, int threads, int warmup,
+                              int repeat, double peak, double sgemm) {
+    cJSON *o = cJSON_CreateObject();
+    const int decode = w->kind == WK_LM_DECODE;
+    cJSON_AddStringToObject(o, "impl", "mega");
+    cJSON_AddStringToObject(o, "workload", w->name);
+    const char *st = child ? jstr(child, "status") : "error";
+    cJSON_AddStringToObject(o, "status", st);
+    cJSON_AddStringToObject(o, "note", child ? jstr(child, "note") : err);
+    cJSON_AddNumberToObject(o, "threads", threads);
+    cJSON_AddNumberToObject(o, "batch", w->B);
+    cJSON_AddNumberToObject(o, "seq_len", w->T);
+    cJSON_AddNumberToObject(o, "tokens_per_step", decode ? w->B : (double)w->B * w->T);
+    cJSON_AddNumberToObject(o, "warmup", warmup);
+    cJSON_AddNumberToObject(o, "repeat", repeat);
+    const int ok = child && !strcmp(st, "ok");
+    const char *nums[] = {"ms_per_step", "ms_min", "ms_max", "tokens_per_s", "gflop_per_step", "gflops"};
+    for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) put_num(o, nums[i], ok ? jnum(child, nums[i]) : NAN);
+    put_num(o, "sgemm_gflops", sgemm);
+    put_num(o, "sgemm_fraction", ok && sgemm > 0 ? jnum(child, "gflops") / sgemm : NAN);
+    put_num(o, "peak_rss_mib", child ? peak : NAN);
+    put_num(o, "base_rss_mib", child ? jnum(child, "base_rss_mib") : NAN);
+    put_num(o, "loss", ok ? jnum(child, "loss") : NAN);
+    if (ok && decode) cJSON_AddStringToObject(o, "tokens_digest", jstr(child, "tokens_digest"));
+    cJSON_AddStringToObject(o, "mixer", w->kind == WK_CLS_TRAIN ? w->mixer : "mega");
+    cJSON_AddStringToObject(o, "build", mega_build_info());
+    return o;
+}
+
+static void fmt_num(char *b, size_t n, double v, const char *fmt) {
+    if (isfinite(v)) snprintf(b, n, fmt, v);
+    else snprintf(b, n, "-");
+}
+
+int cmd_bench(int argc, char **argv) {
+    int json = 0, threads = 0, repeat = 3, warmup = 1, no_sgemm = 0, list = 0;
+    const char *child = NULL;
+    cli_flag fl[] = {
+        {"json", F_SET, &json, "one JSON object per line (stable keys) instead of the table", NULL, 1, 0, 0},
+        {"threads", F_INT, &threads, "threads for our OpenMP loops and OpenBLAS (0 = all cores)", NULL, 0, 4096, 0},
+        {"repeat", F_INT, &repeat, "timed steps (decode: timed 512-token runs); ms/step is their median", NULL, 1, 1000, 0},
+        {"warmup", F_INT, &warmup, "untimed steps before timing", NULL, 0, 1000, 0},
+        {"no-sgemm", F_SET, &no_sgemm, "skip the sgemm reference measurement", NULL, 1, 0, 0},
+        {"list", F_SET, &list, "list the workloads and exit", NULL, 1, 0, 0},
+        {"child", F_STR, &child, "internal: run one workload in this process and print its JSON", NULL, 1, 0, 0},
+        FL_END};
+    const char *usage = "[WORKLOAD...] [--json] [--threads N] [--repeat R] [--warmup W]   (no workload = all; 'mega bench --list')";
+    /* split positional workload names from the flags (flags with a value consume the next word) */
+    char **fargv = calloc((size_t)argc + 1, sizeof *fargv);
+    const char **names = calloc((size_t)argc + 1, sizeof *names);
+    if (!fargv || !names) return free(fargv), free(names), cli_error("out of memory"), 2;
+    int fargc = 2, nnames = 0;
+    fargv[0] = argv[0], fargv[1] = argv[1];
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strncmp(a, "--", 2) || !strcmp(a, "-h")) {
+            fargv[fargc++] = argv[i];
+            const cli_flag *f = NULL;
+            for (const cli_flag *g = fl; g->name; g++)
+                if (!strcmp(g->name, a + 2)) f = g;
+            if (f && f->kind != F_SET && f->kind != F_CLEAR && f->kind != F_BOOL && i + 1 < argc) fargv[fargc++] = argv[++i];
+        } else {
+            names[nnames++] = a;
+        }
+    }
+    int r = cli_parse("bench", usage, fl, fargc, fargv, 2);
+    free(fargv);
+    if (r) return free(names), r == 1 ? 0 : 2;
+    if (child) return free(names), run_child(child, threads, warmup, repeat);
+    if (list) {
+        for (int i = 0; i < N_WORKLOADS; i++) printf("%-22s %s\n", WORKLOADS[i].name, WORKLOADS[i].what);
+        return free(names), 0;
+    }
+    /* the selection, in table order (duplicates collapse); "all" or nothing = every workload */
+    int sel[N_WORKLOADS] = {0}, any = 0;
+    for (int i = 0; i < nnames; i++) {
+        if (!strcmp(names[i], "all")) {
+            for (int k = 0; k < N_WORKLOADS; k++) sel[k] = 1;
+            any = 1;
+            continue;
+        }
+        const workload *w = find_workload(names[i]);
+        if (!w) {
+            cli_error("unknown workload '%s' (see 'mega bench --list')", names[i]);
+            return free(names), 2;
+        }
+        sel[w - WORKLOADS] = 1, any = 1;
+    }
+    free(names);
+    if (!any)
+        for (int k = 0; k < N_WORKLOADS; k++) sel[k] = 1;
+    if (!no_sgemm) sel[0] = 1; /* the reference rate is part of every run */
+    if (threads <= 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = nc > 0 ? (int)nc : 1;
+    }
+    char self[4096];
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl > 0) self[sl] = 0;
+    else snprintf(self, sizeof self, "%s", argv[0]);
+
+    int total = 0, done = 0, failed = 0;
+    for (int k = 0; k < N_WORKLOADS; k++) total += sel[k];
+    if (!json) {
+        printf("mega bench: %s, %d threads, warm-up %d, repeat %d (median)\n", mega_build_info(), threads, warmup, repeat);
+        fflush(stdout);
+    }
+    double sgemm = NAN;
+    cJSON *recs[N_WORKLOADS] = {0};
+    for (int k = 0; k < N_WORKLOADS; k++) {
+        if (!sel[k]) continue;
+        const workload *w = &WORKLOADS[k];
+        double peak, t0 = now_sec();
+        char err[256] = "";
+        fprintf(stderr, "bench [%d/%d] %-20s ...", ++done, total, w->name);
+        fflush(stderr);
+        cJSON *c = spawn_child(self, w->name, threads, warmup, repeat, &peak, err, sizeof err);
+        const char *st = c ? jstr(c, "status") : "error";
+        fprintf(stderr, " %s (%.1f s)%s%s\n", st, now_sec() - t0, c ? "" : ": ", c ? "" : err);
+        if (!c || !strcmp(st, "error")) failed++;
+        if (w->kind == WK_SGEMM) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "impl", "mega");
+            cJSON_AddStringToObject(o, "workload", "sgemm");
+            cJSON_AddStringToObject(o, "status", c ? jstr(c, "status") : "error");
+            cJSON_AddStringToObject(o, "note", c ? jstr(c, "note") : err);
+            cJSON_AddNumberToObject(o, "threads", threads);
+            sgemm = c ? jnum(c, "gflops") : NAN;
+            put_num(o, "gflops", sgemm);
+            const cJSON *sh = c ? cJSON_GetObjectItemCaseSensitive(c, "shapes") : NULL;
+            if (sh) cJSON_AddItemToObject(o, "shapes", cJSON_Duplicate(sh, 1));
+            put_num(o, "peak_rss_mib", c ? peak : NAN);
+            recs[k] = o;
+        } else {
+            recs[k] = workload_record(w, c, err, threads, warmup, repeat, peak, sgemm);
+        }
+        cJSON_Delete(c);
+        if (json) {
+            char *s = cJSON_PrintUnformatted(recs[k]);
+            printf("%s\n", s ? s : "{}");
+            free(s);
+            fflush(stdout);
+        }
+    }
+    if (!json) {
+        if (recs[0]) {
+            const cJSON *sh = cJSON_GetObjectItemCaseSensitive(recs[0], "shapes");
+            if (cJSON_IsArray(sh)) {
+                printf("sgemm (OpenBLAS, %d threads):", threads);
+                const cJSON *e;
+                cJSON_ArrayForEach(e, sh) printf("  %gx%gx%g %.1f GFLOP/s", jnum(e, "m"), jnum(e, "n"), jnum(e, "k"), jnum(e, "gflops"));
+                printf("\n");
+            } else {
+                printf("sgemm: %s\n", jstr(recs[0], "note"));
+            }
+        }
+        printf("\n%-20s %11s %10s %10s %9s %8s %9s\n", "workload", "tok/s", "ms/step", "GFLOP/step", "GFLOP/s", "% sgemm",
+               "peak MiB");
+        for (int k = 1; k < N_WORKLOADS; k++) {
+            if (!recs[k]) continue;
+            const cJSON *o = recs[k];
+            if (strcmp(jstr(o, "status"), "ok")) {
+                printf("%-20s %s (%s)\n", WORKLOADS[k].name, jstr(o, "status"), jstr(o, "note"));
+                continue;
+            }
+            char a[32], b[32], c[32], d[32], e[32], f[32];
+            fmt_num(a, sizeof a, jnum(o, "tokens_per_s"), "%.0f");
+            fmt_num(b, sizeof b, jnum(o, "ms_per_step"), "%.3f");
+            fmt_num(c, sizeof c, jnum(o, "gflop_per_step"), "%.3f");
+            fmt_num(d, sizeof d, jnum(o, "gflops"), "%.1f");
+            fmt_num(e, sizeof e, 100 * jnum(o, "sgemm_fraction"), "%.0f%%");
+            fmt_num(f, sizeof f, jnum(o, "peak_rss_mib"), "%.0f");
+            printf("%-20s %11s %10s %10s %9s %8s %9s\n", WORKLOADS[k].name, a, b, c, d, e, f);
+        }
+        printf("\n(tok/s and ms/step: median of %d timed steps after %d warm-up; decode: per generated token, one "
+               "feed of the whole batch. GFLOP: analytic count, see docs/performance.md. Peak: each workload in a "
+               "fresh process.)\n",
+               repeat, warmup);
+    }
+    for (int k = 0; k < N_WORKLOADS; k++) cJSON_Delete(recs[k]);
+    return failed ? 1 : 0;
+}
