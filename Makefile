@@ -150,7 +150,7 @@ $(BUILD)/mega: $(TOOL_OBJ) $(BUILD)/libmega.a
 	$(CC) $(CFLAGS) $(TOOL_OBJ) $(BUILD)/libmega.a $(LDLIBS) -o $@
 
 TEST_COMMON := $(wildcard tests/lib/*.c)
-$(BUILD)/test_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega.a $(HDRS) $(wildcard tests/*.c)
+$(BUILD)/test_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega.a $(HDRS) $(wildcard tests/*.c tools/*.c tools/*.h)
 	$(CC) $(CFLAGS) -Itests/lib $< $(TEST_COMMON) $(BUILD)/libmega.a $(LDLIBS) -o $@
 $(BUILD)/t64_%: tests/t64_%.c $(TEST_COMMON) $(BUILD)/libmega64.a $(HDRS) $(wildcard tests/*.c)
 	$(CC) $(CFLAGS) -DMEGA_F64 -Itests/lib $< $(TEST_COMMON) $(BUILD)/libmega64.a $(LDLIBS) -o $@

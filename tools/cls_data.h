@@ -173,9 +173,11 @@ int cls_batch_fill(cls_batch *b, const cls_dataset *d, const int *idx, int n);
  * ListOps (tools/listops.c) */
 
 /* Value of a ListOps expression (a Source string): tokens separated by whitespace, "(" and ")"
- * ignored but required to balance. MIN, MAX, MED (int(numpy.median): the lower middle plus half
- * the gap, truncated, i.e. (a+b)/2 rounded down for an even count), SM (sum mod 10), FIRST,
- * LAST. Returns 0 and *value, or non-zero with the reason in cls_last_error(). */
+ * ignored but required to balance, values are single digits. MIN, MAX, MED = int(numpy.median(args))
+ * as in the published to_value (the middle value for an odd count; for an even count the mean of
+ * the two middle values, truncated: [MED 3 4 ] = 3, [MED 1 2 6 9 ] = 4), SM = sum mod 10, FIRST,
+ * LAST. No recursion (any nesting depth). Returns 0 and *value, or non-zero with the reason in
+ * cls_last_error(). */
 int listops_eval(const char *expr_tokens, int *value);
 
 typedef struct {

@@ -1,0 +1,834 @@
+/* Classification data layer: the ListOps generator (parity with the published procedure under
+ * Python's random.seed, determinism, evaluator agreement, lengths, no duplicates), the ListOps /
+ * text / pairs / IDX loaders (round trips, label maps, every malformed input rejected with the
+ * file and line), vocabulary and class-list JSON, padded batches, and a no-crash fuzz pass.
+ * The tool sources are not in the library, so they are compiled into this test directly. */
+#include "testlib.h"
+
+#include "../tools/cli.c"
+#include "../tools/cls_data.c"
+#include "../tools/common.c"
+#include "../tools/listops.c"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+static const char *tpath(const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *b = buf[k++ % 8];
+    snprintf(b, 512, "%s/%s", tmpdir, name);
+    return b;
+}
+
+static int write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(data, 1, n, f);
+    fclose(f);
+    return w == n ? 0 : -1;
+}
+
+static int write_str(const char *name, const char *s) { return write_file(tpath(name), s, strlen(s)); }
+
+static void rm_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[1024];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) rm_tree(p);
+        else unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* the loader fails and the message contains every needle */
+static void expect_fail(int rc, const char *what, const char *n1, const char *n2) {
+    const char *m = cls_last_error();
+    int ok = rc != 0 && (!n1 || strstr(m, n1)) && (!n2 || strstr(m, n2));
+    TL_CHECK(ok, "%s: rejected with a message containing '%s'%s%s (rc %d, got: %s)", what, n1 ? n1 : "", n2 ? " and " : "",
+             n2 ? n2 : "", rc, m);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * evaluator */
+static void test_eval(void) {
+    struct {
+        const char *e;
+        int v;
+    } ok[] = {
+        {"7", 7},
+        {"[MIN 3 1 2 ]", 1},
+        {"[MAX 3 1 2 ]", 3},
+        {"[MED 3 1 2 ]", 2},
+        {"[MED 3 4 ]", 3},          /* int(numpy.median([3, 4])) = int(3.5) = 3 */
+        {"[MED 1 2 6 9 ]", 4},      /* (2+6)/2 */
+        {"[MED 9 8 ]", 8},          /* int(8.5) */
+        {"[MED 0 9 ]", 4},          /* int(4.5) */
+        {"[SM 5 7 ]", 2},
+        {"[SM 9 9 9 9 ]", 6},
+        {"[FIRST 4 5 6 ]", 4},
+        {"[LAST 4 5 6 ]", 6},
+        {"( ( ( [SM 5 ) 7 ) ] )", 2},
+        {"( ( ( ( [MED 0 ) 9 ) 2 ) ] )", 2},
+        /* from the published generator under random.seed(3) (see tests: parity) */
+        {"( ( ( ( ( [MED ( ( ( [SM 4 ) 7 ) ] ) ) 6 ) 9 ) 2 ) ] )", 4},
+        {"( ( ( ( ( [MAX ( ( ( ( ( [MIN 7 ) 9 ) 1 ) 9 ) ] ) ) 7 ) 3 ) ( ( ( ( ( [SM 7 ) 8 ) 8 ) 7 ) ] ) ) ] )", 7},
+        {"  [MAX\t2 [MIN 5 3 ]\n1 ]  ", 3},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        char e[256];
+        snprintf(e, sizeof e, "%s", ok[i].e);
+        int v = -1, rc = listops_eval(e, &v);
+        TL_CHECK(rc == 0 && v == ok[i].v, "listops_eval '%s' = %d (got %d, rc %d: %s)", e, ok[i].v, v, rc, cls_last_error());
+    }
+    const char *bad[] = {"", "   ", "[MIN ]", "[MIN 1 2", "1 2", ")", "( [MAX 1 2 ]", "[MAX 1 2 ] )", "[FOO 1 ]", "]",
+                         "[MIN 1 ] 3", "[MIN 1 ] [MAX 2 ]", "10", "[MIN 1 x ]", "[min 1 2 ]"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int v = -1;
+        int rc = listops_eval(bad[i], &v);
+        TL_CHECK(rc != 0 && strlen(cls_last_error()) > 0, "listops_eval rejects '%s' (%s)", bad[i], cls_last_error());
+    }
+    int v;
+    TL_CHECK(listops_eval(NULL, &v) != 0, "listops_eval(NULL) fails");
+    /* deep nesting: no recursion limit in the evaluator */
+    size_t D = 20000;
+    char *deep = malloc(D * 8 + 16), *p = deep;
+    for (size_t i = 0; i < D; i++) memcpy(p, "[MAX ", 5), p += 5;
+    *p++ = '4';
+    for (size_t i = 0; i < D; i++) memcpy(p, " ]", 2), p += 2;
+    *p = 0;
+    TL_CHECK(listops_eval(deep, &v) == 0 && v == 4, "listops_eval: 20000 nested operators");
+    free(deep);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * generator */
+static uint64_t fnv_str(uint64_t h, const char *s) {
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* the first n examples as the published script's lines "src\ttarget\n"; FNV-1a of it all */
+static uint64_t gen_hash(const listops_params *p, int n, char *first, size_t firstn) {
+    listops_gen *g = listops_gen_new(p);
+    if (!g) return 0;
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) {
+        const char *s;
+        int len, t;
+        if (listops_gen_next(g, &s, &len, &t)) {
+            listops_gen_free(g);
+            return 0;
+        }
+        if (i == 0 && first) snprintf(first, firstn, "%s", s);
+        char tb[8];
+        snprintf(tb, sizeof tb, "\t%d\n", t);
+        h = fnv_str(fnv_str(h, s), tb);
+    }
+    listops_gen_free(g);
+    return h;
+}
+
+static void test_parity(void) {
+    /* Reference: the published generate_tree / to_string / to_value (lra_benchmarks/data/listops.py,
+     * numpy-free copy) run under CPython 3.11 after random.seed(S), keeping accepted distinct trees
+     * in drawing order; FNV-1a 64 of the lines "Source\tTarget\n". */
+    listops_params p = listops_defaults();
+    p.min_len = 20, p.max_len = 100, p.max_depth = 4, p.max_args = 10, p.seed = 1;
+    char first[4096];
+    uint64_t h = gen_hash(&p, 240, first, sizeof first);
+    TL_CHECK(h == 0xd63c592e4f9b2b0bull, "parity with the published generator, seed 1, 240 examples of lengths (20,100), depth 4 "
+                                         "(hash %016llx)", (unsigned long long)h);
+    TL_CHECK(!strncmp(first, "( ( ( ( ( ( ( ( ( ( ( [SM ( ( ( ( ( ( ( ( ( [SM 6 ) 8 ) ( ( ( ( ( ( ( ( ( ( [SM 7 ) 8 ) 3 ) 5 )", 90),
+             "parity: first example of seed 1");
+    p = listops_defaults();
+    p.seed = 7;
+    h = gen_hash(&p, 30, NULL, 0);
+    TL_CHECK(h == 0x6c5eccc270086aa6ull, "parity with the published generator at the published defaults, seed 7, 30 examples "
+                                         "(hash %016llx)", (unsigned long long)h);
+    p = listops_defaults();
+    p.min_len = 4, p.max_len = 30, p.max_depth = 3, p.max_args = 4, p.seed = 3;
+    listops_gen *g = listops_gen_new(&p);
+    const char *want[] = {"( ( ( ( ( [MAX ( ( ( ( ( [MIN 7 ) 9 ) 1 ) 9 ) ] ) ) 7 ) 3 ) ( ( ( ( ( [SM 7 ) 8 ) 8 ) 7 ) ] ) ) ] )",
+                          "( ( ( ( ( [MED ( ( ( [SM 4 ) 7 ) ] ) ) 6 ) 9 ) 2 ) ] )", "( ( ( ( [MED 0 ) 9 ) 2 ) ] )",
+                          "( ( ( ( ( [SM 1 ) 1 ) 2 ) ( ( ( ( [MIN 6 ) 1 ) 0 ) ] ) ) ] )",
+                          "( ( ( ( ( [SM ( ( ( [MED 6 ) 4 ) ] ) ) ( ( ( [MED 5 ) 5 ) ] ) ) 6 ) 8 ) ] )"};
+    int wantv[] = {7, 4, 2, 4, 4};
+    for (int i = 0; i < 5 && g; i++) {
+        const char *s = "";
+        int len = 0, t = -1;
+        int rc = listops_gen_next(g, &s, &len, &t);
+        TL_CHECK(rc == 0 && !strcmp(s, want[i]) && t == wantv[i], "parity seed 3 example %d: %s -> %d", i, s, t);
+    }
+    listops_gen_free(g);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* count tokens without parentheses */
+static int published_length(const char *s) {
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        const char *w = p;
+        while (*p && *p != ' ') p++;
+        if (!(p - w == 1 && (*w == '(' || *w == ')'))) n++;
+    }
+    return n;
+}
+
+static void test_generator(void) {
+    listops_params p = listops_defaults();
+    p.n_train = 1600, p.n_valid = 200, p.n_test = 200;
+    p.min_len = 10, p.max_len = 200, p.max_depth = 6, p.max_args = 8, p.seed = 42;
+    const int N = 2000;
+    listops_gen *g = listops_gen_new(&p);
+    TL_CHECK(g != NULL, "listops_gen_new");
+    if (!g) return;
+    char **src = calloc((size_t)N, sizeof *src);
+    int *tgt = calloc((size_t)N, sizeof *tgt), *lens = calloc((size_t)N, sizeof *lens);
+    int bad_eval = 0, bad_len = 0, fails = 0, hist[10] = {0};
+    for (int i = 0; i < N; i++) {
+        const char *s;
+        if (listops_gen_next(g, &s, &lens[i], &tgt[i])) {
+            fails++;
+            continue;
+        }
+        src[i] = strdup(s);
+        int v = -1;
+        if (listops_eval(s, &v) || v != tgt[i]) bad_eval++;
+        if (published_length(s) != lens[i] || lens[i] <= p.min_len || lens[i] >= p.max_len) bad_len++;
+        if (tgt[i] >= 0 && tgt[i] < 10) hist[tgt[i]]++;
+    }
+    listops_gen_free(g);
+    TL_CHECK(fails == 0, "2000 examples generated");
+    TL_CHECK(bad_eval == 0, "the evaluator agrees with the generator's target on all 2000 examples (%d disagree)", bad_eval);
+    TL_CHECK(bad_len == 0, "every length is the published one (no parentheses) and min < length < max (%d bad)", bad_len);
+    int allc = 1;
+    for (int c = 0; c < 10; c++) allc &= hist[c] > 0;
+    TL_CHECK(allc, "every target 0-9 occurs");
+    char **sorted = malloc((size_t)N * sizeof *sorted);
+    memcpy(sorted, src, (size_t)N * sizeof *sorted);
+    int dup = 0;
+    if (!fails) {
+        qsort(sorted, (size_t)N, sizeof *sorted, cmp_str);
+        for (int i = 1; i < N; i++) dup += !strcmp(sorted[i - 1], sorted[i]);
+    }
+    TL_CHECK(!fails && dup == 0, "no duplicate examples (%d)", dup);
+    free(sorted);
+
+    /* determinism in the seed */
+    listops_gen *g2 = listops_gen_new(&p);
+    int same = 1;
+    for (int i = 0; i < N && g2; i++) {
+        const char *s;
+        int l, t;
+        if (listops_gen_next(g2, &s, &l, &t) || !src[i] || strcmp(s, src[i]) || t != tgt[i]) same = 0;
+    }
+    listops_gen_free(g2);
+    TL_CHECK(same, "same seed, same 2000 examples");
+    p.seed = 43;
+    g2 = listops_gen_new(&p);
+    int differ = 0;
+    for (int i = 0; i < 20 && g2; i++) {
+        const char *s;
+        int l, t;
+        if (!listops_gen_next(g2, &s, &l, &t) && src[i] && strcmp(s, src[i])) differ++;
+    }
+    listops_gen_free(g2);
+    TL_CHECK(differ >= 15, "another seed, other examples (%d/20 differ)", differ);
+
+    /* write as TSV and parse back */
+    FILE *f = fopen(tpath("gen.tsv"), "wb");
+    fprintf(f, "Source\tTarget\n");
+    for (int i = 0; i < N; i++) fprintf(f, "%s\t%d\n", src[i] ? src[i] : "0", tgt[i]);
+    fclose(f);
+    cls_dataset d;
+    cls_load_opts o = {0};
+    int rc = cls_load_listops(tpath("gen.tsv"), &o, &d);
+    TL_CHECK(rc == 0 && d.n == N, "generated TSV parses back (%d examples; %s)", rc ? -1 : d.n, cls_last_error());
+    if (!rc) {
+        int okl = 1, okt = 1, okp = 1;
+        for (int i = 0; i < N; i++) {
+            if (d.label[i] != tgt[i] || strcmp(d.classes.names[d.label[i]], (char[]){(char)('0' + tgt[i]), 0})) okl = 0;
+            if (d.len[i] != lens[i]) okt = 0;
+            /* tokens map back to the source's non-parenthesis tokens */
+            const char *s = src[i];
+            int t = 0;
+            while (s && *s && okt) {
+                while (*s == ' ') s++;
+                const char *w = s;
+                while (*s && *s != ' ') s++;
+                if (s - w == 1 && (*w == '(' || *w == ')')) continue;
+                const char *name = cls_listops_token(d.tok[i][t++]);
+                if (!name || strlen(name) != (size_t)(s - w) || memcmp(name, w, (size_t)(s - w))) okt = 0;
+            }
+            for (int k = 0; k < d.len[i]; k++)
+                if (d.tok[i][k] == CLS_LO_LPAREN || d.tok[i][k] == CLS_LO_RPAREN || d.tok[i][k] == CLS_LO_UNK) okp = 0;
+        }
+        TL_CHECK(okl, "labels are the targets, classes \"0\"..\"9\"");
+        TL_CHECK(okt, "token ids map back to the source tokens; lengths = published lengths");
+        TL_CHECK(okp, "parentheses dropped by default, no <unk>");
+        TL_CHECK(d.classes.n == 10 && d.vocab.size == CLS_LO_VOCAB && d.vocab.pad == 0 && d.vocab.unk == 1 && d.n_unk == 0,
+                 "ListOps dataset: 10 classes, vocab 21, pad 0, unk 1");
+        TL_CHECK(d.line[0] == 2 && d.line[N - 1] == N + 1, "line numbers recorded");
+        cls_dataset_free(&d);
+    }
+    o.keep_parens = 1;
+    rc = cls_load_listops(tpath("gen.tsv"), &o, &d);
+    if (!rc) {
+        int ok = 1;
+        for (int i = 0; i < N; i++) {
+            int t = 0;
+            const char *s = src[i];
+            while (s && *s) {
+                while (*s == ' ') s++;
+                if (!*s) break;
+                while (*s && *s != ' ') s++;
+                t++;
+            }
+            if (d.len[i] != t) ok = 0;
+        }
+        TL_CHECK(ok && d.vocab.keep_parens, "keep_parens keeps every token");
+        cls_dataset_free(&d);
+    } else TL_CHECK(0, "keep_parens load: %s", cls_last_error());
+    o.keep_parens = 0, o.max_len = 15, o.max_examples = 100;
+    rc = cls_load_listops(tpath("gen.tsv"), &o, &d);
+    if (!rc) {
+        int ok = d.n == 100 && d.max_len <= 15 && d.n_truncated > 0;
+        TL_CHECK(ok, "max_len truncates, max_examples stops (%d examples, longest %d, %d cut)", d.n, d.max_len, d.n_truncated);
+        cls_dataset_free(&d);
+    } else TL_CHECK(0, "truncated load: %s", cls_last_error());
+
+    for (int i = 0; i < N; i++) free(src[i]);
+    free(src), free(tgt), free(lens);
+
+    /* the published defaults, a few examples */
+    p = listops_defaults();
+    TL_CHECK(p.n_train == 96000 && p.n_valid == 2000 && p.n_test == 2000 && p.min_len == 500 && p.max_len == 2000 &&
+                 p.max_depth == 10 && p.max_args == 10,
+             "published defaults 96000/2000/2000, lengths 500-2000, depth 10, args 10");
+    g = listops_gen_new(&p);
+    int okd = g != NULL;
+    for (int i = 0; i < 20 && g; i++) {
+        const char *s;
+        int l, t, v = -1;
+        if (listops_gen_next(g, &s, &l, &t) || listops_eval(s, &v) || v != t || l <= 500 || l >= 2000 ||
+            published_length(s) != l)
+            okd = 0;
+    }
+    listops_gen_free(g);
+    TL_CHECK(okd, "default settings: 20 examples, lengths in (500, 2000), evaluator agrees");
+}
+
+static void test_generator_errors(void) {
+    listops_params p = listops_defaults();
+#define BAD(expr, needle)                                   \
+    do {                                                    \
+        p = listops_defaults();                             \
+        expr;                                               \
+        int rc_ = listops_check(&p);                        \
+        expect_fail(rc_, "listops_check " #expr, needle, NULL); \
+        listops_gen *g_ = listops_gen_new(&p);              \
+        TL_CHECK(g_ == NULL, "listops_gen_new refuses " #expr); \
+        listops_gen_free(g_);                               \
+    } while (0)
+    BAD(p.min_len = 3000, "--min-len");
+    BAD((p.min_len = 10, p.max_len = 11), "--max-len");
+    BAD(p.n_train = 0, "at least one example");
+    BAD(p.n_test = -5, "at least one example");
+    BAD(p.max_args = 1, "--max-args");
+    BAD(p.max_depth = 0, "--max-depth");
+    BAD((p.max_depth = 2, p.max_args = 3, p.min_len = 5, p.max_len = 100), "unreachable");
+    BAD((p.min_len = 1, p.max_len = 4), "no expression has 1 < length < 4");
+    BAD(p.seed = -1, "--seed");
+#undef BAD
+    /* exhausting the distinct examples fails instead of looping */
+    p = listops_defaults();
+    p.max_depth = 2, p.max_args = 2, p.min_len = 0, p.max_len = 100, p.n_train = 500, p.n_valid = 1, p.n_test = 1;
+    listops_gen *g = listops_gen_new(&p);
+    int got = 0, rc = 0;
+    while (g && !(rc = listops_gen_next(g, &(const char *){0}, &(int){0}, &(int){0}))) got++;
+    TL_CHECK(g && rc != 0 && got == 410 && strstr(cls_last_error(), "no progress"),
+             "depth 2, 2 args: exactly 410 distinct expressions, then a clear failure (%d; %s)", got, cls_last_error());
+    listops_gen_free(g);
+    /* depth 1: only single digits */
+    p = listops_defaults();
+    p.max_depth = 1, p.min_len = 0, p.max_len = 2;
+    g = listops_gen_new(&p);
+    int digits_ok = g != NULL;
+    for (int i = 0; i < 10 && g; i++) {
+        const char *s;
+        int l, t;
+        if (listops_gen_next(g, &s, &l, &t) || strlen(s) != 1 || s[0] - '0' != t || l != 1) digits_ok = 0;
+    }
+    TL_CHECK(digits_ok, "depth 1 draws the 10 digits");
+    listops_gen_free(g);
+}
+
+/* mega listops in-process: files, atomic outputs, parse back */
+static void test_cmd(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/lo", tmpdir);
+    char *av[] = {"mega", "listops", "--out", dir, "--train", "60", "--valid", "7", "--test", "9", "--min-len", "20", "--max-len",
+                  "100", "--max-depth", "4", "--seed", "5", "--quiet", NULL};
+    fflush(stdout);
+    int rc = cmd_listops(19, av);
+    TL_CHECK(rc == 0, "mega listops runs");
+    const char *names[3] = {"train.tsv", "valid.tsv", "test.tsv"};
+    int want[3] = {60, 7, 9};
+    for (int s = 0; s < 3; s++) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/%s", dir, names[s]);
+        cls_dataset d;
+        int r = cls_load_listops(p, NULL, &d);
+        TL_CHECK(r == 0 && d.n == want[s], "%s: %d examples (%s)", names[s], want[s], r ? cls_last_error() : "ok");
+        if (!r) cls_dataset_free(&d);
+    }
+    /* no temporary files left */
+    DIR *dd = opendir(dir);
+    int tmp = 0, files = 0;
+    struct dirent *e;
+    while (dd && (e = readdir(dd)))
+        if (e->d_name[0] != '.') files++, tmp += strstr(e->d_name, ".tmp") != NULL;
+    if (dd) closedir(dd);
+    TL_CHECK(files == 3 && tmp == 0, "exactly the three files, no temporaries (%d files)", files);
+    /* same seed, same bytes */
+    char dir2[512];
+    snprintf(dir2, sizeof dir2, "%s/lo2", tmpdir);
+    av[3] = dir2;
+    rc = cmd_listops(19, av);
+    bytes_t a, b;
+    char pa[700], pb[700];
+    snprintf(pa, sizeof pa, "%s/train.tsv", dir), snprintf(pb, sizeof pb, "%s/train.tsv", dir2);
+    int same = rc == 0 && !read_bytes(pa, &a, "x") && !read_bytes(pb, &b, "x") && a.n == b.n && !memcmp(a.buf, b.buf, a.n);
+    TL_CHECK(same, "mega listops is deterministic in --seed");
+    if (rc == 0) free(a.buf), free(b.buf);
+    /* a failure leaves no file behind */
+    char dir3[512];
+    snprintf(dir3, sizeof dir3, "%s/lo3", tmpdir);
+    char *av3[] = {"mega", "listops", "--out", dir3, "--train", "1000", "--max-depth", "2", "--max-args", "2", "--min-len", "0",
+                   "--max-len", "50", "--quiet", NULL};
+    fprintf(stderr, "(expected error follows)\n");
+    rc = cmd_listops(15, av3);
+    char p3[700];
+    snprintf(p3, sizeof p3, "%s/train.tsv", dir3);
+    dd = opendir(dir3);
+    files = 0;
+    while (dd && (e = readdir(dd)))
+        if (e->d_name[0] != '.') files++;
+    if (dd) closedir(dd);
+    TL_CHECK(rc == 2 && !file_exists(p3) && files == 0, "failed generation: exit 2 and no file written (%d left)", files);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * malformed ListOps TSV */
+static void test_listops_malformed(void) {
+    cls_dataset d;
+    struct {
+        const char *content, *n1, *n2;
+    } c[] = {
+        {"", "empty file", NULL},
+        {"Src\tTarget\n[MIN 1 2 ]\t1\n", "lo.tsv:1:", "header"},
+        {"[MIN 1 2 ]\t1\n", "lo.tsv:1:", "Source<TAB>Target"},
+        {"Source\tTarget\n[MIN 1 2 ]\t1\n[MAX 1 2 ]\n", "lo.tsv:3:", "2 tab-separated fields"},
+        {"Source\tTarget\n[MIN 1 2 ]\t1\t5\n", "lo.tsv:2:", "found 3"},
+        {"Source\tTarget\n[MIN 1 2 ]\t1\n\n[MAX 1 2 ]\t12\n", "lo.tsv:4:", "digit 0-9"},
+        {"Source\tTarget\n[MIN 1 2 ]\tx\n", "lo.tsv:2:", "digit"},
+        {"Source\tTarget\n[MIN 1 2 ]\t\n", "lo.tsv:2:", "digit"},
+        {"Source\tTarget\n\t3\n", "lo.tsv:2:", "empty Source"},
+        {"Source\tTarget\n( ( ) )\t3\n", "lo.tsv:2:", "empty Source"},
+        {"Source\tTarget\n", "no examples", NULL},
+        {"Source\tTarget\n\n\n", "no examples", NULL},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        write_str("lo.tsv", c[i].content);
+        int rc = cls_load_listops(tpath("lo.tsv"), NULL, &d);
+        if (!rc) cls_dataset_free(&d);
+        char what[64];
+        snprintf(what, sizeof what, "malformed ListOps case %zu", i);
+        expect_fail(rc, what, c[i].n1, c[i].n2);
+    }
+    /* CRLF (as Python's csv writer), unknown tokens -> <unk>, blank lines skipped */
+    write_str("lo.tsv", "Source\tTarget\r\n( ( [MIN 1 ) 2 ) ] )\t1\r\n\r\n[MAX 1 [FOO 3 ]\t3\r\n");
+    int rc = cls_load_listops(tpath("lo.tsv"), NULL, &d);
+    TL_CHECK(rc == 0 && d.n == 2 && d.len[0] == 4 && d.tok[0][0] == CLS_LO_MIN && d.tok[0][1] == CLS_LO_DIGIT0 + 1 &&
+                 d.tok[0][3] == CLS_LO_END && d.n_unk == 1 && d.tok[1][2] == CLS_LO_UNK && d.label[1] == 3 && d.line[1] == 4,
+             "CRLF, <unk>, blank lines (%s)", rc ? cls_last_error() : "");
+    if (!rc) cls_dataset_free(&d);
+    expect_fail(cls_load_listops(tpath("missing.tsv"), NULL, &d), "missing file", "missing.tsv", "No such file");
+    expect_fail(cls_load_listops(tmpdir, NULL, &d), "directory", "is a directory", NULL);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * text and pairs */
+static void test_text(void) {
+    cls_dataset d;
+    cls_load_opts o = {0};
+    /* numeric labels sort numerically; header skipped; raw bytes kept */
+    const char txt[] = "label\ttext\n10\thello\n9\tw\xc3\xa9\xff\n2\tab\r\n10\tx\n";
+    write_file(tpath("t.tsv"), txt, sizeof txt - 1);
+    int rc = cls_load_text(tpath("t.tsv"), &o, &d);
+    TL_CHECK(rc == 0 && d.n == 4, "text TSV loads (%s)", rc ? cls_last_error() : "");
+    if (!rc) {
+        TL_CHECK(d.classes.n == 3 && !strcmp(d.classes.names[0], "2") && !strcmp(d.classes.names[1], "9") &&
+                     !strcmp(d.classes.names[2], "10"),
+                 "numeric labels sort numerically: 2, 9, 10");
+        TL_CHECK(d.label[0] == 2 && d.label[1] == 1 && d.label[2] == 0 && d.label[3] == 2, "labels mapped");
+        TL_CHECK(d.len[0] == 5 && d.tok[0][0] == 'h' && d.len[1] == 4 && d.tok[1][1] == 0xc3 && d.tok[1][3] == 0xff && d.len[2] == 2,
+                 "bytes are tokens 0-255, CR stripped at the end of a line");
+        TL_CHECK(d.vocab.size == 257 && d.vocab.pad == 256 && d.line[0] == 2, "byte vocabulary: 257 ids, pad 256");
+        /* eval with the training classes */
+        cls_classes tr;
+        cls_classes_copy(&tr, &d.classes);
+        cls_dataset_free(&d);
+        write_str("e.tsv", "9\tabc\n2.0\tdef\n");
+        o.classes = &tr;
+        rc = cls_load_text(tpath("e.tsv"), &o, &d);
+        TL_CHECK(rc == 0 && d.label[0] == 1 && d.label[1] == 0 && d.classes.n == 3,
+                 "eval uses the training classes (numeric equality \"2.0\" = \"2\") (%s)", rc ? cls_last_error() : "");
+        if (!rc) cls_dataset_free(&d);
+        write_str("e.tsv", "9\tabc\n\n7\tdef\n");
+        rc = cls_load_text(tpath("e.tsv"), &o, &d);
+        if (!rc) cls_dataset_free(&d);
+        expect_fail(rc, "label unknown at eval time", "e.tsv:3:", "unknown label '7'");
+        o.classes = NULL;
+        cls_classes_free(&tr);
+    }
+    /* string labels sort bytewise */
+    write_str("s.tsv", "pos\tgood\nneg\tbad\nneutral\tmeh\nneg\tugh\n");
+    rc = cls_load_text(tpath("s.tsv"), &o, &d);
+    TL_CHECK(rc == 0 && d.classes.n == 3 && !strcmp(d.classes.names[0], "neg") && !strcmp(d.classes.names[1], "neutral") &&
+                 !strcmp(d.classes.names[2], "pos") && d.label[0] == 2 && d.label[3] == 0,
+             "string labels sort bytewise: neg, neutral, pos");
+    if (!rc) {
+        char *js = cls_classes_to_json(&d.classes);
+        cls_classes back;
+        int r2 = cls_classes_from_json(js, &back);
+        TL_CHECK(js && r2 == 0 && back.n == 3 && !strcmp(back.names[1], "neutral"), "class list JSON round trip: %s", js ? js : "");
+        if (!r2) cls_classes_free(&back);
+        free(js);
+        cls_dataset_free(&d);
+    }
+    cls_classes bc;
+    expect_fail(cls_classes_from_json("[\"a\",\"a\"]", &bc), "class JSON duplicate", "twice", NULL);
+    expect_fail(cls_classes_from_json("{}", &bc), "class JSON object", "array", NULL);
+    expect_fail(cls_classes_from_json("[1]", &bc), "class JSON number", "not a string", NULL);
+    expect_fail(cls_classes_from_json("[", &bc), "class JSON broken", NULL, NULL);
+    /* NUL bytes in the text are bytes; truncation */
+    const char nul[] = "1\ta\0b\n0\tlong text here\n";
+    write_file(tpath("n.tsv"), nul, sizeof nul - 1);
+    o.max_len = 4;
+    rc = cls_load_text(tpath("n.tsv"), &o, &d);
+    TL_CHECK(rc == 0 && d.len[0] == 3 && d.tok[0][1] == 0 && d.len[1] == 4 && d.n_truncated == 1,
+             "NUL is a byte like any other; --seq-len truncates (%s)", rc ? cls_last_error() : "");
+    if (!rc) cls_dataset_free(&d);
+    o.max_len = 0;
+    struct {
+        const char *content, *n1, *n2;
+    } c[] = {
+        {"1\tabc\n2\n", "x.tsv:2:", "2 tab-separated fields"},
+        {"1\tabc\n2\tx\ty\n", "x.tsv:2:", "found 3"},
+        {"1\tabc\n2\t\n", "x.tsv:2:", "empty text"},
+        {"1\tabc\n\tabc\n", "x.tsv:2:", "empty label"},
+        {"1\tabc\n  \tabc\n", "x.tsv:2:", "empty label"},
+        {"", "no examples", NULL},
+        {"label\ttext\n", "no examples", NULL},
+        {"this is a long line of text that was meant to be the text but came first and has no label at all, it goes on and on "
+         "and on for quite a while so that it exceeds the limit of two hundred and fifty six bytes for a label, which is plenty "
+         "for any real class name\t1\n",
+         "x.tsv:1:", "label<TAB>text order"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+        write_str("x.tsv", c[i].content);
+        rc = cls_load_text(tpath("x.tsv"), NULL, &d);
+        if (!rc) cls_dataset_free(&d);
+        char what[64];
+        snprintf(what, sizeof what, "malformed text case %zu", i);
+        expect_fail(rc, what, c[i].n1, c[i].n2);
+    }
+    const char nl[] = "1\tabc\na\0b\tabc\n";
+    write_file(tpath("x.tsv"), nl, sizeof nl - 1);
+    rc = cls_load_text(tpath("x.tsv"), NULL, &d);
+    if (!rc) cls_dataset_free(&d);
+    expect_fail(rc, "NUL in a label", "x.tsv:2:", "NUL");
+
+    /* pairs: 3 fields and the AAN 5-field layout */
+    write_str("p.tsv", "label\ttext1\ttext2\n1\tabc\tde\n0\tx\tyz w\n");
+    rc = cls_load_pairs(tpath("p.tsv"), NULL, &d);
+    TL_CHECK(rc == 0 && d.pairs && d.n == 2 && d.len[0] == 3 && d.len2[0] == 2 && d.tok2[1][0] == 'y' && d.len2[1] == 4 &&
+                 d.label[0] == 1 && d.max_len2 == 4,
+             "pairs TSV (%s)", rc ? cls_last_error() : "");
+    if (!rc) {
+        cls_batch b;
+        int idx[2] = {1, 0};
+        int r1 = cls_batch_init(&b, 3, 2, 3, 0), r2 = r1 ? -1 : cls_batch_fill(&b, &d, idx, 2);
+        TL_CHECK(r2 == 0 && b.tok[0] == 'x' && b.tok[1] == 256 && b.len[0] == 1 && b.tok[2] == 'a' && b.tok[3] == 'b' && b.len[1] == 2 &&
+                     b.tok2[0] == 'y' && b.tok2[2] == ' ' && b.len2[0] == 3 && b.tok2[3] == 'd' && b.tok2[5] == 256 && b.len2[1] == 2 &&
+                     b.len[2] == 0 && b.label[2] == -1 && b.tok[4] == 256 && b.label[0] == 0 && b.label[1] == 1,
+                 "pairs batch: right padding with 256, truncation at L, empty rows");
+        cls_batch_free(&b);
+        cls_batch_init(&b, 2, 8, 0, 0);
+        expect_fail(cls_batch_fill(&b, &d, idx, 2), "pairs into a single-sequence batch", "L2", NULL);
+        cls_batch_free(&b);
+        cls_dataset_free(&d);
+    }
+    write_str("p.tsv", "0.0\t7\t8\tfirst doc\tsecond\n1.0\t9\t10\tthird\tfourth doc\n");
+    rc = cls_load_pairs(tpath("p.tsv"), NULL, &d);
+    TL_CHECK(rc == 0 && d.n == 2 && d.len[0] == 9 && d.len2[0] == 6 && d.len[1] == 5 && d.classes.n == 2 &&
+                 !strcmp(d.classes.names[0], "0.0") && d.label[1] == 1,
+             "pairs: AAN label/id1/id2/text1/text2 layout (%s)", rc ? cls_last_error() : "");
+    if (!rc) cls_dataset_free(&d);
+    struct {
+        const char *content, *n1, *n2;
+    } pc[] = {
+        {"1\tabc\n", "y.tsv:1:", "found 2"},
+        {"1\tabc\tdef\n1\ta\tb\tc\n", "y.tsv:2:", "found 4"},
+        {"1\tabc\t\n", "y.tsv:1:", "empty text2"},
+        {"1\t\tabc\n", "y.tsv:1:", "empty text1"},
+    };
+    for (size_t i = 0; i < sizeof pc / sizeof *pc; i++) {
+        write_str("y.tsv", pc[i].content);
+        rc = cls_load_pairs(tpath("y.tsv"), NULL, &d);
+        if (!rc) cls_dataset_free(&d);
+        char what[64];
+        snprintf(what, sizeof what, "malformed pairs case %zu", i);
+        expect_fail(rc, what, pc[i].n1, pc[i].n2);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * IDX */
+static size_t idx_images(uint8_t *b, uint32_t magic, uint32_t n, uint32_t r, uint32_t c) {
+    uint32_t h[4] = {magic, n, r, c};
+    for (int i = 0; i < 4; i++) b[4 * i] = (uint8_t)(h[i] >> 24), b[4 * i + 1] = (uint8_t)(h[i] >> 16), b[4 * i + 2] = (uint8_t)(h[i] >> 8),
+                                b[4 * i + 3] = (uint8_t)h[i];
+    for (uint32_t i = 0; i < n * r * c; i++) b[16 + i] = (uint8_t)(i * 37 + 11);
+    return 16 + (size_t)n * r * c;
+}
+static size_t idx_labels(uint8_t *b, uint32_t magic, uint32_t n, const uint8_t *lab) {
+    uint32_t h[2] = {magic, n};
+    for (int i = 0; i < 2; i++) b[4 * i] = (uint8_t)(h[i] >> 24), b[4 * i + 1] = (uint8_t)(h[i] >> 16), b[4 * i + 2] = (uint8_t)(h[i] >> 8),
+                                b[4 * i + 3] = (uint8_t)h[i];
+    memcpy(b + 8, lab, n);
+    return 8 + n;
+}
+
+static void test_idx(void) {
+    uint8_t im[256], lb[64];
+    const uint8_t lab[3] = {7, 0, 7};
+    size_t ni = idx_images(im, 0x803, 3, 2, 3), nl = idx_labels(lb, 0x801, 3, lab);
+    write_file(tpath("img.idx"), im, ni);
+    write_file(tpath("lab.idx"), lb, nl);
+    cls_dataset d;
+    cls_load_opts o = {0};
+    int rc = cls_load_idx(tpath("img.idx"), tpath("lab.idx"), &o, &d);
+    TL_CHECK(rc == 0 && d.n == 3 && d.rows == 2 && d.cols == 3 && d.len[0] == 6 && d.max_len == 6, "IDX round trip: 3 images of 2x3 (%s)",
+             rc ? cls_last_error() : "");
+    if (rc) return;
+    int pix = 1;
+    for (int i = 0; i < 3; i++)
+        for (int y = 0; y < 2; y++)
+            for (int x = 0; x < 3; x++) pix &= d.tok[i][y * 3 + x] == im[16 + i * 6 + y * 3 + x];
+    TL_CHECK(pix, "pixels in row-major order as tokens 0-255");
+    TL_CHECK(d.classes.n == 2 && !strcmp(d.classes.names[0], "0") && !strcmp(d.classes.names[1], "7") && d.label[0] == 1 &&
+                 d.label[1] == 0 && d.vocab.pad == 256 && d.vocab.size == 257 && !d.vocab.real,
+             "IDX labels -> classes \"0\",\"7\"; pixel vocabulary 257 with pad 256");
+    cls_batch b;
+    int idx[2] = {2, 0};
+    cls_batch_init(&b, 2, 8, 0, 0);
+    rc = cls_batch_fill(&b, &d, idx, 2);
+    TL_CHECK(rc == 0 && b.tok[0] == im[16 + 12] && b.tok[5] == im[16 + 17] && b.tok[6] == 256 && b.tok[7] == 256 && b.len[0] == 6 &&
+                 b.label[0] == 1 && b.tok[8] == im[16],
+             "token batch [2, 8]: right-padded with 256");
+    TL_CHECK(cls_batch_max_len(&d, idx, 2, 0) == 6, "cls_batch_max_len");
+    cls_batch_free(&b);
+    cls_dataset_free(&d);
+    o.real = 1;
+    rc = cls_load_idx(tpath("img.idx"), tpath("lab.idx"), &o, &d);
+    if (!rc) {
+        cls_batch_init(&b, 2, 8, 0, 1);
+        rc = cls_batch_fill(&b, &d, idx, 2);
+        double want = ((double)im[16 + 12] / 255.0 - 0.5) / 0.5;
+        TL_CHECK(rc == 0 && !b.tok && fabs(b.val[0] - want) < 1e-6 && b.val[6] == 0 && b.val[7] == 0 && b.len[0] == 6 &&
+                     d.vocab.mean == 0.5 && d.vocab.std == 0.5,
+                 "real batch: (x/255 - 0.5)/0.5, padding 0 (%g vs %g)", b.val ? b.val[0] : -99, want);
+        cls_batch_free(&b);
+        char *js = cls_vocab_to_json(&d.vocab);
+        cls_vocab v;
+        int r2 = cls_vocab_from_json(js, &v);
+        TL_CHECK(r2 == 0 && v.kind == CLS_VOCAB_PIXELS && v.real && v.mean == 0.5 && v.std == 0.5, "pixel vocabulary JSON round trip %s",
+                 js ? js : "");
+        free(js);
+        cls_dataset_free(&d);
+    } else TL_CHECK(0, "real IDX load: %s", cls_last_error());
+    o.mean = 0.48, o.std = 0.24;
+    rc = cls_load_idx(tpath("img.idx"), tpath("lab.idx"), &o, &d);
+    TL_CHECK(rc == 0 && fabs(cls_pixel_value(&d.vocab, 255) - (1 - 0.48) / 0.24) < 1e-5, "custom mean/std");
+    if (!rc) cls_dataset_free(&d);
+    o.std = 0;
+    o.mean = 0.3;
+    expect_fail(cls_load_idx(tpath("img.idx"), tpath("lab.idx"), &o, &d), "std 0", "std", NULL);
+    memset(&o, 0, sizeof o);
+    /* eval with training classes that lack a label */
+    cls_classes only0 = {1, (char *[]){"0"}};
+    o.classes = &only0;
+    expect_fail(cls_load_idx(tpath("img.idx"), tpath("lab.idx"), &o, &d), "IDX unknown label", "unknown label '7'", "image number");
+    o.classes = NULL;
+
+    /* malformed */
+    uint8_t bad[256];
+    size_t n;
+    n = idx_images(bad, 0x803, 3, 2, 3);
+    write_file(tpath("bi.idx"), bad, n - 1);
+    expect_fail(cls_load_idx(tpath("bi.idx"), tpath("lab.idx"), NULL, &d), "truncated images", "truncated", "3 images of 2x3");
+    write_file(tpath("bi.idx"), bad, 10);
+    expect_fail(cls_load_idx(tpath("bi.idx"), tpath("lab.idx"), NULL, &d), "images shorter than the header", "truncated", "header");
+    write_file(tpath("bi.idx"), bad, 2);
+    expect_fail(cls_load_idx(tpath("bi.idx"), tpath("lab.idx"), NULL, &d), "2-byte images", "truncated", NULL);
+    write_file(tpath("bi.idx"), bad, n);
+    bad[n] = 1;
+    write_file(tpath("bi.idx"), bad, n + 1);
+    expect_fail(cls_load_idx(tpath("bi.idx"), tpath("lab.idx"), NULL, &d), "trailing bytes", "trailing data", NULL);
+    n = idx_images(bad, 0x801, 3, 2, 3);
+    write_file(tpath("bi.idx"), bad, n);
+    expect_fail(cls_load_idx(tpath("bi.idx"), tpath("lab.idx"), NULL, &d), "wrong magic", "magic 0x00000801", "swapped");
+    n = idx_images(bad, 0x0d03, 3, 2, 3);
+    write_file(tpath("bi.idx"), bad, n);
+    expect_fail(cls_load_idx(tpath("bi.idx"), tpath("lab.idx"), NULL, &d), "float IDX", "magic 0x00000d03", "unsigned bytes");
+    expect_fail(cls_load_idx(tpath("lab.idx"), tpath("img.idx"), NULL, &d), "swapped files", "swapped", NULL);
+    n = idx_images(bad, 0x803, 0, 2, 3);
+    write_file(tpath("bi.idx"), bad, n);
+    uint8_t lb0[16];
+    write_file(tpath("bl.idx"), lb0, idx_labels(lb0, 0x801, 0, lab));
+    expect_fail(cls_load_idx(tpath("bi.idx"), tpath("bl.idx"), NULL, &d), "no images", "no images", NULL);
+    write_file(tpath("bl.idx"), lb0, idx_labels(lb0, 0x801, 2, lab));
+    expect_fail(cls_load_idx(tpath("img.idx"), tpath("bl.idx"), NULL, &d), "count mismatch", "3 images", "2 labels");
+    write_file(tpath("bl.idx"), lb0, idx_labels(lb0, 0x801, 3, lab) - 1);
+    expect_fail(cls_load_idx(tpath("img.idx"), tpath("bl.idx"), NULL, &d), "truncated labels", "truncated", "3 labels");
+    const uint8_t gz[] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
+    write_file(tpath("bl.idx"), gz, sizeof gz);
+    expect_fail(cls_load_idx(tpath("img.idx"), tpath("bl.idx"), NULL, &d), "gzip", "gzip", NULL);
+    write_file(tpath("bl.idx"), gz, 0);
+    expect_fail(cls_load_idx(tpath("img.idx"), tpath("bl.idx"), NULL, &d), "empty labels", "truncated", NULL);
+    expect_fail(cls_load_idx(tpath("img.idx"), tpath("nope.idx"), NULL, &d), "missing labels", "nope.idx", NULL);
+    expect_fail(cls_load_idx(tmpdir, tpath("lab.idx"), NULL, &d), "directory", "directory", NULL);
+    /* absurd header dimensions: no huge allocation, a clear error */
+    n = idx_images(bad, 0x803, 3, 2, 3);
+    bad[4] = 0xff, bad[8] = 0xff, bad[12] = 0xff;
+    write_file(tpath("bi.idx"), bad, n);
+    rc = cls_load_idx(tpath("bi.idx"), tpath("lab.idx"), NULL, &d);
+    if (!rc) cls_dataset_free(&d);
+    TL_CHECK(rc != 0, "huge announced dimensions rejected: %s", cls_last_error());
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * vocabulary */
+static void test_vocab(void) {
+    int ok = 1;
+    for (int i = 0; i < CLS_LO_VOCAB; i++) {
+        const char *t = cls_listops_token(i);
+        if (i >= 2 && cls_listops_id(t, strlen(t)) != i) ok = 0;
+    }
+    TL_CHECK(ok && cls_listops_id("[MIN", 4) == 12 && cls_listops_id("[SM", 3) == 15 && cls_listops_id("]", 1) == 16 &&
+                 cls_listops_id("7", 1) == 9 && cls_listops_id("(", 1) == 17 && cls_listops_id("<pad>", 5) == CLS_LO_UNK &&
+                 cls_listops_id("[MINX", 5) == CLS_LO_UNK && cls_listops_token(21) == NULL && cls_listops_token(-1) == NULL,
+             "ListOps map: ids documented in cls_data.h");
+    cls_vocab v = cls_vocab_listops(0), w;
+    char *js = cls_vocab_to_json(&v);
+    int rc = cls_vocab_from_json(js, &w);
+    TL_CHECK(js && rc == 0 && w.kind == CLS_VOCAB_LISTOPS && w.size == 21 && w.pad == 0 && w.unk == 1 && !w.keep_parens &&
+                 strstr(js, "\"tokens\":[\"<pad>\",\"<unk>\",\"0\""),
+             "ListOps vocabulary JSON round trip: %s", js ? js : "");
+    /* a different map is refused */
+    char *tam = js ? strdup(js) : NULL;
+    char *p = tam ? strstr(tam, "[MED") : NULL;
+    if (p) p[2] = 'X';
+    expect_fail(cls_vocab_from_json(tam, &w), "tampered ListOps token list", "differs", NULL);
+    free(tam), free(js);
+    v = cls_vocab_bytes();
+    js = cls_vocab_to_json(&v);
+    rc = cls_vocab_from_json(js, &w);
+    TL_CHECK(rc == 0 && w.kind == CLS_VOCAB_BYTES && w.size == 257 && w.pad == 256 && w.unk == -1, "bytes vocabulary JSON: %s", js);
+    free(js);
+    expect_fail(cls_vocab_from_json("{\"kind\":\"words\"}", &w), "unknown vocabulary kind", "unknown kind", NULL);
+    expect_fail(cls_vocab_from_json("{\"kind\":\"bytes\",\"size\":300,\"pad\":256}", &w), "bytes with the wrong size", "differ", NULL);
+    expect_fail(cls_vocab_from_json("nonsense", &w), "not JSON", "JSON", NULL);
+    expect_fail(cls_vocab_from_json(NULL, &w), "NULL JSON", "JSON", NULL);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * no crash on arbitrary input */
+static void test_fuzz(void) {
+    unsigned long long s = 12345;
+    const char *alpha[] = {"[MIN", "[MAX", "[MED", "[SM", "]", "(", ")", "0", "5", "9", "\t", "\n", "\r", " ", "x", "Source\tTarget\n",
+                           "label\ttext\n", "\xff", "", "12"};
+    char buf[4096];
+    int crashes_impossible = 1, accepted = 0;
+    for (int it = 0; it < 3000; it++) {
+        size_t n = 0;
+        int k = (int)(tl_rand01(&s) * 60);
+        if (it % 3 == 0) n += (size_t)snprintf(buf, sizeof buf, "Source\tTarget\n");
+        for (int j = 0; j < k && n < sizeof buf - 32; j++) {
+            if (tl_rand01(&s) < 0.1) buf[n++] = (char)(tl_rand01(&s) * 256);
+            else {
+                const char *a = alpha[(int)(tl_rand01(&s) * (sizeof alpha / sizeof *alpha))];
+                size_t l = strlen(a);
+                memcpy(buf + n, a, l), n += l;
+            }
+        }
+        write_file(tpath("f.tsv"), buf, n);
+        cls_dataset d;
+        cls_load_opts o = {0};
+        o.max_len = it % 5;
+        if (!cls_load_listops(tpath("f.tsv"), &o, &d)) accepted++, cls_dataset_free(&d);
+        if (!cls_load_text(tpath("f.tsv"), &o, &d)) accepted++, cls_dataset_free(&d);
+        if (!cls_load_pairs(tpath("f.tsv"), &o, &d)) accepted++, cls_dataset_free(&d);
+        buf[n] = 0;
+        int v;
+        (void)listops_eval(buf, &v);
+        /* random IDX headers */
+        uint8_t ib[64], lb[16];
+        for (int j = 0; j < 64; j++) ib[j] = (uint8_t)(tl_rand01(&s) * 256);
+        for (int j = 0; j < 16; j++) lb[j] = (uint8_t)(tl_rand01(&s) * 256);
+        if (it % 2) ib[0] = ib[1] = 0, ib[2] = 8, ib[3] = 3, ib[4] = ib[5] = ib[6] = 0, ib[7] = (uint8_t)(it % 4);
+        if (it % 2) lb[0] = lb[1] = 0, lb[2] = 8, lb[3] = 1, lb[4] = lb[5] = lb[6] = 0, lb[7] = (uint8_t)(it % 4);
+        write_file(tpath("fi.idx"), ib, (size_t)(tl_rand01(&s) * 64));
+        write_file(tpath("fl.idx"), lb, (size_t)(tl_rand01(&s) * 16));
+        if (!cls_load_idx(tpath("fi.idx"), tpath("fl.idx"), NULL, &d)) accepted++, cls_dataset_free(&d);
+    }
+    TL_CHECK(crashes_impossible, "3000 random inputs to every loader and the evaluator: no crash (%d accepted)", accepted);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/mega_cls_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_eval();
+    test_parity();
+    test_generator();
+    test_generator_errors();
+    test_cmd();
+    test_listops_malformed();
+    test_text();
+    test_idx();
+    test_vocab();
+    test_fuzz();
+    rm_tree(tmpdir);
+    return tl_finish();
+}
