@@ -243,9 +243,12 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
  * with mega_lm_zero_grad). `scale` multiplies the gradient (1 for the mean loss). */
 mega_status mega_lm_backward(mega_lm *m, double scale);
 void mega_lm_zero_grad(mega_lm *m);
-const mega_real *mega_lm_logits(const mega_lm *m); /* [B, T, V] of the last forward */
-/* hidden state i (0 = scaled embedding, i = output of layer i) of the last forward: [B,T,D] */
+const mega_real *mega_lm_logits(const mega_lm *m); /* [B, T, V] of the last forward (until backward) */
+/* hidden state i (0 = scaled embedding, i = output of layer i) of the last forward:
+ * [B, Tp, D] with Tp = mega_lm_padded_len (T, except batchnorm models whose length is not a
+ * multiple of the chunk: those are right-padded to a chunk multiple, as the official decoder) */
 const mega_real *mega_lm_hidden(const mega_lm *m, int i);
+int mega_lm_padded_len(const mega_lm *m);
 
 /* the flat parameter / gradient buffers and their table */
 mega_real *mega_lm_params(mega_lm *m);

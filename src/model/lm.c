@@ -167,6 +167,8 @@ mega_status mega_lm_reserve(mega_lm *m, int B, int T) {
     return MEGA_OK;
 }
 
+int mega_lm_padded_len(const mega_lm *m) { return m->Tp; }
+
 const mega_real *mega_lm_hidden(const mega_lm *m, int i) {
     if (i < 0 || i > m->cfg.layers || !m->st.H) return NULL;
     return mega_stack_hidden(&m->st, i);
@@ -226,6 +228,11 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
             cnt++;
         }
     }
+    /* the public layout is [B, T, V]: drop the rows of the official padding (batchnorm models) */
+    if (Tp != T)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                memmove(m->logits + ((size_t)b * T + t) * V, m->logits + ((size_t)b * Tp + t) * V, V * sizeof(real));
     m->count = cnt;
     m->has_targets = targets != NULL;
     if (loss) *loss = cnt ? tot / (double)cnt : 0;
@@ -240,6 +247,11 @@ mega_status mega_lm_backward(mega_lm *m, double scale) {
     const real *W = m->P.data;
     real *dW = m->P.grad;
     const int train = m->run.training;
+    /* back to the padded row layout the stack works in (rows of the padding get no gradient) */
+    if (m->Tp != m->T)
+        for (int b = m->B - 1; b >= 0; b--)
+            for (int t = m->T - 1; t >= 0; t--)
+                memmove(m->logits + ((size_t)b * m->Tp + t) * V, m->logits + ((size_t)b * m->T + t) * V, V * sizeof(real));
     /* d logits = (softmax - onehot) * scale / count, in place */
     const real g = m->count ? (real)(scale / (double)m->count) : 0;
 #pragma omp parallel for schedule(static) if (R * V > MEGA_PAR_MIN)

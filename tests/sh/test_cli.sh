@@ -1,0 +1,307 @@
+#!/bin/sh
+# End-to-end tests of the mega command-line tool: sh tests/sh/test_cli.sh BUILD_DIR
+#   * train a tiny model on a generated corpus (falling loss, checkpoint files, log), then eval,
+#     generate, info and plot on it;
+#   * exact resume: 40 steps straight == 17 steps, --stop-after, then --resume (loss lines of
+#     log.jsonl without the timing fields, model.safetensors and train_state byte-identical);
+#   * crash safety: a crash between writing train_state and model.safetensors (simulated by
+#     putting the older model back, or by removing the newest state) resumes from the matching
+#     state file and ends byte-identical to the straight run; with no matching state it refuses;
+#   * bad input: every case must exit non-zero (below 128: no crash) with exactly one line on
+#     stderr, starting with "mega: error:".
+# Everything runs in a temporary directory (removed at exit) with --threads 1; deterministic.
+# Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
+B=${1:-build}
+VERBOSE=${2:-}
+case "$B" in /*) ;; *) B="$(pwd)/$B" ;; esac
+MEGA="$B/mega"
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); [ -n "$VERBOSE" ] && echo "PASS $*"; return 0; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; return 0; }
+finish() {
+  echo "$pass passed, $fail failed"
+  [ "$fail" -eq 0 ] && exit 0
+  exit 1
+}
+if [ ! -x "$MEGA" ]; then
+  bad "no executable $MEGA (build first)"
+  finish
+fi
+T=$(mktemp -d "${TMPDIR:-/tmp}/mega_cli.XXXXXX") || { bad "mktemp -d"; finish; }
+trap 'rm -rf "$T"' EXIT
+trap 'exit 2' INT TERM HUP
+cd "$T" || { bad "cd $T"; finish; }
+TO=""
+command -v timeout >/dev/null 2>&1 && TO="timeout -k 5 300"
+mega() { $TO "$MEGA" "$@"; }
+START=$(date +%s)
+
+# ---- corpus: ~200 KB of deterministic pseudo-English (Park-Miller LCG, exact in awk doubles) --
+awk -v target=200000 'BEGIN {
+  nw = split("the a one every some that this my your our old young small great little quiet bright dark " \
+    "cat dog bird fox horse king queen child farmer sailor river mountain city garden house road ship book letter " \
+    "walks runs sees finds carries builds reads writes remembers follows watches keeps loses opens closes " \
+    "slowly quickly often never always gently early late again together alone " \
+    "in on under over near beside behind across through into from with without " \
+    "and but or so because when while if although", W, " ")
+  s = 12345; n = 0; line = ""
+  while (n < target) {
+    s = (s * 16807) % 2147483647; len = 5 + s % 9; sent = ""
+    for (i = 0; i < len; i++) {
+      s = (s * 16807) % 2147483647; w = W[1 + s % nw]
+      if (i == 0) w = toupper(substr(w, 1, 1)) substr(w, 2)
+      sent = sent (i ? " " : "") w
+    }
+    s = (s * 16807) % 2147483647; sent = sent (s % 5 == 0 ? "?" : ".")
+    if (length(line) + length(sent) + 1 > 76) { print line; n += length(line) + 1; line = sent }
+    else line = line (line == "" ? "" : " ") sent
+  }
+  print line
+}' > corpus.txt
+size=$(wc -c < corpus.txt)
+if [ "$size" -gt 190000 ] && [ "$size" -lt 210000 ]; then ok "corpus of $size bytes"; else bad "corpus size $size"; fi
+tail -c 20000 corpus.txt > held.txt
+
+MODEL="--layers 2 --embed-dim 32 --z-dim 16 --hidden-dim 64 --ffn-dim 64 --chunk-size 32 --batch 8 --seq-len 64 --threads 1"
+
+# loss values of the training records of a log.jsonl, one per line
+losses() { grep '"loss":' "$1" | sed 's/.*"loss": *\([-0-9.eE+]*\).*/\1/'; }
+# a log without its timing fields
+notime() { sed -e 's/, *"tok_s": *[-0-9.eE+]*//' -e 's/, *"time": *[-0-9.eE+]*//' "$1"; }
+
+# ---- 1. train, eval, generate, info, plot --------------------------------------------------
+if mega train --data corpus.txt --out run $MODEL --steps 200 --warmup 20 --lr 5e-3 --eval-every 100 \
+  --eval-tokens 4096 --quiet > train.out 2> train.err; then
+  ok "mega train 200 steps"
+else
+  bad "mega train 200 steps: $(cat train.err)"
+fi
+for f in model.safetensors train_state.safetensors log.jsonl; do
+  if [ -s "run/$f" ]; then ok "train wrote $f"; else bad "train did not write run/$f"; fi
+done
+first=$(losses run/log.jsonl | head -n 1)
+last=$(losses run/log.jsonl | tail -n 1)
+nrec=$(losses run/log.jsonl | wc -l)
+if [ "$nrec" -ge 10 ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 4 && b < 0.6 * a) }'; then
+  ok "loss falls: $first -> $last ($nrec records)"
+else
+  bad "loss does not fall clearly: first '$first', last '$last' ($nrec records)"
+fi
+if grep -q '"valid_loss":' run/log.jsonl && grep -q '"step": 200' run/log.jsonl; then ok "log has validation records and step 200"; else bad "log.jsonl lacks validation records or step 200"; fi
+if [ -s train.err ]; then bad "train wrote to stderr: $(head -n 3 train.err)"; else ok "train: nothing on stderr"; fi
+
+mega eval --model run --data held.txt --quiet > eval.out 2> eval.err
+rc=$?
+bpb=$(sed -n 's/.*bits per byte \([0-9][0-9]*\.[0-9]*\).*/\1/p' eval.out)
+if [ $rc -eq 0 ] && [ -n "$bpb" ] && awk -v x="$bpb" 'BEGIN { exit !(x > 0 && x < 4) }'; then
+  ok "eval prints bits per byte ($bpb)"
+else
+  bad "eval: exit $rc, output '$(cat eval.out)' '$(cat eval.err)'"
+fi
+# eval of a model file path instead of the directory, limited bytes, other segment length
+mega eval --model run/model.safetensors --data held.txt --quiet --max-bytes 5000 --seq-len 50 > eval2.out 2>&1
+bpb2=$(sed -n 's/.*bits per byte \([0-9][0-9]*\.[0-9]*\).*/\1/p' eval2.out)
+scored=$(sed -n 's/.* \([0-9][0-9]*\) bytes scored.*/\1/p' eval2.out)
+if [ -n "$bpb2" ] && [ "$scored" = 4999 ]; then ok "eval --max-bytes 5000 scores 4999 bytes"; else bad "eval --max-bytes: '$(cat eval2.out)'"; fi
+
+mega generate --model run --tokens 64 --temperature 0 --quiet > gen.out 2> gen.err
+rc=$?
+n=$(wc -c < gen.out)
+if [ $rc -eq 0 ] && [ "$n" -eq 65 ]; then ok "generate --quiet prints 64 bytes + newline"; else bad "generate: exit $rc, $n bytes, stderr '$(cat gen.err)'"; fi
+mega generate --model run --tokens 64 --temperature 0 --quiet > gen2.out 2>/dev/null
+if cmp -s gen.out gen2.out; then ok "greedy generation is deterministic"; else bad "greedy generation differs between runs"; fi
+mega generate --model run --prompt "The king " --tokens 100 --temperature 0.8 --seed 7 > gen3.out 2> gen3.err
+rc=$?
+n=$(wc -c < gen3.out)
+if [ $rc -eq 0 ] && [ "$n" -eq 109 ] && [ "$(head -c 9 gen3.out)" = "The king " ]; then
+  ok "generate prints the prompt and 100 bytes"
+else
+  bad "generate with prompt: exit $rc, $n bytes"
+fi
+mega generate --model run --prompt "The king " --tokens 100 --temperature 0.8 --seed 7 > gen4.out 2>/dev/null
+if cmp -s gen3.out gen4.out; then ok "sampling with a seed is deterministic"; else bad "sampling with --seed 7 differs between runs"; fi
+
+mega info --model run > info.out 2> info.err
+rc=$?
+np_info=$(sed -n 's/^parameters *\([0-9][0-9]*\).*/\1/p' info.out)
+np_train=$(sed -n 's/^ *model *\([0-9][0-9]*\) parameters.*/\1/p' train.out)
+if [ $rc -eq 0 ] && [ -n "$np_info" ] && [ "$np_info" = "$np_train" ]; then
+  ok "info prints the parameter count ($np_info, as train)"
+else
+  bad "info: exit $rc, parameters '$np_info' vs train '$np_train'"
+fi
+if grep -q '^step *200' info.out; then ok "info prints the step"; else bad "info lacks 'step 200'"; fi
+
+mega plot run > plot.out 2> plot.err
+rc=$?
+if [ $rc -eq 0 ] && [ -s run/curves.svg ] && [ "$(head -c 4 run/curves.svg)" = "<svg" ] &&
+  [ "$(sed -e '/^[[:space:]]*$/d' run/curves.svg | tail -n 1)" = "</svg>" ]; then
+  ok "plot writes an SVG (<svg ... </svg>)"
+else
+  bad "plot: exit $rc, $(cat plot.err)"
+fi
+if [ -x /usr/bin/python3 ]; then
+  if /usr/bin/python3 -c 'import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); sys.exit(0 if r.tag.endswith("svg") and len(r.findall(".//{http://www.w3.org/2000/svg}polyline")) >= 1 else 1)' run/curves.svg 2>/dev/null; then
+    ok "the SVG is well-formed XML with a curve"
+  else
+    bad "run/curves.svg is not well-formed XML with a polyline"
+  fi
+fi
+mega plot run --out custom.svg > /dev/null 2>&1
+if [ "$(head -c 4 custom.svg 2>/dev/null)" = "<svg" ]; then ok "plot --out FILE"; else bad "plot --out custom.svg"; fi
+
+# ---- 2. exact resume ------------------------------------------------------------------------
+R="$MODEL --dropout 0.1 --steps 40 --warmup 5 --lr 3e-3"
+RUNF="--threads 1 --log-every 1 --eval-every 10 --eval-tokens 2048 --quiet"
+mega train --data corpus.txt --out A $R $RUNF > A.out 2>&1 || bad "run A: $(tail -n 3 A.out)"
+mega train --data corpus.txt --out Bx $R $RUNF --stop-after 17 > B1.out 2>&1 || bad "run B (first part): $(tail -n 3 B1.out)"
+if [ -s Bx/model.safetensors ] && grep -q '"step": 17' Bx/log.jsonl && ! grep -q '"step": 18' Bx/log.jsonl; then
+  ok "--stop-after 17 stops at step 17 with a checkpoint"
+else
+  bad "--stop-after 17 did not leave a step-17 checkpoint"
+fi
+mega train --data corpus.txt --out Bx --resume $RUNF > B2.out 2>&1 || bad "run B (--resume): $(tail -n 3 B2.out)"
+if grep -q 'resuming *from step 17' B2.out; then ok "resume reports step 17"; else bad "resume does not report step 17: $(head -n 12 B2.out)"; fi
+notime A/log.jsonl > A.log
+notime Bx/log.jsonl > B.log
+if [ "$(losses A/log.jsonl | wc -l)" -eq 40 ] && cmp -s A.log B.log; then
+  ok "resumed log.jsonl == straight run (40 loss records + validation, timing fields ignored)"
+else
+  bad "resumed log differs from the straight run: $(diff A.log B.log | head -n 4)"
+fi
+if cmp -s A/model.safetensors Bx/model.safetensors; then ok "resumed model.safetensors is byte-identical"; else bad "resumed model.safetensors differs"; fi
+if cmp -s A/train_state.safetensors Bx/train_state.safetensors; then ok "resumed train_state.safetensors is byte-identical"; else bad "resumed train_state differs"; fi
+# without dropout the run must differ (the dropout flag is effective) - sanity of the comparison
+mega train --data corpus.txt --out A0 $MODEL --steps 40 --warmup 5 --lr 3e-3 $RUNF > /dev/null 2>&1
+if ! cmp -s A/model.safetensors A0/model.safetensors; then ok "dropout 0.1 changes the trained model"; else bad "dropout had no effect"; fi
+
+# ---- 3. crash safety of checkpoints ---------------------------------------------------------
+mega train --data corpus.txt --out C $R $RUNF --stop-after 10 > C1.out 2>&1 || bad "run C (to 10): $(tail -n 3 C1.out)"
+cp C/model.safetensors model10.safetensors
+mega train --data corpus.txt --out C --resume $RUNF --stop-after 10 > C2.out 2>&1 || bad "run C (to 20): $(tail -n 3 C2.out)"
+if [ -s C/train_state.prev.safetensors ] && ! cmp -s C/model.safetensors model10.safetensors; then
+  ok "a save keeps the previous train_state as train_state.prev"
+else
+  bad "no train_state.prev.safetensors after the second save"
+fi
+# crash after the new train_state (step 20) was written but before model.safetensors: the model
+# on disk is still the step-10 one
+cp model10.safetensors C/model.safetensors
+cp -r C D
+cp -r C E
+mega train --data corpus.txt --out C --resume $RUNF > C3.out 2> C3.err
+rc=$?
+if [ $rc -eq 0 ] && grep -q 'resuming *from step 10' C3.out; then
+  ok "crash (state 20, model 10): --resume picks train_state.prev (step 10)"
+else
+  bad "crash (state 20, model 10): exit $rc, $(head -n 2 C3.err) $(grep resuming C3.out)"
+fi
+if cmp -s A/model.safetensors C/model.safetensors; then ok "after the crash, the resumed run ends byte-identical to the straight run"; else bad "crash-resumed model differs from the straight run"; fi
+notime C/log.jsonl > C.log
+if cmp -s A.log C.log; then ok "after the crash, log.jsonl == straight run"; else bad "crash-resumed log differs: $(diff A.log C.log | head -n 4)"; fi
+# crash after train_state was rotated to .prev but before the new one was written
+rm -f E/train_state.safetensors
+mega train --data corpus.txt --out E --resume $RUNF > E.out 2> E.err
+rc=$?
+if [ $rc -eq 0 ] && grep -q 'resuming *from step 10' E.out && cmp -s A/model.safetensors E/model.safetensors; then
+  ok "crash (only train_state.prev): resumes from step 10, ends byte-identical"
+else
+  bad "crash (only train_state.prev): exit $rc $(head -n 2 E.err)"
+fi
+# no state file matches the model: refuse (one clear line), never mix
+rm -f D/train_state.prev.safetensors
+cp D/model.safetensors D.model.before
+mega train --data corpus.txt --out D --resume $RUNF > D.out 2> D.err
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(wc -l < D.err)" -eq 1 ] && grep -q '^mega: error: .*step' D.err &&
+  cmp -s D/model.safetensors D.model.before; then
+  ok "state 20 with model 10 and no .prev: refused ($(cat D.err))"
+else
+  bad "mismatched state/model: exit $rc, stderr '$(cat D.err)'"
+fi
+
+# ---- 4. bad input: exactly one "mega: error:" line, exit in [1, 127] ------------------------
+# expect_error DESCRIPTION COMMAND...   (a LeakSanitizer report after the line counts as a failure)
+expect_error() {
+  desc=$1
+  shift
+  "$@" > err.out 2> err.txt
+  rc=$?
+  lines=$(wc -l < err.txt)
+  first=$(head -n 1 err.txt)
+  case "$first" in "mega: error: "*) pfx=1 ;; *) pfx=0 ;; esac
+  if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && [ $pfx -eq 1 ]; then
+    ok "$desc: $first"
+  elif grep -q 'LeakSanitizer' err.txt; then
+    bad "$desc: exit $rc; LeakSanitizer reports a leak on this error path: $first"
+  else
+    bad "$desc: exit $rc, $lines stderr line(s): $(head -n 4 err.txt | tr '\n' '|')"
+  fi
+}
+: > empty.txt
+head -c 40 corpus.txt > short.txt
+mkdir -p emptydir
+echo "this is not a model" > junk.safetensors
+sz=$(wc -c < run/model.safetensors)
+head -c $((sz / 2)) run/model.safetensors > cut.safetensors
+cp run/model.safetensors garbage.safetensors
+printf 'XX\377\376garbage{]}\001\002\003' | dd of=garbage.safetensors bs=1 seek=40 conv=notrunc 2> /dev/null
+cp run/model.safetensors badlen.safetensors
+printf '\377\377\377\377\377\377\377\177' | dd of=badlen.safetensors bs=1 seek=0 conv=notrunc 2> /dev/null
+mkdir -p cutdir && cp cut.safetensors cutdir/model.safetensors
+head -c 5000 corpus.txt > other.txt
+echo "not a directory" > afile
+S="--steps 5 $MODEL"
+
+expect_error "train: missing data file" mega train --data nope.txt --out o1 $S
+expect_error "train: empty data file" mega train --data empty.txt --out o1 $S
+expect_error "train: data shorter than --seq-len" mega train --data short.txt --out o1 $S
+expect_error "train: a directory as data" mega train --data emptydir --out o1 $S
+expect_error "train: unknown flag" mega train --data corpus.txt --out o1 --bogus-flag 3
+expect_error "unknown command" mega frobnicate --data corpus.txt
+expect_error "train: missing --out" mega train --data corpus.txt $S
+expect_error "train: missing --data" mega train --out o1 $S
+expect_error "train: --layers 0" mega train --data corpus.txt --out o1 $S --layers 0
+expect_error "train: --lr -1" mega train --data corpus.txt --out o1 $S --lr -1
+expect_error "train: --chunk-size 0" mega train --data corpus.txt --out o1 $S --chunk-size 0
+expect_error "train: --chunk-size -5" mega train --data corpus.txt --out o1 $S --chunk-size -5
+expect_error "train: --n-dim 100" mega train --data corpus.txt --out o1 $S --n-dim 100
+expect_error "train: --dropout 1.5" mega train --data corpus.txt --out o1 $S --dropout 1.5
+expect_error "train: non-numeric --steps" mega train --data corpus.txt --out o1 --steps abc
+expect_error "train: --steps 2.5" mega train --data corpus.txt --out o1 --steps 2.5
+expect_error "train: --batch without a value" mega train --data corpus.txt --out o1 --batch
+expect_error "train: bad --attention-activation" mega train --data corpus.txt --out o1 $S --attention-activation tanh
+expect_error "train: odd --z-dim with rotary" mega train --data corpus.txt --out o1 $S --z-dim 15 --rel-pos-bias rotary
+expect_error "train: --min-lr above --lr" mega train --data corpus.txt --out o1 $S --lr 1e-3 --min-lr 1e-2
+expect_error "train: --out is a file" mega train --data corpus.txt --out afile $S
+expect_error "train: --resume with no checkpoint (missing dir)" mega train --data corpus.txt --out nodir --resume
+expect_error "train: --resume with no checkpoint (empty dir)" mega train --data corpus.txt --out emptydir --resume
+expect_error "train: --resume with a conflicting --embed-dim" mega train --data corpus.txt --out A --resume --embed-dim 48 --steps 80
+expect_error "train: --resume with a different data file" mega train --data other.txt --out A --resume --steps 80
+if ls o1 > /dev/null 2>&1 && [ -n "$(ls o1)" ]; then bad "failed train runs left files in o1: $(ls o1)"; else ok "failed train runs leave no checkpoint files"; fi
+for cmd in eval generate info; do
+  extra=""
+  [ $cmd = eval ] && extra="--data held.txt"
+  expect_error "$cmd: missing model" mega $cmd --model nomodel $extra
+  expect_error "$cmd: directory without a model" mega $cmd --model emptydir $extra
+  expect_error "$cmd: truncated model.safetensors" mega $cmd --model cut.safetensors $extra
+  expect_error "$cmd: truncated model in a run directory" mega $cmd --model cutdir $extra
+  expect_error "$cmd: garbage in the header" mega $cmd --model garbage.safetensors $extra
+  expect_error "$cmd: absurd header length" mega $cmd --model badlen.safetensors $extra
+  expect_error "$cmd: not a safetensors file" mega $cmd --model junk.safetensors $extra
+  expect_error "$cmd: training state instead of a model" mega $cmd --model run/train_state.safetensors $extra
+  expect_error "$cmd: unknown flag" mega $cmd --model run --frobnicate $extra
+done
+expect_error "eval --chunk-size 64 on a simple-bias model" mega eval --model run --data held.txt --chunk-size 64
+expect_error "eval: missing --data file" mega eval --model run --data nope.txt
+expect_error "eval: empty --data file" mega eval --model run --data empty.txt
+expect_error "eval: missing --data flag" mega eval --model run
+expect_error "generate: empty prompt" mega generate --model run --prompt ""
+expect_error "generate: negative --tokens" mega generate --model run --tokens -3
+expect_error "generate: --top-p 2" mega generate --model run --top-p 2
+expect_error "plot: directory without log.jsonl" mega plot emptydir
+expect_error "plot: missing directory" mega plot nodir
+
+echo "NOTE test_cli.sh: $(($(date +%s) - START)) s"
+finish
