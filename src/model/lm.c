@@ -218,9 +218,9 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
             const real *lg = m->logits + r * V;
             real mx = lg[0];
             for (size_t v = 1; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
-            double s = 0;
-            for (size_t v = 0; v < V; v++) s += exp((double)(lg[v] - mx));
-            double lse = (double)mx + log(s);
+            real s = 0; /* terms in (0, 1], V of them: float accumulation is ample */
+            for (size_t v = 0; v < V; v++) s += mega_exp(lg[v] - mx);
+            double lse = (double)mx + log((double)s);
             m->lse[r] = (real)lse;
             int32_t y = m->tgt[r];
             if (y < 0) continue;
@@ -263,7 +263,7 @@ mega_status mega_lm_backward(mega_lm *m, double scale) {
             continue;
         }
         real l = m->lse[r];
-        for (size_t v = 0; v < V; v++) lg[v] = R_EXP(lg[v] - l) * g;
+        for (size_t v = 0; v < V; v++) lg[v] = mega_exp(lg[v] - l) * g;
         lg[y] -= g;
     }
     m->has_targets = 0; /* logits are now gradients */

@@ -59,7 +59,7 @@ void mega_act_backward(mega_act a, real *dx, const real *dy, const real *x, size
         for (size_t i = 0; i < n; i++) {
             real v = x[i];
             real cdf = (real)0.5 * ((real)1 + R_ERF(v * INV_SQRT2));
-            real pdf = INV_SQRT2PI * R_EXP((real)-0.5 * v * v);
+            real pdf = INV_SQRT2PI * mega_exp((real)-0.5 * v * v);
             dx[i] = dy[i] * (cdf + v * pdf);
         }
         break;

@@ -82,11 +82,11 @@ static void block_weights(const mega_attn_k *k, const chunk_t *c, const real *q,
                 l = INFINITY;
             } else if (lse_in) {
                 l = lse_in[c->row0 + i];
-                for (int j = 0; j < nk; j++) s[j] = R_EXP(s[j] - l);
+                for (int j = 0; j < nk; j++) s[j] = mega_exp(s[j] - l);
             } else {
                 real sum = 0;
                 for (int j = 0; j < nk; j++) {
-                    real e = R_EXP(s[j] - mx);
+                    real e = mega_exp(s[j] - mx);
                     s[j] = e;
                     sum += e;
                 }
@@ -252,7 +252,7 @@ void mega_attn_query(const mega_attn_k *k, real *o, const real *q, const real *k
     }
     if (soft) {
         real sum = 0;
-        for (int j = 0; j < n; j++) sum += (w[j] = R_EXP(w[j] - mx));
+        for (int j = 0; j < n; j++) sum += (w[j] = mega_exp(w[j] - mx));
         for (int j = 0; j < n; j++) w[j] /= sum;
     }
     for (int e = 0; e < E; e++) o[e] = 0;

@@ -48,7 +48,7 @@ static inline real mega_attn_f(mega_attn_fn fn, real s) {
 static inline real mega_attn_fgrad(mega_attn_fn fn, real s) {
     if (fn == MEGA_ATTN_RELU2) return s > 0 ? 2 * s : 0;
     const real sig = (real)0.282095, c = (s - (real)0.707107) / sig;
-    return R_EXP((real)-0.5 * c * c) / (sig * (real)2.5066282746310002);
+    return mega_exp((real)-0.5 * c * c) / (sig * (real)2.5066282746310002);
 }
 
 /* reals of scratch per thread for sequences of length T */

@@ -31,8 +31,8 @@ void mega_colsum_acc(real *db, const real *dY, size_t R, size_t O);
 void mega_act_forward(mega_act a, real *y, const real *x, size_t n);
 /* dx = dy * f'(x)  (dx may alias dy) */
 void mega_act_backward(mega_act a, real *dx, const real *dy, const real *x, size_t n);
-static inline real mega_sigmoid(real x) { return (real)1 / ((real)1 + R_EXP(-x)); }
-static inline real mega_silu(real x) { return x / ((real)1 + R_EXP(-x)); }
+static inline real mega_sigmoid(real x) { return (real)1 / ((real)1 + mega_exp(-x)); }
+static inline real mega_silu(real x) { return x / ((real)1 + mega_exp(-x)); }
 static inline real mega_silu_grad(real x) {
     real s = mega_sigmoid(x);
     return s * ((real)1 + x * ((real)1 - s));

@@ -10,7 +10,7 @@ real mega_softmax_row(real *s, size_t n) {
         return INFINITY;
     }
     real sum = 0;
-    for (size_t j = 0; j < n; j++) sum += (s[j] = R_EXP(s[j] - mx));
+    for (size_t j = 0; j < n; j++) sum += (s[j] = mega_exp(s[j] - mx));
     real inv = (real)1 / sum;
     for (size_t j = 0; j < n; j++) s[j] *= inv;
     return mx + R_LOG(sum);
