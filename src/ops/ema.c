@@ -33,11 +33,13 @@ static inline int tix(int dir, int T, int i) { return dir > 0 ? i : T - 1 - i; }
 /* One direction of the scan for batch b, channels [d0, d0+nd): adds (or sets) e into out.
  * h: N*DB state (in: initial, out: final). */
 static void scan_fwd(const mega_ema_k *k, int dir, int rowoff, int b, int d0, int nd, const real *x,
-                     const uint8_t *pad, int T, real *out, int set, real *h) {
+                     const uint8_t *pad, int T, real *out, int set, real *h, real *ck) {
     const int D = k->D, N = k->N, Dp = k->bidir ? 2 * D : D;
     const int trunc = k->K > 0 && k->K < T;
     const int K = k->K;
+    const size_t ND = (size_t)N * DB;
     for (int i = 0; i < T; i++) {
+        if (ck && i % SEG == 0) memcpy(ck + (size_t)(i / SEG) * ND, h, ND * sizeof(real));
         int t = tix(dir, T, i);
         const real *xt = x + ((size_t)b * T + t) * D + d0;
         real v = (pad && pad[(size_t)b * T + t]) ? 0 : 1;
@@ -75,8 +77,22 @@ static void scan_fwd(const mega_ema_k *k, int dir, int rowoff, int b, int d0, in
     }
 }
 
+static size_t ck_per(const mega_ema_k *k, int T) { return (size_t)((T + SEG - 1) / SEG) * k->N * DB; }
+
+size_t mega_ema_ckpt_size(const mega_ema_k *k, int B, int T) {
+    return (size_t)B * ((k->D + DB - 1) / DB) * (k->bidir ? 2 : 1) * ck_per(k, T);
+}
+
+/* checkpoints of (b, channel block, direction) */
+static real *ck_at(const mega_ema_k *k, const real *ck, int B, int T, int b, int blk, int dir) {
+    (void)B;
+    if (!ck) return NULL;
+    const int nblk = (k->D + DB - 1) / DB, ndir = k->bidir ? 2 : 1;
+    return (real *)ck + (((size_t)b * nblk + blk) * ndir + dir) * ck_per(k, T);
+}
+
 void mega_ema_forward(const mega_ema_k *k, real *mpre, real *m, const real *x, const uint8_t *pad, int B,
-                      int T, real *state) {
+                      int T, real *state, real *ckpt) {
     const int D = k->D, N = k->N;
     const int nblk = (D + DB - 1) / DB;
     const long units = (long)B * nblk;
@@ -88,14 +104,14 @@ void mega_ema_forward(const mega_ema_k *k, real *mpre, real *m, const real *x, c
         for (int n = 0; n < N; n++)
             for (int j = 0; j < nd; j++)
                 h[n * DB + j] = state ? state[((size_t)b * N + n) * D + d0 + j] : 0;
-        scan_fwd(k, +1, 0, b, d0, nd, x, pad, T, mpre, 1, h);
+        scan_fwd(k, +1, 0, b, d0, nd, x, pad, T, mpre, 1, h, ck_at(k, ckpt, B, T, b, d0 / DB, 0));
         if (state)
             for (int n = 0; n < N; n++)
                 for (int j = 0; j < nd; j++) state[((size_t)b * N + n) * D + d0 + j] = h[n * DB + j];
         if (k->bidir) {
             for (int n = 0; n < N; n++)
                 for (int j = 0; j < nd; j++) h[n * DB + j] = 0;
-            scan_fwd(k, -1, D, b, d0, nd, x, pad, T, mpre, 0, h);
+            scan_fwd(k, -1, D, b, d0, nd, x, pad, T, mpre, 0, h, ck_at(k, ckpt, B, T, b, d0 / DB, 1));
         }
         /* mpre = e + omega * x (omega skip uses the un-zeroed input), m = silu(mpre) */
         for (int t = 0; t < T; t++) {
@@ -118,22 +134,24 @@ size_t mega_ema_bwd_scratch(const mega_ema_k *k, int T, int nthreads) {
 /* Reverse-time adjoint of one direction for batch b and channel block [d0, d0+nd).
  * acc: 4 arrays of N*DB (d pb, d q, d gs, d qK) accumulated. */
 static void scan_bwd(const mega_ema_k *k, int dir, int rowoff, int b, int d0, int nd, real *dx, const real *g,
-                     const real *x, const uint8_t *pad, int T, real *ws, real *acc) {
+                     const real *x, const uint8_t *pad, int T, const real *saved, real *ws, real *acc) {
     const int D = k->D, N = k->N, Dp = k->bidir ? 2 * D : D;
     const int trunc = k->K > 0 && k->K < T;
     const int K = k->K;
     const size_t ND = (size_t)N * DB;
     const int nseg = (T + SEG - 1) / SEG;
-    real *ck = ws;                      /* nseg * ND: state before each segment */
-    real *hs = ck + (size_t)nseg * ND;  /* SEG * ND: states inside the current segment */
+    /* workspace: [nseg*ND checkpoints (unused when saved) | SEG*ND segment states | ND lambda | T*DB u] */
+    real *ck = saved ? (real *)saved : ws; /* state before each segment */
+    real *hs = ws + (size_t)nseg * ND;     /* states inside the current segment */
     real *lam = hs + (size_t)SEG * ND;  /* ND */
     real *u = lam + ND;                 /* T * DB: sum_n qK*pb*lambda_i (truncation) */
     real *dpb = acc, *dq = acc + ND, *dgs = acc + 2 * ND, *dqK = acc + 3 * ND;
 
-    /* pass 1: forward recurrence, keep the state at every segment start */
+    /* pass 1: forward recurrence, keep the state at every segment start (skipped when the
+     * forward saved the checkpoints) */
     real *h = lam; /* reuse as running state */
     for (size_t i = 0; i < ND; i++) h[i] = 0;
-    for (int i = 0; i < T; i++) {
+    for (int i = 0; i < (saved ? 0 : T); i++) {
         if (i % SEG == 0) memcpy(ck + (size_t)(i / SEG) * ND, h, ND * sizeof(real));
         int t = tix(dir, T, i);
         const real *xt = x + ((size_t)b * T + t) * D + d0;
@@ -245,7 +263,7 @@ static void scan_bwd(const mega_ema_k *k, int dir, int rowoff, int b, int d0, in
 }
 
 void mega_ema_backward(const mega_ema_k *k, real *dx, real *dcoef, real *domega, const real *g, const real *x,
-                       const uint8_t *pad, int B, int T, real *scratch, int nthreads) {
+                       const uint8_t *pad, int B, int T, const real *ckpt, real *scratch, int nthreads) {
     const int D = k->D, N = k->N, Dp = k->bidir ? 2 * D : D;
     const int nblk = (D + DB - 1) / DB;
     const size_t per = mega_ema_bwd_scratch(k, T, 1);
@@ -264,7 +282,8 @@ void mega_ema_backward(const mega_ema_k *k, real *dx, real *dcoef, real *domega,
         for (int dir = 0; dir < (k->bidir ? 2 : 1); dir++) {
             for (size_t i = 0; i < 4 * ND; i++) acc[i] = 0;
             for (int b = 0; b < B; b++)
-                scan_bwd(k, dir == 0 ? +1 : -1, dir == 0 ? 0 : D, b, d0, nd, dx, g, x, pad, T, ws, acc);
+                scan_bwd(k, dir == 0 ? +1 : -1, dir == 0 ? 0 : D, b, d0, nd, dx, g, x, pad, T, ck_at(k, ckpt, B, T, b, blk, dir),
+                         ws, acc);
             for (int n = 0; n < N; n++)
                 for (int j = 0; j < nd; j++) {
                     size_t o = (size_t)n * Dp + (dir ? D : 0) + d0 + j;

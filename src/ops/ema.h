@@ -42,14 +42,18 @@ void mega_ema_coef(real *coef, const real *delta, const real *alpha, const real 
  * Windowed truncation with a carried state is not supported (the official incremental path is
  * untruncated): pass K <= 0 with a state. */
 void mega_ema_forward(const mega_ema_k *k, real *mpre, real *m, const real *x, const uint8_t *pad, int B,
-                      int T, real *state);
+                      int T, real *state, real *ckpt);
+/* reals of the segment checkpoints the forward can save for the backward (ckpt argument):
+ * the state at every MEGA_EMA_SEG-th step, per batch element, channel block and direction */
+size_t mega_ema_ckpt_size(const mega_ema_k *k, int B, int T);
 
 /* scratch reals needed by mega_ema_backward */
 size_t mega_ema_bwd_scratch(const mega_ema_k *k, int T, int nthreads);
 /* backward from g = dL/d mpre [B,T,D]: dx [B,T,D] += (EMA path) + omega*g;
- * dcoef (layout of mega_ema_coef: d pb, d q, d gs, unused) accumulates; domega [D] accumulates. */
+ * dcoef (layout of mega_ema_coef: d pb, d q, d gs, d qK) accumulates; domega [D] accumulates.
+ * ckpt: the forward's checkpoints (NULL: the backward recomputes them). */
 void mega_ema_backward(const mega_ema_k *k, real *dx, real *dcoef, real *domega, const real *g, const real *x,
-                       const uint8_t *pad, int B, int T, real *scratch, int nthreads);
+                       const uint8_t *pad, int B, int T, const real *ckpt, real *scratch, int nthreads);
 
 /* chain rule from (d pb, d q, d gs) to the official parameters (SPEC §1.5); accumulates */
 void mega_ema_coef_backward(const real *dcoef, const real *delta, const real *alpha, const real *beta,
