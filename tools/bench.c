@@ -9,8 +9,9 @@
  * does no numerical work itself (libgomp's thread pool does not survive fork, so it never starts
  * one).
  *
- * Timing: --warmup W untimed steps, then --repeat R timed steps; ms/step is the median (min and
- * max are reported too). For the decode workloads one "run" generates 512 tokens from a reset
+ * Timing: --warmup W untimed steps, then --repeat R timed steps (fewer when the timed steps
+ * already add up to --budget seconds; at least one); ms/step is the median (min and max are
+ * reported too). For the decode workloads one "run" generates 512 tokens from a reset
  * stream; the median run is divided by 512 for ms/step (one mega_lm_stream_feed of B tokens).
  *
  * Analytic FLOP count (docs/performance.md has the same text). MACs of the forward pass of one
@@ -36,7 +37,7 @@
  * --json prints one JSON object per line: first {"impl", "workload": "sgemm", "status", "note",
  * "threads", "gflops", "shapes": [{m, n, k, calls, gflops, gflops_best}], "peak_rss_mib"}, then one
  * per workload with, in this order: impl ("mega"), workload, status ("ok" | "n/a" | "error"), note,
- * threads, batch, seq_len, tokens_per_step, warmup, repeat, ms_per_step, ms_min, ms_max,
+ * threads, batch, seq_len, tokens_per_step, warmup, repeat, steps_timed, ms_per_step, ms_min, ms_max,
  * tokens_per_s, gflop_per_step, gflops, sgemm_gflops, sgemm_fraction, peak_rss_mib, base_rss_mib
  * (resident memory before the model is built), loss, [tokens_digest (decode)], mixer, build.
  * Numbers are null when a workload is not available.
@@ -93,10 +94,8 @@ static const workload *find_workload(const char *name) {
     return NULL;
 }
 
-/* the classifier's mixer heads and the JSON keys that select a mixer (the CLI flag names) */
+/* heads of the classifier's mha mixer (lra-text-mha-train) */
 #define MHA_HEADS 8
-#define CFG_KEY_MIXER "mixer"
-#define CFG_KEY_HEADS "heads"
 
 static void lm_bench_config(mega_lm_config *c) {
     mega_lm_config_default(c);
@@ -121,43 +120,15 @@ static void cls_bench_config(const workload *w, mega_cls_config *c) {
     c->dropout = c->attention_dropout = c->hidden_dropout = c->activation_dropout = 0;
 }
 
-/*
- * Select a non-Mega mixer for the classifier. The public mega_cls_config has no mixer field yet,
- * so the request goes through the config JSON ("mixer": "mha", "heads": 8): when the library
- * learns these keys (from_json reads them and to_json writes them back), this workload runs with
- * no change here. Until then the round trip drops them and the workload reports "n/a". If the
- * field is added under another name, change CFG_KEY_MIXER / CFG_KEY_HEADS (or set the field
- * directly here).
- */
+/* The classifier's token mixer: one config field (mix.mixer; the rest of the model is unchanged).
+ * Returns 1 with the reason when this library does not have the mixer. */
 static int cls_select_mixer(const workload *w, mega_cls_config *c, char *why, size_t nwhy) {
-    if (!strcmp(w->mixer, "mega")) return 0;
-    int ok = 0;
-    char *js = mega_cls_config_to_json(c);
-    cJSON *o = js ? cJSON_Parse(js) : NULL;
-    free(js);
-    if (o) {
-        cJSON_DeleteItemFromObjectCaseSensitive(o, CFG_KEY_MIXER);
-        cJSON_DeleteItemFromObjectCaseSensitive(o, CFG_KEY_HEADS);
-        cJSON_AddStringToObject(o, CFG_KEY_MIXER, w->mixer);
-        cJSON_AddNumberToObject(o, CFG_KEY_HEADS, MHA_HEADS);
-        char *req = cJSON_PrintUnformatted(o);
-        cJSON_Delete(o);
-        mega_cls_config c2;
-        if (req && mega_cls_config_from_json(req, &c2) == MEGA_OK) {
-            char *back = mega_cls_config_to_json(&c2);
-            cJSON *b = back ? cJSON_Parse(back) : NULL;
-            const cJSON *mx = b ? cJSON_GetObjectItemCaseSensitive(b, CFG_KEY_MIXER) : NULL;
-            if (cJSON_IsString(mx) && !strcmp(mx->valuestring, w->mixer)) {
-                *c = c2;
-                ok = 1;
-            }
-            cJSON_Delete(b);
-            free(back);
-        }
-        free(req);
-    }
-    if (!ok) snprintf(why, nwhy, "%s mixer not built yet", w->mixer);
-    return ok ? 0 : 1;
+    mega_mixer_kind k;
+    if (mega_mixer_parse(w->mixer, &k) != 0) return snprintf(why, nwhy, "unknown mixer %s", w->mixer), 1;
+    if (!mega_mixer_available(k)) return snprintf(why, nwhy, "%s mixer not built yet", w->mixer), 1;
+    c->mix.mixer = k;
+    if (k != MEGA_MIXER_MEGA) c->mix.heads = MHA_HEADS; /* positions: the default (none), as nn.MultiheadAttention */
+    return 0;
 }
 
 /* ---- analytic FLOP count (see the header comment) ------------------------------------------ */
@@ -232,10 +203,20 @@ static int cmp_dbl(const void *a, const void *b) {
 }
 
 typedef struct {
-    double *ms; /* per timed step */
+    double *ms;        /* per timed step */
     int n;
     double loss;
+    double budget_ms;  /* stop timing once the timed steps add up to this (at least one step) */
+    double sum_ms;
 } timings;
+
+/* record step s (the first `warmup` are untimed) */
+static void record_step(timings *tm, int s, int warmup, double sec) {
+    if (s < warmup) return;
+    tm->ms[tm->n++] = sec * 1e3;
+    tm->sum_ms += sec * 1e3;
+}
+static int timing_done(const timings *tm) { return tm->n > 0 && tm->sum_ms >= tm->budget_ms; }
 
 static void put_num(cJSON *o, const char *k, double v) {
     if (isfinite(v)) cJSON_AddNumberToObject(o, k, v);
@@ -313,7 +294,7 @@ static int child_lm_train(const workload *w, int warmup, int repeat, timings *tm
     mega_paramset *ps = mega_lm_paramset(m);
     const mega_adamw_hp hp = {0.9, 0.98, 1e-8, 0.01, 0};
     int rc = 0;
-    for (int s = 0; s < warmup + repeat && !rc; s++) {
+    for (int s = 0; s < warmup + repeat && !rc && !timing_done(tm); s++) {
         double t0 = now_sec(), loss;
         int64_t cnt;
         mega_lm_run run = {1, (uint64_t)s};
@@ -326,8 +307,7 @@ static int child_lm_train(const workload *w, int warmup, int repeat, timings *tm
         double gn = mega_ps_grad_norm(ps);
         if (gn > 1.0) mega_ps_scale_grad(ps, 1.0 / (gn + 1e-12));
         mega_adamw_step(opt, ps, &hp, 1e-3);
-        double dt = now_sec() - t0;
-        if (s >= warmup) tm->ms[tm->n++] = dt * 1e3;
+        record_step(tm, s, warmup, now_sec() - t0);
         tm->loss = loss;
     }
     mega_adamw_free(opt);
@@ -342,10 +322,6 @@ static int child_cls_train(const workload *w, int warmup, int repeat, timings *t
     if (cls_select_mixer(w, &c, why, nwhy)) return -1; /* not available */
     mega_cls *m = NULL;
     if (mega_cls_create(&c, &m) != MEGA_OK) {
-        if (strcmp(w->mixer, "mega")) { /* the mixer is known to the config but not runnable yet */
-            snprintf(why, nwhy, "%s mixer: %s", w->mixer, mega_last_error());
-            return -1;
-        }
         return cli_error("%s", mega_last_error());
     }
     mega_cls_init_params(m, 1);
@@ -361,7 +337,7 @@ static int child_cls_train(const workload *w, int warmup, int repeat, timings *t
     mega_cls_input in = {tok, NULL, len, w->T};
     mega_paramset *ps = mega_cls_paramset(m);
     int rc = 0;
-    for (int s = 0; s < warmup + repeat; s++) {
+    for (int s = 0; s < warmup + repeat && !timing_done(tm); s++) {
         double t0 = now_sec(), loss;
         int64_t correct;
         mega_lm_run run = {1, (uint64_t)s};
@@ -374,8 +350,7 @@ static int child_cls_train(const workload *w, int warmup, int repeat, timings *t
             rc = cli_error("%s", mega_last_error());
             break;
         }
-        double dt = now_sec() - t0;
-        if (s >= warmup) tm->ms[tm->n++] = dt * 1e3;
+        record_step(tm, s, warmup, now_sec() - t0);
         tm->loss = loss;
     }
     free(tok), free(len), free(y);
@@ -402,7 +377,7 @@ static int child_lm_decode(const workload *w, int warmup, int repeat, timings *t
         return cli_error("out of memory");
     }
     int rc = 0;
-    for (int run = 0; run < warmup + repeat && !rc; run++) {
+    for (int run = 0; run < warmup + repeat && !rc && !timing_done(tm); run++) {
         mega_lm_stream_reset(s);
         for (int b = 0; b < B; b++) tok[b] = (int32_t)('A' + b);
         uint64_t h = 1469598103934665603ull;
@@ -422,8 +397,7 @@ static int child_lm_decode(const workload *w, int warmup, int repeat, timings *t
                 h = (h ^ (uint64_t)best) * 1099511628211ull;
             }
         }
-        double dt = now_sec() - t0;
-        if (run >= warmup) tm->ms[tm->n++] = dt * 1e3;
+        record_step(tm, run, warmup, now_sec() - t0);
         *digest = h;
     }
     free(logits), free(tok);
@@ -432,7 +406,7 @@ static int child_lm_decode(const workload *w, int warmup, int repeat, timings *t
     return rc;
 }
 
-static int run_child(const char *name, int threads, int warmup, int repeat) {
+static int run_child(const char *name, int threads, int warmup, int repeat, double budget) {
     const workload *w = find_workload(name);
     if (!w) return cli_error("unknown workload '%s'", name), 2;
     mega_set_threads(threads);
@@ -443,7 +417,7 @@ static int run_child(const char *name, int threads, int warmup, int repeat) {
     if (w->kind == WK_SGEMM) {
         rc = child_sgemm(threads, o);
     } else {
-        timings tm = {calloc((size_t)repeat + 1, sizeof(double)), 0, NAN};
+        timings tm = {calloc((size_t)repeat + 1, sizeof(double)), 0, NAN, budget * 1e3, 0};
         char why[512] = "";
         uint64_t digest = 0;
         int r;
@@ -476,6 +450,7 @@ static int run_child(const char *name, int threads, int warmup, int repeat) {
             put_num(o, "gflop_per_step", flops / per_run / 1e9);
             put_num(o, "gflops", flops / (med * 1e-3) / 1e9);
             put_num(o, "loss", tm.loss);
+            cJSON_AddNumberToObject(o, "steps_timed", tm.n);
             if (w->kind == WK_LM_DECODE) {
                 char hx[32];
                 snprintf(hx, sizeof hx, "%016llx", (unsigned long long)digest);
@@ -498,8 +473,8 @@ static int run_child(const char *name, int threads, int warmup, int repeat) {
 
 /* run `mega bench --child NAME` in a fresh process; the child's JSON object (or NULL) and its
  * peak resident memory in MiB from wait4 */
-static cJSON *spawn_child(const char *self, const char *name, int threads, int warmup, int repeat, double *peak_mib,
-                          char *err, size_t nerr) {
+static cJSON *spawn_child(const char *self, const char *name, int threads, int warmup, int repeat, double budget,
+                          double *peak_mib, char *err, size_t nerr) {
     int fd[2];
     *peak_mib = NAN;
     if (pipe(fd) != 0) return snprintf(err, nerr, "pipe: %s", strerror(errno)), NULL;
@@ -511,14 +486,15 @@ static cJSON *spawn_child(const char *self, const char *name, int threads, int w
         return NULL;
     }
     if (pid == 0) {
-        char ts[16], ws[16], rs[16];
+        char ts[16], ws[16], rs[16], bs[32];
+        snprintf(bs, sizeof bs, "%g", budget);
         snprintf(ts, sizeof ts, "%d", threads);
         snprintf(ws, sizeof ws, "%d", warmup);
         snprintf(rs, sizeof rs, "%d", repeat);
         dup2(fd[1], 1);
         close(fd[0]), close(fd[1]);
         char *av[] = {(char *)"mega", (char *)"bench", (char *)"--child", (char *)name, (char *)"--threads", ts,
-                      (char *)"--warmup", ws, (char *)"--repeat", rs, NULL};
+                      (char *)"--warmup", ws, (char *)"--repeat", rs, (char *)"--budget", bs, NULL};
         execv(self, av);
         fprintf(stderr, "mega bench: cannot re-execute %s: %s\n", self, strerror(errno));
         _exit(127);
@@ -593,6 +569,7 @@ static cJSON *workload_record(const workload *w, const cJSON *child, const char 
     cJSON_AddNumberToObject(o, "warmup", warmup);
     cJSON_AddNumberToObject(o, "repeat", repeat);
     const int ok = child && !strcmp(st, "ok");
+    put_num(o, "steps_timed", ok ? jnum(child, "steps_timed") : NAN);
     const char *nums[] = {"ms_per_step", "ms_min", "ms_max", "tokens_per_s", "gflop_per_step", "gflops"};
     for (size_t i = 0; i < sizeof nums / sizeof *nums; i++) put_num(o, nums[i], ok ? jnum(child, nums[i]) : NAN);
     put_num(o, "sgemm_gflops", sgemm);
@@ -613,12 +590,15 @@ static void fmt_num(char *b, size_t n, double v, const char *fmt) {
 
 int cmd_bench(int argc, char **argv) {
     int json = 0, threads = 0, repeat = 3, warmup = 1, no_sgemm = 0, list = 0;
+    double budget = 20;
     const char *child = NULL;
     cli_flag fl[] = {
         {"json", F_SET, &json, "one JSON object per line (stable keys) instead of the table", NULL, 1, 0, 0},
         {"threads", F_INT, &threads, "threads for our OpenMP loops and OpenBLAS (0 = all cores)", NULL, 0, 4096, 0},
         {"repeat", F_INT, &repeat, "timed steps (decode: timed 512-token runs); ms/step is their median", NULL, 1, 1000, 0},
         {"warmup", F_INT, &warmup, "untimed steps before timing", NULL, 0, 1000, 0},
+        {"budget", F_DBL, &budget, "seconds: stop timing a workload early once its timed steps add up to this (at least one step)",
+         NULL, 0, 1e6, 0},
         {"no-sgemm", F_SET, &no_sgemm, "skip the sgemm reference measurement", NULL, 1, 0, 0},
         {"list", F_SET, &list, "list the workloads and exit", NULL, 1, 0, 0},
         {"child", F_STR, &child, "internal: run one workload in this process and print its JSON", NULL, 1, 0, 0},
@@ -645,7 +625,7 @@ int cmd_bench(int argc, char **argv) {
     int r = cli_parse("bench", usage, fl, fargc, fargv, 2);
     free(fargv);
     if (r) return free(names), r == 1 ? 0 : 2;
-    if (child) return free(names), run_child(child, threads, warmup, repeat);
+    if (child) return free(names), run_child(child, threads, warmup, repeat, budget);
     if (list) {
         for (int i = 0; i < N_WORKLOADS; i++) printf("%-22s %s\n", WORKLOADS[i].name, WORKLOADS[i].what);
         return free(names), 0;
@@ -693,7 +673,7 @@ int cmd_bench(int argc, char **argv) {
         char err[256] = "";
         fprintf(stderr, "bench [%d/%d] %-20s ...", ++done, total, w->name);
         fflush(stderr);
-        cJSON *c = spawn_child(self, w->name, threads, warmup, repeat, &peak, err, sizeof err);
+        cJSON *c = spawn_child(self, w->name, threads, warmup, repeat, budget, &peak, err, sizeof err);
         const char *st = c ? jstr(c, "status") : "error";
         fprintf(stderr, " %s (%.1f s)%s%s\n", st, now_sec() - t0, c ? "" : ": ", c ? "" : err);
         if (!c || !strcmp(st, "error")) failed++;

@@ -137,9 +137,10 @@ int eval_stream(mega_lm *m, const uint8_t *text, size_t n, int seg, int verbose,
     const mega_lm_config *c = mega_lm_get_config(m);
     if (n < 2) return cli_error("evaluation text is too short (%zu bytes)", n);
     const int V = c->vocab_size;
-    /* chunked models carry the whole state across segments (the cache resets at chunk borders);
-     * a full-attention cache would grow with the text, so those restart at every segment */
-    const int full = c->chunk_size <= 0;
+    /* chunked Mega carries its whole state across segments (the cache resets at chunk borders);
+     * full attention, and every other mixer, restarts at every segment (their caches would grow
+     * with the text): their context is one segment */
+    const int full = !(c->mix.mixer == MEGA_MIXER_MEGA && c->chunk_size > 0);
     int cap = full ? seg : c->chunk_size;
     mega_lm_stream *s;
     if (mega_lm_stream_new(m, 1, cap, &s) != MEGA_OK) return cli_error("%s", mega_last_error());

@@ -263,12 +263,15 @@ int cmd_eval(int argc, char **argv) {
         mega_lm_free(m);
         return rc ? 2 : 0;
     }
-    if (seq_len <= 0) seq_len = c->chunk_size > 0 ? c->chunk_size : 2048;
+    if (seq_len <= 0) /* Mega: the chunk (state carried) or 2048; other mixers: their trained context */
+        seq_len = c->mix.mixer == MEGA_MIXER_MEGA ? (c->chunk_size > 0 ? c->chunk_size : 2048)
+                                                  : (c->mix.max_len > 0 ? c->mix.max_len : 2048);
     double t0 = now_sec(), loss;
     int64_t cnt;
     if (!quiet)
         fprintf(stderr, "mega eval: %s, %zu bytes, segments of %d, chunk %d (%s)\n", data, n, seq_len, c->chunk_size,
-                c->chunk_size > 0 ? "state carried across segments" : "full attention: each segment restarts");
+                (c->mix.mixer == MEGA_MIXER_MEGA && c->chunk_size > 0) ? "state carried across segments"
+                                                                          : "each segment restarts");
     int rc = eval_stream(m, txt.buf, n, seq_len, !quiet, &loss, &cnt);
     if (!rc) {
         double dt = now_sec() - t0;

@@ -3,7 +3,11 @@
 #include "layers/block.h"
 
 mega_status mega_block_cfg_check(const mega_block_cfg *c) {
-    if (c->D < 1 || c->Z < 1 || c->E < 1) MEGA_FAIL(MEGA_ERR_INVALID, "embed-dim, z-dim and hidden-dim must be positive (got %d, %d, %d)", c->D, c->Z, c->E);
+    if (c->D < 1) MEGA_FAIL(MEGA_ERR_INVALID, "embed-dim must be positive (got %d)", c->D);
+    /* z-dim and hidden-dim are Mega's widths (gMLP uses hidden-dim as its width) */
+    if (c->mixer == MEGA_MIXER_MEGA && (c->Z < 1 || c->E < 1))
+        MEGA_FAIL(MEGA_ERR_INVALID, "z-dim and hidden-dim must be positive (got %d, %d)", c->Z, c->E);
+    if (c->mixer == MEGA_MIXER_GMLP && c->E < 2) MEGA_FAIL(MEGA_ERR_INVALID, "gmlp needs hidden-dim >= 2 (got %d)", c->E);
     if (c->D > 65536 || c->Z > 65536 || c->E > 262144 || c->F > 262144)
         MEGA_FAIL(MEGA_ERR_INVALID, "layer widths are absurdly large (embed %d, z %d, hidden %d, ffn %d)", c->D, c->Z, c->E, c->F);
     if ((unsigned)c->mixer >= MEGA_MIXER_COUNT) MEGA_FAIL(MEGA_ERR_INVALID, "unknown mixer");
@@ -11,7 +15,7 @@ mega_status mega_block_cfg_check(const mega_block_cfg *c) {
     if (!ops) MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "mixer '%s' is not available in this build", mega_mixer_name(c->mixer));
     if (c->bidir ? !ops->bidir : !ops->causal)
         MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "mixer '%s' has no %s form", ops->name, c->bidir ? "bidirectional" : "causal");
-    if (c->N < (c->mixer == MEGA_MIXER_MEGA ? 0 : 0) || c->N > 64) MEGA_FAIL(MEGA_ERR_INVALID, "n-dim must be in [0, 64] (got %d; 0 = Mega without EMA)", c->N);
+    if (c->N < 0 || c->N > 64) MEGA_FAIL(MEGA_ERR_INVALID, "n-dim must be in [0, 64] (got %d; 0 = Mega without EMA)", c->N);
     if (c->F < 0) MEGA_FAIL(MEGA_ERR_INVALID, "ffn-dim must be >= 0 (0 = no FFN), got %d", c->F);
     if (c->chunk == 0 || c->chunk < -1) MEGA_FAIL(MEGA_ERR_INVALID, "chunk-size must be positive or -1 (full attention), got %d", c->chunk);
     if (c->chunk < 0 && c->max_positions < 1 && !c->rotary)

@@ -20,7 +20,18 @@ int mega_mixer_parse(const char *s, mega_mixer_kind *k) {
 const mega_mixer_ops *mega_mixer_ops_of(mega_mixer_kind k) {
     switch (k) {
     case MEGA_MIXER_MEGA: return &mega_mixer_ops_mega;
+    case MEGA_MIXER_MHA: return &mega_mixer_ops_mha;
+    case MEGA_MIXER_LOCAL: return &mega_mixer_ops_local;
+    case MEGA_MIXER_MHATW: return &mega_mixer_ops_mhatw;
     /* each mixer file adds its line here: case MEGA_MIXER_X: return &mega_mixer_ops_x; */
+    case MEGA_MIXER_AFT_FULL: return &mega_mixer_ops_aft_full;
+    case MEGA_MIXER_AFT_LOCAL: return &mega_mixer_ops_aft_local;
+    case MEGA_MIXER_AFT_SIMPLE: return &mega_mixer_ops_aft_simple;
+    case MEGA_MIXER_AFT_TW: return &mega_mixer_ops_aft_tw;
+    case MEGA_MIXER_GMLP: return &mega_mixer_ops_gmlp;
+    case MEGA_MIXER_ABC_WINDOW: return &mega_mixer_ops_abc_window;
+    case MEGA_MIXER_ABC_LINFORMER: return &mega_mixer_ops_abc_linformer;
+    case MEGA_MIXER_ABC_MLP: return &mega_mixer_ops_abc_mlp;
     default: return NULL;
     }
 }

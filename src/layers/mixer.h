@@ -85,4 +85,10 @@ int mega_pos_parse(const char *s, mega_pos_kind *p);
 
 /* every mixer kind's ops (defined in its file; NULL-initialised until built) */
 extern const mega_mixer_ops mega_mixer_ops_mega;
+extern const mega_mixer_ops mega_mixer_ops_aft_full, mega_mixer_ops_aft_local, mega_mixer_ops_aft_simple,
+    mega_mixer_ops_aft_tw;                                            /* aft.c */
+extern const mega_mixer_ops mega_mixer_ops_gmlp;                      /* gmlp.c */
+extern const mega_mixer_ops mega_mixer_ops_mha, mega_mixer_ops_local; /* mha.c */
+extern const mega_mixer_ops mega_mixer_ops_mhatw;                     /* mhatw.c */
+extern const mega_mixer_ops mega_mixer_ops_abc_window, mega_mixer_ops_abc_linformer, mega_mixer_ops_abc_mlp;
 #endif

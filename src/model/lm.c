@@ -286,7 +286,9 @@ mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out)
     *out = NULL;
     const mega_lm_config *c = &m->cfg;
     if (B < 1) MEGA_FAIL(MEGA_ERR_INVALID, "stream batch must be positive");
-    if (c->chunk_size > 0) cap = c->chunk_size;
+    /* chunked Mega needs one chunk of cache; every other case needs the longest stream (mixers
+     * with a bounded state, e.g. local windows or recurrences, ignore the capacity) */
+    if (c->mix.mixer == MEGA_MIXER_MEGA && c->chunk_size > 0) cap = c->chunk_size;
     if (cap < 1) MEGA_FAIL(MEGA_ERR_INVALID, "full-attention streaming needs a capacity (the longest stream)");
     mega_lm_stream *s = calloc(1, sizeof *s);
     if (!s) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");

@@ -6,26 +6,24 @@
 static inline int dist_of(int idx, int tc) { return idx >= tc ? idx - tc : tc - idx; }
 
 /* ---- ALiBi (SPEC §8.2) ----------------------------------------------------------------- */
-static void slopes_pow2(double *m, int n) {
-    for (int h = 0; h < n; h++) m[h] = exp2(-8.0 * (h + 1) / n); /* start 2^(-8/n), same ratio */
+/* slope of head h: the P = 2^floor(log2 H) power-of-two slopes 2^(-8(h+1)/P) (start 2^(-8/P),
+ * the same ratio), then the entries j = 0, 2, 4, ... of the 2P list 2^(-8(j+1)/(2P)) */
+static double alibi_slope(int h, int H) {
+    int P = 1;
+    while (P * 2 <= H) P *= 2;
+    if (h < P) return exp2(-8.0 * (h + 1) / P);
+    return exp2(-4.0 * (2 * (h - P) + 1) / P);
 }
 
 void mega_alibi_slopes(double *m, int H) {
-    if (H < 1) return;
-    int P = 1;
-    while (P * 2 <= H) P *= 2;
-    slopes_pow2(m, P);
-    /* the 2P list is 2^(-8(j+1)/(2P)) = 2^(-4(j+1)/P); take j = 0, 2, 4, ... */
-    for (int i = 0; i < H - P; i++) m[P + i] = exp2(-4.0 * (2 * i + 1) / P);
+    for (int h = 0; h < H; h++) m[h] = alibi_slope(h, H);
 }
 
 void mega_alibi_table(real *tab, int H, int tc, int tl) {
-    double m[1024];
-    double *mm = H <= 1024 ? m : NULL;
-    if (!mm) return; /* the layers reject more heads than this */
-    mega_alibi_slopes(mm, H);
-    for (int h = 0; h < H; h++)
-        for (int i = 0; i < tl; i++) tab[(size_t)h * tl + i] += (real)(-mm[h] * dist_of(i, tc));
+    for (int h = 0; h < H; h++) {
+        const double m = alibi_slope(h, H);
+        for (int i = 0; i < tl; i++) tab[(size_t)h * tl + i] += (real)(-m * dist_of(i, tc));
+    }
 }
 
 /* ---- KERPLE (SPEC §8.3) ---------------------------------------------------------------- */
@@ -96,10 +94,12 @@ void mega_kerple_backward(int power, const real *dtab, int H, int tc, int tl, co
 void mega_sandwich_table(real *tab, int H, int tc, int tl, int dbar) {
     const int n = dbar / 2;
     const double twopi = 6.283185307179586476925;
+    double om[64]; /* the frequencies, hoisted for the usual head widths (dbar <= 128) */
+    for (int f = 1; f <= n && f <= 64; f++) om[f - 1] = pow(10000.0, -2.0 * f / dbar);
     for (int i = 0; i < tl; i++) {
         const double d = dist_of(i, tc);
         double s = 0;
-        for (int f = 1; f <= n; f++) s += cos(fmod(d * pow(10000.0, -2.0 * f / dbar), twopi));
+        for (int f = 1; f <= n; f++) s += cos(fmod(d * (f <= 64 ? om[f - 1] : pow(10000.0, -2.0 * f / dbar)), twopi));
         s -= n;
         for (int h = 0; h < H; h++) tab[(size_t)h * tl + i] += (real)(s * H / (8.0 * (h + 1)));
     }
