@@ -64,34 +64,35 @@ static void block_weights(const mega_attn_k *k, const chunk_t *c, const real *q,
     mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)Z, scale, q + (c->row0 + i0) * Z, (size_t)Z,
                      kk + c->row0 * Z, (size_t)Z, 0, S, (size_t)nk);
     const real *bt = k->btab + (k->Mc - 1);
+    /* pad keys are masked unless the chunk is all pad (softmax rule); element attention always */
+    const uint8_t *kpad = (c->pad && !(soft && c->allpad)) ? c->pad : NULL;
     for (int r = 0; r < br; r++) {
         const int i = i0 + r;
         real *s = S + (size_t)r * nk;
         const real *bi = bt - i; /* bias(i, j) = bi[j] */
+        /* causal rows see keys [0, i]; the loops below run over the visible prefix only so that
+         * they vectorise, and the masked tail is written once */
+        const int jm = k->causal ? MEGA_MIN(nk, i + 1) : nk;
         if (soft) {
             real mx = -INFINITY;
-            for (int j = 0; j < nk; j++) {
-                int ok = (!k->causal || j <= i) && (!c->pad || c->allpad || !c->pad[j]);
-                s[j] = ok ? s[j] + bi[j] : -INFINITY;
-                if (s[j] > mx) mx = s[j];
-            }
+            for (int j = 0; j < jm; j++) s[j] += bi[j];
+            if (kpad)
+                for (int j = 0; j < jm; j++) s[j] = kpad[j] ? -INFINITY : s[j];
+            for (int j = 0; j < jm; j++) mx = s[j] > mx ? s[j] : mx;
+            for (int j = jm; j < nk; j++) s[j] = 0;
             real l;
             if (mx == -INFINITY) {
                 /* no visible key (cannot happen with right padding): output 0, no gradient */
-                for (int j = 0; j < nk; j++) s[j] = 0;
+                for (int j = 0; j < jm; j++) s[j] = 0;
                 l = INFINITY;
             } else if (lse_in) {
                 l = lse_in[c->row0 + i];
-                for (int j = 0; j < nk; j++) s[j] = mega_exp(s[j] - l);
+                for (int j = 0; j < jm; j++) s[j] = mega_exp(s[j] - l);
             } else {
                 real sum = 0;
-                for (int j = 0; j < nk; j++) {
-                    real e = mega_exp(s[j] - mx);
-                    s[j] = e;
-                    sum += e;
-                }
+                for (int j = 0; j < jm; j++) sum += (s[j] = mega_exp(s[j] - mx));
                 real inv = (real)1 / sum;
-                for (int j = 0; j < nk; j++) s[j] *= inv;
+                for (int j = 0; j < jm; j++) s[j] *= inv;
                 l = mx + R_LOG(sum);
             }
             if (lse_out) lse_out[c->row0 + i] = l;
@@ -100,12 +101,12 @@ static void block_weights(const mega_attn_k *k, const chunk_t *c, const real *q,
             real len = k->causal ? (real)(i + 1) : (real)(c->pad ? MEGA_MAX(c->nvalid, 1) : c->n);
             real inv = (real)1 / len;
             real *sr = Sraw ? Sraw + (size_t)r * nk : NULL;
-            for (int j = 0; j < nk; j++) {
-                real v = s[j] * inv + bi[j];
-                int ok = (!k->causal || j <= i) && (!c->pad || !c->pad[j]);
-                if (sr) sr[j] = v;
-                s[j] = ok ? mega_attn_f(k->fn, v) : 0;
-            }
+            for (int j = 0; j < jm; j++) s[j] = s[j] * inv + bi[j];
+            if (sr) memcpy(sr, s, (size_t)jm * sizeof(real));
+            for (int j = 0; j < jm; j++) s[j] = mega_attn_f(k->fn, s[j]);
+            if (kpad)
+                for (int j = 0; j < jm; j++) s[j] = kpad[j] ? 0 : s[j];
+            for (int j = jm; j < nk; j++) s[j] = 0;
         }
     }
 }
@@ -193,31 +194,33 @@ void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real
                 mega_gemm_serial(1, 0, (size_t)nk, (size_t)E, (size_t)br, 1, A, (size_t)nk, dOb, (size_t)E, 1,
                                  dv + c.row0 * E, (size_t)E);
             }
-            /* dS */
+            /* dS (rows see keys [0, jm); masked entries have A = 0 (softmax) or get 0 below) */
             real *dbc = db + (Mc - 1);
+            const uint8_t *kpad = c.pad;
             for (int r = 0; r < br; r++) {
                 const int i = i0 + r;
+                const int jm = k->causal ? MEGA_MIN(nk, i + 1) : nk;
                 real *g = G + (size_t)r * nk;
                 const real *a = A + (size_t)r * nk;
                 real rowscale;
                 if (soft) {
                     real dot = 0;
-                    for (int j = 0; j < nk; j++) dot += g[j] * a[j];
-                    for (int j = 0; j < nk; j++) g[j] = a[j] * (g[j] - dot);
+                    for (int j = 0; j < jm; j++) dot += g[j] * a[j];
+                    for (int j = 0; j < jm; j++) g[j] = a[j] * (g[j] - dot);
                     rowscale = scale;
                 } else {
                     const real *sr = Sr + (size_t)r * nk;
-                    for (int j = 0; j < nk; j++) {
-                        int ok = (!k->causal || j <= i) && (!c.pad || !c.pad[j]);
-                        g[j] = ok ? g[j] * mega_attn_fgrad(k->fn, sr[j]) : 0;
-                    }
+                    for (int j = 0; j < jm; j++) g[j] *= mega_attn_fgrad(k->fn, sr[j]);
+                    if (kpad)
+                        for (int j = 0; j < jm; j++) g[j] = kpad[j] ? 0 : g[j];
                     real len = k->causal ? (real)(i + 1) : (real)(c.pad ? MEGA_MAX(c.nvalid, 1) : c.n);
                     rowscale = (real)1 / len;
                 }
+                for (int j = jm; j < nk; j++) g[j] = 0;
                 /* bias gradient along the diagonals: d btab[Mc-1 + j - i] += dS[i,j] */
                 real *dbi = dbc - i;
-                for (int j = 0; j < nk; j++) dbi[j] += g[j];
-                for (int j = 0; j < nk; j++) g[j] *= rowscale;
+                for (int j = 0; j < jm; j++) dbi[j] += g[j];
+                for (int j = 0; j < jm; j++) g[j] *= rowscale;
             }
             /* dq += dS k ; dk += dS^T q */
             mega_gemm_serial(0, 0, (size_t)br, (size_t)Z, (size_t)nk, 1, G, (size_t)nk, kk + c.row0 * Z, (size_t)Z, 1,
