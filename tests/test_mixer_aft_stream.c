@@ -13,9 +13,10 @@
  *    FFN, pre- and post-norm), mega_block_step equals the eval-mode full forward (a) token by
  *    token, (b) in multi-token pieces of several sizes (also the whole sequence at once);
  *    mega_block_state_reset then re-streaming is bit-identical.
- * 3. Limits: streaming past max-len (absolute-position parameters) fails with a clear
- *    MEGA_ERR_INVALID and does not touch the state; aft-simple and aft-tw without position
- *    factors stream past any length; a bidirectional block refuses mega_block_state_init.
+ * 3. Limits: streaming past max-len fails with a clear MEGA_ERR_INVALID and does not touch the
+ *    state for the mixers with absolute-position tables (aft-full, aft-local, gmlp); aft-simple
+ *    and aft-tw (its beta/gamma clamped past max-len, SPEC §4.1 (c)) stream past any length;
+ *    a bidirectional block refuses mega_block_state_init.
  * Tolerances: 2e-5 (definition) and 1e-5 (streaming) of max |out| in float; 1e-12 in double
  * (tests/t64_mixer_aft_stream.c).
  */
@@ -141,7 +142,7 @@ static void naive_aft(const scfg *sc, const mega_params *P, double *y, const rl 
                         bias = w[(size_t)t * (bid ? 2 * s - 1 : s) + (s - 1 - d)];
                     if (sc->kind == MEGA_MIXER_AFT_TW) {
                         bias = -exp((double)dec[c / hd]) * fabs((double)d); /* f_h(d) = exp(-w_h |d|) */
-                        if (lb) bias += lb[(size_t)(c / hd) * Tm + u];    /* beta_h(u) */
+                        if (lb) bias += lb[(size_t)(c / hd) * Tm + (u < Tm ? u : Tm - 1)]; /* beta_h(u), clamped */
                     }
                     lg[n] = qkv[((size_t)b * T + u) * 3 * D + D + c] + bias;
                     m = fmax(m, lg[n++]);
@@ -153,7 +154,7 @@ static void naive_aft(const scfg *sc, const mega_params *P, double *y, const rl 
                     num += e * qkv[((size_t)b * T + u) * 3 * D + 2 * D + c], den += e;
                 }
                 const size_t r = (size_t)b * T + t;
-                o[r * D + c] = (gm ? gm[t] : 1) * sigm(qkv[r * 3 * D + c]) * (n ? num / den : 0);
+                o[r * D + c] = (gm ? gm[t < Tm ? t : Tm - 1] : 1) * sigm(qkv[r * 3 * D + c]) * (n ? num / den : 0);
             }
     rl *of = malloc(R * D * sizeof(rl));
     for (size_t i = 0; i < R * D; i++) of[i] = (rl)o[i]; /* (the projection's input rounded as the library's) */
@@ -312,7 +313,7 @@ static void streaming(const scfg *sc) {
         for (int i = 0; i < 256; i++) guard &= scr[ssz + i] == (rl)12345;
         TL_CHECK(guard, "%s: the step stays inside its scratch", name);
         /* past max-len: refused (absolute positions), the state untouched; the next token works */
-        if (sc->max_len > 0 && sc->max_len == T && sc->kind != MEGA_MIXER_AFT_SIMPLE) {
+        if (sc->max_len > 0 && sc->max_len == T && sc->kind != MEGA_MIXER_AFT_SIMPLE && sc->kind != MEGA_MIXER_AFT_TW) {
             rl *snap = malloc(mega_block_state_size(&bl, B, cap) * sizeof(rl)), *xo = malloc((size_t)B * D * sizeof(rl));
             memcpy(snap, mem, mega_block_state_size(&bl, B, cap) * sizeof(rl));
             int64_t pos = S.pos;
@@ -329,10 +330,11 @@ static void streaming(const scfg *sc) {
     mega_params_free(&P);
 }
 
-/* aft-simple and the pure-RNN aft-tw stream as long as wanted (3 D floats of state): 2000 tokens
- * through a state built for capacity 1, compared with the full forward over the same 2000 */
-static void unlimited(mega_mixer_kind kind) {
-    scfg sc = {kind, 0, 2000, 4, 2, 0, 0, 8, 1, 0, MEGA_NORM_LAYER};
+/* aft-simple and aft-tw stream as long as wanted (3 D floats of state; aft-tw's beta/gamma clamped
+ * past max-len): 2000 tokens through a state built for capacity 1, compared with the full
+ * forward over the same 2000 */
+static void unlimited(mega_mixer_kind kind, int max_len) {
+    scfg sc = {kind, 0, 2000, 4, 2, 0, max_len, 8, 1, 0, MEGA_NORM_LAYER};
     char name[200];
     name_of(&sc, name, sizeof name);
     mega_block bl;
@@ -378,24 +380,26 @@ int main(int argc, char **argv) {
         {LO, 0, 150, 5, 1, 5, 150, 8, 1, 0, LN}, {LO, 1, 150, 5, 1, 5, 150, 8, 1, 0, LN}, {LO, 0, 150, 3, 1, 70, 150, 8, 1, 0, LN},
         {LO, 1, 150, 3, 1, 70, 150, 8, 1, 0, LN}, {LO, 1, 150, 3, 1, 1, 150, 8, 1, 0, LN}, {SI, 0, 13, 4, 1, 0, 0, 8, 1, 0, LN},
         {SI, 1, 150, 4, 1, 0, 0, 8, 1, 0, LN},  {TW, 0, 13, 4, 2, 0, 0, 8, 1, 0, LN},   {TW, 1, 13, 4, 4, 0, 13, 8, 1, 0, LN},
-        {TW, 0, 150, 6, 3, 0, 150, 8, 1, 0, LN}, {TW, 1, 150, 6, 2, 0, 0, 8, 1, 0, LN},  {GM, 0, 13, 4, 1, 0, 13, 8, 1, 0, LN},
+        {TW, 0, 150, 6, 3, 0, 150, 8, 1, 0, LN}, {TW, 1, 150, 6, 2, 0, 0, 8, 1, 0, LN},  {TW, 0, 150, 6, 3, 0, 100, 8, 1, 0, LN},
+        {TW, 1, 13, 4, 4, 0, 8, 8, 1, 0, LN},  {GM, 0, 13, 4, 1, 0, 13, 8, 1, 0, LN},
         {GM, 1, 13, 4, 2, 0, 16, 8, 1, 0, LN},  {GM, 0, 70, 3, 3, 0, 80, 12, 1, 0, LN},
     };
     for (size_t i = 0; i < sizeof defs / sizeof defs[0]; i++)
         for (int pm = 0; pm < 4; pm++) definition(&defs[i], pm);
-    printf("worst mixer vs direct definition: %.2e\n", g_worst_def);
+    printf("NOTE aft/gmlp: worst mixer vs direct O(L^2) definition %.2e\n", g_worst_def);
     /* streaming: causal blocks (norm + residual, FFN or not, pre/post-norm) */
     const scfg strs[] = {
         {FU, 0, 13, 4, 1, 0, 13, 8, 1, 6, LN},   {FU, 0, 80, 4, 1, 0, 100, 8, 0, 0, RN}, {LO, 0, 13, 4, 1, 3, 13, 8, 1, 0, SN},
         {LO, 0, 80, 4, 1, 5, 80, 8, 0, 6, LN},  {LO, 0, 80, 3, 1, 70, 90, 8, 1, 6, LN}, {LO, 0, 13, 4, 1, 1, 13, 8, 1, 0, LN},
         {SI, 0, 13, 4, 1, 0, 0, 8, 1, 6, LN},   {SI, 0, 80, 4, 1, 0, 0, 8, 0, 0, RN},   {TW, 0, 13, 4, 2, 0, 0, 8, 1, 6, LN},
-        {TW, 0, 13, 4, 4, 0, 13, 8, 0, 6, SN},  {TW, 0, 80, 6, 3, 0, 100, 8, 1, 0, LN}, {GM, 0, 13, 4, 1, 0, 13, 8, 1, 6, LN},
+        {TW, 0, 13, 4, 4, 0, 13, 8, 0, 6, SN},  {TW, 0, 80, 6, 3, 0, 100, 8, 1, 0, LN}, {TW, 0, 80, 6, 3, 0, 30, 8, 0, 6, LN}, {GM, 0, 13, 4, 1, 0, 13, 8, 1, 6, LN},
         {GM, 0, 13, 4, 2, 0, 20, 8, 0, 0, RN},  {GM, 0, 80, 3, 3, 0, 80, 12, 1, 6, LN},
     };
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) streaming(&strs[i]);
-    printf("worst streaming vs full forward: %.2e\n", g_worst_stream);
-    unlimited(SI);
-    unlimited(TW);
+    printf("NOTE aft/gmlp: worst streaming vs full forward %.2e\n", g_worst_stream);
+    unlimited(SI, 0);
+    unlimited(TW, 0);
+    unlimited(TW, 50);
     /* bidirectional blocks have no streaming form */
     const mega_mixer_kind ks[] = {FU, LO, SI, TW, GM};
     for (int i = 0; i < 5; i++) {

@@ -19,10 +19,11 @@
  *               runs as the RNN scan in training and streams with a 3 D_a state. alpha_h(t)
  *               cancels in the normalised ratio (SPEC §5.3) and is not a parameter. beta_h(u)
  *               (stored as its log, time_beta [H, max-len]) and gamma(t) (time_gamma [max-len])
- *               are absolute-position parameters: they exist only when max-len > 0, which then
- *               limits the length; with max-len 0 the mixer is the pure RNN (alpha = beta = gamma
- *               = 1) and streams without limit. The general learned-f form (O(L^2), SPEC §5.3 /
- *               RWKV-v1) is not offered.
+ *               are absolute-position parameters: they exist only when max-len > 0; beyond
+ *               max-len they are clamped to the last learned position (SPEC §4.1 length policy
+ *               (c), so the scan and the stream go on past the training length); with max-len 0
+ *               the mixer is the pure RNN (alpha = beta = gamma = 1). The general learned-f
+ *               form (O(L^2), SPEC §5.3 / RWKV-v1) is not offered.
  * Parameters (under "<prefix>mixer."): qkv.weight [3D, D], qkv.bias [3D], out.weight [D, D],
  * out.bias [D]; pos_bias (full/local); time_decay [H], time_beta [H, T], time_gamma [T] (tw).
  * Init [ext]: projections N(0, 0.02) with zero biases (as the Mega layer), pos_bias 0 (SPEC §5.2:
@@ -38,7 +39,8 @@
 enum { V_FULL, V_LOCAL, V_SIMPLE, V_TW };
 /* mx->off */
 enum { O_QKV_W, O_QKV_B, O_OUT_W, O_OUT_B, O_POS, O_DECAY, O_BETA, O_GAMMA };
-/* mx->iv: [0] variant, [1] length limit (0 = none), [2] heads, [3] local window s, [4] has beta/gamma */
+/* mx->iv: [0] variant, [1] length limit (0 = none), [2] heads, [3] local window s, [4] has beta/gamma
+ * (their table length is cfg->max_len; positions beyond it use the last entry) */
 #define VAR(mx) ((mx)->iv[0])
 #define TLIM(mx) ((mx)->iv[1])
 #define HEADS(mx) ((mx)->iv[2])
@@ -70,14 +72,17 @@ static mega_status aft_declare(mega_mixer *mx, mega_params *P, const char *prefi
     if (c->max_len < 0 || c->max_len > (v == V_FULL ? 16384 : 1 << 20))
         MEGA_FAIL(MEGA_ERR_INVALID, "%s: max-len %d is out of range [0, %d]", nm, c->max_len, v == V_FULL ? 16384 : 1 << 20);
     if (v == V_LOCAL && (c->window < 1 || c->window > 1 << 20))
-        MEGA_FAIL(MEGA_ERR_INVALID, "aft-local needs a window >= 1, got %d", c->window);
+        MEGA_FAIL(MEGA_ERR_INVALID, "aft-local needs a window in [1, 2^20], got %d", c->window);
+    if (v == V_LOCAL && (double)c->max_len * mega_aft_local_cols(c->window, c->bidir) > (double)(1 << 28))
+        MEGA_FAIL(MEGA_ERR_INVALID, "aft-local: the band table max-len x %d is too large (window %d; a window >= max-len "
+                  "covers every position, use aft-full)", mega_aft_local_cols(c->window, c->bidir), c->window);
     if (v == V_TW && (c->heads < 1 || c->D % c->heads))
         MEGA_FAIL(MEGA_ERR_INVALID, "aft-tw: heads (%d) must be >= 1 and divide embed-dim %d", c->heads, c->D);
     VAR(mx) = v;
     HEADS(mx) = v == V_TW ? c->heads : 1;
     WIN(mx) = v == V_LOCAL ? c->window : 0;
     HASPOS(mx) = v == V_TW && c->max_len > 0;
-    TLIM(mx) = (v == V_FULL || v == V_LOCAL || HASPOS(mx)) ? c->max_len : 0;
+    TLIM(mx) = (v == V_FULL || v == V_LOCAL) ? c->max_len : 0;
     snprintf(pre, sizeof pre, "%smixer.", prefix);
     MEGA_TRY(MEGA_PADD(P, pre, "qkv.weight", MEGA_P_DECAY, &mx->off[O_QKV_W], 3 * D, D));
     MEGA_TRY(MEGA_PADD(P, pre, "qkv.bias", 0, &mx->off[O_QKV_B], 3 * D));
@@ -167,14 +172,21 @@ static mega_status too_long(const mega_mixer *mx, long long n) {
               TLIM(mx), mega_mixer_name(mx->cfg->mixer));
 }
 
+/* the table entry of position p for beta / gamma: clamped to the last learned one (SPEC §4.1 (c)) */
+static inline size_t tpos(const mega_mixer *mx, int64_t p) {
+    return (size_t)(p < mx->cfg->max_len ? p : mx->cfg->max_len - 1);
+}
+
 /* K += log beta_h(pos) for rows [B, n] starting at position p0 (aft-tw with position factors) */
 static void add_log_beta(const mega_mixer *mx, const real *W, real *qkv, int B, int n, int64_t p0) {
-    const int D = mx->cfg->D, hd = D / HEADS(mx), Tl = TLIM(mx);
+    const int D = mx->cfg->D, hd = D / HEADS(mx);
+    const size_t Tm = (size_t)mx->cfg->max_len;
     const real *lb = W + mx->off[O_BETA];
     for (int b = 0; b < B; b++)
         for (int t = 0; t < n; t++) {
             real *k = qkv + ((size_t)b * n + t) * 3 * D + D;
-            for (int c = 0; c < D; c++) k[c] += lb[(size_t)(c / hd) * Tl + (size_t)(p0 + t)];
+            const size_t p = tpos(mx, p0 + t);
+            for (int c = 0; c < D; c++) k[c] += lb[(size_t)(c / hd) * Tm + p];
         }
 }
 
@@ -185,7 +197,7 @@ static void gate(const mega_mixer *mx, const real *W, real *o, const real *qkv, 
     for (int b = 0; b < B; b++)
         for (int t = 0; t < n; t++) {
             const size_t r = (size_t)b * n + t;
-            const real g = gm ? gm[p0 + t] : 1;
+            const real g = gm ? gm[tpos(mx, p0 + t)] : 1;
             for (size_t c = 0; c < D; c++) o[r * D + c] = g * mega_sigmoid(qkv[r * 3 * D + c]) * yb[r * D + c];
         }
 }
@@ -225,7 +237,7 @@ static void aft_backward(const mega_mixer *mx, const real *W, real *dW, const me
     real *dgm = HASPOS(mx) ? dW + mx->off[O_GAMMA] : NULL;
     memset(dq, 0, R * 3 * D * sizeof(real));
     for (int t = 0; t < T; t++) {
-        const real g = gm ? gm[t] : 1;
+        const real g = gm ? gm[tpos(mx, t)] : 1;
         real acc = 0;
         for (int b = 0; b < B; b++) {
             const size_t r = (size_t)b * T + t;
@@ -236,7 +248,7 @@ static void aft_backward(const mega_mixer *mx, const real *W, real *dW, const me
                 dob[r * D + ch] = d * g * s;
             }
         }
-        if (dgm) dgm[t] += acc;
+        if (dgm) dgm[tpos(mx, t)] += acc;
     }
     /* the ratio: dK, dV (and the table / decays) */
     if (is_pair(mx)) {
@@ -256,12 +268,13 @@ static void aft_backward(const mega_mixer *mx, const real *W, real *dW, const me
     }
     /* K + log beta_h(t): d time_beta[h, t] = sum over batch and the head's channels of dK */
     if (HASPOS(mx)) {
-        const int hd = c->D / HEADS(mx), Tl = TLIM(mx);
+        const int hd = c->D / HEADS(mx);
+        const size_t Tm = (size_t)c->max_len;
         real *db = dW + mx->off[O_BETA];
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) {
                 const real *dk = dq + ((size_t)b * T + t) * 3 * D + D;
-                for (size_t ch = 0; ch < D; ch++) db[(size_t)(ch / hd) * Tl + t] += dk[ch];
+                for (size_t ch = 0; ch < D; ch++) db[(size_t)(ch / hd) * Tm + tpos(mx, t)] += dk[ch];
             }
     }
     mega_linear_backward(dx, dW + mx->off[O_QKV_W], dW + mx->off[O_QKV_B], dq, x, W + mx->off[O_QKV_W], R, D, 3 * D, 0);

@@ -164,9 +164,11 @@ static void rotate_rows(const mega_mixer *mx, real *q, real *k, size_t R, int T,
 #pragma omp parallel for schedule(static) if (R * Da * 8 > MEGA_PAR_MIN)
     for (long r = 0; r < (long)R; r++) {
         const int64_t pos = pos0 + r % T;
+        real cs[1024]; /* angles of this position, shared by every head and by q and k */
+        mega_rope_angles(cs, dh, pos, 10000.0, inverse);
         for (int h = 0; h < H; h++) {
-            if (q) mega_rope(q + (size_t)r * Da + (size_t)h * dh, dh, dh, pos, 10000.0, inter, inverse);
-            if (k) mega_rope(k + (size_t)r * Da + (size_t)h * dh, dh, dh, pos, 10000.0, inter, inverse);
+            if (q) mega_rope_apply(q + (size_t)r * Da + (size_t)h * dh, cs, dh, inter);
+            if (k) mega_rope_apply(k + (size_t)r * Da + (size_t)h * dh, cs, dh, inter);
         }
     }
 }

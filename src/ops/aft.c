@@ -35,13 +35,14 @@ static inline int thread_id(void) {
  * with the new exponent e* = max(e - w, ls), so both factors are <= 1 and K needs no clamping.
  * Optional first moment (m1, m2) = sum of distance * item, in the same exponent frame:
  *     m <- exp(e - w - e*) (m + s)       (every earlier item moves one step away; the new one is at 0)
- * Missing items have ls = NEG and x = 0; the sentinel keeps an empty state NaN-free. */
+ * Missing items have ls = NEG and x = 0; the sentinel keeps an empty state NaN-free (every ls is
+ * >= NEG, so e stays >= NEG). One of the two factors is exactly 1: a single exp per step
+ * (mega_exp: the library's vectorisable exp, 0 below -87 in float). */
 static inline void lstep(int nd, real *s1, real *s2, real *e, real *m1, real *m2, const real *w, const real *ls,
                          const real *x1, const real *x2) {
     for (int j = 0; j < nd; j++) {
-        real ep = e[j] - (w ? w[j] : 0);
-        real en = MEGA_MAX(MEGA_MAX(ep, ls[j]), NEG);
-        real fo = R_EXP(ep - en), fn = R_EXP(ls[j] - en);
+        const real ep = e[j] - (w ? w[j] : 0), d = ep - ls[j], ex = mega_exp(-R_FABS(d));
+        const real en = d >= 0 ? ep : ls[j], fo = d >= 0 ? 1 : ex, fn = d >= 0 ? ex : 1;
         if (m1) {
             m1[j] = fo * (m1[j] + s1[j]);
             m2[j] = fo * (m2[j] + s2[j]);
@@ -55,7 +56,7 @@ static inline void lstep(int nd, real *s1, real *s2, real *e, real *m1, real *m2
 /* (s1, s2, e) += (t1, t2, te), log-domain */
 static inline void lmerge(real *s1, real *s2, real *e, real t1, real t2, real te) {
     real m = MEGA_MAX(*e, te);
-    real a = R_EXP(*e - m), b = R_EXP(te - m);
+    real a = mega_exp(*e - m), b = mega_exp(te - m);
     *s1 = *s1 * a + t1 * b;
     *s2 = *s2 * a + t2 * b;
     *e = m;
@@ -175,7 +176,7 @@ void mega_aft_scan_backward(const mega_aft_scan_k *k, real *dK, real *dV, size_t
                 /* (the inclusive moment at t equals the exclusive one: key t is at distance 0) */
                 const size_t r = ((size_t)b * T + t) * Da + d0;
                 for (int j = 0; j < nd; j++)
-                    acc[j] -= dy[r + j] * (m1[j] - ybar[r + j] * m2[j]) * R_EXP(e[j] - lden[r + j]);
+                    acc[j] -= dy[r + j] * (m1[j] - ybar[r + j] * m2[j]) * mega_exp(e[j] - lden[r + j]);
             }
         }
         if (k->w)
@@ -193,7 +194,7 @@ void mega_aft_scan_backward(const mega_aft_scan_k *k, real *dK, real *dV, size_t
                     const size_t rk = ((size_t)b * T + u) * ld + d0, rd = ((size_t)b * T + u) * ldd + d0;
                     for (int j = 0; j < nd; j++) {
                         /* exponent <= 0: every term exp(K_u - w|t-u| - lden_t) is a share of den_t */
-                        real f = R_EXP(K[rk + j] + e[j] - (dir ? w[j] : 0));
+                        real f = mega_exp(K[rk + j] + e[j] - (dir ? w[j] : 0));
                         dV[rd + j] += f * s1[j];
                         dK[rd + j] += f * (V[rk + j] * s1[j] + s2[j]);
                     }
@@ -279,7 +280,7 @@ static void pk_tile(const mega_aft_pair_k *k, int t0, int nq, int u0, int nk, co
         if (mode & 2) {
             real *row = EW + (size_t)i * BS;
             for (int j = 0; j < nk; j++)
-                row[j] = masked(k, padb, t, u0 + j) ? 0 : R_EXP(pk_w(k, t, u0 + j, &idx) - mw[i]);
+                row[j] = masked(k, padb, t, u0 + j) ? 0 : mega_exp(pk_w(k, t, u0 + j, &idx) - mw[i]);
         }
     }
 }
@@ -375,7 +376,7 @@ static void pk_prep(const mega_aft_pair_k *k, const pk_layout *L, real *scratch,
                 continue;
             }
             for (int c = 0; c < Da; c++) {
-                x[c] = R_EXP(K[r * ld + c] - m[c]);
+                x[c] = mega_exp(K[r * ld + c] - m[c]);
                 x[Da + c] = x[c] * V[r * ld + c];
             }
         }
@@ -451,7 +452,7 @@ void mega_aft_pair_forward(const mega_aft_pair_k *k, real *ybar, real *lden, uin
                 real *ai = acc + (size_t)i * D2;
                 for (int c = 0; c < Da; c++) {
                     if (!IS_SET(mk[c])) continue;
-                    real f = R_EXP(mwk[i] + mk[c] - Mi[c]);
+                    real f = mega_exp(mwk[i] + mk[c] - Mi[c]);
                     ai[c] += f * ti[c];
                     ai[Da + c] += f * ti[Da + c];
                 }
@@ -467,7 +468,7 @@ void mega_aft_pair_forward(const mega_aft_pair_k *k, real *ybar, real *lden, uin
                     for (int part = 0; part < (k->bidir ? 2 : 1); part++) {
                         const real *g = part ? suf : pre;
                         if (IS_SET(g[2 * Da + c])) {
-                            real f = R_EXP(g[2 * Da + c] - Mi[c]);
+                            real f = mega_exp(g[2 * Da + c] - Mi[c]);
                             den += f * g[Da + c], num += f * g[c];
                         }
                     }
@@ -496,7 +497,7 @@ void mega_aft_pair_forward(const mega_aft_pair_k *k, real *ybar, real *lden, uin
 /* backward factor of a tile entry: exp(mw + mK - lden) (0 for flagged, empty or masked rows) */
 static inline real pk_factor(real mw, real mk, real ld_, uint8_t flag) {
     if (flag || !IS_SET(mw) || !IS_SET(mk) || !(ld_ < EMPTY_L / 2)) return 0;
-    return R_EXP(mw + mk - ld_);
+    return mega_exp(mw + mk - ld_);
 }
 
 void mega_aft_pair_backward(const mega_aft_pair_k *k, real *dK, real *dV, size_t ldd, real *dw, const real *dy,
@@ -606,7 +607,7 @@ void mega_aft_pair_backward(const mega_aft_pair_k *k, real *dK, real *dV, size_t
                 const real v = V[r * ld + c];
                 real g1 = x[c] * p[c], g2 = x[c] * (v * p[c] - p[Da + c]);
                 if (k->s > 0 && IS_SET(h[2 * Da + c])) {
-                    real f = R_EXP(K[r * ld + c] + h[2 * Da + c]);
+                    real f = mega_exp(K[r * ld + c] + h[2 * Da + c]);
                     g1 += f * h[c], g2 += f * (v * h[c] - h[Da + c]);
                 }
                 dV[r * ldd + c] += g1;

@@ -54,6 +54,10 @@ void mega_softmax_row_backward(real *ds, const real *dp, const real *p, size_t n
  * theta_i = base^(-2i/r); angles computed in double and reduced mod 2 pi. inverse = 1 rotates by
  * -pos (the backward). */
 void mega_rope(real *x, int d, int r, int64_t pos, double base, int interleaved, int inverse);
+/* the same in two steps, to share the angles of one position among heads and q/k:
+ * cs [r] receives cos (first r/2) and sin (last r/2) of the pair angles */
+void mega_rope_angles(real *cs, int r, int64_t pos, double base, int inverse);
+void mega_rope_apply(real *x, const real *cs, int r, int interleaved);
 
 /* ---- embeddings (embed.c): rows of E[V,D] scaled into x[R,D]; pad rows (pad[r] != 0) get 0 */
 void mega_embedding_forward(real *x, const real *E, const int32_t *tok, const uint8_t *pad, size_t R, size_t D,

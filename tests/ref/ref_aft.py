@@ -21,8 +21,9 @@ Conventions (the library's; docs/mixers_aft.md):
     |t-u| < s (bidirectional), 0 outside (not -inf, SPEC §5.2); pos_bias [max_len, s] causal,
     [max_len, 2s-1] bidirectional;
   * aft-simple: b = 0;
-  * aft-tw: b = -exp(time_decay[h]) |t-u| + time_beta[h, u] (the log of beta_h(u)), output factor
-    time_gamma[t]; heads h = c // (D / heads); time_beta/time_gamma exist only when max_len > 0;
+  * aft-tw: b = -exp(time_decay[h]) |t-u| + time_beta[h, min(u, max_len-1)] (the log of beta_h(u)),
+    output factor time_gamma[min(t, max_len-1)] (clamped past max_len, SPEC §4.1 (c)); heads
+    h = c // (D / heads); time_beta/time_gamma exist only when max_len > 0;
   * gmlp (F = hdim): [Z1 | Z2] = gelu(proj_in(x)); N2 = LayerNorm(Z2) (sgu_norm), pad rows zeroed;
     G[t, c] = sum_u spatial.weight[h, t, u] N2[u, c] + spatial.bias[h, t] (causal: u <= t),
     h = c // (F/2 / heads); y = proj_out(Z1 * G).
@@ -101,12 +102,12 @@ class AFTMixer(nn.Module):
         h = self.head_of()
         b = -torch.exp(self.time_decay)[h][None, None, :] * (tt - uu).abs().to(dt)[..., None]
         if self.Tm > 0:
-            b = b + self.time_beta[h][:, u].T[None, :, :]  # log beta_h(u)
+            b = b + self.time_beta[h][:, u.clamp(max=self.Tm - 1)].T[None, :, :]  # log beta_h(u), clamped
         return b
 
     def forward(self, x, padding_mask=None):
         B, L, D = x.shape
-        if self.Tm > 0 and self.kind != "aft-simple" and L > self.Tm:
+        if self.Tm > 0 and self.kind in ("aft-full", "aft-local") and L > self.Tm:
             raise ValueError(f"sequence length {L} exceeds the mixer's max-len {self.Tm}")
         q, k, v = self.qkv(x).split(D, dim=-1)
         pos = torch.arange(L)
@@ -123,7 +124,7 @@ class AFTMixer(nn.Module):
         ybar = (p * v[:, None, :, :]).sum(dim=2)
         o = torch.sigmoid(q) * ybar
         if self.kind == "aft-tw" and self.Tm > 0:
-            o = o * self.time_gamma[:L][None, :, None]
+            o = o * self.time_gamma[pos.clamp(max=self.Tm - 1)][None, :, None]
         return self.out(o)
 
     def step(self, x, state):
@@ -139,7 +140,7 @@ class AFTMixer(nn.Module):
                 # SPEC §5.4: a = e^{-w} a + e^{k} v, b = e^{-w} b + e^{k}, stored as (a', b', p)
                 w = torch.exp(self.time_decay)[self.head_of()] if self.kind == "aft-tw" else torch.zeros(D, dtype=x.dtype)
                 if self.kind == "aft-tw" and self.Tm > 0:
-                    kt = kt + self.time_beta[self.head_of(), t][None, :]
+                    kt = kt + self.time_beta[self.head_of(), min(t, self.Tm - 1)][None, :]
                 if "a" not in state:
                     state["a"], state["b"] = torch.zeros(B, D, dtype=x.dtype), torch.zeros(B, D, dtype=x.dtype)
                     state["p"] = torch.full((B, D), float("-inf"), dtype=x.dtype)
@@ -180,7 +181,7 @@ class AFTMixer(nn.Module):
                     yb = num / den
             o = torch.sigmoid(q[:, i]) * yb
             if self.kind == "aft-tw" and self.Tm > 0:
-                o = o * self.time_gamma[t]
+                o = o * self.time_gamma[min(t, self.Tm - 1)]
             ys.append(self.out(o))
         state["pos"] = t0 + n
         return torch.stack(ys, 1)
@@ -309,10 +310,14 @@ CASES = [
          config=cfg_of(mixer="aft-tw", heads=4, max_len=20),
          note="aft-tw causal, 4 heads, exponential f_h(d) = exp(-exp(time_decay_h) d), time_beta (log beta_h(u)) and "
               "time_gamma (gamma(t)) over max_len 20, float64"),
-    dict(name="aft_tw_bidir_h2_maxlen24_pad", dtype="float32", seed=9108, L=18, lengths=[18, 13],
-         config=cfg_of(mixer="aft-tw", heads=2, max_len=24, bidirectional=True, norm_type="rmsnorm"),
-         note="aft-tw bidirectional (f_h(|t-u|), two scans in the library), 2 heads, max_len 24 > L, rmsnorm, "
-              "right padding"),
+    dict(name="aft_tw_bidir_h2_maxlen12_pad", dtype="float32", seed=9108, L=18, lengths=[18, 13],
+         config=cfg_of(mixer="aft-tw", heads=2, max_len=12, bidirectional=True, norm_type="rmsnorm"),
+         note="aft-tw bidirectional (f_h(|t-u|), two scans in the library), 2 heads, max_len 12 < L = 18: beta and "
+              "gamma of positions >= 11 use entry 11 (clamped, SPEC §4.1 (c)), rmsnorm, right padding"),
+    dict(name="aft_tw_causal_h2_maxlen8_f64", dtype="float64", seed=9113, L=20,
+         config=cfg_of(mixer="aft-tw", heads=2, max_len=8, ffn_hidden_dim=0, norm_type="scalenorm"),
+         note="aft-tw causal, max_len 8 < L = 20 (beta/gamma clamped past position 7; streaming continues past "
+              "max_len), no FFN, scalenorm, float64"),
     dict(name="aft_tw_causal_rnn_h2_pad", dtype="float32", seed=9109, L=20, lengths=[20, 15],
          config=cfg_of(mixer="aft-tw", heads=2, max_len=0, prenorm=False),
          note="aft-tw causal with max_len 0: the pure RNN form (alpha = beta = gamma = 1, no length limit), 2 heads, "
