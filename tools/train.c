@@ -290,7 +290,7 @@ int cmd_train(int argc, char **argv) {
         {"embed-dim", F_INT, &a.embed_dim, "model width D", NULL, 1, 65536, 0},
         {"z-dim", F_INT, &a.z_dim, "shared query/key width Z", NULL, 1, 65536, 0},
         {"hidden-dim", F_INT, &a.hidden_dim, "value/hidden width E", NULL, 1, 262144, 0},
-        {"n-dim", F_INT, &a.n_dim, "EMA expansion dimension N", NULL, 1, 64, 0},
+        {"n-dim", F_INT, &a.n_dim, "EMA expansion dimension N (0 = Mega without EMA, the paper's ablation)", NULL, 0, 64, 0},
         {"ffn-dim", F_INT, &a.ffn_dim, "normalized FFN width (0 = no FFN)", NULL, 0, 262144, 0},
         {"chunk-size", F_INT, &a.chunk_size, "attention chunk (-1 = full attention)", NULL, -1, 1 << 20, 0},
         {"truncation", F_INT, &a.truncation, "EMA kernel truncation (0 = none)", NULL, 0, 1 << 30, 0},
