@@ -348,7 +348,7 @@ mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_mixer_sta
     mega_attn_k ak = attn_kernel(L, S_BTAB(S), S_MC(S), NULL);
     for (int t = 0; t < T; t++) {
         int n = S->len + 1;
-#pragma omp parallel for schedule(static) if ((size_t)B * S->cap * (Z + E) > MEGA_PAR_MIN)
+#pragma omp parallel for schedule(static) if (B > 1 && (size_t)B * S->cap * (Z + E) > MEGA_PAR_MIN)
         for (int b = 0; b < B; b++) {
             size_t r = (size_t)b * T + t;
             memcpy(S_KC(S) + ((size_t)b * S->cap + S->len) * Z, kk + r * Z, Z * sizeof(real));

@@ -56,14 +56,9 @@ void mega_cls_config_default(mega_cls_config *c) {
 }
 
 static void block_cfg_of(const mega_cls_config *c, mega_block_cfg *b) {
-    memset(b, 0, sizeof *b);
-    b->D = c->embed_dim, b->Z = c->z_dim, b->E = c->hidden_dim, b->N = c->n_dim, b->F = c->ffn_dim;
-    b->chunk = c->chunk_size, b->trunc = c->truncation, b->max_positions = c->max_positions;
-    b->attn_fn = c->attention_activation, b->rotary = c->rotary, b->bidir = 1;
-    b->prenorm = c->prenorm, b->norm_affine = c->norm_affine, b->norm = c->norm_type, b->act = c->activation;
-    b->dropout = c->dropout, b->attn_dropout = c->attention_dropout, b->hidden_dropout = c->hidden_dropout;
-    b->act_dropout = c->activation_dropout;
-    mega_mixer_config_apply(&c->mix, b);
+    mega_cls_config *cc = (mega_cls_config *)c; /* read-only use */
+    const mega_common_fields f = MEGA_COMMON_FIELDS(cc);
+    mega_common_block_cfg(&f, b, 1);
 }
 
 mega_status mega_cls_config_check(const mega_cls_config *c) {
@@ -445,22 +440,9 @@ char *mega_cls_config_to_json(const mega_cls_config *c) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
     cJSON_AddStringToObject(o, "model", "mega_cls");
-    cJSON_AddNumberToObject(o, "layers", c->layers);
-    cJSON_AddNumberToObject(o, "embed-dim", c->embed_dim);
-    cJSON_AddNumberToObject(o, "z-dim", c->z_dim);
-    cJSON_AddNumberToObject(o, "hidden-dim", c->hidden_dim);
-    cJSON_AddNumberToObject(o, "n-dim", c->n_dim);
-    cJSON_AddNumberToObject(o, "ffn-dim", c->ffn_dim);
-    cJSON_AddNumberToObject(o, "chunk-size", c->chunk_size);
-    cJSON_AddNumberToObject(o, "truncation", c->truncation);
-    cJSON_AddNumberToObject(o, "max-positions", c->max_positions);
-    cJSON_AddStringToObject(o, "attention-activation", mega_attn_fn_name(c->attention_activation));
-    cJSON_AddStringToObject(o, "rel-pos-bias", c->rotary ? "rotary" : "simple");
-    cJSON_AddStringToObject(o, "norm-type", mega_norm_name(c->norm_type));
-    cJSON_AddBoolToObject(o, "prenorm", c->prenorm);
-    cJSON_AddBoolToObject(o, "norm-affine", c->norm_affine);
-    cJSON_AddBoolToObject(o, "final-norm-affine", c->final_norm_affine);
-    cJSON_AddStringToObject(o, "activation", mega_act_name(c->activation));
+    mega_cls_config *cc = (mega_cls_config *)c;
+    const mega_common_fields f = MEGA_COMMON_FIELDS(cc);
+    mega_common_to_json(o, &f);
     cJSON_AddStringToObject(o, "embedding", c->embedding == MEGA_EMBED_TOKEN ? "token" : "real");
     cJSON_AddNumberToObject(o, "vocab-size", c->vocab_size);
     cJSON_AddNumberToObject(o, "padding-idx", c->padding_idx);
@@ -470,11 +452,6 @@ char *mega_cls_config_to_json(const mega_cls_config *c) {
     cJSON_AddStringToObject(o, "classifier-activation", mega_act_name(c->classifier_activation));
     cJSON_AddNumberToObject(o, "classes", c->num_classes);
     cJSON_AddBoolToObject(o, "two-tower", c->two_tower);
-    cJSON_AddNumberToObject(o, "dropout", c->dropout);
-    cJSON_AddNumberToObject(o, "attention-dropout", c->attention_dropout);
-    cJSON_AddNumberToObject(o, "hidden-dropout", c->hidden_dropout);
-    cJSON_AddNumberToObject(o, "activation-dropout", c->activation_dropout);
-    mega_mixer_config_to_json(o, &c->mix);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
@@ -536,22 +513,8 @@ mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c) {
             cJSON_Delete(o);
             return st;
         }
-        mega_json_int(&r, "layers", &c->layers);
-        mega_json_int(&r, "embed-dim", &c->embed_dim);
-        mega_json_int(&r, "z-dim", &c->z_dim);
-        mega_json_int(&r, "hidden-dim", &c->hidden_dim);
-        mega_json_int(&r, "n-dim", &c->n_dim);
-        mega_json_int(&r, "ffn-dim", &c->ffn_dim);
-        mega_json_int(&r, "chunk-size", &c->chunk_size);
-        mega_json_int(&r, "truncation", &c->truncation);
-        mega_json_int(&r, "max-positions", &c->max_positions);
-        mega_json_enum(&r, "attention-activation", mega_json_parse_attn, &c->attention_activation);
-        mega_json_enum(&r, "rel-pos-bias", mega_json_parse_relpos, &c->rotary);
-        mega_json_enum(&r, "norm-type", mega_json_parse_norm, &c->norm_type);
-        mega_json_bool(&r, "prenorm", &c->prenorm, 0);
-        mega_json_bool(&r, "norm-affine", &c->norm_affine, 0);
-        mega_json_bool(&r, "final-norm-affine", &c->final_norm_affine, 0);
-        mega_json_enum(&r, "activation", mega_json_parse_act, &c->activation);
+        const mega_common_fields f = MEGA_COMMON_FIELDS(c);
+        mega_common_from_json(&r, &f);
         mega_json_enum(&r, "embedding", p_embed, &c->embedding);
         mega_json_int(&r, "vocab-size", &c->vocab_size);
         mega_json_int(&r, "padding-idx", &c->padding_idx);
@@ -561,11 +524,6 @@ mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c) {
         mega_json_enum(&r, "classifier-activation", mega_json_parse_act, &c->classifier_activation);
         mega_json_int(&r, "classes", &c->num_classes);
         mega_json_bool(&r, "two-tower", &c->two_tower, 0);
-        mega_json_flt(&r, "dropout", &c->dropout);
-        mega_json_flt(&r, "attention-dropout", &c->attention_dropout);
-        mega_json_flt(&r, "hidden-dropout", &c->hidden_dropout);
-        mega_json_flt(&r, "activation-dropout", &c->activation_dropout);
-        mega_mixer_config_from_json(&r, &c->mix);
     }
     cJSON_Delete(o);
     if (r.st) return r.st;

@@ -47,14 +47,9 @@ void mega_lm_config_default(mega_lm_config *c) {
 }
 
 static void block_cfg_of(const mega_lm_config *c, mega_block_cfg *b) {
-    memset(b, 0, sizeof *b);
-    b->D = c->embed_dim, b->Z = c->z_dim, b->E = c->hidden_dim, b->N = c->n_dim, b->F = c->ffn_dim;
-    b->chunk = c->chunk_size, b->trunc = c->truncation, b->max_positions = c->max_positions;
-    b->attn_fn = c->attention_activation, b->rotary = c->rotary, b->bidir = 0;
-    b->prenorm = c->prenorm, b->norm_affine = c->norm_affine, b->norm = c->norm_type, b->act = c->activation;
-    b->dropout = c->dropout, b->attn_dropout = c->attention_dropout, b->hidden_dropout = c->hidden_dropout;
-    b->act_dropout = c->activation_dropout;
-    mega_mixer_config_apply(&c->mix, b);
+    mega_lm_config *cc = (mega_lm_config *)c; /* read-only use */
+    const mega_common_fields f = MEGA_COMMON_FIELDS(cc);
+    mega_common_block_cfg(&f, b, 0);
 }
 
 mega_status mega_lm_config_check(const mega_lm_config *c) {

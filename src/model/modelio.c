@@ -113,3 +113,61 @@ void mega_mixer_config_apply(const mega_mixer_config *m, mega_block_cfg *b) {
     b->max_len = m->max_len, b->pos = m->pos, b->attn_window = m->attn_window, b->log_n = m->log_n;
     b->train_len = m->train_len;
 }
+
+void mega_common_to_json(cJSON *o, const mega_common_fields *f) {
+    cJSON_AddNumberToObject(o, "layers", *f->layers);
+    cJSON_AddNumberToObject(o, "embed-dim", *f->D);
+    cJSON_AddNumberToObject(o, "z-dim", *f->Z);
+    cJSON_AddNumberToObject(o, "hidden-dim", *f->E);
+    cJSON_AddNumberToObject(o, "n-dim", *f->N);
+    cJSON_AddNumberToObject(o, "ffn-dim", *f->F);
+    cJSON_AddNumberToObject(o, "chunk-size", *f->chunk);
+    cJSON_AddNumberToObject(o, "truncation", *f->trunc);
+    cJSON_AddNumberToObject(o, "max-positions", *f->maxpos);
+    cJSON_AddStringToObject(o, "attention-activation", mega_attn_fn_name(*f->attn));
+    cJSON_AddStringToObject(o, "rel-pos-bias", *f->rotary ? "rotary" : "simple");
+    cJSON_AddStringToObject(o, "norm-type", mega_norm_name(*f->norm));
+    cJSON_AddBoolToObject(o, "prenorm", *f->prenorm);
+    cJSON_AddBoolToObject(o, "norm-affine", *f->norm_affine);
+    cJSON_AddBoolToObject(o, "final-norm-affine", *f->final_affine);
+    cJSON_AddStringToObject(o, "activation", mega_act_name(*f->act));
+    cJSON_AddNumberToObject(o, "dropout", *f->dropout);
+    cJSON_AddNumberToObject(o, "attention-dropout", *f->adrop);
+    cJSON_AddNumberToObject(o, "hidden-dropout", *f->hdrop);
+    cJSON_AddNumberToObject(o, "activation-dropout", *f->actdrop);
+    mega_mixer_config_to_json(o, f->mix);
+}
+
+void mega_common_from_json(mega_json_reader *r, const mega_common_fields *f) {
+    mega_json_int(r, "layers", f->layers);
+    mega_json_int(r, "embed-dim", f->D);
+    mega_json_int(r, "z-dim", f->Z);
+    mega_json_int(r, "hidden-dim", f->E);
+    mega_json_int(r, "n-dim", f->N);
+    mega_json_int(r, "ffn-dim", f->F);
+    mega_json_int(r, "chunk-size", f->chunk);
+    mega_json_int(r, "truncation", f->trunc);
+    mega_json_int(r, "max-positions", f->maxpos);
+    mega_json_enum(r, "attention-activation", mega_json_parse_attn, f->attn);
+    mega_json_enum(r, "rel-pos-bias", mega_json_parse_relpos, f->rotary);
+    mega_json_enum(r, "norm-type", mega_json_parse_norm, f->norm);
+    mega_json_bool(r, "prenorm", f->prenorm, 0);
+    mega_json_bool(r, "norm-affine", f->norm_affine, 0);
+    mega_json_bool(r, "final-norm-affine", f->final_affine, 0);
+    mega_json_enum(r, "activation", mega_json_parse_act, f->act);
+    mega_json_flt(r, "dropout", f->dropout);
+    mega_json_flt(r, "attention-dropout", f->adrop);
+    mega_json_flt(r, "hidden-dropout", f->hdrop);
+    mega_json_flt(r, "activation-dropout", f->actdrop);
+    mega_mixer_config_from_json(r, f->mix);
+}
+
+void mega_common_block_cfg(const mega_common_fields *f, mega_block_cfg *b, int bidir) {
+    memset(b, 0, sizeof *b);
+    b->D = *f->D, b->Z = *f->Z, b->E = *f->E, b->N = *f->N, b->F = *f->F;
+    b->chunk = *f->chunk, b->trunc = *f->trunc, b->max_positions = *f->maxpos;
+    b->attn_fn = *f->attn, b->rotary = *f->rotary, b->bidir = bidir;
+    b->prenorm = *f->prenorm, b->norm_affine = *f->norm_affine, b->norm = *f->norm, b->act = *f->act;
+    b->dropout = *f->dropout, b->attn_dropout = *f->adrop, b->hidden_dropout = *f->hdrop, b->act_dropout = *f->actdrop;
+    mega_mixer_config_apply(f->mix, b);
+}
