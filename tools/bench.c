@@ -1,7 +1,11 @@
 /*
  * mega bench: the performance workloads of issue 6 (names are contracts), timed in this build.
  *
- *   mega bench [WORKLOAD...] [--json] [--threads N] [--repeat R] [--warmup W] [--no-sgemm]
+ *   mega bench [WORKLOAD...] [--json] [--threads N] [--repeat R] [--warmup W] [--budget S]
+ *              [--no-sgemm] [--list]
+ *
+ * bench/run.sh (make bench) runs it and the PyTorch peer (bench/peer/peer.py) workload by
+ * workload and prints one table with the ratios; docs/performance.md describes the method.
  *
  * Every workload runs in a fresh child process (this binary re-executed as
  * `mega bench --child NAME ...`), so its peak resident memory (wait4's ru_maxrss) is its own and
@@ -45,7 +49,6 @@
 #include "common.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -590,7 +593,7 @@ static void fmt_num(char *b, size_t n, double v, const char *fmt) {
 
 int cmd_bench(int argc, char **argv) {
     int json = 0, threads = 0, repeat = 3, warmup = 1, no_sgemm = 0, list = 0;
-    double budget = 20;
+    double budget = 12;
     const char *child = NULL;
     cli_flag fl[] = {
         {"json", F_SET, &json, "one JSON object per line (stable keys) instead of the table", NULL, 1, 0, 0},
