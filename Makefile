@@ -67,6 +67,8 @@ MSG_NATIVE := ✗ -march=native (NATIVE=0)
 endif
 
 ifeq ($(NO_OMP),1)
+# the OpenMP pragmas are meant to be ignored in this build
+CFLAGS_BASE += -Wno-unknown-pragmas
 MSG_OMP := ✗ OpenMP (NO_OMP=1)
 else ifeq ($(call try,-fopenmp,omp),yes)
 CFLAGS_BASE += -fopenmp

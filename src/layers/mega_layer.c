@@ -284,7 +284,7 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
     /* d x_bar from the EMA (m = silu(mpre); includes the omega skip) and from v_proj */
     real *dxb = G1; /* G1 no longer needed */
     if (c->N > 0) {
-        for (size_t i = 0; i < R * D; i++) dm[i] *= mega_silu_grad(A->mpre[i]);
+        mega_act_backward(MEGA_ACT_SILU, dm, dm, A->mpre, R * D); /* m = silu(mpre) */
         memset(dxb, 0, R * D * sizeof(real));
         mega_ema_layer_backward(&L->ema, W, dW, A->coef, dxb, dm, xn, pad, B, T, A->ema_ck, ws, nt);
     } else {
@@ -301,11 +301,45 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
 
 /* Mega's streaming state slots in mega_mixer_state */
 #define S_H(S) ((S)->p[0])    /* EMA state [B, N, D] */
-#define S_KC(S) ((S)->p[1])   /* key cache [B, cap, Z] */
+#define S_KC(S) ((S)->p[1])   /* key cache [B, Z, cap] (transposed: mega_attn_query_kt) */
 #define S_VC(S) ((S)->p[2])   /* value cache [B, cap, E] */
 #define S_COEF(S) ((S)->p[3]) /* untruncated EMA coefficients */
 #define S_BTAB(S) ((S)->p[4]) /* bias table covering cap positions */
 #define S_MC(S) ((S)->iv[0])
+
+/* token t of every sequence: the step's attention, in two passes over mega_step_parallel pieces
+ * (the weights per sequence, then the output in blocks of MEGA_ATTN_QBLOCK values per sequence:
+ * reading the value cache is most of the work, and at batch 1 the blocks spread it over the
+ * threads) */
+typedef struct {
+    const mega_attn_k *ak;
+    mega_mixer_state *S;
+    real *O, *w;
+    const real *q, *kk, *v;
+    int T, t, n, nblk;
+} step_attn_args;
+
+/* sequence b: append its key and value to the cache at S->len, and the attention weights of its
+ * query over the n cached positions (w: the sequence's cap weights) */
+static void step_attn_weights(void *arg, int b) {
+    const step_attn_args *a = arg;
+    mega_mixer_state *S = a->S;
+    const size_t Z = (size_t)a->ak->Z, E = (size_t)a->ak->E, cap = (size_t)S->cap, len = (size_t)S->len;
+    const size_t r = (size_t)b * a->T + a->t;
+    real *kt = S_KC(S) + (size_t)b * Z * cap;
+    for (size_t z = 0; z < Z; z++) kt[z * cap + len] = a->kk[r * Z + z];
+    memcpy(S_VC(S) + ((size_t)b * cap + len) * E, a->v + r * E, E * sizeof(real));
+    mega_attn_query_weights(a->ak, a->q + r * Z, kt, cap, a->n, a->w + (size_t)b * cap);
+}
+
+/* piece i: output block i % nblk of sequence i / nblk */
+static void step_attn_out(void *arg, int i) {
+    const step_attn_args *a = arg;
+    const int b = i / a->nblk, e0 = (i % a->nblk) * MEGA_ATTN_QBLOCK, E = a->ak->E;
+    const size_t cap = (size_t)a->S->cap, r = (size_t)b * a->T + a->t;
+    mega_attn_query_out(a->O + r * E + e0, a->w + (size_t)b * cap, S_VC(a->S) + (size_t)b * cap * E + e0, (size_t)E,
+                        a->n, MEGA_MIN(MEGA_ATTN_QBLOCK, E - e0));
+}
 
 mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_mixer_state *S, real *out, const real *x,
                              int T, real *scratch) {
@@ -328,14 +362,15 @@ mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_mixer_sta
         mega_seqnorm_forward(&L->norm, W_, xn, nst, x, R, 0, 0);
         xb = xn;
     }
-    mega_linear_forward(v, xb, W + L->v_w, W + L->v_b, R, D, E);
+    /* the projections split their output columns over the threads (mega_linear_step) */
+    mega_linear_step(v, xb, W + L->v_w, W + L->v_b, R, D, E);
     mega_act_forward(c->act, v, v, R * E);
     /* EMA with carried state, untruncated (official incremental path); n-dim 0: no EMA */
     if (c->N > 0)
         mega_ema_layer_step(&L->ema, W, S_COEF(S), S_H(S), mp, m, xb, B, T);
     else
         memcpy(m, xb, R * D * sizeof(real));
-    mega_linear_forward(base, m, W + L->mx_w, W + L->mx_b, R, D, P);
+    mega_linear_step(base, m, W + L->mx_w, W + L->mx_b, R, D, P);
     const real *g0 = W + L->qk_g, *g1 = g0 + Z, *b0 = W + L->qk_b, *b1 = b0 + Z;
     for (size_t r = 0; r < R; r++)
         for (size_t j = 0; j < Z; j++) {
@@ -346,28 +381,30 @@ mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_mixer_sta
     /* token by token: append k, v to the cache, attend with one query over the cache, clear the
      * cache when it reaches a chunk border (official incremental_state handling) */
     mega_attn_k ak = attn_kernel(L, S_BTAB(S), S_MC(S), NULL);
+    /* in parallel when there is enough work (mega_step_parallel: over the step team, or one
+     * region each; no region at all otherwise: libgomp allocates a team descriptor for a region
+     * of one thread, if() false included) */
+    const int nblk = (int)((E + MEGA_ATTN_QBLOCK - 1) / MEGA_ATTN_QBLOCK);
+    step_attn_args aa = {&ak, S, O, w, q, kk, v, T, 0, 0, nblk};
     for (int t = 0; t < T; t++) {
-        int n = S->len + 1;
-#pragma omp parallel for schedule(static) if (B > 1 && (size_t)B * S->cap * (Z + E) > MEGA_PAR_MIN)
-        for (int b = 0; b < B; b++) {
-            size_t r = (size_t)b * T + t;
-            memcpy(S_KC(S) + ((size_t)b * S->cap + S->len) * Z, kk + r * Z, Z * sizeof(real));
-            memcpy(S_VC(S) + ((size_t)b * S->cap + S->len) * E, v + r * E, E * sizeof(real));
-            mega_attn_query(&ak, O + r * E, q + r * Z, S_KC(S) + (size_t)b * S->cap * Z, S_VC(S) + (size_t)b * S->cap * E,
-                            n, w + (size_t)b * S->cap);
-        }
-        S->len = (c->chunk > 0 && n == c->chunk) ? 0 : n;
+        aa.t = t, aa.n = S->len + 1;
+        const size_t work = (size_t)B * aa.n * (Z + E);
+        mega_step_parallel(B, step_attn_weights, &aa, B > 1 && work > MEGA_PAR_MIN);
+        mega_step_parallel(B * nblk, step_attn_out, &aa, work > MEGA_PAR_MIN / 2);
+        S->len = (c->chunk > 0 && aa.n == c->chunk) ? 0 : aa.n;
     }
     /* h = act(hx + h_proj(O*r)); out = x + u*(h - x); post-norm */
     for (size_t r = 0; r < R; r++)
         for (size_t j = 0; j < E; j++) O[r * E + j] *= mega_silu(base[r * P + D + Z + j]);
-    mega_linear_forward(hp, O, W + L->h_w, W + L->h_b, R, E, D);
+    mega_linear_step(hp, O, W + L->h_w, W + L->h_b, R, E, D);
+    /* whole rows per pass (vectorised; the activation of a few rows runs on this thread) */
+    for (size_t r = 0; r < R; r++)
+        for (size_t j = 0; j < D; j++) hp[r * D + j] += base[r * P + D + Z + E + j];
+    mega_act_forward(c->act, hp, hp, R * D);
     for (size_t r = 0; r < R; r++)
         for (size_t j = 0; j < D; j++) {
-            real h = hp[r * D + j] + base[r * P + D + Z + E + j];
-            mega_act_forward(c->act, &h, &h, 1);
             real u = mega_sigmoid(base[r * P + j]);
-            out[r * D + j] = x[r * D + j] + u * (h - x[r * D + j]);
+            out[r * D + j] = x[r * D + j] + u * (hp[r * D + j] - x[r * D + j]);
         }
     if (!c->prenorm) mega_seqnorm_forward(&L->norm, W_, out, nst, out, R, 0, 0);
     return MEGA_OK;

@@ -383,6 +383,7 @@ static mega_status am_step(const mega_mixer *mx, const real *W, mega_mixer_state
                            real *scratch) {
     const mega_block_cfg *c = mx->cfg;
     const int B = S->B, H = mx->iv[I_H], dh = mx->iv[I_DH], win = mx->iv[I_WIN];
+    (void)dh; /* read only by the OpenMP pragma */
     const int sl = S->iv[SI_SLOTS];
     const size_t R = (size_t)B * T, D = (size_t)c->D;
     if (T < 1) return MEGA_OK;

@@ -112,19 +112,20 @@ void mega_nffn_step(const mega_nffn *f, const real *W, real *out, const real *x,
         mega_seqnorm_forward(&f->norm, W_, xn, st, x, R, 0, 0);
         xb = xn;
     }
-    mega_linear_forward(h, xb, W + f->fc1_w, W + f->fc1_b, R, D, F);
+    /* the step forms split the output columns over the threads (decode streams the weights) */
+    mega_linear_step(h, xb, W + f->fc1_w, W + f->fc1_b, R, D, F);
     mega_act_forward(c->act, h, h, R * F);
     /* out may alias x: keep the residual in xn when post-norm */
     if (!c->prenorm) memcpy(xn, x, R * D * sizeof(real));
     const real *res = c->prenorm ? x : xn;
     if (c->prenorm && out == x) {
         /* y = x + fc2(h): accumulate into out directly */
-        mega_gemm(0, 1, R, D, F, 1, h, F, W + f->fc2_w, F, 1, out, D);
+        mega_gemm_step(R, D, F, h, F, W + f->fc2_w, F, 1, out, D);
         for (size_t r = 0; r < R; r++)
             for (size_t d = 0; d < D; d++) out[r * D + d] += W[f->fc2_b + d];
         return;
     }
-    mega_linear_forward(out, h, W + f->fc2_w, W + f->fc2_b, R, F, D);
+    mega_linear_step(out, h, W + f->fc2_w, W + f->fc2_b, R, F, D);
     for (size_t i = 0; i < R * D; i++) out[i] += res[i];
     if (!c->prenorm) mega_seqnorm_forward(&f->norm, W_, out, st, out, R, 0, 0);
 }

@@ -71,6 +71,63 @@ size_t mega_seqnorm_stat_size(const mega_seqnorm *n, size_t R) {
     return n->type == MEGA_NORM_BATCH ? 2 * (size_t)n->D : 2 * R;
 }
 
+/* rows [r0, r1) of the batch norm with given statistics */
+static void batch_rows(real *y, const real *x, const real *mean, const real *rstd, const real *w, const real *b,
+                       size_t D, size_t r0, size_t r1) {
+    for (size_t r = r0; r < r1; r++) {
+        const real *xr = x + r * D;
+        real *yr = y + r * D;
+        for (size_t d = 0; d < D; d++) {
+            real v = (xr[d] - mean[d]) * rstd[d];
+            yr[d] = w ? v * w[d] + b[d] : v;
+        }
+    }
+}
+
+/* rows [r0, r1) of the per-token norms (layer, scale, rms). The callers run a few rows (the
+ * streaming step: one per sequence) on the calling thread without entering a parallel region at
+ * all, because libgomp allocates a team descriptor for every region of one thread (an if()
+ * clause that is false included): that would be an allocation per token and norm. */
+static void norm_rows(const mega_seqnorm *n, real *y, real *stats, const real *x, const real *w, const real *b,
+                      real gs, size_t r0, size_t r1) {
+    const size_t D = (size_t)n->D;
+    const real eps = (real)MEGA_NORM_EPS;
+    for (size_t r = r0; r < r1; r++) {
+        const real *xr = x + r * D;
+        real *yr = y + r * D;
+        if (n->type == MEGA_NORM_LAYER) {
+            real mu = 0;
+            for (size_t d = 0; d < D; d++) mu += xr[d];
+            mu /= (real)D;
+            real var = 0;
+            for (size_t d = 0; d < D; d++) {
+                real c = xr[d] - mu;
+                var += c * c;
+            }
+            var /= (real)D;
+            real rs = (real)1 / R_SQRT(var + eps);
+            stats[2 * r] = mu;
+            stats[2 * r + 1] = rs;
+            for (size_t d = 0; d < D; d++) {
+                real v = (xr[d] - mu) * rs;
+                yr[d] = w ? v * w[d] + b[d] : v;
+            }
+        } else {
+            /* scalenorm / rmsnorm: x * rsqrt(mean(x^2) + eps) (eps inside the root) */
+            real ms = 0;
+            for (size_t d = 0; d < D; d++) ms += xr[d] * xr[d];
+            ms /= (real)D;
+            real rho = (real)1 / R_SQRT(ms + eps);
+            stats[2 * r] = 0;
+            stats[2 * r + 1] = rho;
+            if (n->type == MEGA_NORM_RMS && w)
+                for (size_t d = 0; d < D; d++) yr[d] = w[d] * xr[d] * rho;
+            else
+                for (size_t d = 0; d < D; d++) yr[d] = gs * xr[d] * rho;
+        }
+    }
+}
+
 void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, const real *x, size_t R,
                           int training, int update_stats) {
     const size_t D = (size_t)n->D;
@@ -111,53 +168,21 @@ void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, 
                 rstd[d] = (real)1 / R_SQRT(W[n->rvar + d] + eps);
             }
         }
-#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
-        for (size_t r = 0; r < R; r++) {
-            const real *xr = x + r * D;
-            real *yr = y + r * D;
-            for (size_t d = 0; d < D; d++) {
-                real v = (xr[d] - mean[d]) * rstd[d];
-                yr[d] = w ? v * w[d] + b[d] : v;
-            }
+        if (R * D <= MEGA_PAR_MIN) { /* see norm_rows: no region for a few rows */
+            batch_rows(y, x, mean, rstd, w, b, D, 0, R);
+            return;
         }
+#pragma omp parallel for schedule(static)
+        for (size_t r = 0; r < R; r++) batch_rows(y, x, mean, rstd, w, b, D, r, r + 1);
         return;
     }
     const real gs = (n->type == MEGA_NORM_SCALE && n->affine) ? W[n->scalar] : (real)1;
-#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
-    for (size_t r = 0; r < R; r++) {
-        const real *xr = x + r * D;
-        real *yr = y + r * D;
-        if (n->type == MEGA_NORM_LAYER) {
-            real mu = 0;
-            for (size_t d = 0; d < D; d++) mu += xr[d];
-            mu /= (real)D;
-            real var = 0;
-            for (size_t d = 0; d < D; d++) {
-                real c = xr[d] - mu;
-                var += c * c;
-            }
-            var /= (real)D;
-            real rs = (real)1 / R_SQRT(var + eps);
-            stats[2 * r] = mu;
-            stats[2 * r + 1] = rs;
-            for (size_t d = 0; d < D; d++) {
-                real v = (xr[d] - mu) * rs;
-                yr[d] = w ? v * w[d] + b[d] : v;
-            }
-        } else {
-            /* scalenorm / rmsnorm: x * rsqrt(mean(x^2) + eps) (eps inside the root) */
-            real ms = 0;
-            for (size_t d = 0; d < D; d++) ms += xr[d] * xr[d];
-            ms /= (real)D;
-            real rho = (real)1 / R_SQRT(ms + eps);
-            stats[2 * r] = 0;
-            stats[2 * r + 1] = rho;
-            if (n->type == MEGA_NORM_RMS && w)
-                for (size_t d = 0; d < D; d++) yr[d] = w[d] * xr[d] * rho;
-            else
-                for (size_t d = 0; d < D; d++) yr[d] = gs * xr[d] * rho;
-        }
+    if (R * D <= MEGA_PAR_MIN) {
+        norm_rows(n, y, stats, x, w, b, gs, 0, R);
+        return;
     }
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < R; r++) norm_rows(n, y, stats, x, w, b, gs, r, r + 1);
 }
 
 void mega_seqnorm_backward(const mega_seqnorm *n, const real *W, real *dW, real *dx, const real *dy,

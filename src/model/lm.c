@@ -333,18 +333,65 @@ void mega_lm_stream_reset(mega_lm_stream *s) {
 
 int64_t mega_lm_stream_pos(const mega_lm_stream *s) { return s->pos; }
 
+/* one piece of a feed: n tokens per sequence starting at t0, already in s->x (embedded) */
+typedef struct {
+    mega_lm_stream *s;
+    mega_real *logits;
+    int T, t0, n;
+} feed_piece;
+
+/* the layers, the final norm and the logits of a piece (the body of the step team) */
+static mega_status feed_layers(void *arg) {
+    const feed_piece *f = arg;
+    mega_lm_stream *s = f->s;
+    mega_lm *m = s->m;
+    const mega_lm_config *c = &m->cfg;
+    const int B = s->B, L = c->layers, n = f->n, T = f->T, t0 = f->t0;
+    const size_t D = (size_t)c->embed_dim, V = (size_t)c->vocab_size, R = (size_t)B * n;
+    const real *W = m->P.data;
+    const real *Wo = W + (c->tie_embeddings ? m->emb : m->out_w);
+    real *x = s->x, *y = s->x + (size_t)B * s->tmax * D, *st = y + (size_t)B * s->tmax * D;
+    for (int l = 0; l < L; l++) {
+        MEGA_TRY(mega_block_step(&m->st.blocks[l], W, &s->S[l], y, x, n, s->scratch));
+        real *tmp = x;
+        x = y;
+        y = tmp;
+    }
+    if (m->st.has_fnorm) mega_seqnorm_forward(&m->st.fnorm, (real *)W, x, st, x, R, 0, 0);
+    if (f->logits) {
+        /* rows are [b][t] for this piece; scatter into [B, T, V]. When the piece is the whole
+         * call (decode: one token per sequence) the rows are already in [B, T, V] order: one
+         * product, split over the threads (mega_linear_step) */
+        if (n == T)
+            mega_linear_step(f->logits, x, Wo, NULL, R, D, V);
+        else
+            for (int b = 0; b < B; b++)
+                mega_linear_step(f->logits + ((size_t)b * T + t0) * V, x + (size_t)b * n * D, Wo, NULL, (size_t)n, D,
+                                 V);
+    }
+    return MEGA_OK;
+}
+
+/* Pieces of at most this many rows (batch x tokens) of a Mega model run in one step-team region
+ * (stepteam.c: the ~25 products and attentions of a decoded token share one region instead of
+ * opening one each). Only where nothing in the step opens a region of its own, which would be
+ * nested in the team: the Mega step's norms and activations stay on the calling thread up to
+ * MEGA_PAR_MIN elements (checked below), its EMA inside a team always; other mixers' step code
+ * may parallelise with plain OpenMP regions. */
+#define STREAM_TEAM_ROWS 16
+
 mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T, mega_real *logits) {
     mega_lm *m = s->m;
     const mega_lm_config *c = &m->cfg;
-    const int B = s->B, L = c->layers;
-    const size_t D = (size_t)c->embed_dim, V = (size_t)c->vocab_size;
+    const int B = s->B;
+    const size_t D = (size_t)c->embed_dim;
     const real *W = m->P.data;
     const real scale = c->scale_embedding ? (real)sqrt((double)D) : (real)1;
-    const real *Wo = W + (c->tie_embeddings ? m->emb : m->out_w);
+    const size_t wide = MEGA_MAX(MEGA_MAX((size_t)c->hidden_dim, (size_t)c->ffn_dim),
+                                 2 * D + (size_t)c->z_dim + (size_t)c->hidden_dim);
     for (int t0 = 0; t0 < T; t0 += s->tmax) {
         const int n = MEGA_MIN(s->tmax, T - t0);
         const size_t R = (size_t)B * n;
-        real *x = s->x, *y = s->x + (size_t)B * s->tmax * D, *st = y + (size_t)B * s->tmax * D;
         int32_t *tk = s->tok;
         uint8_t *pd = s->pad;
         for (int b = 0; b < B; b++)
@@ -354,19 +401,10 @@ mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T,
                 tk[(size_t)b * n + t] = v;
                 pd[(size_t)b * n + t] = c->padding_idx >= 0 && v == c->padding_idx;
             }
-        mega_embedding_forward(x, W + m->emb, tk, pd, R, D, scale);
-        for (int l = 0; l < L; l++) {
-            MEGA_TRY(mega_block_step(&m->st.blocks[l], W, &s->S[l], y, x, n, s->scratch));
-            real *tmp = x;
-            x = y;
-            y = tmp;
-        }
-        if (m->st.has_fnorm) mega_seqnorm_forward(&m->st.fnorm, (real *)W, x, st, x, R, 0, 0);
-        if (logits) {
-            /* rows are [b][t] for this piece; scatter into [B, T, V] */
-            for (int b = 0; b < B; b++)
-                mega_linear_forward(logits + ((size_t)b * T + t0) * V, x + (size_t)b * n * D, Wo, NULL, (size_t)n, D, V);
-        }
+        mega_embedding_forward(s->x, W + m->emb, tk, pd, R, D, scale);
+        feed_piece f = {s, logits, T, t0, n};
+        const int team = c->mix.mixer == MEGA_MIXER_MEGA && R <= STREAM_TEAM_ROWS && R * wide <= MEGA_PAR_MIN;
+        MEGA_TRY(team ? mega_step_team_run(feed_layers, &f) : feed_layers(&f));
         s->pos += n;
     }
     return MEGA_OK;

@@ -30,7 +30,7 @@ int mega_act_parse(const char *s, mega_act *out) {
 #define INV_SQRT2 ((real)0.70710678118654752440)
 #define INV_SQRT2PI ((real)0.39894228040143267794)
 
-void mega_act_forward(mega_act a, real *y, const real *x, size_t n) {
+static void act_forward_range(mega_act a, real *y, const real *x, size_t n) {
     switch (a) {
     case MEGA_ACT_SILU:
         for (size_t i = 0; i < n; i++) y[i] = mega_silu(x[i]);
@@ -50,7 +50,7 @@ void mega_act_forward(mega_act a, real *y, const real *x, size_t n) {
     }
 }
 
-void mega_act_backward(mega_act a, real *dx, const real *dy, const real *x, size_t n) {
+static void act_backward_range(mega_act a, real *dx, const real *dy, const real *x, size_t n) {
     switch (a) {
     case MEGA_ACT_SILU:
         for (size_t i = 0; i < n; i++) dx[i] = dy[i] * mega_silu_grad(x[i]);
@@ -75,5 +75,36 @@ void mega_act_backward(mega_act a, real *dx, const real *dy, const real *x, size
             dx[i] = dy[i] * s * ((real)1 - s);
         }
         break;
+    }
+}
+
+/* Large activations are split into contiguous slices over the OpenMP team; small ones (the
+ * streaming step) run on the calling thread without entering a parallel region at all, because
+ * libgomp allocates a team descriptor for every region it enters, even one whose if() is false. */
+#define ACT_SLICE 16384
+
+void mega_act_forward(mega_act a, real *y, const real *x, size_t n) {
+    if (n <= MEGA_PAR_MIN || a == MEGA_ACT_LINEAR) {
+        act_forward_range(a, y, x, n);
+        return;
+    }
+    const long ns = (long)((n + ACT_SLICE - 1) / ACT_SLICE);
+#pragma omp parallel for schedule(static)
+    for (long s = 0; s < ns; s++) {
+        size_t i0 = (size_t)s * ACT_SLICE;
+        act_forward_range(a, y + i0, x + i0, MEGA_MIN((size_t)ACT_SLICE, n - i0));
+    }
+}
+
+void mega_act_backward(mega_act a, real *dx, const real *dy, const real *x, size_t n) {
+    if (n <= MEGA_PAR_MIN || a == MEGA_ACT_LINEAR) {
+        act_backward_range(a, dx, dy, x, n);
+        return;
+    }
+    const long ns = (long)((n + ACT_SLICE - 1) / ACT_SLICE);
+#pragma omp parallel for schedule(static)
+    for (long s = 0; s < ns; s++) {
+        size_t i0 = (size_t)s * ACT_SLICE;
+        act_backward_range(a, dx + i0, dy + i0, x + i0, MEGA_MIN((size_t)ACT_SLICE, n - i0));
     }
 }

@@ -511,6 +511,7 @@ void mega_aft_pair_backward(const mega_aft_pair_k *k, real *dK, real *dV, size_t
     const real *KX = scratch + L.kx, *mK = scratch + L.mk;
     real *HB = scratch + L.hb;
     const int par = (size_t)B * T * T * Da > MEGA_PAR_MIN;
+    (void)par; /* read only by the OpenMP pragmas */
 
     /* (local) adjoint sums of each query block for the keys it sees through its aggregates:
      * H = sum_t exp(-lden_t) (dy_t, dy_t ybar_t), log-scaled (SPEC §5.5 with w' = 0) */

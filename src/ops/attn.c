@@ -6,7 +6,14 @@
 #include <omp.h>
 #endif
 
-#define BR MEGA_ATTN_BR
+/* Query rows per block. Causal chunks keep MEGA_ATTN_BR (64) rows so that blocks above the
+ * diagonal are skipped (nk = i1); long bidirectional chunks use 4x taller blocks, because every
+ * block re-packs the chunk's whole K and V inside OpenBLAS and taller blocks amortise that
+ * (measured on lra-text-train-full, 4096-token chunks: 64 rows 3.0 s/step, 256 rows 2.65 s,
+ * 512 rows no better; causal lm-train is 4% slower with 256). */
+static inline int block_rows(const mega_attn_k *k, int C) {
+    return (!k->causal && C >= 1024) ? 4 * MEGA_ATTN_BR : MEGA_ATTN_BR;
+}
 
 const char *mega_attn_fn_name(mega_attn_fn f) {
     static const char *n[] = {"softmax", "relu2", "laplace"};
@@ -25,7 +32,7 @@ static inline int chunk_len(const mega_attn_k *k, int T) { return (k->chunk > 0 
 
 size_t mega_attn_scratch(const mega_attn_k *k, int T) {
     size_t c = (size_t)chunk_len(k, T);
-    return 4 * (size_t)BR * c + 2 * (size_t)k->Mc + 64;
+    return 4 * (size_t)block_rows(k, (int)c) * c + 2 * (size_t)k->Mc + 64;
 }
 
 /* Per-chunk geometry: t0 first position, n keys, pad pointer (or NULL), and whether every key is pad. */
@@ -127,6 +134,7 @@ void mega_attn_forward(const mega_attn_k *k, real *O, real *lse, const real *q, 
     const int C = chunk_len(k, T), nch = (T + C - 1) / C;
     const size_t per = mega_attn_scratch(k, T);
     const long units = (long)B * nch;
+    const int BR = block_rows(k, C);
     if (nthreads < 1) nthreads = 1;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (units > 1 && (size_t)B * T * C * (k->Z + k->E) > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
@@ -156,6 +164,7 @@ void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real
     const int soft = k->fn == MEGA_ATTN_SOFTMAX;
     const real scale = soft ? (real)1 / R_SQRT((real)Z) : (real)1;
     const long units = (long)B * nch;
+    const int BR = block_rows(k, C);
     if (nthreads < 1) nthreads = 1;
     /* zero the per-thread bias-gradient partials */
     for (int t = 0; t < nthreads; t++) {
@@ -263,4 +272,62 @@ void mega_attn_query(const mega_attn_k *k, real *o, const real *q, const real *k
         const real *vj = vc + (size_t)j * E;
         for (int e = 0; e < E; e++) o[e] += w[j] * vj[e];
     }
+}
+
+/* The decode step's form of mega_attn_query: keys stored transposed, kt [Z, ldk] (cached key j is
+ * column j), so the scores of all keys are one vectorised pass per component z instead of n
+ * reductions over z, and the output is accumulated in register blocks of MEGA_ATTN_QBLOCK values
+ * instead of a load and a store of o[] per key. Every score is still summed over z in order from
+ * 0 and every output over j in order from 0, with the same operations as mega_attn_query, so
+ * the two give the same bits (tests/test_decode_alloc.c). The two halves are separate so that
+ * the step can spread the output blocks over threads (reading the value cache is most of it). */
+void mega_attn_query_weights(const mega_attn_k *k, const real *q, const real *kt, size_t ldk, int n, real *w) {
+    const int Z = k->Z;
+    const int soft = k->fn == MEGA_ATTN_SOFTMAX;
+    const real *bi = k->btab + (k->Mc - 1) - (n - 1); /* bias row n-1 */
+    for (int j = 0; j < n; j++) w[j] = 0;
+    for (int z = 0; z < Z; z++) {
+        const real qz = q[z], *kz = kt + (size_t)z * ldk;
+        for (int j = 0; j < n; j++) w[j] += qz * kz[j];
+    }
+    if (soft) {
+        real mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            w[j] = w[j] / R_SQRT((real)Z) + bi[j];
+            if (w[j] > mx) mx = w[j];
+        }
+        real sum = 0;
+        for (int j = 0; j < n; j++) sum += (w[j] = mega_exp(w[j] - mx));
+        for (int j = 0; j < n; j++) w[j] /= sum;
+    } else {
+        for (int j = 0; j < n; j++) w[j] = mega_attn_f(k->fn, w[j] / (real)n + bi[j]);
+    }
+}
+
+void mega_attn_query_out(real *o, const real *w, const real *v, size_t ldv, int n, int ne) {
+    enum { QB = MEGA_ATTN_QBLOCK };
+    real acc[QB];
+    if (ne == QB) { /* fixed trip counts: the accumulators stay in registers */
+        for (int e = 0; e < QB; e++) acc[e] = 0;
+        for (int j = 0; j < n; j++) {
+            const real wj = w[j], *vj = v + (size_t)j * ldv;
+            for (int e = 0; e < QB; e++) acc[e] += wj * vj[e];
+        }
+        for (int e = 0; e < QB; e++) o[e] = acc[e];
+        return;
+    }
+    MEGA_ASSERT(ne >= 0 && ne <= QB);
+    for (int e = 0; e < ne; e++) acc[e] = 0;
+    for (int j = 0; j < n; j++) {
+        const real wj = w[j], *vj = v + (size_t)j * ldv;
+        for (int e = 0; e < ne; e++) acc[e] += wj * vj[e];
+    }
+    for (int e = 0; e < ne; e++) o[e] = acc[e];
+}
+
+void mega_attn_query_kt(const mega_attn_k *k, real *o, const real *q, const real *kt, size_t ldk, const real *vc,
+                        int n, real *w) {
+    mega_attn_query_weights(k, q, kt, ldk, n, w);
+    for (int e0 = 0; e0 < k->E; e0 += MEGA_ATTN_QBLOCK)
+        mega_attn_query_out(o + e0, w, vc + e0, (size_t)k->E, n, MEGA_MIN(MEGA_ATTN_QBLOCK, k->E - e0));
 }

@@ -15,15 +15,17 @@
  * rotary bias evaluated per distance).
  *
  * Memory: scores are never stored. The forward keeps only the row log-sum-exp (softmax); the
- * backward recomputes S block by block (MEGA_ATTN_BR query rows at a time), so at most one
+ * backward recomputes S block by block (MEGA_ATTN_BR query rows at a time, 4x that for long
+ * bidirectional chunks), so at most one
  * BR x n block of scores exists per thread. Threads run over (batch, chunk) units.
  */
 #ifndef MEGA_ATTN_OPS_H
 #define MEGA_ATTN_OPS_H
 #include "core/internal.h"
 
-
+#ifndef MEGA_ATTN_BR
 #define MEGA_ATTN_BR 64
+#endif
 
 typedef struct {
     int Z, E;
@@ -64,4 +66,13 @@ void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real
 /* One query against n cached keys (streaming step, SPEC §2.8): no causal mask, bias row n-1,
  * element attention divides by n. o [E] = sum_j A_j v_j. w: scratch of n reals. */
 void mega_attn_query(const mega_attn_k *k, real *o, const real *q, const real *kc, const real *vc, int n, real *w);
+/* the same (bit for bit) with the keys transposed, kt [Z, ldk] (key j is column j; ldk >= n):
+ * vectorised over the keys; the decode step keeps its key cache in this layout */
+void mega_attn_query_kt(const mega_attn_k *k, real *o, const real *q, const real *kt, size_t ldk, const real *vc,
+                        int n, real *w);
+/* its two halves: w [n] = the attention weights of the query; o [ne] = sum_j w_j v_j [0, ne)
+ * for value rows ldv apart, ne <= MEGA_ATTN_QBLOCK (the output in blocks, e.g. over threads) */
+#define MEGA_ATTN_QBLOCK 64
+void mega_attn_query_weights(const mega_attn_k *k, const real *q, const real *kt, size_t ldk, int n, real *w);
+void mega_attn_query_out(real *o, const real *w, const real *v, size_t ldv, int n, int ne);
 #endif

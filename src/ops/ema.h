@@ -12,17 +12,27 @@
  * end of the sequence with rows D..2D-1 (both include the current token, as the official
  * two-sided kernel does).
  *
- * Vectorisation: channels are processed in blocks of MEGA_EMA_DB, the state laid out [n][d] so
- * the innermost loop runs over contiguous channels for any N.
- * Threads: forward over (batch, channel block); backward over channel blocks only, each thread
- * owning its channels' parameter gradients (deterministic for any thread count).
+ * Vectorisation: channels are processed in blocks of MEGA_EMA_DB (one SIMD register of the
+ * target: 16 floats with AVX-512), time in chunks gathered into contiguous buffers, components in
+ * groups whose state stays in registers for a whole chunk (see ema.c).
+ * Backward: a single reverse-time pass per direction that needs no forward state (ema.c
+ * derives the coefficient gradients from the adjoint alone), so no checkpoints are kept.
+ * Threads: forward over (batch element, range of channel blocks); backward over ranges of
+ * channel blocks only, each thread owning its channels' parameter gradients (deterministic for
+ * any thread count: a block's results do not depend on the ranges).
  */
 #ifndef MEGA_EMA_OPS_H
 #define MEGA_EMA_OPS_H
 #include "core/internal.h"
 
-#define MEGA_EMA_DB 32  /* channels per block */
-#define MEGA_EMA_SEG 64 /* backward checkpoint interval (time steps) */
+/* bytes of one channel block: the widest vector register the target has (AVX-512: 64; the
+ * portable default 32, a pair of 128-bit registers or one 256-bit register) */
+#if defined(__AVX512F__)
+#define MEGA_EMA_VBYTES 64
+#else
+#define MEGA_EMA_VBYTES 32
+#endif
+#define MEGA_EMA_DB (MEGA_EMA_VBYTES / (int)sizeof(real)) /* channels per block */
 
 typedef struct {
     int D, N, bidir;
@@ -37,21 +47,22 @@ typedef struct {
 void mega_ema_coef(real *coef, const real *delta, const real *alpha, const real *beta, const real *gamma,
                    int Dp, int N, int K);
 
-/* forward: mpre = e + omega*x, m = silu(mpre) for x [B,T,D]; pad [B,T] (1 = pad) or NULL.
- * state: causal only, [B, N, D] carried in and out (NULL = zero initial state, not returned).
- * Windowed truncation with a carried state is not supported (the official incremental path is
- * untruncated): pass K <= 0 with a state. */
+/* forward: mpre = e + omega*x, m = silu(mpre) (m may be NULL) for x [B,T,D]; pad [B,T] (1 = pad)
+ * or NULL. state: causal only, [B, N, D] carried in and out (NULL = zero initial state, not
+ * returned). Windowed truncation with a carried state is not supported (the official incremental
+ * path is untruncated): pass K <= 0 with a state.
+ * ckpt: unused (the backward needs no forward state; mega_ema_ckpt_size is 0), kept so that
+ * callers written for checkpointing kernels need no change. */
 void mega_ema_forward(const mega_ema_k *k, real *mpre, real *m, const real *x, const uint8_t *pad, int B,
                       int T, real *state, real *ckpt);
-/* reals of the segment checkpoints the forward can save for the backward (ckpt argument):
- * the state at every MEGA_EMA_SEG-th step, per batch element, channel block and direction */
+/* reals of the checkpoints the forward saves for the backward: 0 (none are needed) */
 size_t mega_ema_ckpt_size(const mega_ema_k *k, int B, int T);
 
-/* scratch reals needed by mega_ema_backward */
+/* scratch reals needed by mega_ema_backward (depends on k->N and nthreads only; T is unused) */
 size_t mega_ema_bwd_scratch(const mega_ema_k *k, int T, int nthreads);
 /* backward from g = dL/d mpre [B,T,D]: dx [B,T,D] += (EMA path) + omega*g;
  * dcoef (layout of mega_ema_coef: d pb, d q, d gs, d qK) accumulates; domega [D] accumulates.
- * ckpt: the forward's checkpoints (NULL: the backward recomputes them). */
+ * ckpt: unused (may be NULL). */
 void mega_ema_backward(const mega_ema_k *k, real *dx, real *dcoef, real *domega, const real *g, const real *x,
                        const uint8_t *pad, int B, int T, const real *ckpt, real *scratch, int nthreads);
 

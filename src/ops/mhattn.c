@@ -183,6 +183,7 @@ void mega_mhattn_forward(const mega_mhattn_k *k, real *O, real *lse, const real 
     const size_t Da = (size_t)H * dh, per = layout(k, T, NULL, NULL) + 16;
     const long units = (long)B * H;
     const size_t work = (size_t)B * T * (size_t)nk_max(k, T) * Da;
+    (void)work; /* read only by the OpenMP pragma */
     if (nthreads < 1) nthreads = 1;
     real *thr = scratch + partials(k, B);
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (units > 1 && work > MEGA_PAR_MIN)
@@ -219,6 +220,7 @@ void mega_mhattn_backward(const mega_mhattn_k *k, real *dq, real *dk, real *dv, 
     const size_t Da = (size_t)H * dh, per = layout(k, T, NULL, NULL) + 16;
     const long units = (long)B * H;
     const size_t work = (size_t)B * T * (size_t)nk_max(k, T) * Da;
+    (void)work; /* read only by the OpenMP pragma */
     if (nthreads < 1) nthreads = 1;
     const int want_bt = k->btab && dbtab, want_kb = k->kbias && dkbias;
     real *part_bt = scratch, *part_kb = scratch + r16(k->btab ? (size_t)units * k->bl : 0);

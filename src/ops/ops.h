@@ -24,6 +24,34 @@ void mega_linear_backward(real *dX, real *dW, real *db, const real *dY, const re
                           size_t R, size_t In, size_t O, int acc);
 /* db[O] += sum over rows of dY[R,O] */
 void mega_colsum_acc(real *db, const real *dY, size_t R, size_t O);
+/* The streaming step's forms (decode: few rows, every weight matrix streamed once per token):
+ * mega_linear_forward and mega_gemm(0, 1, ..., alpha 1) with the output columns cut into pieces
+ * that run through mega_step_parallel when the product is large enough. For few rows (up to 75
+ * with OpenBLAS) the pieces' grid depends on the shape only, so the results do not depend on the
+ * thread count. They agree with the plain forms to rounding (OpenBLAS may pick another kernel
+ * for a piece) and never allocate. */
+void mega_linear_step(real *Y, const real *X, const real *W, const real *b, size_t R, size_t In, size_t O);
+/* C[M,N] = A[M,K] B[N,K]^T + beta C */
+void mega_gemm_step(size_t M, size_t N, size_t K, const real *A, size_t lda, const real *B, size_t ldb, real beta,
+                    real *C, size_t ldc);
+
+/* ---- the streaming step's thread team (stepteam.c) ------------------------------------------
+ * mega_step_team_run(body, arg) runs body(arg) on the calling thread inside ONE OpenMP region
+ * whose other threads serve the mega_step_parallel calls body makes (a decoded token: about 25
+ * of them), instead of a region per call; see stepteam.c. Inside body, any other OpenMP region
+ * would be nested (one thread, and libgomp allocates its team), so body must only parallelise
+ * through mega_step_parallel. Outside a team (or nested in one) it is body(arg).
+ * mega_step_parallel(n, fn, arg, split) runs fn(arg, i) for i in [0, n), each i exactly once, on
+ * any thread: over the team when called inside one, else over an OpenMP region, and on the
+ * calling thread when split is 0, n is 1 or there is one thread. Never allocates. */
+typedef void (*mega_step_fn)(void *arg, int i);
+mega_status mega_step_team_run(mega_status (*body)(void *arg), void *arg);
+void mega_step_parallel(int n, mega_step_fn fn, void *arg, int split);
+/* threads a mega_step_parallel call would use here (1 inside a foreign parallel region) */
+int mega_step_threads(void);
+/* 1 when step code may open an OpenMP region of several threads here: not inside a step team
+ * or another region, and more than one thread */
+int mega_step_may_fork(void);
 
 /* ---- activations (act.c) */
 /* mega_act, mega_act_name, mega_act_parse are public (mega.h) */

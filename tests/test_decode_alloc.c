@@ -1,0 +1,345 @@
+/*
+ * The streaming decode path (issue 6): no allocation per token, and the decode-specific kernels
+ * compute what the plain ones do.
+ *
+ * (1) No allocation per token. This executable defines malloc, calloc, realloc, free,
+ * posix_memalign, memalign, aligned_alloc, valloc and pvalloc itself and forwards them to glibc's
+ * __libc_* entry points, so every allocation of the process goes through a counter: the
+ * library's, libgomp's (it allocates a team descriptor for a parallel region of one thread),
+ * LLVM libomp's (its worksharing-loop setup) and OpenBLAS's (its threaded GEMM mallocs a job
+ * table per call). The dynamic linker binds the shared libraries' calls to the executable's
+ * definitions, because the executable exports every symbol a shared library on its link line
+ * references. For the lm-decode bench model (4 layers, D 256, Z 64, E 512, F 512, N 16, vocab
+ * 257; chunk 64 instead of 256 to keep the test short: the step takes the same paths) at batch 1
+ * and 8, with 1 and 2 threads: after a warm-up of 72 generated tokens (past the first chunk
+ * border, where the attention cache is cleared), greedy generation of 16 and then 64 more tokens
+ * (across another border) through mega_lm_stream_feed (one token per call, logits requested)
+ * must make no allocation at all. The counts per window are printed (NOTE lines), so a failure
+ * says how many allocations a token costs. Skipped with a NOTE where the interposition cannot
+ * work: C libraries other than glibc (no __libc_malloc) and sanitizer builds (SAN=1: ASan owns
+ * malloc).
+ * (2) At the bench shapes, streaming (a prompt in one call, then one token per call, B = 3)
+ * equals the full forward to 1e-4 of max |logit|, and gives the same bits with 1 and 2 threads.
+ * (3) The step's products (mega_linear_step, mega_gemm_step: output columns in pieces, over the
+ * threads) give the same bits with 1 and 2 threads on the decode shapes and agree with
+ * mega_linear_forward / mega_gemm to rounding; the step's attention query over its transposed
+ * key cache (mega_attn_query_kt) equals mega_attn_query bit for bit.
+ */
+#include "ops/attn.h"
+#include "ops/ops.h"
+#include "testlib.h"
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define NO_INTERPOSE "sanitizer build"
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer) || __has_feature(thread_sanitizer)
+#define NO_INTERPOSE "sanitizer build"
+#endif
+#endif
+#if !defined(NO_INTERPOSE) && !defined(__GLIBC__)
+#define NO_INTERPOSE "not glibc (no __libc_malloc to forward to)"
+#endif
+
+/* the lm-decode bench model (tools/bench.c lm_bench_config) with chunk 64 */
+static void bench_config(mega_lm_config *c) {
+    mega_lm_config_default(c);
+    c->vocab_size = 257, c->padding_idx = 256;
+    c->layers = 4, c->embed_dim = 256, c->z_dim = 64, c->hidden_dim = 512, c->ffn_dim = 512, c->n_dim = 16;
+    c->chunk_size = 64, c->truncation = 0, c->max_positions = 1024;
+    c->attention_activation = MEGA_ATTN_SOFTMAX, c->norm_type = MEGA_NORM_LAYER, c->prenorm = 1;
+    c->rotary = 0, c->activation = MEGA_ACT_SILU, c->scale_embedding = 1, c->tie_embeddings = 0;
+    c->dropout = c->attention_dropout = c->hidden_dropout = c->activation_dropout = 0;
+}
+
+/* ---- the allocation counter ------------------------------------------------------------ */
+
+#ifndef NO_INTERPOSE
+static unsigned long g_allocs; /* updated atomically: BLAS and OpenMP threads allocate too */
+static int g_counting;
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void __libc_free(void *);
+extern void *__libc_memalign(size_t, size_t);
+extern void *__libc_valloc(size_t);
+extern void *__libc_pvalloc(size_t);
+
+static void count_one(void) {
+    if (__atomic_load_n(&g_counting, __ATOMIC_RELAXED)) __atomic_fetch_add(&g_allocs, 1, __ATOMIC_RELAXED);
+}
+void *malloc(size_t n) {
+    count_one();
+    return __libc_malloc(n);
+}
+void *calloc(size_t n, size_t s) {
+    count_one();
+    return __libc_calloc(n, s);
+}
+void *realloc(void *p, size_t n) {
+    count_one();
+    return __libc_realloc(p, n);
+}
+void free(void *p) { __libc_free(p); }
+void *memalign(size_t al, size_t n) {
+    count_one();
+    return __libc_memalign(al, n);
+}
+void *aligned_alloc(size_t al, size_t n) {
+    count_one();
+    return __libc_memalign(al, n);
+}
+int posix_memalign(void **out, size_t al, size_t n) {
+    count_one();
+    if (al < sizeof(void *) || (al & (al - 1))) return EINVAL;
+    void *p = __libc_memalign(al, n);
+    if (!p && n) return ENOMEM;
+    *out = p;
+    return 0;
+}
+void *valloc(size_t n) {
+    count_one();
+    return __libc_valloc(n);
+}
+void *pvalloc(size_t n) {
+    count_one();
+    return __libc_pvalloc(n);
+}
+
+static void counting(int on) { __atomic_store_n(&g_counting, on, __ATOMIC_SEQ_CST); }
+static unsigned long allocs(void) { return __atomic_load_n(&g_allocs, __ATOMIC_SEQ_CST); }
+
+/* ---- decode ---------------------------------------------------------------------------- */
+
+/* greedy generation of n tokens, one per call (the bench's decode loop) */
+static int generate(mega_lm_stream *s, int B, int V, int32_t *tok, mega_real *logits, int n) {
+    for (int t = 0; t < n; t++) {
+        if (mega_lm_stream_feed(s, tok, 1, logits) != MEGA_OK) return -1;
+        for (int b = 0; b < B; b++) {
+            const mega_real *l = logits + (size_t)b * V;
+            int best = 0;
+            for (int v = 1; v < 256; v++)
+                if (l[v] > l[best]) best = v;
+            tok[b] = best;
+        }
+    }
+    return 0;
+}
+
+static void check_decode(mega_lm *m, int B, int threads) {
+    const int V = mega_lm_get_config(m)->vocab_size;
+    mega_set_threads(threads);
+    mega_lm_stream *s = NULL;
+    mega_real *logits = malloc((size_t)B * V * sizeof *logits);
+    int32_t *tok = malloc((size_t)B * sizeof *tok);
+    if (mega_lm_stream_new(m, B, 1024, &s) != MEGA_OK || !logits || !tok) {
+        TL_CHECK(0, "decode B=%d threads=%d: setup: %s", B, threads, mega_last_error());
+        free(logits), free(tok), mega_lm_stream_free(s);
+        return;
+    }
+    for (int b = 0; b < B; b++) tok[b] = 'A' + b;
+    int rc = generate(s, B, V, tok, logits, 72); /* warm-up: thread pool, BLAS buffers, a chunk border */
+    static const int win[2] = {16, 64};
+    unsigned long got[2] = {0, 0};
+    for (int w = 0; w < 2 && !rc; w++) {
+        unsigned long a0 = allocs();
+        counting(1);
+        rc = generate(s, B, V, tok, logits, win[w]);
+        counting(0);
+        got[w] = allocs() - a0;
+    }
+    TL_CHECK(!rc, "decode B=%d threads=%d: feed failed: %s", B, threads, mega_last_error());
+    printf("NOTE decode B=%d threads=%d: %lu allocations over %d tokens, %lu over %d (%.2f per token)\n", B,
+           threads, got[0], win[0], got[1], win[1], (double)got[1] / win[1]);
+    TL_CHECK(got[0] == 0 && got[1] == 0, "decode B=%d threads=%d allocates in steady state: %lu over %d tokens, %lu over %d",
+             B, threads, got[0], win[0], got[1], win[1]);
+    free(logits), free(tok);
+    mega_lm_stream_free(s);
+}
+#endif /* !NO_INTERPOSE */
+
+/* ---- the step products ---------------------------------------------------------------- */
+
+/* max |a - b| / max |b| */
+static double rel_diff(const mega_real *a, const mega_real *b, size_t n) {
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - (double)b[i]));
+        m = fmax(m, fabs((double)b[i]));
+    }
+    return m > 0 ? d / m : d;
+}
+
+/* Streaming at the bench shapes (the step team, the split products, the transposed key cache,
+ * chunk borders) equals the full forward: B = 3 sequences, a 20-token prompt fed in one call,
+ * then 100 tokens one at a time; the logits of every position against mega_lm_forward (eval
+ * mode) over the whole input, within 1e-4 of max |logit| (test_lm's tolerance). The logits are
+ * kept in *keep (B*T*V reals, caller frees) to compare thread counts. */
+enum { SV_B = 3, SV_P = 20, SV_G = 100, SV_T = SV_P + SV_G }; /* batch, prompt, generated, total */
+
+static void check_stream_vs_forward(mega_lm *m, int threads, mega_real **keep) {
+    enum { B = SV_B, P = SV_P, T = SV_T };
+    const int V = mega_lm_get_config(m)->vocab_size;
+    mega_set_threads(threads);
+    int32_t *in = malloc((size_t)B * T * sizeof *in), *prompt = malloc((size_t)B * P * sizeof *prompt), tok[B];
+    mega_real *ls = malloc((size_t)B * T * V * sizeof *ls), *step = malloc((size_t)B * P * V * sizeof *step);
+    mega_lm_stream *s = NULL;
+    if (!in || !prompt || !ls || !step || mega_lm_stream_new(m, B, 1024, &s) != MEGA_OK) {
+        TL_CHECK(0, "stream vs forward: setup: %s", mega_last_error());
+        free(in), free(prompt), free(ls), free(step), mega_lm_stream_free(s);
+        *keep = NULL;
+        return;
+    }
+    unsigned long long seed = 0x5eed;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < P; t++) in[(size_t)b * T + t] = prompt[(size_t)b * P + t] = (int32_t)(tl_rand01(&seed) * 256);
+    int ok = mega_lm_stream_feed(s, prompt, P, step) == MEGA_OK;
+    for (int b = 0; b < B && ok; b++) memcpy(ls + (size_t)b * T * V, step + (size_t)b * P * V, (size_t)P * V * sizeof *ls);
+    for (int t = P; t < T && ok; t++) {
+        for (int b = 0; b < B; b++) { /* greedy from the previous position's logits */
+            const mega_real *l = ls + ((size_t)b * T + t - 1) * V;
+            int best = 0;
+            for (int v = 1; v < 256; v++)
+                if (l[v] > l[best]) best = v;
+            tok[b] = in[(size_t)b * T + t] = best;
+        }
+        ok = mega_lm_stream_feed(s, tok, 1, step) == MEGA_OK;
+        for (int b = 0; b < B && ok; b++) memcpy(ls + ((size_t)b * T + t) * V, step + (size_t)b * V, (size_t)V * sizeof *ls);
+    }
+    mega_lm_run run = {0, 0};
+    ok = ok && mega_lm_forward(m, in, NULL, B, T, &run, NULL, NULL) == MEGA_OK;
+    TL_CHECK(ok, "stream vs forward (threads %d): %s", threads, ok ? "" : mega_last_error());
+    if (ok) {
+        double e = rel_diff(ls, mega_lm_logits(m), (size_t)B * T * V);
+        printf("NOTE stream vs full forward, bench shapes, threads %d: worst %.2e of max |logit|\n", threads, e);
+        TL_CHECK(e < 1e-4, "stream == full forward at the bench shapes (threads %d): %.2e", threads, e);
+    }
+    *keep = ls;
+    free(in), free(prompt), free(step);
+    mega_lm_stream_free(s);
+}
+
+/* mega_linear_step / mega_gemm_step (output columns split over the threads, in pieces) give the
+ * same bits with 1 and 2 threads, and agree with mega_linear_forward / mega_gemm to rounding
+ * (a different BLAS kernel may sum in another order). */
+static void check_step_products(void) {
+    /* decode shapes: v_proj / fc1, mx_proj, h_proj / fc2, the output layer; odd sizes for the
+     * slice and piece boundaries; rows 1 (batch 1), 3, 8 (batch 8) and a prompt piece */
+    static const size_t shapes[][2] = {{256, 512}, {256, 1088}, {512, 256}, {256, 257}, {300, 77}, {33, 1000}};
+    static const size_t rows[] = {1, 3, 8, 64};
+    unsigned long long seed = 0xdec0de;
+    int differ = 0, checked = 0;
+    double worst = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+            const size_t In = shapes[s][0], O = shapes[s][1], R = rows[ri];
+            mega_real *X = malloc(R * In * sizeof *X), *W = malloc(O * In * sizeof *W), *b = malloc(O * sizeof *b);
+            mega_real *Y[3];
+            for (int i = 0; i < 3; i++) Y[i] = malloc(R * O * sizeof *Y[i]);
+            if (!X || !W || !b || !Y[0] || !Y[1] || !Y[2]) {
+                TL_CHECK(0, "out of memory");
+                free(X), free(W), free(b), free(Y[0]), free(Y[1]), free(Y[2]);
+                return;
+            }
+            for (size_t i = 0; i < R * In; i++) X[i] = (mega_real)tl_randn(&seed);
+            for (size_t i = 0; i < O * In; i++) W[i] = (mega_real)(0.05 * tl_randn(&seed));
+            for (size_t i = 0; i < O; i++) b[i] = (mega_real)tl_randn(&seed);
+            for (int form = 0; form < 3; form++) { /* no bias, bias, accumulate (C = A B^T + C) */
+                for (int v = 0; v < 3; v++) {
+                    mega_set_threads(v == 2 ? 2 : 1);
+                    if (form == 2)
+                        for (size_t r = 0; r < R; r++) memcpy(Y[v] + r * O, b, O * sizeof *b);
+                    if (form < 2 && v == 0) mega_linear_forward(Y[v], X, W, form ? b : NULL, R, In, O);
+                    if (form < 2 && v > 0) mega_linear_step(Y[v], X, W, form ? b : NULL, R, In, O);
+                    if (form == 2 && v == 0) mega_gemm(0, 1, R, O, In, 1, X, In, W, In, 1, Y[v], O);
+                    if (form == 2 && v > 0) mega_gemm_step(R, O, In, X, In, W, In, 1, Y[v], O);
+                }
+                checked++;
+                if (memcmp(Y[1], Y[2], R * O * sizeof *Y[1])) {
+                    differ++;
+                    printf("NOTE step product R=%zu In=%zu O=%zu form %d: 1 and 2 threads differ\n", R, In, O, form);
+                }
+                worst = fmax(worst, rel_diff(Y[2], Y[0], R * O));
+            }
+            free(X), free(W), free(b), free(Y[0]), free(Y[1]), free(Y[2]);
+        }
+    TL_CHECK(!differ, "step products: the same bits with 1 and 2 threads (%d of %d cases differ)", differ, checked);
+    TL_CHECK(worst < 1e-5, "step products agree with mega_linear_forward / mega_gemm (worst %.2e relative)", worst);
+    printf("NOTE step products vs mega_linear_forward / mega_gemm: worst %.2e relative\n", worst);
+}
+
+/* ---- the decode step's attention query ------------------------------------------------- */
+
+/* mega_attn_query_kt (keys transposed, the step's cache layout) == mega_attn_query bit for bit,
+ * for every attention function, cache lengths 1..cap (odd ones for the vector tails) and a value
+ * width that is not a multiple of the output block */
+static void check_query_kt(void) {
+    const int Z = 24, cap = 40, Es[2] = {512, 70};
+    unsigned long long seed = 0x9e7;
+    int differ = 0, checked = 0;
+    mega_real *q = malloc(Z * sizeof *q), *kc = malloc((size_t)cap * Z * sizeof *kc), *kt = malloc((size_t)Z * cap * sizeof *kt);
+    mega_real *vc = malloc((size_t)cap * 512 * sizeof *vc), *o1 = malloc(512 * sizeof *o1), *o2 = malloc(512 * sizeof *o2);
+    mega_real *w1 = malloc((size_t)cap * sizeof *w1), *w2 = malloc((size_t)cap * sizeof *w2), *btab = malloc((size_t)(2 * cap - 1) * sizeof *btab);
+    if (!q || !kc || !kt || !vc || !o1 || !o2 || !w1 || !w2 || !btab) {
+        TL_CHECK(0, "out of memory");
+    } else {
+        for (int i = 0; i < Z; i++) q[i] = (mega_real)tl_randn(&seed);
+        for (int j = 0; j < cap; j++)
+            for (int z = 0; z < Z; z++) kt[(size_t)z * cap + j] = kc[(size_t)j * Z + z] = (mega_real)tl_randn(&seed);
+        for (int i = 0; i < cap * 512; i++) vc[i] = (mega_real)tl_randn(&seed);
+        for (int i = 0; i < 2 * cap - 1; i++) btab[i] = (mega_real)(0.3 * tl_randn(&seed));
+        for (int fn = 0; fn < 3; fn++)
+            for (int ei = 0; ei < 2; ei++)
+                for (int n = 1; n <= cap; n++) {
+                    mega_attn_k k;
+                    memset(&k, 0, sizeof k);
+                    k.Z = Z, k.E = Es[ei], k.chunk = cap, k.causal = 1, k.fn = (mega_attn_fn)fn, k.btab = btab, k.Mc = cap;
+                    mega_attn_query(&k, o1, q, kc, vc, n, w1);
+                    mega_attn_query_kt(&k, o2, q, kt, (size_t)cap, vc, n, w2);
+                    checked++;
+                    if (memcmp(o1, o2, (size_t)k.E * sizeof *o1)) differ++;
+                }
+    }
+    TL_CHECK(!differ, "mega_attn_query_kt == mega_attn_query bit for bit (%d of %d cases differ)", differ, checked);
+    free(q), free(kc), free(kt), free(vc), free(o1), free(o2), free(w1), free(w2), free(btab);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
+    check_step_products();
+    check_query_kt();
+    mega_lm_config c;
+    bench_config(&c);
+    mega_lm *m = NULL;
+    if (mega_lm_create(&c, &m) != MEGA_OK) {
+        TL_CHECK(0, "create the bench model: %s", mega_last_error());
+        return tl_finish();
+    }
+    mega_lm_init_params(m, 1);
+    mega_real *l2 = NULL, *l1 = NULL;
+    check_stream_vs_forward(m, 2, &l2);
+    check_stream_vs_forward(m, 1, &l1);
+    /* the pieces' grid does not depend on the thread count, nor which thread runs a piece */
+    TL_CHECK(l1 && l2 && !memcmp(l1, l2, (size_t)SV_B * SV_T * c.vocab_size * sizeof *l1),
+             "streamed logits with 1 and 2 threads are bit-identical");
+    free(l1), free(l2);
+#ifdef NO_INTERPOSE
+    printf("NOTE allocation counting skipped: %s\n", NO_INTERPOSE);
+#else
+    /* the counter itself: an allocation made while counting is seen */
+    unsigned long a0 = allocs();
+    counting(1);
+    void *volatile p = malloc(64);
+    counting(0);
+    free(p);
+    TL_CHECK(allocs() - a0 == 1, "the interposed malloc counts (%lu)", allocs() - a0);
+    for (int B = 1; B <= 8; B += 7)
+        for (int th = 2; th >= 1; th--) check_decode(m, B, th);
+#endif
+    mega_lm_free(m);
+    return tl_finish();
+}
