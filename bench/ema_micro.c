@@ -1,7 +1,7 @@
 /*
  * Micro-benchmark of the damped-EMA kernels (src/ops/ema.c): mega_ema_forward and
  * mega_ema_backward on the shapes of two `mega bench` workloads, called the way the Mega layer
- * calls them (forward with its checkpoints, then backward from those checkpoints), plus a check
+ * calls them (forward, then backward; the backward needs no saved forward state), plus a check
  * of every output against a plain double-precision reference (SPEC §1.2-§1.3, reverse mode).
  *
  *   make MEGA_INNER=1 BUILD=/tmp/build-ema -j2 lib
@@ -145,19 +145,19 @@ static int run(const shape *s, int reps, int nthreads, int check) {
     mega_ema_k k;
     k.D = D, k.N = N, k.bidir = s->bidir, k.K = K;
     k.pb = coef, k.q = coef + S, k.gs = coef + 2 * S, k.qK = coef + 3 * S, k.omega = om;
-    size_t nck = mega_ema_ckpt_size(&k, B, T), nscr = mega_ema_bwd_scratch(&k, T, nthreads);
-    real *ck = malloc((nck + 16) * sizeof(real)), *scr = malloc((nscr + 16) * sizeof(real));
+    size_t nscr = mega_ema_bwd_scratch(&k, T, nthreads);
+    real *scr = malloc((nscr + 16) * sizeof(real));
 
     double *tf = malloc(sizeof(double) * reps), *tb = malloc(sizeof(double) * reps);
     for (int r = 0; r < reps; r++) {
         double t0 = now();
-        mega_ema_forward(&k, mpre, m, x, pad, B, T, NULL, ck);
+        mega_ema_forward(&k, mpre, m, x, pad, B, T, NULL);
         double t1 = now();
         memset(dx, 0, R * sizeof(real));
         memset(dcoef, 0, 4 * S * sizeof(real));
         memset(dom, 0, D * sizeof(real));
         double t2 = now();
-        mega_ema_backward(&k, dx, dcoef, dom, g, x, pad, B, T, ck, scr, nthreads);
+        mega_ema_backward(&k, dx, dcoef, dom, g, x, pad, B, T, scr, nthreads);
         double t3 = now();
         tf[r] = 1e3 * (t1 - t0), tb[r] = 1e3 * (t3 - t2);
     }
@@ -187,7 +187,7 @@ static int run(const shape *s, int reps, int nthreads, int check) {
     }
     printf("\n");
     free(x), free(g), free(mpre), free(m), free(dx), free(par), free(coef), free(dcoef), free(om), free(dom);
-    free(pad), free(ck), free(scr), free(tf), free(tb);
+    free(pad), free(scr), free(tf), free(tb);
     return bad;
 }
 

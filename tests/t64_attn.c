@@ -328,12 +328,13 @@ static void run_case(int fn, int causal, int padmode, int T, int chunk, double p
     rcase_free(&r);
 }
 
-/* mega_attn_query (streaming: one query, n cached keys, bias row n-1, element divisor n) against
- * the last row of the causal single-chunk reference */
-static void run_query(int fn, int n, int Mextra) {
+/* mega_attn_query_kt (streaming: one query, n cached keys transposed, bias row n-1, element
+ * divisor n) against the last row of the causal single-chunk reference; E = 5 uses the tail
+ * path of the output blocks, E = 70 a full MEGA_ATTN_QBLOCK block and a tail */
+static void run_query(int fn, int n, int Mextra, int E) {
     rcase r;
     memset(&r, 0, sizeof r);
-    const int Z = 6, E = 5;
+    const int Z = 6;
     r.c = (rcfg){.Z = Z, .E = E, .chunk = -1, .causal = 1, .fn = fn, .Mc = n + Mextra, .B = 1, .T = n, .p = 0, .key = 0};
     rcase_alloc(&r);
     randn_fill(r.q, (size_t)n * Z, 1), randn_fill(r.k, (size_t)n * Z, 1), randn_fill(r.v, (size_t)n * E, 1);
@@ -342,12 +343,15 @@ static void run_query(int fn, int n, int Mextra) {
     mega_attn_k k;
     memset(&k, 0, sizeof k);
     k.Z = Z, k.E = E, k.chunk = -1, k.causal = 1, k.fn = (mega_attn_fn)fn, k.btab = r.btab, k.Mc = r.c.Mc;
-    double o[5], *w = calloc((size_t)n, sizeof(double));
-    mega_attn_query(&k, o, r.q + (size_t)(n - 1) * Z, r.k, r.v, n, w);
+    double *o = calloc((size_t)E, sizeof(double)), *w = calloc((size_t)n, sizeof(double));
+    double *kt = calloc((size_t)n * Z, sizeof(double));
+    for (int j = 0; j < n; j++)
+        for (int z = 0; z < Z; z++) kt[(size_t)z * n + j] = r.k[(size_t)j * Z + z];
+    mega_attn_query_kt(&k, o, r.q + (size_t)(n - 1) * Z, kt, (size_t)n, r.v, n, w);
     double e = relerr(o, r.O + (size_t)(n - 1) * E, E);
     g_worst_query = fmax(g_worst_query, e);
-    TL_CHECK(e < TOL, "attn query %s n=%d Mc=%d: rel err %.2e", mega_attn_fn_name(k.fn), n, k.Mc, e);
-    free(w);
+    TL_CHECK(e < TOL, "attn query %s n=%d Mc=%d E=%d: rel err %.2e", mega_attn_fn_name(k.fn), n, k.Mc, E, e);
+    free(o), free(w), free(kt);
     rcase_free(&r);
 }
 
@@ -413,7 +417,7 @@ int main(int argc, char **argv) {
                     }
     for (int fn = 0; fn < 3; fn++) {
         static const int ns[] = {1, 2, 5, 17, 70, 130};
-        for (int i = 0; i < 6; i++) run_query(fn, ns[i], i % 3);
+        for (int i = 0; i < 6; i++) run_query(fn, ns[i], i % 3, 5), run_query(fn, ns[i], i % 3, 70);
     }
     canaries();
     printf("NOTE t64_attn: %d kernel cases; worst rel err forward %.2e, backward %.2e, query %.2e\n", g_ncases,

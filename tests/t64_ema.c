@@ -113,7 +113,7 @@ static void run_direct(const ecfg *c) {
     if (c->padmode == 2) /* interior pads too (the EMA keeps decaying over them) */
         for (size_t i = 0; i < R; i++) pad[i] = tl_rand01(&g_seed) < 0.25;
     const uint8_t *pm = c->padmode ? pad : NULL;
-    mega_ema_layer_forward(&e, W, coef, mpre, m, x, pm, c->B, c->T, NULL, mega_get_threads());
+    mega_ema_layer_forward(&e, W, coef, mpre, m, x, pm, c->B, c->T, mega_get_threads());
     direct_e(&e, W, x, pm, c->B, c->T, c->K, eref);
     double msil = 0, mmax = 0;
     for (size_t i = 0; i < R * D; i++) {
@@ -134,7 +134,7 @@ static void run_direct(const ecfg *c) {
     /* canary: the comparison sees a 1e-9 change of one decay parameter */
     if (c->regime == 0 && c->K == 0 && !c->bidir && c->padmode == 0) {
         W[e.delta] += 1e-9;
-        mega_ema_layer_forward(&e, W, coef, mpre, m, x, NULL, c->B, c->T, NULL, 1);
+        mega_ema_layer_forward(&e, W, coef, mpre, m, x, NULL, c->B, c->T, 1);
         W[e.delta] -= 1e-9;
         for (size_t i = 0; i < R * D; i++) elib[i] = mpre[i] - W[e.omega + i % D] * x[i];
         er = tl_compare(elib, eref, R * D);
@@ -205,7 +205,7 @@ static void run_state(int D, int N, int B, int T, int regime) {
         size_t SS = (size_t)D * N;
         k.D = D, k.N = N, k.bidir = 0, k.K = 0, k.pb = coef, k.q = coef + SS, k.gs = coef + 2 * SS, k.qK = coef + 3 * SS;
         k.omega = W + e.omega;
-        mega_ema_forward(&k, ps, ms, x, NULL, B, T, NULL, NULL);
+        mega_ema_forward(&k, ps, ms, x, NULL, B, T, NULL);
         TL_CHECK(!memcmp(ps, mp2, R * D * sizeof(double)) && !memcmp(ms, m2, R * D * sizeof(double)),
                  "EMA: a zero carried state gives exactly the stateless forward (T=%d)", T);
     }

@@ -417,7 +417,7 @@ typedef struct {
 
 static double ema_loss(ectx *g) {
     const size_t RD = (size_t)g->c->B * g->c->T * g->c->D;
-    mega_ema_layer_forward(&g->e, g->P.data, g->coef, g->mpre, g->m, g->x, g->pm, g->c->B, g->c->T, NULL, mega_get_threads());
+    mega_ema_layer_forward(&g->e, g->P.data, g->coef, g->mpre, g->m, g->x, g->pm, g->c->B, g->c->T, mega_get_threads());
     double s = 0;
     for (size_t i = 0; i < RD; i++) s += g->m[i] * g->Rw[i];
     return s;
@@ -480,7 +480,7 @@ static void run_ema(const ecfg *c) {
     ema_loss(&g);
     for (size_t i = 0; i < RD; i++) gg[i] = g.Rw[i] * mega_silu_grad(g.mpre[i]);
     mega_params_zero_grad(&g.P);
-    mega_ema_layer_backward(e, W, g.P.grad, g.coef, dx, gg, g.x, g.pm, c->B, c->T, NULL, scr, nt);
+    mega_ema_layer_backward(e, W, g.P.grad, g.coef, dx, gg, g.x, g.pm, c->B, c->T, scr, nt);
     double gmax = 0;
     for (size_t i = 0; i < RD; i++) gmax = fmax(gmax, fabs(dx[i]));
     for (size_t i = 0; i < g.P.total; i++) gmax = fmax(gmax, fabs(g.P.grad[i]));

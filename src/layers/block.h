@@ -67,7 +67,6 @@ typedef struct {
     real *xn, *nstat;          /* normalised input (prenorm) and its statistics */
     real *vpre, *v;            /* v_proj pre-activation; v after act and hidden dropout */
     real *coef;                /* EMA coefficients */
-    real *ema_ck;              /* EMA segment checkpoints (for the backward) */
     real *mpre, *m;            /* EMA pre-silu, EMA output after dropout */
     real *base;                /* mx_proj output [u | z | r | hx] */
     real *q, *k, *lse, *O;     /* attention */

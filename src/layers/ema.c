@@ -37,21 +37,14 @@ static mega_ema_k kernel_of(const mega_ema *e, const real *W, const real *coef, 
     return k;
 }
 
-size_t mega_ema_layer_ckpt_size(const mega_ema *e, int B, int T) {
-    mega_ema_k k;
-    memset(&k, 0, sizeof k);
-    k.D = e->D, k.N = e->N, k.bidir = e->bidir;
-    return mega_ema_ckpt_size(&k, B, T);
-}
-
 void mega_ema_layer_forward(const mega_ema *e, const real *W, real *coef, real *mpre, real *m, const real *x,
-                            const uint8_t *pad, int B, int T, real *ckpt, int nthreads) {
+                            const uint8_t *pad, int B, int T, int nthreads) {
     /* official: kernel length min(truncation, L) */
     int K = (e->K > 0 && e->K < T) ? e->K : 0;
     mega_ema_coef(coef, W + e->delta, W + e->alpha, W + e->beta, W + e->gamma, (e->bidir ? 2 : 1) * e->D, e->N, K);
     mega_ema_k k = kernel_of(e, W, coef, K);
     (void)nthreads;
-    mega_ema_forward(&k, mpre, m, x, pad, B, T, NULL, ckpt);
+    mega_ema_forward(&k, mpre, m, x, pad, B, T, NULL);
 }
 
 size_t mega_ema_layer_scratch(const mega_ema *e, int T, int nthreads) {
@@ -62,15 +55,14 @@ size_t mega_ema_layer_scratch(const mega_ema *e, int T, int nthreads) {
 }
 
 void mega_ema_layer_backward(const mega_ema *e, const real *W, real *dW, const real *coef, real *dx, const real *g,
-                             const real *x, const uint8_t *pad, int B, int T, const real *ckpt, real *scratch,
-                             int nthreads) {
+                             const real *x, const uint8_t *pad, int B, int T, real *scratch, int nthreads) {
     int K = (e->K > 0 && e->K < T) ? e->K : 0;
     int Dp = (e->bidir ? 2 : 1) * e->D;
     mega_ema_k k = kernel_of(e, W, coef, K);
     real *dcoef = scratch;
     size_t S4 = 4 * (size_t)Dp * e->N;
     memset(dcoef, 0, S4 * sizeof(real));
-    mega_ema_backward(&k, dx, dcoef, dW + e->omega, g, x, pad, B, T, ckpt, scratch + S4, nthreads);
+    mega_ema_backward(&k, dx, dcoef, dW + e->omega, g, x, pad, B, T, scratch + S4, nthreads);
     mega_ema_coef_backward(dcoef, W + e->delta, W + e->alpha, W + e->beta, W + e->gamma, dW + e->delta,
                            dW + e->alpha, dW + e->beta, dW + e->gamma, Dp, e->N, K);
 }
@@ -123,7 +115,7 @@ void mega_ema_layer_step(const mega_ema *e, const real *W, const real *coef, rea
     mega_ema_k k = kernel_of(e, W, coef, 0);
     const size_t work = (size_t)B * T * e->D * e->N;
     if (work > MEGA_PAR_MIN && mega_step_may_fork()) {
-        mega_ema_forward(&k, mpre, m, x, NULL, B, T, state, NULL);
+        mega_ema_forward(&k, mpre, m, x, NULL, B, T, state);
         return;
     }
     /* A few tokens (decode: one per sequence, D*N = 4096 multiply-adds each), or any step inside

@@ -19,15 +19,12 @@ void mega_ema_init(const mega_ema *e, real *W, mega_rng *rng);
 /* reals of coefficient workspace (kept between forward and backward) */
 static inline size_t mega_ema_coef_size(const mega_ema *e) { return 4 * (size_t)(e->bidir ? 2 : 1) * e->D * e->N; }
 /* coef: workspace of mega_ema_coef_size, filled here and reused by backward */
-/* ckpt (optional, mega_ema_layer_ckpt_size reals): checkpoints kept for the backward */
 void mega_ema_layer_forward(const mega_ema *e, const real *W, real *coef, real *mpre, real *m, const real *x,
-                            const uint8_t *pad, int B, int T, real *ckpt, int nthreads);
-size_t mega_ema_layer_ckpt_size(const mega_ema *e, int B, int T);
+                            const uint8_t *pad, int B, int T, int nthreads);
 size_t mega_ema_layer_scratch(const mega_ema *e, int T, int nthreads);
 /* g = dL/dmpre; dx accumulates; dW accumulates; scratch: mega_ema_layer_scratch reals */
 void mega_ema_layer_backward(const mega_ema *e, const real *W, real *dW, const real *coef, real *dx, const real *g,
-                             const real *x, const uint8_t *pad, int B, int T, const real *ckpt, real *scratch,
-                             int nthreads);
+                             const real *x, const uint8_t *pad, int B, int T, real *scratch, int nthreads);
 /* coefficients for kernel length K (0 = untruncated) into coef (mega_ema_coef_size reals) */
 void mega_ema_layer_coef(const mega_ema *e, const real *W, real *coef, int K);
 /* streaming: state [B,N,D] in/out; T tokens; coef from mega_ema_layer_coef(K = 0): untruncated,

@@ -77,7 +77,6 @@ size_t mega_mlayer_acts_point(const mega_mlayer *L, mega_mlayer_acts *A, real *b
     a.vpre = mega_bump_take(&b, R * E);
     a.v = mega_bump_take(&b, R * E);
     a.coef = c->N > 0 ? mega_bump_take(&b, mega_ema_coef_size(&L->ema)) : NULL;
-    a.ema_ck = c->N > 0 ? mega_bump_take(&b, mega_ema_layer_ckpt_size(&L->ema, B, T)) : NULL;
     a.mpre = c->N > 0 ? mega_bump_take(&b, R * D) : NULL;
     a.m = mega_bump_take(&b, R * D);
     a.base = mega_bump_take(&b, R * P_(c));
@@ -136,7 +135,7 @@ mega_status mega_mlayer_forward(const mega_mlayer *L, real *W, mega_mlayer_acts 
     if (train) mega_dropout(A->v, A->v, R * E, c->hidden_dropout, mega__subkey(run->key, SITE_HIDDEN));
     /* mx = dropout(silu(EMA(x_bar) + omega * x_bar)) */
     if (c->N > 0)
-        mega_ema_layer_forward(&L->ema, W, A->coef, A->mpre, A->m, xn, pad, B, T, A->ema_ck, nt);
+        mega_ema_layer_forward(&L->ema, W, A->coef, A->mpre, A->m, xn, pad, B, T, nt);
     else
         memcpy(A->m, xn, R * D * sizeof(real)); /* no EMA: mx = x_bar */
     if (train) mega_dropout(A->m, A->m, R * D, c->dropout, mega__subkey(run->key, SITE_MX));
@@ -286,7 +285,7 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
     if (c->N > 0) {
         mega_act_backward(MEGA_ACT_SILU, dm, dm, A->mpre, R * D); /* m = silu(mpre) */
         memset(dxb, 0, R * D * sizeof(real));
-        mega_ema_layer_backward(&L->ema, W, dW, A->coef, dxb, dm, xn, pad, B, T, A->ema_ck, ws, nt);
+        mega_ema_layer_backward(&L->ema, W, dW, A->coef, dxb, dm, xn, pad, B, T, ws, nt);
     } else {
         memcpy(dxb, dm, R * D * sizeof(real));
     }

@@ -245,42 +245,11 @@ void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real
     }
 }
 
-void mega_attn_query(const mega_attn_k *k, real *o, const real *q, const real *kc, const real *vc, int n, real *w) {
-    const int Z = k->Z, E = k->E;
-    const int soft = k->fn == MEGA_ATTN_SOFTMAX;
-    const real *bi = k->btab + (k->Mc - 1) - (n - 1); /* bias row n-1 */
-    real mx = -INFINITY;
-    for (int j = 0; j < n; j++) {
-        const real *kj = kc + (size_t)j * Z;
-        real s = 0;
-        for (int z = 0; z < Z; z++) s += q[z] * kj[z];
-        if (soft) {
-            s = s / R_SQRT((real)Z) + bi[j];
-            if (s > mx) mx = s;
-        } else {
-            s = mega_attn_f(k->fn, s / (real)n + bi[j]);
-        }
-        w[j] = s;
-    }
-    if (soft) {
-        real sum = 0;
-        for (int j = 0; j < n; j++) sum += (w[j] = mega_exp(w[j] - mx));
-        for (int j = 0; j < n; j++) w[j] /= sum;
-    }
-    for (int e = 0; e < E; e++) o[e] = 0;
-    for (int j = 0; j < n; j++) {
-        const real *vj = vc + (size_t)j * E;
-        for (int e = 0; e < E; e++) o[e] += w[j] * vj[e];
-    }
-}
-
-/* The decode step's form of mega_attn_query: keys stored transposed, kt [Z, ldk] (cached key j is
- * column j), so the scores of all keys are one vectorised pass per component z instead of n
+/* One query against the streaming cache. Keys are stored transposed, kt [Z, ldk] (cached key j
+ * is column j), so the scores of all keys are one vectorised pass per component z instead of n
  * reductions over z, and the output is accumulated in register blocks of MEGA_ATTN_QBLOCK values
- * instead of a load and a store of o[] per key. Every score is still summed over z in order from
- * 0 and every output over j in order from 0, with the same operations as mega_attn_query, so
- * the two give the same bits (tests/test_decode_alloc.c). The two halves are separate so that
- * the step can spread the output blocks over threads (reading the value cache is most of it). */
+ * instead of a load and a store of o[] per key. The two halves are separate so that the step
+ * can spread the output blocks over threads (reading the value cache is most of it). */
 void mega_attn_query_weights(const mega_attn_k *k, const real *q, const real *kt, size_t ldk, int n, real *w) {
     const int Z = k->Z;
     const int soft = k->fn == MEGA_ATTN_SOFTMAX;

@@ -64,10 +64,9 @@ void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real
                         int T, real *scratch, int nthreads);
 
 /* One query against n cached keys (streaming step, SPEC §2.8): no causal mask, bias row n-1,
- * element attention divides by n. o [E] = sum_j A_j v_j. w: scratch of n reals. */
-void mega_attn_query(const mega_attn_k *k, real *o, const real *q, const real *kc, const real *vc, int n, real *w);
-/* the same (bit for bit) with the keys transposed, kt [Z, ldk] (key j is column j; ldk >= n):
- * vectorised over the keys; the decode step keeps its key cache in this layout */
+ * element attention divides by n. o [E] = sum_j A_j v_j. w: scratch of n reals. The keys are
+ * transposed, kt [Z, ldk] (key j is column j; ldk >= n): the decode step keeps its key cache in
+ * this layout so the scores vectorise over the keys */
 void mega_attn_query_kt(const mega_attn_k *k, real *o, const real *q, const real *kt, size_t ldk, const real *vc,
                         int n, real *w);
 /* its two halves: w [n] = the attention weights of the query; o [ne] = sum_j w_j v_j [0, ne)

@@ -294,11 +294,6 @@ static void fwd_range(const mega_ema_k *k, int b, int blo, int bhi, real *mpre, 
     }
 }
 
-size_t mega_ema_ckpt_size(const mega_ema_k *k, int B, int T) {
-    (void)k, (void)B, (void)T;
-    return 0;
-}
-
 static void fwd_unit(const mega_ema_k *k, long u, int nr, int nblk, real *mpre, real *m, const real *x,
                      const uint8_t *pad, int T, real *state) {
     _Alignas(64) real ws[FWD_WS];
@@ -307,8 +302,7 @@ static void fwd_unit(const mega_ema_k *k, long u, int nr, int nblk, real *mpre, 
 }
 
 void mega_ema_forward(const mega_ema_k *k, real *mpre, real *m, const real *x, const uint8_t *pad, int B,
-                      int T, real *state, real *ckpt) {
-    (void)ckpt;
+                      int T, real *state) {
     MEGA_ASSERT(k->N >= 1 && k->N <= NMAX && !(state && k->bidir));
     const int nblk = (k->D + DB - 1) / DB;
     int G = 1; /* blocks per range that fit the workspace */
@@ -546,8 +540,7 @@ static void bwd_range(const mega_ema_k *k, int blo, int bhi, real *dx, real *dco
 }
 
 void mega_ema_backward(const mega_ema_k *k, real *dx, real *dcoef, real *domega, const real *g, const real *x,
-                       const uint8_t *pad, int B, int T, const real *ckpt, real *scratch, int nthreads) {
-    (void)ckpt;
+                       const uint8_t *pad, int B, int T, real *scratch, int nthreads) {
     MEGA_ASSERT(k->N >= 1 && k->N <= NMAX);
     const int nblk = (k->D + DB - 1) / DB;
     const size_t per = bwd_per(k->N);

@@ -50,21 +50,17 @@ void mega_ema_coef(real *coef, const real *delta, const real *alpha, const real 
 /* forward: mpre = e + omega*x, m = silu(mpre) (m may be NULL) for x [B,T,D]; pad [B,T] (1 = pad)
  * or NULL. state: causal only, [B, N, D] carried in and out (NULL = zero initial state, not
  * returned). Windowed truncation with a carried state is not supported (the official incremental
- * path is untruncated): pass K <= 0 with a state.
- * ckpt: unused (the backward needs no forward state; mega_ema_ckpt_size is 0), kept so that
- * callers written for checkpointing kernels need no change. */
+ * path is untruncated): pass K <= 0 with a state. Nothing is saved for the backward, which
+ * needs no forward state. */
 void mega_ema_forward(const mega_ema_k *k, real *mpre, real *m, const real *x, const uint8_t *pad, int B,
-                      int T, real *state, real *ckpt);
-/* reals of the checkpoints the forward saves for the backward: 0 (none are needed) */
-size_t mega_ema_ckpt_size(const mega_ema_k *k, int B, int T);
+                      int T, real *state);
 
 /* scratch reals needed by mega_ema_backward (depends on k->N and nthreads only; T is unused) */
 size_t mega_ema_bwd_scratch(const mega_ema_k *k, int T, int nthreads);
 /* backward from g = dL/d mpre [B,T,D]: dx [B,T,D] += (EMA path) + omega*g;
- * dcoef (layout of mega_ema_coef: d pb, d q, d gs, d qK) accumulates; domega [D] accumulates.
- * ckpt: unused (may be NULL). */
+ * dcoef (layout of mega_ema_coef: d pb, d q, d gs, d qK) accumulates; domega [D] accumulates. */
 void mega_ema_backward(const mega_ema_k *k, real *dx, real *dcoef, real *domega, const real *g, const real *x,
-                       const uint8_t *pad, int B, int T, const real *ckpt, real *scratch, int nthreads);
+                       const uint8_t *pad, int B, int T, real *scratch, int nthreads);
 
 /* chain rule from (d pb, d q, d gs) to the official parameters (SPEC §1.5); accumulates */
 void mega_ema_coef_backward(const real *dcoef, const real *delta, const real *alpha, const real *beta,
