@@ -121,60 +121,162 @@ const char *mega_dtype_name(mega_dtype dt); /* "F32", ... */
 mega_status mega_write_file_atomic(const char *path, const void *data, size_t len);
 
 /* ---------------------------------------------------------------------------------------------
- * mechanisms (names as on the command line and in config JSON) */
-typedef enum { MEGA_ATTN_SOFTMAX = 0, MEGA_ATTN_RELU2, MEGA_ATTN_LAPLACE } mega_attn_fn;
-typedef enum { MEGA_NORM_LAYER = 0, MEGA_NORM_SCALE, MEGA_NORM_RMS, MEGA_NORM_BATCH } mega_norm_type;
-typedef enum { MEGA_ACT_SILU = 0, MEGA_ACT_GELU, MEGA_ACT_RELU, MEGA_ACT_LINEAR, MEGA_ACT_SIGMOID } mega_act;
-/* token mixers (see docs/mixers.md) and positional schemes of the attention mixers */
-typedef enum {
-    MEGA_MIXER_MEGA = 0,
-    MEGA_MIXER_MHA,
-    MEGA_MIXER_MHATW,
-    MEGA_MIXER_AFT_FULL,
-    MEGA_MIXER_AFT_LOCAL,
-    MEGA_MIXER_AFT_SIMPLE,
-    MEGA_MIXER_AFT_TW,
-    MEGA_MIXER_GMLP,
-    MEGA_MIXER_ABC_WINDOW,
-    MEGA_MIXER_ABC_LINFORMER,
-    MEGA_MIXER_ABC_MLP,
-    MEGA_MIXER_LOCAL,
-    MEGA_MIXER_COUNT
-} mega_mixer_kind;
-typedef enum {
-    MEGA_POS_NONE = 0,
-    MEGA_POS_ROPE,
-    MEGA_POS_ALIBI,
-    MEGA_POS_KERPLE_POWER,
-    MEGA_POS_KERPLE_LOG,
-    MEGA_POS_SANDWICH,
-    MEGA_POS_XPOS
-} mega_pos_kind;
-const char *mega_mixer_name(mega_mixer_kind k);
-int mega_mixer_parse(const char *s, mega_mixer_kind *k); /* 0 on success */
-int mega_mixer_available(mega_mixer_kind k);             /* built into this library */
-const char *mega_pos_name(mega_pos_kind p);
-int mega_pos_parse(const char *s, mega_pos_kind *p);
+ * Mechanisms and their names. Each list below is the ONE place its values are written: the enum,
+ * the names used on the command line and in config JSON, and the one-line summaries are all
+ * generated from it. X(ID, name, summary).
+ */
+#define MEGA_ATTN_LIST(X)                                                                          \
+    X(SOFTMAX, "softmax", "softmax(qk^T / sqrt(Z) + bias)")                                         \
+    X(RELU2, "relu2", "relu(qk^T / L + bias)^2 (L: the chunk's length)")                          \
+    X(LAPLACE, "laplace", "0.5 (1 + erf((qk^T / L + bias - mu) / (sigma sqrt 2)))")
+#define MEGA_NORM_LIST(X)                                                                          \
+    X(LAYER, "layernorm", "LayerNorm over the channels")                                            \
+    X(SCALE, "scalenorm", "ScaleNorm: g x / ||x||")                                                \
+    X(RMS, "rmsnorm", "RMSNorm: w x / rms(x)")                                                      \
+    X(BATCH, "batchnorm", "BatchNorm over batch and time (running statistics at evaluation)")
+#define MEGA_ACT_LIST(X)                                                                           \
+    X(SILU, "silu", "x sigmoid(x)")                                                                 \
+    X(GELU, "gelu", "x Phi(x) (exact erf form)")                                                    \
+    X(RELU, "relu", "max(0, x)")                                                                    \
+    X(LINEAR, "linear", "x")                                                                        \
+    X(SIGMOID, "sigmoid", "1 / (1 + e^-x)")
+/* Mega's relative position bias */
+#define MEGA_RELPOS_LIST(X)                                                                        \
+    X(SIMPLE, "simple", "a learned bias per distance (at most max-positions / the chunk)")         \
+    X(ROTARY, "rotary", "rot(a, i) . rot(b, j): a rotary form with no length limit")
+/* positional schemes of the attention mixers (docs/mixers.md) */
+#define MEGA_POS_LIST(X)                                                                           \
+    X(NONE, "none", "no positional information")                                                    \
+    X(ROPE, "rope", "rotary position embedding of queries and keys (RoFormer)")                     \
+    X(ALIBI, "alibi", "linear distance penalty, one slope per head (ALiBi)")                        \
+    X(KERPLE_POWER, "kerple-power", "-p |t-u|^a, learned p, a per head (KERPLE)")                   \
+    X(KERPLE_LOG, "kerple-log", "-p log(1 + a |t-u|), learned p, a per head (KERPLE)")              \
+    X(SANDWICH, "sandwich", "sinusoidal-embedding dot product as a bias (Sandwich)")                \
+    X(XPOS, "xpos", "rotary with an exponential scale (XPOS; causal only)")
+/* Token mixers (docs/mixers.md). X(ID, id, name, summary): `id` names the mixer's ops table,
+ * mega_mixer_ops_<id>, defined in its file in src/layers/. A new mixer is one line here plus
+ * its file. */
+#define MEGA_MIXER_LIST(X)                                                                         \
+    X(MEGA, mega, "mega", "Mega: multi-dimensional damped EMA + single-head gated attention")       \
+    X(MHA, mha, "mha", "Transformer multi-head softmax attention (--pos for positions)")            \
+    X(MHATW, mhatw, "mhatw", "multi-head attention with explicit time weighting f(t-u) beta(u)")    \
+    X(AFT_FULL, aft_full, "aft-full", "attention-free transformer, learned position-pair bias")     \
+    X(AFT_LOCAL, aft_local, "aft-local", "attention-free transformer, bias inside a window")        \
+    X(AFT_SIMPLE, aft_simple, "aft-simple", "attention-free transformer without position bias")    \
+    X(AFT_TW, aft_tw, "aft-tw", "time-weighted AFT, exponential decay per head (an RNN)")          \
+    X(GMLP, gmlp, "gmlp", "gMLP spatial gating unit")                                              \
+    X(ABC_WINDOW, abc_window, "abc-window", "bounded-memory attention over the last n tokens")      \
+    X(ABC_LINFORMER, abc_linformer, "abc-linformer", "bounded-memory attention, Linformer control") \
+    X(ABC_MLP, abc_mlp, "abc-mlp", "bounded-memory attention, learned input-dependent control")    \
+    X(LOCAL, local, "local", "multi-head attention restricted to a sliding window")
 
-/* the mixer of a model and its options (defaults: Mega, 1 head, no window) */
-typedef struct {
-    mega_mixer_kind mixer;
-    int heads;       /* attention heads of mha / mhatw / local / abc / aft-tw */
-    int window;      /* local attention and AFT-local window */
-    int memory;      /* ABC memory slots */
-    int max_len;     /* trained context for absolute-position parameters (AFT-full, gMLP, MHATW, Linformer) */
-    mega_pos_kind pos;
-    int attn_window; /* local mask at evaluation (0 = none) */
-    int log_n;       /* log-n attention scaling with train_len */
-    int train_len;
-} mega_mixer_config;
+#define MEGA_ENUM_ATTN_(ID, name, help) MEGA_ATTN_##ID,
+#define MEGA_ENUM_NORM_(ID, name, help) MEGA_NORM_##ID,
+#define MEGA_ENUM_ACT_(ID, name, help) MEGA_ACT_##ID,
+#define MEGA_ENUM_RELPOS_(ID, name, help) MEGA_RELPOS_##ID,
+#define MEGA_ENUM_POS_(ID, name, help) MEGA_POS_##ID,
+#define MEGA_ENUM_MIXER_(ID, id, name, help) MEGA_MIXER_##ID,
+typedef enum { MEGA_ATTN_LIST(MEGA_ENUM_ATTN_) MEGA_ATTN_COUNT } mega_attn_fn;
+typedef enum { MEGA_NORM_LIST(MEGA_ENUM_NORM_) MEGA_NORM_COUNT } mega_norm_type;
+typedef enum { MEGA_ACT_LIST(MEGA_ENUM_ACT_) MEGA_ACT_COUNT } mega_act;
+typedef enum { MEGA_RELPOS_LIST(MEGA_ENUM_RELPOS_) MEGA_RELPOS_COUNT } mega_relpos_kind;
+typedef enum { MEGA_POS_LIST(MEGA_ENUM_POS_) MEGA_POS_COUNT } mega_pos_kind;
+typedef enum { MEGA_MIXER_LIST(MEGA_ENUM_MIXER_) MEGA_MIXER_COUNT } mega_mixer_kind;
 
+/* Names: *_name returns "?" for an out-of-range value; *_parse returns 0 on success, -1 for an
+ * unknown name (a few historical aliases are accepted: "swish" = silu). */
 const char *mega_attn_fn_name(mega_attn_fn f);
-int mega_attn_fn_parse(const char *s, mega_attn_fn *f); /* 0 on success */
+int mega_attn_fn_parse(const char *s, mega_attn_fn *f);
 const char *mega_norm_name(mega_norm_type t);
 int mega_norm_parse(const char *s, mega_norm_type *t);
 const char *mega_act_name(mega_act a);
 int mega_act_parse(const char *s, mega_act *a);
+const char *mega_relpos_name(mega_relpos_kind r);
+int mega_relpos_parse(const char *s, mega_relpos_kind *r);
+const char *mega_pos_name(mega_pos_kind p);
+int mega_pos_parse(const char *s, mega_pos_kind *p);
+const char *mega_mixer_name(mega_mixer_kind k);
+int mega_mixer_parse(const char *s, mega_mixer_kind *k);
+const char *mega_mixer_summary(mega_mixer_kind k);
+int mega_mixer_available(mega_mixer_kind k); /* built into this library */
+
+/* ---------------------------------------------------------------------------------------------
+ * The block configuration: everything a block (token mixer + normalized FFN) needs, one field
+ * per setting. Each field has ONE name: the C field, the command-line flag and the config-JSON
+ * key are the same word (`chunk_size`, `--chunk-size`, "chunk-size"). The language model, the
+ * classifier and the other model kinds embed one; the layers read it directly (they keep a
+ * pointer to it, never a copy). Validated by mega_block_config_check only; written to and read
+ * from JSON only through the field table (mega_block_config_fields).
+ *
+ * Options marked "0 = the mixer's default" are resolved when a model is created (the resolved
+ * values are what checkpoints store): see mega_block_config_resolve and docs/mixers.md.
+ */
+typedef struct {
+    mega_mixer_kind mixer;  /* the token mixer (default: Mega) */
+    /* widths */
+    int embed_dim;          /* D, the model width */
+    int z_dim;              /* Z, Mega's shared query/key width */
+    int hidden_dim;         /* E, Mega's value (and gated output) width; gMLP's width */
+    int n_dim;              /* N, EMA components per channel; 0 = Mega without the EMA */
+    int ffn_dim;            /* F, hidden width of the normalized FFN; 0 = no FFN */
+    /* Mega's attention and EMA */
+    int chunk_size;         /* attention chunk C; -1 = full attention over the whole sequence */
+    int truncation;         /* EMA kernel length K (training forward); 0 = the whole sequence */
+    int max_positions;      /* length of the simple relative bias when chunk_size is -1 */
+    mega_attn_fn attention_activation;
+    mega_relpos_kind rel_pos_bias;
+    /* sublayers */
+    mega_norm_type norm_type;
+    int prenorm;            /* 1: pre-norm sublayers (and a final norm); 0: post-norm */
+    int norm_affine;        /* learned scale/shift in the block's norms */
+    mega_act activation;    /* of v, h (Mega) and the FFN */
+    float dropout, attention_dropout, hidden_dropout, activation_dropout;
+    /* direction: set by the model kind (1 for encoders, 0 for causal decoders), not a flag */
+    int bidirectional;
+    /* the other token mixers' options */
+    int heads;              /* attention heads; 0 = the mixer's default */
+    int window;             /* local / aft-local window; 0 = the mixer's default */
+    int memory_size;        /* ABC memory slots n; 0 = the mixer's default */
+    int max_len;            /* positions of absolute-position parameters; 0 = train_len (1024 when
+                             * that is 0 too); aft-tw: -1 = none (the pure recurrence) */
+    mega_pos_kind pos;      /* positional scheme of the attention mixers */
+    int attn_window;        /* local attention mask (attention mixers, usually set at evaluation);
+                             * 0 = none */
+    int log_n_scaling;      /* scale attention logits by max(1, log n / log train_len) */
+    int train_len;          /* the training sequence length (log-n scaling, max_len's default) */
+} mega_block_config;
+
+/* Mega's defaults (the small byte-level model of `mega train`); bidirectional 0 */
+void mega_block_config_default(mega_block_config *c);
+/* fill the options left at 0 with the chosen mixer's defaults (idempotent) */
+void mega_block_config_resolve(mega_block_config *c);
+/* one-line error naming the field for an invalid configuration (after resolving the defaults;
+ * the mixer's own rules included) */
+mega_status mega_block_config_check(const mega_block_config *c);
+
+/* Field tables: the name, type, location, range and meaning of every config field, in order.
+ * The JSON reader/writer and the command line are built from them. */
+typedef enum { MEGA_FIELD_INT = 0, MEGA_FIELD_FLOAT, MEGA_FIELD_BOOL, MEGA_FIELD_CHOICE } mega_field_type;
+enum {
+    MEGA_FIELD_NOFLAG = 1u << 0, /* set by the program, not on the command line */
+    MEGA_FIELD_NONZERO = 1u << 1 /* 0 is not a value (e.g. chunk-size: -1 or >= 1) */
+};
+typedef struct {
+    const char *name;           /* flag and JSON key; the C field is the same with '_' */
+    mega_field_type type;
+    size_t offset;              /* offsetof in the config struct (an int, float, or enum) */
+    double lo, hi;              /* valid range (INT, FLOAT) */
+    const char *const *choices; /* CHOICE: the names, index = the stored value */
+    int nchoices;
+    unsigned flags;
+    unsigned mixers;            /* 0: every mixer; else the mixers it applies to, a bit per kind */
+    const char *help;           /* one line: the meaning, including what 0 / -1 mean */
+} mega_field;
+const mega_field *mega_block_config_fields(int *count);
+/* whether field f matters for mixer k (e.g. z-dim only for Mega; heads not for Mega) */
+int mega_field_applies(const mega_field *f, mega_mixer_kind k);
+/* a field's value as text ("128", "0.1", "true", "softmax") */
+void mega_field_format(const mega_field *f, const void *config, char *buf, size_t n);
 
 /* ---------------------------------------------------------------------------------------------
  * causal language model (official fairseq mega_lm / MegaDecoderNoCrossAttn, SPEC §2.13).
@@ -182,32 +284,28 @@ int mega_act_parse(const char *s, mega_act *a);
  * decoder.layers.<i>.mega_layer.*, decoder.layers.<i>.nffn.*, decoder.final_norm.norm.*,
  * decoder.output_projection.weight (untied only). */
 typedef struct {
-    int vocab_size;   /* 257 for bytes + pad */
-    int padding_idx;  /* 256; -1 = no pad token */
-    int layers, embed_dim, z_dim, hidden_dim, n_dim, ffn_dim;
-    int chunk_size;   /* -1 = full attention */
-    int truncation;   /* EMA truncation, 0 = none */
-    int max_positions; /* simple bias length with full attention */
-    mega_attn_fn attention_activation;
-    int rotary;       /* rel-pos-bias: 0 simple, 1 rotary */
-    mega_norm_type norm_type;
-    int prenorm;
-    int norm_affine;       /* affine parameters in the block norms (official default) */
-    int final_norm_affine; /* affine final norm (prenorm models) */
-    mega_act activation;
-    int scale_embedding;   /* multiply embeddings by sqrt(embed_dim) */
-    int tie_embeddings;
-    float dropout, attention_dropout, hidden_dropout, activation_dropout;
-    mega_mixer_config mix;
+    int vocab_size;         /* 257: the bytes and a pad */
+    int padding_idx;        /* 256; -1 = no pad token */
+    int layers;             /* blocks */
+    mega_block_config block;
+    int final_norm_affine;  /* learned scale/shift in the final norm (pre-norm models) */
+    int scale_embedding;    /* multiply the embeddings by sqrt(embed_dim) */
+    int tie_embeddings;     /* the output projection is the embedding table */
 } mega_lm_config;
 
 /* the defaults of `mega train` (a small byte-level model) */
 void mega_lm_config_default(mega_lm_config *c);
+/* fill the defaults left at 0 (the block's mixer options), as mega_lm_create does */
+void mega_lm_config_resolve(mega_lm_config *c);
 /* one-line error for an invalid configuration */
 mega_status mega_lm_config_check(const mega_lm_config *c);
-/* JSON with the CLI flag names as keys ("layers", "embed-dim", ...); caller frees with free() */
+/* JSON with the field names as keys ("layers", "embed-dim", ...; also reads the official fairseq
+ * argument names); caller frees with free() */
 char *mega_lm_config_to_json(const mega_lm_config *c);
 mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c);
+/* the model-level fields (vocab-size ... tie-embeddings); the block's are in
+ * mega_block_config_fields, at offsetof(mega_lm_config, block) */
+const mega_field *mega_lm_config_fields(int *count);
 
 typedef struct mega_lm mega_lm;
 
@@ -276,29 +374,28 @@ int64_t mega_lm_stream_pos(const mega_lm_stream *s);
 typedef enum { MEGA_EMBED_TOKEN = 0, MEGA_EMBED_REAL } mega_embed_kind;
 typedef enum { MEGA_POOL_MEAN = 0, MEGA_POOL_CLS } mega_pool_kind;
 typedef struct {
-    int layers, embed_dim, z_dim, hidden_dim, n_dim, ffn_dim;
-    int chunk_size, truncation, max_positions;
-    mega_attn_fn attention_activation;
-    int rotary;
-    mega_norm_type norm_type;
-    int prenorm, norm_affine, final_norm_affine;
-    mega_act activation;
-    mega_embed_kind embedding;
-    int vocab_size, padding_idx; /* token embedding only */
-    mega_pool_kind pool;
-    int classifier_layers, classifier_out_dim;
+    int layers;                    /* blocks (bidirectional) */
+    mega_block_config block;
+    int final_norm_affine;         /* learned scale/shift in the final norm (pre-norm models) */
+    mega_embed_kind embedding;     /* token ids, or real numbers (pixels) */
+    int vocab_size, padding_idx;   /* token embedding only */
+    mega_pool_kind pool;           /* mean over the true length, or position 0 */
+    int classifier_layers;         /* hidden layers of the head */
+    int classifier_dim;            /* their width */
     mega_act classifier_activation;
-    int num_classes;
-    int two_tower; /* retrieval pairs: pooled vectors of both inputs concatenated */
-    float dropout, attention_dropout, hidden_dropout, activation_dropout;
-    mega_mixer_config mix;
+    int classes;                   /* outputs */
+    int two_tower;                 /* retrieval pairs: pooled vectors of both inputs concatenated */
 } mega_cls_config;
 
 void mega_cls_config_default(mega_cls_config *c);
+/* fill the defaults left at 0 (the mixer's options, classifier-dim), as mega_cls_create does */
+void mega_cls_config_resolve(mega_cls_config *c);
 mega_status mega_cls_config_check(const mega_cls_config *c);
-/* JSON with CLI flag names (also reads the official LRA argument names) */
+/* JSON with the field names (also reads the official LRA argument names) */
 char *mega_cls_config_to_json(const mega_cls_config *c);
 mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c);
+/* the model-level fields (layers ... two-tower); the block's at offsetof(mega_cls_config, block) */
+const mega_field *mega_cls_config_fields(int *count);
 
 typedef struct mega_cls mega_cls;
 mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out);

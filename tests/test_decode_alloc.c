@@ -47,11 +47,11 @@
 static void bench_config(mega_lm_config *c) {
     mega_lm_config_default(c);
     c->vocab_size = 257, c->padding_idx = 256;
-    c->layers = 4, c->embed_dim = 256, c->z_dim = 64, c->hidden_dim = 512, c->ffn_dim = 512, c->n_dim = 16;
-    c->chunk_size = 64, c->truncation = 0, c->max_positions = 1024;
-    c->attention_activation = MEGA_ATTN_SOFTMAX, c->norm_type = MEGA_NORM_LAYER, c->prenorm = 1;
-    c->rotary = 0, c->activation = MEGA_ACT_SILU, c->scale_embedding = 1, c->tie_embeddings = 0;
-    c->dropout = c->attention_dropout = c->hidden_dropout = c->activation_dropout = 0;
+    c->layers = 4, c->block.embed_dim = 256, c->block.z_dim = 64, c->block.hidden_dim = 512, c->block.ffn_dim = 512, c->block.n_dim = 16;
+    c->block.chunk_size = 64, c->block.truncation = 0, c->block.max_positions = 1024;
+    c->block.attention_activation = MEGA_ATTN_SOFTMAX, c->block.norm_type = MEGA_NORM_LAYER, c->block.prenorm = 1;
+    c->block.rel_pos_bias = MEGA_RELPOS_SIMPLE, c->block.activation = MEGA_ACT_SILU, c->scale_embedding = 1, c->tie_embeddings = 0;
+    c->block.dropout = c->block.attention_dropout = c->block.hidden_dropout = c->block.activation_dropout = 0;
 }
 
 /* ---- the allocation counter ------------------------------------------------------------ */

@@ -125,7 +125,7 @@ static void self_check(void) {
     snprintf(op, sizeof op, "%s/logits.safetensors", dir);
     mega_lm_config c;
     mega_lm_config_default(&c);
-    c.layers = 2, c.embed_dim = 16, c.z_dim = 8, c.hidden_dim = 24, c.n_dim = 4, c.ffn_dim = 20, c.chunk_size = 8;
+    c.layers = 2, c.block.embed_dim = 16, c.block.z_dim = 8, c.block.hidden_dim = 24, c.block.n_dim = 4, c.block.ffn_dim = 20, c.block.chunk_size = 8;
     mega_lm *m = NULL;
     int ok = mega_lm_create(&c, &m) == MEGA_OK;
     if (ok) {

@@ -19,46 +19,48 @@
 
 static const char *const IGNORE[] = {"_float_tensor", NULL};
 
-/* fill a block config from a "layer" case's config (official MovingAverageGatedAttention args) */
-static int layer_cfg(const fx_case *c, mega_block_cfg *cfg) {
-    memset(cfg, 0, sizeof *cfg);
-    cfg->D = fx_cfg_int(c, "embed_dim", 0);
-    cfg->Z = fx_cfg_int(c, "zdim", 0);
-    cfg->E = fx_cfg_int(c, "hdim", 0);
-    cfg->N = fx_cfg_int(c, "ndim", 2);
-    cfg->F = fx_cfg_int(c, "ffn_hidden_dim", 0);
-    cfg->chunk = fx_cfg_int(c, "chunk_size", -1);
-    cfg->trunc = fx_cfg_int(c, "truncation", 0);
+/* a block config from a "layer" case's config (official MovingAverageGatedAttention argument
+ * names, and our own reference cases' mixer options, tests/ref/) */
+static int layer_cfg(const fx_case *c, mega_block_config *cfg) {
+    mega_block_config_default(cfg);
+    cfg->embed_dim = fx_cfg_int(c, "embed_dim", 0);
+    cfg->z_dim = fx_cfg_int(c, "zdim", 0);
+    cfg->hidden_dim = fx_cfg_int(c, "hdim", 0);
+    cfg->n_dim = fx_cfg_int(c, "ndim", 2);
+    cfg->ffn_dim = fx_cfg_int(c, "ffn_hidden_dim", 0);
+    cfg->chunk_size = fx_cfg_int(c, "chunk_size", -1);
+    cfg->truncation = fx_cfg_int(c, "truncation", 0);
     cfg->max_positions = fx_cfg_int(c, "max_positions", 1024);
-    cfg->bidir = fx_cfg_bool(c, "bidirectional", 0);
+    cfg->bidirectional = fx_cfg_bool(c, "bidirectional", 0);
     cfg->prenorm = fx_cfg_bool(c, "prenorm", 1);
     cfg->norm_affine = fx_cfg_bool(c, "norm_affine", 1);
-    cfg->rotary = !strcmp(fx_cfg_str(c, "rel_pos_bias", "simple"), "rotary");
-    if (mega_attn_fn_parse(fx_cfg_str(c, "attention_activation", "softmax"), &cfg->attn_fn)) return -1;
-    if (mega_norm_parse(fx_cfg_str(c, "norm_type", "layernorm"), &cfg->norm)) return -1;
-    if (mega_act_parse(fx_cfg_str(c, "activation", "silu"), &cfg->act)) return -1;
-    /* other mixers (our own reference cases, tests/ref/): the block's mixer fields */
+    if (mega_relpos_parse(fx_cfg_str(c, "rel_pos_bias", "simple"), &cfg->rel_pos_bias)) return -1;
+    if (mega_attn_fn_parse(fx_cfg_str(c, "attention_activation", "softmax"), &cfg->attention_activation)) return -1;
+    if (mega_norm_parse(fx_cfg_str(c, "norm_type", "layernorm"), &cfg->norm_type)) return -1;
+    if (mega_act_parse(fx_cfg_str(c, "activation", "silu"), &cfg->activation)) return -1;
     if (mega_mixer_parse(fx_cfg_str(c, "mixer", "mega"), &cfg->mixer)) return -1;
     if (mega_pos_parse(fx_cfg_str(c, "pos", "none"), &cfg->pos)) return -1;
     cfg->heads = fx_cfg_int(c, "heads", 1);
     cfg->window = fx_cfg_int(c, "window", 0);
-    cfg->memory = fx_cfg_int(c, "memory", 0);
+    cfg->memory_size = fx_cfg_int(c, "memory", 0);
+    /* the reference cases write max_len 0 for "no absolute-position parameters" (the config's -1) */
     cfg->max_len = fx_cfg_int(c, "max_len", 0);
+    if (cfg->max_len == 0) cfg->max_len = -1;
     cfg->attn_window = fx_cfg_int(c, "attn_window", 0);
-    cfg->log_n = fx_cfg_bool(c, "log_n", 0);
+    cfg->log_n_scaling = fx_cfg_bool(c, "log_n", 0);
     cfg->train_len = fx_cfg_int(c, "train_len", 0);
     return 0;
 }
 
 static void run_layer(fx_case *c) {
-    mega_block_cfg cfg;
+    mega_block_config cfg;
     if (layer_cfg(c, &cfg)) {
         printf("FAIL %s: unsupported config value\n", c->name);
         c->failed = 1;
         return;
     }
     const int B = c->B, T = c->T;
-    const size_t R = (size_t)B * T, D = (size_t)cfg.D;
+    const size_t R = (size_t)B * T, D = (size_t)cfg.embed_dim;
     mega_params P;
     mega_params_init(&P);
     mega_block bl;
@@ -125,7 +127,7 @@ static void run_layer(fx_case *c) {
     ref = fx_tensor(c, "decode.out", NULL);
     if (ref) {
         /* the layer was loaded with the pre-forward running stats; decode cases have no batchnorm */
-        int cap = cfg.chunk > 0 ? cfg.chunk : T;
+        int cap = cfg.chunk_size > 0 ? cfg.chunk_size : T;
         mega_block_state S;
         mega_real *smem = calloc(mega_block_state_size(&bl, B, cap), sizeof(mega_real));
         mega_real *sscr = calloc(mega_block_step_scratch(&bl, B, 1, cap), sizeof(mega_real));

@@ -145,8 +145,8 @@ static int argmax_nopad(const rl *l, int V, int pad) {
 static void small_config(mega_lm_config *c) {
     mega_lm_config_default(c);
     c->vocab_size = 37, c->padding_idx = 36;
-    c->layers = 2, c->embed_dim = 16, c->z_dim = 8, c->hidden_dim = 24, c->n_dim = 4, c->ffn_dim = 20;
-    c->chunk_size = 4, c->max_positions = 64;
+    c->layers = 2, c->block.embed_dim = 16, c->block.z_dim = 8, c->block.hidden_dim = 24, c->block.n_dim = 4, c->block.ffn_dim = 20;
+    c->block.chunk_size = 4, c->block.max_positions = 64;
 }
 
 /* ---- (1) greedy streaming generation vs the full forward -------------------------------- */
@@ -174,11 +174,11 @@ static mega_status full_last(mega_lm *m, const int32_t *seq, int B, int stride, 
 static void gen_run(const gen_case *g, unsigned long long seed) {
     mega_lm_config c;
     small_config(&c);
-    c.vocab_size = g->V, c.padding_idx = g->pad, c.chunk_size = g->chunk;
-    c.attention_activation = (mega_attn_fn)g->attn, c.rotary = g->rotary, c.norm_type = (mega_norm_type)g->norm;
-    c.prenorm = g->prenorm, c.tie_embeddings = g->tied, c.activation = (mega_act)g->act, c.ffn_dim = g->F;
+    c.vocab_size = g->V, c.padding_idx = g->pad, c.block.chunk_size = g->chunk;
+    c.block.attention_activation = (mega_attn_fn)g->attn, c.block.rel_pos_bias = (mega_relpos_kind)g->rotary, c.block.norm_type = (mega_norm_type)g->norm;
+    c.block.prenorm = g->prenorm, c.tie_embeddings = g->tied, c.block.activation = (mega_act)g->act, c.block.ffn_dim = g->F;
     c.scale_embedding = g->scale_emb, c.final_norm_affine = g->final_affine;
-    if (g->no_ema) c.n_dim = 0;
+    if (g->no_ema) c.block.n_dim = 0;
     mega_lm *m = NULL;
     mega_status st = mega_lm_create(&c, &m);
     TL_CHECK(st == MEGA_OK, "%s: create (%s)", g->name, mega_last_error());
@@ -317,7 +317,7 @@ static void test_logits_layout(void) {
     for (int norm = MEGA_NORM_LAYER; norm <= MEGA_NORM_BATCH; norm += MEGA_NORM_BATCH - MEGA_NORM_LAYER) {
         mega_lm_config c;
         small_config(&c);
-        c.chunk_size = 6, c.norm_type = (mega_norm_type)norm;
+        c.block.chunk_size = 6, c.block.norm_type = (mega_norm_type)norm;
         mega_lm *m = NULL;
         if (mega_lm_create(&c, &m) != MEGA_OK) {
             TL_CHECK(0, "layout: create (%s)", mega_last_error());
@@ -340,7 +340,7 @@ static void test_logits_layout(void) {
         TL_CHECK(st == MEGA_OK && e <= GEN_TOL,
                  "%s, chunk 6, B = 2, T = 8: mega_lm_logits rows of sequence 1 start at T*V ([B, T, V] as documented): "
                  "rel err %.2e vs a B = 1 forward",
-                 mega_norm_name(c.norm_type), e);
+                 mega_norm_name(c.block.norm_type), e);
         free(two), free(one);
         mega_lm_free(m);
     }
@@ -351,7 +351,7 @@ static void test_logits_layout(void) {
 static mega_lm *make_model(unsigned long long seed, int rotary) {
     mega_lm_config c;
     small_config(&c);
-    c.rotary = rotary;
+    c.block.rel_pos_bias = (mega_relpos_kind)rotary;
     mega_lm *m = NULL;
     if (mega_lm_create(&c, &m) != MEGA_OK) {
         TL_CHECK(0, "create (%s)", mega_last_error());
@@ -587,7 +587,7 @@ static void test_config_json(void) {
     TL_CHECK(js && js2 && !strcmp(js, js2), "default config JSON round trip");
     free(js), free(js2);
     TL_CHECK(mega_lm_config_from_json("{}", &c) == MEGA_OK && c.layers == d.layers, "empty object gives the defaults");
-    TL_CHECK(mega_lm_config_from_json("{\"chunk-size\":-1}", &c) == MEGA_OK && c.chunk_size == -1, "chunk-size -1 accepted");
+    TL_CHECK(mega_lm_config_from_json("{\"chunk-size\":-1}", &c) == MEGA_OK && c.block.chunk_size == -1, "chunk-size -1 accepted");
     static const char *bad[] = {
         "{\"layers\":0}",
         "{\"layers\":-3}",
@@ -706,8 +706,8 @@ static double eval_loss(mega_lm *m) {
 static void test_training(void) {
     mega_lm_config c;
     small_config(&c);
-    c.vocab_size = 257, c.padding_idx = 256, c.chunk_size = 16;
-    c.dropout = 0.1f, c.attention_dropout = 0.1f, c.hidden_dropout = 0.1f, c.activation_dropout = 0.1f;
+    c.vocab_size = 257, c.padding_idx = 256, c.block.chunk_size = 16;
+    c.block.dropout = 0.1f, c.block.attention_dropout = 0.1f, c.block.hidden_dropout = 0.1f, c.block.activation_dropout = 0.1f;
     mega_lm *a = train_run(&c, 5, 12345, 3e-3, NULL);
     mega_lm *b = train_run(&c, 5, 12345, 3e-3, NULL);
     mega_lm *d = train_run(&c, 5, 999, 3e-3, NULL);
@@ -722,7 +722,7 @@ static void test_training(void) {
     mega_lm_free(a), mega_lm_free(b), mega_lm_free(d);
 
     /* learning: 30 steps on a repetitive sequence, no dropout */
-    c.dropout = c.attention_dropout = c.hidden_dropout = c.activation_dropout = 0;
+    c.block.dropout = c.block.attention_dropout = c.block.hidden_dropout = c.block.activation_dropout = 0;
     mega_lm *u = mega_lm_create(&c, &u) == MEGA_OK ? u : NULL;
     double l0 = NAN, l30 = NAN;
     if (u) {

@@ -102,25 +102,27 @@ static const workload *find_workload(const char *name) {
 
 static void lm_bench_config(mega_lm_config *c) {
     mega_lm_config_default(c);
-    c->vocab_size = 257, c->padding_idx = 256; /* the byte vocabulary + pad (issue 6 says 256) */
-    c->layers = 4, c->embed_dim = 256, c->z_dim = 64, c->hidden_dim = 512, c->ffn_dim = 512, c->n_dim = 16;
-    c->chunk_size = 256, c->truncation = 0, c->max_positions = 1024;
-    c->attention_activation = MEGA_ATTN_SOFTMAX, c->norm_type = MEGA_NORM_LAYER, c->prenorm = 1;
-    c->rotary = 0, c->activation = MEGA_ACT_SILU, c->scale_embedding = 1, c->tie_embeddings = 0;
-    c->dropout = c->attention_dropout = c->hidden_dropout = c->activation_dropout = 0;
+    mega_block_config *k = &c->block;
+    c->vocab_size = 257, c->padding_idx = 256; /* the byte vocabulary + pad */
+    c->layers = 4, k->embed_dim = 256, k->z_dim = 64, k->hidden_dim = 512, k->ffn_dim = 512, k->n_dim = 16;
+    k->chunk_size = 256, k->truncation = 0, k->max_positions = 1024;
+    k->attention_activation = MEGA_ATTN_SOFTMAX, k->norm_type = MEGA_NORM_LAYER, k->prenorm = 1;
+    k->rel_pos_bias = MEGA_RELPOS_SIMPLE, k->activation = MEGA_ACT_SILU, c->scale_embedding = 1, c->tie_embeddings = 0;
+    k->dropout = k->attention_dropout = k->hidden_dropout = k->activation_dropout = 0;
 }
 
 static void cls_bench_config(const workload *w, mega_cls_config *c) {
     mega_cls_config_default(c);
-    c->layers = 4, c->embed_dim = 128, c->z_dim = 64, c->hidden_dim = 256, c->ffn_dim = 256, c->n_dim = 16;
-    c->chunk_size = w->chunk, c->truncation = 0;
-    c->max_positions = w->T > 4096 ? w->T : 4096;
-    c->attention_activation = MEGA_ATTN_SOFTMAX, c->norm_type = MEGA_NORM_SCALE, c->prenorm = 0;
-    c->rotary = 0, c->activation = MEGA_ACT_SILU;
+    mega_block_config *k = &c->block;
+    c->layers = 4, k->embed_dim = 128, k->z_dim = 64, k->hidden_dim = 256, k->ffn_dim = 256, k->n_dim = 16;
+    k->chunk_size = w->chunk, k->truncation = 0;
+    k->max_positions = w->T > 4096 ? w->T : 4096;
+    k->attention_activation = MEGA_ATTN_SOFTMAX, k->norm_type = MEGA_NORM_SCALE, k->prenorm = 0;
+    k->rel_pos_bias = MEGA_RELPOS_SIMPLE, k->activation = MEGA_ACT_SILU;
     c->embedding = MEGA_EMBED_TOKEN, c->vocab_size = 257, c->padding_idx = 256, c->pool = MEGA_POOL_MEAN;
-    c->classifier_layers = 1, c->classifier_out_dim = 2 * c->embed_dim, c->num_classes = 2;
+    c->classifier_layers = 1, c->classifier_dim = 2 * k->embed_dim, c->classes = 2;
     c->classifier_activation = MEGA_ACT_GELU;
-    c->dropout = c->attention_dropout = c->hidden_dropout = c->activation_dropout = 0;
+    k->dropout = k->attention_dropout = k->hidden_dropout = k->activation_dropout = 0;
 }
 
 /* The classifier's token mixer: one config field (mix.mixer; the rest of the model is unchanged).
@@ -129,8 +131,8 @@ static int cls_select_mixer(const workload *w, mega_cls_config *c, char *why, si
     mega_mixer_kind k;
     if (mega_mixer_parse(w->mixer, &k) != 0) return snprintf(why, nwhy, "unknown mixer %s", w->mixer), 1;
     if (!mega_mixer_available(k)) return snprintf(why, nwhy, "%s mixer not built yet", w->mixer), 1;
-    c->mix.mixer = k;
-    if (k != MEGA_MIXER_MEGA) c->mix.heads = MHA_HEADS; /* positions: the default (none), as nn.MultiheadAttention */
+    c->block.mixer = k;
+    if (k != MEGA_MIXER_MEGA) c->block.heads = MHA_HEADS; /* positions: the default (none), as nn.MultiheadAttention */
     return 0;
 }
 
@@ -152,14 +154,14 @@ static double workload_flops(const workload *w) {
     if (w->kind == WK_LM_TRAIN || w->kind == WK_LM_DECODE) {
         mega_lm_config c;
         lm_bench_config(&c);
-        const double D = c.embed_dim, Z = c.z_dim, E = c.hidden_dim, N = c.n_dim, F = c.ffn_dim, V = c.vocab_size;
+        const double D = c.block.embed_dim, Z = c.block.z_dim, E = c.block.hidden_dim, N = c.block.n_dim, F = c.block.ffn_dim, V = c.vocab_size;
         if (w->kind == WK_LM_TRAIN) {
-            double fwd = c.layers * mega_block_macs(D, Z, E, N, F, w->T, c.chunk_size, 1) + (double)w->T * D * V;
+            double fwd = c.layers * mega_block_macs(D, Z, E, N, F, w->T, c.block.chunk_size, 1) + (double)w->T * D * V;
             return 2.0 * 3.0 * fwd * w->B;
         }
         double macs = 0;
         for (int t = 0; t < w->T; t++) {
-            double n = c.chunk_size > 0 ? (double)(t % c.chunk_size + 1) : (double)(t + 1);
+            double n = c.block.chunk_size > 0 ? (double)(t % c.block.chunk_size + 1) : (double)(t + 1);
             macs += c.layers * (D * (2 * D + Z + 3 * E) + 3 * D * N + n * (Z + E) + 2 * D * F) + D * V;
         }
         return 2.0 * macs * w->B;
@@ -167,9 +169,10 @@ static double workload_flops(const workload *w) {
     if (w->kind == WK_CLS_TRAIN) {
         mega_cls_config c;
         cls_bench_config(w, &c);
-        const double D = c.embed_dim, Z = c.z_dim, E = c.hidden_dim, N = c.n_dim, F = c.ffn_dim;
-        double blk = strcmp(w->mixer, "mega") ? mha_block_macs(D, F, w->T) : mega_block_macs(D, Z, E, N, F, w->T, c.chunk_size, 0);
-        double head = D * c.classifier_out_dim + (double)c.classifier_out_dim * c.num_classes;
+        const mega_block_config *k = &c.block;
+        const double D = k->embed_dim, Z = k->z_dim, E = k->hidden_dim, N = k->n_dim, F = k->ffn_dim;
+        double blk = strcmp(w->mixer, "mega") ? mha_block_macs(D, F, w->T) : mega_block_macs(D, Z, E, N, F, w->T, k->chunk_size, 0);
+        double head = D * c.classifier_dim + (double)c.classifier_dim * c.classes;
         return 2.0 * 3.0 * (c.layers * blk + head) * w->B;
     }
     return 0;

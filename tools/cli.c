@@ -20,8 +20,16 @@ static void fmt_default(char *buf, size_t n, const cli_flag *f) {
     case F_INT: snprintf(buf, n, "%d", *(int *)f->dst); break;
     case F_I64: snprintf(buf, n, "%lld", (long long)*(int64_t *)f->dst); break;
     case F_DBL: snprintf(buf, n, "%g", *(double *)f->dst); break;
+    case F_FLT: snprintf(buf, n, "%g", (double)*(float *)f->dst); break;
     case F_STR:
     case F_ENUM: snprintf(buf, n, "%s", *(const char **)f->dst ? *(const char **)f->dst : "(none)"); break;
+    case F_CHOICE: {
+        /* the v-th entry of choices */
+        const char *c = f->choices;
+        for (int v = *(int *)f->dst; v > 0 && c; v--) c = strchr(c, '|') ? strchr(c, '|') + 1 : NULL;
+        snprintf(buf, n, "%.*s", c ? (int)strcspn(c, "|") : 1, c ? c : "?");
+        break;
+    }
     case F_BOOL:
     case F_SET: snprintf(buf, n, "%s", *(int *)f->dst ? "on" : "off"); break;
     case F_CLEAR: snprintf(buf, n, "%s", *(int *)f->dst ? "off" : "on"); break;
@@ -29,29 +37,77 @@ static void fmt_default(char *buf, size_t n, const cli_flag *f) {
 }
 
 void cli_help(FILE *out, const char *cmd, const char *usage, const cli_flag *flags) {
+    enum { COL = 34 };
     fprintf(out, "usage: mega %s %s\n\n", cmd, usage);
     for (const cli_flag *f = flags; f->name; f++) {
-        char left[96], def[96];
+        char left[1024], def[96];
         const char *arg = "";
         switch (f->kind) {
         case F_INT:
         case F_I64: arg = " N"; break;
-        case F_DBL: arg = " X"; break;
+        case F_DBL:
+        case F_FLT: arg = " X"; break;
         case F_STR: arg = " S"; break;
-        case F_ENUM: arg = ""; break;
+        case F_BOOL: arg = "[=false]"; break;
         default: break;
         }
-        if (f->kind == F_ENUM)
+        if (f->kind == F_ENUM || f->kind == F_CHOICE) {
             snprintf(left, sizeof left, "--%s {%s}", f->name, f->choices);
-        else
+        } else {
             snprintf(left, sizeof left, "--%s%s", f->name, arg);
+        }
         fmt_default(def, sizeof def, f);
-        if (f->kind == F_SET || f->kind == F_CLEAR || f->kind == F_BOOL)
-            fprintf(out, "  %-34s %s\n", left, f->help);
+        /* a long left part (many choices) gets lines of its own, never cut */
+        if (strlen(left) > COL) fprintf(out, "  %s\n  %-*s", left, COL, "");
+        else fprintf(out, "  %-*s", COL, left);
+        if (f->kind == F_SET || f->kind == F_CLEAR)
+            fprintf(out, " %s\n", f->help);
+        else if (f->kind == F_BOOL) /* --name or --name=false */
+            fprintf(out, " %s (default %s)\n", f->help, *(int *)f->dst ? "true" : "false");
         else
-            fprintf(out, "  %-34s %s (default %s)\n", left, f->help, def);
+            fprintf(out, " %s (default %s)\n", f->help, def);
     }
-    fprintf(out, "  %-34s %s\n", "--help", "this text");
+    fprintf(out, "  %-*s %s\n", COL, "--help", "this text");
+}
+
+/* "a|b|c" of a choice field, kept for the life of the program */
+static const char *choices_of(const mega_field *f) {
+    static char pool[8192];
+    static size_t used;
+    char *s = pool + used;
+    size_t o = 0;
+    for (int i = 0; i < f->nchoices && used + o < sizeof pool; i++)
+        o += (size_t)snprintf(s + o, sizeof pool - used - o, "%s%s", i ? "|" : "", f->choices[i]);
+    used += o + 1;
+    return used <= sizeof pool ? s : "?";
+}
+
+int cli_add_fields(cli_flag *fl, int n, int cap, const mega_field *f, int nf, void *base) {
+    for (int i = 0; i < nf; i++) {
+        if (f[i].flags & MEGA_FIELD_NOFLAG) continue;
+        if (n + 1 >= cap) return -1; /* keep room for the terminator */
+        cli_flag g;
+        memset(&g, 0, sizeof g);
+        static const flag_kind kinds[] = {F_INT, F_FLT, F_BOOL, F_CHOICE};
+        g.name = f[i].name, g.kind = kinds[f[i].type], g.dst = (char *)base + f[i].offset, g.help = f[i].help;
+        g.lo = 1, g.hi = 0; /* the config check judges the value */
+        if (f[i].type == MEGA_FIELD_CHOICE) g.choices = choices_of(&f[i]);
+        fl[n++] = g;
+    }
+    memset(&fl[n], 0, sizeof fl[n]);
+    return n;
+}
+
+const char *cli_find(int argc, char **argv, int i0, const char *name) {
+    const char *v = NULL;
+    const size_t n = strlen(name);
+    for (int i = i0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) || strncmp(a + 2, name, n)) continue;
+        if (a[2 + n] == '=') v = a + 3 + n;
+        else if (!a[2 + n] && i + 1 < argc) v = argv[++i];
+    }
+    return v;
 }
 
 int cli_seen(const cli_flag *flags, const char *name) {
@@ -135,23 +191,30 @@ int cli_parse(const char *cmd, const char *usage, cli_flag *flags, int argc, cha
             if (parse_num(f, val, &x)) return 2;
             *(double *)f->dst = x;
             break;
+        case F_FLT:
+            if (parse_num(f, val, &x)) return 2;
+            *(float *)f->dst = (float)x;
+            break;
         case F_STR: *(const char **)f->dst = val; break;
-        case F_ENUM: {
+        case F_ENUM:
+        case F_CHOICE: {
             const char *c = f->choices;
-            int ok = 0;
+            int k = -1, ci = 0;
             size_t n = strlen(val);
             while (*c) {
                 const char *bar = strchr(c, '|');
                 size_t l = bar ? (size_t)(bar - c) : strlen(c);
-                if (l == n && !strncmp(c, val, n)) ok = 1;
+                if (l == n && !strncmp(c, val, n)) k = ci;
                 c += l + (bar ? 1 : 0);
+                ci++;
                 if (!bar) break;
             }
-            if (!ok) {
+            if (k < 0) {
                 cli_error("--%s must be one of {%s}, got '%s'", f->name, f->choices, val);
                 return 2;
             }
-            *(const char **)f->dst = val;
+            if (f->kind == F_ENUM) *(const char **)f->dst = val;
+            else *(int *)f->dst = k;
             break;
         }
         default: break;

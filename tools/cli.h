@@ -7,7 +7,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-typedef enum { F_INT, F_I64, F_DBL, F_STR, F_BOOL, F_SET, F_CLEAR, F_ENUM } flag_kind;
+/* F_ENUM: a string among choices "a|b|c" (dst const char **); F_CHOICE: the index of the value in
+ * choices (dst int *: the config fields' enums); F_FLT: a float */
+typedef enum { F_INT, F_I64, F_DBL, F_FLT, F_STR, F_BOOL, F_SET, F_CLEAR, F_ENUM, F_CHOICE } flag_kind;
 
 typedef struct {
     const char *name;    /* without the leading -- */
@@ -20,6 +22,15 @@ typedef struct {
 } cli_flag;
 
 #define FL_END {NULL, F_INT, NULL, NULL, NULL, 0, 0, 0}
+
+/* append one flag per field of a config table (fields marked MEGA_FIELD_NOFLAG are skipped)
+ * whose values go straight into the config struct at base; the values are checked by the
+ * config's own check (mega_*_config_check), not by the flag. Returns the new count; fails (-1)
+ * when cap is too small. */
+int cli_add_fields(cli_flag *fl, int n, int cap, const mega_field *f, int nf, void *base);
+/* the value of --name in argv (the last one; "--name V" or "--name=V"), NULL if absent; for
+ * choosing the flags of a command before parsing it */
+const char *cli_find(int argc, char **argv, int i0, const char *name);
 
 /* parse argv[i0..argc); returns 0, or 2 after printing the error (or 1 when --help was printed) */
 int cli_parse(const char *cmd, const char *usage, cli_flag *flags, int argc, char **argv, int i0);

@@ -140,8 +140,8 @@ int eval_stream(mega_lm *m, const uint8_t *text, size_t n, int seg, int verbose,
     /* chunked Mega carries its whole state across segments (the cache resets at chunk borders);
      * full attention, and every other mixer, restarts at every segment (their caches would grow
      * with the text): their context is one segment */
-    const int full = !(c->mix.mixer == MEGA_MIXER_MEGA && c->chunk_size > 0);
-    int cap = full ? seg : c->chunk_size;
+    const int full = !(c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size > 0);
+    int cap = full ? seg : c->block.chunk_size;
     mega_lm_stream *s;
     if (mega_lm_stream_new(m, 1, cap, &s) != MEGA_OK) return cli_error("%s", mega_last_error());
     int32_t *tok = malloc((size_t)seg * sizeof(int32_t));
@@ -191,18 +191,45 @@ int eval_stream(mega_lm *m, const uint8_t *text, size_t n, int seg, int verbose,
     return 0;
 }
 
-void print_config(FILE *f, const mega_lm_config *c, const char *ind) {
-    fprintf(f, "%slayers %d, embed-dim %d, z-dim %d, hidden-dim %d, n-dim %d, ffn-dim %d\n", ind, c->layers, c->embed_dim,
-            c->z_dim, c->hidden_dim, c->n_dim, c->ffn_dim);
-    fprintf(f, "%schunk-size %d, truncation %d, attention-activation %s, rel-pos-bias %s\n", ind, c->chunk_size,
-            c->truncation, mega_attn_fn_name(c->attention_activation), c->rotary ? "rotary" : "simple");
-    fprintf(f, "%snorm-type %s, %s, activation %s, %s embeddings, embedding scale %s\n", ind, mega_norm_name(c->norm_type),
-            c->prenorm ? "prenorm" : "postnorm", mega_act_name(c->activation), c->tie_embeddings ? "tied" : "untied",
-            c->scale_embedding ? "sqrt(D)" : "1");
-    if (c->mix.mixer != MEGA_MIXER_MEGA)
-        fprintf(f, "%smixer %s: heads %d, window %d, memory-size %d, max-len %d, pos %s, attn-window %d%s\n", ind,
-                mega_mixer_name(c->mix.mixer), c->mix.heads, c->mix.window, c->mix.memory, c->mix.max_len,
-                mega_pos_name(c->mix.pos), c->mix.attn_window, c->mix.log_n ? ", log-n scaling" : "");
-    fprintf(f, "%sdropout %g, attention-dropout %g, hidden-dropout %g, activation-dropout %g, vocab %d (pad %d)\n", ind,
-            c->dropout, c->attention_dropout, c->hidden_dropout, c->activation_dropout, c->vocab_size, c->padding_idx);
+/* "name value" pairs of one field table, comma-separated, wrapped before 100 columns; block
+ * fields that do not apply to the mixer are left out */
+static void print_fields(FILE *f, const mega_field *fd, int n, const void *cfg, mega_mixer_kind mixer, const char *ind,
+                         int *col) {
+    for (int i = 0; i < n; i++) {
+        if (!mega_field_applies(&fd[i], mixer) || !strcmp(fd[i].name, "bidirectional")) continue;
+        char v[64], item[128];
+        mega_field_format(&fd[i], cfg, v, sizeof v);
+        int len = snprintf(item, sizeof item, "%s %s", fd[i].name, v);
+        if (*col > 0 && *col + 2 + len > 100) {
+            fprintf(f, ",\n%s", ind);
+            *col = 0;
+        } else if (*col > 0) {
+            fprintf(f, ", ");
+            *col += 2;
+        } else {
+            fprintf(f, "%s", ind);
+        }
+        fprintf(f, "%s", item);
+        *col += len + (int)strlen(ind) * (*col == 0);
+    }
+}
+
+void print_config(FILE *f, const mega_field *mf, int nmf, const void *cfg, const mega_block_config *block, const char *ind) {
+    int nb, col = 0;
+    const mega_field *bf = mega_block_config_fields(&nb);
+    print_fields(f, mf, nmf, cfg, block->mixer, ind, &col);
+    print_fields(f, bf, nb, block, block->mixer, ind, &col);
+    fprintf(f, "\n");
+}
+
+void print_lm_config(FILE *f, const mega_lm_config *c, const char *ind) {
+    int n;
+    const mega_field *mf = mega_lm_config_fields(&n);
+    print_config(f, mf, n, c, &c->block, ind);
+}
+
+void print_cls_config(FILE *f, const mega_cls_config *c, const char *ind) {
+    int n;
+    const mega_field *mf = mega_cls_config_fields(&n);
+    print_config(f, mf, n, c, &c->block, ind);
 }

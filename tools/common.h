@@ -32,8 +32,11 @@ int eval_windows(mega_lm *m, const uint8_t *text, size_t n, int B, int T, size_t
  * tokens; progress on stderr when verbose */
 int eval_stream(mega_lm *m, const uint8_t *text, size_t n, int seg, int verbose, double *loss, int64_t *count);
 
-/* print the model config as "key value" lines */
-void print_config(FILE *f, const mega_lm_config *c, const char *indent);
+/* print a model config as "key value" pairs (lines begin with indent): the model's fields, then
+ * the block fields that apply to its mixer */
+void print_config(FILE *f, const mega_field *mf, int nmf, const void *cfg, const mega_block_config *block, const char *indent);
+void print_lm_config(FILE *f, const mega_lm_config *c, const char *indent);
+void print_cls_config(FILE *f, const mega_cls_config *c, const char *indent);
 
 /* subcommands */
 int cmd_train(int argc, char **argv);

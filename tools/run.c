@@ -24,27 +24,27 @@ static int load_model_ex(const char *arg, int chunk_override, int attn_window, m
     model_path(arg, p, sizeof p);
     if (!file_exists(p)) return cli_error("no model at '%s' (expected a checkpoint directory or a .safetensors file)", arg);
     if (mega_lm_load(p, out) != MEGA_OK) return cli_error("%s", mega_last_error());
-    if (attn_window >= 0 && attn_window != mega_lm_get_config(*out)->mix.attn_window) {
+    if (attn_window >= 0 && attn_window != mega_lm_get_config(*out)->block.attn_window) {
         mega_lm_config c = *mega_lm_get_config(*out);
         mega_lm_free(*out);
         *out = NULL;
-        c.mix.attn_window = attn_window;
+        c.block.attn_window = attn_window;
         if (mega_lm_create(&c, out) != MEGA_OK || mega_lm_load_weights(*out, p) != MEGA_OK) {
             mega_lm_free(*out);
             *out = NULL;
             return cli_error("--attn-window: %s", mega_last_error());
         }
     }
-    if (chunk_override != 0 && chunk_override != mega_lm_get_config(*out)->chunk_size) {
+    if (chunk_override != 0 && chunk_override != mega_lm_get_config(*out)->block.chunk_size) {
         /* train short, test long: rebuild with another attention chunk and reload the weights */
         mega_lm_config c = *mega_lm_get_config(*out);
         mega_lm_free(*out);
         *out = NULL;
-        if (!c.rotary)
+        if (c.block.rel_pos_bias != MEGA_RELPOS_ROTARY)
             return cli_error("--chunk-size %d: this model has a simple relative-position bias, whose table is sized by the "
                              "training chunk (%d); only rotary-bias models can change the chunk at evaluation",
-                             chunk_override, c.chunk_size);
-        c.chunk_size = chunk_override;
+                             chunk_override, c.block.chunk_size);
+        c.block.chunk_size = chunk_override;
         if (mega_lm_create(&c, out) != MEGA_OK || mega_lm_load_weights(*out, p) != MEGA_OK) {
             mega_lm_free(*out);
             *out = NULL;
@@ -118,7 +118,7 @@ static int eval_classifier(const char *model, const char *data, const char *imag
     cls_dataset d;
     memset(&d, 0, sizeof d);
     if (load_cls_data(&cm, data, images, labels, seq_len, &d)) return free_cls_model(&cm), 2;
-    const int C = mega_cls_get_config(cm.m)->num_classes;
+    const int C = mega_cls_get_config(cm.m)->classes;
     int *idx = malloc((size_t)d.n * sizeof(int)), *pred = malloc((size_t)d.n * sizeof(int));
     for (int i = 0; i < d.n; i++) idx[i] = i;
     double loss, t0 = now_sec();
@@ -264,13 +264,13 @@ int cmd_eval(int argc, char **argv) {
         return rc ? 2 : 0;
     }
     if (seq_len <= 0) /* Mega: the chunk (state carried) or 2048; other mixers: their trained context */
-        seq_len = c->mix.mixer == MEGA_MIXER_MEGA ? (c->chunk_size > 0 ? c->chunk_size : 2048)
-                                                  : (c->mix.max_len > 0 ? c->mix.max_len : 2048);
+        seq_len = c->block.mixer == MEGA_MIXER_MEGA ? (c->block.chunk_size > 0 ? c->block.chunk_size : 2048)
+                                                    : (c->block.max_len > 0 ? c->block.max_len : 2048);
     double t0 = now_sec(), loss;
     int64_t cnt;
     if (!quiet)
-        fprintf(stderr, "mega eval: %s, %zu bytes, segments of %d, chunk %d (%s)\n", data, n, seq_len, c->chunk_size,
-                (c->mix.mixer == MEGA_MIXER_MEGA && c->chunk_size > 0) ? "state carried across segments"
+        fprintf(stderr, "mega eval: %s, %zu bytes, segments of %d, chunk %d (%s)\n", data, n, seq_len, c->block.chunk_size,
+                (c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size > 0) ? "state carried across segments"
                                                                           : "each segment restarts");
     int rc = eval_stream(m, txt.buf, n, seq_len, !quiet, &loss, &cnt);
     if (!rc) {
@@ -357,7 +357,7 @@ int cmd_generate(int argc, char **argv) {
     }
     int32_t *pt = malloc(np * sizeof(int32_t));
     mega_real *lg = malloc((size_t)V * sizeof(mega_real));
-    mega_real *lgp = malloc((size_t)(c->chunk_size > 0 ? c->chunk_size : 256) * V * sizeof(mega_real));
+    mega_real *lgp = malloc((size_t)(c->block.chunk_size > 0 ? c->block.chunk_size : 256) * V * sizeof(mega_real));
     double *prob = malloc((size_t)V * sizeof(double));
     int *idx = malloc((size_t)V * sizeof(int));
     for (size_t i = 0; i < np; i++) pt[i] = (uint8_t)prompt[i];
@@ -365,7 +365,7 @@ int cmd_generate(int argc, char **argv) {
     fflush(stdout);
     double t0 = now_sec();
     /* ingest the prompt in chunk-sized blocks (projections batched), keep the last logits */
-    size_t blk = (size_t)(c->chunk_size > 0 ? c->chunk_size : 256);
+    size_t blk = (size_t)(c->block.chunk_size > 0 ? c->block.chunk_size : 256);
     int rc = 0;
     for (size_t p = 0; p < np && !rc; p += blk) {
         int T = (int)((np - p) < blk ? (np - p) : blk);
@@ -423,7 +423,7 @@ int cmd_info(int argc, char **argv) {
     printf("kind       mega_lm (causal byte-level language model)\n");
     if (step) printf("step       %s\n", step);
     printf("parameters %zu\n", mega_lm_num_params(m));
-    print_config(stdout, mega_lm_get_config(m), "           ");
+    print_lm_config(stdout, mega_lm_get_config(m), "           ");
     char *js = mega_lm_config_to_json(mega_lm_get_config(m));
     printf("config     %s\n", js ? js : "");
     free(js);

@@ -13,13 +13,10 @@ typedef struct train_args {
     const char *format, *images, *labels, *valid_images, *valid_labels;
     double valid_fraction, pixel_mean, pixel_std;
     int keep_parens;
-    /* model */
-    int layers, embed_dim, z_dim, hidden_dim, n_dim, ffn_dim, chunk_size, truncation, max_positions;
-    const char *attn, *relpos, *norm, *activation, *embedding, *pool, *classifier_activation;
-    int prenorm, postnorm, tie, no_scale, no_affine_final, classifier_layers, classifier_dim, classes;
-    double dropout, attention_dropout, hidden_dropout, activation_dropout;
-    const char *mixer, *pos;
-    int heads, window, memory, mix_max_len, attn_window, log_n;
+    /* the model: the model flags write straight into the config of the task's kind */
+    mega_lm_config lm;   /* task lm */
+    mega_cls_config cls; /* task classify */
+    int classes;         /* classify: --classes (0 = from the training labels) */
     /* training */
     int64_t steps, warmup, seed, eval_every, save_every, log_every, eval_tokens, stop_after;
     int batch, seq_len, threads, resume, decay_all, quiet;
@@ -47,10 +44,13 @@ struct task {
 
 /* build from flags, or (resume) from the checkpoint at model_path with its config; the data is
  * loaded in both cases. Print errors with cli_error and return non-zero on failure. */
-int lm_task_new(const train_args *a, const char *model_path, task **out);
-int cls_task_new(const train_args *a, const char *model_path, task **out);
-/* the mixer options from the flags (train_len = --seq-len for log-n scaling) */
-void mixer_from_flags(const train_args *a, mega_mixer_config *m);
+int lm_task_new(train_args *a, const char *model_path, task **out);
+int cls_task_new(train_args *a, const char *model_path, task **out);
+/* --resume with model flags: 1 (after printing the error) when the config JSON made from the
+ * flags differs from the checkpoint's */
+int resume_config_differs(const char *flags_json, const char *model_json, const char *out);
+/* the classify task's defaults that differ from the language model's (before the flags) */
+void cls_apply_classify_defaults(train_args *a);
 /* apply --preset defaults to every flag the user did not set; returns non-zero on an unknown preset */
 int cls_apply_preset(train_args *a, const cli_flag *flags);
 #endif

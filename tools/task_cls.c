@@ -11,7 +11,10 @@ uint64_t task_rng_below(uint64_t *s, uint64_t n); /* train.c */
 /* ---- presets: the paper's Table 8 architectures with the official training scripts'
  * defaults (examples/mega/README.lra.md, fairseq/models/lra/model.py mega_lra_* archs) ---- */
 typedef struct {
-    const char *name, *format, *attn, *norm, *embedding;
+    const char *name, *format;
+    mega_attn_fn attn;
+    mega_norm_type norm;
+    mega_embed_kind embedding;
     int layers, D, E, Z, F, chunk, prenorm, head;
     double lr, wd, dropout;
     int batch, seq_len;
@@ -21,61 +24,60 @@ typedef struct {
 
 static const preset PRESETS[] = {
     /* ListOps: layernorm (the script; the arch default is scalenorm), post-norm, full attention */
-    {"lra-listops", "listops", "softmax", "layernorm", "token", 6, 80, 160, 64, 160, -1, 0, 160, 1e-3, 0.01, 0.1, 64, 2000, 90000, 3000, 0.5, 0.5},
-    {"lra-text", "text", "softmax", "scalenorm", "token", 4, 128, 256, 64, 256, -1, 0, 256, 4e-3, 0.01, 0.1, 50, 4000, 25000, 10000, 0.5, 0.5},
-    {"lra-retrieval", "pairs", "softmax", "scalenorm", "token", 6, 128, 256, 64, 256, -1, 0, 256, 3e-3, 0.04, 0.1, 64, 4000, 91960, 10000, 0.5, 0.5},
+    {"lra-listops", "listops", MEGA_ATTN_SOFTMAX, MEGA_NORM_LAYER, MEGA_EMBED_TOKEN, 6, 80, 160, 64, 160, -1, 0, 160, 1e-3, 0.01, 0.1, 64, 2000, 90000, 3000, 0.5, 0.5},
+    {"lra-text", "text", MEGA_ATTN_SOFTMAX, MEGA_NORM_SCALE, MEGA_EMBED_TOKEN, 4, 128, 256, 64, 256, -1, 0, 256, 4e-3, 0.01, 0.1, 50, 4000, 25000, 10000, 0.5, 0.5},
+    {"lra-retrieval", "pairs", MEGA_ATTN_SOFTMAX, MEGA_NORM_SCALE, MEGA_EMBED_TOKEN, 6, 128, 256, 64, 256, -1, 0, 256, 3e-3, 0.04, 0.1, 64, 4000, 91960, 10000, 0.5, 0.5},
     /* images: laplace, batchnorm, pre-norm, chunk 1024, real-valued pixels (CIFAR normalisation) */
-    {"lra-image", "idx", "laplace", "batchnorm", "real", 8, 160, 320, 96, 320, 1024, 1, 320, 1e-2, 0.02, 0.0, 50, 1024, 180000, 9000, 0.48, 0.24},
-    {"lra-pathfinder", "idx", "laplace", "batchnorm", "real", 6, 128, 256, 64, 256, 1024, 1, 256, 1e-2, 0.01, 0.0, 128, 1024, 250000, 50000, 0.5, 0.5},
+    {"lra-image", "idx", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 8, 160, 320, 96, 320, 1024, 1, 320, 1e-2, 0.02, 0.0, 50, 1024, 180000, 9000, 0.48, 0.24},
+    {"lra-pathfinder", "idx", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 6, 128, 256, 64, 256, 1024, 1, 256, 1e-2, 0.01, 0.0, 128, 1024, 250000, 50000, 0.5, 0.5},
 };
 
+void cls_apply_classify_defaults(train_args *a) {
+    a->seq_len = 4096, a->schedule = "linear", a->min_lr = 0, a->eval_tokens = 0;
+    a->cls.block.truncation = 1024;
+}
+
 int cls_apply_preset(train_args *a, const cli_flag *fl) {
-    /* classify defaults that differ from the language model's */
-    if (!cli_seen(fl, "chunk-size")) a->chunk_size = -1;
-    if (!cli_seen(fl, "prenorm")) a->prenorm = 0;
-    if (!cli_seen(fl, "seq-len")) a->seq_len = 4096;
-    if (!cli_seen(fl, "schedule")) a->schedule = "linear";
-    if (!cli_seen(fl, "min-lr")) a->min_lr = 0;
-    if (!cli_seen(fl, "eval-tokens")) a->eval_tokens = 0;
-    if (!cli_seen(fl, "truncation")) a->truncation = 1024;
     if (!a->preset) return 0;
     const preset *p = NULL;
     for (size_t i = 0; i < sizeof PRESETS / sizeof *PRESETS; i++)
         if (!strcmp(PRESETS[i].name, a->preset)) p = &PRESETS[i];
     if (!p) return cli_error("unknown --preset '%s'", a->preset);
-#define SET(flag, field, val) if (!cli_seen(fl, flag)) a->field = (val)
-    SET("format", format, p->format);
-    SET("attention-activation", attn, p->attn);
-    SET("norm-type", norm, p->norm);
-    SET("embedding", embedding, p->embedding);
-    SET("layers", layers, p->layers);
-    SET("embed-dim", embed_dim, p->D);
-    SET("hidden-dim", hidden_dim, p->E);
-    SET("z-dim", z_dim, p->Z);
-    SET("ffn-dim", ffn_dim, p->F);
-    SET("n-dim", n_dim, 16);
-    SET("chunk-size", chunk_size, p->chunk);
-    if (!cli_seen(fl, "prenorm") && !cli_seen(fl, "postnorm")) a->prenorm = p->prenorm;
-    SET("classifier-layers", classifier_layers, 1);
-    SET("classifier-dim", classifier_dim, p->head);
-    SET("classifier-activation", classifier_activation, "gelu");
-    SET("pool", pool, "mean");
-    SET("rel-pos-bias", relpos, "simple");
-    SET("activation", activation, "silu");
-    SET("truncation", truncation, 1024);
-    SET("lr", lr, p->lr);
-    SET("weight-decay", weight_decay, p->wd);
-    SET("dropout", dropout, p->dropout);
-    SET("attention-dropout", attention_dropout, 0.0);
-    SET("batch", batch, p->batch);
-    SET("seq-len", seq_len, p->seq_len);
-    SET("steps", steps, p->steps);
-    SET("warmup", warmup, p->warmup);
-    SET("beta1", beta1, 0.9);
-    SET("beta2", beta2, 0.98);
-    SET("clip", clip, 1.0);
-    SET("pixel-mean", pixel_mean, p->pmean);
-    SET("pixel-std", pixel_std, p->pstd);
+    mega_cls_config *c = &a->cls;
+    mega_block_config *b = &c->block;
+#define SET(flag, field, val) if (!cli_seen(fl, flag)) field = (val)
+    SET("format", a->format, p->format);
+    SET("attention-activation", b->attention_activation, p->attn);
+    SET("norm-type", b->norm_type, p->norm);
+    SET("embedding", c->embedding, p->embedding);
+    SET("layers", c->layers, p->layers);
+    SET("embed-dim", b->embed_dim, p->D);
+    SET("hidden-dim", b->hidden_dim, p->E);
+    SET("z-dim", b->z_dim, p->Z);
+    SET("ffn-dim", b->ffn_dim, p->F);
+    SET("n-dim", b->n_dim, 16);
+    SET("chunk-size", b->chunk_size, p->chunk);
+    if (!cli_seen(fl, "prenorm") && !cli_seen(fl, "postnorm")) b->prenorm = p->prenorm;
+    SET("classifier-layers", c->classifier_layers, 1);
+    SET("classifier-dim", c->classifier_dim, p->head);
+    SET("classifier-activation", c->classifier_activation, MEGA_ACT_GELU);
+    SET("pool", c->pool, MEGA_POOL_MEAN);
+    SET("rel-pos-bias", b->rel_pos_bias, MEGA_RELPOS_SIMPLE);
+    SET("activation", b->activation, MEGA_ACT_SILU);
+    SET("truncation", b->truncation, 1024);
+    SET("lr", a->lr, p->lr);
+    SET("weight-decay", a->weight_decay, p->wd);
+    SET("dropout", b->dropout, (float)p->dropout);
+    SET("attention-dropout", b->attention_dropout, 0.0f);
+    SET("batch", a->batch, p->batch);
+    SET("seq-len", a->seq_len, p->seq_len);
+    SET("steps", a->steps, p->steps);
+    SET("warmup", a->warmup, p->warmup);
+    SET("beta1", a->beta1, 0.9);
+    SET("beta2", a->beta2, 0.98);
+    SET("clip", a->clip, 1.0);
+    SET("pixel-mean", a->pixel_mean, p->pmean);
+    SET("pixel-std", a->pixel_std, p->pstd);
 #undef SET
     return 0;
 }
@@ -207,18 +209,9 @@ static mega_status cls_save(task *t, const char *path, const char *const *kv) {
 
 static void cls_describe(task *t, const train_args *a, FILE *f) {
     cls_task *C = t->impl;
-    const mega_cls_config *c = mega_cls_get_config(C->m);
     fprintf(f, "  task      classification%s%s%s\n", a->preset ? " (preset " : "", a->preset ? a->preset : "", a->preset ? ")" : "");
     fprintf(f, "  model     %zu parameters\n", mega_ps_trainable(t->ps));
-    fprintf(f, "            layers %d, embed-dim %d, z-dim %d, hidden-dim %d, n-dim %d, ffn-dim %d\n", c->layers, c->embed_dim,
-            c->z_dim, c->hidden_dim, c->n_dim, c->ffn_dim);
-    fprintf(f, "            chunk-size %d, truncation %d, attention-activation %s, rel-pos-bias %s, norm-type %s, %s\n",
-            c->chunk_size, c->truncation, mega_attn_fn_name(c->attention_activation), c->rotary ? "rotary" : "simple",
-            mega_norm_name(c->norm_type), c->prenorm ? "prenorm" : "postnorm");
-    fprintf(f, "            %s embedding (vocab %d), %s pooling%s, head %d x %d (%s), %d classes, dropout %g\n",
-            c->embedding == MEGA_EMBED_TOKEN ? "token" : "real-valued", c->vocab_size,
-            c->pool == MEGA_POOL_MEAN ? "mean" : "cls", c->two_tower ? ", two towers" : "", c->classifier_layers,
-            c->classifier_out_dim, mega_act_name(c->classifier_activation), c->num_classes, c->dropout);
+    print_cls_config(f, mega_cls_get_config(C->m), "            ");
     fprintf(f, "  data      %s (%s): %d training examples (longest %d, %d truncated to %d), %d validation examples%s\n",
             C->train.path, C->format, C->n_train, C->train.max_len, C->train.n_truncated, a->seq_len, C->n_valid,
             C->valid_from_train ? " (held-out tail)" : "");
@@ -235,33 +228,17 @@ static void cls_destroy(task *t) {
     free(t);
 }
 
-static int config_from_flags(const train_args *a, const cls_dataset *d, int nclasses, mega_cls_config *c) {
-    mega_cls_config_default(c);
-    c->layers = a->layers, c->embed_dim = a->embed_dim, c->z_dim = a->z_dim, c->hidden_dim = a->hidden_dim;
-    c->n_dim = a->n_dim, c->ffn_dim = a->ffn_dim, c->chunk_size = a->chunk_size, c->truncation = a->truncation;
-    c->max_positions = a->max_positions > a->seq_len ? a->max_positions : a->seq_len;
-    mega_attn_fn_parse(a->attn, &c->attention_activation);
-    c->rotary = !strcmp(a->relpos, "rotary");
-    mega_norm_parse(a->norm, &c->norm_type);
-    mega_act_parse(a->activation, &c->activation);
-    c->prenorm = a->prenorm, c->final_norm_affine = !a->no_affine_final;
+/* the fields of the config that come from the data (the rest come straight from the flags) */
+static void config_from_data(train_args *a, const cls_dataset *d, int nclasses) {
+    mega_cls_config *c = &a->cls;
+    if (c->block.max_positions < a->seq_len) c->block.max_positions = a->seq_len;
     c->embedding = d->vocab.real ? MEGA_EMBED_REAL : MEGA_EMBED_TOKEN;
     c->vocab_size = d->vocab.size, c->padding_idx = d->vocab.pad;
-    c->pool = !strcmp(a->pool, "cls") ? MEGA_POOL_CLS : MEGA_POOL_MEAN;
-    c->classifier_layers = a->classifier_layers;
-    c->classifier_out_dim = a->classifier_dim > 0 ? a->classifier_dim : 2 * a->embed_dim;
-    if (c->classifier_layers == 0) c->classifier_out_dim = 0;
-    mega_act_parse(a->classifier_activation, &c->classifier_activation);
-    c->num_classes = nclasses;
+    c->classes = nclasses;
     c->two_tower = d->pairs;
-    c->dropout = (float)a->dropout, c->attention_dropout = (float)a->attention_dropout;
-    c->hidden_dropout = (float)a->hidden_dropout, c->activation_dropout = (float)a->activation_dropout;
-    mixer_from_flags(a, &c->mix);
-    if (mega_cls_config_check(c) != MEGA_OK) return cli_error("%s", mega_last_error());
-    return 0;
 }
 
-int cls_task_new(const train_args *a, const char *model_path, task **out) {
+int cls_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
     cls_task *C = calloc(1, sizeof *C);
     task *t = calloc(1, sizeof *t);
@@ -295,13 +272,13 @@ int cls_task_new(const train_args *a, const char *model_path, task **out) {
     memset(&o, 0, sizeof o);
     o.max_len = a->seq_len;
     o.keep_parens = have_prev ? pv.keep_parens : a->keep_parens;
-    o.real = have_prev ? pv.real : !strcmp(a->embedding, "real");
+    o.real = have_prev ? pv.real : a->cls.embedding == MEGA_EMBED_REAL;
     o.mean = have_prev ? pv.mean : a->pixel_mean;
     o.std = have_prev ? pv.std : a->pixel_std;
     o.classes = have_prev ? &prev : NULL;
     if (cls_load_any(a->format, a->data, a->images, a->labels, &o, &C->train)) goto fail;
     C->format = C->train.pairs ? "pairs" : C->train.rows ? "idx" : C->train.vocab.kind == CLS_VOCAB_LISTOPS ? "listops" : "text";
-    if (!strcmp(a->embedding, "real") && !C->train.vocab.real) {
+    if (a->cls.embedding == MEGA_EMBED_REAL && !C->train.vocab.real) {
         cli_error("--embedding real needs real-valued inputs (IDX images)");
         goto fail;
     }
@@ -337,23 +314,19 @@ int cls_task_new(const train_args *a, const char *model_path, task **out) {
         cli_error("the training data has a single class; classification needs at least 2");
         goto fail;
     }
-    mega_cls_config cfg;
+    config_from_data(a, &C->train, nclasses);
     if (!C->m) {
-        if (config_from_flags(a, &C->train, nclasses, &cfg)) goto fail;
-        if (mega_cls_create(&cfg, &C->m) != MEGA_OK) {
+        if (mega_cls_create(&a->cls, &C->m) != MEGA_OK) {
             cli_error("%s", mega_last_error());
             goto fail;
         }
         mega_cls_init_params(C->m, (uint64_t)a->seed);
     } else if (a->model_flags_seen) {
-        if (config_from_flags(a, &C->train, nclasses, &cfg)) goto fail;
-        char *x = mega_cls_config_to_json(&cfg), *y = mega_cls_config_to_json(mega_cls_get_config(C->m));
-        int same = x && y && !strcmp(x, y);
+        mega_cls_config_resolve(&a->cls); /* as the model did */
+        char *x = mega_cls_config_to_json(&a->cls), *y = mega_cls_config_to_json(mega_cls_get_config(C->m));
+        int bad = resume_config_differs(x, y, a->out);
         free(x), free(y);
-        if (!same) {
-            cli_error("--resume: the model flags differ from the checkpoint's config (see 'mega info --model %s')", a->out);
-            goto fail;
-        }
+        if (bad) goto fail;
     }
     C->vocab_json = cls_vocab_to_json(&C->train.vocab);
     C->classes_json = cls_classes_to_json(&C->train.classes);
@@ -388,7 +361,7 @@ int cls_evaluate(mega_cls *m, const cls_dataset *d, const int *idx, int n, int b
     double tot = 0, t0 = now_sec(), last = t0;
     int64_t ok = 0;
     mega_lm_run run = {0, 0};
-    const int C_ = mega_cls_get_config(m)->num_classes;
+    const int C_ = mega_cls_get_config(m)->classes;
     for (int i = 0; i < n; i += batch) {
         int nb = n - i < batch ? n - i : batch;
         double l;

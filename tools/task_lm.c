@@ -51,7 +51,7 @@ static void lm_describe(task *t, const train_args *a, FILE *f) {
     lm_task *L = t->impl;
     fprintf(f, "  task      language model (bytes)\n");
     fprintf(f, "  model     %zu parameters\n", mega_lm_num_params(L->m));
-    print_config(f, mega_lm_get_config(L->m), "            ");
+    print_lm_config(f, mega_lm_get_config(L->m), "            ");
     fprintf(f, "  data      %s: %zu training bytes, %zu validation bytes%s\n", a->data, L->ntrain, L->nval,
             a->valid ? " (--valid)" : L->val_txt ? " (held-out tail)" : "");
 }
@@ -64,47 +64,25 @@ static void lm_destroy(task *t) {
     free(t);
 }
 
-static int config_from_flags(const train_args *a, mega_lm_config *c) {
-    mega_lm_config_default(c);
-    c->layers = a->layers, c->embed_dim = a->embed_dim, c->z_dim = a->z_dim, c->hidden_dim = a->hidden_dim;
-    c->n_dim = a->n_dim, c->ffn_dim = a->ffn_dim, c->chunk_size = a->chunk_size, c->truncation = a->truncation;
-    c->max_positions = a->max_positions;
-    mega_attn_fn_parse(a->attn, &c->attention_activation);
-    c->rotary = !strcmp(a->relpos, "rotary");
-    mega_norm_parse(a->norm, &c->norm_type);
-    mega_act_parse(a->activation, &c->activation);
-    c->prenorm = a->prenorm, c->tie_embeddings = a->tie, c->scale_embedding = !a->no_scale;
-    c->final_norm_affine = !a->no_affine_final;
-    c->dropout = (float)a->dropout, c->attention_dropout = (float)a->attention_dropout;
-    c->hidden_dropout = (float)a->hidden_dropout, c->activation_dropout = (float)a->activation_dropout;
-    mixer_from_flags(a, &c->mix);
-    if (mega_lm_config_check(c) != MEGA_OK) return cli_error("%s", mega_last_error());
-    return 0;
-}
-
-int lm_task_new(const train_args *a, const char *model_path, task **out) {
+int lm_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
     lm_task *L = calloc(1, sizeof *L);
     task *t = calloc(1, sizeof *t);
     if (!L || !t) return free(L), free(t), cli_error("out of memory");
     t->kind = "lm", t->metric = "bpb", t->unit = "tok/s", t->impl = L;
     t->step = lm_step, t->validate = lm_validate, t->save = lm_save, t->describe = lm_describe, t->destroy = lm_destroy;
-    mega_lm_config cfg;
     if (model_path) {
         if (mega_lm_load(model_path, &L->m) != MEGA_OK) goto fail_msg;
-        if (a->model_flags_seen) { /* model flags given with --resume must describe the checkpoint */
-            if (config_from_flags(a, &cfg)) goto fail;
-            char *x = mega_lm_config_to_json(&cfg), *y = mega_lm_config_to_json(mega_lm_get_config(L->m));
-            int same = x && y && !strcmp(x, y);
+        /* model flags given with --resume must describe the checkpoint */
+        if (a->model_flags_seen) {
+            mega_lm_config_resolve(&a->lm); /* as the model did */
+            char *x = mega_lm_config_to_json(&a->lm), *y = mega_lm_config_to_json(mega_lm_get_config(L->m));
+            int bad = resume_config_differs(x, y, a->out);
             free(x), free(y);
-            if (!same) {
-                cli_error("--resume: the model flags differ from the checkpoint's config (see 'mega info --model %s')", a->out);
-                goto fail;
-            }
+            if (bad) goto fail;
         }
     } else {
-        if (config_from_flags(a, &cfg)) goto fail;
-        if (mega_lm_create(&cfg, &L->m) != MEGA_OK) goto fail_msg;
+        if (mega_lm_create(&a->lm, &L->m) != MEGA_OK) goto fail_msg;
         mega_lm_init_params(L->m, (uint64_t)a->seed);
     }
     if (read_bytes(a->data, &L->data, "--data")) goto fail;

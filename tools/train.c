@@ -36,15 +36,6 @@ uint64_t task_rng_below(uint64_t *s, uint64_t n) {
     return x % n;
 }
 
-void mixer_from_flags(const train_args *a, mega_mixer_config *m) {
-    memset(m, 0, sizeof *m);
-    mega_mixer_parse(a->mixer, &m->mixer);
-    mega_pos_parse(a->pos, &m->pos);
-    m->heads = a->heads, m->window = a->window, m->memory = a->memory;
-    m->max_len = a->mix_max_len > 0 ? a->mix_max_len : a->seq_len;
-    m->attn_window = a->attn_window, m->log_n = a->log_n, m->train_len = a->seq_len;
-}
-
 static double lr_at(const train_args *a, int64_t step) {
     /* step is 0-based: linear warm-up to lr, then cosine / linear decay to min_lr, or constant */
     if (a->warmup > 0 && step < a->warmup) return a->lr * (double)(step + 1) / (double)a->warmup;
@@ -247,290 +238,353 @@ static FILE *open_log(const train_args *a, int64_t keep_upto) {
     return fopen(p, "w");
 }
 
-/* ---- the command ------------------------------------------------------------------------ */
+int resume_config_differs(const char *flags_json, const char *model_json, const char *out) {
+    if (flags_json && model_json && !strcmp(flags_json, model_json)) return 0;
+    cli_error("--resume: the model flags differ from the checkpoint's config (see 'mega info --model %s')", out);
+    return 1;
+}
 
-int cmd_train(int argc, char **argv) {
-    train_args a;
-    memset(&a, 0, sizeof a);
-    mega_lm_config d;
-    mega_lm_config_default(&d);
-    a.task = "lm", a.format = "auto";
-    a.valid_fraction = 0.05, a.pixel_mean = 0.5, a.pixel_std = 0.5;
-    a.layers = d.layers, a.embed_dim = d.embed_dim, a.z_dim = d.z_dim, a.hidden_dim = d.hidden_dim;
-    a.n_dim = d.n_dim, a.ffn_dim = d.ffn_dim, a.chunk_size = d.chunk_size, a.truncation = 0;
-    a.max_positions = d.max_positions;
-    a.attn = "softmax", a.relpos = "simple", a.norm = "layernorm", a.activation = "silu";
-    a.embedding = "token", a.pool = "mean", a.classifier_activation = "gelu";
-    a.classifier_layers = 1, a.classifier_dim = 0, a.classes = 0;
-    a.prenorm = 1;
-    a.mixer = "mega", a.pos = "none", a.heads = 8, a.mix_max_len = 0;
-    a.steps = 1000, a.batch = 16, a.seq_len = 256;
-    a.lr = 2e-3, a.min_lr = 1e-4, a.warmup = 100, a.schedule = "cosine";
-    a.weight_decay = 0.01, a.clip = 1.0, a.beta1 = 0.9, a.beta2 = 0.98, a.eps = 1e-8;
-    a.seed = 1, a.threads = 0;
-    a.eval_every = 200, a.save_every = 500, a.log_every = 0, a.eval_tokens = 65536;
-    cli_flag fl[] = {
-        {"task", F_ENUM, &a.task, "what to train", "lm|classify", 1, 0, 0},
-        {"preset", F_ENUM, &a.preset, "classify: the paper's LRA configuration (Table 8) and training defaults; explicit flags override",
-         "lra-listops|lra-text|lra-retrieval|lra-image|lra-pathfinder", 1, 0, 0},
-        {"data", F_STR, &a.data, "training data: text (lm); a TSV (classify: ListOps, label<TAB>text, label<TAB>text1<TAB>text2)", NULL, 1, 0, 0},
-        {"valid", F_STR, &a.valid, "validation data (default: the last --valid-fraction of --data)", NULL, 1, 0, 0},
-        {"valid-fraction", F_DBL, &a.valid_fraction, "fraction of --data held out when --valid is not given", NULL, 0, 0.9, 0},
-        {"format", F_ENUM, &a.format, "classify: input format (auto: ListOps header, 3 fields = pairs, else text)", "auto|listops|text|pairs|idx", 1, 0, 0},
-        {"images", F_STR, &a.images, "classify: IDX image file (the MNIST format), with --labels", NULL, 1, 0, 0},
-        {"labels", F_STR, &a.labels, "classify: IDX label file", NULL, 1, 0, 0},
-        {"valid-images", F_STR, &a.valid_images, "classify: IDX validation images", NULL, 1, 0, 0},
-        {"valid-labels", F_STR, &a.valid_labels, "classify: IDX validation labels", NULL, 1, 0, 0},
-        {"pixel-mean", F_DBL, &a.pixel_mean, "classify: pixel normalisation (x/255 - mean)/std for --embedding real", NULL, -10, 10, 0},
-        {"pixel-std", F_DBL, &a.pixel_std, "classify: pixel normalisation std", NULL, 1e-6, 10, 0},
-        {"keep-parens", F_SET, &a.keep_parens, "classify: keep ListOps parentheses as tokens", NULL, 1, 0, 0},
-        {"out", F_STR, &a.out, "checkpoint directory", NULL, 1, 0, 0},
-        {"resume", F_SET, &a.resume, "continue the run in --out exactly where it stopped", NULL, 1, 0, 0},
-        {"layers", F_INT, &a.layers, "number of Mega blocks", NULL, 1, 1024, 0},
-        {"embed-dim", F_INT, &a.embed_dim, "model width D", NULL, 1, 65536, 0},
-        {"z-dim", F_INT, &a.z_dim, "shared query/key width Z", NULL, 1, 65536, 0},
-        {"hidden-dim", F_INT, &a.hidden_dim, "value/hidden width E", NULL, 1, 262144, 0},
-        {"n-dim", F_INT, &a.n_dim, "EMA expansion dimension N (0 = Mega without EMA, the paper's ablation)", NULL, 0, 64, 0},
-        {"ffn-dim", F_INT, &a.ffn_dim, "normalized FFN width (0 = no FFN)", NULL, 0, 262144, 0},
-        {"chunk-size", F_INT, &a.chunk_size, "attention chunk (-1 = full attention)", NULL, -1, 1 << 20, 0},
-        {"truncation", F_INT, &a.truncation, "EMA kernel truncation (0 = none)", NULL, 0, 1 << 30, 0},
-        {"max-positions", F_INT, &a.max_positions, "simple-bias length for full attention", NULL, 1, 1 << 20, 0},
-        {"attention-activation", F_ENUM, &a.attn, "attention function", "softmax|relu2|laplace", 1, 0, 0},
-        {"rel-pos-bias", F_ENUM, &a.relpos, "relative position bias", "simple|rotary", 1, 0, 0},
-        {"norm-type", F_ENUM, &a.norm, "normalization", "layernorm|scalenorm|rmsnorm|batchnorm", 1, 0, 0},
-        {"activation", F_ENUM, &a.activation, "activation of v, h and the FFN", "silu|gelu|relu|linear", 1, 0, 0},
-        {"prenorm", F_SET, &a.prenorm, "normalize before each block (default for lm)", NULL, 1, 0, 0},
-        {"postnorm", F_SET, &a.postnorm, "normalize after each block", NULL, 1, 0, 0},
-        {"tie-embeddings", F_SET, &a.tie, "lm: share the input embedding and the output projection", NULL, 1, 0, 0},
-        {"no-scale-embedding", F_SET, &a.no_scale, "lm: do not multiply embeddings by sqrt(embed-dim)", NULL, 1, 0, 0},
-        {"no-affine-final-norm", F_SET, &a.no_affine_final, "final norm without parameters", NULL, 1, 0, 0},
-        {"embedding", F_ENUM, &a.embedding, "classify: token ids, or real numbers (pixels) through RealNumberEmbedding", "token|real", 1, 0, 0},
-        {"pool", F_ENUM, &a.pool, "classify: sequence representation (mean over true lengths, or position 0)", "mean|cls", 1, 0, 0},
-        {"classes", F_INT, &a.classes, "classify: number of classes (0 = from the training labels)", NULL, 0, 1 << 20, 0},
-        {"classifier-layers", F_INT, &a.classifier_layers, "classify: hidden layers of the head", NULL, 0, 16, 0},
-        {"classifier-dim", F_INT, &a.classifier_dim, "classify: head width (0 = 2 x embed-dim)", NULL, 0, 1 << 20, 0},
-        {"classifier-activation", F_ENUM, &a.classifier_activation, "classify: head activation", "gelu|silu|relu|linear", 1, 0, 0},
-        {"mixer", F_ENUM, &a.mixer, "token mixer (docs/mixers.md)", "mega|mha|mhatw|aft-full|aft-local|aft-simple|aft-tw|gmlp|abc-window|abc-linformer|abc-mlp|local", 1, 0, 0},
-        {"heads", F_INT, &a.heads, "attention heads (mha, mhatw, local, abc, aft-tw)", NULL, 1, 4096, 0},
-        {"window", F_INT, &a.window, "local attention / AFT-local window", NULL, 0, 1 << 24, 0},
-        {"memory-size", F_INT, &a.memory, "ABC memory slots", NULL, 0, 1 << 20, 0},
-        {"max-len", F_INT, &a.mix_max_len, "context of absolute-position parameters (AFT-full, gMLP, MHATW, Linformer; 0 = --seq-len)", NULL, 0, 1 << 24, 0},
-        {"pos", F_ENUM, &a.pos, "positional scheme of the attention mixers", "none|rope|alibi|kerple-power|kerple-log|sandwich|xpos", 1, 0, 0},
-        {"attn-window", F_INT, &a.attn_window, "local attention mask (attention mixers; usually set at evaluation only)", NULL, 0, 1 << 24, 0},
-        {"log-n-scaling", F_SET, &a.log_n, "scale attention logits by max(1, log n / log seq-len)", NULL, 1, 0, 0},
-        {"dropout", F_DBL, &a.dropout, "dropout (embedding, EMA output, h, FFN output, head)", NULL, 0, 0.99, 0},
-        {"attention-dropout", F_DBL, &a.attention_dropout, "dropout on the attention weights", NULL, 0, 0.99, 0},
-        {"hidden-dropout", F_DBL, &a.hidden_dropout, "dropout on the attention values", NULL, 0, 0.99, 0},
-        {"activation-dropout", F_DBL, &a.activation_dropout, "dropout inside the FFN", NULL, 0, 0.99, 0},
-        {"steps", F_I64, &a.steps, "optimizer steps (total, including resumed ones)", NULL, 1, 1e12, 0},
-        {"batch", F_INT, &a.batch, "sequences per step", NULL, 1, 1 << 20, 0},
-        {"seq-len", F_INT, &a.seq_len, "lm: bytes per sequence; classify: maximum length (longer inputs are truncated)", NULL, 2, 1 << 24, 0},
-        {"lr", F_DBL, &a.lr, "peak learning rate", NULL, 0, 10, 0},
-        {"min-lr", F_DBL, &a.min_lr, "final learning rate", NULL, 0, 10, 0},
-        {"warmup", F_I64, &a.warmup, "linear warm-up steps", NULL, 0, 1e12, 0},
-        {"schedule", F_ENUM, &a.schedule, "decay after warm-up", "cosine|linear|constant", 1, 0, 0},
-        {"weight-decay", F_DBL, &a.weight_decay, "AdamW decoupled weight decay (matrices and embeddings)", NULL, 0, 10, 0},
-        {"decay-all", F_SET, &a.decay_all, "also decay norms, biases, EMA and bias parameters", NULL, 1, 0, 0},
-        {"clip", F_DBL, &a.clip, "clip the global gradient norm (0 = off)", NULL, 0, 1e9, 0},
-        {"beta1", F_DBL, &a.beta1, "AdamW beta1", NULL, 0, 0.999999, 0},
-        {"beta2", F_DBL, &a.beta2, "AdamW beta2", NULL, 0, 0.999999999, 0},
-        {"eps", F_DBL, &a.eps, "AdamW epsilon", NULL, 1e-30, 1, 0},
-        {"seed", F_I64, &a.seed, "seed (initialisation, data sampling, dropout)", NULL, 0, 9e15, 0},
-        {"threads", F_INT, &a.threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
-        {"eval-every", F_I64, &a.eval_every, "validate every N steps (0 = only at the end)", NULL, 0, 1e12, 0},
-        {"eval-tokens", F_I64, &a.eval_tokens, "lm: validation bytes per evaluation; classify: examples (0 = the whole split)", NULL, 0, 1e15, 0},
-        {"save-every", F_I64, &a.save_every, "checkpoint every N steps (0 = only at the end)", NULL, 0, 1e12, 0},
-        {"log-every", F_I64, &a.log_every, "print a progress line every N steps (0 = about 50 lines)", NULL, 0, 1e12, 0},
-        {"stop-after", F_I64, &a.stop_after, "stop (with a checkpoint) after N steps of this invocation; the schedule still targets --steps", NULL, 0, 1e12, 0},
-        {"quiet", F_SET, &a.quiet, "no live progress bar", NULL, 1, 0, 0},
-        FL_END};
+/* ---- the command: flags ------------------------------------------------------------------ */
+
+#define MAX_FLAGS 128
+
+/* the defaults of the training flags (the model's are its config's defaults) */
+static void set_defaults(train_args *a) {
+    memset(a, 0, sizeof *a);
+    a->task = "lm", a->format = "auto";
+    a->valid_fraction = 0.05, a->pixel_mean = 0.5, a->pixel_std = 0.5;
+    mega_lm_config_default(&a->lm);
+    mega_cls_config_default(&a->cls);
+    a->steps = 1000, a->batch = 16, a->seq_len = 256;
+    a->lr = 2e-3, a->min_lr = 1e-4, a->warmup = 100, a->schedule = "cosine";
+    a->weight_decay = 0.01, a->clip = 1.0, a->beta1 = 0.9, a->beta2 = 0.98, a->eps = 1e-8;
+    a->seed = 1, a->threads = 0;
+    a->eval_every = 200, a->save_every = 500, a->log_every = 0, a->eval_tokens = 65536;
+}
+
+static const cli_flag DATA_FLAGS[] = {
+    {"task", F_ENUM, NULL, "what to train", "lm|classify", 1, 0, 0},
+    {"preset", F_ENUM, NULL, "classify: the paper's LRA configuration (Table 8) and training defaults; explicit flags override",
+     "lra-listops|lra-text|lra-retrieval|lra-image|lra-pathfinder", 1, 0, 0},
+    {"data", F_STR, NULL, "training data: text (lm); a TSV (classify: ListOps, label<TAB>text, label<TAB>text1<TAB>text2)", NULL, 1, 0, 0},
+    {"valid", F_STR, NULL, "validation data (default: the last --valid-fraction of --data)", NULL, 1, 0, 0},
+    {"valid-fraction", F_DBL, NULL, "fraction of --data held out when --valid is not given", NULL, 0, 0.9, 0},
+    {"out", F_STR, NULL, "checkpoint directory", NULL, 1, 0, 0},
+    {"resume", F_SET, NULL, "continue the run in --out exactly where it stopped", NULL, 1, 0, 0},
+};
+
+/* the command's flags for the task: data, model (straight into the task's config), training */
+static int build_flags(cli_flag *fl, train_args *a, int classify) {
+    int n = 0;
+    void *const data_dst[] = {&a->task, &a->preset, &a->data, &a->valid, &a->valid_fraction, &a->out, &a->resume};
+    for (size_t i = 0; i < sizeof DATA_FLAGS / sizeof *DATA_FLAGS; i++) {
+        fl[n] = DATA_FLAGS[i];
+        fl[n++].dst = data_dst[i];
+    }
+    if (classify) {
+        const cli_flag cf[] = {
+            {"format", F_ENUM, &a->format, "input format (auto: ListOps header, 3 fields = pairs, else text)", "auto|listops|text|pairs|idx", 1, 0, 0},
+            {"images", F_STR, &a->images, "IDX image file (the MNIST format), with --labels", NULL, 1, 0, 0},
+            {"labels", F_STR, &a->labels, "IDX label file", NULL, 1, 0, 0},
+            {"valid-images", F_STR, &a->valid_images, "IDX validation images", NULL, 1, 0, 0},
+            {"valid-labels", F_STR, &a->valid_labels, "IDX validation labels", NULL, 1, 0, 0},
+            {"pixel-mean", F_DBL, &a->pixel_mean, "pixel normalisation (x/255 - mean)/std for --embedding real", NULL, -10, 10, 0},
+            {"pixel-std", F_DBL, &a->pixel_std, "pixel normalisation std", NULL, 1e-6, 10, 0},
+            {"keep-parens", F_SET, &a->keep_parens, "keep ListOps parentheses as tokens", NULL, 1, 0, 0},
+            {"classes", F_INT, &a->classes, "number of classes (0 = from the training labels)", NULL, 0, 1 << 20, 0},
+            {"postnorm", F_CLEAR, &a->cls.block.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
+            {"no-affine-final-norm", F_CLEAR, &a->cls.final_norm_affine, "= --final-norm-affine=false", NULL, 1, 0, 0},
+        };
+        for (size_t i = 0; i < sizeof cf / sizeof *cf; i++) fl[n++] = cf[i];
+    } else {
+        const cli_flag lf[] = {
+            {"postnorm", F_CLEAR, &a->lm.block.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
+            {"no-scale-embedding", F_CLEAR, &a->lm.scale_embedding, "= --scale-embedding=false", NULL, 1, 0, 0},
+            {"no-affine-final-norm", F_CLEAR, &a->lm.final_norm_affine, "= --final-norm-affine=false", NULL, 1, 0, 0},
+        };
+        for (size_t i = 0; i < sizeof lf / sizeof *lf; i++) fl[n++] = lf[i];
+    }
+    /* the model: one flag per config field */
+    int nm, nb;
+    const mega_field *mf = classify ? mega_cls_config_fields(&nm) : mega_lm_config_fields(&nm);
+    const mega_field *bf = mega_block_config_fields(&nb);
+    n = cli_add_fields(fl, n, MAX_FLAGS, mf, nm, classify ? (void *)&a->cls : (void *)&a->lm);
+    if (n >= 0) n = cli_add_fields(fl, n, MAX_FLAGS, bf, nb, classify ? &a->cls.block : &a->lm.block);
+    const cli_flag tf[] = {
+        {"steps", F_I64, &a->steps, "optimizer steps (total, including resumed ones)", NULL, 1, 1e12, 0},
+        {"batch", F_INT, &a->batch, "sequences per step", NULL, 1, 1 << 20, 0},
+        {"seq-len", F_INT, &a->seq_len, "lm: bytes per sequence; classify: maximum length (longer inputs are truncated)", NULL, 2, 1 << 24, 0},
+        {"lr", F_DBL, &a->lr, "peak learning rate", NULL, 0, 10, 0},
+        {"min-lr", F_DBL, &a->min_lr, "final learning rate", NULL, 0, 10, 0},
+        {"warmup", F_I64, &a->warmup, "linear warm-up steps", NULL, 0, 1e12, 0},
+        {"schedule", F_ENUM, &a->schedule, "decay after warm-up", "cosine|linear|constant", 1, 0, 0},
+        {"weight-decay", F_DBL, &a->weight_decay, "AdamW decoupled weight decay (matrices and embeddings)", NULL, 0, 10, 0},
+        {"decay-all", F_SET, &a->decay_all, "also decay norms, biases, EMA and bias parameters", NULL, 1, 0, 0},
+        {"clip", F_DBL, &a->clip, "clip the global gradient norm (0 = off)", NULL, 0, 1e9, 0},
+        {"beta1", F_DBL, &a->beta1, "AdamW beta1", NULL, 0, 0.999999, 0},
+        {"beta2", F_DBL, &a->beta2, "AdamW beta2", NULL, 0, 0.999999999, 0},
+        {"eps", F_DBL, &a->eps, "AdamW epsilon", NULL, 1e-30, 1, 0},
+        {"seed", F_I64, &a->seed, "seed (initialisation, data sampling, dropout)", NULL, 0, 9e15, 0},
+        {"threads", F_INT, &a->threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
+        {"eval-every", F_I64, &a->eval_every, "validate every N steps (0 = only at the end)", NULL, 0, 1e12, 0},
+        {"eval-tokens", F_I64, &a->eval_tokens, "lm: validation bytes per evaluation; classify: examples (0 = the whole split)", NULL, 0, 1e15, 0},
+        {"save-every", F_I64, &a->save_every, "checkpoint every N steps (0 = only at the end)", NULL, 0, 1e12, 0},
+        {"log-every", F_I64, &a->log_every, "print a progress line every N steps (0 = about 50 lines)", NULL, 0, 1e12, 0},
+        {"stop-after", F_I64, &a->stop_after, "stop (with a checkpoint) after N steps of this invocation; the schedule still targets --steps", NULL, 0, 1e12, 0},
+        {"quiet", F_SET, &a->quiet, "no live progress bar", NULL, 1, 0, 0},
+    };
+    for (size_t i = 0; n >= 0 && i < sizeof tf / sizeof *tf; i++) {
+        if (n + 1 >= MAX_FLAGS) return -1;
+        fl[n++] = tf[i];
+    }
+    if (n >= 0) memset(&fl[n], 0, sizeof fl[n]);
+    return n;
+}
+
+/* the task of this invocation, known before the flags are parsed: --task, a --preset
+ * (classify), or with --resume the checkpoint's */
+static const char *task_of(int argc, char **argv, char *buf, size_t n) {
+    const char *t = cli_find(argc, argv, 2, "task");
+    if (t) return t;
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--resume") || !strncmp(argv[i], "--resume=t", 10) || !strcmp(argv[i], "--resume=1")) {
+            const char *out = cli_find(argc, argv, 2, "out");
+            char p[4096];
+            if (out && model_step(path_join(p, sizeof p, out, "model.safetensors"), buf, n) >= -1 && file_exists(p))
+                return !strcmp(buf, "classify") ? "classify" : "lm";
+        }
+    return cli_find(argc, argv, 2, "preset") ? "classify" : "lm";
+}
+
+/* some model flag was set explicitly (with --resume the checkpoint must agree with them): the
+ * flags whose values go into the model configs, and --preset / --classes */
+static int model_flags_seen(const train_args *a, const cli_flag *fl) {
+    for (const cli_flag *f = fl; f->name; f++) {
+        const char *d = f->dst;
+        const int in_lm = d >= (const char *)&a->lm && d < (const char *)(&a->lm + 1);
+        const int in_cls = d >= (const char *)&a->cls && d < (const char *)(&a->cls + 1);
+        if (f->seen && (in_lm || in_cls || f->dst == &a->preset || f->dst == &a->classes)) return 1;
+    }
+    return 0;
+}
+
+/* parse into a; 0 ok, 1 help printed, 2 error */
+static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
+    char tbuf[32];
+    set_defaults(a);
+    const int classify = !strcmp(task_of(argc, argv, tbuf, sizeof tbuf), "classify");
+    if (build_flags(fl, a, classify) < 0) return cli_error("internal: too many flags for 'mega train'"), 2;
+    if (classify) cls_apply_classify_defaults(a);
     const char *usage = "[--task lm|classify] --data FILE [--valid FILE | --valid-fraction F] --out DIR [options]";
     int r = cli_parse("train", usage, fl, argc, argv, 2);
-    if (r) return r == 1 ? 0 : 2;
-    const char *model_flags[] = {"layers", "embed-dim", "z-dim", "hidden-dim", "n-dim", "ffn-dim", "chunk-size",
-                                 "truncation", "max-positions", "attention-activation", "rel-pos-bias", "norm-type",
-                                 "activation", "prenorm", "postnorm", "tie-embeddings", "no-scale-embedding",
-                                 "no-affine-final-norm", "embedding", "pool", "classes", "classifier-layers",
-                                 "classifier-dim", "classifier-activation", "dropout", "attention-dropout",
-                                 "hidden-dropout", "activation-dropout", "preset", "mixer", "heads", "window",
-                                 "memory-size", "max-len", "pos", "attn-window", "log-n-scaling"};
-    for (size_t i = 0; i < sizeof model_flags / sizeof *model_flags; i++) a.model_flags_seen |= cli_seen(fl, model_flags[i]);
-    if (a.preset && strcmp(a.task, "classify")) {
+    if (r) return r;
+    a->model_flags_seen = model_flags_seen(a, fl);
+    if (a->preset && strcmp(a->task, "classify")) {
         if (cli_seen(fl, "task")) return cli_error("--preset is for --task classify"), 2;
-        a.task = "classify";
+        a->task = "classify";
     }
-    if (!strcmp(a.task, "classify") && cls_apply_preset(&a, fl)) return 2;
-    if (a.postnorm) a.prenorm = 0;
-    if (!a.out) return cli_error("--out DIR is required (see 'mega train --help')"), 2;
-    if (!a.data && !a.images) return cli_error("--data FILE is required (see 'mega train --help')"), 2;
-    if (a.min_lr > a.lr) return cli_error("--min-lr (%g) is larger than --lr (%g)", a.min_lr, a.lr), 2;
-    mega_set_threads(a.threads);
+    if (classify && cls_apply_preset(a, fl)) return 2;
+    if (!a->out) return cli_error("--out DIR is required (see 'mega train --help')"), 2;
+    if (!a->data && !a->images) return cli_error("--data FILE is required (see 'mega train --help')"), 2;
+    if (a->min_lr > a->lr) return cli_error("--min-lr (%g) is larger than --lr (%g)", a->min_lr, a->lr), 2;
+    /* the training length: log-n scaling, and the default context of absolute positions */
+    a->lm.block.train_len = a->cls.block.train_len = a->seq_len;
+    return 0;
+}
 
-    char path[4096];
-    train_pos pos = {0, 0, 0, 0};
-    int64_t start = 0;
-    mega_adamw *opt = NULL;
-    task *t = NULL;
-    if (a.resume) {
-        path_join(path, sizeof path, a.out, "model.safetensors");
-        if (!file_exists(path)) return cli_error("--resume: no checkpoint in '%s' (%s is missing)", a.out, path), 2;
-        char ck_task[32];
-        int64_t mstep = model_step(path, ck_task, sizeof ck_task);
-        if (cli_seen(fl, "task") && strcmp(ck_task, a.task))
-            return cli_error("--resume: the checkpoint in '%s' is a '%s' run, not '%s'", a.out, ck_task, a.task), 2;
-        a.task = !strcmp(ck_task, "classify") ? "classify" : "lm";
-        /* the training hyper-parameters come from the state file matching the model's step */
-        const char *cands[] = {"train_state.safetensors", "train_state.prev.safetensors"};
-        cJSON *tj = NULL;
-        char spath[4096] = "";
-        for (int i = 0; i < 2; i++) {
-            char sp[4096];
-            path_join(sp, sizeof sp, a.out, cands[i]);
-            mega_st_file *f;
-            if (!file_exists(sp) || mega_st_open(sp, &f) != MEGA_OK) continue;
-            const char *ss = mega_st_meta(f, "step");
-            int match = ss && (mstep < 0 || atoll(ss) == mstep);
-            if (match) {
-                const char *tjs = mega_st_meta(f, "train");
-                tj = tjs ? cJSON_Parse(tjs) : NULL;
-                snprintf(spath, sizeof spath, "%s", sp);
-            }
-            mega_st_close(f);
-            if (match) break;
-        }
-        if (!spath[0]) return cli_error("--resume: no optimizer state in '%s' matches the model's step %lld", a.out, (long long)mstep), 2;
-        int64_t steps_cli = a.steps;
-        if (tj) restore_train_json(&a, tj);
-        cJSON_Delete(tj);
-        if (cli_seen(fl, "steps")) a.steps = steps_cli;
-        const char *tf[] = {"batch", "seq-len", "lr", "min-lr", "warmup", "weight-decay", "clip", "seed", "schedule"};
-        for (size_t i = 0; i < sizeof tf / sizeof *tf; i++)
-            if (cli_seen(fl, tf[i])) fprintf(stderr, "mega: note: --resume keeps the checkpoint's --%s; the flag is ignored\n", tf[i]);
-        if ((!strcmp(a.task, "lm") ? lm_task_new : cls_task_new)(&a, path, &t)) return 2;
-        if (mega_adamw_new(mega_ps_total(t->ps), &opt) != MEGA_OK) return t->destroy(t), cli_error("%s", mega_last_error()), 2;
-        cJSON *tj2;
-        if (load_state_file(spath, t->ps, opt, &pos, &tj2)) return t->destroy(t), mega_adamw_free(opt), 2;
-        cJSON_Delete(tj2);
-        if (pos.data_hash != t->data_hash || pos.data_size != t->data_size) {
-            t->destroy(t), mega_adamw_free(opt);
-            return cli_error("--resume: the data given is not the data this run was trained on (size or checksum differ)"), 2;
-        }
-        start = pos.step;
-        if (start >= a.steps) {
-            printf("checkpoint in %s is already at step %lld of %lld; pass a larger --steps to continue\n", a.out,
-                   (long long)start, (long long)a.steps);
-            t->destroy(t), mega_adamw_free(opt);
-            return 0;
-        }
-    } else {
-        if (ensure_dir(a.out)) return 2;
-        if ((!strcmp(a.task, "lm") ? lm_task_new : cls_task_new)(&a, NULL, &t)) return 2;
-        if (mega_adamw_new(mega_ps_total(t->ps), &opt) != MEGA_OK) return t->destroy(t), cli_error("%s", mega_last_error()), 2;
-        pos.data_rng = (uint64_t)a.seed * 0xD1B54A32D192ED03ull + 77;
-        pos.data_hash = t->data_hash, pos.data_size = t->data_size;
+/* ---- the command: starting and resuming ----------------------------------------------------- */
+
+static int new_task(train_args *a, const char *model_path, task **t, mega_adamw **opt) {
+    if ((!strcmp(a->task, "lm") ? lm_task_new : cls_task_new)(a, model_path, t)) return 2;
+    if (mega_adamw_new(mega_ps_total((*t)->ps), opt) != MEGA_OK) {
+        (*t)->destroy(*t), *t = NULL;
+        return cli_error("%s", mega_last_error()), 2;
     }
-    if (a.log_every <= 0) a.log_every = a.steps >= 50 ? a.steps / 50 : 1;
+    return 0;
+}
 
-    printf("mega train: %s\n", mega_build_info());
-    t->describe(t, &a, stdout);
-    printf("  training  steps %lld, batch %d, seq-len %d, lr %g -> %g (%s, warmup %lld), weight-decay %g, clip %g, "
-           "seed %lld, threads %d\n",
-           (long long)a.steps, a.batch, a.seq_len, a.lr, a.min_lr, a.schedule, (long long)a.warmup, a.weight_decay, a.clip,
-           (long long)a.seed, mega_get_threads());
-    if (a.resume) printf("  resuming  from step %lld in %s\n", (long long)start, a.out);
-    printf("  output    %s\n", a.out);
+/* --resume: the training hyper-parameters and the optimizer state from the state file that
+ * matches the model's step; *done when the checkpoint is already at --steps */
+static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw **opt, train_pos *pos, int *done) {
+    char path[4096], ck_task[32];
+    path_join(path, sizeof path, a->out, "model.safetensors");
+    if (!file_exists(path)) return cli_error("--resume: no checkpoint in '%s' (%s is missing)", a->out, path), 2;
+    int64_t mstep = model_step(path, ck_task, sizeof ck_task);
+    if (cli_seen(fl, "task") && strcmp(ck_task, a->task))
+        return cli_error("--resume: the checkpoint in '%s' is a '%s' run, not '%s'", a->out, ck_task, a->task), 2;
+    a->task = !strcmp(ck_task, "classify") ? "classify" : "lm";
+    const char *cands[] = {"train_state.safetensors", "train_state.prev.safetensors"};
+    cJSON *tj = NULL;
+    char spath[4096] = "";
+    for (int i = 0; i < 2 && !spath[0]; i++) {
+        char sp[4096];
+        path_join(sp, sizeof sp, a->out, cands[i]);
+        mega_st_file *f;
+        if (!file_exists(sp) || mega_st_open(sp, &f) != MEGA_OK) continue;
+        const char *ss = mega_st_meta(f, "step");
+        if (ss && (mstep < 0 || atoll(ss) == mstep)) {
+            const char *tjs = mega_st_meta(f, "train");
+            tj = tjs ? cJSON_Parse(tjs) : NULL;
+            snprintf(spath, sizeof spath, "%s", sp);
+        }
+        mega_st_close(f);
+    }
+    if (!spath[0]) return cli_error("--resume: no optimizer state in '%s' matches the model's step %lld", a->out, (long long)mstep), 2;
+    const int64_t steps_cli = a->steps;
+    if (tj) restore_train_json(a, tj);
+    cJSON_Delete(tj);
+    if (cli_seen(fl, "steps")) a->steps = steps_cli;
+    a->lm.block.train_len = a->cls.block.train_len = a->seq_len;
+    const char *tf[] = {"batch", "seq-len", "lr", "min-lr", "warmup", "weight-decay", "clip", "seed", "schedule"};
+    for (size_t i = 0; i < sizeof tf / sizeof *tf; i++)
+        if (cli_seen(fl, tf[i])) fprintf(stderr, "mega: note: --resume keeps the checkpoint's --%s; the flag is ignored\n", tf[i]);
+    if (new_task(a, path, t, opt)) return 2;
+    cJSON *tj2;
+    if (load_state_file(spath, (*t)->ps, *opt, pos, &tj2)) return 2;
+    cJSON_Delete(tj2);
+    if (pos->data_hash != (*t)->data_hash || pos->data_size != (*t)->data_size)
+        return cli_error("--resume: the data given is not the data this run was trained on (size or checksum differ)"), 2;
+    if (pos->step >= a->steps) {
+        printf("checkpoint in %s is already at step %lld of %lld; pass a larger --steps to continue\n", a->out,
+               (long long)pos->step, (long long)a->steps);
+        *done = 1;
+    }
+    return 0;
+}
+
+static int open_fresh(train_args *a, task **t, mega_adamw **opt, train_pos *pos) {
+    if (ensure_dir(a->out)) return 2;
+    if (new_task(a, NULL, t, opt)) return 2;
+    pos->data_rng = (uint64_t)a->seed * 0xD1B54A32D192ED03ull + 77;
+    pos->data_hash = (*t)->data_hash, pos->data_size = (*t)->data_size;
+    return 0;
+}
+
+/* ---- the command: the loop ------------------------------------------------------------------ */
+
+typedef struct {
+    FILE *log;
+    int tty;
+    double t_start, t_last, loss_acc, met_acc;
+    int64_t unit_acc, n_acc, start;
+} train_progress;
+
+static void progress_step(train_progress *p, const train_args *a, const task *t, const train_pos *pos, double loss,
+                          double met, int64_t units, double lr, double gn) {
+    p->loss_acc += loss, p->met_acc += met, p->n_acc++, p->unit_acc += units;
+    const double now = now_sec();
+    if (p->tty) {
+        int w = 30, f = (int)((double)w * (double)pos->step / (double)a->steps);
+        char bar[64];
+        for (int i = 0; i < w; i++) bar[i] = i < f ? '#' : '.';
+        bar[w] = 0;
+        printf("\r[%s] %lld/%lld loss %.4f   ", bar, (long long)pos->step, (long long)a->steps, loss);
+        fflush(stdout);
+    }
+    if (pos->step % a->log_every && pos->step != a->steps) return;
+    double dt = now - p->t_last, el = now - p->t_start;
+    double rate = (double)p->unit_acc / (dt > 0 ? dt : 1e-9);
+    double eta = (double)(a->steps - pos->step) * (el / (double)(pos->step - p->start));
+    double ml = p->loss_acc / (double)p->n_acc, mm = p->met_acc / (double)p->n_acc;
+    char rs[32], es[32], els[32];
+    fmt_rate(rs, sizeof rs, rate);
+    fmt_duration(es, sizeof es, eta);
+    fmt_duration(els, sizeof els, el);
+    printf("%sstep %6lld/%lld | loss %.4f | %s %.4f | lr %.2e | gnorm %.2f | %s %s | %s elapsed | ETA %s\n",
+           p->tty ? "\r" : "", (long long)pos->step, (long long)a->steps, ml, t->metric, mm, lr, gn, rs, t->unit, els, es);
+    fprintf(p->log, "{\"step\": %lld, \"loss\": %.6f, \"%s\": %.6f, \"lr\": %.6g, \"grad_norm\": %.4f, \"tok_s\": %.1f, \"time\": %.2f}\n",
+            (long long)pos->step, ml, t->metric, mm, lr, gn, rate, el);
+    fflush(p->log);
     fflush(stdout);
+    p->loss_acc = p->met_acc = 0, p->n_acc = 0, p->unit_acc = 0, p->t_last = now;
+}
 
-    FILE *log = open_log(&a, start);
-    if (!log) return t->destroy(t), mega_adamw_free(opt), cli_error("cannot write the log in '%s'", a.out), 2;
-    mega_adamw_hp hp = {a.beta1, a.beta2, a.eps, a.weight_decay, a.decay_all};
-    const int tty = is_tty(stdout) && !a.quiet;
-    const int is_lm = !strcmp(t->kind, "lm");
-    double t_start = now_sec(), t_last = t_start, loss_acc = 0, met_acc = 0;
-    int64_t unit_acc = 0, n_acc = 0;
-    int rc = 0;
-    for (int64_t step = start; step < a.steps; step++) {
-        double lr = lr_at(&a, step), loss = 0, met = 0;
+/* validation at this step; -1 on error */
+static int validate_now(train_progress *p, const train_args *a, task *t, const train_pos *pos) {
+    double vl, vm, te = now_sec();
+    int64_t vc;
+    int v = t->validate(t, a, a->eval_tokens, &vl, &vm, &vc);
+    if (v < 0) return -1;
+    if (v == 0) {
+        printf("%svalid step %6lld | loss %.4f | %s %.4f | %lld %s (%.1fs)\n", p->tty ? "\r" : "", (long long)pos->step, vl,
+               t->metric, vm, (long long)vc, !strcmp(t->kind, "lm") ? "bytes in windows" : "examples", now_sec() - te);
+        fprintf(p->log, "{\"step\": %lld, \"valid_loss\": %.6f, \"valid_%s\": %.6f, \"valid_count\": %lld}\n",
+                (long long)pos->step, vl, t->metric, vm, (long long)vc);
+        fflush(p->log);
+    }
+    p->t_last += now_sec() - te; /* evaluation time is not training throughput */
+    return 0;
+}
+
+static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *pos, FILE *log) {
+    const mega_adamw_hp hp = {a->beta1, a->beta2, a->eps, a->weight_decay, a->decay_all};
+    train_progress p = {log, is_tty(stdout) && !a->quiet, now_sec(), 0, 0, 0, 0, 0, pos->step};
+    p.t_last = p.t_start;
+    for (int64_t step = pos->step; step < a->steps; step++) {
+        double lr = lr_at(a, step), loss = 0, met = 0;
         int64_t units = 0;
         mega_ps_zero_grad(t->ps);
-        if (t->step(t, &a, &pos.data_rng, dropout_key((uint64_t)a.seed, step), &loss, &met, &units)) {
-            rc = 2;
-            break;
-        }
-        if (!isfinite(loss)) {
-            rc = cli_error("step %lld: the loss is not finite (%g); lower --lr or raise --warmup", (long long)step + 1, loss);
-            break;
-        }
+        if (t->step(t, a, &pos->data_rng, dropout_key((uint64_t)a->seed, step), &loss, &met, &units)) return 2;
+        if (!isfinite(loss))
+            return cli_error("step %lld: the loss is not finite (%g); lower --lr or raise --warmup", (long long)step + 1, loss), 2;
         double gn = mega_ps_grad_norm(t->ps);
-        if (a.clip > 0 && gn > a.clip) mega_ps_scale_grad(t->ps, a.clip / (gn + 1e-12));
+        if (a->clip > 0 && gn > a->clip) mega_ps_scale_grad(t->ps, a->clip / (gn + 1e-12));
         mega_adamw_step(opt, t->ps, &hp, lr);
-        pos.step = step + 1;
-        loss_acc += loss, met_acc += met, n_acc++, unit_acc += units;
-        double now = now_sec();
-        if (tty) {
-            int w = 30, f = (int)((double)w * (double)pos.step / (double)a.steps);
-            char bar[64];
-            for (int i = 0; i < w; i++) bar[i] = i < f ? '#' : '.';
-            bar[w] = 0;
-            printf("\r[%s] %lld/%lld loss %.4f   ", bar, (long long)pos.step, (long long)a.steps, loss);
-            fflush(stdout);
-        }
-        if (pos.step % a.log_every == 0 || pos.step == a.steps) {
-            double dt = now - t_last, el = now - t_start;
-            double rate = (double)unit_acc / (dt > 0 ? dt : 1e-9);
-            double eta = (double)(a.steps - pos.step) * (el / (double)(pos.step - start));
-            double ml = loss_acc / (double)n_acc, mm = met_acc / (double)n_acc;
-            char rs[32], es[32], els[32];
-            fmt_rate(rs, sizeof rs, rate);
-            fmt_duration(es, sizeof es, eta);
-            fmt_duration(els, sizeof els, el);
-            printf("%sstep %6lld/%lld | loss %.4f | %s %.4f | lr %.2e | gnorm %.2f | %s %s | %s elapsed | ETA %s\n",
-                   tty ? "\r" : "", (long long)pos.step, (long long)a.steps, ml, t->metric, mm, lr, gn, rs, t->unit, els, es);
-            fprintf(log, "{\"step\": %lld, \"loss\": %.6f, \"%s\": %.6f, \"lr\": %.6g, \"grad_norm\": %.4f, \"%s\": %.1f, \"time\": %.2f}\n",
-                    (long long)pos.step, ml, t->metric, mm, lr, gn, is_lm ? "tok_s" : "tok_s", rate, el);
-            fflush(log);
-            fflush(stdout);
-            loss_acc = met_acc = 0, n_acc = 0, unit_acc = 0, t_last = now;
-        }
-        int stop = a.stop_after > 0 && pos.step - start >= a.stop_after && pos.step < a.steps;
-        int last = pos.step == a.steps;
-        if ((a.eval_every > 0 && pos.step % a.eval_every == 0) || last) {
-            double vl, vm, te = now_sec();
-            int64_t vc;
-            int v = t->validate(t, &a, a.eval_tokens, &vl, &vm, &vc);
-            if (v < 0) {
-                rc = 2;
-                break;
-            }
-            if (v == 0) {
-                printf("%svalid step %6lld | loss %.4f | %s %.4f | %lld %s (%.1fs)\n", tty ? "\r" : "", (long long)pos.step, vl,
-                       t->metric, vm, (long long)vc, is_lm ? "bytes in windows" : "examples", now_sec() - te);
-                fprintf(log, "{\"step\": %lld, \"valid_loss\": %.6f, \"valid_%s\": %.6f, \"valid_count\": %lld}\n",
-                        (long long)pos.step, vl, t->metric, vm, (long long)vc);
-                fflush(log);
-            }
-            t_last += now_sec() - te; /* evaluation time is not training throughput */
-        }
-        if ((a.save_every > 0 && pos.step % a.save_every == 0) || last || stop) {
-            if (save_checkpoint(&a, t, opt, &pos)) {
-                rc = 2;
-                break;
-            }
-            if (!last) printf("%ssaved checkpoint at step %lld\n", tty ? "\r" : "", (long long)pos.step);
+        pos->step = step + 1;
+        progress_step(&p, a, t, pos, loss, met, units, lr, gn);
+        const int stop = a->stop_after > 0 && pos->step - p.start >= a->stop_after && pos->step < a->steps;
+        const int last = pos->step == a->steps;
+        if (((a->eval_every > 0 && pos->step % a->eval_every == 0) || last) && validate_now(&p, a, t, pos)) return 2;
+        if ((a->save_every > 0 && pos->step % a->save_every == 0) || last || stop) {
+            if (save_checkpoint(a, t, opt, pos)) return 2;
+            if (!last) printf("%ssaved checkpoint at step %lld\n", p.tty ? "\r" : "", (long long)pos->step);
         }
         if (stop) {
             printf("stopped after %lld steps (--stop-after); continue with: mega train ... --out %s --resume\n",
-                   (long long)(pos.step - start), a.out);
+                   (long long)(pos->step - p.start), a->out);
             break;
         }
     }
-    fclose(log);
-    if (!rc) {
-        char els[32];
-        fmt_duration(els, sizeof els, now_sec() - t_start);
-        printf("done: %lld steps in %s; checkpoint in %s\n", (long long)(pos.step - start), els, a.out);
+    char els[32];
+    fmt_duration(els, sizeof els, now_sec() - p.t_start);
+    printf("done: %lld steps in %s; checkpoint in %s\n", (long long)(pos->step - p.start), els, a->out);
+    return 0;
+}
+
+static void describe_run(const train_args *a, task *t, int64_t start) {
+    printf("mega train: %s\n", mega_build_info());
+    t->describe(t, a, stdout);
+    printf("  training  steps %lld, batch %d, seq-len %d, lr %g -> %g (%s, warmup %lld), weight-decay %g, clip %g, "
+           "seed %lld, threads %d\n",
+           (long long)a->steps, a->batch, a->seq_len, a->lr, a->min_lr, a->schedule, (long long)a->warmup, a->weight_decay,
+           a->clip, (long long)a->seed, mega_get_threads());
+    if (a->resume) printf("  resuming  from step %lld in %s\n", (long long)start, a->out);
+    printf("  output    %s\n", a->out);
+    fflush(stdout);
+}
+
+int cmd_train(int argc, char **argv) {
+    static train_args a;
+    cli_flag fl[MAX_FLAGS];
+    int r = parse_args(argc, argv, &a, fl);
+    if (r) return r == 1 ? 0 : 2;
+    mega_set_threads(a.threads);
+    train_pos pos = {0, 0, 0, 0};
+    mega_adamw *opt = NULL;
+    task *t = NULL;
+    int done = 0;
+    int rc = a.resume ? open_resume(&a, fl, &t, &opt, &pos, &done) : open_fresh(&a, &t, &opt, &pos);
+    if (!rc && !done) {
+        if (a.log_every <= 0) a.log_every = a.steps >= 50 ? a.steps / 50 : 1;
+        describe_run(&a, t, pos.step);
+        FILE *log = open_log(&a, pos.step);
+        if (!log) rc = cli_error("cannot write the log in '%s'", a.out);
+        else {
+            rc = train_loop(&a, t, opt, &pos, log);
+            fclose(log);
+        }
     }
-    t->destroy(t);
+    if (t) t->destroy(t);
     mega_adamw_free(opt);
     return rc ? 2 : 0;
 }

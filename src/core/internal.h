@@ -107,4 +107,24 @@ void mega__log(int level, const char *fmt, ...)
 void *mega__calloc(size_t n, size_t size);
 void mega__free(void *p);
 
+/* the names of the enumerated settings (core/names.c), index = value */
+extern const char *const mega__names_attn[], *const mega__names_norm[], *const mega__names_act[],
+    *const mega__names_relpos[], *const mega__names_pos[], *const mega__names_mixer[];
+
+/* config field tables (core/fields.c): range/choice check of every field of a config struct at
+ * base (one-line error naming the field), and JSON both ways (keys = field names) */
+mega_status mega__fields_check(const mega_field *f, int n, const void *base);
+
+/* bump allocator over a caller-owned real buffer: with base NULL it only counts. Every take is
+ * rounded up to 16 reals, so each region starts on a 64-byte boundary of an aligned buffer. */
+typedef struct {
+    real *base;
+    size_t off;
+} mega_bump;
+static inline real *mega_bump_take(mega_bump *b, size_t n) {
+    real *p = b->base ? b->base + b->off : NULL;
+    b->off += (n + 15) & ~(size_t)15;
+    return p;
+}
+
 #endif /* MEGA_INTERNAL_H */

@@ -24,3 +24,8 @@ void mega_fill_uniform(real *x, size_t n, double lo, double hi, mega_rng *r) {
 void mega_fill_const(real *x, size_t n, double v) {
     for (size_t i = 0; i < n; i++) x[i] = (real)v;
 }
+
+void mega_fill_xavier(real *w, size_t out, size_t in, double gain, mega_rng *r) {
+    const double b = gain * sqrt(6.0 / (double)(in + out));
+    mega_fill_uniform(w, out * in, -b, b, r);
+}

@@ -35,5 +35,7 @@ static inline uint64_t mega__subkey(uint64_t key, uint64_t site) { return mega__
 void mega_fill_normal(real *x, size_t n, double mean, double std, mega_rng *r);
 void mega_fill_uniform(real *x, size_t n, double lo, double hi, mega_rng *r);
 void mega_fill_const(real *x, size_t n, double v);
-#define mega_fill_const_r mega_fill_const
+/* xavier-uniform for a [out, in] weight: U(-b, b), b = gain sqrt(6 / (in + out)) (torch
+ * nn.init.xavier_uniform_) */
+void mega_fill_xavier(real *w, size_t out, size_t in, double gain, mega_rng *r);
 #endif

@@ -4,7 +4,7 @@
  * standard residual sublayer; parameters are "<prefix>mixer.<name>".
  *
  *   Q = X Wq^T + bq, K = X Wk^T + bk, V = X Wv^T + bv       (SPEC §3.1; H heads of d = D/H)
- *   per head: o_t = V~^T softmax(K~ q_t / sqrt d)           (§7.1; memory of n = cfg->memory slots)
+ *   per head: o_t = V~^T softmax(K~ q_t / sqrt d)           (§7.1; memory of n = cfg->memory_size slots)
  *   Y = concat_h(o) Wo^T + bo
  *
  * The memories (§7.2):
@@ -27,48 +27,84 @@
  * Streaming state (§7.5): window: ring buffers of keys and values [B,n,D] x 2; Linformer:
  * K~, V~ [B,H,n,d] (+ the position counter); ABC-MLP: K~, V~ and log Z_K, log Z_V [B,H,n].
  */
-#include "layers/block.h"
+#include "layers/mixer.h"
 #include "ops/abc.h"
+#include "ops/ops.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-enum { O_QW, O_QB, O_KW, O_KB, O_VW, O_VB, O_OW, O_OB, O_CK, O_CV }; /* O_CK/O_CV: E, F or W_phi K/V */
-enum { IV_H, IV_N, IV_DH, IV_MASK, IV_NMAX };
-enum { A_Q, A_K, A_V, A_O, A_P, A_KM, A_VM, A_CK, A_CV };
-enum { SITE_ATTN = 31 }; /* dropout site of the slot weights (the block's sublayer dropout is 11) */
+enum { PQ, PK, PV, PO };  /* the projections, in the order of their parameters */
+enum { C_WIN, C_LIN, C_MLP }; /* the memory control, fixed by the kind's declare entry */
+enum { SITE_ATTN = 31 };      /* dropout site of the slot weights (the block's sublayer dropout is 11) */
 
-static int kind_of(const mega_mixer *mx) { return (int)mx->cfg->mixer; }
-static int is_win(const mega_mixer *mx) { return kind_of(mx) == MEGA_MIXER_ABC_WINDOW; }
-static int is_lin(const mega_mixer *mx) { return kind_of(mx) == MEGA_MIXER_ABC_LINFORMER; }
-static int is_mlp(const mega_mixer *mx) { return kind_of(mx) == MEGA_MIXER_ABC_MLP; }
+typedef struct {
+    const mega_block_config *cfg;
+    int ctl;                /* C_* */
+    int H, n, dh;           /* heads, memory slots, head width */
+    int mask;               /* abc-window: mask the empty slots (default) */
+    int nmax;               /* abc-linformer: columns of E and F (max-len) */
+    size_t w[4], b[4];      /* q/k/v/out_proj */
+    size_t ck, cv;          /* E and F (Linformer) or W_phi for K and V (MLP) */
+} abc_layer;
+MEGA_MIXER_LAYER_FITS(abc_layer);
 
-void mega_abc_set_mask_empty(struct mega_mixer *mx, int on) { mx->iv[IV_MASK] = on ? 1 : 0; }
+/* saved activations: q, k, v, o [B,T,D]; P [B,T,H,n] slot weights; bidirectional memories
+ * km, vm [B,H,n,d]; abc-mlp: Phi_K^T, Phi_V^T [B,H n,T] (bidirectional) or the logits [B,T,H n] */
+typedef struct {
+    real *q, *k, *v, *o, *P, *km, *vm, *ck, *cv;
+} abc_acts;
 
-static mega_status abc_declare(mega_mixer *mx, mega_params *P, const char *prefix) {
-    const mega_block_cfg *c = mx->cfg;
+static int is_win(const abc_layer *L) { return L->ctl == C_WIN; }
+static int is_lin(const abc_layer *L) { return L->ctl == C_LIN; }
+static int is_mlp(const abc_layer *L) { return L->ctl == C_MLP; }
+
+void mega_abc_set_mask_empty(void *layer, int on) { ((abc_layer *)layer)->mask = on ? 1 : 0; }
+
+static void abc_resolve(mega_block_config *c) {
+    if (c->heads == 0) c->heads = mega__default_heads(c->embed_dim, 0);
+    if (c->memory_size == 0) c->memory_size = MEGA_DEFAULT_MEMORY;
+}
+static void lin_resolve(mega_block_config *c) {
+    abc_resolve(c);
+    if (c->max_len == 0) c->max_len = mega__default_max_len(c);
+}
+
+static mega_status abc_check(const mega_block_config *c) {
     const char *nm = mega_mixer_name(c->mixer);
-    if (c->heads < 1 || c->D % c->heads)
-        MEGA_FAIL(MEGA_ERR_INVALID, "%s: heads (%d) must be positive and divide embed-dim (%d)", nm, c->heads, c->D);
-    if (c->memory < 1 || c->memory > 65536)
-        MEGA_FAIL(MEGA_ERR_INVALID, "%s needs --memory-size n in [1, 65536] (memory slots per head), got %d", nm, c->memory);
-    if (is_win(mx) && c->bidir)
-        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "abc-window has no bidirectional form: a window memory is per query, not "
-                                        "shared (SPEC §7.2a); use --mixer local for banded local attention");
-    if (is_lin(mx) && (c->max_len < 1 || c->max_len > (1 << 24)))
-        MEGA_FAIL(MEGA_ERR_INVALID, "abc-linformer needs --max-len in [1, 2^24] (the N_max columns of E and F), got %d",
-                  c->max_len);
+    if (c->heads < 1 || c->embed_dim % c->heads)
+        MEGA_FAIL(MEGA_ERR_INVALID, "%s: heads (%d) must be positive and divide embed-dim (%d)", nm, c->heads, c->embed_dim);
+    if (c->memory_size < 1 || c->memory_size > 65536)
+        MEGA_FAIL(MEGA_ERR_INVALID, "%s needs --memory-size n in [1, 65536] (memory slots per head), got %d", nm, c->memory_size);
     if (c->pos != MEGA_POS_NONE)
         MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "%s: positional scheme '%s' is not available for ABC mixers (SPEC §8.8)", nm,
                   mega_pos_name(c->pos));
     if (c->attn_window)
         MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "%s: --attn-window does not apply to ABC (the memory size is its window, SPEC §8.8)",
                   nm);
-    if (c->log_n) MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "%s: log-n scaling does not apply to ABC (SPEC §8.8)", nm);
-    const int64_t D = c->D, H = c->heads, n = c->memory;
-    mx->iv[IV_H] = c->heads, mx->iv[IV_N] = c->memory, mx->iv[IV_DH] = c->D / c->heads;
-    mx->iv[IV_MASK] = 1; /* [ext] mask_empty_slots, on by default (§7.1) */
-    mx->iv[IV_NMAX] = is_lin(mx) ? c->max_len : 0;
+    if (c->log_n_scaling) MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "%s: log-n scaling does not apply to ABC (SPEC §8.8)", nm);
+    return MEGA_OK;
+}
+static mega_status win_check(const mega_block_config *c) {
+    if (c->bidirectional)
+        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "abc-window has no bidirectional form: a window memory is per query, not "
+                                        "shared (SPEC §7.2a); use --mixer local for banded local attention");
+    return abc_check(c);
+}
+static mega_status lin_check(const mega_block_config *c) {
+    if (c->max_len < 1 || c->max_len > (1 << 24))
+        MEGA_FAIL(MEGA_ERR_INVALID, "abc-linformer needs --max-len in [1, 2^24] (the N_max columns of E and F), got %d",
+                  c->max_len);
+    return abc_check(c);
+}
+
+static mega_status declare(abc_layer *L, const mega_block_config *c, mega_params *P, const char *prefix, int ctl) {
+    memset(L, 0, sizeof *L);
+    L->cfg = c, L->ctl = ctl;
+    const int64_t D = c->embed_dim, H = c->heads, n = c->memory_size;
+    L->H = c->heads, L->n = c->memory_size, L->dh = c->embed_dim / c->heads;
+    L->mask = 1; /* [ext] mask_empty_slots, on by default (§7.1) */
+    L->nmax = is_lin(L) ? c->max_len : 0;
     char pre[MEGA_NAME_MAX];
     snprintf(pre, sizeof pre, "%smixer.", prefix);
     static const char *const proj[4] = {"q_proj", "k_proj", "v_proj", "out_proj"};
@@ -76,78 +112,88 @@ static mega_status abc_declare(mega_mixer *mx, mega_params *P, const char *prefi
         char w[64], b[64];
         snprintf(w, sizeof w, "%s.weight", proj[i]);
         snprintf(b, sizeof b, "%s.bias", proj[i]);
-        MEGA_TRY(MEGA_PADD(P, pre, w, MEGA_P_DECAY, &mx->off[O_QW + 2 * i], D, D));
-        MEGA_TRY(MEGA_PADD(P, pre, b, 0, &mx->off[O_QB + 2 * i], D));
+        MEGA_TRY(MEGA_PADD(P, pre, w, MEGA_P_DECAY, &L->w[i], D, D));
+        MEGA_TRY(MEGA_PADD(P, pre, b, 0, &L->b[i], D));
     }
-    if (is_lin(mx)) {
-        MEGA_TRY(MEGA_PADD(P, pre, "compress_k.weight", MEGA_P_DECAY, &mx->off[O_CK], n, (int64_t)c->max_len));
-        MEGA_TRY(MEGA_PADD(P, pre, "compress_v.weight", MEGA_P_DECAY, &mx->off[O_CV], n, (int64_t)c->max_len));
-    } else if (is_mlp(mx)) {
-        MEGA_TRY(MEGA_PADD(P, pre, "phi_k.weight", MEGA_P_DECAY, &mx->off[O_CK], H * n, D));
-        MEGA_TRY(MEGA_PADD(P, pre, "phi_v.weight", MEGA_P_DECAY, &mx->off[O_CV], H * n, D));
+    if (is_lin(L)) {
+        MEGA_TRY(MEGA_PADD(P, pre, "compress_k.weight", MEGA_P_DECAY, &L->ck, n, (int64_t)c->max_len));
+        MEGA_TRY(MEGA_PADD(P, pre, "compress_v.weight", MEGA_P_DECAY, &L->cv, n, (int64_t)c->max_len));
+    } else if (is_mlp(L)) {
+        MEGA_TRY(MEGA_PADD(P, pre, "phi_k.weight", MEGA_P_DECAY, &L->ck, H * n, D));
+        MEGA_TRY(MEGA_PADD(P, pre, "phi_v.weight", MEGA_P_DECAY, &L->cv, H * n, D));
     }
     return MEGA_OK;
 }
-
-static void abc_init(const mega_mixer *mx, real *W, mega_rng *rng) {
-    const mega_block_cfg *c = mx->cfg;
-    const size_t D = (size_t)c->D, Hn = (size_t)c->heads * c->memory, n = (size_t)c->memory;
-    /* §3.1 [ext] fairseq: q/k/v xavier-uniform with gain 2^-1/2, out_proj xavier-uniform, zero biases */
-    const double a_qkv = sqrt(0.5) * sqrt(6.0 / (2.0 * (double)D)), a_out = sqrt(6.0 / (2.0 * (double)D));
-    for (int i = 0; i < 4; i++) {
-        const double a = i < 3 ? a_qkv : a_out;
-        mega_fill_uniform(W + mx->off[O_QW + 2 * i], D * D, -a, a, rng);
-        mega_fill_const(W + mx->off[O_QB + 2 * i], D, 0);
+#define ABC_DECLARE(fn, CTL)                                                                        \
+    static mega_status fn(void *L, const mega_block_config *c, mega_params *P, const char *prefix) { \
+        return declare(L, c, P, prefix, CTL);                                                       \
     }
-    if (is_lin(mx)) { /* §7.2b: xavier-uniform with gain 2^-1/2 on (n, N_max) */
+ABC_DECLARE(win_declare, C_WIN)
+ABC_DECLARE(lin_declare, C_LIN)
+ABC_DECLARE(mlp_declare, C_MLP)
+
+static void abc_init(const void *layer, real *W, mega_rng *rng) {
+    const abc_layer *L = layer;
+    const mega_block_config *c = L->cfg;
+    const size_t D = (size_t)c->embed_dim, Hn = (size_t)c->heads * c->memory_size, n = (size_t)c->memory_size;
+    /* §3.1 [ext] fairseq: q/k/v xavier-uniform with gain 2^-1/2, out_proj xavier-uniform, zero biases */
+    for (int i = 0; i < 4; i++) {
+        mega_fill_xavier(W + L->w[i], D, D, i < 3 ? sqrt(0.5) : 1.0, rng);
+        mega_fill_const(W + L->b[i], D, 0);
+    }
+    if (is_lin(L)) { /* §7.2b: xavier-uniform with gain 2^-1/2 on (n, N_max) */
         const size_t N = (size_t)c->max_len;
-        const double a = sqrt(0.5) * sqrt(6.0 / (double)(n + N));
-        mega_fill_uniform(W + mx->off[O_CK], n * N, -a, a, rng);
-        mega_fill_uniform(W + mx->off[O_CV], n * N, -a, a, rng);
-    } else if (is_mlp(mx)) { /* §7.2c [ext]: N(0, 0.02), no bias */
-        mega_fill_normal(W + mx->off[O_CK], Hn * D, 0, 0.02, rng);
-        mega_fill_normal(W + mx->off[O_CV], Hn * D, 0, 0.02, rng);
+        mega_fill_xavier(W + L->ck, n, N, sqrt(0.5), rng);
+        mega_fill_xavier(W + L->cv, n, N, sqrt(0.5), rng);
+    } else if (is_mlp(L)) { /* §7.2c [ext]: N(0, 0.02), no bias */
+        mega_fill_normal(W + L->ck, Hn * D, 0, 0.02, rng);
+        mega_fill_normal(W + L->cv, Hn * D, 0, 0.02, rng);
     }
 }
 
-static size_t abc_acts(const mega_mixer *mx, mega_mixer_acts *A, real *base, int B, int T) {
-    const mega_block_cfg *c = mx->cfg;
-    const size_t R = (size_t)B * T, D = (size_t)c->D, Hn = (size_t)c->heads * c->memory;
+static size_t acts_view(const abc_layer *L, abc_acts *A, real *base, int B, int T) {
+    const mega_block_config *c = L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Hn = (size_t)L->H * L->n;
     mega_bump b = {base, 0};
-    mega_mixer_acts a;
-    memset(&a, 0, sizeof a);
-    for (int i = A_Q; i <= A_O; i++) a.p[i] = mega_bump_take(&b, R * D);
-    a.p[A_P] = mega_bump_take(&b, R * Hn);
-    if (c->bidir) {
-        a.p[A_KM] = mega_bump_take(&b, (size_t)B * c->memory * D);
-        a.p[A_VM] = mega_bump_take(&b, (size_t)B * c->memory * D);
+    memset(A, 0, sizeof *A);
+    A->q = mega_bump_take(&b, R * D);
+    A->k = mega_bump_take(&b, R * D);
+    A->v = mega_bump_take(&b, R * D);
+    A->o = mega_bump_take(&b, R * D);
+    A->P = mega_bump_take(&b, R * Hn);
+    if (c->bidirectional) {
+        A->km = mega_bump_take(&b, (size_t)B * L->n * D);
+        A->vm = mega_bump_take(&b, (size_t)B * L->n * D);
     }
-    if (is_mlp(mx)) {
-        a.p[A_CK] = mega_bump_take(&b, R * Hn);
-        a.p[A_CV] = mega_bump_take(&b, R * Hn);
+    if (is_mlp(L)) {
+        A->ck = mega_bump_take(&b, R * Hn);
+        A->cv = mega_bump_take(&b, R * Hn);
     }
-    if (A) *A = a;
     return b.off;
 }
+static size_t abc_acts_size(const void *L, int B, int T) {
+    abc_acts A;
+    return acts_view(L, &A, NULL, B, T);
+}
 
-static mega_abc_k kernel_of(const mega_mixer *mx, int T, const mega_run *run) {
-    const mega_block_cfg *c = mx->cfg;
+static mega_abc_k kernel_of(const abc_layer *L, int T, const mega_run *run) {
+    const mega_block_config *c = L->cfg;
     mega_abc_k k;
     memset(&k, 0, sizeof k);
-    k.T = T, k.n = mx->iv[IV_N], k.d = mx->iv[IV_DH], k.H = mx->iv[IV_H];
-    k.mode = is_win(mx) ? MEGA_ABC_WINDOW : is_lin(mx) ? MEGA_ABC_SUM : MEGA_ABC_LOGZ;
-    k.mask_empty = mx->iv[IV_MASK];
+    k.T = T, k.n = L->n, k.d = L->dh, k.H = L->H;
+    k.mode = is_win(L) ? MEGA_ABC_WINDOW : is_lin(L) ? MEGA_ABC_SUM : MEGA_ABC_LOGZ;
+    k.mask_empty = L->mask;
     k.scale = (real)(1.0 / sqrt((double)k.d));
-    k.p_drop = run && run->training ? c->attn_dropout : 0;
+    k.p_drop = run && run->training ? c->attention_dropout : 0;
     k.key = run ? mega__subkey(run->key, SITE_ATTN) : 0;
     return k;
 }
 
 /* per-unit temporary reals: the kernel's own plus (causal scan) the running memory */
-static size_t unit_tmp(const mega_mixer *mx, const mega_abc_k *k, int backward) {
+static size_t unit_tmp(const abc_layer *L, const mega_abc_k *k, int backward) {
     const size_t nd = (size_t)k->n * k->d;
-    if (is_win(mx)) return mega_abc_window_tmp(k);
-    if (mx->cfg->bidir) return mega_abc_bidir_tmp(k);
+    if (is_win(L)) return mega_abc_window_tmp(k);
+    if (L->cfg->bidirectional) return mega_abc_bidir_tmp(k);
     size_t f = mega_abc_scan_fwd_tmp(k) + 2 * nd + 2 * (size_t)k->n + 16;
     return backward ? MEGA_MAX(f, mega_abc_scan_bwd_tmp(k)) : f;
 }
@@ -160,56 +206,56 @@ typedef struct {
     size_t per;
 } abc_scr;
 
-static size_t scr_layout(const mega_mixer *mx, int B, int T, int nt, real *base, abc_scr *s) {
-    const mega_block_cfg *c = mx->cfg;
-    const size_t R = (size_t)B * T, D = (size_t)c->D, Hn = (size_t)c->heads * c->memory, n = (size_t)c->memory;
+static size_t scr_layout(const abc_layer *L, int B, int T, int nt, real *base, abc_scr *s) {
+    const mega_block_config *c = L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Hn = (size_t)c->heads * c->memory_size, n = (size_t)c->memory_size;
     mega_bump b = {base, 0};
-    mega_abc_k k = kernel_of(mx, T, NULL);
+    mega_abc_k k = kernel_of(L, T, NULL);
     memset(s, 0, sizeof *s);
     s->dO = mega_bump_take(&b, R * D);
     s->dQ = mega_bump_take(&b, R * D);
     s->dK = mega_bump_take(&b, R * D);
     s->dV = mega_bump_take(&b, R * D);
-    if (!is_win(mx)) {
+    if (!is_win(L)) {
         s->dck = mega_bump_take(&b, R * Hn);
         s->dcv = mega_bump_take(&b, R * Hn);
     }
-    if (is_lin(mx)) {
-        const size_t ph = c->bidir ? (size_t)B * n * T : (size_t)T * n;
+    if (is_lin(L)) {
+        const size_t ph = c->bidirectional ? (size_t)B * n * T : (size_t)T * n;
         s->phk = mega_bump_take(&b, ph);
         s->phv = mega_bump_take(&b, ph);
     }
-    s->per = (unit_tmp(mx, &k, 1) + 15) & ~(size_t)15;
+    s->per = (unit_tmp(L, &k, 1) + 15) & ~(size_t)15;
     s->thr = mega_bump_take(&b, s->per * (size_t)(nt > 0 ? nt : 1));
     return b.off;
 }
 
-static size_t abc_scratch(const mega_mixer *mx, int B, int T, int nthreads) {
+static size_t abc_scratch(const void *L, int B, int T, int nthreads) {
     abc_scr s;
-    return scr_layout(mx, B, T, nthreads, NULL, &s) + 16;
+    return scr_layout(L, B, T, nthreads, NULL, &s) + 16;
 }
 
 /* Linformer control: bidirectional Phi^T [B, n, T] = E[:, :T] with pad columns zeroed (§7.2b:
  * pads zeroed before compression); causal rows [T, n] = E[:, pos + t]^T */
-static void lin_phi_bidir(const mega_mixer *mx, const real *E, real *ph, const uint8_t *pad, int B, int T) {
-    const size_t n = (size_t)mx->iv[IV_N], N = (size_t)mx->iv[IV_NMAX];
+static void lin_phi_bidir(const abc_layer *L, const real *E, real *ph, const uint8_t *pad, int B, int T) {
+    const size_t n = (size_t)L->n, N = (size_t)L->nmax;
     for (int b = 0; b < B; b++)
         for (size_t j = 0; j < n; j++) {
             real *row = ph + ((size_t)b * n + j) * T;
             for (int t = 0; t < T; t++) row[t] = (pad && pad[(size_t)b * T + t]) ? 0 : E[j * N + (size_t)t];
         }
 }
-static void lin_rows(const mega_mixer *mx, const real *E, real *rows, int64_t pos, int T) {
-    const size_t n = (size_t)mx->iv[IV_N], N = (size_t)mx->iv[IV_NMAX];
+static void lin_rows(const abc_layer *L, const real *E, real *rows, int64_t pos, int T) {
+    const size_t n = (size_t)L->n, N = (size_t)L->nmax;
     for (int t = 0; t < T; t++)
         for (size_t j = 0; j < n; j++) rows[(size_t)t * n + j] = E[j * N + (size_t)pos + (size_t)t];
 }
 
 /* ABC-MLP bidirectional control: Phi^T [B, H n, T], each row the softmax over the valid
  * positions of l^T = W_phi X^T (§7.2c); a row with no valid position is 0 */
-static void mlp_phi_bidir(const mega_mixer *mx, const real *Wp, real *ph, const real *x, const uint8_t *pad, int B,
+static void mlp_phi_bidir(const abc_layer *L, const real *Wp, real *ph, const real *x, const uint8_t *pad, int B,
                           int T) {
-    const size_t D = (size_t)mx->cfg->D, Hn = (size_t)mx->iv[IV_H] * mx->iv[IV_N];
+    const size_t D = (size_t)L->cfg->embed_dim, Hn = (size_t)L->H * L->n;
     for (int b = 0; b < B; b++) {
         real *pb = ph + (size_t)b * Hn * T;
         mega_gemm(0, 1, Hn, (size_t)T, D, 1, Wp, D, x + (size_t)b * T * D, D, 0, pb, (size_t)T);
@@ -225,47 +271,50 @@ static void mlp_phi_bidir(const mega_mixer *mx, const real *Wp, real *ph, const 
     }
 }
 
-static mega_status abc_forward(const mega_mixer *mx, real *W, mega_mixer_acts *A, real *y, const real *x,
-                               const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
-    const mega_block_cfg *c = mx->cfg;
-    const int H = mx->iv[IV_H], n = mx->iv[IV_N], dh = mx->iv[IV_DH];
-    const size_t R = (size_t)B * T, D = (size_t)c->D, Hn = (size_t)H * n, nd = (size_t)n * dh;
+static mega_status abc_forward(const void *layer, real *W, real *acts, real *y, const real *x, const uint8_t *pad,
+                               int B, int T, const mega_run *run, real *scratch) {
+    const abc_layer *L = layer;
+    abc_acts A;
+    acts_view(L, &A, acts, B, T);
+    const mega_block_config *c = L->cfg;
+    const int H = L->H, n = L->n, dh = L->dh;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Hn = (size_t)H * n, nd = (size_t)n * dh;
     const int nt = run->nthreads > 0 ? run->nthreads : 1;
-    if (is_lin(mx) && T > mx->iv[IV_NMAX])
+    if (is_lin(L) && T > L->nmax)
         MEGA_FAIL(MEGA_ERR_INVALID, "abc-linformer: sequence length %d exceeds max-len %d (E and F have max-len columns)",
-                  T, mx->iv[IV_NMAX]);
-    real *q = A->p[A_Q], *k = A->p[A_K], *v = A->p[A_V], *o = A->p[A_O], *P = A->p[A_P];
-    mega_linear_forward(q, x, W + mx->off[O_QW], W + mx->off[O_QB], R, D, D);
-    mega_linear_forward(k, x, W + mx->off[O_KW], W + mx->off[O_KB], R, D, D);
-    mega_linear_forward(v, x, W + mx->off[O_VW], W + mx->off[O_VB], R, D, D);
+                  T, L->nmax);
+    real *q = A.q, *k = A.k, *v = A.v, *o = A.o, *P = A.P;
+    mega_linear_forward(q, x, W + L->w[PQ], W + L->b[PQ], R, D, D);
+    mega_linear_forward(k, x, W + L->w[PK], W + L->b[PK], R, D, D);
+    mega_linear_forward(v, x, W + L->w[PV], W + L->b[PV], R, D, D);
     abc_scr s;
-    scr_layout(mx, B, T, nt, scratch, &s);
-    mega_abc_k kk = kernel_of(mx, T, run);
+    scr_layout(L, B, T, nt, scratch, &s);
+    mega_abc_k kk = kernel_of(L, T, run);
     const real *phk = NULL, *phv = NULL;
     size_t ph_b = 0, ph_h = 0; /* bidirectional Phi^T of unit (b,h) at phk + b*ph_b + h*ph_h */
-    if (is_lin(mx)) {
-        if (c->bidir) {
-            lin_phi_bidir(mx, W + mx->off[O_CK], s.phk, pad, B, T);
-            lin_phi_bidir(mx, W + mx->off[O_CV], s.phv, pad, B, T);
+    if (is_lin(L)) {
+        if (c->bidirectional) {
+            lin_phi_bidir(L, W + L->ck, s.phk, pad, B, T);
+            lin_phi_bidir(L, W + L->cv, s.phv, pad, B, T);
             phk = s.phk, phv = s.phv, ph_b = (size_t)n * T, ph_h = 0;
         } else {
-            lin_rows(mx, W + mx->off[O_CK], s.phk, 0, T);
-            lin_rows(mx, W + mx->off[O_CV], s.phv, 0, T);
+            lin_rows(L, W + L->ck, s.phk, 0, T);
+            lin_rows(L, W + L->cv, s.phv, 0, T);
             kk.ck = s.phk, kk.cv = s.phv, kk.cs_b = 0, kk.cs_t = (size_t)n, kk.cs_h = 0;
         }
-    } else if (is_mlp(mx)) {
-        if (c->bidir) {
-            mlp_phi_bidir(mx, W + mx->off[O_CK], A->p[A_CK], x, pad, B, T);
-            mlp_phi_bidir(mx, W + mx->off[O_CV], A->p[A_CV], x, pad, B, T);
-            phk = A->p[A_CK], phv = A->p[A_CV], ph_b = Hn * T, ph_h = (size_t)n * T;
+    } else if (is_mlp(L)) {
+        if (c->bidirectional) {
+            mlp_phi_bidir(L, W + L->ck, A.ck, x, pad, B, T);
+            mlp_phi_bidir(L, W + L->cv, A.cv, x, pad, B, T);
+            phk = A.ck, phv = A.cv, ph_b = Hn * T, ph_h = (size_t)n * T;
         } else {
-            mega_linear_forward(A->p[A_CK], x, W + mx->off[O_CK], NULL, R, D, Hn);
-            mega_linear_forward(A->p[A_CV], x, W + mx->off[O_CV], NULL, R, D, Hn);
-            kk.ck = A->p[A_CK], kk.cv = A->p[A_CV], kk.cs_b = (size_t)T * Hn, kk.cs_t = Hn, kk.cs_h = (size_t)n;
+            mega_linear_forward(A.ck, x, W + L->ck, NULL, R, D, Hn);
+            mega_linear_forward(A.cv, x, W + L->cv, NULL, R, D, Hn);
+            kk.ck = A.ck, kk.cv = A.cv, kk.cs_b = (size_t)T * Hn, kk.cs_t = Hn, kk.cs_h = (size_t)n;
         }
     }
     const long units = (long)B * H;
-    const int win = is_win(mx), bidir = c->bidir;
+    const int win = is_win(L), bidir = c->bidirectional;
 #pragma omp parallel for schedule(static) num_threads(nt) if (units > 1 && R * Hn * (size_t)dh > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
         int tid = 0;
@@ -277,7 +326,7 @@ static mega_status abc_forward(const mega_mixer *mx, real *W, mega_mixer_acts *A
         if (win) {
             mega_abc_window_forward(&kk, o, P, q, k, v, pad, b, h);
         } else if (bidir) {
-            real *Km = A->p[A_KM] + (size_t)u * nd, *Vm = A->p[A_VM] + (size_t)u * nd;
+            real *Km = A.km + (size_t)u * nd, *Vm = A.vm + (size_t)u * nd;
             mega_abc_bidir_forward(&kk, o, P, Km, Vm, q, k, v, phk + (size_t)b * ph_b + (size_t)h * ph_h,
                                    phv + (size_t)b * ph_b + (size_t)h * ph_h, (size_t)T, b, h, tmp);
         } else {
@@ -287,44 +336,46 @@ static mega_status abc_forward(const mega_mixer *mx, real *W, mega_mixer_acts *A
             mega_abc_scan_forward(&kk, o, P, q, k, v, pad, b, h, Mk, Mv, lzk, lzv, rest);
         }
     }
-    mega_linear_forward(y, o, W + mx->off[O_OW], W + mx->off[O_OB], R, D, D);
+    mega_linear_forward(y, o, W + L->w[PO], W + L->b[PO], R, D, D);
     return MEGA_OK;
 }
 
-static void abc_backward(const mega_mixer *mx, const real *W, real *dW, const mega_mixer_acts *A, real *dx,
-                         const real *dy, const real *x, const uint8_t *pad, int B, int T, const mega_run *run,
-                         real *scratch) {
-    const mega_block_cfg *c = mx->cfg;
-    const int H = mx->iv[IV_H], n = mx->iv[IV_N], dh = mx->iv[IV_DH];
-    const size_t R = (size_t)B * T, D = (size_t)c->D, Hn = (size_t)H * n, nd = (size_t)n * dh;
+static void abc_backward(const void *layer, const real *W, real *dW, const real *acts, real *dx, const real *dy,
+                         const real *x, const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
+    const abc_layer *L = layer;
+    abc_acts A;
+    acts_view(L, &A, (real *)(uintptr_t)acts, B, T);
+    const mega_block_config *c = L->cfg;
+    const int H = L->H, n = L->n, dh = L->dh;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Hn = (size_t)H * n, nd = (size_t)n * dh;
     const int nt = run->nthreads > 0 ? run->nthreads : 1;
-    const real *q = A->p[A_Q], *k = A->p[A_K], *v = A->p[A_V], *P = A->p[A_P];
+    const real *q = A.q, *k = A.k, *v = A.v, *P = A.P;
     abc_scr s;
-    scr_layout(mx, B, T, nt, scratch, &s);
-    mega_abc_k kk = kernel_of(mx, T, run);
+    scr_layout(L, B, T, nt, scratch, &s);
+    mega_abc_k kk = kernel_of(L, T, run);
     /* Y = O Wo^T + bo */
-    mega_linear_backward(s.dO, dW + mx->off[O_OW], dW + mx->off[O_OB], dy, A->p[A_O], W + mx->off[O_OW], R, D, D, 0);
+    mega_linear_backward(s.dO, dW + L->w[PO], dW + L->b[PO], dy, A.o, W + L->w[PO], R, D, D, 0);
     const real *phk = NULL, *phv = NULL;
     size_t ph_b = 0, ph_h = 0;
-    if (is_lin(mx)) {
-        if (c->bidir) {
-            lin_phi_bidir(mx, W + mx->off[O_CK], s.phk, pad, B, T);
-            lin_phi_bidir(mx, W + mx->off[O_CV], s.phv, pad, B, T);
+    if (is_lin(L)) {
+        if (c->bidirectional) {
+            lin_phi_bidir(L, W + L->ck, s.phk, pad, B, T);
+            lin_phi_bidir(L, W + L->cv, s.phv, pad, B, T);
             phk = s.phk, phv = s.phv, ph_b = (size_t)n * T;
         } else {
-            lin_rows(mx, W + mx->off[O_CK], s.phk, 0, T);
-            lin_rows(mx, W + mx->off[O_CV], s.phv, 0, T);
+            lin_rows(L, W + L->ck, s.phk, 0, T);
+            lin_rows(L, W + L->cv, s.phv, 0, T);
             kk.ck = s.phk, kk.cv = s.phv, kk.cs_b = 0, kk.cs_t = (size_t)n, kk.cs_h = 0;
         }
-    } else if (is_mlp(mx)) {
-        if (c->bidir) {
-            phk = A->p[A_CK], phv = A->p[A_CV], ph_b = Hn * T, ph_h = (size_t)n * T;
+    } else if (is_mlp(L)) {
+        if (c->bidirectional) {
+            phk = A.ck, phv = A.cv, ph_b = Hn * T, ph_h = (size_t)n * T;
         } else {
-            kk.ck = A->p[A_CK], kk.cv = A->p[A_CV], kk.cs_b = (size_t)T * Hn, kk.cs_t = Hn, kk.cs_h = (size_t)n;
+            kk.ck = A.ck, kk.cv = A.cv, kk.cs_b = (size_t)T * Hn, kk.cs_t = Hn, kk.cs_h = (size_t)n;
         }
     }
     const long units = (long)B * H;
-    const int win = is_win(mx), bidir = c->bidir;
+    const int win = is_win(L), bidir = c->bidirectional;
 #pragma omp parallel for schedule(static) num_threads(nt) if (units > 1 && R * Hn * (size_t)dh > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
         int tid = 0;
@@ -339,7 +390,7 @@ static void abc_backward(const mega_mixer *mx, const real *W, real *dW, const me
             /* dL/dPhi^T of the unit: [B, H, n, T] */
             const size_t du = (size_t)u * n * T;
             mega_abc_bidir_backward(&kk, s.dQ, s.dK, s.dV, s.dck + du, s.dcv + du, (size_t)T, s.dO, P,
-                                    A->p[A_KM] + (size_t)u * nd, A->p[A_VM] + (size_t)u * nd, q, k, v,
+                                    A.km + (size_t)u * nd, A.vm + (size_t)u * nd, q, k, v,
                                     phk + (size_t)b * ph_b + (size_t)h * ph_h, phv + (size_t)b * ph_b + (size_t)h * ph_h,
                                     (size_t)T, b, h, tmp);
         } else {
@@ -347,12 +398,12 @@ static void abc_backward(const mega_mixer *mx, const real *W, real *dW, const me
         }
     }
     /* the control parameters */
-    if (is_lin(mx)) {
+    if (is_lin(L)) {
         /* dE[j, t] += sum over b, h of dL/dphi (bidirectional: only valid columns; causal: the
          * scan already wrote 0 at pads) */
-        const size_t N = (size_t)mx->iv[IV_NMAX];
+        const size_t N = (size_t)L->nmax;
         for (int which = 0; which < 2; which++) {
-            real *dE = dW + mx->off[which ? O_CV : O_CK];
+            real *dE = dW + (which ? L->cv : L->ck);
             const real *g = which ? s.dcv : s.dck;
 #pragma omp parallel for schedule(static) if (R * Hn > MEGA_PAR_MIN)
             for (int j = 0; j < n; j++)
@@ -369,17 +420,17 @@ static void abc_backward(const mega_mixer *mx, const real *W, real *dW, const me
         }
     }
     /* X -> Q, K, V */
-    mega_linear_backward(dx, dW + mx->off[O_QW], dW + mx->off[O_QB], s.dQ, x, W + mx->off[O_QW], R, D, D, 0);
-    mega_linear_backward(dx, dW + mx->off[O_KW], dW + mx->off[O_KB], s.dK, x, W + mx->off[O_KW], R, D, D, 1);
-    mega_linear_backward(dx, dW + mx->off[O_VW], dW + mx->off[O_VB], s.dV, x, W + mx->off[O_VW], R, D, D, 1);
-    if (is_mlp(mx)) {
+    mega_linear_backward(dx, dW + L->w[PQ], dW + L->b[PQ], s.dQ, x, W + L->w[PQ], R, D, D, 0);
+    mega_linear_backward(dx, dW + L->w[PK], dW + L->b[PK], s.dK, x, W + L->w[PK], R, D, D, 1);
+    mega_linear_backward(dx, dW + L->w[PV], dW + L->b[PV], s.dV, x, W + L->w[PV], R, D, D, 1);
+    if (is_mlp(L)) {
         for (int which = 0; which < 2; which++) {
-            const size_t oW = mx->off[which ? O_CV : O_CK];
+            const size_t oW = (which ? L->cv : L->ck);
             real *g = which ? s.dcv : s.dck;
             if (bidir) {
                 /* each row of Phi^T is a softmax over positions (§7.4):
                  * dl = Phi (dPhi - sum Phi dPhi); then dW_phi += dl^T X, dX += dl W_phi per batch */
-                const real *ph = which ? A->p[A_CV] : A->p[A_CK];
+                const real *ph = which ? A.cv : A.ck;
 #pragma omp parallel for schedule(static) if (R * Hn > MEGA_PAR_MIN)
                 for (size_t r = 0; r < (size_t)B * Hn; r++)
                     mega_softmax_row_backward(g + r * T, g + r * T, ph + r * T, (size_t)T);
@@ -397,44 +448,42 @@ static void abc_backward(const mega_mixer *mx, const real *W, real *dW, const me
 
 /* ---- streaming (§7.5) ------------------------------------------------------------------- */
 
-static size_t state_reals(const mega_mixer *mx, int B, size_t n[3]) {
-    const size_t D = (size_t)mx->cfg->D, Hn = (size_t)mx->iv[IV_H] * mx->iv[IV_N];
-    n[0] = n[1] = (size_t)B * mx->iv[IV_N] * D; /* ring buffers [B,n,D] or memories [B,H,n,d] */
-    n[2] = is_mlp(mx) ? 2 * (size_t)B * Hn : 0;  /* log Z_K, log Z_V [B,H,n] */
-    mega_bump b = {NULL, 0};
-    for (int i = 0; i < 3; i++) mega_bump_take(&b, n[i]);
+/* streaming state: window: ring buffers of keys and values [B,n,D] x 2; Linformer: K~, V~
+ * [B,H,n,d]; ABC-MLP: K~, V~ and log Z_K, log Z_V [B,H,n] (lz: both, the V half after the K) */
+typedef struct {
+    real *km, *vm, *lz;
+    size_t nm, nlz; /* reals of km (= vm) and of lz */
+} abc_state;
+
+static size_t state_view(const abc_layer *L, abc_state *S, real *mem, int B) {
+    const size_t D = (size_t)L->cfg->embed_dim, Hn = (size_t)L->H * L->n;
+    mega_bump b = {mem, 0};
+    S->nm = (size_t)B * L->n * D;
+    S->nlz = is_mlp(L) ? 2 * (size_t)B * Hn : 0;
+    S->km = mega_bump_take(&b, S->nm);
+    S->vm = mega_bump_take(&b, S->nm);
+    S->lz = mega_bump_take(&b, S->nlz);
     return b.off;
 }
 
-static size_t abc_state_size(const mega_mixer *mx, int B, int cap) {
+static size_t abc_state_size(const void *L, int B, int cap) {
     (void)cap; /* bounded memory: the state does not grow with the stream */
-    size_t n[3];
-    return state_reals(mx, B, n);
+    abc_state S;
+    return state_view(L, &S, NULL, B);
 }
 
-static void abc_state_reset(const mega_mixer *mx, mega_mixer_state *S) {
-    (void)mx;
-    S->len = 0, S->pos = 0;
-    for (int i = 0; i < 2; i++)
-        if (S->p[i]) memset(S->p[i], 0, S->n[i] * sizeof(real));
-    for (size_t i = 0; i < S->n[2]; i++) S->p[2][i] = -INFINITY; /* empty memory: log Z = -inf */
+static void abc_state_reset(const void *L, mega_mixer_state *St) {
+    abc_state S;
+    state_view(L, &S, St->mem, St->B);
+    St->pos = 0;
+    memset(S.km, 0, S.nm * sizeof(real));
+    memset(S.vm, 0, S.nm * sizeof(real));
+    for (size_t i = 0; i < S.nlz; i++) S.lz[i] = -INFINITY; /* empty memory: log Z = -inf */
 }
 
-static mega_status abc_state_init(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *mem, int B,
-                                  int cap) {
+static mega_status abc_state_init(const void *L, const real *W, mega_mixer_state *St) {
     (void)W;
-    if (mx->cfg->bidir) MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "bidirectional %s has no streaming state", mx->ops->name);
-    if (B < 1) MEGA_FAIL(MEGA_ERR_INVALID, "%s: streaming batch must be positive", mx->ops->name);
-    memset(S, 0, sizeof *S);
-    S->B = B, S->cap = cap;
-    size_t n[3];
-    state_reals(mx, B, n);
-    mega_bump b = {mem, 0};
-    for (int i = 0; i < 3; i++) {
-        S->p[i] = mega_bump_take(&b, n[i]);
-        S->n[i] = n[i];
-    }
-    abc_state_reset(mx, S);
+    abc_state_reset(L, St);
     return MEGA_OK;
 }
 
@@ -445,56 +494,59 @@ typedef struct {
     size_t per;
 } abc_sscr;
 
-static size_t sscr_layout(const mega_mixer *mx, int B, int T, real *base, abc_sscr *s) {
-    const size_t R = (size_t)B * T, D = (size_t)mx->cfg->D, Hn = (size_t)mx->iv[IV_H] * mx->iv[IV_N];
+static size_t sscr_layout(const abc_layer *L, int B, int T, real *base, abc_sscr *s) {
+    const size_t R = (size_t)B * T, D = (size_t)L->cfg->embed_dim, Hn = (size_t)L->H * L->n;
     mega_bump b = {base, 0};
     memset(s, 0, sizeof *s);
     s->q = mega_bump_take(&b, R * D);
     s->k = mega_bump_take(&b, R * D);
     s->v = mega_bump_take(&b, R * D);
     s->o = mega_bump_take(&b, R * D);
-    const size_t cn = is_mlp(mx) ? R * Hn : is_lin(mx) ? (size_t)T * mx->iv[IV_N] : 0;
+    const size_t cn = is_mlp(L) ? R * Hn : is_lin(L) ? (size_t)T * L->n : 0;
     s->ck = mega_bump_take(&b, cn);
     s->cv = mega_bump_take(&b, cn);
-    mega_abc_k k = kernel_of(mx, T, NULL);
-    s->per = ((is_win(mx) ? mega_abc_window_tmp(&k) : mega_abc_scan_fwd_tmp(&k)) + 15) & ~(size_t)15;
-    s->tmp = mega_bump_take(&b, s->per * (size_t)B * mx->iv[IV_H]);
+    mega_abc_k k = kernel_of(L, T, NULL);
+    s->per = ((is_win(L) ? mega_abc_window_tmp(&k) : mega_abc_scan_fwd_tmp(&k)) + 15) & ~(size_t)15;
+    s->tmp = mega_bump_take(&b, s->per * (size_t)B * L->H);
     return b.off;
 }
 
-static size_t abc_step_scratch(const mega_mixer *mx, int B, int T, int cap) {
+static size_t abc_step_scratch(const void *L, int B, int T, int cap) {
     (void)cap;
     abc_sscr s;
-    return sscr_layout(mx, B, T, NULL, &s) + 16;
+    return sscr_layout(L, B, T, NULL, &s) + 16;
 }
 
 /* T tokens per sequence (eval semantics, no pads): equals the causal forward over the stream */
-static mega_status abc_step(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *y, const real *x, int T,
+static mega_status abc_step(const void *layer, const real *W, mega_mixer_state *St, real *y, const real *x, int T,
                             real *scratch) {
-    const int B = S->B, H = mx->iv[IV_H], n = mx->iv[IV_N], dh = mx->iv[IV_DH];
-    const size_t R = (size_t)B * T, D = (size_t)mx->cfg->D, Hn = (size_t)H * n, nd = (size_t)n * dh;
+    const abc_layer *L = layer;
+    abc_state S;
+    state_view(L, &S, St->mem, St->B);
+    const int B = St->B, H = L->H, n = L->n, dh = L->dh;
+    const size_t R = (size_t)B * T, D = (size_t)L->cfg->embed_dim, Hn = (size_t)H * n, nd = (size_t)n * dh;
     if (T < 1) return MEGA_OK;
-    if (is_lin(mx) && S->pos + T > mx->iv[IV_NMAX])
+    if (is_lin(L) && St->pos + T > L->nmax)
         MEGA_FAIL(MEGA_ERR_INVALID, "abc-linformer: streaming position %lld exceeds max-len %d (E and F have max-len columns)",
-                  (long long)(S->pos + T - 1), mx->iv[IV_NMAX]);
+                  (long long)(St->pos + T - 1), L->nmax);
     abc_sscr s;
-    sscr_layout(mx, B, T, scratch, &s);
-    mega_linear_forward(s.q, x, W + mx->off[O_QW], W + mx->off[O_QB], R, D, D);
-    mega_linear_forward(s.k, x, W + mx->off[O_KW], W + mx->off[O_KB], R, D, D);
-    mega_linear_forward(s.v, x, W + mx->off[O_VW], W + mx->off[O_VB], R, D, D);
-    mega_abc_k kk = kernel_of(mx, T, NULL);
-    if (is_lin(mx)) {
-        lin_rows(mx, W + mx->off[O_CK], s.ck, S->pos, T);
-        lin_rows(mx, W + mx->off[O_CV], s.cv, S->pos, T);
+    sscr_layout(L, B, T, scratch, &s);
+    mega_linear_forward(s.q, x, W + L->w[PQ], W + L->b[PQ], R, D, D);
+    mega_linear_forward(s.k, x, W + L->w[PK], W + L->b[PK], R, D, D);
+    mega_linear_forward(s.v, x, W + L->w[PV], W + L->b[PV], R, D, D);
+    mega_abc_k kk = kernel_of(L, T, NULL);
+    if (is_lin(L)) {
+        lin_rows(L, W + L->ck, s.ck, St->pos, T);
+        lin_rows(L, W + L->cv, s.cv, St->pos, T);
         kk.ck = s.ck, kk.cv = s.cv, kk.cs_b = 0, kk.cs_t = (size_t)n, kk.cs_h = 0;
-    } else if (is_mlp(mx)) {
-        mega_linear_forward(s.ck, x, W + mx->off[O_CK], NULL, R, D, Hn);
-        mega_linear_forward(s.cv, x, W + mx->off[O_CV], NULL, R, D, Hn);
+    } else if (is_mlp(L)) {
+        mega_linear_forward(s.ck, x, W + L->ck, NULL, R, D, Hn);
+        mega_linear_forward(s.cv, x, W + L->cv, NULL, R, D, Hn);
         kk.ck = s.ck, kk.cv = s.cv, kk.cs_b = (size_t)T * Hn, kk.cs_t = Hn, kk.cs_h = (size_t)n;
     }
     const long units = (long)B * H;
-    const int win = is_win(mx);
-    const int64_t pos = S->pos;
+    const int win = is_win(L);
+    const int64_t pos = St->pos;
 #pragma omp parallel for schedule(static) if (units > 1 && R * Hn * (size_t)dh > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
         const int b = (int)(u / H), h = (int)(u % H);
@@ -503,7 +555,7 @@ static mega_status abc_step(const mega_mixer *mx, const real *W, mega_mixer_stat
         if (win) {
             /* ring buffer: token at absolute position p lives in slot p mod n; the filled slots
              * are 0..min(p+1, n)-1 */
-            real *kr = S->p[0] + (size_t)b * n * D + off, *vr = S->p[1] + (size_t)b * n * D + off;
+            real *kr = S.km + (size_t)b * n * D + off, *vr = S.vm + (size_t)b * n * D + off;
             for (int t = 0; t < T; t++) {
                 const int64_t p = pos + t;
                 const size_t r = (size_t)b * T + t, slot = (size_t)(p % n);
@@ -513,27 +565,27 @@ static mega_status abc_step(const mega_mixer *mx, const real *W, mega_mixer_stat
                 mega_abc_window_read(&kk, s.o + r * D + off, tmp, s.q + r * D + off, kr, vr, D, m, NULL, n - m, 0);
             }
         } else {
-            real *Mk = S->p[0] + (size_t)u * nd, *Mv = S->p[1] + (size_t)u * nd;
-            real *lzk = is_mlp(mx) ? S->p[2] + (size_t)u * n : NULL;
-            real *lzv = is_mlp(mx) ? S->p[2] + Hn * (size_t)B + (size_t)u * n : NULL;
+            real *Mk = S.km + (size_t)u * nd, *Mv = S.vm + (size_t)u * nd;
+            real *lzk = is_mlp(L) ? S.lz + (size_t)u * n : NULL;
+            real *lzv = is_mlp(L) ? S.lz + Hn * (size_t)St->B + (size_t)u * n : NULL;
             mega_abc_scan_forward(&kk, s.o, NULL, s.q, s.k, s.v, NULL, b, h, Mk, Mv, lzk, lzv, tmp);
         }
     }
-    mega_linear_forward(y, s.o, W + mx->off[O_OW], W + mx->off[O_OB], R, D, D);
-    S->pos += T;
+    mega_linear_forward(y, s.o, W + L->w[PO], W + L->b[PO], R, D, D);
+    St->pos += T;
     return MEGA_OK;
 }
 
-/* name, self_residual, causal, bidirectional, ... */
-const mega_mixer_ops mega_mixer_ops_abc_window = {
-    "abc-window", 0, 1, 0, abc_declare, abc_init, abc_acts, abc_scratch, abc_forward, abc_backward,
-    abc_state_size, abc_state_init, abc_state_reset, abc_step_scratch, abc_step,
-};
-const mega_mixer_ops mega_mixer_ops_abc_linformer = {
-    "abc-linformer", 0, 1, 1, abc_declare, abc_init, abc_acts, abc_scratch, abc_forward, abc_backward,
-    abc_state_size, abc_state_init, abc_state_reset, abc_step_scratch, abc_step,
-};
-const mega_mixer_ops mega_mixer_ops_abc_mlp = {
-    "abc-mlp", 0, 1, 1, abc_declare, abc_init, abc_acts, abc_scratch, abc_forward, abc_backward,
-    abc_state_size, abc_state_init, abc_state_reset, abc_step_scratch, abc_step,
-};
+#define ABC_OPS(NAME, FLAGS, RESOLVE, CHECK, DECLARE)                                                          \
+    {                                                                                                           \
+        .name = NAME, .flags = FLAGS, .layer_size = sizeof(abc_layer), .resolve = RESOLVE, .check = CHECK,      \
+        .declare = DECLARE, .init = abc_init, .acts_size = abc_acts_size, .scratch_size = abc_scratch,          \
+        .forward = abc_forward, .backward = abc_backward, .state_size = abc_state_size,                         \
+        .state_init = abc_state_init, .state_reset = abc_state_reset, .step_scratch = abc_step_scratch,         \
+        .step = abc_step,                                                                                       \
+    }
+const mega_mixer_ops mega_mixer_ops_abc_window = ABC_OPS("abc-window", MEGA_MIXER_CAUSAL, abc_resolve, win_check, win_declare);
+const mega_mixer_ops mega_mixer_ops_abc_linformer =
+    ABC_OPS("abc-linformer", MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR, lin_resolve, lin_check, lin_declare);
+const mega_mixer_ops mega_mixer_ops_abc_mlp =
+    ABC_OPS("abc-mlp", MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR, abc_resolve, abc_check, mlp_declare);

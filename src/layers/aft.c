@@ -30,362 +30,428 @@
  * AFT-full starts as AFT-simple), time_decay = log(T0^{-(h+1)/H}) with T0 = max-len or 1024
  * (after RWKV_TimeMix's decays, §4.1), time_beta 0 (beta = 1), time_gamma 1.
  */
-#include "layers/block.h"
+#include "layers/mixer.h"
 #include "ops/aft.h"
+#include "ops/ops.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+/* the variant, fixed by the kind's declare entry */
 enum { V_FULL, V_LOCAL, V_SIMPLE, V_TW };
-/* mx->off */
-enum { O_QKV_W, O_QKV_B, O_OUT_W, O_OUT_B, O_POS, O_DECAY, O_BETA, O_GAMMA };
-/* mx->iv: [0] variant, [1] length limit (0 = none), [2] heads, [3] local window s, [4] has beta/gamma
- * (their table length is cfg->max_len; positions beyond it use the last entry) */
-#define VAR(mx) ((mx)->iv[0])
-#define TLIM(mx) ((mx)->iv[1])
-#define HEADS(mx) ((mx)->iv[2])
-#define WIN(mx) ((mx)->iv[3])
-#define HASPOS(mx) ((mx)->iv[4])
-/* activations: p[0] qkv [R,3D], p[1] ybar [R,D], p[2] lden [R,D], p[3] o [R,D], p[4] flags (pair) */
 
-static int variant_of(mega_mixer_kind k) {
-    switch (k) {
-    case MEGA_MIXER_AFT_FULL: return V_FULL;
-    case MEGA_MIXER_AFT_LOCAL: return V_LOCAL;
-    case MEGA_MIXER_AFT_SIMPLE: return V_SIMPLE;
-    default: return V_TW;
-    }
-}
-static int is_pair(const mega_mixer *mx) { return VAR(mx) == V_FULL || VAR(mx) == V_LOCAL; }
+typedef struct {
+    const mega_block_config *cfg;
+    int var;            /* V_* */
+    int tlim;           /* length limit (full/local: the table rows, max-len); 0 = none */
+    int heads;          /* aft-tw decay heads (1 otherwise) */
+    int win;            /* aft-local window s */
+    int haspos;         /* aft-tw with beta/gamma (their table length is max-len; positions beyond
+                         * it use the last entry) */
+    size_t qkv_w, qkv_b, out_w, out_b, pos, decay, beta, gamma;
+} aft_layer;
+MEGA_MIXER_LAYER_FITS(aft_layer);
+
+/* saved activations */
+typedef struct {
+    real *qkv, *ybar, *lden, *o; /* [R,3D], [R,D] x 3 */
+    uint8_t *flags;             /* the pair kernel's fallback flags */
+} aft_acts;
+
+static int is_pair(const aft_layer *L) { return L->var == V_FULL || L->var == V_LOCAL; }
 static size_t rup(size_t n) { return (n + 15) & ~(size_t)15; }
 
-static mega_status aft_declare(mega_mixer *mx, mega_params *P, const char *prefix) {
-    const mega_block_cfg *c = mx->cfg;
-    const int v = variant_of(c->mixer);
+/* ---- configuration ------------------------------------------------------------------------ */
+
+static void pos_resolve(mega_block_config *c) {
+    if (c->max_len == 0) c->max_len = mega__default_max_len(c);
+}
+static void local_resolve(mega_block_config *c) {
+    pos_resolve(c);
+    if (c->window == 0) c->window = MEGA_DEFAULT_WINDOW;
+}
+static void tw_resolve(mega_block_config *c) {
+    pos_resolve(c);
+    if (c->heads == 0) c->heads = mega__default_heads(c->embed_dim, 0);
+}
+
+/* full/local: max-len rows of the bias table, at most lim */
+static mega_status table_check(const mega_block_config *c, int lim) {
     const char *nm = mega_mixer_name(c->mixer);
-    const int64_t D = c->D, T = c->max_len;
-    char pre[MEGA_NAME_MAX];
-    memset(mx->off, 0, sizeof mx->off);
-    memset(mx->iv, 0, sizeof mx->iv);
-    if ((v == V_FULL || v == V_LOCAL) && c->max_len < 1)
-        MEGA_FAIL(MEGA_ERR_INVALID, "%s needs max-len >= 1 (the length of its position-bias table), got %d", nm, c->max_len);
-    if (c->max_len < 0 || c->max_len > (v == V_FULL ? 16384 : 1 << 20))
-        MEGA_FAIL(MEGA_ERR_INVALID, "%s: max-len %d is out of range [0, %d]", nm, c->max_len, v == V_FULL ? 16384 : 1 << 20);
-    if (v == V_LOCAL && (c->window < 1 || c->window > 1 << 20))
+    if (c->max_len < 1 || c->max_len > lim)
+        MEGA_FAIL(MEGA_ERR_INVALID, "%s needs max-len in [1, %d] (the length of its position-bias table), got %d", nm, lim,
+                  c->max_len);
+    return MEGA_OK;
+}
+static mega_status full_check(const mega_block_config *c) { return table_check(c, 16384); }
+static mega_status local_check(const mega_block_config *c) {
+    MEGA_TRY(table_check(c, 1 << 20));
+    if (c->window < 1 || c->window > 1 << 20)
         MEGA_FAIL(MEGA_ERR_INVALID, "aft-local needs a window in [1, 2^20], got %d", c->window);
-    if (v == V_LOCAL && (double)c->max_len * mega_aft_local_cols(c->window, c->bidir) > (double)(1 << 28))
+    if ((double)c->max_len * mega_aft_local_cols(c->window, c->bidirectional) > (double)(1 << 28))
         MEGA_FAIL(MEGA_ERR_INVALID, "aft-local: the band table max-len x %d is too large (window %d; a window >= max-len "
-                  "covers every position, use aft-full)", mega_aft_local_cols(c->window, c->bidir), c->window);
-    if (v == V_TW && (c->heads < 1 || c->D % c->heads))
-        MEGA_FAIL(MEGA_ERR_INVALID, "aft-tw: heads (%d) must be >= 1 and divide embed-dim %d", c->heads, c->D);
-    VAR(mx) = v;
-    HEADS(mx) = v == V_TW ? c->heads : 1;
-    WIN(mx) = v == V_LOCAL ? c->window : 0;
-    HASPOS(mx) = v == V_TW && c->max_len > 0;
-    TLIM(mx) = (v == V_FULL || v == V_LOCAL) ? c->max_len : 0;
+                  "covers every position, use aft-full)", mega_aft_local_cols(c->window, c->bidirectional), c->window);
+    return MEGA_OK;
+}
+static mega_status tw_check(const mega_block_config *c) {
+    if (c->max_len < -1 || c->max_len > 1 << 20)
+        MEGA_FAIL(MEGA_ERR_INVALID, "aft-tw: max-len %d is out of range [-1 (none), 2^20]", c->max_len);
+    if (c->heads < 1 || c->embed_dim % c->heads)
+        MEGA_FAIL(MEGA_ERR_INVALID, "aft-tw: heads (%d) must be >= 1 and divide embed-dim %d", c->heads, c->embed_dim);
+    return MEGA_OK;
+}
+
+/* ---- declaration and init --------------------------------------------------------------- */
+
+static mega_status declare(aft_layer *L, const mega_block_config *c, mega_params *P, const char *prefix, int v) {
+    const int64_t D = c->embed_dim, T = c->max_len;
+    char pre[MEGA_NAME_MAX];
+    memset(L, 0, sizeof *L);
+    L->cfg = c, L->var = v;
+    L->heads = v == V_TW ? c->heads : 1;
+    L->win = v == V_LOCAL ? c->window : 0;
+    L->haspos = v == V_TW && c->max_len > 0;
+    L->tlim = (v == V_FULL || v == V_LOCAL) ? c->max_len : 0;
     snprintf(pre, sizeof pre, "%smixer.", prefix);
-    MEGA_TRY(MEGA_PADD(P, pre, "qkv.weight", MEGA_P_DECAY, &mx->off[O_QKV_W], 3 * D, D));
-    MEGA_TRY(MEGA_PADD(P, pre, "qkv.bias", 0, &mx->off[O_QKV_B], 3 * D));
-    MEGA_TRY(MEGA_PADD(P, pre, "out.weight", MEGA_P_DECAY, &mx->off[O_OUT_W], D, D));
-    MEGA_TRY(MEGA_PADD(P, pre, "out.bias", 0, &mx->off[O_OUT_B], D));
-    if (v == V_FULL) MEGA_TRY(MEGA_PADD(P, pre, "pos_bias", MEGA_P_DECAY, &mx->off[O_POS], T, T));
+    MEGA_TRY(MEGA_PADD(P, pre, "qkv.weight", MEGA_P_DECAY, &L->qkv_w, 3 * D, D));
+    MEGA_TRY(MEGA_PADD(P, pre, "qkv.bias", 0, &L->qkv_b, 3 * D));
+    MEGA_TRY(MEGA_PADD(P, pre, "out.weight", MEGA_P_DECAY, &L->out_w, D, D));
+    MEGA_TRY(MEGA_PADD(P, pre, "out.bias", 0, &L->out_b, D));
+    if (v == V_FULL) MEGA_TRY(MEGA_PADD(P, pre, "pos_bias", MEGA_P_DECAY, &L->pos, T, T));
     if (v == V_LOCAL)
-        MEGA_TRY(MEGA_PADD(P, pre, "pos_bias", MEGA_P_DECAY, &mx->off[O_POS], T, (int64_t)mega_aft_local_cols(c->window, c->bidir)));
+        MEGA_TRY(MEGA_PADD(P, pre, "pos_bias", MEGA_P_DECAY, &L->pos, T,
+                           (int64_t)mega_aft_local_cols(c->window, c->bidirectional)));
     if (v == V_TW) {
-        MEGA_TRY(MEGA_PADD(P, pre, "time_decay", 0, &mx->off[O_DECAY], (int64_t)c->heads));
-        if (HASPOS(mx)) {
-            MEGA_TRY(MEGA_PADD(P, pre, "time_beta", 0, &mx->off[O_BETA], (int64_t)c->heads, T));
-            MEGA_TRY(MEGA_PADD(P, pre, "time_gamma", 0, &mx->off[O_GAMMA], T));
+        MEGA_TRY(MEGA_PADD(P, pre, "time_decay", 0, &L->decay, (int64_t)c->heads));
+        if (L->haspos) {
+            MEGA_TRY(MEGA_PADD(P, pre, "time_beta", 0, &L->beta, (int64_t)c->heads, T));
+            MEGA_TRY(MEGA_PADD(P, pre, "time_gamma", 0, &L->gamma, T));
         }
     }
     return MEGA_OK;
 }
+#define AFT_DECLARE(fn, V)                                                                          \
+    static mega_status fn(void *L, const mega_block_config *c, mega_params *P, const char *prefix) { \
+        return declare(L, c, P, prefix, V);                                                         \
+    }
+AFT_DECLARE(full_declare, V_FULL)
+AFT_DECLARE(local_declare, V_LOCAL)
+AFT_DECLARE(simple_declare, V_SIMPLE)
+AFT_DECLARE(tw_declare, V_TW)
 
-static void aft_init(const mega_mixer *mx, real *W, mega_rng *rng) {
-    const mega_block_cfg *c = mx->cfg;
-    const size_t D = (size_t)c->D, T = (size_t)c->max_len;
-    mega_fill_normal(W + mx->off[O_QKV_W], 3 * D * D, 0, 0.02, rng);
-    mega_fill_const(W + mx->off[O_QKV_B], 3 * D, 0);
-    mega_fill_normal(W + mx->off[O_OUT_W], D * D, 0, 0.02, rng);
-    mega_fill_const(W + mx->off[O_OUT_B], D, 0);
-    if (VAR(mx) == V_FULL) mega_fill_const(W + mx->off[O_POS], T * T, 0);
-    if (VAR(mx) == V_LOCAL) mega_fill_const(W + mx->off[O_POS], T * (size_t)mega_aft_local_cols(WIN(mx), c->bidir), 0);
-    if (VAR(mx) == V_TW) {
-        const int H = HEADS(mx);
+static void aft_init(const void *layer, real *W, mega_rng *rng) {
+    const aft_layer *L = layer;
+    const mega_block_config *c = L->cfg;
+    const size_t D = (size_t)c->embed_dim, T = (size_t)(c->max_len > 0 ? c->max_len : 0);
+    mega_fill_normal(W + L->qkv_w, 3 * D * D, 0, 0.02, rng);
+    mega_fill_const(W + L->qkv_b, 3 * D, 0);
+    mega_fill_normal(W + L->out_w, D * D, 0, 0.02, rng);
+    mega_fill_const(W + L->out_b, D, 0);
+    if (L->var == V_FULL) mega_fill_const(W + L->pos, T * T, 0);
+    if (L->var == V_LOCAL) mega_fill_const(W + L->pos, T * (size_t)mega_aft_local_cols(L->win, c->bidirectional), 0);
+    if (L->var == V_TW) {
+        const int H = L->heads;
         const double T0 = c->max_len > 0 ? c->max_len : 1024;
-        for (int h = 0; h < H; h++) W[mx->off[O_DECAY] + h] = (real)(-(double)(h + 1) / H * log(T0));
-        if (HASPOS(mx)) {
-            mega_fill_const(W + mx->off[O_BETA], (size_t)H * T, 0);
-            mega_fill_const(W + mx->off[O_GAMMA], T, 1);
+        for (int h = 0; h < H; h++) W[L->decay + h] = (real)(-(double)(h + 1) / H * log(T0));
+        if (L->haspos) {
+            mega_fill_const(W + L->beta, (size_t)H * T, 0);
+            mega_fill_const(W + L->gamma, T, 1);
         }
     }
 }
 
-static size_t aft_acts(const mega_mixer *mx, mega_mixer_acts *A, real *base, int B, int T) {
-    const size_t R = (size_t)B * T, D = (size_t)mx->cfg->D;
+static size_t acts_view(const aft_layer *L, aft_acts *A, real *base, int B, int T) {
+    const size_t R = (size_t)B * T, D = (size_t)L->cfg->embed_dim;
     mega_bump b = {base, 0};
-    mega_mixer_acts a;
-    memset(&a, 0, sizeof a);
-    a.p[0] = mega_bump_take(&b, R * 3 * D);
-    a.p[1] = mega_bump_take(&b, R * D);
-    a.p[2] = mega_bump_take(&b, R * D);
-    a.p[3] = mega_bump_take(&b, R * D);
-    a.p[4] = is_pair(mx) ? mega_bump_take(&b, mega_aft_pair_flag_reals(B, T, (int)D)) : NULL;
-    if (A) *A = a;
+    A->qkv = mega_bump_take(&b, R * 3 * D);
+    A->ybar = mega_bump_take(&b, R * D);
+    A->lden = mega_bump_take(&b, R * D);
+    A->o = mega_bump_take(&b, R * D);
+    A->flags = is_pair(L) ? (uint8_t *)mega_bump_take(&b, mega_aft_pair_flag_reals(B, T, (int)D)) : NULL;
     return b.off;
+}
+static size_t aft_acts_size(const void *L, int B, int T) {
+    aft_acts A;
+    return acts_view(L, &A, NULL, B, T);
 }
 
 /* the kernels' descriptions, from the parameters (wch: per-channel decays for aft-tw) */
-static mega_aft_pair_k pair_k(const mega_mixer *mx, const real *W) {
-    const mega_block_cfg *c = mx->cfg;
-    mega_aft_pair_k k = {c->D, c->bidir, WIN(mx), c->max_len, W + mx->off[O_POS]};
+static mega_aft_pair_k pair_k(const aft_layer *L, const real *W) {
+    const mega_block_config *c = L->cfg;
+    mega_aft_pair_k k = {c->embed_dim, c->bidirectional, L->win, c->max_len, W ? W + L->pos : NULL};
     return k;
 }
-static mega_aft_scan_k scan_k(const mega_mixer *mx, const real *W, real *wch) {
-    const mega_block_cfg *c = mx->cfg;
-    mega_aft_scan_k k = {c->D, c->bidir, NULL};
-    if (VAR(mx) == V_TW) {
-        const int hd = c->D / HEADS(mx);
-        for (int ch = 0; ch < c->D; ch++) wch[ch] = R_EXP(W[mx->off[O_DECAY] + ch / hd]); /* w_h = e^{raw} > 0 */
+static mega_aft_scan_k scan_k(const aft_layer *L, const real *W, real *wch) {
+    const mega_block_config *c = L->cfg;
+    mega_aft_scan_k k = {c->embed_dim, c->bidirectional, NULL};
+    if (L->var == V_TW && W) {
+        const int hd = c->embed_dim / L->heads;
+        for (int ch = 0; ch < c->embed_dim; ch++) wch[ch] = R_EXP(W[L->decay + ch / hd]); /* w_h = e^{raw} > 0 */
         k.w = wch;
     }
     return k;
 }
-static size_t kernel_scratch(const mega_mixer *mx, int B, int T, int nt) {
-    const mega_block_cfg *c = mx->cfg;
-    if (is_pair(mx)) {
-        mega_aft_pair_k k = {c->D, c->bidir, WIN(mx), c->max_len, NULL};
+static size_t kernel_scratch(const aft_layer *L, int B, int T, int nt) {
+    if (is_pair(L)) {
+        mega_aft_pair_k k = pair_k(L, NULL);
         return mega_aft_pair_scratch(&k, B, T, nt);
     }
-    mega_aft_scan_k k = {c->D, c->bidir, NULL};
+    mega_aft_scan_k k = scan_k(L, NULL, NULL);
     return mega_aft_scan_scratch(&k, B, T, nt);
 }
 
 /* scratch: wch [D] | dw per channel [D] | backward: dqkv [R,3D], do [R,D] | kernel scratch */
-static size_t aft_scratch(const mega_mixer *mx, int B, int T, int nt) {
-    const size_t R = (size_t)B * T, D = (size_t)mx->cfg->D;
-    return 2 * rup(D) + rup(R * 3 * D) + rup(R * D) + kernel_scratch(mx, B, T, nt) + 64;
+static size_t aft_scratch(const void *layer, int B, int T, int nt) {
+    const aft_layer *L = layer;
+    const size_t R = (size_t)B * T, D = (size_t)L->cfg->embed_dim;
+    return 2 * rup(D) + rup(R * 3 * D) + rup(R * D) + kernel_scratch(L, B, T, nt) + 64;
 }
 
-static mega_status too_long(const mega_mixer *mx, long long n) {
+static mega_status too_long(const aft_layer *L, long long n) {
     MEGA_FAIL(MEGA_ERR_INVALID, "sequence length %lld exceeds the mixer's max-len %d (%s: absolute-position parameters)", n,
-              TLIM(mx), mega_mixer_name(mx->cfg->mixer));
+              L->tlim, mega_mixer_name(L->cfg->mixer));
 }
 
 /* the table entry of position p for beta / gamma: clamped to the last learned one (SPEC §4.1 (c)) */
-static inline size_t tpos(const mega_mixer *mx, int64_t p) {
-    return (size_t)(p < mx->cfg->max_len ? p : mx->cfg->max_len - 1);
+static inline size_t tpos(const aft_layer *L, int64_t p) {
+    return (size_t)(p < L->cfg->max_len ? p : L->cfg->max_len - 1);
 }
 
 /* K += log beta_h(pos) for rows [B, n] starting at position p0 (aft-tw with position factors) */
-static void add_log_beta(const mega_mixer *mx, const real *W, real *qkv, int B, int n, int64_t p0) {
-    const int D = mx->cfg->D, hd = D / HEADS(mx);
-    const size_t Tm = (size_t)mx->cfg->max_len;
-    const real *lb = W + mx->off[O_BETA];
+static void add_log_beta(const aft_layer *L, const real *W, real *qkv, int B, int n, int64_t p0) {
+    const int D = L->cfg->embed_dim, hd = D / L->heads;
+    const size_t Tm = (size_t)L->cfg->max_len;
+    const real *lb = W + L->beta;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < n; t++) {
             real *k = qkv + ((size_t)b * n + t) * 3 * D + D;
-            const size_t p = tpos(mx, p0 + t);
+            const size_t p = tpos(L, p0 + t);
             for (int c = 0; c < D; c++) k[c] += lb[(size_t)(c / hd) * Tm + p];
         }
 }
 
 /* o = gamma(pos) * sigmoid(Q) * ybar */
-static void gate(const mega_mixer *mx, const real *W, real *o, const real *qkv, const real *yb, int B, int n, int64_t p0) {
-    const size_t D = (size_t)mx->cfg->D;
-    const real *gm = HASPOS(mx) ? W + mx->off[O_GAMMA] : NULL;
+static void gate(const aft_layer *L, const real *W, real *o, const real *qkv, const real *yb, int B, int n, int64_t p0) {
+    const size_t D = (size_t)L->cfg->embed_dim;
+    const real *gm = L->haspos ? W + L->gamma : NULL;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < n; t++) {
             const size_t r = (size_t)b * n + t;
-            const real g = gm ? gm[tpos(mx, p0 + t)] : 1;
+            const real g = gm ? gm[tpos(L, p0 + t)] : 1;
             for (size_t c = 0; c < D; c++) o[r * D + c] = g * mega_sigmoid(qkv[r * 3 * D + c]) * yb[r * D + c];
         }
 }
 
-static mega_status aft_forward(const mega_mixer *mx, real *W, mega_mixer_acts *A, real *y, const real *x,
-                               const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
-    const size_t R = (size_t)B * T, D = (size_t)mx->cfg->D;
+static mega_status aft_forward(const void *layer, real *W, real *acts, real *y, const real *x, const uint8_t *pad,
+                               int B, int T, const mega_run *run, real *scratch) {
+    const aft_layer *L = layer;
+    const size_t R = (size_t)B * T, D = (size_t)L->cfg->embed_dim;
     const int nt = run->nthreads > 0 ? run->nthreads : 1;
-    if (TLIM(mx) > 0 && T > TLIM(mx)) return too_long(mx, T);
-    real *qkv = A->p[0], *yb = A->p[1], *lden = A->p[2], *o = A->p[3];
+    if (L->tlim > 0 && T > L->tlim) return too_long(L, T);
+    aft_acts A;
+    acts_view(L, &A, acts, B, T);
     real *wch = scratch, *ks = scratch + 2 * rup(D) + rup(R * 3 * D) + rup(R * D);
-    mega_linear_forward(qkv, x, W + mx->off[O_QKV_W], W + mx->off[O_QKV_B], R, D, 3 * D);
-    if (HASPOS(mx)) add_log_beta(mx, W, qkv, B, T, 0);
-    if (is_pair(mx)) {
-        mega_aft_pair_k k = pair_k(mx, W);
-        mega_aft_pair_forward(&k, yb, lden, (uint8_t *)A->p[4], qkv + D, qkv + 2 * D, 3 * D, pad, B, T, ks, nt);
+    mega_linear_forward(A.qkv, x, W + L->qkv_w, W + L->qkv_b, R, D, 3 * D);
+    if (L->haspos) add_log_beta(L, W, A.qkv, B, T, 0);
+    if (is_pair(L)) {
+        mega_aft_pair_k k = pair_k(L, W);
+        mega_aft_pair_forward(&k, A.ybar, A.lden, A.flags, A.qkv + D, A.qkv + 2 * D, 3 * D, pad, B, T, ks, nt);
     } else {
-        mega_aft_scan_k k = scan_k(mx, W, wch);
-        mega_aft_scan_forward(&k, yb, lden, qkv + D, qkv + 2 * D, 3 * D, pad, B, T, ks, nt);
+        mega_aft_scan_k k = scan_k(L, W, wch);
+        mega_aft_scan_forward(&k, A.ybar, A.lden, A.qkv + D, A.qkv + 2 * D, 3 * D, pad, B, T, ks, nt);
     }
-    gate(mx, W, o, qkv, yb, B, T, 0);
-    mega_linear_forward(y, o, W + mx->off[O_OUT_W], W + mx->off[O_OUT_B], R, D, D);
+    gate(L, W, A.o, A.qkv, A.ybar, B, T, 0);
+    mega_linear_forward(y, A.o, W + L->out_w, W + L->out_b, R, D, D);
     return MEGA_OK;
 }
 
-static void aft_backward(const mega_mixer *mx, const real *W, real *dW, const mega_mixer_acts *A, real *dx, const real *dy,
-                         const real *x, const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
-    const mega_block_cfg *c = mx->cfg;
-    const size_t R = (size_t)B * T, D = (size_t)c->D;
-    const int nt = run->nthreads > 0 ? run->nthreads : 1;
-    const real *qkv = A->p[0], *yb = A->p[1], *lden = A->p[2], *o = A->p[3];
-    real *wch = scratch, *dwc = wch + rup(D), *dq = dwc + rup(D), *dob = dq + rup(R * 3 * D), *ks = dob + rup(R * D);
-    /* y = o Woutᵀ + b */
-    mega_linear_backward(dob, dW + mx->off[O_OUT_W], dW + mx->off[O_OUT_B], dy, o, W + mx->off[O_OUT_W], R, D, D, 0);
-    /* o = gamma sigmoid(Q) ybar: dQ = do gamma ybar s(1-s), dybar (in place in dob) = do gamma s */
-    const real *gm = HASPOS(mx) ? W + mx->off[O_GAMMA] : NULL;
-    real *dgm = HASPOS(mx) ? dW + mx->off[O_GAMMA] : NULL;
-    memset(dq, 0, R * 3 * D * sizeof(real));
+/* o = gamma sigmoid(Q) ybar: dQ (into dq) = do gamma ybar s(1-s), dybar (in place in dob) =
+ * do gamma s, and d gamma */
+static void gate_backward(const aft_layer *L, const real *W, real *dW, const aft_acts *A, real *dq, real *dob, int B,
+                          int T) {
+    const size_t D = (size_t)L->cfg->embed_dim;
+    const real *gm = L->haspos ? W + L->gamma : NULL;
+    real *dgm = L->haspos ? dW + L->gamma : NULL;
+    memset(dq, 0, (size_t)B * T * 3 * D * sizeof(real));
     for (int t = 0; t < T; t++) {
-        const real g = gm ? gm[tpos(mx, t)] : 1;
+        const real g = gm ? gm[tpos(L, t)] : 1;
         real acc = 0;
         for (int b = 0; b < B; b++) {
             const size_t r = (size_t)b * T + t;
             for (size_t ch = 0; ch < D; ch++) {
-                const real s = mega_sigmoid(qkv[r * 3 * D + ch]), d = dob[r * D + ch], v = yb[r * D + ch];
+                const real s = mega_sigmoid(A->qkv[r * 3 * D + ch]), d = dob[r * D + ch], v = A->ybar[r * D + ch];
                 acc += d * s * v;
                 dq[r * 3 * D + ch] = d * g * v * s * (1 - s);
                 dob[r * D + ch] = d * g * s;
             }
         }
-        if (dgm) dgm[tpos(mx, t)] += acc;
+        if (dgm) dgm[tpos(L, t)] += acc;
     }
+}
+
+static void aft_backward(const void *layer, const real *W, real *dW, const real *acts, real *dx, const real *dy,
+                         const real *x, const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
+    const aft_layer *L = layer;
+    const mega_block_config *c = L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim;
+    const int nt = run->nthreads > 0 ? run->nthreads : 1;
+    aft_acts A;
+    acts_view(L, &A, (real *)(uintptr_t)acts, B, T);
+    real *wch = scratch, *dwc = wch + rup(D), *dq = dwc + rup(D), *dob = dq + rup(R * 3 * D), *ks = dob + rup(R * D);
+    /* y = o Woutᵀ + b */
+    mega_linear_backward(dob, dW + L->out_w, dW + L->out_b, dy, A.o, W + L->out_w, R, D, D, 0);
+    gate_backward(L, W, dW, &A, dq, dob, B, T);
     /* the ratio: dK, dV (and the table / decays) */
-    if (is_pair(mx)) {
-        mega_aft_pair_k k = pair_k(mx, W);
-        mega_aft_pair_backward(&k, dq + D, dq + 2 * D, 3 * D, dW + mx->off[O_POS], dob, yb, lden,
-                               (const uint8_t *)A->p[4], qkv + D, qkv + 2 * D, 3 * D, pad, B, T, ks, nt);
+    if (is_pair(L)) {
+        mega_aft_pair_k k = pair_k(L, W);
+        mega_aft_pair_backward(&k, dq + D, dq + 2 * D, 3 * D, dW + L->pos, dob, A.ybar, A.lden, A.flags, A.qkv + D,
+                               A.qkv + 2 * D, 3 * D, pad, B, T, ks, nt);
     } else {
-        mega_aft_scan_k k = scan_k(mx, W, wch);
-        const int tw = VAR(mx) == V_TW;
+        mega_aft_scan_k k = scan_k(L, W, wch);
+        const int tw = L->var == V_TW;
         memset(dwc, 0, D * sizeof(real));
-        mega_aft_scan_backward(&k, dq + D, dq + 2 * D, 3 * D, tw ? dwc : NULL, dob, yb, lden, qkv + D, qkv + 2 * D, 3 * D,
-                               pad, B, T, ks, nt);
+        mega_aft_scan_backward(&k, dq + D, dq + 2 * D, 3 * D, tw ? dwc : NULL, dob, A.ybar, A.lden, A.qkv + D,
+                               A.qkv + 2 * D, 3 * D, pad, B, T, ks, nt);
         /* d time_decay_h = sum_{c in h} dw_c * w_h  (w = e^{raw}) */
-        const int hd = c->D / HEADS(mx);
+        const int hd = c->embed_dim / L->heads;
         if (tw)
-            for (size_t ch = 0; ch < D; ch++) dW[mx->off[O_DECAY] + ch / hd] += dwc[ch] * wch[ch];
+            for (size_t ch = 0; ch < D; ch++) dW[L->decay + ch / hd] += dwc[ch] * wch[ch];
     }
     /* K + log beta_h(t): d time_beta[h, t] = sum over batch and the head's channels of dK */
-    if (HASPOS(mx)) {
-        const int hd = c->D / HEADS(mx);
+    if (L->haspos) {
+        const int hd = c->embed_dim / L->heads;
         const size_t Tm = (size_t)c->max_len;
-        real *db = dW + mx->off[O_BETA];
+        real *db = dW + L->beta;
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++) {
                 const real *dk = dq + ((size_t)b * T + t) * 3 * D + D;
-                for (size_t ch = 0; ch < D; ch++) db[(size_t)(ch / hd) * Tm + tpos(mx, t)] += dk[ch];
+                for (size_t ch = 0; ch < D; ch++) db[(size_t)(ch / hd) * Tm + tpos(L, t)] += dk[ch];
             }
     }
-    mega_linear_backward(dx, dW + mx->off[O_QKV_W], dW + mx->off[O_QKV_B], dq, x, W + mx->off[O_QKV_W], R, D, 3 * D, 0);
+    mega_linear_backward(dx, dW + L->qkv_w, dW + L->qkv_b, dq, x, W + L->qkv_w, R, D, 3 * D, 0);
 }
 
 /* ---- streaming (causal) ------------------------------------------------------------------
- * state: scan variants p[0] = (s1, s2, e) [B, 3D]  (SPEC §5.4: 3 D_a floats per sequence)
- *        aft-full  p[0]/p[1] = K/V cache [B, capT, D], capT = min(cap, max-len)
- *        aft-local p[0]/p[1] = K/V ring [B, s, D] of the keys inside the band, p[2] = the
- *                  aggregate (s1, s2, e) [B, 3D] of the keys that left it (SPEC §10: 3D_a + 2sD_a) */
-static int cache_rows(const mega_mixer *mx, int cap) {
-    if (VAR(mx) == V_FULL) return MEGA_MAX(1, MEGA_MIN(cap, TLIM(mx)));
-    if (VAR(mx) == V_LOCAL) return MEGA_MIN(WIN(mx), TLIM(mx));
+ * state: scan variants agg = (s1, s2, e) [B, 3D]  (SPEC §5.4: 3 D_a floats per sequence)
+ *        aft-full  kc/vc = K/V cache [B, rows, D], rows = min(cap, max-len)
+ *        aft-local kc/vc = K/V ring [B, s, D] of the keys inside the band, agg = the aggregate
+ *                  (s1, s2, e) [B, 3D] of the keys that left it (SPEC §10: 3D_a + 2sD_a) */
+typedef struct {
+    real *kc, *vc, *agg;
+    int rows;
+} aft_state;
+
+static int cache_rows(const aft_layer *L, int cap) {
+    if (L->var == V_FULL) return MEGA_MAX(1, MEGA_MIN(cap, L->tlim));
+    if (L->var == V_LOCAL) return MEGA_MIN(L->win, L->tlim);
     return 0;
 }
 
-static size_t aft_state_size(const mega_mixer *mx, int B, int cap) {
-    const size_t D = (size_t)mx->cfg->D, rows = (size_t)cache_rows(mx, cap);
-    if (!is_pair(mx)) return rup((size_t)B * 3 * D);
-    return 2 * rup((size_t)B * rows * D) + (VAR(mx) == V_LOCAL ? rup((size_t)B * 3 * D) : 0);
-}
-
-static void aft_state_reset(const mega_mixer *mx, mega_mixer_state *S) {
-    const int D = mx->cfg->D;
-    S->pos = 0, S->len = 0;
-    real *agg = is_pair(mx) ? (VAR(mx) == V_LOCAL ? S->p[2] : NULL) : S->p[0];
-    if (agg)
-        for (int b = 0; b < S->B; b++) mega_aft_scan_state_reset(agg + (size_t)b * 3 * D, D);
-}
-
-static mega_status aft_state_init(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *mem, int B, int cap) {
-    (void)W;
-    const size_t D = (size_t)mx->cfg->D;
-    if (mx->cfg->bidir) MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "bidirectional %s has no streaming form", mega_mixer_name(mx->cfg->mixer));
-    if (cap < 1) MEGA_FAIL(MEGA_ERR_INVALID, "streaming capacity must be positive");
-    memset(S, 0, sizeof *S);
-    S->B = B;
-    S->cap = VAR(mx) == V_FULL ? cache_rows(mx, cap) : cap;
+static size_t state_view(const aft_layer *L, aft_state *S, real *mem, int B, int cap) {
+    const size_t D = (size_t)L->cfg->embed_dim, rows = (size_t)cache_rows(L, cap);
     mega_bump b = {mem, 0};
-    if (!is_pair(mx)) {
-        S->p[0] = mega_bump_take(&b, (size_t)B * 3 * D), S->n[0] = (size_t)B * 3 * D;
-    } else {
-        const size_t rows = (size_t)cache_rows(mx, cap);
-        S->p[0] = mega_bump_take(&b, (size_t)B * rows * D), S->n[0] = (size_t)B * rows * D;
-        S->p[1] = mega_bump_take(&b, (size_t)B * rows * D), S->n[1] = (size_t)B * rows * D;
-        S->iv[0] = (int)rows;
-        if (VAR(mx) == V_LOCAL) S->p[2] = mega_bump_take(&b, (size_t)B * 3 * D), S->n[2] = (size_t)B * 3 * D;
-    }
-    aft_state_reset(mx, S);
+    S->rows = (int)rows;
+    S->kc = is_pair(L) ? mega_bump_take(&b, (size_t)B * rows * D) : NULL;
+    S->vc = is_pair(L) ? mega_bump_take(&b, (size_t)B * rows * D) : NULL;
+    S->agg = L->var != V_FULL ? mega_bump_take(&b, (size_t)B * 3 * D) : NULL;
+    return b.off;
+}
+
+static size_t aft_state_size(const void *L, int B, int cap) {
+    aft_state S;
+    return state_view(L, &S, NULL, B, cap);
+}
+
+static void aft_state_reset(const void *layer, mega_mixer_state *St) {
+    const aft_layer *L = layer;
+    const int D = L->cfg->embed_dim;
+    aft_state S;
+    state_view(L, &S, St->mem, St->B, St->cap);
+    St->pos = 0;
+    if (S.agg)
+        for (int b = 0; b < St->B; b++) mega_aft_scan_state_reset(S.agg + (size_t)b * 3 * D, D);
+}
+
+static mega_status aft_state_init(const void *L, const real *W, mega_mixer_state *St) {
+    (void)W;
+    aft_state_reset(L, St);
     return MEGA_OK;
 }
 
 /* step scratch: wch [D] | qkv [R,3D] | ybar [R,D] | o [R,D] | per-sequence query buffers */
-static size_t aft_step_scratch(const mega_mixer *mx, int B, int T, int cap) {
-    const size_t R = (size_t)B * T, D = (size_t)mx->cfg->D;
-    const size_t q = 2 * ((size_t)cache_rows(mx, cap) + 2);
+static size_t aft_step_scratch(const void *layer, int B, int T, int cap) {
+    const aft_layer *L = layer;
+    const size_t R = (size_t)B * T, D = (size_t)L->cfg->embed_dim;
+    const size_t q = 2 * ((size_t)cache_rows(L, cap) + 2);
     return rup(D) + rup(R * 3 * D) + 2 * rup(R * D) + rup((size_t)B * q) + 64;
 }
 
-static mega_status aft_step(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *y, const real *x, int T,
+/* one token at position p of sequence b through the pair kernel's cache: append its key and
+ * value (AFT-local: to the ring, after folding the key that leaves the band into the aggregate)
+ * and evaluate its query exactly */
+static void pair_step_token(const aft_layer *L, const mega_aft_pair_k *pk, const aft_state *S, int b, int64_t p,
+                            const real *kr, const real *vr, real *yb, real *qb) {
+    const size_t D = (size_t)L->cfg->embed_dim;
+    const int rows = S->rows;
+    real *Kc = S->kc + (size_t)b * rows * D, *Vc = S->vc + (size_t)b * rows * D;
+    if (L->var == V_LOCAL) {
+        const int s = rows;
+        real *agg = S->agg + (size_t)b * 3 * D;
+        if (p >= s) mega_aft_agg_add(agg, Kc + (size_t)(p % s) * D, Vc + (size_t)(p % s) * D, (int)D);
+        memcpy(Kc + (size_t)(p % s) * D, kr, D * sizeof(real));
+        memcpy(Vc + (size_t)(p % s) * D, vr, D * sizeof(real));
+        mega_aft_pair_query(pk, (int)p, (int)MEGA_MAX(0, p - s + 1), (int)p + 1, Kc, Vc, D, s, agg, yb, qb);
+    } else {
+        memcpy(Kc + (size_t)p * D, kr, D * sizeof(real));
+        memcpy(Vc + (size_t)p * D, vr, D * sizeof(real));
+        mega_aft_pair_query(pk, (int)p, 0, (int)p + 1, Kc, Vc, D, 0, NULL, yb, qb);
+    }
+}
+
+static mega_status aft_step(const void *layer, const real *W, mega_mixer_state *St, real *y, const real *x, int T,
                             real *scratch) {
-    const int B = S->B;
-    const size_t R = (size_t)B * T, D = (size_t)mx->cfg->D;
-    if (TLIM(mx) > 0 && S->pos + T > TLIM(mx)) return too_long(mx, (long long)S->pos + T);
-    if (VAR(mx) == V_FULL && S->pos + T > S->cap)
-        MEGA_FAIL(MEGA_ERR_INVALID, "stream of %lld tokens exceeds the aft-full cache capacity %d", (long long)S->pos + T, S->cap);
-    const int rows = is_pair(mx) ? S->iv[0] : 0;
+    const aft_layer *L = layer;
+    const int B = St->B;
+    const size_t R = (size_t)B * T, D = (size_t)L->cfg->embed_dim;
+    aft_state S;
+    state_view(L, &S, St->mem, B, St->cap);
+    if (L->tlim > 0 && St->pos + T > L->tlim) return too_long(L, (long long)St->pos + T);
+    if (L->var == V_FULL && St->pos + T > S.rows)
+        MEGA_FAIL(MEGA_ERR_INVALID, "stream of %lld tokens exceeds the aft-full cache capacity %d", (long long)St->pos + T,
+                  S.rows);
+    const int rows = S.rows;
     const size_t q = 2 * ((size_t)rows + 2);
     real *wch = scratch, *qkv = wch + rup(D), *yb = qkv + rup(R * 3 * D), *o = yb + rup(R * D), *qb = o + rup(R * D);
-    mega_linear_forward(qkv, x, W + mx->off[O_QKV_W], W + mx->off[O_QKV_B], R, D, 3 * D);
-    if (HASPOS(mx)) add_log_beta(mx, W, qkv, B, T, S->pos);
-    mega_aft_scan_k sk = scan_k(mx, W, wch);
-    mega_aft_pair_k pk = pair_k(mx, W);
+    mega_linear_forward(qkv, x, W + L->qkv_w, W + L->qkv_b, R, D, 3 * D);
+    if (L->haspos) add_log_beta(L, W, qkv, B, T, St->pos);
+    mega_aft_scan_k sk = scan_k(L, W, wch);
+    mega_aft_pair_k pk = pair_k(L, W);
+    const int pair = is_pair(L);
 #pragma omp parallel for schedule(static) if ((size_t)B * T * D * (rows + 1) > MEGA_PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
-            const int64_t p = S->pos + t;
             const size_t r = (size_t)b * T + t;
             const real *kr = qkv + r * 3 * D + D, *vr = kr + D;
-            if (!is_pair(mx)) {
-                mega_aft_scan_step(&sk, S->p[0] + (size_t)b * 3 * D, yb + r * D, kr, vr);
-                continue;
-            }
-            real *Kc = S->p[0] + (size_t)b * rows * D, *Vc = S->p[1] + (size_t)b * rows * D;
-            if (VAR(mx) == V_LOCAL) {
-                /* the key leaving the band joins the aggregate before its ring slot is reused */
-                const int s = rows;
-                if (p >= s) mega_aft_agg_add(S->p[2] + (size_t)b * 3 * D, Kc + (size_t)(p % s) * D, Vc + (size_t)(p % s) * D, (int)D);
-                memcpy(Kc + (size_t)(p % s) * D, kr, D * sizeof(real));
-                memcpy(Vc + (size_t)(p % s) * D, vr, D * sizeof(real));
-                mega_aft_pair_query(&pk, (int)p, (int)MEGA_MAX(0, p - s + 1), (int)p + 1, Kc, Vc, D, s,
-                                    S->p[2] + (size_t)b * 3 * D, yb + r * D, qb + (size_t)b * q);
-            } else {
-                memcpy(Kc + (size_t)p * D, kr, D * sizeof(real));
-                memcpy(Vc + (size_t)p * D, vr, D * sizeof(real));
-                mega_aft_pair_query(&pk, (int)p, 0, (int)p + 1, Kc, Vc, D, 0, NULL, yb + r * D, qb + (size_t)b * q);
-            }
+            if (pair)
+                pair_step_token(L, &pk, &S, b, St->pos + t, kr, vr, yb + r * D, qb + (size_t)b * q);
+            else
+                mega_aft_scan_step(&sk, S.agg + (size_t)b * 3 * D, yb + r * D, kr, vr);
         }
-    gate(mx, W, o, qkv, yb, B, T, S->pos);
-    mega_linear_forward(y, o, W + mx->off[O_OUT_W], W + mx->off[O_OUT_B], R, D, D);
-    S->pos += T;
-    S->len = (int)MEGA_MIN(S->pos, (int64_t)INT32_MAX);
+    gate(L, W, o, qkv, yb, B, T, St->pos);
+    mega_linear_forward(y, o, W + L->out_w, W + L->out_b, R, D, D);
+    St->pos += T;
     return MEGA_OK;
 }
 
-#define AFT_OPS(NAME)                                                                                           \
-    {                                                                                                           \
-        NAME, 0, 1, 1, aft_declare, aft_init, aft_acts, aft_scratch, aft_forward, aft_backward, aft_state_size, \
-            aft_state_init, aft_state_reset, aft_step_scratch, aft_step,                                        \
+#define AFT_OPS(NAME, RESOLVE, CHECK, DECLARE)                                                                     \
+    {                                                                                                             \
+        .name = NAME, .flags = MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR, .layer_size = sizeof(aft_layer),            \
+        .resolve = RESOLVE, .check = CHECK, .declare = DECLARE, .init = aft_init, .acts_size = aft_acts_size,    \
+        .scratch_size = aft_scratch, .forward = aft_forward, .backward = aft_backward,                           \
+        .state_size = aft_state_size, .state_init = aft_state_init, .state_reset = aft_state_reset,              \
+        .step_scratch = aft_step_scratch, .step = aft_step,                                                       \
     }
-const mega_mixer_ops mega_mixer_ops_aft_full = AFT_OPS("aft-full");
-const mega_mixer_ops mega_mixer_ops_aft_local = AFT_OPS("aft-local");
-const mega_mixer_ops mega_mixer_ops_aft_simple = AFT_OPS("aft-simple");
-const mega_mixer_ops mega_mixer_ops_aft_tw = AFT_OPS("aft-tw");
+const mega_mixer_ops mega_mixer_ops_aft_full = AFT_OPS("aft-full", pos_resolve, full_check, full_declare);
+const mega_mixer_ops mega_mixer_ops_aft_local = AFT_OPS("aft-local", local_resolve, local_check, local_declare);
+const mega_mixer_ops mega_mixer_ops_aft_simple = AFT_OPS("aft-simple", NULL, NULL, simple_declare);
+const mega_mixer_ops mega_mixer_ops_aft_tw = AFT_OPS("aft-tw", tw_resolve, tw_check, tw_declare);

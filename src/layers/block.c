@@ -1,102 +1,71 @@
-/* The Mega block = gated-attention layer + normalized FFN (official MegaDecoderLayer without
- * cross-attention, MegaEncoderLayer / MegaSentenceEncoderLayer). */
+/* The block = token-mixer sublayer + normalized FFN (official MegaDecoderLayer without
+ * cross-attention, MegaEncoderLayer / MegaSentenceEncoderLayer; see block.h). */
 #include "layers/block.h"
+#include "ops/ops.h"
 
-mega_status mega_block_cfg_check(const mega_block_cfg *c) {
-    if (c->D < 1) MEGA_FAIL(MEGA_ERR_INVALID, "embed-dim must be positive (got %d)", c->D);
-    /* z-dim and hidden-dim are Mega's widths (gMLP uses hidden-dim as its width) */
-    if (c->mixer == MEGA_MIXER_MEGA && (c->Z < 1 || c->E < 1))
-        MEGA_FAIL(MEGA_ERR_INVALID, "z-dim and hidden-dim must be positive (got %d, %d)", c->Z, c->E);
-    if (c->mixer == MEGA_MIXER_GMLP && c->E < 2) MEGA_FAIL(MEGA_ERR_INVALID, "gmlp needs hidden-dim >= 2 (got %d)", c->E);
-    if (c->D > 65536 || c->Z > 65536 || c->E > 262144 || c->F > 262144)
-        MEGA_FAIL(MEGA_ERR_INVALID, "layer widths are absurdly large (embed %d, z %d, hidden %d, ffn %d)", c->D, c->Z, c->E, c->F);
-    if ((unsigned)c->mixer >= MEGA_MIXER_COUNT) MEGA_FAIL(MEGA_ERR_INVALID, "unknown mixer");
-    const mega_mixer_ops *ops = mega_mixer_ops_of(c->mixer);
-    if (!ops) MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "mixer '%s' is not available in this build", mega_mixer_name(c->mixer));
-    if (c->bidir ? !ops->bidir : !ops->causal)
-        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "mixer '%s' has no %s form", ops->name, c->bidir ? "bidirectional" : "causal");
-    if (c->N < 0 || c->N > 64) MEGA_FAIL(MEGA_ERR_INVALID, "n-dim must be in [0, 64] (got %d; 0 = Mega without EMA)", c->N);
-    if (c->F < 0) MEGA_FAIL(MEGA_ERR_INVALID, "ffn-dim must be >= 0 (0 = no FFN), got %d", c->F);
-    if (c->chunk == 0 || c->chunk < -1) MEGA_FAIL(MEGA_ERR_INVALID, "chunk-size must be positive or -1 (full attention), got %d", c->chunk);
-    if (c->chunk < 0 && c->max_positions < 1 && !c->rotary)
-        MEGA_FAIL(MEGA_ERR_INVALID, "full attention with a simple bias needs max-positions >= 1");
-    if (c->trunc < 0) MEGA_FAIL(MEGA_ERR_INVALID, "truncation must be >= 0 (0 = none), got %d", c->trunc);
-    if (c->rotary && c->Z % 2) MEGA_FAIL(MEGA_ERR_INVALID, "rotary relative-position bias needs an even z-dim (got %d)", c->Z);
-    const double p[4] = {c->dropout, c->attn_dropout, c->hidden_dropout, c->act_dropout};
-    for (int i = 0; i < 4; i++)
-        if (!(p[i] >= 0 && p[i] < 1)) MEGA_FAIL(MEGA_ERR_INVALID, "dropout probabilities must be in [0, 1), got %g", p[i]);
-    if ((unsigned)c->attn_fn > MEGA_ATTN_LAPLACE) MEGA_FAIL(MEGA_ERR_INVALID, "unknown attention function");
-    if ((unsigned)c->norm > MEGA_NORM_BATCH) MEGA_FAIL(MEGA_ERR_INVALID, "unknown norm type");
-    return MEGA_OK;
-}
+enum { SITE_SUBLAYER = 11 }; /* dropout site of the standard sublayer's output */
 
-mega_status mega_block_declare(mega_block *bl, mega_params *P, const char *prefix, const mega_block_cfg *cfg) {
+static int self_residual(const mega_block *bl) { return (bl->ops->flags & MEGA_MIXER_SELF_RESIDUAL) != 0; }
+
+mega_status mega_block_declare(mega_block *bl, mega_params *P, const char *prefix, const mega_block_config *cfg) {
     memset(bl, 0, sizeof *bl);
-    MEGA_TRY(mega_block_cfg_check(cfg));
-    bl->cfg = *cfg;
-    bl->mix.ops = mega_mixer_ops_of(cfg->mixer);
-    bl->mix.cfg = &bl->cfg;
-    bl->mix.impl = &bl->ml;
-    if (!bl->mix.ops->self_residual) {
+    MEGA_TRY(mega_block_config_check(cfg));
+    bl->cfg = cfg;
+    bl->ops = mega_mixer_ops_of(cfg->mixer);
+    if (!self_residual(bl)) {
         char pre[MEGA_NAME_MAX];
         snprintf(pre, sizeof pre, "%smixer_norm.norm.", prefix);
-        MEGA_TRY(mega_seqnorm_declare(&bl->mnorm, P, pre, cfg->norm, cfg->D, cfg->norm_affine));
+        MEGA_TRY(mega_seqnorm_declare(&bl->mnorm, P, pre, cfg->norm_type, cfg->embed_dim, cfg->norm_affine));
     }
-    MEGA_TRY(bl->mix.ops->declare(&bl->mix, P, prefix));
-    if (cfg->F > 0) MEGA_TRY(mega_nffn_declare(&bl->ffn, P, prefix, cfg));
+    MEGA_TRY(bl->ops->declare(bl->mixer, cfg, P, prefix));
+    if (cfg->ffn_dim > 0) MEGA_TRY(mega_nffn_declare(&bl->ffn, P, prefix, cfg));
     return MEGA_OK;
 }
 
 void mega_block_init(const mega_block *bl, real *W, mega_rng *rng) {
-    if (!bl->mix.ops->self_residual) mega_seqnorm_init(&bl->mnorm, W);
-    bl->mix.ops->init(&bl->mix, W, rng);
-    if (bl->cfg.F > 0) mega_nffn_init(&bl->ffn, W, rng);
+    if (!self_residual(bl)) mega_seqnorm_init(&bl->mnorm, W);
+    bl->ops->init(bl->mixer, W, rng);
+    if (bl->cfg->ffn_dim > 0) mega_nffn_init(&bl->ffn, W, rng);
 }
 
-static size_t rd(const mega_block *bl, int B, int T) { return (((size_t)B * T * bl->cfg.D) + 15) & ~(size_t)15; }
+/* reals of one [B, T, D] tensor, rounded as the bump allocator rounds */
+static size_t rd(const mega_block *bl, int B, int T) { return (((size_t)B * T * bl->cfg->embed_dim) + 15) & ~(size_t)15; }
 
 size_t mega_block_acts_size(const mega_block *bl, int B, int T) {
     mega_block_acts A;
-    return mega_block_acts_point_n(bl, &A, NULL, B, T);
+    return mega_block_acts_point(bl, &A, NULL, B, T);
 }
 
 /* lay out: mixer | wrapper (mn, mstat) | y1 | ffn */
-size_t mega_block_acts_point_n(const mega_block *bl, mega_block_acts *A, real *base, int B, int T) {
+size_t mega_block_acts_point(const mega_block *bl, mega_block_acts *A, real *base, int B, int T) {
     memset(A, 0, sizeof *A);
-    size_t off = bl->mix.ops->acts(&bl->mix, &A->mx, base, B, T);
-    mega_bump b = {base, off};
-    if (!bl->mix.ops->self_residual) {
-        A->mn = mega_bump_take(&b, (size_t)B * T * bl->cfg.D);
+    mega_bump b = {base, 0};
+    A->mixer = mega_bump_take(&b, bl->ops->acts_size(bl->mixer, B, T));
+    if (!self_residual(bl)) {
+        A->mn = mega_bump_take(&b, (size_t)B * T * bl->cfg->embed_dim);
         A->mstat = mega_bump_take(&b, mega_seqnorm_stat_size(&bl->mnorm, (size_t)B * T));
     }
-    if (bl->cfg.F > 0) {
-        A->y1 = mega_bump_take(&b, (size_t)B * T * bl->cfg.D);
+    if (bl->cfg->ffn_dim > 0) {
+        A->y1 = mega_bump_take(&b, (size_t)B * T * bl->cfg->embed_dim);
         b.off += mega_nffn_acts_point(&bl->ffn, &A->ffn, base ? base + b.off : NULL, B, T);
     }
     return b.off;
 }
 
-void mega_block_acts_point(const mega_block *bl, mega_block_acts *A, real *base, int B, int T) {
-    mega_block_acts_point_n(bl, A, base, B, T);
-}
-
 size_t mega_block_scratch_size(const mega_block *bl, int B, int T, int nthreads) {
-    size_t s = bl->mix.ops->scratch(&bl->mix, B, T, nthreads);
-    if (!bl->mix.ops->self_residual) s += 2 * rd(bl, B, T); /* wrapper: core output / gradients */
-    if (bl->cfg.F > 0) /* backward keeps dy1 (R x D) in front of the layers' scratch */
+    size_t s = bl->ops->scratch_size(bl->mixer, B, T, nthreads);
+    if (!self_residual(bl)) s += 2 * rd(bl, B, T); /* wrapper: core output / gradients */
+    if (bl->cfg->ffn_dim > 0) /* backward keeps dy1 (R x D) in front of the layers' scratch */
         s = rd(bl, B, T) + MEGA_MAX(s, mega_nffn_scratch(&bl->ffn, B, T));
     return s;
 }
 
-enum { SITE_SUBLAYER = 11 };
-
 /* the mixer sublayer: Mega directly, any other mixer inside the standard residual wrapper */
 static mega_status sublayer_forward(const mega_block *bl, real *W, mega_block_acts *A, real *y, const real *x,
                                     const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
-    const mega_mixer *mx = &bl->mix;
-    if (mx->ops->self_residual) return mx->ops->forward(mx, W, &A->mx, y, x, pad, B, T, run, scratch);
-    const mega_block_cfg *c = &bl->cfg;
-    const size_t R = (size_t)B * T, D = (size_t)c->D;
+    if (self_residual(bl)) return bl->ops->forward(bl->mixer, W, A->mixer, y, x, pad, B, T, run, scratch);
+    const mega_block_config *c = bl->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim;
     const int train = run->training;
     real *core = scratch, *rest = scratch + rd(bl, B, T);
     const real *xin = x;
@@ -104,7 +73,7 @@ static mega_status sublayer_forward(const mega_block *bl, real *W, mega_block_ac
         mega_seqnorm_forward(&bl->mnorm, W, A->mn, A->mstat, x, R, train, run->update_stats);
         xin = A->mn;
     }
-    MEGA_TRY(mx->ops->forward(mx, W, &A->mx, core, xin, pad, B, T, run, rest));
+    MEGA_TRY(bl->ops->forward(bl->mixer, W, A->mixer, core, xin, pad, B, T, run, rest));
     if (train) mega_dropout(core, core, R * D, c->dropout, mega__subkey(run->key, SITE_SUBLAYER));
     real *sum = c->prenorm ? y : A->mn;
     for (size_t i = 0; i < R * D; i++) sum[i] = x[i] + core[i];
@@ -115,13 +84,12 @@ static mega_status sublayer_forward(const mega_block *bl, real *W, mega_block_ac
 static void sublayer_backward(const mega_block *bl, const real *W, real *dW, const mega_block_acts *A, real *dx,
                               const real *dy, const real *x, const uint8_t *pad, int B, int T, const mega_run *run,
                               real *scratch) {
-    const mega_mixer *mx = &bl->mix;
-    if (mx->ops->self_residual) {
-        mx->ops->backward(mx, W, dW, &A->mx, dx, dy, x, pad, B, T, run, scratch);
+    if (self_residual(bl)) {
+        bl->ops->backward(bl->mixer, W, dW, A->mixer, dx, dy, x, pad, B, T, run, scratch);
         return;
     }
-    const mega_block_cfg *c = &bl->cfg;
-    const size_t R = (size_t)B * T, D = (size_t)c->D;
+    const mega_block_config *c = bl->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim;
     real *g = scratch, *dxin = scratch + rd(bl, B, T), *rest = scratch + 2 * rd(bl, B, T);
     if (!c->prenorm)
         mega_seqnorm_backward(&bl->mnorm, W, dW, g, dy, A->mn, A->mstat, R, run->training, 0);
@@ -130,7 +98,7 @@ static void sublayer_backward(const mega_block *bl, const real *W, real *dW, con
     memcpy(dx, g, R * D * sizeof(real)); /* residual */
     if (run->training) mega_dropout(g, g, R * D, c->dropout, mega__subkey(run->key, SITE_SUBLAYER));
     const real *xin = c->prenorm ? A->mn : x;
-    mx->ops->backward(mx, W, dW, &A->mx, dxin, g, xin, pad, B, T, run, rest);
+    bl->ops->backward(bl->mixer, W, dW, A->mixer, dxin, g, xin, pad, B, T, run, rest);
     if (c->prenorm)
         mega_seqnorm_backward(&bl->mnorm, W, dW, dx, dxin, x, A->mstat, R, run->training, 1);
     else
@@ -139,7 +107,7 @@ static void sublayer_backward(const mega_block *bl, const real *W, real *dW, con
 
 mega_status mega_block_forward(const mega_block *bl, real *W, mega_block_acts *A, real *out, const real *x,
                                const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
-    if (bl->cfg.F <= 0) return sublayer_forward(bl, W, A, out, x, pad, B, T, run, scratch);
+    if (bl->cfg->ffn_dim <= 0) return sublayer_forward(bl, W, A, out, x, pad, B, T, run, scratch);
     MEGA_TRY(sublayer_forward(bl, W, A, A->y1, x, pad, B, T, run, scratch));
     mega_nffn_forward(&bl->ffn, W, &A->ffn, out, A->y1, (size_t)B * T, run);
     return MEGA_OK;
@@ -148,7 +116,7 @@ mega_status mega_block_forward(const mega_block *bl, real *W, mega_block_acts *A
 void mega_block_backward(const mega_block *bl, const real *W, real *dW, const mega_block_acts *A, real *dx,
                          const real *dout, const real *x, const uint8_t *pad, int B, int T, const mega_run *run,
                          real *scratch) {
-    if (bl->cfg.F <= 0) {
+    if (bl->cfg->ffn_dim <= 0) {
         sublayer_backward(bl, W, dW, A, dx, dout, x, pad, B, T, run, scratch);
         return;
     }
@@ -162,45 +130,46 @@ void mega_block_backward(const mega_block *bl, const real *W, real *dW, const me
 /* ---- streaming -------------------------------------------------------------------------- */
 
 size_t mega_block_state_size(const mega_block *bl, int B, int cap) {
-    if (!bl->mix.ops->state_size) return 0;
-    return bl->mix.ops->state_size(&bl->mix, B, cap);
+    return bl->ops->state_size ? bl->ops->state_size(bl->mixer, B, cap) : 0;
 }
 
 mega_status mega_block_state_init(const mega_block *bl, const real *W, mega_block_state *S, real *mem, int B, int cap) {
-    if (bl->cfg.bidir || !bl->mix.ops->state_init)
-        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "%s blocks have no streaming state", bl->cfg.bidir ? "bidirectional" : bl->mix.ops->name);
-    return bl->mix.ops->state_init(&bl->mix, W, S, mem, B, cap);
+    if (bl->cfg->bidirectional || !bl->ops->state_init)
+        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "%s blocks have no streaming state", bl->cfg->bidirectional ? "bidirectional" : bl->ops->name);
+    if (B < 1 || cap < 1) MEGA_FAIL(MEGA_ERR_INVALID, "streaming batch and cache capacity must be positive (got %d, %d)", B, cap);
+    memset(S, 0, sizeof *S);
+    S->B = B, S->cap = cap, S->mem = mem;
+    return bl->ops->state_init(bl->mixer, W, S);
 }
 
-void mega_block_state_reset(const mega_block *bl, mega_block_state *S) { bl->mix.ops->state_reset(&bl->mix, S); }
+void mega_block_state_reset(const mega_block *bl, mega_block_state *S) { bl->ops->state_reset(bl->mixer, S); }
 
 size_t mega_block_step_scratch(const mega_block *bl, int B, int T, int cap) {
-    const size_t RD = rd(bl, B, T);
-    size_t s = bl->mix.ops->step_scratch ? bl->mix.ops->step_scratch(&bl->mix, B, T, cap) : 0;
-    if (!bl->mix.ops->self_residual) s += 2 * RD + mega_seqnorm_stat_size(&bl->mnorm, (size_t)B * T) + 16;
-    if (bl->cfg.F > 0) s = MEGA_MAX(s, (size_t)B * T * ((size_t)bl->cfg.F + bl->cfg.D) + mega_seqnorm_stat_size(&bl->ffn.norm, (size_t)B * T) + 64);
+    const size_t RD = rd(bl, B, T), R = (size_t)B * T;
+    size_t s = bl->ops->step_scratch ? bl->ops->step_scratch(bl->mixer, B, T, cap) : 0;
+    if (!self_residual(bl)) s += 2 * RD + mega_seqnorm_stat_size(&bl->mnorm, R) + 16;
+    if (bl->cfg->ffn_dim > 0) s = MEGA_MAX(s, mega_nffn_step_scratch(&bl->ffn, R));
     return s;
 }
 
 mega_status mega_block_step(const mega_block *bl, const real *W, mega_block_state *S, real *out, const real *x,
                             int T, real *scratch) {
-    const mega_mixer *mx = &bl->mix;
-    const size_t R = (size_t)S->B * T, D = (size_t)bl->cfg.D;
-    if (mx->ops->self_residual) {
-        MEGA_TRY(mx->ops->step(mx, W, S, out, x, T, scratch));
+    const size_t R = (size_t)S->B * T, D = (size_t)bl->cfg->embed_dim;
+    if (self_residual(bl)) {
+        MEGA_TRY(bl->ops->step(bl->mixer, W, S, out, x, T, scratch));
     } else {
         /* eval-mode wrapper: y = x + core(norm(x)) (prenorm) or norm(x + core(x)) */
         real *xn = scratch, *core = scratch + rd(bl, S->B, T), *st = core + rd(bl, S->B, T);
         real *rest = st + mega_seqnorm_stat_size(&bl->mnorm, R) + 16;
         const real *xin = x;
-        if (bl->cfg.prenorm) {
+        if (bl->cfg->prenorm) {
             mega_seqnorm_forward(&bl->mnorm, (real *)W, xn, st, x, R, 0, 0);
             xin = xn;
         }
-        MEGA_TRY(mx->ops->step(mx, W, S, core, xin, T, rest));
+        MEGA_TRY(bl->ops->step(bl->mixer, W, S, core, xin, T, rest));
         for (size_t i = 0; i < R * D; i++) out[i] = x[i] + core[i];
-        if (!bl->cfg.prenorm) mega_seqnorm_forward(&bl->mnorm, (real *)W, out, st, out, R, 0, 0);
+        if (!bl->cfg->prenorm) mega_seqnorm_forward(&bl->mnorm, (real *)W, out, st, out, R, 0, 0);
     }
-    if (bl->cfg.F > 0) mega_nffn_step(&bl->ffn, W, out, out, R, scratch);
+    if (bl->cfg->ffn_dim > 0) mega_nffn_step(&bl->ffn, W, out, out, R, scratch);
     return MEGA_OK;
 }

@@ -8,7 +8,7 @@
  *                                                       (causal: u <= t; n = max-len, L <= n)
  *   s = Z1 * G;   y = s Voutᵀ + b_out                   (proj_out: F/2 -> D)
  *
- * The gMLP width F_g is the block's hidden-dim (cfg->E): proj_in has 2 x (F/2) outputs, the
+ * The gMLP width F_g is the block's hidden-dim (cfg->hidden_dim): proj_in has 2 x (F/2) outputs, the
  * spatial projection mixes F/2 channels. Heads (cfg->heads, lucidrains' multi-head SGU) split
  * those channels into H groups with their own W_h and b_h; H = 1 is the paper's gMLP.
  * Parameters ("<prefix>mixer."): proj_in.weight [F, D], proj_in.bias [F], sgu_norm.weight /
@@ -19,94 +19,104 @@
  * Streaming (causal): the state keeps every past N2 row (t * F/2 floats, SPEC §6.4) and needs
  * row t of W; per token t * F/2 MACs plus the projections.
  */
-#include "layers/block.h"
+#include "layers/mixer.h"
+#include "layers/seqnorm.h"
+#include "ops/ops.h"
 
-/* mx->off */
-enum { O_IN_W, O_IN_B, O_LN_W, O_LN_B, O_SP_W, O_SP_B, O_OUT_W, O_OUT_B };
-/* mx->iv: [0] F/2, [1] heads, [2] n */
-#define F2(mx) ((mx)->iv[0])
-#define HEADS(mx) ((mx)->iv[1])
-#define NPOS(mx) ((mx)->iv[2])
-/* activations: p[0] pre1, p[1] pre2, p[2] z1, p[3] z2, p[4] n2, p[5] LN statistics, p[6] G, p[7] s */
+typedef struct {
+    const mega_block_config *cfg;
+    int f2, heads, npos;  /* F/2 mixed channels, heads, n = max-len positions */
+    mega_seqnorm ln;      /* sgu_norm: the LayerNorm over Z2 (shared seqnorm kernel) */
+    size_t in_w, in_b, sp_w, sp_b, out_w, out_b;
+} gmlp_layer;
+MEGA_MIXER_LAYER_FITS(gmlp_layer);
+
+/* saved activations [R, F/2] each (st: the LayerNorm statistics) */
+typedef struct {
+    real *pre1, *pre2, *z1, *z2, *n2, *st, *G, *s;
+} gmlp_acts;
 
 static size_t rup(size_t n) { return (n + 15) & ~(size_t)15; }
 
-/* the LayerNorm over Z2 (shared seqnorm kernel; the struct is rebuilt from the offsets) */
-static mega_seqnorm sgu_norm(const mega_mixer *mx) {
-    mega_seqnorm n;
-    memset(&n, 0, sizeof n);
-    n.type = MEGA_NORM_LAYER, n.D = F2(mx), n.affine = 1;
-    n.w = mx->off[O_LN_W], n.b = mx->off[O_LN_B];
-    return n;
+static void gm_resolve(mega_block_config *c) {
+    if (c->heads == 0) c->heads = 1; /* the paper's gMLP */
+    if (c->max_len == 0) c->max_len = mega__default_max_len(c);
 }
 
-static mega_status gm_declare(mega_mixer *mx, mega_params *P, const char *prefix) {
-    const mega_block_cfg *c = mx->cfg;
-    char pre[MEGA_NAME_MAX];
-    memset(mx->off, 0, sizeof mx->off);
-    memset(mx->iv, 0, sizeof mx->iv);
+static mega_status gm_check(const mega_block_config *c) {
     if (c->max_len < 1 || c->max_len > 16384)
         MEGA_FAIL(MEGA_ERR_INVALID, "gmlp needs max-len in [1, 16384] (its spatial projection is max-len x max-len), got %d", c->max_len);
-    if (c->E < 2 || c->E % 2)
-        MEGA_FAIL(MEGA_ERR_INVALID, "gmlp: hidden-dim (the gMLP width F) must be even, got %d", c->E);
-    if (c->heads < 1 || (c->E / 2) % c->heads)
-        MEGA_FAIL(MEGA_ERR_INVALID, "gmlp: heads (%d) must be >= 1 and divide hidden-dim/2 = %d", c->heads, c->E / 2);
-    F2(mx) = c->E / 2, HEADS(mx) = c->heads, NPOS(mx) = c->max_len;
-    const int64_t D = c->D, F = c->E, H = c->heads, n = c->max_len;
-    snprintf(pre, sizeof pre, "%smixer.", prefix);
-    MEGA_TRY(MEGA_PADD(P, pre, "proj_in.weight", MEGA_P_DECAY, &mx->off[O_IN_W], F, D));
-    MEGA_TRY(MEGA_PADD(P, pre, "proj_in.bias", 0, &mx->off[O_IN_B], F));
-    mega_seqnorm ln;
-    snprintf(pre, sizeof pre, "%smixer.sgu_norm.", prefix);
-    MEGA_TRY(mega_seqnorm_declare(&ln, P, pre, MEGA_NORM_LAYER, (int)(F / 2), 1));
-    mx->off[O_LN_W] = ln.w, mx->off[O_LN_B] = ln.b;
-    snprintf(pre, sizeof pre, "%smixer.", prefix);
-    MEGA_TRY(MEGA_PADD(P, pre, "spatial.weight", MEGA_P_DECAY, &mx->off[O_SP_W], H, n, n));
-    MEGA_TRY(MEGA_PADD(P, pre, "spatial.bias", 0, &mx->off[O_SP_B], H, n));
-    MEGA_TRY(MEGA_PADD(P, pre, "proj_out.weight", MEGA_P_DECAY, &mx->off[O_OUT_W], D, F / 2));
-    MEGA_TRY(MEGA_PADD(P, pre, "proj_out.bias", 0, &mx->off[O_OUT_B], D));
+    if (c->hidden_dim < 2 || c->hidden_dim % 2)
+        MEGA_FAIL(MEGA_ERR_INVALID, "gmlp: hidden-dim (the gMLP width F) must be even, got %d", c->hidden_dim);
+    if (c->heads < 1 || (c->hidden_dim / 2) % c->heads)
+        MEGA_FAIL(MEGA_ERR_INVALID, "gmlp: heads (%d) must be >= 1 and divide hidden-dim/2 = %d", c->heads, c->hidden_dim / 2);
     return MEGA_OK;
 }
 
-static void gm_init(const mega_mixer *mx, real *W, mega_rng *rng) {
-    const size_t D = (size_t)mx->cfg->D, F2 = (size_t)F2(mx), H = (size_t)HEADS(mx), n = (size_t)NPOS(mx);
-    mega_fill_normal(W + mx->off[O_IN_W], 2 * F2 * D, 0, 0.02, rng);
-    mega_fill_const(W + mx->off[O_IN_B], 2 * F2, 0);
-    mega_seqnorm ln = sgu_norm(mx);
-    mega_seqnorm_init(&ln, W);
-    const double eps = 1e-3 / (double)n;
-    mega_fill_uniform(W + mx->off[O_SP_W], H * n * n, -eps, eps, rng);
-    mega_fill_const(W + mx->off[O_SP_B], H * n, 1);
-    mega_fill_normal(W + mx->off[O_OUT_W], D * F2, 0, 0.02, rng);
-    mega_fill_const(W + mx->off[O_OUT_B], D, 0);
+static mega_status gm_declare(void *layer, const mega_block_config *c, mega_params *P, const char *prefix) {
+    gmlp_layer *L = layer;
+    char pre[MEGA_NAME_MAX];
+    memset(L, 0, sizeof *L);
+    L->cfg = c;
+    L->f2 = c->hidden_dim / 2, L->heads = c->heads, L->npos = c->max_len;
+    const int64_t D = c->embed_dim, F = c->hidden_dim, H = c->heads, n = c->max_len;
+    snprintf(pre, sizeof pre, "%smixer.", prefix);
+    MEGA_TRY(MEGA_PADD(P, pre, "proj_in.weight", MEGA_P_DECAY, &L->in_w, F, D));
+    MEGA_TRY(MEGA_PADD(P, pre, "proj_in.bias", 0, &L->in_b, F));
+    snprintf(pre, sizeof pre, "%smixer.sgu_norm.", prefix);
+    MEGA_TRY(mega_seqnorm_declare(&L->ln, P, pre, MEGA_NORM_LAYER, (int)(F / 2), 1));
+    snprintf(pre, sizeof pre, "%smixer.", prefix);
+    MEGA_TRY(MEGA_PADD(P, pre, "spatial.weight", MEGA_P_DECAY, &L->sp_w, H, n, n));
+    MEGA_TRY(MEGA_PADD(P, pre, "spatial.bias", 0, &L->sp_b, H, n));
+    MEGA_TRY(MEGA_PADD(P, pre, "proj_out.weight", MEGA_P_DECAY, &L->out_w, D, F / 2));
+    MEGA_TRY(MEGA_PADD(P, pre, "proj_out.bias", 0, &L->out_b, D));
+    return MEGA_OK;
 }
 
-static size_t gm_acts(const mega_mixer *mx, mega_mixer_acts *A, real *base, int B, int T) {
-    const size_t R = (size_t)B * T, F2 = (size_t)F2(mx);
-    mega_seqnorm ln = sgu_norm(mx);
+static void gm_init(const void *layer, real *W, mega_rng *rng) {
+    const gmlp_layer *L = layer;
+    const size_t D = (size_t)L->cfg->embed_dim, F2 = (size_t)L->f2, H = (size_t)L->heads, n = (size_t)L->npos;
+    mega_fill_normal(W + L->in_w, 2 * F2 * D, 0, 0.02, rng);
+    mega_fill_const(W + L->in_b, 2 * F2, 0);
+    mega_seqnorm_init(&L->ln, W);
+    const double eps = 1e-3 / (double)n;
+    mega_fill_uniform(W + L->sp_w, H * n * n, -eps, eps, rng);
+    mega_fill_const(W + L->sp_b, H * n, 1);
+    mega_fill_normal(W + L->out_w, D * F2, 0, 0.02, rng);
+    mega_fill_const(W + L->out_b, D, 0);
+}
+
+static size_t acts_view(const gmlp_layer *L, gmlp_acts *A, real *base, int B, int T) {
+    const size_t R = (size_t)B * T, F2 = (size_t)L->f2;
     mega_bump b = {base, 0};
-    mega_mixer_acts a;
-    memset(&a, 0, sizeof a);
-    for (int i = 0; i < 5; i++) a.p[i] = mega_bump_take(&b, R * F2);
-    a.p[5] = mega_bump_take(&b, mega_seqnorm_stat_size(&ln, R));
-    a.p[6] = mega_bump_take(&b, R * F2);
-    a.p[7] = mega_bump_take(&b, R * F2);
-    if (A) *A = a;
+    A->pre1 = mega_bump_take(&b, R * F2);
+    A->pre2 = mega_bump_take(&b, R * F2);
+    A->z1 = mega_bump_take(&b, R * F2);
+    A->z2 = mega_bump_take(&b, R * F2);
+    A->n2 = mega_bump_take(&b, R * F2);
+    A->st = mega_bump_take(&b, mega_seqnorm_stat_size(&L->ln, R));
+    A->G = mega_bump_take(&b, R * F2);
+    A->s = mega_bump_take(&b, R * F2);
     return b.off;
+}
+static size_t gm_acts_size(const void *L, int B, int T) {
+    gmlp_acts A;
+    return acts_view(L, &A, NULL, B, T);
 }
 
 /* scratch: Wm [T,T] (masked copy) | dWt [T,T] | four [R, F/2] buffers (backward) */
-static size_t gm_scratch(const mega_mixer *mx, int B, int T, int nt) {
+static size_t gm_scratch(const void *layer, int B, int T, int nt) {
+    const gmlp_layer *L = layer;
     (void)nt;
-    const size_t R = (size_t)B * T, F2 = (size_t)F2(mx);
+    const size_t R = (size_t)B * T, F2 = (size_t)L->f2;
     return 2 * rup((size_t)T * T) + 4 * rup(R * F2) + 64;
 }
 
 /* the causal mask of W_h[:T, :T] (copy, upper triangle 0); bidirectional uses W directly */
-static const real *spatial_w(const mega_mixer *mx, const real *W, int h, int T, real *Wm, size_t *ld) {
-    const size_t n = (size_t)NPOS(mx);
-    const real *Wh = W + mx->off[O_SP_W] + (size_t)h * n * n;
-    if (mx->cfg->bidir) {
+static const real *spatial_w(const gmlp_layer *L, const real *W, int h, int T, real *Wm, size_t *ld) {
+    const size_t n = (size_t)L->npos;
+    const real *Wh = W + L->sp_w + (size_t)h * n * n;
+    if (L->cfg->bidirectional) {
         *ld = n;
         return Wh;
     }
@@ -122,26 +132,28 @@ static void zero_pad_rows(real *x, const uint8_t *pad, size_t R, size_t F2) {
         if (pad[r]) memset(x + r * F2, 0, F2 * sizeof(real));
 }
 
-static mega_status gm_forward(const mega_mixer *mx, real *W, mega_mixer_acts *A, real *y, const real *x, const uint8_t *pad,
+static mega_status gm_forward(const void *layer, real *W, real *acts, real *y, const real *x, const uint8_t *pad,
                               int B, int T, const mega_run *run, real *scratch) {
-    const size_t R = (size_t)B * T, D = (size_t)mx->cfg->D, F2 = (size_t)F2(mx), n = (size_t)NPOS(mx);
-    const int H = HEADS(mx);
+    const gmlp_layer *L = layer;
+    gmlp_acts A;
+    acts_view(L, &A, acts, B, T);
+    const size_t R = (size_t)B * T, D = (size_t)L->cfg->embed_dim, F2 = (size_t)L->f2, n = (size_t)L->npos;
+    const int H = L->heads;
     const size_t hd = F2 / (size_t)H;
-    if (T > NPOS(mx)) MEGA_FAIL(MEGA_ERR_INVALID, "sequence length %d exceeds the mixer's max-len %d (gmlp: absolute-position spatial projection)", T, NPOS(mx));
-    real *pre1 = A->p[0], *pre2 = A->p[1], *z1 = A->p[2], *z2 = A->p[3], *n2 = A->p[4], *st = A->p[5], *G = A->p[6], *s = A->p[7];
-    const real *U = W + mx->off[O_IN_W], *bU = W + mx->off[O_IN_B];
+    if (T > L->npos) MEGA_FAIL(MEGA_ERR_INVALID, "sequence length %d exceeds the mixer's max-len %d (gmlp: absolute-position spatial projection)", T, L->npos);
+    real *pre1 = A.pre1, *pre2 = A.pre2, *z1 = A.z1, *z2 = A.z2, *n2 = A.n2, *st = A.st, *G = A.G, *s = A.s;
+    const real *U = W + L->in_w, *bU = W + L->in_b;
     mega_linear_forward(pre1, x, U, bU, R, D, F2);
     mega_linear_forward(pre2, x, U + F2 * D, bU + F2, R, D, F2);
     mega_act_forward(MEGA_ACT_GELU, z1, pre1, R * F2);
     mega_act_forward(MEGA_ACT_GELU, z2, pre2, R * F2);
-    mega_seqnorm ln = sgu_norm(mx);
-    mega_seqnorm_forward(&ln, W, n2, st, z2, R, run->training, 0);
+    mega_seqnorm_forward(&L->ln, W, n2, st, z2, R, run->training, 0);
     zero_pad_rows(n2, pad, R, F2);
     /* G = W_h N2 + b_h per (batch, head) */
-    const real *bias = W + mx->off[O_SP_B];
+    const real *bias = W + L->sp_b;
     for (int h = 0; h < H; h++) {
         size_t ldw;
-        const real *Wm = spatial_w(mx, W, h, T, scratch, &ldw);
+        const real *Wm = spatial_w(L, W, h, T, scratch, &ldw);
         for (int b = 0; b < B; b++) {
             real *Gb = G + (size_t)b * T * F2 + (size_t)h * hd;
             for (int t = 0; t < T; t++)
@@ -150,26 +162,29 @@ static mega_status gm_forward(const mega_mixer *mx, real *W, mega_mixer_acts *A,
         }
     }
     for (size_t i = 0; i < R * F2; i++) s[i] = z1[i] * G[i];
-    mega_linear_forward(y, s, W + mx->off[O_OUT_W], W + mx->off[O_OUT_B], R, F2, D);
+    mega_linear_forward(y, s, W + L->out_w, W + L->out_b, R, F2, D);
     return MEGA_OK;
 }
 
-static void gm_backward(const mega_mixer *mx, const real *W, real *dW, const mega_mixer_acts *A, real *dx, const real *dy,
+static void gm_backward(const void *layer, const real *W, real *dW, const real *acts, real *dx, const real *dy,
                         const real *x, const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
-    const size_t R = (size_t)B * T, D = (size_t)mx->cfg->D, F2 = (size_t)F2(mx), n = (size_t)NPOS(mx);
-    const int H = HEADS(mx), causal = !mx->cfg->bidir;
+    const gmlp_layer *L = layer;
+    gmlp_acts A;
+    acts_view(L, &A, (real *)(uintptr_t)acts, B, T);
+    const size_t R = (size_t)B * T, D = (size_t)L->cfg->embed_dim, F2 = (size_t)L->f2, n = (size_t)L->npos;
+    const int H = L->heads, causal = !L->cfg->bidirectional;
     const size_t hd = F2 / (size_t)H;
-    const real *pre1 = A->p[0], *pre2 = A->p[1], *z1 = A->p[2], *z2 = A->p[3], *n2 = A->p[4], *st = A->p[5], *G = A->p[6], *s = A->p[7];
+    const real *pre1 = A.pre1, *pre2 = A.pre2, *z1 = A.z1, *z2 = A.z2, *n2 = A.n2, *st = A.st, *G = A.G, *s = A.s;
     real *Wm = scratch, *dWt = Wm + rup((size_t)T * T);
     real *dG = dWt + rup((size_t)T * T), *dz1 = dG + rup(R * F2), *dn2 = dz1 + rup(R * F2), *dz2 = dn2 + rup(R * F2);
     /* y = s Voutᵀ + b_out */
-    mega_linear_backward(dG, dW + mx->off[O_OUT_W], dW + mx->off[O_OUT_B], dy, s, W + mx->off[O_OUT_W], R, F2, D, 0);
+    mega_linear_backward(dG, dW + L->out_w, dW + L->out_b, dy, s, W + L->out_w, R, F2, D, 0);
     /* s = Z1 G: dZ1 = ds G, dG = ds Z1 (SPEC §6.3) */
     for (size_t i = 0; i < R * F2; i++) {
         dz1[i] = dG[i] * G[i];
         dG[i] *= z1[i];
     }
-    real *dbias = dW + mx->off[O_SP_B], *dWsp = dW + mx->off[O_SP_W];
+    real *dbias = dW + L->sp_b, *dWsp = dW + L->sp_w;
     for (int h = 0; h < H; h++) {
         /* db_h[t] = sum over batch and the head's channels of dG */
         for (int b = 0; b < B; b++)
@@ -187,71 +202,66 @@ static void gm_backward(const mega_mixer *mx, const real *W, real *dW, const meg
         for (int t = 0; t < T; t++)
             for (int u = 0; u < (causal ? t + 1 : T); u++) dWh[(size_t)t * n + u] += dWt[(size_t)t * T + u];
         size_t ldw;
-        const real *Wh = spatial_w(mx, W, h, T, Wm, &ldw);
+        const real *Wh = spatial_w(L, W, h, T, Wm, &ldw);
         for (int b = 0; b < B; b++)
             mega_gemm(1, 0, (size_t)T, hd, (size_t)T, 1, Wh, ldw, dG + (size_t)b * T * F2 + (size_t)h * hd, F2, 0,
                       dn2 + (size_t)b * T * F2 + (size_t)h * hd, F2);
     }
     zero_pad_rows(dn2, pad, R, F2);
-    mega_seqnorm ln = sgu_norm(mx);
-    mega_seqnorm_backward(&ln, W, dW, dz2, dn2, z2, st, R, run->training, 0);
+    mega_seqnorm_backward(&L->ln, W, dW, dz2, dn2, z2, st, R, run->training, 0);
     mega_act_backward(MEGA_ACT_GELU, dz1, dz1, pre1, R * F2);
     mega_act_backward(MEGA_ACT_GELU, dz2, dz2, pre2, R * F2);
-    const real *U = W + mx->off[O_IN_W];
-    real *dU = dW + mx->off[O_IN_W], *dbU = dW + mx->off[O_IN_B];
+    const real *U = W + L->in_w;
+    real *dU = dW + L->in_w, *dbU = dW + L->in_b;
     mega_linear_backward(dx, dU, dbU, dz1, x, U, R, D, F2, 0);
     mega_linear_backward(dx, dU + F2 * D, dbU + F2, dz2, x, U + F2 * D, R, D, F2, 1);
 }
 
 /* ---- streaming: p[0] = N2 cache [B, rows, F/2], rows = min(cap, max-len) ------------------ */
-static int gm_rows(const mega_mixer *mx, int cap) { return MEGA_MAX(1, MEGA_MIN(cap, NPOS(mx))); }
+static int gm_rows(const gmlp_layer *L, int cap) { return MEGA_MAX(1, MEGA_MIN(cap, L->npos)); }
 
-static size_t gm_state_size(const mega_mixer *mx, int B, int cap) {
-    return rup((size_t)B * gm_rows(mx, cap) * F2(mx));
+static size_t gm_state_size(const void *layer, int B, int cap) {
+    const gmlp_layer *L = layer;
+    return rup((size_t)B * gm_rows(L, cap) * L->f2);
 }
-static void gm_state_reset(const mega_mixer *mx, mega_mixer_state *S) {
-    (void)mx;
-    S->pos = 0, S->len = 0; /* the cache rows are written before they are read */
+static void gm_state_reset(const void *L, mega_mixer_state *S) {
+    (void)L;
+    S->pos = 0; /* the cache rows are written before they are read */
 }
-static mega_status gm_state_init(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *mem, int B, int cap) {
+static mega_status gm_state_init(const void *L, const real *W, mega_mixer_state *S) {
     (void)W;
-    if (mx->cfg->bidir) MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "bidirectional gmlp has no streaming form");
-    if (cap < 1) MEGA_FAIL(MEGA_ERR_INVALID, "streaming capacity must be positive");
-    memset(S, 0, sizeof *S);
-    S->B = B, S->cap = gm_rows(mx, cap);
-    S->p[0] = mem, S->n[0] = (size_t)B * S->cap * F2(mx);
-    gm_state_reset(mx, S);
+    gm_state_reset(L, S);
     return MEGA_OK;
 }
 /* step scratch: pre1, pre2 (-> z1, z2), n2, G [R, F/2] | LN statistics */
-static size_t gm_step_scratch(const mega_mixer *mx, int B, int T, int cap) {
+static size_t gm_step_scratch(const void *layer, int B, int T, int cap) {
+    const gmlp_layer *L = layer;
     (void)cap;
     const size_t R = (size_t)B * T;
-    mega_seqnorm ln = sgu_norm(mx);
-    return 4 * rup(R * F2(mx)) + rup(mega_seqnorm_stat_size(&ln, R)) + 64;
+    return 4 * rup(R * L->f2) + rup(mega_seqnorm_stat_size(&L->ln, R)) + 64;
 }
-static mega_status gm_step(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *y, const real *x, int T,
+static mega_status gm_step(const void *layer, const real *W, mega_mixer_state *S, real *y, const real *x, int T,
                            real *scratch) {
-    const int B = S->B;
-    const size_t R = (size_t)B * T, D = (size_t)mx->cfg->D, F2 = (size_t)F2(mx), n = (size_t)NPOS(mx);
-    const int H = HEADS(mx);
+    const gmlp_layer *L = layer;
+    const int B = S->B, rows = gm_rows(L, S->cap);
+    const size_t R = (size_t)B * T, D = (size_t)L->cfg->embed_dim, F2 = (size_t)L->f2, n = (size_t)L->npos;
+    const int H = L->heads;
     const size_t hd = F2 / (size_t)H;
-    if (S->pos + T > NPOS(mx))
+    if (S->pos + T > L->npos)
         MEGA_FAIL(MEGA_ERR_INVALID, "sequence length %lld exceeds the mixer's max-len %d (gmlp: absolute-position spatial projection)",
-                  (long long)S->pos + T, NPOS(mx));
-    if (S->pos + T > S->cap)
-        MEGA_FAIL(MEGA_ERR_INVALID, "stream of %lld tokens exceeds the gmlp cache capacity %d", (long long)S->pos + T, S->cap);
+                  (long long)S->pos + T, L->npos);
+    if (S->pos + T > rows)
+        MEGA_FAIL(MEGA_ERR_INVALID, "stream of %lld tokens exceeds the gmlp cache capacity %d", (long long)S->pos + T, rows);
     real *z1 = scratch, *z2 = z1 + rup(R * F2), *n2 = z2 + rup(R * F2), *G = n2 + rup(R * F2), *st = G + rup(R * F2);
-    const real *U = W + mx->off[O_IN_W], *bU = W + mx->off[O_IN_B];
+    const real *U = W + L->in_w, *bU = W + L->in_b;
     mega_linear_forward(z1, x, U, bU, R, D, F2);
     mega_linear_forward(z2, x, U + F2 * D, bU + F2, R, D, F2);
     mega_act_forward(MEGA_ACT_GELU, z1, z1, R * F2);
     mega_act_forward(MEGA_ACT_GELU, z2, z2, R * F2);
-    mega_seqnorm ln = sgu_norm(mx);
-    mega_seqnorm_forward(&ln, (real *)W, n2, st, z2, R, 0, 0);
-    const real *bias = W + mx->off[O_SP_B], *Wsp = W + mx->off[O_SP_W];
+    mega_seqnorm_forward(&L->ln, (real *)W, n2, st, z2, R, 0, 0);
+    const real *bias = W + L->sp_b, *Wsp = W + L->sp_w;
     for (int b = 0; b < B; b++) {
-        real *cache = S->p[0] + (size_t)b * S->cap * F2;
+        real *cache = S->mem + (size_t)b * rows * F2;
         for (int t = 0; t < T; t++) {
             const int64_t p = S->pos + t;
             const size_t r = (size_t)b * T + t;
@@ -266,13 +276,26 @@ static mega_status gm_step(const mega_mixer *mx, const real *W, mega_mixer_state
         }
     }
     for (size_t i = 0; i < R * F2; i++) G[i] *= z1[i];
-    mega_linear_forward(y, G, W + mx->off[O_OUT_W], W + mx->off[O_OUT_B], R, F2, D);
+    mega_linear_forward(y, G, W + L->out_w, W + L->out_b, R, F2, D);
     S->pos += T;
-    S->len = (int)S->pos;
     return MEGA_OK;
 }
 
 const mega_mixer_ops mega_mixer_ops_gmlp = {
-    "gmlp", 0, 1, 1, gm_declare, gm_init, gm_acts, gm_scratch, gm_forward, gm_backward,
-    gm_state_size, gm_state_init, gm_state_reset, gm_step_scratch, gm_step,
+    .name = "gmlp",
+    .flags = MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR,
+    .layer_size = sizeof(gmlp_layer),
+    .resolve = gm_resolve,
+    .check = gm_check,
+    .declare = gm_declare,
+    .init = gm_init,
+    .acts_size = gm_acts_size,
+    .scratch_size = gm_scratch,
+    .forward = gm_forward,
+    .backward = gm_backward,
+    .state_size = gm_state_size,
+    .state_init = gm_state_init,
+    .state_reset = gm_state_reset,
+    .step_scratch = gm_step_scratch,
+    .step = gm_step,
 };

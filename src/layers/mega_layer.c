@@ -10,26 +10,30 @@
  *   h    = act(hx + (O*r) Wh^T + bh)                  (then dropout)
  *   out  = x + u*(h - x);  out = norm(out) if not prenorm
  */
-#include "layers/block.h"
+#include "layers/mega_layer.h"
+#include "ops/ops.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 /* dropout sites */
-enum { SITE_MX = 1, SITE_HIDDEN, SITE_ATTN, SITE_H, SITE_FFN_HIDDEN, SITE_FFN_OUT };
+enum { SITE_MX = 1, SITE_HIDDEN, SITE_ATTN, SITE_H };
 
-static inline size_t P_(const mega_block_cfg *c) { return 2 * (size_t)c->D + c->Z + c->E; }
+static inline size_t P_(const mega_block_config *c) { return 2 * (size_t)c->embed_dim + c->z_dim + c->hidden_dim; }
 
-mega_status mega_mlayer_declare(mega_mlayer *L, mega_params *P, const char *prefix, const mega_block_cfg *c) {
+MEGA_MIXER_LAYER_FITS(mega_mlayer);
+
+static mega_status mg_declare(void *layer, const mega_block_config *c, mega_params *P, const char *prefix) {
+    mega_mlayer *L = layer;
     char pre[MEGA_NAME_MAX];
     memset(L, 0, sizeof *L);
-    L->cfg = *c;
-    const int64_t D = c->D, Z = c->Z, E = c->E;
+    L->cfg = c;
+    const int64_t D = c->embed_dim, Z = c->z_dim, E = c->hidden_dim;
     snprintf(pre, sizeof pre, "%smega_layer.norm.norm.", prefix);
-    MEGA_TRY(mega_seqnorm_declare(&L->norm, P, pre, c->norm, c->D, c->norm_affine));
-    if (c->N > 0) { /* n-dim 0: the paper's ablation without the EMA (mx = x_bar) */
+    MEGA_TRY(mega_seqnorm_declare(&L->norm, P, pre, c->norm_type, c->embed_dim, c->norm_affine));
+    if (c->n_dim > 0) { /* n-dim 0: the paper's ablation without the EMA (mx = x_bar) */
         snprintf(pre, sizeof pre, "%smega_layer.move.", prefix);
-        MEGA_TRY(mega_ema_declare(&L->ema, P, pre, c->D, c->N, c->bidir, c->trunc));
+        MEGA_TRY(mega_ema_declare(&L->ema, P, pre, c->embed_dim, c->n_dim, c->bidirectional, c->truncation));
     }
     snprintf(pre, sizeof pre, "%smega_layer.", prefix);
     MEGA_TRY(MEGA_PADD(P, pre, "v_proj.weight", MEGA_P_DECAY, &L->v_w, E, D));
@@ -41,15 +45,16 @@ mega_status mega_mlayer_declare(mega_mlayer *L, mega_params *P, const char *pref
     MEGA_TRY(MEGA_PADD(P, pre, "gamma", 0, &L->qk_g, 2, Z));
     MEGA_TRY(MEGA_PADD(P, pre, "beta", 0, &L->qk_b, 2, Z));
     snprintf(pre, sizeof pre, "%smega_layer.rel_pos_bias.", prefix);
-    MEGA_TRY(mega_relpos_declare(&L->rp, P, pre, c->rotary, c->chunk > 0 ? c->chunk : c->max_positions, c->Z));
+    MEGA_TRY(mega_relpos_declare(&L->rp, P, pre, (c->rel_pos_bias == MEGA_RELPOS_ROTARY), c->chunk_size > 0 ? c->chunk_size : c->max_positions, c->z_dim));
     return MEGA_OK;
 }
 
-void mega_mlayer_init(const mega_mlayer *L, real *W, mega_rng *rng) {
-    const mega_block_cfg *c = &L->cfg;
-    const size_t D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E;
+static void mg_init(const void *layer, real *W, mega_rng *rng) {
+    const mega_mlayer *L = layer;
+    const mega_block_config *c = L->cfg;
+    const size_t D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim;
     mega_seqnorm_init(&L->norm, W);
-    if (c->N > 0) mega_ema_init(&L->ema, W, rng);
+    if (c->n_dim > 0) mega_ema_init(&L->ema, W, rng);
     /* official reset_parameters: N(0, 0.02) weights, zero biases, gamma N(0,0.02), beta 0 */
     mega_fill_normal(W + L->v_w, E * D, 0, 0.02, rng);
     mega_fill_const(W + L->v_b, E, 0);
@@ -62,13 +67,13 @@ void mega_mlayer_init(const mega_mlayer *L, real *W, mega_rng *rng) {
     mega_relpos_init(&L->rp, W, rng);
 }
 
-static int attn_len(const mega_block_cfg *c, int T) { return (c->chunk > 0 && c->chunk < T) ? c->chunk : T; }
+static int attn_len(const mega_block_config *c, int T) { return (c->chunk_size > 0 && c->chunk_size < T) ? c->chunk_size : T; }
 
-static size_t btab_size(const mega_mlayer *L, int T) { return mega_relpos_table_size(&L->rp, attn_len(&L->cfg, T)); }
+static size_t btab_size(const mega_mlayer *L, int T) { return mega_relpos_table_size(&L->rp, attn_len(L->cfg, T)); }
 
-size_t mega_mlayer_acts_point(const mega_mlayer *L, mega_mlayer_acts *A, real *base, int B, int T) {
-    const mega_block_cfg *c = &L->cfg;
-    const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E;
+size_t mega_mlayer_acts_view(const mega_mlayer *L, mega_mlayer_acts *A, real *base, int B, int T) {
+    const mega_block_config *c = L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim;
     mega_bump b = {base, 0};
     mega_mlayer_acts a;
     memset(&a, 0, sizeof a);
@@ -76,8 +81,8 @@ size_t mega_mlayer_acts_point(const mega_mlayer *L, mega_mlayer_acts *A, real *b
     a.nstat = c->prenorm ? mega_bump_take(&b, mega_seqnorm_stat_size(&L->norm, R)) : NULL;
     a.vpre = mega_bump_take(&b, R * E);
     a.v = mega_bump_take(&b, R * E);
-    a.coef = c->N > 0 ? mega_bump_take(&b, mega_ema_coef_size(&L->ema)) : NULL;
-    a.mpre = c->N > 0 ? mega_bump_take(&b, R * D) : NULL;
+    a.coef = c->n_dim > 0 ? mega_bump_take(&b, mega_ema_coef_size(&L->ema)) : NULL;
+    a.mpre = c->n_dim > 0 ? mega_bump_take(&b, R * D) : NULL;
     a.m = mega_bump_take(&b, R * D);
     a.base = mega_bump_take(&b, R * P_(c));
     a.q = mega_bump_take(&b, R * Z);
@@ -89,36 +94,42 @@ size_t mega_mlayer_acts_point(const mega_mlayer *L, mega_mlayer_acts *A, real *b
     a.opre = c->prenorm ? NULL : mega_bump_take(&b, R * D);
     a.ostat = c->prenorm ? NULL : mega_bump_take(&b, mega_seqnorm_stat_size(&L->norm, R));
     a.btab = mega_bump_take(&b, btab_size(L, T));
+    a.Mc = L->rp.rotary ? attn_len(c, T) : L->rp.Mp; /* the table's centre (mega_relpos_table) */
     if (A) *A = a;
     return b.off;
 }
 
 static mega_attn_k attn_kernel(const mega_mlayer *L, const real *btab, int Mc, const mega_run *run) {
-    const mega_block_cfg *c = &L->cfg;
+    const mega_block_config *c = L->cfg;
     mega_attn_k k;
-    k.Z = c->Z, k.E = c->E, k.chunk = c->chunk, k.causal = !c->bidir, k.fn = c->attn_fn;
+    k.Z = c->z_dim, k.E = c->hidden_dim, k.chunk = c->chunk_size, k.causal = !c->bidirectional, k.fn = c->attention_activation;
     k.btab = btab, k.Mc = Mc;
-    k.p_attn = run && run->training ? c->attn_dropout : 0;
+    k.p_attn = run && run->training ? c->attention_dropout : 0;
     k.key_attn = run ? mega__subkey(run->key, SITE_ATTN) : 0;
     return k;
 }
 
-size_t mega_mlayer_scratch(const mega_mlayer *L, int B, int T, int nthreads) {
-    const mega_block_cfg *c = &L->cfg;
-    const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E;
+static size_t mg_scratch(const void *layer, int B, int T, int nthreads) {
+    const mega_mlayer *L = layer;
+    const mega_block_config *c = L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim;
     if (nthreads < 1) nthreads = 1;
     mega_attn_k k = attn_kernel(L, NULL, (int)((btab_size(L, T) + 1) / 2), NULL);
     size_t attn = mega_attn_scratch(&k, T) * (size_t)nthreads;
-    size_t ema = c->N > 0 ? mega_ema_layer_scratch(&L->ema, T, nthreads) : 0;
+    size_t ema = c->n_dim > 0 ? mega_ema_layer_scratch(&L->ema, T, nthreads) : 0;
     /* backward buffers: G1 D, dbase P, OR E, dOr E, dq Z, dk Z, dv E, dxn D, dbtab */
     size_t bufs = R * (2 * D + P_(c) + 3 * E + 2 * Z) + btab_size(L, T) + 16 * 12;
     return bufs + MEGA_MAX(attn, ema) + 64;
 }
 
-mega_status mega_mlayer_forward(const mega_mlayer *L, real *W, mega_mlayer_acts *A, real *out, const real *x,
-                                const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
-    const mega_block_cfg *c = &L->cfg;
-    const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E, P = P_(c);
+static mega_status mg_forward(const void *layer, real *W, real *acts, real *out, const real *x, const uint8_t *pad,
+                              int B, int T, const mega_run *run, real *scratch) {
+    const mega_mlayer *L = layer;
+    const mega_block_config *c = L->cfg;
+    mega_mlayer_acts av;
+    mega_mlayer_acts_view(L, &av, acts, B, T);
+    mega_mlayer_acts *A = &av;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim, P = P_(c);
     const int nt = run->nthreads > 0 ? run->nthreads : 1;
     const int train = run->training;
     MEGA_TRY(mega_relpos_table(&L->rp, W, attn_len(c, T), A->btab, &A->Mc));
@@ -131,10 +142,10 @@ mega_status mega_mlayer_forward(const mega_mlayer *L, real *W, mega_mlayer_acts 
     }
     /* v = act(v_proj(x_bar)); hidden dropout applied to v before the attention product */
     mega_linear_forward(A->vpre, xn, W + L->v_w, W + L->v_b, R, D, E);
-    mega_act_forward(c->act, A->v, A->vpre, R * E);
+    mega_act_forward(c->activation, A->v, A->vpre, R * E);
     if (train) mega_dropout(A->v, A->v, R * E, c->hidden_dropout, mega__subkey(run->key, SITE_HIDDEN));
     /* mx = dropout(silu(EMA(x_bar) + omega * x_bar)) */
-    if (c->N > 0)
+    if (c->n_dim > 0)
         mega_ema_layer_forward(&L->ema, W, A->coef, A->mpre, A->m, xn, pad, B, T, nt);
     else
         memcpy(A->m, xn, R * D * sizeof(real)); /* no EMA: mx = x_bar */
@@ -171,7 +182,7 @@ mega_status mega_mlayer_forward(const mega_mlayer *L, real *W, mega_mlayer_acts 
         real *hp = A->hpre + r * D;
         for (size_t j = 0; j < D; j++) hp[j] += hx[j];
     }
-    mega_act_forward(c->act, A->h, A->hpre, R * D);
+    mega_act_forward(c->activation, A->h, A->hpre, R * D);
     if (train) mega_dropout(A->h, A->h, R * D, c->dropout, mega__subkey(run->key, SITE_H));
     /* out = x + u * (h - x), u = sigmoid(u_raw); post-norm */
     real *o = c->prenorm ? out : A->opre;
@@ -185,33 +196,42 @@ mega_status mega_mlayer_forward(const mega_mlayer *L, real *W, mega_mlayer_acts 
     return MEGA_OK;
 }
 
-void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const mega_mlayer_acts *A, real *dx,
-                          const real *dout, const real *x, const uint8_t *pad, int B, int T, const mega_run *run,
-                          real *scratch) {
-    const mega_block_cfg *c = &L->cfg;
-    const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E, P = P_(c);
-    const int nt = run->nthreads > 0 ? run->nthreads : 1;
-    const int train = run->training;
-    mega_bump bp = {scratch, 0};
-    real *G1 = mega_bump_take(&bp, R * D);
-    real *dbase = mega_bump_take(&bp, R * P);
-    real *Or = mega_bump_take(&bp, R * E);
-    real *dOr = mega_bump_take(&bp, R * E);
-    real *dq = mega_bump_take(&bp, R * Z);
-    real *dk = mega_bump_take(&bp, R * Z);
-    real *dv = mega_bump_take(&bp, R * E);
-    real *dxn = mega_bump_take(&bp, R * D);
-    real *dbtab = mega_bump_take(&bp, (size_t)(2 * A->Mc - 1));
-    real *ws = scratch + bp.off;
+/* the backward's scratch buffers (mega_bump layout; sized by mg_scratch) */
+typedef struct {
+    real *G1, *dbase, *Or, *dOr, *dq, *dk, *dv, *dxn, *dbtab, *ws;
+} mg_bwd;
 
-    /* post-norm: gradient through the output norm */
+static void bwd_buffers(const mega_mlayer *L, const mega_mlayer_acts *A, int B, int T, real *scratch, mg_bwd *s) {
+    const mega_block_config *c = L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim;
+    mega_bump bp = {scratch, 0};
+    s->G1 = mega_bump_take(&bp, R * D);
+    s->dbase = mega_bump_take(&bp, R * P_(c));
+    s->Or = mega_bump_take(&bp, R * E);
+    s->dOr = mega_bump_take(&bp, R * E);
+    s->dq = mega_bump_take(&bp, R * Z);
+    s->dk = mega_bump_take(&bp, R * Z);
+    s->dv = mega_bump_take(&bp, R * E);
+    s->dxn = mega_bump_take(&bp, R * D);
+    s->dbtab = mega_bump_take(&bp, (size_t)(2 * A->Mc - 1));
+    s->ws = scratch + bp.off;
+}
+
+/* from d out to d(O*r) (in s->dOr) and d[u | r | hx] (in s->dbase); dx gets the residual part:
+ * out = x + u*(h - x) (post-norm: through the output norm first), h = dropout(act(hpre)),
+ * hpre = hx + h_proj(O*r) */
+static void bwd_gate(const mega_mlayer *L, const real *W, real *dW, const mega_mlayer_acts *A, real *dx,
+                     const real *dout, const real *x, size_t R, const mega_run *run, const mg_bwd *s) {
+    const mega_block_config *c = L->cfg;
+    const size_t D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim, P = P_(c);
+    real *dbase = s->dbase, *Or = s->Or, *dOr = s->dOr;
     const real *g = dout;
     if (!c->prenorm) {
-        mega_seqnorm_backward(&L->norm, W, dW, G1, dout, A->opre, A->ostat, R, train, 0);
-        g = G1;
+        mega_seqnorm_backward(&L->norm, W, dW, s->G1, dout, A->opre, A->ostat, R, run->training, 0);
+        g = s->G1;
     }
-    /* out = x + u*(h - x): dx = g*(1-u); du_raw = g*(h-x)*u(1-u); dh = g*u */
-    real *dh = dxn; /* temporary R x D */
+    /* dx = g*(1-u); du_raw = g*(h-x)*u(1-u); dh = g*u */
+    real *dh = s->dxn; /* temporary R x D */
 #pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         const real *gr = g + r * D, *hr = A->h + r * D, *xr = x + r * D, *ur = A->base + r * P;
@@ -223,9 +243,8 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
             dhr[j] = gr[j] * u;
         }
     }
-    /* h = dropout(act(hpre)); hpre = hx + h_proj(O*r) */
-    if (train) mega_dropout(dh, dh, R * D, c->dropout, mega__subkey(run->key, SITE_H));
-    mega_act_backward(c->act, dh, dh, A->hpre, R * D);
+    if (run->training) mega_dropout(dh, dh, R * D, c->dropout, mega__subkey(run->key, SITE_H));
+    mega_act_backward(c->activation, dh, dh, A->hpre, R * D);
 #pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         const real *rr = A->base + r * P + D + Z, *o = A->O + r * E, *dhr = dh + r * D;
@@ -245,21 +264,19 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
             d[j] *= mega_silu(rv);
         }
     }
-    /* attention backward: dq, dk, dv, bias table */
-    memset(dq, 0, R * Z * sizeof(real));
-    memset(dk, 0, R * Z * sizeof(real));
-    memset(dv, 0, R * E * sizeof(real));
-    memset(dbtab, 0, (size_t)(2 * A->Mc - 1) * sizeof(real));
-    mega_attn_k ak = attn_kernel(L, A->btab, A->Mc, run);
-    mega_attn_backward(&ak, dq, dk, dv, dbtab, dOr, A->q, A->k, A->v, A->lse, pad, B, T, ws, nt);
-    mega_relpos_backward(&L->rp, W, dW, dbtab, A->Mc);
-    /* q/k affine and z = silu(z_raw) */
-    const real *g0 = W + L->qk_g, *g1 = g0 + Z;
+}
+
+/* q = z*gamma[0] + beta[0], k = z*gamma[1] + beta[1], z = silu(z_raw): d z_raw into s->dbase and
+ * the affine parameters' gradients */
+static void bwd_qk(const mega_mlayer *L, const real *W, real *dW, const mega_mlayer_acts *A, size_t R, const mg_bwd *s) {
+    const mega_block_config *c = L->cfg;
+    const size_t D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, P = P_(c);
+    const real *g0 = W + L->qk_g, *g1 = g0 + Z, *dq = s->dq, *dk = s->dk;
     real *dg0 = dW + L->qk_g, *dg1 = dg0 + Z, *db0 = dW + L->qk_b, *db1 = db0 + Z;
 #pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         const real *zr = A->base + r * P + D, *dqr = dq + r * Z, *dkr = dk + r * Z;
-        real *dz = dbase + r * P + D;
+        real *dz = s->dbase + r * P + D;
         for (size_t j = 0; j < Z; j++) dz[j] = (dqr[j] * g0[j] + dkr[j] * g1[j]) * mega_silu_grad(zr[j]);
     }
     for (size_t r = 0; r < R; r++) { /* parameter sums: serial over rows, deterministic */
@@ -272,24 +289,48 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
             db1[j] += dkr[j];
         }
     }
+}
+
+static void mg_backward(const void *layer, const real *W, real *dW, const real *acts, real *dx, const real *dout,
+                        const real *x, const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
+    const mega_mlayer *L = layer;
+    const mega_block_config *c = L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim, P = P_(c);
+    const int nt = run->nthreads > 0 ? run->nthreads : 1;
+    const int train = run->training;
+    mega_mlayer_acts av;
+    mega_mlayer_acts_view(L, &av, (real *)(uintptr_t)acts, B, T);
+    const mega_mlayer_acts *A = &av;
+    mg_bwd s;
+    bwd_buffers(L, A, B, T, scratch, &s);
+    bwd_gate(L, W, dW, A, dx, dout, x, R, run, &s);
+    /* attention backward: dq, dk, dv, bias table */
+    memset(s.dq, 0, R * Z * sizeof(real));
+    memset(s.dk, 0, R * Z * sizeof(real));
+    memset(s.dv, 0, R * E * sizeof(real));
+    memset(s.dbtab, 0, (size_t)(2 * A->Mc - 1) * sizeof(real));
+    mega_attn_k ak = attn_kernel(L, A->btab, A->Mc, run);
+    mega_attn_backward(&ak, s.dq, s.dk, s.dv, s.dbtab, s.dOr, A->q, A->k, A->v, A->lse, pad, B, T, s.ws, nt);
+    mega_relpos_backward(&L->rp, W, dW, s.dbtab, A->Mc);
+    bwd_qk(L, W, dW, A, R, &s);
     /* v: hidden dropout and activation */
-    if (train) mega_dropout(dv, dv, R * E, c->hidden_dropout, mega__subkey(run->key, SITE_HIDDEN));
-    mega_act_backward(c->act, dv, dv, A->vpre, R * E);
-    /* base = mx_proj(m): dm into G... reuse dh (== dxn) is still free: dm goes to Or (R x D fits? use dOr) */
-    real *dm = dh; /* R x D */
-    mega_linear_backward(dm, dW + L->mx_w, dW + L->mx_b, dbase, A->m, W + L->mx_w, R, D, P, 0);
+    if (train) mega_dropout(s.dv, s.dv, R * E, c->hidden_dropout, mega__subkey(run->key, SITE_HIDDEN));
+    mega_act_backward(c->activation, s.dv, s.dv, A->vpre, R * E);
+    /* base = mx_proj(m): dm (R x D) in dxn, free again */
+    real *dm = s.dxn;
+    mega_linear_backward(dm, dW + L->mx_w, dW + L->mx_b, s.dbase, A->m, W + L->mx_w, R, D, P, 0);
     if (train) mega_dropout(dm, dm, R * D, c->dropout, mega__subkey(run->key, SITE_MX));
     const real *xn = c->prenorm ? A->xn : x;
     /* d x_bar from the EMA (m = silu(mpre); includes the omega skip) and from v_proj */
-    real *dxb = G1; /* G1 no longer needed */
-    if (c->N > 0) {
+    real *dxb = s.G1; /* G1 no longer needed */
+    if (c->n_dim > 0) {
         mega_act_backward(MEGA_ACT_SILU, dm, dm, A->mpre, R * D); /* m = silu(mpre) */
         memset(dxb, 0, R * D * sizeof(real));
-        mega_ema_layer_backward(&L->ema, W, dW, A->coef, dxb, dm, xn, pad, B, T, ws, nt);
+        mega_ema_layer_backward(&L->ema, W, dW, A->coef, dxb, dm, xn, pad, B, T, s.ws, nt);
     } else {
         memcpy(dxb, dm, R * D * sizeof(real));
     }
-    mega_linear_backward(dxb, dW + L->v_w, dW + L->v_b, dv, xn, W + L->v_w, R, D, E, 1);
+    mega_linear_backward(dxb, dW + L->v_w, dW + L->v_b, s.dv, xn, W + L->v_w, R, D, E, 1);
     if (c->prenorm)
         mega_seqnorm_backward(&L->norm, W, dW, dx, dxb, x, A->nstat, R, train, 1);
     else
@@ -298,13 +339,32 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
 
 /* ---- streaming -------------------------------------------------------------------------- */
 
-/* Mega's streaming state slots in mega_mixer_state */
-#define S_H(S) ((S)->p[0])    /* EMA state [B, N, D] */
-#define S_KC(S) ((S)->p[1])   /* key cache [B, Z, cap] (transposed: mega_attn_query_kt) */
-#define S_VC(S) ((S)->p[2])   /* value cache [B, cap, E] */
-#define S_COEF(S) ((S)->p[3]) /* untruncated EMA coefficients */
-#define S_BTAB(S) ((S)->p[4]) /* bias table covering cap positions */
-#define S_MC(S) ((S)->iv[0])
+/* Mega's streaming state (a view of mega_mixer_state.mem) */
+typedef struct {
+    real *h;     /* EMA state [B, N, D] */
+    real *kc;    /* key cache [B, Z, cap] (transposed: mega_attn_query_kt) */
+    real *vc;    /* value cache [B, cap, E] */
+    real *coef;  /* untruncated EMA coefficients */
+    real *btab;  /* bias table covering cap positions */
+    int Mc, cap; /* the table's centre; cache capacity */
+    int len;     /* cached positions: the stream's position within the current chunk (the
+                  * official incremental state clears the cache at every chunk border) */
+} mg_state;
+
+/* lay out the state at mem for B sequences and capacity cap (mem NULL: count); returns reals */
+static size_t state_view(const mega_mlayer *L, real *mem, int B, int cap, int64_t pos, mg_state *v) {
+    const mega_block_config *c = L->cfg;
+    mega_bump b = {mem, 0};
+    v->h = mega_bump_take(&b, (size_t)B * c->n_dim * c->embed_dim);
+    v->kc = mega_bump_take(&b, (size_t)B * cap * c->z_dim);
+    v->vc = mega_bump_take(&b, (size_t)B * cap * c->hidden_dim);
+    v->coef = mega_bump_take(&b, c->n_dim > 0 ? mega_ema_coef_size(&L->ema) : 0);
+    v->btab = mega_bump_take(&b, mega_relpos_table_size(&L->rp, cap));
+    v->cap = cap;
+    v->Mc = L->rp.rotary ? (c->chunk_size > 0 ? c->chunk_size : cap) : L->rp.Mp;
+    v->len = (int)(c->chunk_size > 0 ? pos % c->chunk_size : pos);
+    return b.off;
+}
 
 /* token t of every sequence: the step's attention, in two passes over mega_step_parallel pieces
  * (the weights per sequence, then the output in blocks of MEGA_ATTN_QBLOCK values per sequence:
@@ -312,7 +372,7 @@ void mega_mlayer_backward(const mega_mlayer *L, const real *W, real *dW, const m
  * threads) */
 typedef struct {
     const mega_attn_k *ak;
-    mega_mixer_state *S;
+    mg_state *S;
     real *O, *w;
     const real *q, *kk, *v;
     int T, t, n, nblk;
@@ -322,12 +382,12 @@ typedef struct {
  * query over the n cached positions (w: the sequence's cap weights) */
 static void step_attn_weights(void *arg, int b) {
     const step_attn_args *a = arg;
-    mega_mixer_state *S = a->S;
+    mg_state *S = a->S;
     const size_t Z = (size_t)a->ak->Z, E = (size_t)a->ak->E, cap = (size_t)S->cap, len = (size_t)S->len;
     const size_t r = (size_t)b * a->T + a->t;
-    real *kt = S_KC(S) + (size_t)b * Z * cap;
+    real *kt = S->kc + (size_t)b * Z * cap;
     for (size_t z = 0; z < Z; z++) kt[z * cap + len] = a->kk[r * Z + z];
-    memcpy(S_VC(S) + ((size_t)b * cap + len) * E, a->v + r * E, E * sizeof(real));
+    memcpy(S->vc + ((size_t)b * cap + len) * E, a->v + r * E, E * sizeof(real));
     mega_attn_query_weights(a->ak, a->q + r * Z, kt, cap, a->n, a->w + (size_t)b * cap);
 }
 
@@ -336,17 +396,19 @@ static void step_attn_out(void *arg, int i) {
     const step_attn_args *a = arg;
     const int b = i / a->nblk, e0 = (i % a->nblk) * MEGA_ATTN_QBLOCK, E = a->ak->E;
     const size_t cap = (size_t)a->S->cap, r = (size_t)b * a->T + a->t;
-    mega_attn_query_out(a->O + r * E + e0, a->w + (size_t)b * cap, S_VC(a->S) + (size_t)b * cap * E + e0, (size_t)E,
+    mega_attn_query_out(a->O + r * E + e0, a->w + (size_t)b * cap, a->S->vc + (size_t)b * cap * E + e0, (size_t)E,
                         a->n, MEGA_MIN(MEGA_ATTN_QBLOCK, E - e0));
 }
 
-mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_mixer_state *S, real *out, const real *x,
-                             int T, real *scratch) {
-    const mega_block_cfg *c = &L->cfg;
-    const int B = S->B;
-    const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E, P = P_(c);
-    if (c->bidir) MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "bidirectional Mega layers have no streaming form");
-    if (c->chunk <= 0 && S->len + T > S->cap)
+static mega_status mg_step(const void *layer, const real *W, mega_mixer_state *St, real *out, const real *x, int T,
+                           real *scratch) {
+    const mega_mlayer *L = layer;
+    const mega_block_config *c = L->cfg;
+    const int B = St->B;
+    mg_state sv, *S = &sv;
+    state_view(L, St->mem, B, St->cap, St->pos, S);
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim, P = P_(c);
+    if (c->chunk_size <= 0 && S->len + T > S->cap)
         MEGA_FAIL(MEGA_ERR_INVALID, "stream of %d tokens exceeds the attention cache capacity %d", S->len + T, S->cap);
     mega_bump bp = {scratch, 0};
     /* norm statistics: 2R reals per-token norms, 2D for batchnorm (mega_seqnorm_stat_size) */
@@ -363,10 +425,10 @@ mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_mixer_sta
     }
     /* the projections split their output columns over the threads (mega_linear_step) */
     mega_linear_step(v, xb, W + L->v_w, W + L->v_b, R, D, E);
-    mega_act_forward(c->act, v, v, R * E);
+    mega_act_forward(c->activation, v, v, R * E);
     /* EMA with carried state, untruncated (official incremental path); n-dim 0: no EMA */
-    if (c->N > 0)
-        mega_ema_layer_step(&L->ema, W, S_COEF(S), S_H(S), mp, m, xb, B, T);
+    if (c->n_dim > 0)
+        mega_ema_layer_step(&L->ema, W, S->coef, S->h, mp, m, xb, B, T);
     else
         memcpy(m, xb, R * D * sizeof(real));
     mega_linear_step(base, m, W + L->mx_w, W + L->mx_b, R, D, P);
@@ -379,7 +441,7 @@ mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_mixer_sta
         }
     /* token by token: append k, v to the cache, attend with one query over the cache, clear the
      * cache when it reaches a chunk border (official incremental_state handling) */
-    mega_attn_k ak = attn_kernel(L, S_BTAB(S), S_MC(S), NULL);
+    mega_attn_k ak = attn_kernel(L, S->btab, S->Mc, NULL);
     /* in parallel when there is enough work (mega_step_parallel: over the step team, or one
      * region each; no region at all otherwise: libgomp allocates a team descriptor for a region
      * of one thread, if() false included) */
@@ -390,7 +452,7 @@ mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_mixer_sta
         const size_t work = (size_t)B * aa.n * (Z + E);
         mega_step_parallel(B, step_attn_weights, &aa, B > 1 && work > MEGA_PAR_MIN);
         mega_step_parallel(B * nblk, step_attn_out, &aa, work > MEGA_PAR_MIN / 2);
-        S->len = (c->chunk > 0 && aa.n == c->chunk) ? 0 : aa.n;
+        S->len = (c->chunk_size > 0 && aa.n == c->chunk_size) ? 0 : aa.n;
     }
     /* h = act(hx + h_proj(O*r)); out = x + u*(h - x); post-norm */
     for (size_t r = 0; r < R; r++)
@@ -399,90 +461,76 @@ mega_status mega_mlayer_step(const mega_mlayer *L, const real *W, mega_mixer_sta
     /* whole rows per pass (vectorised; the activation of a few rows runs on this thread) */
     for (size_t r = 0; r < R; r++)
         for (size_t j = 0; j < D; j++) hp[r * D + j] += base[r * P + D + Z + E + j];
-    mega_act_forward(c->act, hp, hp, R * D);
+    mega_act_forward(c->activation, hp, hp, R * D);
     for (size_t r = 0; r < R; r++)
         for (size_t j = 0; j < D; j++) {
             real u = mega_sigmoid(base[r * P + j]);
             out[r * D + j] = x[r * D + j] + u * (hp[r * D + j] - x[r * D + j]);
         }
     if (!c->prenorm) mega_seqnorm_forward(&L->norm, W_, out, nst, out, R, 0, 0);
+    St->pos += T;
     return MEGA_OK;
 }
 
-size_t mega_mlayer_step_scratch(const mega_mlayer *L, int B, int T, int cap) {
-    const mega_block_cfg *c = &L->cfg;
-    const size_t R = (size_t)B * T, D = (size_t)c->D, Z = (size_t)c->Z, E = (size_t)c->E;
+static size_t mg_step_scratch(const void *layer, int B, int T, int cap) {
+    const mega_mlayer *L = layer;
+    const mega_block_config *c = L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim;
     return R * (5 * D + 2 * E + P_(c) + 2 * Z) + mega_seqnorm_stat_size(&L->norm, R) + (size_t)cap * B + 16 * 12;
 }
 
 /* ---- the Mega mixer: the official layer behind the token-mixer interface ---------------- */
 
-#define ML(mx) ((const mega_mlayer *)(mx)->impl)
-
-_Static_assert(sizeof(mega_mlayer_acts) <= sizeof(mega_mixer_acts), "Mega activations must fit the mixer slots");
-
-static mega_status mg_declare(mega_mixer *mx, mega_params *P, const char *prefix) {
-    return mega_mlayer_declare((mega_mlayer *)mx->impl, P, prefix, mx->cfg);
-}
-static void mg_init(const mega_mixer *mx, real *W, mega_rng *rng) { mega_mlayer_init(ML(mx), W, rng); }
-static size_t mg_acts(const mega_mixer *mx, mega_mixer_acts *A, real *base, int B, int T) {
-    return mega_mlayer_acts_point(ML(mx), (mega_mlayer_acts *)A, base, B, T);
-}
-static size_t mg_scratch(const mega_mixer *mx, int B, int T, int nt) { return mega_mlayer_scratch(ML(mx), B, T, nt); }
-static mega_status mg_forward(const mega_mixer *mx, real *W, mega_mixer_acts *A, real *y, const real *x, const uint8_t *pad,
-                              int B, int T, const mega_run *run, real *scratch) {
-    return mega_mlayer_forward(ML(mx), W, (mega_mlayer_acts *)A, y, x, pad, B, T, run, scratch);
-}
-static void mg_backward(const mega_mixer *mx, const real *W, real *dW, const mega_mixer_acts *A, real *dx, const real *dy,
-                        const real *x, const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
-    mega_mlayer_backward(ML(mx), W, dW, (const mega_mlayer_acts *)A, dx, dy, x, pad, B, T, run, scratch);
-}
-static size_t mg_state_size(const mega_mixer *mx, int B, int cap) {
-    const mega_mlayer *L = ML(mx);
-    const mega_block_cfg *c = &L->cfg;
-    mega_bump b = {NULL, 0};
-    mega_bump_take(&b, (size_t)B * c->N * c->D);
-    mega_bump_take(&b, (size_t)B * cap * c->Z);
-    mega_bump_take(&b, (size_t)B * cap * c->E);
-    mega_bump_take(&b, c->N > 0 ? mega_ema_coef_size(&L->ema) : 0);
-    mega_bump_take(&b, mega_relpos_table_size(&L->rp, cap));
-    return b.off;
-}
-static void mg_state_reset(const mega_mixer *mx, mega_mixer_state *S) {
-    (void)mx;
-    S->len = 0, S->pos = 0;
-    /* only the EMA state needs zeroing: the caches are overwritten before being read */
-    if (S_H(S)) memset(S_H(S), 0, S->n[0] * sizeof(real));
-}
-static mega_status mg_state_init(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *mem, int B, int cap) {
-    const mega_mlayer *L = ML(mx);
-    const mega_block_cfg *c = &L->cfg;
-    if (c->bidir) MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "bidirectional blocks have no streaming state");
-    if (cap < 1) MEGA_FAIL(MEGA_ERR_INVALID, "streaming cache capacity must be positive");
-    if (c->chunk > 0 && cap < c->chunk) MEGA_FAIL(MEGA_ERR_INVALID, "streaming cache capacity %d is below the chunk size %d", cap, c->chunk);
-    memset(S, 0, sizeof *S);
-    S->B = B, S->cap = cap;
-    mega_bump b = {mem, 0};
-    S_H(S) = mega_bump_take(&b, (size_t)B * c->N * c->D);
-    S->n[0] = (size_t)B * c->N * c->D;
-    S_KC(S) = mega_bump_take(&b, (size_t)B * cap * c->Z);
-    S_VC(S) = mega_bump_take(&b, (size_t)B * cap * c->E);
-    S_COEF(S) = mega_bump_take(&b, c->N > 0 ? mega_ema_coef_size(&L->ema) : 0);
-    S_BTAB(S) = mega_bump_take(&b, mega_relpos_table_size(&L->rp, cap));
-    if (c->N > 0) mega_ema_layer_coef(&L->ema, W, S_COEF(S), 0);
-    MEGA_TRY(mega_relpos_table(&L->rp, W, c->chunk > 0 ? c->chunk : cap, S_BTAB(S), &S_MC(S)));
-    mg_state_reset(mx, S);
+static mega_status mg_check(const mega_block_config *c) {
+    if (c->rel_pos_bias == MEGA_RELPOS_ROTARY && c->z_dim % 2)
+        MEGA_FAIL(MEGA_ERR_INVALID, "rotary relative-position bias needs an even z-dim (got %d)", c->z_dim);
     return MEGA_OK;
 }
-static size_t mg_step_scratch(const mega_mixer *mx, int B, int T, int cap) { return mega_mlayer_step_scratch(ML(mx), B, T, cap); }
-static mega_status mg_step(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *y, const real *x, int T,
-                           real *scratch) {
-    mega_status st = mega_mlayer_step(ML(mx), W, S, y, x, T, scratch);
-    if (!st) S->pos += T;
-    return st;
+
+static size_t mg_acts_size(const void *layer, int B, int T) { return mega_mlayer_acts_view(layer, NULL, NULL, B, T); }
+
+static size_t mg_state_size(const void *layer, int B, int cap) {
+    mg_state v;
+    return state_view(layer, NULL, B, cap, 0, &v);
+}
+
+static void mg_state_reset(const void *layer, mega_mixer_state *S) {
+    const mega_mlayer *L = layer;
+    mg_state v;
+    state_view(L, S->mem, S->B, S->cap, 0, &v);
+    S->pos = 0;
+    /* only the EMA state needs zeroing: the caches are overwritten before being read */
+    memset(v.h, 0, (size_t)S->B * L->cfg->n_dim * L->cfg->embed_dim * sizeof(real));
+}
+
+static mega_status mg_state_init(const void *layer, const real *W, mega_mixer_state *S) {
+    const mega_mlayer *L = layer;
+    const mega_block_config *c = L->cfg;
+    if (c->chunk_size > 0 && S->cap < c->chunk_size)
+        MEGA_FAIL(MEGA_ERR_INVALID, "streaming cache capacity %d is below the chunk size %d", S->cap, c->chunk_size);
+    mg_state v;
+    state_view(L, S->mem, S->B, S->cap, 0, &v);
+    if (c->n_dim > 0) mega_ema_layer_coef(&L->ema, W, v.coef, 0);
+    int Mc;
+    MEGA_TRY(mega_relpos_table(&L->rp, W, c->chunk_size > 0 ? c->chunk_size : S->cap, v.btab, &Mc));
+    mg_state_reset(L, S);
+    return MEGA_OK;
 }
 
 const mega_mixer_ops mega_mixer_ops_mega = {
-    "mega", 1, 1, 1, mg_declare, mg_init, mg_acts, mg_scratch, mg_forward, mg_backward,
-    mg_state_size, mg_state_init, mg_state_reset, mg_step_scratch, mg_step,
+    .name = "mega",
+    .flags = MEGA_MIXER_SELF_RESIDUAL | MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR,
+    .layer_size = sizeof(mega_mlayer),
+    .check = mg_check,
+    .declare = mg_declare,
+    .init = mg_init,
+    .acts_size = mg_acts_size,
+    .scratch_size = mg_scratch,
+    .forward = mg_forward,
+    .backward = mg_backward,
+    .state_size = mg_state_size,
+    .state_init = mg_state_init,
+    .state_reset = mg_state_reset,
+    .step_scratch = mg_step_scratch,
+    .step = mg_step,
 };

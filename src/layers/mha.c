@@ -1,8 +1,7 @@
 /*
  * Softmax-attention token mixers behind the mixer interface (mixer.h): `mha` (Transformer
  * multi-head attention, SPEC §3), `local` (mha with a sliding window always on, SPEC §8.6) and,
- * through the same engine, `mhatw` (MHA with explicit time weighting, SPEC §4.2; its ops table
- * is in mhatw.c). The block wraps the mixer as the standard residual sublayer (block.c), so
+ * through the same engine, `mhatw` (MHA with explicit time weighting, SPEC §4.2, below). The block wraps the mixer as the standard residual sublayer (block.c), so
  * this is the core only:
  *
  *   Q = x Wq^T + bq,  K = x Wk^T + bk,  V = x Wv^T + bv          (Da = D, H heads of dh = D/H)
@@ -29,75 +28,142 @@
  * is a ring buffer of w slots (unbounded streams; SPEC §3.5, §8.6). The distance tables (and
  * XPOS factors) are built at state_init for distances < slots, from the parameters of that
  * moment (like Mega's bias table): initialise the state again after a parameter update.
+ *
+ * `mhatw`: multi-head attention with explicit time weighting, the article's normalised form
+ * (SPEC §4.2; PENG Bo, seed 001; parameters as in RWKV-v1 MHA_pro / RWKV_TimeMix, §4.1):
+ *
+ *   MHATW_t = sum_u W(t,u) exp(q_t.k_u/sqrt dh) v_u / sum_u W(t,u) exp(q_t.k_u/sqrt dh),
+ *   W(t,u)  = f_h(t-u) alpha_h(t) beta_h(u),   y_t = gamma(t) (MHATW_t Wo^T + bo)
+ *
+ * which is softmax attention with the additive bias log f_h(t-u) + log beta_h(u) (alpha_h(t)
+ * cancels, so it is not a parameter). Positivity by parameterisation: f = exp(time_logw),
+ * beta = exp(time_logbeta) (SPEC §4.2 [ext]); gamma (time_gamma) is used directly.
+ *   time_logw    [H, Lw]  log f_h(delta) at index Tm-1-delta (RWKV layout: the last causal entry
+ *                         is distance 0); causal Lw = Tm; bidirectional Lw = 2Tm-1, the two-sided
+ *                         f of SPEC §4.1 [ext], delta in (-Tm, Tm) (entries Tm.. are u > t)
+ *   time_logbeta [H, Tm]  log beta_h(u)
+ *   time_gamma   [Tm]     gamma(t), shared over channels, applied after the output projection
+ * with Tm = cfg->max_len. Init: RWKV_TimeMix's f_h(delta) = exp(-|delta| lambda_h),
+ * lambda_h = Tm^(-(h+1)/(H-1)) and a uniform last head; beta = gamma = 1.
+ *
+ * Length policy (SPEC §4.1, option (c), chosen here): positions and distances beyond the
+ * learned range use the last learned value: f_h(delta) for |delta| >= Tm is f_h(+-(Tm-1)),
+ * beta_h(u >= Tm) = beta_h(Tm-1), gamma(t >= Tm) = gamma(Tm-1); they get the gradients of the
+ * clamped uses. Option (b) (local attention with window Tm, where no distance reaches Tm) is
+ * available with --attn-window Tm; positions are still clamped then. Streaming follows the same
+ * rule, so an unbounded stream is well defined.
+ * Everything else (projections, positional schemes of §8.8, local mask, log-n, the kernel,
+ * streaming) is shared with mha: the mhatw layer is an mha layer with `tw` set (its own declare
+ * entry), which adds the time-weighting tensors.
  */
-#include "layers/block.h"
+#include "layers/mixer.h"
+#include "ops/ops.h"
 #include "ops/mhattn.h"
 #include "ops/posenc.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-/* parameter offsets (mx->off) */
-enum { O_QW, O_QB, O_KW, O_KB, O_VW, O_VB, O_OW, O_OB, O_KP, O_KA, O_LW, O_LB, O_G };
-/* derived integers (mx->iv) */
-enum { I_H, I_DH, I_WIN, I_TM, I_LW, I_TW };
-/* activations (mega_mixer_acts.p) */
-enum { A_Q, A_K, A_V, A_O, A_LSE, A_BT, A_XT, A_YP };
-/* streaming state buffers (mega_mixer_state.p) and integers (iv) */
-enum { S_KC, S_VC, S_BT, S_XT };
-enum { SI_SLOTS, SI_RING };
+/* the projections, in the order of their parameters */
+enum { PQ, PK, PV, PO };
+
+typedef struct {
+    const mega_block_config *cfg;
+    int tw;          /* mhatw: the explicit time weighting */
+    int H, dh;       /* heads and head width */
+    int win;         /* the local mask applied (0 = none) */
+    int Tm, Lw;      /* mhatw: learned positions and time_logw length */
+    size_t w[4], b[4];         /* q/k/v/out_proj weight and bias */
+    size_t kp, ka;             /* KERPLE bias_p, bias_a */
+    size_t logw, logbeta, gamma; /* mhatw time_logw, time_logbeta, time_gamma */
+} mha_layer;
+MEGA_MIXER_LAYER_FITS(mha_layer);
+
+/* saved activations */
+typedef struct {
+    real *q, *k, *v, *O, *lse; /* [B,T,D] x 4 (rotated q, k), [B,H,T] */
+    real *bt, *xt;             /* distance table, XPOS factors (when used) */
+    real *yp;                  /* mhatw: the output before gamma(t) */
+} mha_acts;
+
+/* streaming state: a cache of rotated keys and values per sequence */
+typedef struct {
+    real *kc, *vc; /* [B, slots, D] */
+    real *bt, *xt; /* tables for distances < slots */
+    int slots, ring;
+} mha_state;
 
 enum { SITE_ATTN_DROP = 21 }; /* dropout site of the attention weights */
 
 static inline size_t r16(size_t n) { return (n + 15) & ~(size_t)15; }
 
-static int is_kerple(const mega_block_cfg *c) {
+static int is_kerple(const mega_block_config *c) {
     return c->pos == MEGA_POS_KERPLE_POWER || c->pos == MEGA_POS_KERPLE_LOG;
 }
-static int has_btab(const mega_mixer *mx) {
-    const mega_pos_kind p = mx->cfg->pos;
-    return mx->iv[I_TW] || p == MEGA_POS_ALIBI || is_kerple(mx->cfg) || p == MEGA_POS_SANDWICH;
+static int has_btab(const mha_layer *L) {
+    const mega_pos_kind p = L->cfg->pos;
+    return L->tw || p == MEGA_POS_ALIBI || is_kerple(L->cfg) || p == MEGA_POS_SANDWICH;
 }
-static int has_xpos(const mega_mixer *mx) { return mx->cfg->pos == MEGA_POS_XPOS; }
+static int has_xpos(const mha_layer *L) { return L->cfg->pos == MEGA_POS_XPOS; }
 
-/* ---- declaration and init --------------------------------------------------------------- */
+/* ---- configuration ------------------------------------------------------------------------ */
 
-static mega_status am_declare(mega_mixer *mx, mega_params *P, const char *prefix) {
-    const mega_block_cfg *c = mx->cfg;
+static void am_resolve(mega_block_config *c) {
+    const int even = c->pos == MEGA_POS_ROPE || c->pos == MEGA_POS_XPOS || c->pos == MEGA_POS_SANDWICH;
+    if (c->heads == 0) c->heads = mega__default_heads(c->embed_dim, even);
+}
+static void local_resolve(mega_block_config *c) {
+    am_resolve(c);
+    if (c->window == 0) c->window = MEGA_DEFAULT_WINDOW;
+}
+static void mhatw_resolve(mega_block_config *c) {
+    am_resolve(c);
+    if (c->max_len == 0) c->max_len = mega__default_max_len(c);
+}
+
+/* the invalid combinations of the positional schemes (docs/mixers.md) */
+static mega_status am_check(const mega_block_config *c) {
     const char *nm = mega_mixer_name(c->mixer);
-    const int tw = c->mixer == MEGA_MIXER_MHATW, loc = c->mixer == MEGA_MIXER_LOCAL;
-    const int H = c->heads, D = c->D;
-    /* configuration checks, including the invalid combinations of SPEC §8.8 */
+    const int H = c->heads, D = c->embed_dim;
     if (H < 1) MEGA_FAIL(MEGA_ERR_INVALID, "mixer %s: heads must be >= 1 (got %d)", nm, H);
     if (D % H) MEGA_FAIL(MEGA_ERR_INVALID, "mixer %s: embed-dim %d is not divisible by heads %d", nm, D, H);
     const int dh = D / H;
-    if ((unsigned)c->pos > MEGA_POS_XPOS) MEGA_FAIL(MEGA_ERR_INVALID, "mixer %s: unknown positional scheme", nm);
     if ((c->pos == MEGA_POS_ROPE || c->pos == MEGA_POS_XPOS || c->pos == MEGA_POS_SANDWICH) && dh % 2)
         MEGA_FAIL(MEGA_ERR_INVALID, "mixer %s: --pos %s needs an even head width (embed-dim / heads = %d)", nm,
                   mega_pos_name(c->pos), dh);
-    if (c->pos == MEGA_POS_XPOS && c->bidir)
+    if (c->pos == MEGA_POS_XPOS && c->bidirectional)
         MEGA_FAIL(MEGA_ERR_INVALID,
                   "mixer %s: --pos xpos is causal only (SPEC §8.5/§8.8: its scaling diverges on one side when "
                   "bidirectional); use rope, alibi, kerple-* or sandwich for encoders",
                   nm);
-    if (c->window < 0 || c->attn_window < 0)
-        MEGA_FAIL(MEGA_ERR_INVALID, "mixer %s: window and attn-window must be >= 0 (0 = none)", nm);
-    if (loc && c->window < 1) MEGA_FAIL(MEGA_ERR_INVALID, "mixer local needs --window >= 1 (the attention span)");
-    if (tw && c->max_len < 1)
-        MEGA_FAIL(MEGA_ERR_INVALID, "mixer mhatw needs --max-len >= 1 (the trained context of its time weights)");
-    if (c->log_n && c->train_len < 2)
-        MEGA_FAIL(MEGA_ERR_INVALID, "mixer %s: --log-n-scaling needs the training length (train_len >= 2, got %d)",
+    if (c->log_n_scaling && c->train_len < 2)
+        MEGA_FAIL(MEGA_ERR_INVALID, "mixer %s: --log-n-scaling needs the training length (train-len >= 2, got %d)",
                   nm, c->train_len);
-    if (!(c->attn_dropout >= 0 && c->attn_dropout < 1))
-        MEGA_FAIL(MEGA_ERR_INVALID, "mixer %s: attention dropout must be in [0, 1)", nm);
+    return MEGA_OK;
+}
+static mega_status local_check(const mega_block_config *c) {
+    if (c->window < 1) MEGA_FAIL(MEGA_ERR_INVALID, "mixer local needs --window >= 1 (the attention span)");
+    return am_check(c);
+}
+static mega_status mhatw_check(const mega_block_config *c) {
+    if (c->max_len < 1)
+        MEGA_FAIL(MEGA_ERR_INVALID, "mixer mhatw needs --max-len >= 1 (the trained context of its time weights)");
+    return am_check(c);
+}
 
-    memset(mx->off, 0, sizeof mx->off);
-    memset(mx->iv, 0, sizeof mx->iv);
-    mx->iv[I_H] = H, mx->iv[I_DH] = dh, mx->iv[I_TW] = tw;
-    int win = loc ? c->window : 0;
+/* ---- declaration and init --------------------------------------------------------------- */
+
+/* tw: the mhatw time weighting; local: the window is always on */
+static mega_status declare(mha_layer *L, const mega_block_config *c, mega_params *P, const char *prefix, int tw,
+                           int local) {
+    memset(L, 0, sizeof *L);
+    L->cfg = c, L->tw = tw;
+    const int H = c->heads, D = c->embed_dim;
+    L->H = H, L->dh = D / H;
+    int win = local ? c->window : 0;
     if (c->attn_window > 0) win = win > 0 ? MEGA_MIN(win, c->attn_window) : c->attn_window;
-    mx->iv[I_WIN] = win;
-    if (tw) mx->iv[I_TM] = c->max_len, mx->iv[I_LW] = c->bidir ? 2 * c->max_len - 1 : c->max_len;
+    L->win = win;
+    if (tw) L->Tm = c->max_len, L->Lw = c->bidirectional ? 2 * c->max_len - 1 : c->max_len;
 
     char pre[MEGA_NAME_MAX];
     snprintf(pre, sizeof pre, "%smixer.", prefix);
@@ -106,48 +172,52 @@ static mega_status am_declare(mega_mixer *mx, mega_params *P, const char *prefix
         char nw[64], nb[64];
         snprintf(nw, sizeof nw, "%s.weight", lin[i]);
         snprintf(nb, sizeof nb, "%s.bias", lin[i]);
-        MEGA_TRY(MEGA_PADD(P, pre, nw, MEGA_P_DECAY, &mx->off[O_QW + 2 * i], D, D));
-        MEGA_TRY(MEGA_PADD(P, pre, nb, 0, &mx->off[O_QB + 2 * i], D));
+        MEGA_TRY(MEGA_PADD(P, pre, nw, MEGA_P_DECAY, &L->w[i], D, D));
+        MEGA_TRY(MEGA_PADD(P, pre, nb, 0, &L->b[i], D));
     }
     if (is_kerple(c)) {
-        MEGA_TRY(MEGA_PADD(P, pre, "kerple.bias_p", 0, &mx->off[O_KP], H));
-        MEGA_TRY(MEGA_PADD(P, pre, "kerple.bias_a", 0, &mx->off[O_KA], H));
+        MEGA_TRY(MEGA_PADD(P, pre, "kerple.bias_p", 0, &L->kp, H));
+        MEGA_TRY(MEGA_PADD(P, pre, "kerple.bias_a", 0, &L->ka, H));
     }
     if (tw) {
-        MEGA_TRY(MEGA_PADD(P, pre, "time_logw", 0, &mx->off[O_LW], H, mx->iv[I_LW]));
-        MEGA_TRY(MEGA_PADD(P, pre, "time_logbeta", 0, &mx->off[O_LB], H, c->max_len));
-        MEGA_TRY(MEGA_PADD(P, pre, "time_gamma", 0, &mx->off[O_G], c->max_len));
+        MEGA_TRY(MEGA_PADD(P, pre, "time_logw", 0, &L->logw, H, L->Lw));
+        MEGA_TRY(MEGA_PADD(P, pre, "time_logbeta", 0, &L->logbeta, H, c->max_len));
+        MEGA_TRY(MEGA_PADD(P, pre, "time_gamma", 0, &L->gamma, c->max_len));
     }
     return MEGA_OK;
 }
-
-/* xavier-uniform: U(-b, b), b = gain sqrt(6 / (fan_in + fan_out)) */
-static void xavier(real *w, size_t out, size_t in, double gain, mega_rng *rng) {
-    const double b = gain * sqrt(6.0 / (double)(in + out));
-    mega_fill_uniform(w, out * in, -b, b, rng);
+static mega_status mha_declare(void *L, const mega_block_config *c, mega_params *P, const char *prefix) {
+    return declare(L, c, P, prefix, 0, 0);
+}
+static mega_status local_declare(void *L, const mega_block_config *c, mega_params *P, const char *prefix) {
+    return declare(L, c, P, prefix, 0, 1);
+}
+static mega_status mhatw_declare(void *L, const mega_block_config *c, mega_params *P, const char *prefix) {
+    return declare(L, c, P, prefix, 1, 0);
 }
 
-static void am_init(const mega_mixer *mx, real *W, mega_rng *rng) {
-    const mega_block_cfg *c = mx->cfg;
-    const size_t D = (size_t)c->D;
-    const int H = mx->iv[I_H];
+static void am_init(const void *layer, real *W, mega_rng *rng) {
+    const mha_layer *L = layer;
+    const mega_block_config *c = L->cfg;
+    const size_t D = (size_t)c->embed_dim;
+    const int H = L->H;
     /* SPEC §3.1 (fairseq MultiheadAttention): q/k/v xavier-uniform with gain 2^-1/2, out_proj
      * xavier-uniform (gain 1); every bias zero (fairseq zeroes out_proj.bias; the q/k/v biases
      * are zero here too, as the SPEC's "all with biases" baseline asks) */
-    for (int i = 0; i < 3; i++) xavier(W + mx->off[O_QW + 2 * i], D, D, sqrt(0.5), rng);
-    xavier(W + mx->off[O_OW], D, D, 1.0, rng);
-    for (int i = 0; i < 4; i++) mega_fill_const(W + mx->off[O_QB + 2 * i], D, 0);
+    for (int i = 0; i < 3; i++) mega_fill_xavier(W + L->w[i], D, D, sqrt(0.5), rng);
+    mega_fill_xavier(W + L->w[PO], D, D, 1.0, rng);
+    for (int i = 0; i < 4; i++) mega_fill_const(W + L->b[i], D, 0);
     if (is_kerple(c)) {
         /* official KERPLE init (SPEC §8.3): bias_p ~ U(0, 2), bias_a ~ U(0, 1), then clamped */
-        mega_fill_uniform(W + mx->off[O_KP], (size_t)H, 0, 2, rng);
-        mega_fill_uniform(W + mx->off[O_KA], (size_t)H, 0, 1, rng);
-        mega_kerple_clamp(c->pos == MEGA_POS_KERPLE_POWER, W + mx->off[O_KP], W + mx->off[O_KA], H);
+        mega_fill_uniform(W + L->kp, (size_t)H, 0, 2, rng);
+        mega_fill_uniform(W + L->ka, (size_t)H, 0, 1, rng);
+        mega_kerple_clamp(c->pos == MEGA_POS_KERPLE_POWER, W + L->kp, W + L->ka, H);
     }
-    if (mx->iv[I_TW]) {
+    if (L->tw) {
         /* RWKV_TimeMix init of f (SPEC §4.1), beta = gamma = 1 */
-        mega_tw_init_logw(W + mx->off[O_LW], H, mx->iv[I_LW], mx->iv[I_TM]);
-        mega_fill_const(W + mx->off[O_LB], (size_t)H * mx->iv[I_TM], 0);
-        mega_fill_const(W + mx->off[O_G], (size_t)mx->iv[I_TM], 1);
+        mega_tw_init_logw(W + L->logw, H, L->Lw, L->Tm);
+        mega_fill_const(W + L->logbeta, (size_t)H * L->Tm, 0);
+        mega_fill_const(W + L->gamma, (size_t)L->Tm, 1);
     }
 }
 
@@ -155,10 +225,10 @@ static void am_init(const mega_mixer *mx, real *W, mega_rng *rng) {
 
 /* rotate (or, inverse, un-rotate) the heads of q and k [R, D] in place; row r is at absolute
  * position pos0 + r % T (RoPE half-split r = dh, or the XPOS rotation, interleaved) */
-static void rotate_rows(const mega_mixer *mx, real *q, real *k, size_t R, int T, int64_t pos0, int inverse) {
-    const mega_pos_kind p = mx->cfg->pos;
+static void rotate_rows(const mha_layer *L, real *q, real *k, size_t R, int T, int64_t pos0, int inverse) {
+    const mega_pos_kind p = L->cfg->pos;
     if (p != MEGA_POS_ROPE && p != MEGA_POS_XPOS) return;
-    const int H = mx->iv[I_H], dh = mx->iv[I_DH], inter = p == MEGA_POS_XPOS;
+    const int H = L->H, dh = L->dh, inter = p == MEGA_POS_XPOS;
     const size_t Da = (size_t)H * dh;
     /* each element costs a few transcendental calls: parallel well below MEGA_PAR_MIN rows*cols */
 #pragma omp parallel for schedule(static) if (R * Da * 8 > MEGA_PAR_MIN)
@@ -174,263 +244,274 @@ static void rotate_rows(const mega_mixer *mx, real *q, real *k, size_t R, int T,
 }
 
 /* the distance table (tc, tl geometry of posenc.h) and the XPOS factors for delta in [xmin, xmax) */
-static void build_tables(const mega_mixer *mx, const real *W, real *bt, int tc, int tl, real *xt, int xmin, int xmax) {
-    const mega_block_cfg *c = mx->cfg;
-    const int H = mx->iv[I_H];
+static void build_tables(const mha_layer *L, const real *W, real *bt, int tc, int tl, real *xt, int xmin, int xmax) {
+    const mega_block_config *c = L->cfg;
+    const int H = L->H;
     if (bt) {
         memset(bt, 0, (size_t)H * tl * sizeof(real));
         if (c->pos == MEGA_POS_ALIBI) mega_alibi_table(bt, H, tc, tl);
-        if (is_kerple(c))
-            mega_kerple_table(c->pos == MEGA_POS_KERPLE_POWER, bt, H, tc, tl, W + mx->off[O_KP], W + mx->off[O_KA]);
-        if (c->pos == MEGA_POS_SANDWICH) mega_sandwich_table(bt, H, tc, tl, mx->iv[I_DH]);
-        if (mx->iv[I_TW]) mega_tw_table(bt, H, tc, tl, W + mx->off[O_LW], mx->iv[I_LW], mx->iv[I_TM]);
+        if (is_kerple(c)) mega_kerple_table(c->pos == MEGA_POS_KERPLE_POWER, bt, H, tc, tl, W + L->kp, W + L->ka);
+        if (c->pos == MEGA_POS_SANDWICH) mega_sandwich_table(bt, H, tc, tl, L->dh);
+        if (L->tw) mega_tw_table(bt, H, tc, tl, W + L->logw, L->Lw, L->Tm);
     }
-    if (xt) mega_xpos_table(xt, mx->iv[I_DH], xmin, xmax);
+    if (xt) mega_xpos_table(xt, L->dh, xmin, xmax);
 }
 
-static mega_mhattn_k kernel_of(const mega_mixer *mx, const real *kbias, const real *bt, int tc, int tl, const real *xt,
+static mega_mhattn_k kernel_of(const mha_layer *L, const real *kbias, const real *bt, int tc, int tl, const real *xt,
                                int xoff, double p_drop, uint64_t key) {
-    const mega_block_cfg *c = mx->cfg;
+    const mega_block_config *c = L->cfg;
     mega_mhattn_k k;
     memset(&k, 0, sizeof k);
-    k.H = mx->iv[I_H], k.dh = mx->iv[I_DH];
-    k.causal = !c->bidir;
-    k.window = mx->iv[I_WIN];
+    k.H = L->H, k.dh = L->dh;
+    k.causal = !c->bidirectional;
+    k.window = L->win;
     k.scale = (real)(1.0 / sqrt((double)k.dh));
-    k.log_train = c->log_n ? log((double)c->train_len) : 0;
+    k.log_train = c->log_n_scaling ? log((double)c->train_len) : 0;
     k.btab = bt, k.bc = tc, k.bl = tl;
-    if (kbias) k.kbias = kbias, k.kbl = mx->iv[I_TM];
+    if (kbias) k.kbias = kbias, k.kbl = L->Tm;
     k.xtab = xt, k.xoff = xoff;
     k.p_drop = p_drop, k.key_drop = key;
     return k;
 }
 
 /* MHATW's key-position bias log beta (the parameter itself; the kernel clamps positions) */
-static const real *kbias_of(const mega_mixer *mx, const real *W) { return mx->iv[I_TW] ? W + mx->off[O_LB] : NULL; }
+static const real *kbias_of(const mha_layer *L, const real *W) { return L->tw ? W + L->logbeta : NULL; }
 
 /* forward-pass table geometry: distance 0 at T-1; causal tables hold d <= 0 only */
-static void fwd_geometry(const mega_mixer *mx, int T, int *tc, int *tl) {
+static void fwd_geometry(const mha_layer *L, int T, int *tc, int *tl) {
     *tc = T - 1;
-    *tl = mx->cfg->bidir ? 2 * T - 1 : T;
+    *tl = L->cfg->bidirectional ? 2 * T - 1 : T;
 }
 
 /* a kernel description with the right optional parts, for sizing scratch */
-static mega_mhattn_k sizing_kernel(const mega_mixer *mx, int T) {
+static mega_mhattn_k sizing_kernel(const mha_layer *L, int T) {
     static const real dummy[1] = {0};
     int tc, tl;
-    fwd_geometry(mx, T, &tc, &tl);
-    mega_mhattn_k k = kernel_of(mx, mx->iv[I_TW] ? dummy : NULL, has_btab(mx) ? dummy : NULL, tc, tl,
-                                has_xpos(mx) ? dummy : NULL, MEGA_MHATTN_BR, mx->cfg->attn_dropout, 0);
-    return k;
+    fwd_geometry(L, T, &tc, &tl);
+    return kernel_of(L, L->tw ? dummy : NULL, has_btab(L) ? dummy : NULL, tc, tl, has_xpos(L) ? dummy : NULL,
+                     MEGA_MHATTN_BR, L->cfg->attention_dropout, 0);
 }
 
 /* mhatw output factor gamma(t), clamped to the last learned position (SPEC §4.1 (c)) */
-static inline real gamma_at(const mega_mixer *mx, const real *W, int64_t t) {
-    const int Tm = mx->iv[I_TM];
-    return W[mx->off[O_G] + (size_t)(t < Tm ? t : Tm - 1)];
+static inline real gamma_at(const mha_layer *L, const real *W, int64_t t) {
+    return W[L->gamma + (size_t)(t < L->Tm ? t : L->Tm - 1)];
 }
 
 /* ---- activations, scratch, forward, backward -------------------------------------------- */
 
-static size_t am_acts(const mega_mixer *mx, mega_mixer_acts *A, real *base, int B, int T) {
-    const size_t R = (size_t)B * T, D = (size_t)mx->cfg->D, H = (size_t)mx->iv[I_H];
+static size_t acts_view(const mha_layer *L, mha_acts *A, real *base, int B, int T) {
+    const size_t R = (size_t)B * T, D = (size_t)L->cfg->embed_dim, H = (size_t)L->H;
     int tc, tl;
-    fwd_geometry(mx, T, &tc, &tl);
-    const size_t n[8] = {R * D, R * D, R * D, R * D, (size_t)B * H * T, has_btab(mx) ? H * (size_t)tl : 0,
-                         has_xpos(mx) ? ((size_t)T + MEGA_MHATTN_BR) * (size_t)(mx->iv[I_DH] / 2) : 0,
-                         mx->iv[I_TW] ? R * D : 0};
-    size_t off = 0;
-    memset(A, 0, sizeof *A);
-    for (int i = 0; i < 8; i++) {
-        A->p[i] = base && n[i] ? base + off : NULL;
-        off += r16(n[i]);
-    }
-    return off;
+    fwd_geometry(L, T, &tc, &tl);
+    mega_bump b = {base, 0};
+    A->q = mega_bump_take(&b, R * D);
+    A->k = mega_bump_take(&b, R * D);
+    A->v = mega_bump_take(&b, R * D);
+    A->O = mega_bump_take(&b, R * D);
+    A->lse = mega_bump_take(&b, (size_t)B * H * T);
+    A->bt = has_btab(L) ? mega_bump_take(&b, H * (size_t)tl) : NULL;
+    A->xt = has_xpos(L) ? mega_bump_take(&b, ((size_t)T + MEGA_MHATTN_BR) * (size_t)(L->dh / 2)) : NULL;
+    A->yp = L->tw ? mega_bump_take(&b, R * D) : NULL;
+    return b.off;
+}
+static size_t am_acts_size(const void *L, int B, int T) {
+    mha_acts A;
+    return acts_view(L, &A, NULL, B, T);
 }
 
 /* backward scratch: dO, dq, dk, dv [R,D]; dy*gamma [R,D] (mhatw); dtab [H*tl]; kernel */
-static size_t am_scratch(const mega_mixer *mx, int B, int T, int nthreads) {
-    const size_t R = (size_t)B * T, D = (size_t)mx->cfg->D;
+static size_t am_scratch(const void *layer, int B, int T, int nthreads) {
+    const mha_layer *L = layer;
+    const size_t R = (size_t)B * T, D = (size_t)L->cfg->embed_dim;
     int tc, tl;
-    fwd_geometry(mx, T, &tc, &tl);
-    mega_mhattn_k k = sizing_kernel(mx, T);
+    fwd_geometry(L, T, &tc, &tl);
+    mega_mhattn_k k = sizing_kernel(L, T);
     if (nthreads < 1) nthreads = 1;
-    return 4 * r16(R * D) + (mx->iv[I_TW] ? r16(R * D) : 0) + r16((size_t)mx->iv[I_H] * tl) +
-           mega_mhattn_scratch(&k, B, T, nthreads) + 16;
+    return 4 * r16(R * D) + (L->tw ? r16(R * D) : 0) + r16((size_t)L->H * tl) + mega_mhattn_scratch(&k, B, T, nthreads) +
+           16;
 }
 
-static mega_status am_forward(const mega_mixer *mx, real *W, mega_mixer_acts *A, real *y, const real *x,
-                              const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
-    const mega_block_cfg *c = mx->cfg;
-    const size_t R = (size_t)B * T, D = (size_t)c->D;
-    real *q = A->p[A_Q], *k = A->p[A_K], *v = A->p[A_V], *O = A->p[A_O];
+static mega_status am_forward(const void *layer, real *W, real *acts, real *y, const real *x, const uint8_t *pad,
+                              int B, int T, const mega_run *run, real *scratch) {
+    const mha_layer *L = layer;
+    const mega_block_config *c = L->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim;
+    mha_acts A;
+    acts_view(L, &A, acts, B, T);
     /* the official KERPLE forward clamps the parameter data in place (SPEC §8.3) */
-    if (is_kerple(c))
-        mega_kerple_clamp(c->pos == MEGA_POS_KERPLE_POWER, W + mx->off[O_KP], W + mx->off[O_KA], mx->iv[I_H]);
-    mega_linear_forward(q, x, W + mx->off[O_QW], W + mx->off[O_QB], R, D, D);
-    mega_linear_forward(k, x, W + mx->off[O_KW], W + mx->off[O_KB], R, D, D);
-    mega_linear_forward(v, x, W + mx->off[O_VW], W + mx->off[O_VB], R, D, D);
-    rotate_rows(mx, q, k, R, T, 0, 0);
+    if (is_kerple(c)) mega_kerple_clamp(c->pos == MEGA_POS_KERPLE_POWER, W + L->kp, W + L->ka, L->H);
+    mega_linear_forward(A.q, x, W + L->w[PQ], W + L->b[PQ], R, D, D);
+    mega_linear_forward(A.k, x, W + L->w[PK], W + L->b[PK], R, D, D);
+    mega_linear_forward(A.v, x, W + L->w[PV], W + L->b[PV], R, D, D);
+    rotate_rows(L, A.q, A.k, R, T, 0, 0);
     int tc, tl;
-    fwd_geometry(mx, T, &tc, &tl);
-    build_tables(mx, W, A->p[A_BT], tc, tl, A->p[A_XT], -MEGA_MHATTN_BR, T);
-    const double pd = run->training ? c->attn_dropout : 0;
-    mega_mhattn_k kk = kernel_of(mx, kbias_of(mx, W), A->p[A_BT], tc, tl, A->p[A_XT], MEGA_MHATTN_BR, pd,
+    fwd_geometry(L, T, &tc, &tl);
+    build_tables(L, W, A.bt, tc, tl, A.xt, -MEGA_MHATTN_BR, T);
+    const double pd = run->training ? c->attention_dropout : 0;
+    mega_mhattn_k kk = kernel_of(L, kbias_of(L, W), A.bt, tc, tl, A.xt, MEGA_MHATTN_BR, pd,
                                  mega__subkey(run->key, SITE_ATTN_DROP));
-    mega_mhattn_forward(&kk, O, A->p[A_LSE], q, k, v, pad, B, T, scratch, run->nthreads);
-    mega_linear_forward(y, O, W + mx->off[O_OW], W + mx->off[O_OB], R, D, D);
-    if (mx->iv[I_TW]) {
-        memcpy(A->p[A_YP], y, R * D * sizeof(real));
+    mega_mhattn_forward(&kk, A.O, A.lse, A.q, A.k, A.v, pad, B, T, scratch, run->nthreads);
+    mega_linear_forward(y, A.O, W + L->w[PO], W + L->b[PO], R, D, D);
+    if (L->tw) {
+        memcpy(A.yp, y, R * D * sizeof(real));
         for (size_t r = 0; r < R; r++) {
-            const real g = gamma_at(mx, W, (int64_t)(r % (size_t)T));
+            const real g = gamma_at(L, W, (int64_t)(r % (size_t)T));
             for (size_t j = 0; j < D; j++) y[r * D + j] *= g;
         }
     }
     return MEGA_OK;
 }
 
-static void am_backward(const mega_mixer *mx, const real *W, real *dW, const mega_mixer_acts *A, real *dx,
-                        const real *dy, const real *x, const uint8_t *pad, int B, int T, const mega_run *run,
-                        real *scratch) {
-    const mega_block_cfg *c = mx->cfg;
-    const int H = mx->iv[I_H];
-    const size_t R = (size_t)B * T, D = (size_t)c->D;
+/* y = gamma(t) ypre: d gamma(min(t, Tm-1)) += <dy_t, ypre_t>, d ypre = gamma dy (into dyg) */
+static void gamma_backward(const mha_layer *L, const real *W, real *dW, const real *yp, const real *dy, real *dyg,
+                           size_t R, int T) {
+    const size_t D = (size_t)L->cfg->embed_dim, Tm = (size_t)L->Tm;
+    real *dg = dW + L->gamma;
+    for (size_t r = 0; r < R; r++) {
+        const size_t t = r % (size_t)T;
+        const real gm = gamma_at(L, W, (int64_t)t);
+        real s = 0;
+        for (size_t j = 0; j < D; j++) s += dy[r * D + j] * yp[r * D + j], dyg[r * D + j] = gm * dy[r * D + j];
+        dg[t < Tm ? t : Tm - 1] += s;
+    }
+}
+
+static void am_backward(const void *layer, const real *W, real *dW, const real *acts, real *dx, const real *dy,
+                        const real *x, const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
+    const mha_layer *L = layer;
+    const mega_block_config *c = L->cfg;
+    const int H = L->H;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim;
+    mha_acts A;
+    acts_view(L, &A, (real *)(uintptr_t)acts, B, T);
     int tc, tl;
-    fwd_geometry(mx, T, &tc, &tl);
+    fwd_geometry(L, T, &tc, &tl);
     real *dO = scratch, *dq = dO + r16(R * D), *dk = dq + r16(R * D), *dv = dk + r16(R * D);
     real *dyg = dv + r16(R * D);
-    real *dbt = dyg + (mx->iv[I_TW] ? r16(R * D) : 0);
+    real *dbt = dyg + (L->tw ? r16(R * D) : 0);
     real *kscr = dbt + r16((size_t)H * tl);
     const real *g = dy;
-    if (mx->iv[I_TW]) {
-        /* y = gamma(t) ypre: d gamma(min(t, Tm-1)) += <dy_t, ypre_t>, d ypre = gamma dy */
-        const real *yp = A->p[A_YP];
-        real *dg = dW + mx->off[O_G];
-        const int Tm = mx->iv[I_TM];
-        for (size_t r = 0; r < R; r++) {
-            const size_t t = r % (size_t)T;
-            const real gm = gamma_at(mx, W, (int64_t)t);
-            real s = 0;
-            for (size_t j = 0; j < D; j++) s += dy[r * D + j] * yp[r * D + j], dyg[r * D + j] = gm * dy[r * D + j];
-            dg[t < (size_t)Tm ? t : (size_t)Tm - 1] += s;
-        }
+    if (L->tw) {
+        gamma_backward(L, W, dW, A.yp, dy, dyg, R, T);
         g = dyg;
     }
-    mega_linear_backward(dO, dW + mx->off[O_OW], dW + mx->off[O_OB], g, A->p[A_O], W + mx->off[O_OW], R, D, D, 0);
+    mega_linear_backward(dO, dW + L->w[PO], dW + L->b[PO], g, A.O, W + L->w[PO], R, D, D, 0);
     memset(dq, 0, 3 * r16(R * D) * sizeof(real));
-    if (A->p[A_BT]) memset(dbt, 0, (size_t)H * tl * sizeof(real));
-    const double pd = run->training ? c->attn_dropout : 0;
-    mega_mhattn_k kk = kernel_of(mx, kbias_of(mx, W), A->p[A_BT], tc, tl, A->p[A_XT], MEGA_MHATTN_BR, pd,
+    if (A.bt) memset(dbt, 0, (size_t)H * tl * sizeof(real));
+    const double pd = run->training ? c->attention_dropout : 0;
+    mega_mhattn_k kk = kernel_of(L, kbias_of(L, W), A.bt, tc, tl, A.xt, MEGA_MHATTN_BR, pd,
                                  mega__subkey(run->key, SITE_ATTN_DROP));
-    mega_mhattn_backward(&kk, dq, dk, dv, A->p[A_BT] ? dbt : NULL, mx->iv[I_TW] ? dW + mx->off[O_LB] : NULL, dO,
-                         A->p[A_Q], A->p[A_K], A->p[A_V], A->p[A_LSE], pad, B, T, kscr, run->nthreads);
-    if (A->p[A_BT]) {
+    mega_mhattn_backward(&kk, dq, dk, dv, A.bt ? dbt : NULL, L->tw ? dW + L->logbeta : NULL, dO, A.q, A.k, A.v, A.lse,
+                         pad, B, T, kscr, run->nthreads);
+    if (A.bt) {
         if (is_kerple(c))
-            mega_kerple_backward(c->pos == MEGA_POS_KERPLE_POWER, dbt, H, tc, tl, W + mx->off[O_KP], W + mx->off[O_KA],
-                                 dW + mx->off[O_KP], dW + mx->off[O_KA]);
-        if (mx->iv[I_TW]) mega_tw_table_backward(dbt, H, tc, tl, dW + mx->off[O_LW], mx->iv[I_LW], mx->iv[I_TM]);
+            mega_kerple_backward(c->pos == MEGA_POS_KERPLE_POWER, dbt, H, tc, tl, W + L->kp, W + L->ka, dW + L->kp,
+                                 dW + L->ka);
+        if (L->tw) mega_tw_table_backward(dbt, H, tc, tl, dW + L->logw, L->Lw, L->Tm);
     }
-    rotate_rows(mx, dq, dk, R, T, 0, 1); /* the rotation is orthogonal: its backward rotates back */
-    mega_linear_backward(dx, dW + mx->off[O_QW], dW + mx->off[O_QB], dq, x, W + mx->off[O_QW], R, D, D, 0);
-    mega_linear_backward(dx, dW + mx->off[O_KW], dW + mx->off[O_KB], dk, x, W + mx->off[O_KW], R, D, D, 1);
-    mega_linear_backward(dx, dW + mx->off[O_VW], dW + mx->off[O_VB], dv, x, W + mx->off[O_VW], R, D, D, 1);
+    rotate_rows(L, dq, dk, R, T, 0, 1); /* the rotation is orthogonal: its backward rotates back */
+    mega_linear_backward(dx, dW + L->w[PQ], dW + L->b[PQ], dq, x, W + L->w[PQ], R, D, D, 0);
+    mega_linear_backward(dx, dW + L->w[PK], dW + L->b[PK], dk, x, W + L->w[PK], R, D, D, 1);
+    mega_linear_backward(dx, dW + L->w[PV], dW + L->b[PV], dv, x, W + L->w[PV], R, D, D, 1);
 }
 
 /* ---- streaming (SPEC §3.5, §8.6) -------------------------------------------------------- */
 
 /* cache slots: the window (ring buffer) or the capacity */
-static int slots_of(const mega_mixer *mx, int cap) { return mx->iv[I_WIN] > 0 ? mx->iv[I_WIN] : cap; }
+static int slots_of(const mha_layer *L, int cap) { return L->win > 0 ? L->win : cap; }
 
-static size_t state_layout(const mega_mixer *mx, mega_mixer_state *S, real *mem, int B, int cap) {
-    const size_t D = (size_t)mx->cfg->D, sl = (size_t)slots_of(mx, cap);
-    const size_t n[4] = {(size_t)B * sl * D, (size_t)B * sl * D, has_btab(mx) ? (size_t)mx->iv[I_H] * sl : 0,
-                         has_xpos(mx) ? sl * (size_t)(mx->iv[I_DH] / 2) : 0};
-    size_t off = 0;
-    for (int i = 0; i < 4; i++) {
-        if (S) S->p[i] = mem && n[i] ? mem + off : NULL, S->n[i] = n[i];
-        off += r16(n[i]);
-    }
-    return off;
+static size_t state_view(const mha_layer *L, mha_state *S, real *mem, int B, int cap) {
+    const size_t D = (size_t)L->cfg->embed_dim, sl = (size_t)slots_of(L, cap);
+    mega_bump b = {mem, 0};
+    S->kc = mega_bump_take(&b, (size_t)B * sl * D);
+    S->vc = mega_bump_take(&b, (size_t)B * sl * D);
+    S->bt = has_btab(L) ? mega_bump_take(&b, (size_t)L->H * sl) : NULL;
+    S->xt = has_xpos(L) ? mega_bump_take(&b, sl * (size_t)(L->dh / 2)) : NULL;
+    S->slots = (int)sl, S->ring = L->win > 0;
+    return b.off;
 }
 
-static size_t am_state_size(const mega_mixer *mx, int B, int cap) { return state_layout(mx, NULL, NULL, B, cap); }
-
-static void am_state_reset(const mega_mixer *mx, mega_mixer_state *S) {
-    (void)mx;
-    S->len = 0, S->pos = 0; /* the caches are written before they are read */
+static size_t am_state_size(const void *L, int B, int cap) {
+    mha_state S;
+    return state_view(L, &S, NULL, B, cap);
 }
 
-static mega_status am_state_init(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *mem, int B, int cap) {
-    if (mx->cfg->bidir) MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "bidirectional %s has no streaming state", mx->ops->name);
-    if (B < 1 || cap < 1) MEGA_FAIL(MEGA_ERR_INVALID, "streaming batch and cache capacity must be positive");
-    memset(S, 0, sizeof *S);
-    S->B = B, S->cap = cap;
-    state_layout(mx, S, mem, B, cap);
-    const int sl = slots_of(mx, cap);
-    S->iv[SI_SLOTS] = sl, S->iv[SI_RING] = mx->iv[I_WIN] > 0;
+static void am_state_reset(const void *L, mega_mixer_state *S) {
+    (void)L;
+    S->pos = 0; /* the caches are written before they are read */
+}
+
+static mega_status am_state_init(const void *layer, const real *W, mega_mixer_state *St) {
+    const mha_layer *L = layer;
+    mha_state S;
+    state_view(L, &S, St->mem, St->B, St->cap);
     /* distances 0 .. slots-1 (a query never sees an older key); KERPLE reads clamped values */
-    build_tables(mx, W, S->p[S_BT], sl - 1, sl, S->p[S_XT], 0, sl);
-    am_state_reset(mx, S);
+    build_tables(L, W, S.bt, S.slots - 1, S.slots, S.xt, 0, S.slots);
+    am_state_reset(L, St);
     return MEGA_OK;
 }
 
-static size_t am_step_scratch(const mega_mixer *mx, int B, int T, int cap) {
-    const size_t R = (size_t)B * T, D = (size_t)mx->cfg->D;
-    return 4 * r16(R * D) + r16((size_t)B * mx->iv[I_H] * (size_t)slots_of(mx, cap)) + 16;
+static size_t am_step_scratch(const void *layer, int B, int T, int cap) {
+    const mha_layer *L = layer;
+    const size_t R = (size_t)B * T, D = (size_t)L->cfg->embed_dim;
+    return 4 * r16(R * D) + r16((size_t)B * L->H * (size_t)slots_of(L, cap)) + 16;
 }
 
-static mega_status am_step(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *y, const real *x, int T,
+static mega_status am_step(const void *layer, const real *W, mega_mixer_state *St, real *y, const real *x, int T,
                            real *scratch) {
-    const mega_block_cfg *c = mx->cfg;
-    const int B = S->B, H = mx->iv[I_H], dh = mx->iv[I_DH], win = mx->iv[I_WIN];
+    const mha_layer *L = layer;
+    const mega_block_config *c = L->cfg;
+    const int B = St->B, H = L->H, dh = L->dh, win = L->win;
     (void)dh; /* read only by the OpenMP pragma */
-    const int sl = S->iv[SI_SLOTS];
-    const size_t R = (size_t)B * T, D = (size_t)c->D;
+    mha_state S;
+    state_view(L, &S, St->mem, B, St->cap);
+    const int sl = S.slots;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim;
     if (T < 1) return MEGA_OK;
-    if (!S->iv[SI_RING] && S->pos + T > sl)
-        MEGA_FAIL(MEGA_ERR_INVALID, "%s streaming: %lld + %d positions exceed the cache capacity %d", mx->ops->name,
-                  (long long)S->pos, T, sl);
+    if (!S.ring && St->pos + T > sl)
+        MEGA_FAIL(MEGA_ERR_INVALID, "%s streaming: %lld + %d positions exceed the cache capacity %d",
+                  mega_mixer_name(c->mixer), (long long)St->pos, T, sl);
     real *q = scratch, *k = q + r16(R * D), *v = k + r16(R * D), *O = v + r16(R * D), *w = O + r16(R * D);
-    mega_linear_forward(q, x, W + mx->off[O_QW], W + mx->off[O_QB], R, D, D);
-    mega_linear_forward(k, x, W + mx->off[O_KW], W + mx->off[O_KB], R, D, D);
-    mega_linear_forward(v, x, W + mx->off[O_VW], W + mx->off[O_VB], R, D, D);
-    rotate_rows(mx, q, k, R, T, S->pos, 0); /* absolute positions (SPEC §3.3) */
-    mega_mhattn_k kk = kernel_of(mx, kbias_of(mx, W), S->p[S_BT], sl - 1, sl, S->p[S_XT], 0, 0, 0);
-    real *kc = S->p[S_KC], *vc = S->p[S_VC];
+    mega_linear_forward(q, x, W + L->w[PQ], W + L->b[PQ], R, D, D);
+    mega_linear_forward(k, x, W + L->w[PK], W + L->b[PK], R, D, D);
+    mega_linear_forward(v, x, W + L->w[PV], W + L->b[PV], R, D, D);
+    rotate_rows(L, q, k, R, T, St->pos, 0); /* absolute positions (SPEC §3.3) */
+    mega_mhattn_k kk = kernel_of(L, kbias_of(L, W), S.bt, sl - 1, sl, S.xt, 0, 0, 0);
     const long units = (long)B * H;
     for (int i = 0; i < T; i++) {
-        const int64_t t = S->pos + i, lo = win > 0 ? MEGA_MAX(0, t - win + 1) : 0;
+        const int64_t t = St->pos + i, lo = win > 0 ? MEGA_MAX(0, t - win + 1) : 0;
         const size_t slot = (size_t)(t % sl);
         for (int b = 0; b < B; b++) {
             const size_t r = (size_t)b * T + i;
-            memcpy(kc + ((size_t)b * sl + slot) * D, k + r * D, D * sizeof(real));
-            memcpy(vc + ((size_t)b * sl + slot) * D, v + r * D, D * sizeof(real));
+            memcpy(S.kc + ((size_t)b * sl + slot) * D, k + r * D, D * sizeof(real));
+            memcpy(S.vc + ((size_t)b * sl + slot) * D, v + r * D, D * sizeof(real));
         }
 #pragma omp parallel for schedule(static) if (units > 1 && (size_t)units * (size_t)(t - lo + 1) * dh * 2 > MEGA_PAR_MIN)
         for (long un = 0; un < units; un++) {
             const int b = (int)(un / H), h = (int)(un % H);
             const size_t r = (size_t)b * T + i;
-            mega_mhattn_query(&kk, h, O + r * D, q + r * D, t, lo, kc + (size_t)b * sl * D, vc + (size_t)b * sl * D, sl,
-                              w + (size_t)un * sl);
+            mega_mhattn_query(&kk, h, O + r * D, q + r * D, t, lo, S.kc + (size_t)b * sl * D, S.vc + (size_t)b * sl * D,
+                              sl, w + (size_t)un * sl);
         }
     }
-    mega_linear_forward(y, O, W + mx->off[O_OW], W + mx->off[O_OB], R, D, D);
-    if (mx->iv[I_TW])
+    mega_linear_forward(y, O, W + L->w[PO], W + L->b[PO], R, D, D);
+    if (L->tw)
         for (size_t r = 0; r < R; r++) {
-            const real g = gamma_at(mx, W, S->pos + (int64_t)(r % (size_t)T));
+            const real g = gamma_at(L, W, St->pos + (int64_t)(r % (size_t)T));
             for (size_t j = 0; j < D; j++) y[r * D + j] *= g;
         }
-    S->pos += T;
-    S->len = (int)MEGA_MIN(S->pos, (int64_t)sl);
+    St->pos += T;
     return MEGA_OK;
 }
 
-const mega_mixer_ops mega_mixer_ops_mha = {
-    "mha", 0, 1, 1, am_declare, am_init, am_acts, am_scratch, am_forward, am_backward,
-    am_state_size, am_state_init, am_state_reset, am_step_scratch, am_step,
-};
-
-const mega_mixer_ops mega_mixer_ops_local = {
-    "local", 0, 1, 1, am_declare, am_init, am_acts, am_scratch, am_forward, am_backward,
-    am_state_size, am_state_init, am_state_reset, am_step_scratch, am_step,
-};
+#define ATTN_OPS(NAME, RESOLVE, CHECK, DECLARE)                                                                                     \
+    {                                                                                                               \
+        .name = NAME, .flags = MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR, .layer_size = sizeof(mha_layer),              \
+        .resolve = RESOLVE, .check = CHECK, .declare = DECLARE, .init = am_init, .acts_size = am_acts_size,  \
+        .scratch_size = am_scratch, .forward = am_forward, .backward = am_backward, .state_size = am_state_size,   \
+        .state_init = am_state_init, .state_reset = am_state_reset, .step_scratch = am_step_scratch,              \
+        .step = am_step,                                                                                            \
+    }
+const mega_mixer_ops mega_mixer_ops_mha = ATTN_OPS("mha", am_resolve, am_check, mha_declare);
+const mega_mixer_ops mega_mixer_ops_local = ATTN_OPS("local", local_resolve, local_check, local_declare);
+const mega_mixer_ops mega_mixer_ops_mhatw = ATTN_OPS("mhatw", mhatw_resolve, mhatw_check, mhatw_declare);

@@ -1,15 +1,22 @@
 /*
  * The token-mixer interface: every sequence-mixing mechanism (Mega, MHA, MHATW, AFT, gMLP, ABC,
  * local attention) sits behind this one vtable, so a block, the language model and the
- * classifier switch mechanism with one config field (mega_block_cfg.mixer) and nothing else.
+ * classifier switch mechanism with one config field (mega_block_config.mixer) and nothing else.
+ * The mixers are registered in ONE list, MEGA_MIXER_LIST in mega.h; mixer.c turns it into the
+ * registry (mega_mixer_ops_of).
  *
  * A mixer maps x [B,T,D] to y [B,T,D]:
- *   - Mega (self_residual = 1) is the whole official sublayer: norm, EMA, gated attention and its
- *     gated residual (mega_layer.*);
- *   - every other mixer (self_residual = 0) is a "core"; the block wraps it as the standard
- *     Transformer sublayer:  prenorm  y = x + dropout(core(norm(x)))
- *                            postnorm y = norm(x + dropout(core(x)))
+ *   - Mega (MEGA_MIXER_SELF_RESIDUAL) is the whole official sublayer: norm, EMA, gated attention
+ *     and its gated residual (official moving_average_gated_attention.py);
+ *   - every other mixer is a "core"; the block wraps it as the standard Transformer sublayer:
+ *         prenorm  y = x + dropout(core(norm(x)))       postnorm y = norm(x + dropout(core(x)))
  *     with the norm named "<prefix>mixer_norm.norm.*" and the core's parameters "<prefix>mixer.*".
+ *
+ * Typed and opaque: each mixer defines its own layer struct (parameter offsets, derived sizes),
+ * activation layout and streaming-state layout, and the interface passes them as `void *` /
+ * `real *`: the block reserves layer_size bytes for the layer struct, acts_size reals of
+ * activations and state_size reals of streaming state, and the mixer points its typed view into
+ * them. The layer struct keeps a pointer to the block's configuration (never a copy).
  *
  * Memory contract (as everywhere in the library): the mixer declares its parameters into the
  * model's one buffer and keeps offsets; activations, scratch and streaming state are caller-owned
@@ -23,72 +30,74 @@
 #include "core/params.h"
 #include "core/rng.h"
 
-struct mega_block_cfg;
-typedef struct mega_block_cfg mega_block_cfg;
-typedef struct mega_run mega_run;
-
-/* saved activations: up to 24 buffers and 8 integers, their meaning defined by the mixer */
+/* how a forward/backward runs */
 typedef struct {
-    real *p[24];
-    int i[8];
-} mega_mixer_acts;
+    int training;     /* dropout active, batchnorm batch statistics */
+    int update_stats; /* batchnorm running statistics updated in training forward */
+    uint64_t key;     /* dropout key (already specific to this layer) */
+    int nthreads;     /* threads for the library's own parallel loops */
+} mega_run;
 
-/* streaming state: position, cache length and up to 12 buffers (mixer-defined) */
+/* streaming state for B sequences; mem holds the mixer's own layout (state_size reals) */
 typedef struct {
-    int B, cap, len;
-    int64_t pos;
-    real *p[12];
-    size_t n[12];
-    int iv[4];
+    int B, cap;  /* sequences; the cache capacity asked for (the longest stream, or the chunk) */
+    int64_t pos; /* tokens streamed so far */
+    real *mem;
 } mega_mixer_state;
 
-typedef struct mega_mixer mega_mixer;
+enum {
+    MEGA_MIXER_SELF_RESIDUAL = 1u << 0, /* forward produces the whole sublayer output (Mega) */
+    MEGA_MIXER_CAUSAL = 1u << 1,        /* has a causal form (and a streaming step) */
+    MEGA_MIXER_BIDIR = 1u << 2          /* has a bidirectional form */
+};
+
+/* bytes a block reserves for a mixer's layer struct (each mixer asserts that it fits) */
+#define MEGA_MIXER_LAYER_MAX 384
 
 typedef struct {
     const char *name;
-    int self_residual; /* 1: forward produces the whole sublayer output (Mega) */
-    int causal, bidir; /* supported directions */
-    mega_status (*declare)(mega_mixer *mx, mega_params *P, const char *prefix);
-    void (*init)(const mega_mixer *mx, real *W, mega_rng *rng);
-    /* point A into base (base NULL: only count); returns reals */
-    size_t (*acts)(const mega_mixer *mx, mega_mixer_acts *A, real *base, int B, int T);
-    size_t (*scratch)(const mega_mixer *mx, int B, int T, int nthreads);
-    mega_status (*forward)(const mega_mixer *mx, real *W, mega_mixer_acts *A, real *y, const real *x, const uint8_t *pad,
-                           int B, int T, const mega_run *run, real *scratch);
-    void (*backward)(const mega_mixer *mx, const real *W, real *dW, const mega_mixer_acts *A, real *dx, const real *dy,
-                     const real *x, const uint8_t *pad, int B, int T, const mega_run *run, real *scratch);
-    /* streaming; NULL for mixers without a causal form */
-    size_t (*state_size)(const mega_mixer *mx, int B, int cap);
-    mega_status (*state_init)(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *mem, int B, int cap);
-    void (*state_reset)(const mega_mixer *mx, mega_mixer_state *S);
-    size_t (*step_scratch)(const mega_mixer *mx, int B, int T, int cap);
-    mega_status (*step)(const mega_mixer *mx, const real *W, mega_mixer_state *S, real *y, const real *x, int T,
+    unsigned flags;
+    size_t layer_size;
+    /* the configuration: fill the mixer's options left at 0; the mixer's own validity rules */
+    void (*resolve)(mega_block_config *c);
+    mega_status (*check)(const mega_block_config *c);
+    /* parameters: declare them into P (under prefix) and remember their offsets in L */
+    mega_status (*declare)(void *L, const mega_block_config *c, mega_params *P, const char *prefix);
+    void (*init)(const void *L, real *W, mega_rng *rng);
+    /* reals of saved activations and of forward/backward scratch for a B x T batch */
+    size_t (*acts_size)(const void *L, int B, int T);
+    size_t (*scratch_size)(const void *L, int B, int T, int nthreads);
+    mega_status (*forward)(const void *L, real *W, real *acts, real *y, const real *x, const uint8_t *pad, int B,
+                           int T, const mega_run *run, real *scratch);
+    void (*backward)(const void *L, const real *W, real *dW, const real *acts, real *dx, const real *dy, const real *x,
+                     const uint8_t *pad, int B, int T, const mega_run *run, real *scratch);
+    /* streaming (causal only) */
+    size_t (*state_size)(const void *L, int B, int cap);
+    mega_status (*state_init)(const void *L, const real *W, mega_mixer_state *S);
+    void (*state_reset)(const void *L, mega_mixer_state *S);
+    size_t (*step_scratch)(const void *L, int B, int T, int cap);
+    mega_status (*step)(const void *L, const real *W, mega_mixer_state *S, real *y, const real *x, int T,
                         real *scratch);
 } mega_mixer_ops;
 
-struct mega_mixer {
-    const mega_mixer_ops *ops;
-    const mega_block_cfg *cfg; /* the owning block's config */
-    size_t off[40];            /* parameter offsets (mixer-defined) */
-    int iv[8];                 /* mixer-defined integers (e.g. derived sizes) */
-    void *impl;                /* mixer-defined (e.g. the Mega layer struct); owned by the block */
-};
-
-/* registry (mega_mixer_kind and mega_pos_kind are public, in mega.h) */
-const char *mega_mixer_name(mega_mixer_kind k);
-int mega_mixer_parse(const char *s, mega_mixer_kind *k);
-/* NULL when the kind is not built yet */
+/* the registry: the ops of a mixer kind (NULL for an invalid kind) */
 const mega_mixer_ops *mega_mixer_ops_of(mega_mixer_kind k);
 
-const char *mega_pos_name(mega_pos_kind p);
-int mega_pos_parse(const char *s, mega_pos_kind *p);
+/* every mixer's ops table, defined in its file (mega_mixer_ops_<id> of MEGA_MIXER_LIST) */
+#define MEGA_MIXER_OPS_DECL_(ID, id, name, help) extern const mega_mixer_ops mega_mixer_ops_##id;
+MEGA_MIXER_LIST(MEGA_MIXER_OPS_DECL_)
+#undef MEGA_MIXER_OPS_DECL_
 
-/* every mixer kind's ops (defined in its file; NULL-initialised until built) */
-extern const mega_mixer_ops mega_mixer_ops_mega;
-extern const mega_mixer_ops mega_mixer_ops_aft_full, mega_mixer_ops_aft_local, mega_mixer_ops_aft_simple,
-    mega_mixer_ops_aft_tw;                                            /* aft.c */
-extern const mega_mixer_ops mega_mixer_ops_gmlp;                      /* gmlp.c */
-extern const mega_mixer_ops mega_mixer_ops_mha, mega_mixer_ops_local; /* mha.c */
-extern const mega_mixer_ops mega_mixer_ops_mhatw;                     /* mhatw.c */
-extern const mega_mixer_ops mega_mixer_ops_abc_window, mega_mixer_ops_abc_linformer, mega_mixer_ops_abc_mlp;
+/* the mixers' option defaults (mega_block_config_resolve): a local window of 64, 32 ABC memory
+ * slots; heads: the largest of 8, 4, 2, 1 dividing the width (with an even head width when the
+ * positional scheme rotates pairs); max-len: the training length, else 1024 */
+#define MEGA_DEFAULT_WINDOW 64
+#define MEGA_DEFAULT_MEMORY 32
+int mega__default_heads(int width, int even_head);
+int mega__default_max_len(const mega_block_config *c);
+
+/* a mixer file's check that its layer struct fits the block's reservation */
+#define MEGA_MIXER_LAYER_FITS(type) \
+    _Static_assert(sizeof(type) <= MEGA_MIXER_LAYER_MAX, #type " must fit MEGA_MIXER_LAYER_MAX")
+
 #endif

@@ -3,26 +3,27 @@
  *   prenorm:  y = x + dropout(fc2(hidden_dropout(act(fc1(norm(x))))))
  *   postnorm: y = norm(x + dropout(fc2(hidden_dropout(act(fc1(x))))))
  */
-#include "layers/block.h"
+#include "layers/nffn.h"
+#include "ops/ops.h"
 
 enum { SITE_FFN_HIDDEN = 5, SITE_FFN_OUT = 6 };
 
-mega_status mega_nffn_declare(mega_nffn *f, mega_params *P, const char *prefix, const mega_block_cfg *c) {
+mega_status mega_nffn_declare(mega_nffn *f, mega_params *P, const char *prefix, const mega_block_config *c) {
     char pre[MEGA_NAME_MAX];
     memset(f, 0, sizeof *f);
-    f->cfg = *c;
+    f->cfg = c;
     snprintf(pre, sizeof pre, "%snffn.norm.norm.", prefix);
-    MEGA_TRY(mega_seqnorm_declare(&f->norm, P, pre, c->norm, c->D, c->norm_affine));
+    MEGA_TRY(mega_seqnorm_declare(&f->norm, P, pre, c->norm_type, c->embed_dim, c->norm_affine));
     snprintf(pre, sizeof pre, "%snffn.", prefix);
-    MEGA_TRY(MEGA_PADD(P, pre, "fc1.weight", MEGA_P_DECAY, &f->fc1_w, c->F, c->D));
-    MEGA_TRY(MEGA_PADD(P, pre, "fc1.bias", 0, &f->fc1_b, c->F));
-    MEGA_TRY(MEGA_PADD(P, pre, "fc2.weight", MEGA_P_DECAY, &f->fc2_w, c->D, c->F));
-    MEGA_TRY(MEGA_PADD(P, pre, "fc2.bias", 0, &f->fc2_b, c->D));
+    MEGA_TRY(MEGA_PADD(P, pre, "fc1.weight", MEGA_P_DECAY, &f->fc1_w, c->ffn_dim, c->embed_dim));
+    MEGA_TRY(MEGA_PADD(P, pre, "fc1.bias", 0, &f->fc1_b, c->ffn_dim));
+    MEGA_TRY(MEGA_PADD(P, pre, "fc2.weight", MEGA_P_DECAY, &f->fc2_w, c->embed_dim, c->ffn_dim));
+    MEGA_TRY(MEGA_PADD(P, pre, "fc2.bias", 0, &f->fc2_b, c->embed_dim));
     return MEGA_OK;
 }
 
 void mega_nffn_init(const mega_nffn *f, real *W, mega_rng *rng) {
-    const size_t D = (size_t)f->cfg.D, F = (size_t)f->cfg.F;
+    const size_t D = (size_t)f->cfg->embed_dim, F = (size_t)f->cfg->ffn_dim;
     mega_seqnorm_init(&f->norm, W);
     mega_fill_normal(W + f->fc1_w, F * D, 0, 0.02, rng);
     mega_fill_const(W + f->fc1_b, F, 0);
@@ -31,8 +32,8 @@ void mega_nffn_init(const mega_nffn *f, real *W, mega_rng *rng) {
 }
 
 size_t mega_nffn_acts_point(const mega_nffn *f, mega_nffn_acts *A, real *base, int B, int T) {
-    const mega_block_cfg *c = &f->cfg;
-    const size_t R = (size_t)B * T, D = (size_t)c->D, F = (size_t)c->F;
+    const mega_block_config *c = f->cfg;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, F = (size_t)c->ffn_dim;
     mega_bump b = {base, 0};
     mega_nffn_acts a;
     memset(&a, 0, sizeof a);
@@ -48,13 +49,13 @@ size_t mega_nffn_acts_point(const mega_nffn *f, mega_nffn_acts *A, real *base, i
 
 size_t mega_nffn_scratch(const mega_nffn *f, int B, int T) {
     const size_t R = (size_t)B * T;
-    return R * (2 * (size_t)f->cfg.D + (size_t)f->cfg.F) + 64;
+    return R * (2 * (size_t)f->cfg->embed_dim + (size_t)f->cfg->ffn_dim) + 64;
 }
 
 void mega_nffn_forward(const mega_nffn *f, real *W, mega_nffn_acts *A, real *out, const real *x, size_t R,
                        const mega_run *run) {
-    const mega_block_cfg *c = &f->cfg;
-    const size_t D = (size_t)c->D, F = (size_t)c->F;
+    const mega_block_config *c = f->cfg;
+    const size_t D = (size_t)c->embed_dim, F = (size_t)c->ffn_dim;
     const int train = run->training;
     const real *xn = x;
     if (c->prenorm) {
@@ -62,8 +63,8 @@ void mega_nffn_forward(const mega_nffn *f, real *W, mega_nffn_acts *A, real *out
         xn = A->xn;
     }
     mega_linear_forward(A->fpre, xn, W + f->fc1_w, W + f->fc1_b, R, D, F);
-    mega_act_forward(c->act, A->f, A->fpre, R * F);
-    if (train) mega_dropout(A->f, A->f, R * F, c->act_dropout, mega__subkey(run->key, SITE_FFN_HIDDEN));
+    mega_act_forward(c->activation, A->f, A->fpre, R * F);
+    if (train) mega_dropout(A->f, A->f, R * F, c->activation_dropout, mega__subkey(run->key, SITE_FFN_HIDDEN));
     real *y = c->prenorm ? out : A->ypre;
     mega_linear_forward(y, A->f, W + f->fc2_w, W + f->fc2_b, R, F, D);
     if (train) mega_dropout(y, y, R * D, c->dropout, mega__subkey(run->key, SITE_FFN_OUT));
@@ -73,8 +74,8 @@ void mega_nffn_forward(const mega_nffn *f, real *W, mega_nffn_acts *A, real *out
 
 void mega_nffn_backward(const mega_nffn *f, const real *W, real *dW, const mega_nffn_acts *A, real *dx,
                         const real *dout, const real *x, size_t R, const mega_run *run, real *scratch) {
-    const mega_block_cfg *c = &f->cfg;
-    const size_t D = (size_t)c->D, F = (size_t)c->F;
+    const mega_block_config *c = f->cfg;
+    const size_t D = (size_t)c->embed_dim, F = (size_t)c->ffn_dim;
     const int train = run->training;
     real *G = scratch, *dxn = scratch + R * D, *dF = scratch + 2 * R * D;
     const real *g = dout;
@@ -92,8 +93,8 @@ void mega_nffn_backward(const mega_nffn *f, const real *W, real *dW, const mega_
         g2 = G;
     }
     mega_linear_backward(dF, dW + f->fc2_w, dW + f->fc2_b, g2, A->f, W + f->fc2_w, R, F, D, 0);
-    if (train) mega_dropout(dF, dF, R * F, c->act_dropout, mega__subkey(run->key, SITE_FFN_HIDDEN));
-    mega_act_backward(c->act, dF, dF, A->fpre, R * F);
+    if (train) mega_dropout(dF, dF, R * F, c->activation_dropout, mega__subkey(run->key, SITE_FFN_HIDDEN));
+    mega_act_backward(c->activation, dF, dF, A->fpre, R * F);
     const real *xn = c->prenorm ? A->xn : x;
     mega_linear_backward(dxn, dW + f->fc1_w, dW + f->fc1_b, dF, xn, W + f->fc1_w, R, D, F, 0);
     if (c->prenorm)
@@ -102,9 +103,13 @@ void mega_nffn_backward(const mega_nffn *f, const real *W, real *dW, const mega_
         for (size_t i = 0; i < R * D; i++) dx[i] += dxn[i];
 }
 
+size_t mega_nffn_step_scratch(const mega_nffn *f, size_t R) {
+    return R * ((size_t)f->cfg->ffn_dim + f->cfg->embed_dim) + mega_seqnorm_stat_size(&f->norm, R) + 64;
+}
+
 void mega_nffn_step(const mega_nffn *f, const real *W, real *out, const real *x, size_t R, real *scratch) {
-    const mega_block_cfg *c = &f->cfg;
-    const size_t D = (size_t)c->D, F = (size_t)c->F;
+    const mega_block_config *c = f->cfg;
+    const size_t D = (size_t)c->embed_dim, F = (size_t)c->ffn_dim;
     real *xn = scratch, *h = scratch + R * D, *st = h + R * F;
     real *W_ = (real *)W; /* eval-mode norms do not write */
     const real *xb = x;
@@ -114,7 +119,7 @@ void mega_nffn_step(const mega_nffn *f, const real *W, real *out, const real *x,
     }
     /* the step forms split the output columns over the threads (decode streams the weights) */
     mega_linear_step(h, xb, W + f->fc1_w, W + f->fc1_b, R, D, F);
-    mega_act_forward(c->act, h, h, R * F);
+    mega_act_forward(c->activation, h, h, R * F);
     /* out may alias x: keep the residual in xn when post-norm */
     if (!c->prenorm) memcpy(xn, x, R * D * sizeof(real));
     const real *res = c->prenorm ? x : xn;

@@ -2,19 +2,6 @@
  * root_mean_square_norm.py, torch LayerNorm / BatchNorm1d). */
 #include "layers/seqnorm.h"
 
-const char *mega_norm_name(mega_norm_type t) {
-    static const char *n[] = {"layernorm", "scalenorm", "rmsnorm", "batchnorm"};
-    return (unsigned)t < 4 ? n[t] : "?";
-}
-int mega_norm_parse(const char *s, mega_norm_type *t) {
-    for (int i = 0; i < 4; i++)
-        if (!strcmp(s, mega_norm_name((mega_norm_type)i))) {
-            *t = (mega_norm_type)i;
-            return 0;
-        }
-    return -1;
-}
-
 mega_status mega_seqnorm_declare(mega_seqnorm *n, mega_params *P, const char *prefix, mega_norm_type type,
                                  int D, int affine) {
     memset(n, 0, sizeof *n);
@@ -48,22 +35,22 @@ void mega_seqnorm_init(const mega_seqnorm *n, real *W) {
     size_t D = (size_t)n->D;
     if (n->type == MEGA_NORM_BATCH) {
         if (n->affine) {
-            mega_fill_const_r(W + n->w, D, 1);
-            mega_fill_const_r(W + n->b, D, 0);
+            mega_fill_const(W + n->w, D, 1);
+            mega_fill_const(W + n->b, D, 0);
         }
-        mega_fill_const_r(W + n->rmean, D, 0);
-        mega_fill_const_r(W + n->rvar, D, 1);
+        mega_fill_const(W + n->rmean, D, 0);
+        mega_fill_const(W + n->rvar, D, 1);
         W[n->nbt] = 0;
         return;
     }
     if (!n->affine) return;
     if (n->type == MEGA_NORM_LAYER) {
-        mega_fill_const_r(W + n->w, D, 1);
-        mega_fill_const_r(W + n->b, D, 0);
+        mega_fill_const(W + n->w, D, 1);
+        mega_fill_const(W + n->b, D, 0);
     } else if (n->type == MEGA_NORM_SCALE) {
         W[n->scalar] = 1;
     } else {
-        mega_fill_const_r(W + n->w, D, 1);
+        mega_fill_const(W + n->w, D, 1);
     }
 }
 

@@ -10,7 +10,7 @@
 #include "model/modelio.h"
 #include "model/stack.h"
 
-#include <cjson/cJSON.h>
+#include <stddef.h>
 
 enum { SITE_EMBED = 7, SITE_HEAD = 9 };
 
@@ -27,8 +27,7 @@ typedef struct {
 } cls_pass;
 
 struct mega_cls {
-    mega_cls_config cfg;
-    mega_block_cfg bcfg;
+    mega_cls_config cfg; /* the one copy; the blocks point at cfg.block */
     mega_params P;
     size_t emb, emb_w, emb_b;   /* token table, or real-embedding weight/bias */
     size_t *hw, *hb;            /* head layers */
@@ -45,39 +44,62 @@ struct mega_cls {
 
 void mega_cls_config_default(mega_cls_config *c) {
     memset(c, 0, sizeof *c);
-    c->layers = 2, c->embed_dim = 64, c->z_dim = 32, c->hidden_dim = 128, c->n_dim = 16, c->ffn_dim = 128;
-    c->chunk_size = -1, c->truncation = 0, c->max_positions = 4096;
-    c->attention_activation = MEGA_ATTN_SOFTMAX, c->rotary = 0, c->norm_type = MEGA_NORM_LAYER;
-    c->prenorm = 0, c->norm_affine = 1, c->final_norm_affine = 1, c->activation = MEGA_ACT_SILU;
+    c->layers = 4;
+    mega_block_config_default(&c->block); /* the LM's widths; full attention, post-norm, encoder */
+    c->block.chunk_size = -1, c->block.prenorm = 0, c->block.bidirectional = 1;
+    c->final_norm_affine = 1;
     c->embedding = MEGA_EMBED_TOKEN, c->vocab_size = 257, c->padding_idx = 256;
-    c->pool = MEGA_POOL_MEAN, c->classifier_layers = 1, c->classifier_out_dim = 128;
-    c->classifier_activation = MEGA_ACT_GELU, c->num_classes = 2, c->two_tower = 0;
-    mega_mixer_config_default(&c->mix);
+    c->pool = MEGA_POOL_MEAN, c->classifier_layers = 1, c->classifier_dim = 0;
+    c->classifier_activation = MEGA_ACT_GELU, c->classes = 2, c->two_tower = 0;
 }
 
-static void block_cfg_of(const mega_cls_config *c, mega_block_cfg *b) {
-    mega_cls_config *cc = (mega_cls_config *)c; /* read-only use */
-    const mega_common_fields f = MEGA_COMMON_FIELDS(cc);
-    mega_common_block_cfg(&f, b, 1);
+static const char *const EMBED_NAMES[] = {"token", "real"};
+static const char *const POOL_NAMES[] = {"mean", "cls"};
+#define OFF(f) offsetof(mega_cls_config, f)
+static const mega_field CLS_FIELDS[] = {
+    {"layers", MEGA_FIELD_INT, OFF(layers), 1, 1024, NULL, 0, 0, 0, "number of blocks"},
+    {"final-norm-affine", MEGA_FIELD_BOOL, OFF(final_norm_affine), 0, 1, NULL, 0, 0, 0,
+     "learned scale and shift in the final norm (pre-norm models)"},
+    {"embedding", MEGA_FIELD_CHOICE, OFF(embedding), 0, 1, EMBED_NAMES, 2, 0, 0,
+     "token ids, or real numbers (pixels) through a learned scale and shift"},
+    {"vocab-size", MEGA_FIELD_INT, OFF(vocab_size), 2, 1 << 24, NULL, 0, MEGA_FIELD_NOFLAG, 0, "vocabulary size (token inputs)"},
+    {"padding-idx", MEGA_FIELD_INT, OFF(padding_idx), 0, 1 << 24, NULL, 0, MEGA_FIELD_NOFLAG, 0, "padding token (token inputs)"},
+    {"pool", MEGA_FIELD_CHOICE, OFF(pool), 0, 1, POOL_NAMES, 2, 0, 0,
+     "sequence representation: mean over the true length, or position 0"},
+    {"classifier-layers", MEGA_FIELD_INT, OFF(classifier_layers), 0, 16, NULL, 0, 0, 0, "hidden layers of the head"},
+    {"classifier-dim", MEGA_FIELD_INT, OFF(classifier_dim), 0, 1 << 20, NULL, 0, 0, 0, "head width (0 = 2 x embed-dim)"},
+    {"classifier-activation", MEGA_FIELD_CHOICE, OFF(classifier_activation), 0, MEGA_ACT_COUNT - 1, mega__names_act,
+     MEGA_ACT_COUNT, 0, 0, "head activation"},
+    {"classes", MEGA_FIELD_INT, OFF(classes), 2, 1 << 20, NULL, 0, MEGA_FIELD_NOFLAG, 0, "number of classes"},
+    {"two-tower", MEGA_FIELD_BOOL, OFF(two_tower), 0, 1, NULL, 0, MEGA_FIELD_NOFLAG, 0,
+     "pairs of inputs (retrieval): both pooled vectors, concatenated"},
+};
+#undef OFF
+
+const mega_field *mega_cls_config_fields(int *count) {
+    *count = (int)(sizeof CLS_FIELDS / sizeof *CLS_FIELDS);
+    return CLS_FIELDS;
+}
+
+/* the head width: classifier-dim, 0 = 2 x embed-dim (none without hidden layers) */
+static int head_dim_of(const mega_cls_config *c) {
+    if (c->classifier_layers == 0) return 0;
+    return c->classifier_dim > 0 ? c->classifier_dim : 2 * c->block.embed_dim;
+}
+
+void mega_cls_config_resolve(mega_cls_config *c) {
+    mega_block_config_resolve(&c->block);
+    c->classifier_dim = head_dim_of(c);
 }
 
 mega_status mega_cls_config_check(const mega_cls_config *c) {
-    if (c->layers < 1 || c->layers > 1024) MEGA_FAIL(MEGA_ERR_INVALID, "layers must be in [1, 1024] (got %d)", c->layers);
-    if (c->num_classes < 2 || c->num_classes > 1 << 20) MEGA_FAIL(MEGA_ERR_INVALID, "classes must be in [2, 2^20] (got %d)", c->num_classes);
-    if (c->classifier_layers < 0 || c->classifier_layers > 16) MEGA_FAIL(MEGA_ERR_INVALID, "classifier layers must be in [0, 16]");
-    if (c->classifier_layers > 0 && (c->classifier_out_dim < 1 || c->classifier_out_dim > 1 << 20))
-        MEGA_FAIL(MEGA_ERR_INVALID, "classifier width must be positive (got %d)", c->classifier_out_dim);
-    if (c->embedding == MEGA_EMBED_TOKEN) {
-        if (c->vocab_size < 2 || c->vocab_size > 1 << 24) MEGA_FAIL(MEGA_ERR_INVALID, "vocab size must be in [2, 2^24] (got %d)", c->vocab_size);
-        if (c->padding_idx < 0 || c->padding_idx >= c->vocab_size)
-            MEGA_FAIL(MEGA_ERR_INVALID, "padding index %d is outside the vocabulary of %d", c->padding_idx, c->vocab_size);
-    } else if (c->embedding != MEGA_EMBED_REAL) {
-        MEGA_FAIL(MEGA_ERR_INVALID, "unknown embedding kind");
-    }
-    if (c->pool != MEGA_POOL_MEAN && c->pool != MEGA_POOL_CLS) MEGA_FAIL(MEGA_ERR_INVALID, "unknown pooling");
-    mega_block_cfg b;
-    block_cfg_of(c, &b);
-    return mega_block_cfg_check(&b);
+    int n;
+    const mega_field *f = mega_cls_config_fields(&n);
+    MEGA_TRY(mega__fields_check(f, n, c));
+    if (c->embedding == MEGA_EMBED_TOKEN && c->padding_idx >= c->vocab_size)
+        MEGA_FAIL(MEGA_ERR_INVALID, "padding index %d is outside the vocabulary of %d", c->padding_idx, c->vocab_size);
+    if (!c->block.bidirectional) MEGA_FAIL(MEGA_ERR_INVALID, "a classifier's encoder is bidirectional (bidirectional must be true)");
+    return mega_block_config_check(&c->block);
 }
 
 static void free_buffers(mega_cls *m) {
@@ -100,21 +122,21 @@ mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out) {
     mega_cls *m = calloc(1, sizeof *m);
     if (!m) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
     m->cfg = *c;
-    block_cfg_of(c, &m->bcfg);
+    mega_cls_config_resolve(&m->cfg);
     mega_params_init(&m->P);
     mega_status st;
-    const int64_t D = c->embed_dim;
+    const int64_t D = c->block.embed_dim;
     if (c->embedding == MEGA_EMBED_TOKEN)
         st = MEGA_PADD(&m->P, "encoder.encoder.", "embed_tokens.embed.weight", MEGA_P_DECAY, &m->emb, c->vocab_size, D);
     else if (!(st = MEGA_PADD(&m->P, "encoder.encoder.", "embed_tokens.weight", 0, &m->emb_w, D)))
         st = MEGA_PADD(&m->P, "encoder.encoder.", "embed_tokens.bias", 0, &m->emb_b, D);
     if (st) goto fail;
     if ((st = mega_stack_declare(&m->pass[0].st, &m->P, "encoder.encoder.layers.", "encoder.encoder.final_norm.norm.",
-                                 &m->bcfg, c->layers, c->final_norm_affine)))
+                                 &m->cfg.block, c->layers, c->final_norm_affine)))
         goto fail;
     if (c->two_tower) mega_stack_share(&m->pass[1].st, &m->pass[0].st);
-    m->in_dim = (c->two_tower ? 2 : 1) * c->embed_dim;
-    m->head_dim = c->classifier_layers > 0 ? c->classifier_out_dim : m->in_dim;
+    m->in_dim = (c->two_tower ? 2 : 1) * c->block.embed_dim;
+    m->head_dim = c->classifier_layers > 0 ? m->cfg.classifier_dim : m->in_dim;
     m->hw = calloc((size_t)c->classifier_layers + 1, sizeof(size_t));
     m->hb = calloc((size_t)c->classifier_layers + 1, sizeof(size_t));
     if (!m->hw || !m->hb) {
@@ -123,13 +145,13 @@ mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out) {
     }
     for (int j = 0; j < c->classifier_layers; j++) {
         char nm[64];
-        int64_t in = j == 0 ? m->in_dim : c->classifier_out_dim;
+        int64_t in = j == 0 ? m->in_dim : c->classifier_dim;
         snprintf(nm, sizeof nm, "classifier.%d.0.weight", j);
-        if ((st = MEGA_PADD(&m->P, "", nm, MEGA_P_DECAY, &m->hw[j], c->classifier_out_dim, in))) goto fail;
+        if ((st = MEGA_PADD(&m->P, "", nm, MEGA_P_DECAY, &m->hw[j], c->classifier_dim, in))) goto fail;
         snprintf(nm, sizeof nm, "classifier.%d.0.bias", j);
-        if ((st = MEGA_PADD(&m->P, "", nm, 0, &m->hb[j], c->classifier_out_dim))) goto fail;
+        if ((st = MEGA_PADD(&m->P, "", nm, 0, &m->hb[j], c->classifier_dim))) goto fail;
     }
-    if ((st = MEGA_PADD(&m->P, "", "sentence_projection_layer.weight", MEGA_P_DECAY, &m->proj, c->num_classes, m->head_dim)))
+    if ((st = MEGA_PADD(&m->P, "", "sentence_projection_layer.weight", MEGA_P_DECAY, &m->proj, c->classes, m->head_dim)))
         goto fail;
     if ((st = mega_params_alloc(&m->P, 1))) goto fail;
     mega_cls_init_params(m, 0);
@@ -155,16 +177,11 @@ const mega_cls_config *mega_cls_get_config(const mega_cls *m) { return &m->cfg; 
 mega_paramset *mega_cls_paramset(mega_cls *m) { return (mega_paramset *)&m->P; }
 const mega_real *mega_cls_logits(const mega_cls *m) { return m->logits; }
 
-static void xavier(real *w, size_t out, size_t in, mega_rng *rng) {
-    double a = sqrt(6.0 / (double)(in + out));
-    mega_fill_uniform(w, out * in, -a, a, rng);
-}
-
 void mega_cls_init_params(mega_cls *m, uint64_t seed) {
     mega_rng rng;
     mega_rng_seed(&rng, seed);
     const mega_cls_config *c = &m->cfg;
-    const size_t D = (size_t)c->embed_dim;
+    const size_t D = (size_t)c->block.embed_dim;
     real *W = m->P.data;
     if (c->embedding == MEGA_EMBED_TOKEN) {
         /* official LRA Embedding: N(0, D^-1/2) over the whole table, padding row included */
@@ -175,32 +192,32 @@ void mega_cls_init_params(mega_cls *m, uint64_t seed) {
     }
     mega_stack_init(&m->pass[0].st, W, &rng);
     for (int j = 0; j < c->classifier_layers; j++) {
-        size_t in = (size_t)(j == 0 ? m->in_dim : c->classifier_out_dim);
-        xavier(W + m->hw[j], (size_t)c->classifier_out_dim, in, &rng);
-        mega_fill_const(W + m->hb[j], (size_t)c->classifier_out_dim, 0);
+        size_t in = (size_t)(j == 0 ? m->in_dim : c->classifier_dim);
+        mega_fill_xavier(W + m->hw[j], (size_t)c->classifier_dim, in, 1.0, &rng);
+        mega_fill_const(W + m->hb[j], (size_t)c->classifier_dim, 0);
     }
-    xavier(W + m->proj, (size_t)c->num_classes, (size_t)m->head_dim, &rng);
+    mega_fill_xavier(W + m->proj, (size_t)c->classes, (size_t)m->head_dim, 1.0, &rng);
 }
 
 static int padded_len(const mega_cls *m, int T) {
-    int c = m->cfg.chunk_size;
+    int c = m->cfg.block.chunk_size;
     /* official: token inputs are right-padded to a chunk multiple when longer than a chunk */
     if (m->cfg.embedding == MEGA_EMBED_TOKEN && c > 0 && T > c && T % c) return (T + c - 1) / c * c;
     return T;
 }
 
 static size_t head_width(const mega_cls *m) {
-    return (size_t)MEGA_MAX(MEGA_MAX(m->in_dim, m->head_dim), m->cfg.num_classes);
+    return (size_t)MEGA_MAX(MEGA_MAX(m->in_dim, m->head_dim), m->cfg.classes);
 }
 
 static mega_status reserve(mega_cls *m, int B) {
     if (B <= m->Bmax) return MEGA_OK;
     free_buffers(m);
     const mega_cls_config *c = &m->cfg;
-    const size_t D = (size_t)c->embed_dim, HW = head_width(m);
+    const size_t D = (size_t)c->block.embed_dim, HW = head_width(m);
     int ok = 1;
     m->hbuf = mega__calloc(2 * ((size_t)c->classifier_layers + 2) * (size_t)B * HW, sizeof(real));
-    m->logits = mega__calloc(2 * (size_t)B * c->num_classes, sizeof(real));
+    m->logits = mega__calloc(2 * (size_t)B * c->classes, sizeof(real));
     m->tgt = calloc((size_t)B, sizeof(int32_t));
     ok = m->hbuf && m->logits && m->tgt;
     for (int k = 0; k < 2 && ok; k++) {
@@ -211,7 +228,7 @@ static mega_status reserve(mega_cls *m, int B) {
         free_buffers(m);
         MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving classifier buffers");
     }
-    m->dlog = m->logits + (size_t)B * c->num_classes;
+    m->dlog = m->logits + (size_t)B * c->classes;
     m->Bmax = B;
     return MEGA_OK;
 }
@@ -223,7 +240,7 @@ static mega_status encode(mega_cls *m, int k, const mega_cls_input *in, int B) {
     if (in->T < 1) MEGA_FAIL(MEGA_ERR_INVALID, "sequence length must be positive");
     if (!in->lengths) MEGA_FAIL(MEGA_ERR_INVALID, "lengths are required");
     const int T = in->T, Tp = padded_len(m, T);
-    const size_t D = (size_t)c->embed_dim, R = (size_t)B * Tp;
+    const size_t D = (size_t)c->block.embed_dim, R = (size_t)B * Tp;
     MEGA_TRY(mega_stack_reserve(&p->st, B, Tp));
     const size_t cap = (size_t)p->st.Bmax * p->st.Tmax;
     if (p->tokcap < cap) {
@@ -265,8 +282,8 @@ static mega_status encode(mega_cls *m, int k, const mega_cls_input *in, int B) {
     }
     const int train = m->run.training;
     uint64_t key = mega__subkey(m->run.key, 1000 + (uint64_t)k);
-    if (train && c->dropout > 0) {
-        mega_dropout(x, x, R * D, c->dropout, mega__subkey(key, SITE_EMBED));
+    if (train && c->block.dropout > 0) {
+        mega_dropout(x, x, R * D, c->block.dropout, mega__subkey(key, SITE_EMBED));
         if (p->any_pad)
             for (size_t r = 0; r < R; r++)
                 if (p->pad[r]) memset(x + r * D, 0, D * sizeof(real));
@@ -310,7 +327,7 @@ mega_status mega_cls_forward(mega_cls *m, const mega_cls_input *in, const mega_c
     m->B = B;
     MEGA_TRY(encode(m, 0, in, B));
     if (c->two_tower) MEGA_TRY(encode(m, 1, in2, B));
-    const size_t D = (size_t)c->embed_dim, C = (size_t)c->num_classes;
+    const size_t D = (size_t)c->block.embed_dim, C = (size_t)c->classes;
     /* rep: [rep(doc2), rep(doc1)] for two towers (official concat order), else rep(doc1) */
     real *h = hh(m, 0);
     const size_t in0 = (size_t)m->in_dim;
@@ -326,12 +343,12 @@ mega_status mega_cls_forward(mega_cls *m, const mega_cls_input *in, const mega_c
     real *W = m->P.data;
     size_t w_in = in0;
     for (int j = 0; j < c->classifier_layers; j++) {
-        const size_t o = (size_t)c->classifier_out_dim;
+        const size_t o = (size_t)c->classifier_dim;
         real *z = hz(m, j + 1), *y = hh(m, j + 1);
         mega_linear_forward(z, hh(m, j), W + m->hw[j], W + m->hb[j], (size_t)B, w_in, o);
         /* official order: activation(dropout(linear(x))) */
-        if (m->run.training && c->dropout > 0)
-            mega_dropout(z, z, (size_t)B * o, c->dropout, mega__subkey(m->run.key, SITE_HEAD + (uint64_t)j));
+        if (m->run.training && c->block.dropout > 0)
+            mega_dropout(z, z, (size_t)B * o, c->block.dropout, mega__subkey(m->run.key, SITE_HEAD + (uint64_t)j));
         mega_act_forward(c->classifier_activation, y, z, (size_t)B * o);
         w_in = o;
     }
@@ -369,7 +386,7 @@ static void decode_back(mega_cls *m, int k, const real *drep, size_t ld) {
     const mega_cls_config *c = &m->cfg;
     cls_pass *p = &m->pass[k];
     const int B = p->B, Tp = p->Tp;
-    const size_t D = (size_t)c->embed_dim, R = (size_t)B * Tp;
+    const size_t D = (size_t)c->block.embed_dim, R = (size_t)B * Tp;
     real *dfeat = p->st.dx;
     for (int b = 0; b < B; b++) {
         const real *g = drep + (size_t)b * ld;
@@ -387,7 +404,7 @@ static void decode_back(mega_cls *m, int k, const real *drep, size_t ld) {
     uint64_t key = mega__subkey(m->run.key, 1000 + (uint64_t)k);
     real *W = m->P.data, *dW = m->P.grad;
     real *dx = mega_stack_backward(&p->st, W, dW, dfeat, train, key);
-    if (train && c->dropout > 0) mega_dropout(dx, dx, R * D, c->dropout, mega__subkey(key, SITE_EMBED));
+    if (train && c->block.dropout > 0) mega_dropout(dx, dx, R * D, c->block.dropout, mega__subkey(key, SITE_EMBED));
     if (c->embedding == MEGA_EMBED_TOKEN) {
         mega_embedding_backward(dW + m->emb, dx, p->tok, p->any_pad ? p->pad : NULL, R, D, 1, c->padding_idx);
     } else {
@@ -406,22 +423,22 @@ mega_status mega_cls_backward(mega_cls *m, double scale) {
     if (!m->has_targets) MEGA_FAIL(MEGA_ERR_INVALID, "backward needs a forward with targets");
     m->has_targets = 0;
     const int B = m->B;
-    const size_t C = (size_t)c->num_classes, D = (size_t)c->embed_dim;
+    const size_t C = (size_t)c->classes, D = (size_t)c->block.embed_dim;
     real *W = m->P.data, *dW = m->P.grad;
     real *g = m->dlog;
     const real sc = (real)(scale / B);
     for (size_t i = 0; i < (size_t)B * C; i++) g[i] *= sc;
     /* head, in reverse; dh buffers reuse the z slots */
-    size_t w_in = (size_t)(c->classifier_layers > 0 ? c->classifier_out_dim : m->in_dim);
+    size_t w_in = (size_t)(c->classifier_layers > 0 ? c->classifier_dim : m->in_dim);
     real *dh = hz(m, 0); /* z_0 is unused in the forward: scratch for d h */
     mega_linear_backward(dh, dW + m->proj, NULL, g, hh(m, c->classifier_layers), W + m->proj, (size_t)B, w_in, C, 0);
     for (int j = c->classifier_layers - 1; j >= 0; j--) {
-        const size_t o = (size_t)c->classifier_out_dim, in = (size_t)(j == 0 ? m->in_dim : c->classifier_out_dim);
+        const size_t o = (size_t)c->classifier_dim, in = (size_t)(j == 0 ? m->in_dim : c->classifier_dim);
         real *z = hz(m, j + 1);
         /* dz = dh * act'(z) (z holds the dropped pre-activation), then dropout */
         mega_act_backward(c->classifier_activation, z, dh, z, (size_t)B * o);
-        if (m->run.training && c->dropout > 0)
-            mega_dropout(z, z, (size_t)B * o, c->dropout, mega__subkey(m->run.key, SITE_HEAD + (uint64_t)j));
+        if (m->run.training && c->block.dropout > 0)
+            mega_dropout(z, z, (size_t)B * o, c->block.dropout, mega__subkey(m->run.key, SITE_HEAD + (uint64_t)j));
         mega_linear_backward(dh, dW + m->hw[j], dW + m->hb[j], z, hh(m, j), W + m->hw[j], (size_t)B, in, o, 0);
     }
     /* dh now holds d rep [B, in_dim] */
@@ -437,97 +454,49 @@ mega_status mega_cls_backward(mega_cls *m, double scale) {
 /* ---- config JSON and checkpoints ------------------------------------------------------------ */
 
 char *mega_cls_config_to_json(const mega_cls_config *c) {
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    cJSON_AddStringToObject(o, "model", "mega_cls");
-    mega_cls_config *cc = (mega_cls_config *)c;
-    const mega_common_fields f = MEGA_COMMON_FIELDS(cc);
-    mega_common_to_json(o, &f);
-    cJSON_AddStringToObject(o, "embedding", c->embedding == MEGA_EMBED_TOKEN ? "token" : "real");
-    cJSON_AddNumberToObject(o, "vocab-size", c->vocab_size);
-    cJSON_AddNumberToObject(o, "padding-idx", c->padding_idx);
-    cJSON_AddStringToObject(o, "pool", c->pool == MEGA_POOL_MEAN ? "mean" : "cls");
-    cJSON_AddNumberToObject(o, "classifier-layers", c->classifier_layers);
-    cJSON_AddNumberToObject(o, "classifier-dim", c->classifier_out_dim);
-    cJSON_AddStringToObject(o, "classifier-activation", mega_act_name(c->classifier_activation));
-    cJSON_AddNumberToObject(o, "classes", c->num_classes);
-    cJSON_AddBoolToObject(o, "two-tower", c->two_tower);
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    int n;
+    const mega_field *f = mega_cls_config_fields(&n);
+    return mega__config_to_json("mega_cls", f, n, c, offsetof(mega_cls_config, block));
 }
 
-static int p_embed(const char *s, void *d) {
-    if (!strcmp(s, "token") || !strcmp(s, "sparse")) *(mega_embed_kind *)d = MEGA_EMBED_TOKEN;
-    else if (!strcmp(s, "real") || !strcmp(s, "linear")) *(mega_embed_kind *)d = MEGA_EMBED_REAL;
-    else return -1;
-    return 0;
-}
-static int p_pool(const char *s, void *d) {
-    if (!strcmp(s, "mean") || !strcmp(s, "mp")) *(mega_pool_kind *)d = MEGA_POOL_MEAN;
-    else if (!strcmp(s, "cls")) *(mega_pool_kind *)d = MEGA_POOL_CLS;
-    else return -1;
-    return 0;
-}
+/* the official LRA arguments (as in the reference fixtures) */
+static const mega_official_arg OFFICIAL[] = {
+    {"encoder_layers", "layers", 0},
+    {"encoder_embed_dim", "embed-dim", 0},
+    {"encoder_z_dim", "z-dim", 0},
+    {"encoder_hidden_dim", "hidden-dim", 0},
+    {"encoder_n_dim", "n-dim", 0},
+    {"encoder_ffn_embed_dim", "ffn-dim", 0},
+    {"encoder_chunk_size", "chunk-size", 0},
+    {"truncation_length", "truncation", 0},
+    {"max_positions", "max-positions", 0},
+    {"attention_activation_fn", "attention-activation", 0},
+    {"rel_pos_bias", "rel-pos-bias", 0},
+    {"normalization_type", "norm-type", 0},
+    {"normalize_before", "prenorm", 0},
+    {"activation_fn", "activation", 0},
+    {"embedding_type", "embedding", 0},
+    {"sen_rep_type", "pool", 0},
+    {"classifier_layers", "classifier-layers", 0},
+    {"classifier_out_dim", "classifier-dim", 0},
+    {"classifier_activation_fn", "classifier-activation", 0},
+    {"sentence_class_num", "classes", 0},
+    {"vocab_size", "vocab-size", 0},
+    {"padding_idx", "padding-idx", 0},
+    {"two_tower", "two-tower", 0},
+    {NULL, NULL, 0},
+};
 
 mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c) {
     mega_cls_config_default(c);
-    cJSON *o = cJSON_Parse(json);
-    if (!o || !cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        MEGA_FAIL(MEGA_ERR_FORMAT, "model config is not a JSON object");
-    }
-    mega_json_reader r = {o, MEGA_OK};
-    if (cJSON_GetObjectItemCaseSensitive(o, "encoder_layers")) {
-        /* official LRA argument names (as in the reference fixtures) */
-        mega_json_int(&r, "encoder_layers", &c->layers);
-        mega_json_int(&r, "encoder_embed_dim", &c->embed_dim);
-        mega_json_int(&r, "encoder_z_dim", &c->z_dim);
-        mega_json_int(&r, "encoder_hidden_dim", &c->hidden_dim);
-        mega_json_int(&r, "encoder_n_dim", &c->n_dim);
-        mega_json_int(&r, "encoder_ffn_embed_dim", &c->ffn_dim);
-        mega_json_int(&r, "encoder_chunk_size", &c->chunk_size);
-        mega_json_int(&r, "truncation_length", &c->truncation);
-        mega_json_int(&r, "max_positions", &c->max_positions);
-        mega_json_enum(&r, "attention_activation_fn", mega_json_parse_attn, &c->attention_activation);
-        mega_json_enum(&r, "rel_pos_bias", mega_json_parse_relpos, &c->rotary);
-        mega_json_enum(&r, "normalization_type", mega_json_parse_norm, &c->norm_type);
-        c->prenorm = 0;
-        mega_json_bool(&r, "normalize_before", &c->prenorm, 0);
-        mega_json_enum(&r, "activation_fn", mega_json_parse_act, &c->activation);
-        mega_json_enum(&r, "embedding_type", p_embed, &c->embedding);
-        mega_json_enum(&r, "sen_rep_type", p_pool, &c->pool);
-        mega_json_int(&r, "classifier_layers", &c->classifier_layers);
-        mega_json_int(&r, "classifier_out_dim", &c->classifier_out_dim);
-        mega_json_enum(&r, "classifier_activation_fn", mega_json_parse_act, &c->classifier_activation);
-        mega_json_int(&r, "sentence_class_num", &c->num_classes);
-        mega_json_int(&r, "vocab_size", &c->vocab_size);
-        mega_json_int(&r, "padding_idx", &c->padding_idx);
-        mega_json_bool(&r, "two_tower", &c->two_tower, 0);
-    } else {
-        const cJSON *mdl = cJSON_GetObjectItemCaseSensitive(o, "model");
-        if (mdl && (!cJSON_IsString(mdl) || strcmp(mdl->valuestring, "mega_cls"))) {
-            /* the message reads mdl, which cJSON_Delete(o) frees: format it first */
-            mega_status st = mega__error(MEGA_ERR_FORMAT, "config describes a '%s' model, not a classifier (mega_cls)",
-                                         cJSON_IsString(mdl) ? mdl->valuestring : "?");
-            cJSON_Delete(o);
-            return st;
-        }
-        const mega_common_fields f = MEGA_COMMON_FIELDS(c);
-        mega_common_from_json(&r, &f);
-        mega_json_enum(&r, "embedding", p_embed, &c->embedding);
-        mega_json_int(&r, "vocab-size", &c->vocab_size);
-        mega_json_int(&r, "padding-idx", &c->padding_idx);
-        mega_json_enum(&r, "pool", p_pool, &c->pool);
-        mega_json_int(&r, "classifier-layers", &c->classifier_layers);
-        mega_json_int(&r, "classifier-dim", &c->classifier_out_dim);
-        mega_json_enum(&r, "classifier-activation", mega_json_parse_act, &c->classifier_activation);
-        mega_json_int(&r, "classes", &c->num_classes);
-        mega_json_bool(&r, "two-tower", &c->two_tower, 0);
-    }
-    cJSON_Delete(o);
-    if (r.st) return r.st;
-    if (c->classifier_layers == 0) c->classifier_out_dim = 0;
+    /* official arguments without classifier_out_dim: the width the official reader assumed */
+    if (strstr(json, "\"encoder_layers\"")) c->classifier_dim = 128;
+    int n;
+    const mega_field *f = mega_cls_config_fields(&n);
+    MEGA_TRY(mega__config_from_json(json, "mega_cls", "classifier", f, n, c, offsetof(mega_cls_config, block),
+                                    "encoder_layers", OFFICIAL));
+    c->block.bidirectional = 1;
+    if (c->classifier_layers == 0) c->classifier_dim = 0;
     return mega_cls_config_check(c);
 }
 

@@ -13,7 +13,7 @@
 #include "model/lm.h"
 #include "model/modelio.h"
 
-#include <cjson/cJSON.h>
+#include <stddef.h>
 
 enum { SITE_EMBED = 7 };
 
@@ -22,44 +22,39 @@ void mega_lm_config_default(mega_lm_config *c) {
     c->vocab_size = 257;
     c->padding_idx = 256;
     c->layers = 4;
-    c->embed_dim = 128;
-    c->z_dim = 64;
-    c->hidden_dim = 256;
-    c->n_dim = 16;
-    c->ffn_dim = 256;
-    c->chunk_size = 128;
-    c->truncation = 0;
-    c->max_positions = 1024;
-    c->attention_activation = MEGA_ATTN_SOFTMAX;
-    c->rotary = 0;
-    c->norm_type = MEGA_NORM_LAYER;
-    c->prenorm = 1;
-    c->norm_affine = 1;
+    mega_block_config_default(&c->block);
     c->final_norm_affine = 1;
-    c->activation = MEGA_ACT_SILU;
     c->scale_embedding = 1;
     c->tie_embeddings = 0;
-    c->dropout = 0.0f;
-    c->attention_dropout = 0.0f;
-    c->hidden_dropout = 0.0f;
-    c->activation_dropout = 0.0f;
-    mega_mixer_config_default(&c->mix);
 }
 
-static void block_cfg_of(const mega_lm_config *c, mega_block_cfg *b) {
-    mega_lm_config *cc = (mega_lm_config *)c; /* read-only use */
-    const mega_common_fields f = MEGA_COMMON_FIELDS(cc);
-    mega_common_block_cfg(&f, b, 0);
+#define OFF(f) offsetof(mega_lm_config, f)
+static const mega_field LM_FIELDS[] = {
+    {"vocab-size", MEGA_FIELD_INT, OFF(vocab_size), 2, 1 << 24, NULL, 0, MEGA_FIELD_NOFLAG, 0, "vocabulary size"},
+    {"padding-idx", MEGA_FIELD_INT, OFF(padding_idx), -1, 1 << 24, NULL, 0, MEGA_FIELD_NOFLAG, 0,
+     "padding token (-1 = none)"},
+    {"layers", MEGA_FIELD_INT, OFF(layers), 1, 1024, NULL, 0, 0, 0, "number of blocks"},
+    {"final-norm-affine", MEGA_FIELD_BOOL, OFF(final_norm_affine), 0, 1, NULL, 0, 0, 0,
+     "learned scale and shift in the final norm (pre-norm models)"},
+    {"scale-embedding", MEGA_FIELD_BOOL, OFF(scale_embedding), 0, 1, NULL, 0, 0, 0, "multiply the embeddings by sqrt(embed-dim)"},
+    {"tie-embeddings", MEGA_FIELD_BOOL, OFF(tie_embeddings), 0, 1, NULL, 0, 0, 0, "output projection = the embedding table"},
+};
+#undef OFF
+
+const mega_field *mega_lm_config_fields(int *count) {
+    *count = (int)(sizeof LM_FIELDS / sizeof *LM_FIELDS);
+    return LM_FIELDS;
 }
+
+void mega_lm_config_resolve(mega_lm_config *c) { mega_block_config_resolve(&c->block); }
 
 mega_status mega_lm_config_check(const mega_lm_config *c) {
-    if (c->layers < 1 || c->layers > 1024) MEGA_FAIL(MEGA_ERR_INVALID, "layers must be in [1, 1024] (got %d)", c->layers);
-    if (c->vocab_size < 2 || c->vocab_size > 1 << 24) MEGA_FAIL(MEGA_ERR_INVALID, "vocab size must be in [2, 2^24] (got %d)", c->vocab_size);
+    int n;
+    const mega_field *f = mega_lm_config_fields(&n);
+    MEGA_TRY(mega__fields_check(f, n, c));
     if (c->padding_idx >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "padding index %d is outside the vocabulary of %d", c->padding_idx, c->vocab_size);
-    if (c->chunk_size > 1 << 20) MEGA_FAIL(MEGA_ERR_INVALID, "chunk-size %d is too large", c->chunk_size);
-    mega_block_cfg b;
-    block_cfg_of(c, &b);
-    return mega_block_cfg_check(&b);
+    if (c->block.bidirectional) MEGA_FAIL(MEGA_ERR_INVALID, "a language model is causal (bidirectional must be false)");
+    return mega_block_config_check(&c->block);
 }
 
 /* ---- model ------------------------------------------------------------------------------ */
@@ -79,12 +74,12 @@ mega_status mega_lm_create(const mega_lm_config *c, mega_lm **out) {
     mega_lm *m = calloc(1, sizeof *m);
     if (!m) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
     m->cfg = *c;
-    block_cfg_of(c, &m->bcfg);
+    mega_lm_config_resolve(&m->cfg);
     mega_params_init(&m->P);
     mega_status st;
-    const int64_t V = c->vocab_size, D = c->embed_dim;
+    const int64_t V = c->vocab_size, D = c->block.embed_dim;
     if ((st = MEGA_PADD(&m->P, "decoder.", "embed_tokens.weight", MEGA_P_DECAY, &m->emb, V, D))) goto fail;
-    if ((st = mega_stack_declare(&m->st, &m->P, "decoder.layers.", "decoder.final_norm.norm.", &m->bcfg, c->layers,
+    if ((st = mega_stack_declare(&m->st, &m->P, "decoder.layers.", "decoder.final_norm.norm.", &m->cfg.block, c->layers,
                                  c->final_norm_affine)))
         goto fail;
     if (!c->tie_embeddings && (st = MEGA_PADD(&m->P, "decoder.", "output_projection.weight", MEGA_P_DECAY, &m->out_w, V, D)))
@@ -112,7 +107,7 @@ void mega_lm_init_params(mega_lm *m, uint64_t seed) {
     mega_rng rng;
     mega_rng_seed(&rng, seed);
     const mega_lm_config *c = &m->cfg;
-    const size_t V = (size_t)c->vocab_size, D = (size_t)c->embed_dim;
+    const size_t V = (size_t)c->vocab_size, D = (size_t)c->block.embed_dim;
     real *W = m->P.data;
     /* official Embedding(): N(0, D^-1/2) with the padding row zeroed */
     mega_fill_normal(W + m->emb, V * D, 0, 1.0 / sqrt((double)D), &rng);
@@ -134,8 +129,8 @@ const mega_real *mega_lm_logits(const mega_lm *m) { return m->logits; }
 
 /* padded length for a batch of T positions (official right-padding kept only for batchnorm) */
 static int padded_len(const mega_lm *m, int T) {
-    int c = m->cfg.chunk_size;
-    if (m->cfg.norm_type == MEGA_NORM_BATCH && c > 0 && c < T && T % c) return (T + c - 1) / c * c;
+    int c = m->cfg.block.chunk_size;
+    if (m->cfg.block.norm_type == MEGA_NORM_BATCH && c > 0 && c < T && T % c) return (T + c - 1) / c * c;
     return T;
 }
 
@@ -174,7 +169,7 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
     const mega_lm_config *c = &m->cfg;
     MEGA_TRY(mega_lm_reserve(m, B, T));
     const int Tp = padded_len(m, T);
-    const size_t R = (size_t)B * Tp, D = (size_t)c->embed_dim, V = (size_t)c->vocab_size;
+    const size_t R = (size_t)B * Tp, D = (size_t)c->block.embed_dim, V = (size_t)c->vocab_size;
     m->B = B, m->T = T, m->Tp = Tp;
     m->run = run ? *run : (mega_lm_run){0, 0};
     /* tokens, padded to Tp with padding_idx when needed; validate the range */
@@ -198,7 +193,7 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
     real *H0 = mega_stack_input(&m->st);
     mega_embedding_forward(H0, W + m->emb, m->tok, m->pad, R, D, scale);
     const int train = m->run.training;
-    if (train && c->dropout > 0) mega_dropout(H0, H0, R * D, c->dropout, mega__subkey(m->run.key, SITE_EMBED));
+    if (train && c->block.dropout > 0) mega_dropout(H0, H0, R * D, c->block.dropout, mega__subkey(m->run.key, SITE_EMBED));
     const real *xf;
     MEGA_TRY(mega_stack_forward(&m->st, W, pad, B, Tp, train, m->run.key, &xf));
     /* logits = x W^T */
@@ -238,7 +233,7 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
 mega_status mega_lm_backward(mega_lm *m, double scale) {
     const mega_lm_config *c = &m->cfg;
     if (!m->has_targets) MEGA_FAIL(MEGA_ERR_INVALID, "backward needs a forward with targets");
-    const size_t R = (size_t)m->B * m->Tp, D = (size_t)c->embed_dim, V = (size_t)c->vocab_size;
+    const size_t R = (size_t)m->B * m->Tp, D = (size_t)c->block.embed_dim, V = (size_t)c->vocab_size;
     const real *W = m->P.data;
     real *dW = m->P.grad;
     const int train = m->run.training;
@@ -267,7 +262,7 @@ mega_status mega_lm_backward(mega_lm *m, double scale) {
     mega_linear_backward(m->st.dx, dW + wo, NULL, m->logits, m->st.out, W + wo, R, D, V, 0);
     real *dH = mega_stack_backward(&m->st, W, dW, m->st.dx, train, m->run.key);
     /* embedding: dropout, scale; scatter into the rows (pads and the padding row get nothing) */
-    if (train && c->dropout > 0) mega_dropout(dH, dH, R * D, c->dropout, mega__subkey(m->run.key, SITE_EMBED));
+    if (train && c->block.dropout > 0) mega_dropout(dH, dH, R * D, c->block.dropout, mega__subkey(m->run.key, SITE_EMBED));
     const real es = c->scale_embedding ? (real)sqrt((double)D) : (real)1;
     mega_embedding_backward(dW + m->emb, dH, m->tok, m->pad, R, D, es, c->padding_idx);
     return MEGA_OK;
@@ -283,13 +278,13 @@ mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out)
     if (B < 1) MEGA_FAIL(MEGA_ERR_INVALID, "stream batch must be positive");
     /* chunked Mega needs one chunk of cache; every other case needs the longest stream (mixers
      * with a bounded state, e.g. local windows or recurrences, ignore the capacity) */
-    if (c->mix.mixer == MEGA_MIXER_MEGA && c->chunk_size > 0) cap = c->chunk_size;
+    if (c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size > 0) cap = c->block.chunk_size;
     if (cap < 1) MEGA_FAIL(MEGA_ERR_INVALID, "full-attention streaming needs a capacity (the longest stream)");
     mega_lm_stream *s = calloc(1, sizeof *s);
     if (!s) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
     s->m = m, s->B = B, s->cap = cap;
     const int L = c->layers;
-    const size_t D = (size_t)c->embed_dim;
+    const size_t D = (size_t)c->block.embed_dim;
     s->tmax = STREAM_TMAX;
     size_t per = mega_block_state_size(&m->st.blocks[0], B, cap);
     size_t scr = mega_block_step_scratch(&m->st.blocks[0], B, s->tmax, cap);
@@ -347,7 +342,7 @@ static mega_status feed_layers(void *arg) {
     mega_lm *m = s->m;
     const mega_lm_config *c = &m->cfg;
     const int B = s->B, L = c->layers, n = f->n, T = f->T, t0 = f->t0;
-    const size_t D = (size_t)c->embed_dim, V = (size_t)c->vocab_size, R = (size_t)B * n;
+    const size_t D = (size_t)c->block.embed_dim, V = (size_t)c->vocab_size, R = (size_t)B * n;
     const real *W = m->P.data;
     const real *Wo = W + (c->tie_embeddings ? m->emb : m->out_w);
     real *x = s->x, *y = s->x + (size_t)B * s->tmax * D, *st = y + (size_t)B * s->tmax * D;
@@ -384,11 +379,11 @@ mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T,
     mega_lm *m = s->m;
     const mega_lm_config *c = &m->cfg;
     const int B = s->B;
-    const size_t D = (size_t)c->embed_dim;
+    const size_t D = (size_t)c->block.embed_dim;
     const real *W = m->P.data;
     const real scale = c->scale_embedding ? (real)sqrt((double)D) : (real)1;
-    const size_t wide = MEGA_MAX(MEGA_MAX((size_t)c->hidden_dim, (size_t)c->ffn_dim),
-                                 2 * D + (size_t)c->z_dim + (size_t)c->hidden_dim);
+    const size_t wide = MEGA_MAX(MEGA_MAX((size_t)c->block.hidden_dim, (size_t)c->block.ffn_dim),
+                                 2 * D + (size_t)c->block.z_dim + (size_t)c->block.hidden_dim);
     for (int t0 = 0; t0 < T; t0 += s->tmax) {
         const int n = MEGA_MIN(s->tmax, T - t0);
         const size_t R = (size_t)B * n;
@@ -403,7 +398,7 @@ mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T,
             }
         mega_embedding_forward(s->x, W + m->emb, tk, pd, R, D, scale);
         feed_piece f = {s, logits, T, t0, n};
-        const int team = c->mix.mixer == MEGA_MIXER_MEGA && R <= STREAM_TEAM_ROWS && R * wide <= MEGA_PAR_MIN;
+        const int team = c->block.mixer == MEGA_MIXER_MEGA && R <= STREAM_TEAM_ROWS && R * wide <= MEGA_PAR_MIN;
         MEGA_TRY(team ? mega_step_team_run(feed_layers, &f) : feed_layers(&f));
         s->pos += n;
     }

@@ -4,8 +4,7 @@
 #include "model/stack.h"
 
 struct mega_lm {
-    mega_lm_config cfg;
-    mega_block_cfg bcfg;
+    mega_lm_config cfg; /* the one copy; the blocks point at cfg.block */
     mega_params P;
     size_t emb, out_w;
     mega_stack st;      /* blocks + final norm, with their buffers */

@@ -2,75 +2,49 @@
 #include "model/lm.h"
 #include "model/modelio.h"
 
-#include <cjson/cJSON.h>
+#include <stddef.h>
 
 char *mega_lm_config_to_json(const mega_lm_config *c) {
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    cJSON_AddStringToObject(o, "model", "mega_lm");
-    cJSON_AddNumberToObject(o, "vocab-size", c->vocab_size);
-    cJSON_AddNumberToObject(o, "padding-idx", c->padding_idx);
-    mega_lm_config *cc = (mega_lm_config *)c;
-    const mega_common_fields f = MEGA_COMMON_FIELDS(cc);
-    mega_common_to_json(o, &f);
-    cJSON_AddBoolToObject(o, "scale-embedding", c->scale_embedding);
-    cJSON_AddBoolToObject(o, "tie-embeddings", c->tie_embeddings);
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    return s;
+    int n;
+    const mega_field *f = mega_lm_config_fields(&n);
+    return mega__config_to_json("mega_lm", f, n, c, offsetof(mega_lm_config, block));
 }
+
+/* the official fairseq mega_lm arguments (as in the reference fixtures) */
+static const mega_official_arg OFFICIAL[] = {
+    {"vocab_size", "vocab-size", 0},
+    {"padding_idx", "padding-idx", 0},
+    {"decoder_layers", "layers", 0},
+    {"decoder_embed_dim", "embed-dim", 0},
+    {"decoder_z_dim", "z-dim", 0},
+    {"decoder_hidden_dim", "hidden-dim", 0},
+    {"decoder_n_dim", "n-dim", 0},
+    {"decoder_ffn_embed_dim", "ffn-dim", 0},
+    {"decoder_chunk_size", "chunk-size", 0},
+    {"truncation_length", "truncation", 0},
+    {"max_target_positions", "max-positions", 0},
+    {"attention_activation_fn", "attention-activation", 0},
+    {"rel_pos_bias", "rel-pos-bias", 0},
+    {"normalization_type", "norm-type", 0},
+    {"normalize_before", "prenorm", 0},
+    {"no_affine_final_norm", "final-norm-affine", MEGA_OFFICIAL_INVERT},
+    {"activation_fn", "activation", 0},
+    {"no_scale_embedding", "scale-embedding", MEGA_OFFICIAL_INVERT},
+    {"share_decoder_input_output_embed", "tie-embeddings", 0},
+    {NULL, NULL, 0},
+};
 
 mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c) {
     mega_lm_config_default(c);
-    cJSON *o = cJSON_Parse(json);
-    if (!o || !cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        MEGA_FAIL(MEGA_ERR_FORMAT, "model config is not a JSON object");
+    if (strstr(json, "\"decoder_layers\"")) {
+        /* the official defaults where they differ from ours */
+        c->padding_idx = -1, c->block.prenorm = 0, c->tie_embeddings = 0;
     }
-    mega_json_reader r = {o, MEGA_OK};
-    if (cJSON_GetObjectItemCaseSensitive(o, "decoder_layers")) {
-        /* official fairseq argument names (as in the reference fixtures) */
-        mega_json_int(&r, "vocab_size", &c->vocab_size);
-        c->padding_idx = -1;
-        mega_json_int(&r, "padding_idx", &c->padding_idx);
-        mega_json_int(&r, "decoder_layers", &c->layers);
-        mega_json_int(&r, "decoder_embed_dim", &c->embed_dim);
-        mega_json_int(&r, "decoder_z_dim", &c->z_dim);
-        mega_json_int(&r, "decoder_hidden_dim", &c->hidden_dim);
-        mega_json_int(&r, "decoder_n_dim", &c->n_dim);
-        mega_json_int(&r, "decoder_ffn_embed_dim", &c->ffn_dim);
-        mega_json_int(&r, "decoder_chunk_size", &c->chunk_size);
-        c->truncation = 0;
-        mega_json_int(&r, "truncation_length", &c->truncation);
-        mega_json_int(&r, "max_target_positions", &c->max_positions);
-        mega_json_enum(&r, "attention_activation_fn", mega_json_parse_attn, &c->attention_activation);
-        mega_json_enum(&r, "rel_pos_bias", mega_json_parse_relpos, &c->rotary);
-        mega_json_enum(&r, "normalization_type", mega_json_parse_norm, &c->norm_type);
-        c->prenorm = 0;
-        mega_json_bool(&r, "normalize_before", &c->prenorm, 0);
-        mega_json_bool(&r, "no_affine_final_norm", &c->final_norm_affine, 1);
-        mega_json_enum(&r, "activation_fn", mega_json_parse_act, &c->activation);
-        mega_json_bool(&r, "no_scale_embedding", &c->scale_embedding, 1);
-        c->tie_embeddings = 0;
-        mega_json_bool(&r, "share_decoder_input_output_embed", &c->tie_embeddings, 0);
-    } else {
-        const cJSON *mdl = cJSON_GetObjectItemCaseSensitive(o, "model");
-        if (mdl && (!cJSON_IsString(mdl) || strcmp(mdl->valuestring, "mega_lm"))) {
-            /* the message reads mdl, which cJSON_Delete(o) frees: format it first */
-            mega_status st = mega__error(MEGA_ERR_FORMAT, "config describes a '%s' model, not a language model (mega_lm)",
-                                         cJSON_IsString(mdl) ? mdl->valuestring : "?");
-            cJSON_Delete(o);
-            return st;
-        }
-        mega_json_int(&r, "vocab-size", &c->vocab_size);
-        mega_json_int(&r, "padding-idx", &c->padding_idx);
-        const mega_common_fields f = MEGA_COMMON_FIELDS(c);
-        mega_common_from_json(&r, &f);
-        mega_json_bool(&r, "scale-embedding", &c->scale_embedding, 0);
-        mega_json_bool(&r, "tie-embeddings", &c->tie_embeddings, 0);
-    }
-    cJSON_Delete(o);
-    if (r.st) return r.st;
+    int n;
+    const mega_field *f = mega_lm_config_fields(&n);
+    MEGA_TRY(mega__config_from_json(json, "mega_lm", "language model", f, n, c, offsetof(mega_lm_config, block),
+                                    "decoder_layers", OFFICIAL));
+    c->block.bidirectional = 0;
     return mega_lm_config_check(c);
 }
 

@@ -2,10 +2,10 @@
 #include "model/stack.h"
 
 mega_status mega_stack_declare(mega_stack *s, mega_params *P, const char *layer_prefix, const char *fnorm_prefix,
-                               const mega_block_cfg *cfg, int layers, int fnorm_affine) {
+                               const mega_block_config *cfg, int layers, int fnorm_affine) {
     memset(s, 0, sizeof *s);
     s->L = layers;
-    s->cfg = *cfg;
+    s->cfg = cfg;
     s->nthreads = mega_get_threads();
     s->blocks = calloc((size_t)layers, sizeof *s->blocks);
     if (!s->blocks) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
@@ -16,7 +16,7 @@ mega_status mega_stack_declare(mega_stack *s, mega_params *P, const char *layer_
         MEGA_TRY(mega_block_declare(&s->blocks[l], P, pre, cfg));
     }
     s->has_fnorm = cfg->prenorm;
-    if (s->has_fnorm) MEGA_TRY(mega_seqnorm_declare(&s->fnorm, P, fnorm_prefix, cfg->norm, cfg->D, fnorm_affine));
+    if (s->has_fnorm) MEGA_TRY(mega_seqnorm_declare(&s->fnorm, P, fnorm_prefix, cfg->norm_type, cfg->embed_dim, fnorm_affine));
     return MEGA_OK;
 }
 
@@ -56,7 +56,7 @@ mega_status mega_stack_reserve(mega_stack *s, int B, int T) {
     B = MEGA_MAX(B, s->Bmax);
     T = MEGA_MAX(T, s->Tmax);
     free_buffers(s);
-    const size_t R = (size_t)B * T, D = (size_t)s->cfg.D;
+    const size_t R = (size_t)B * T, D = (size_t)s->cfg->embed_dim;
     const int L = s->L;
     size_t per = mega_block_acts_size(&s->blocks[0], B, T);
     size_t scr = mega_block_scratch_size(&s->blocks[0], B, T, s->nthreads);
@@ -80,7 +80,7 @@ mega_status mega_stack_reserve(mega_stack *s, int B, int T) {
 mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B, int T, int training, uint64_t key,
                                const real **out) {
     MEGA_TRY(mega_stack_reserve(s, B, T));
-    const size_t R = (size_t)B * T, D = (size_t)s->cfg.D;
+    const size_t R = (size_t)B * T, D = (size_t)s->cfg->embed_dim;
     const int L = s->L;
     s->B = B, s->T = T, s->pad = pad;
     for (int l = 0; l < L; l++) {
@@ -111,7 +111,7 @@ mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B
 
 real *mega_stack_backward(mega_stack *s, const real *W, real *dW, real *dout, int training, uint64_t key) {
     const int B = s->B, T = s->T, L = s->L;
-    const size_t R = (size_t)B * T, D = (size_t)s->cfg.D;
+    const size_t R = (size_t)B * T, D = (size_t)s->cfg->embed_dim;
     if (s->pad)
         for (size_t r = 0; r < R; r++)
             if (s->pad[r]) memset(dout + r * D, 0, D * sizeof(real));

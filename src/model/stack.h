@@ -10,10 +10,11 @@
 #ifndef MEGA_STACK_H
 #define MEGA_STACK_H
 #include "layers/block.h"
+#include "ops/ops.h"
 
 typedef struct {
     int L;
-    mega_block_cfg cfg;
+    const mega_block_config *cfg; /* the model's */
     mega_block *blocks;
     int owns_blocks;
     mega_seqnorm fnorm;
@@ -36,7 +37,7 @@ typedef struct {
 
 /* declares "<layer_prefix><i>." blocks and "<fnorm_prefix>" final norm (when cfg->prenorm) */
 mega_status mega_stack_declare(mega_stack *s, mega_params *P, const char *layer_prefix, const char *fnorm_prefix,
-                               const mega_block_cfg *cfg, int layers, int fnorm_affine);
+                               const mega_block_config *cfg, int layers, int fnorm_affine);
 /* a second stack over the same blocks (own activation buffers): the second tower of a two-tower
  * model, which the official code encodes in a separate pass */
 void mega_stack_share(mega_stack *dst, const mega_stack *src);
@@ -45,7 +46,7 @@ void mega_stack_free(mega_stack *s);
 mega_status mega_stack_reserve(mega_stack *s, int B, int T);
 static inline real *mega_stack_input(mega_stack *s) { return s->H; }
 static inline const real *mega_stack_hidden(const mega_stack *s, int i) {
-    return s->H + (size_t)i * s->B * s->T * s->cfg.D;
+    return s->H + (size_t)i * s->B * s->T * s->cfg->embed_dim;
 }
 /* run the blocks on H[0] ([B,T,D], already embedded and pad-zeroed); returns the output features */
 mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B, int T, int training, uint64_t key,

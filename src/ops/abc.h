@@ -106,7 +106,7 @@ void mega_abc_bidir_backward(const mega_abc_k *k, real *dq, real *dk, real *dv, 
                              int h, real *tmp);
 
 /* ---- glue for the layer (src/layers/abc.c) ---------------------------------------------- */
-struct mega_mixer;
-/* abc-window only: 1 (default) masks empty slots, 0 selects the literal §7.1 form */
-void mega_abc_set_mask_empty(struct mega_mixer *mx, int on);
+/* abc-window only: treat empty memory slots literally (0) instead of masking them; layer is the
+ * block's mixer layer (mega_block_mixer) */
+void mega_abc_set_mask_empty(void *layer, int on);
 #endif

@@ -2,31 +2,6 @@
  * form, as torch F.gelu), relu, linear) and their derivatives. */
 #include "ops/ops.h"
 
-const char *mega_act_name(mega_act a) {
-    switch (a) {
-    case MEGA_ACT_SILU: return "silu";
-    case MEGA_ACT_GELU: return "gelu";
-    case MEGA_ACT_RELU: return "relu";
-    case MEGA_ACT_LINEAR: return "linear";
-    case MEGA_ACT_SIGMOID: return "sigmoid";
-    }
-    return "?";
-}
-
-int mega_act_parse(const char *s, mega_act *out) {
-    static const char *names[] = {"silu", "gelu", "relu", "linear", "sigmoid"};
-    for (int i = 0; i < 5; i++)
-        if (!strcmp(s, names[i])) {
-            *out = (mega_act)i;
-            return 0;
-        }
-    if (!strcmp(s, "swish")) {
-        *out = MEGA_ACT_SILU;
-        return 0;
-    }
-    return -1;
-}
-
 #define INV_SQRT2 ((real)0.70710678118654752440)
 #define INV_SQRT2PI ((real)0.39894228040143267794)
 
@@ -47,6 +22,7 @@ static void act_forward_range(mega_act a, real *y, const real *x, size_t n) {
     case MEGA_ACT_SIGMOID:
         for (size_t i = 0; i < n; i++) y[i] = mega_sigmoid(x[i]);
         break;
+    case MEGA_ACT_COUNT: break; /* not an activation (configs are checked) */
     }
 }
 
@@ -75,6 +51,7 @@ static void act_backward_range(mega_act a, real *dx, const real *dy, const real 
             dx[i] = dy[i] * s * ((real)1 - s);
         }
         break;
+    case MEGA_ACT_COUNT: break;
     }
 }
 

@@ -15,19 +15,6 @@ static inline int block_rows(const mega_attn_k *k, int C) {
     return (!k->causal && C >= 1024) ? 4 * MEGA_ATTN_BR : MEGA_ATTN_BR;
 }
 
-const char *mega_attn_fn_name(mega_attn_fn f) {
-    static const char *n[] = {"softmax", "relu2", "laplace"};
-    return (unsigned)f < 3 ? n[f] : "?";
-}
-int mega_attn_fn_parse(const char *s, mega_attn_fn *f) {
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(s, mega_attn_fn_name((mega_attn_fn)i))) {
-            *f = (mega_attn_fn)i;
-            return 0;
-        }
-    return -1;
-}
-
 static inline int chunk_len(const mega_attn_k *k, int T) { return (k->chunk > 0 && k->chunk < T) ? k->chunk : T; }
 
 size_t mega_attn_scratch(const mega_attn_k *k, int T) {

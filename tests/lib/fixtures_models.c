@@ -17,7 +17,7 @@ int mega_fixture_run_lm(fx_case *c) {
         return 1;
     }
     free(cfgjs);
-    const int B = c->B, T = c->T, V = cfg.vocab_size, D = cfg.embed_dim;
+    const int B = c->B, T = c->T, V = cfg.vocab_size, D = cfg.block.embed_dim;
     int32_t *tok = fx_ints(c, "tokens", NULL), *tgt = fx_ints(c, "targets", NULL);
     double loss = 0;
     int64_t cnt = 0;
@@ -98,7 +98,7 @@ int mega_fixture_run_cls(fx_case *c) {
         return 1;
     }
     free(cfgjs);
-    const int B = c->B, T = c->T, C = cfg.num_classes, D = cfg.embed_dim;
+    const int B = c->B, T = c->T, C = cfg.classes, D = cfg.block.embed_dim;
     int32_t *tok = fx_ints(c, "tokens", NULL), *len = fx_ints(c, "lengths", NULL), *tgt = fx_ints(c, "targets", NULL);
     mega_real *vals = fx_tensor(c, "values", NULL);
     mega_cls_input in = {tok, vals, len, T};
