@@ -2,7 +2,8 @@
  * Micro-benchmark of the damped-EMA kernels (src/ops/ema.c): mega_ema_forward and
  * mega_ema_backward on the shapes of two `mega bench` workloads, called the way the Mega layer
  * calls them (forward, then backward; the backward needs no saved forward state), plus a check
- * of every output against a plain double-precision reference (SPEC §1.2-§1.3, reverse mode).
+ * of every output against a plain double-precision reference (the recurrence of docs/mega.md
+ * section 1, and its reverse-mode adjoint).
  *
  *   make MEGA_INNER=1 BUILD=/tmp/build-ema -j2 lib
  *   gcc -O3 -march=native -fopenmp -std=c11 -Iinclude -Isrc bench/ema_micro.c \

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Compare every token mixer under the same budget on the same text (issue 5):
+# Compare every token mixer under the same budget on the same text (docs/mixers.md):
 #   sh bench/mixers.sh [BUILD] [STEPS]
 # Each mixer trains a 2-layer byte-level LM (embed 128, FFN 256, seq-len 256, batch 16, same
 # seed, lr schedule and data windows) for STEPS steps (default 300) on the GCIDE training split

@@ -1,7 +1,7 @@
 #!/bin/sh
 # make bench: `mega bench` and the PyTorch peer (bench/peer/peer.py) on the same workloads, back
 # to back on the same machine with the same thread count, then one table with both, the ratios
-# and the targets of issue 6. See docs/performance.md.
+# and the performance targets. See docs/performance.md.
 #
 #   sh bench/run.sh [BUILD_DIR] [WORKLOAD...]        (default: build, every workload)
 #

@@ -1,12 +1,13 @@
 #!/usr/bin/python3
-"""The PyTorch peer of `mega bench` (issue 6): the same workloads in idiomatic PyTorch.
+"""The PyTorch peer of `mega bench`: the same workloads in idiomatic PyTorch.
 
 Run with /usr/bin/python3 (Debian's torch 1.13, CPU, OpenBLAS). The Mega models are the modules
-of tests/ref/mega_ref.py, our PyTorch implementation written from SPEC.md and checked against the
-official fixtures: EMA by FFT convolution, attention as batched matmuls over the chunks, as the
-official code does it. `--check` re-runs those modules on every fixture case and prints the worst
-error. lra-text-mha-train uses a plain PyTorch Transformer encoder (nn.TransformerEncoderLayer,
-i.e. nn.MultiheadAttention with 8 heads, post-norm, the same widths as the Mega classifier).
+of tests/ref/mega_ref.py, our PyTorch implementation written from the Mega paper and the official
+code (docs/mega.md) and checked against the official fixtures: EMA by FFT convolution, attention
+as batched matmuls over the chunks, as the official code does it. `--check` re-runs those modules
+on every fixture case and prints the worst error. lra-text-mha-train uses a plain PyTorch
+Transformer encoder (nn.TransformerEncoderLayer, i.e. nn.MultiheadAttention with 8 heads,
+post-norm, the same widths as the Mega classifier).
 
     peer.py [WORKLOAD...] [--json] [--threads N] [--repeat R] [--warmup W]
     peer.py --check [FIXTURE_DIR...]
@@ -38,7 +39,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 REF = os.path.join(ROOT, "tests", "ref")
 
-# name -> (kind, batch, tokens per sequence, classifier chunk, mixer); names are contracts (issue 6)
+# name -> (kind, batch, tokens per sequence, classifier chunk, mixer); names are contracts
+# (docs/performance.md)
 WORKLOADS = {
     "lm-train": ("lm-train", 8, 1024, 256, "mega"),
     "lra-text-train-c128": ("cls-train", 2, 4096, 128, "mega"),
@@ -326,7 +328,7 @@ def run_check(dirs):
 
 
 # ----------------------------------------------------------------------------------------------
-# --report: the combined table and the targets of issue 6
+# --report: the combined table and the performance targets (docs/performance.md)
 
 
 def _f(v, fmt):
@@ -394,7 +396,7 @@ def report(ours_path, peer_path, save, meta_kv):
     else:
         lines.append(f"sgemm: {sg.get('note', 'not measured')}")
 
-    # the targets of issue 6
+    # the performance targets (docs/performance.md)
     t = []
 
     def target(label, cond, text):
