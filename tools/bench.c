@@ -594,6 +594,128 @@ static void fmt_num(char *b, size_t n, double v, const char *fmt) {
     else snprintf(b, n, "-");
 }
 
+/* the selection from the positional names, in table order (duplicates collapse); "all" or
+ * nothing = every workload; the sgemm reference is part of every run unless no_sgemm */
+static int select_workloads(const char **names, int nnames, int no_sgemm, int *sel) {
+    int any = 0;
+    for (int i = 0; i < nnames; i++) {
+        if (!strcmp(names[i], "all")) {
+            for (int k = 0; k < N_WORKLOADS; k++) sel[k] = 1;
+            any = 1;
+            continue;
+        }
+        const workload *w = find_workload(names[i]);
+        if (!w) return cli_error("unknown workload '%s' (see 'mega bench --list')", names[i]);
+        sel[w - WORKLOADS] = 1, any = 1;
+    }
+    if (!any)
+        for (int k = 0; k < N_WORKLOADS; k++) sel[k] = 1;
+    if (!no_sgemm) sel[0] = 1;
+    return 0;
+}
+
+/* the record of the sgemm reference workload */
+static cJSON *sgemm_record(const cJSON *c, const char *err, int threads, double peak, double *sgemm) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "impl", "mega");
+    cJSON_AddStringToObject(o, "workload", "sgemm");
+    cJSON_AddStringToObject(o, "status", c ? jstr(c, "status") : "error");
+    cJSON_AddStringToObject(o, "note", c ? jstr(c, "note") : err);
+    cJSON_AddNumberToObject(o, "threads", threads);
+    *sgemm = c ? jnum(c, "gflops") : NAN;
+    put_num(o, "gflops", *sgemm);
+    const cJSON *sh = c ? cJSON_GetObjectItemCaseSensitive(c, "shapes") : NULL;
+    if (sh) cJSON_AddItemToObject(o, "shapes", cJSON_Duplicate(sh, 1));
+    put_num(o, "peak_rss_mib", c ? peak : NAN);
+    return o;
+}
+
+static void print_table(cJSON *const *recs, int threads, int warmup, int repeat) {
+    if (recs[0]) {
+        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(recs[0], "shapes");
+        if (cJSON_IsArray(sh)) {
+            printf("sgemm (OpenBLAS, %d threads):", threads);
+            const cJSON *e;
+            cJSON_ArrayForEach(e, sh) printf("  %gx%gx%g %.1f GFLOP/s", jnum(e, "m"), jnum(e, "n"), jnum(e, "k"), jnum(e, "gflops"));
+            printf("\n");
+        } else {
+            printf("sgemm: %s\n", jstr(recs[0], "note"));
+        }
+    }
+    printf("\n%-20s %11s %10s %10s %9s %8s %9s\n", "workload", "tok/s", "ms/step", "GFLOP/step", "GFLOP/s", "% sgemm",
+           "peak MiB");
+    for (int k = 1; k < N_WORKLOADS; k++) {
+        if (!recs[k]) continue;
+        const cJSON *o = recs[k];
+        if (strcmp(jstr(o, "status"), "ok")) {
+            printf("%-20s %s (%s)\n", WORKLOADS[k].name, jstr(o, "status"), jstr(o, "note"));
+            continue;
+        }
+        char a[32], b[32], c[32], d[32], e[32], f[32];
+        fmt_num(a, sizeof a, jnum(o, "tokens_per_s"), "%.0f");
+        fmt_num(b, sizeof b, jnum(o, "ms_per_step"), "%.3f");
+        fmt_num(c, sizeof c, jnum(o, "gflop_per_step"), "%.3f");
+        fmt_num(d, sizeof d, jnum(o, "gflops"), "%.1f");
+        fmt_num(e, sizeof e, 100 * jnum(o, "sgemm_fraction"), "%.0f%%");
+        fmt_num(f, sizeof f, jnum(o, "peak_rss_mib"), "%.0f");
+        printf("%-20s %11s %10s %10s %9s %8s %9s\n", WORKLOADS[k].name, a, b, c, d, e, f);
+    }
+    printf("\n(tok/s and ms/step: median of %d timed steps after %d warm-up; decode: per generated token, one "
+           "feed of the whole batch. GFLOP: analytic count, see docs/performance.md. Peak: each workload in a "
+           "fresh process.)\n",
+           repeat, warmup);
+}
+
+/* split the positional workload names from the flags (flags with a value take the next word) */
+static int split_args(int argc, char **argv, const cli_flag *fl, char **fargv, int *fargc, const char **names) {
+    int nnames = 0;
+    *fargc = 2;
+    fargv[0] = argv[0], fargv[1] = argv[1];
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strncmp(a, "--", 2) || !strcmp(a, "-h")) {
+            fargv[(*fargc)++] = argv[i];
+            const cli_flag *f = NULL;
+            for (const cli_flag *g = fl; g->name; g++)
+                if (!strcmp(g->name, a + 2)) f = g;
+            if (f && f->kind != F_SET && f->kind != F_CLEAR && f->kind != F_BOOL && i + 1 < argc) fargv[(*fargc)++] = argv[++i];
+        } else {
+            names[nnames++] = a;
+        }
+    }
+    return nnames;
+}
+
+/* every selected workload, each in a fresh child process; returns the number that failed */
+static int run_selected(const int *sel, const char *self, int threads, int warmup, int repeat, double budget, int json,
+                        cJSON **recs) {
+    int total = 0, done = 0, failed = 0;
+    for (int k = 0; k < N_WORKLOADS; k++) total += sel[k];
+    double sgemm = NAN;
+    for (int k = 0; k < N_WORKLOADS; k++) {
+        if (!sel[k]) continue;
+        const workload *w = &WORKLOADS[k];
+        double peak, t0 = now_sec();
+        char err[256] = "";
+        fprintf(stderr, "bench [%d/%d] %-20s ...", ++done, total, w->name);
+        fflush(stderr);
+        cJSON *c = spawn_child(self, w->name, threads, warmup, repeat, budget, &peak, err, sizeof err);
+        const char *st = c ? jstr(c, "status") : "error";
+        fprintf(stderr, " %s (%.1f s)%s%s\n", st, now_sec() - t0, c ? "" : ": ", c ? "" : err);
+        if (!c || !strcmp(st, "error")) failed++;
+        recs[k] = w->kind == WK_SGEMM ? sgemm_record(c, err, threads, peak, &sgemm)
+                                      : workload_record(w, c, err, threads, warmup, repeat, peak, sgemm);
+        cJSON_Delete(c);
+        if (json) {
+            char *s = cJSON_PrintUnformatted(recs[k]);
+            printf("%s\n", s ? s : "{}");
+            free(s);
+            fflush(stdout);
+        }
+    }
+    return failed;
+}
+
 int cmd_bench(int argc, char **argv) {
     int json = 0, threads = 0, repeat = 3, warmup = 1, no_sgemm = 0, list = 0;
     double budget = 12;
@@ -610,24 +732,10 @@ int cmd_bench(int argc, char **argv) {
         {"child", F_STR, &child, "internal: run one workload in this process and print its JSON", NULL, 1, 0, 0},
         FL_END};
     const char *usage = "[WORKLOAD...] [--json] [--threads N] [--repeat R] [--warmup W]   (no workload = all; 'mega bench --list')";
-    /* split positional workload names from the flags (flags with a value consume the next word) */
     char **fargv = calloc((size_t)argc + 1, sizeof *fargv);
     const char **names = calloc((size_t)argc + 1, sizeof *names);
     if (!fargv || !names) return free(fargv), free(names), cli_error("out of memory"), 2;
-    int fargc = 2, nnames = 0;
-    fargv[0] = argv[0], fargv[1] = argv[1];
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strncmp(a, "--", 2) || !strcmp(a, "-h")) {
-            fargv[fargc++] = argv[i];
-            const cli_flag *f = NULL;
-            for (const cli_flag *g = fl; g->name; g++)
-                if (!strcmp(g->name, a + 2)) f = g;
-            if (f && f->kind != F_SET && f->kind != F_CLEAR && f->kind != F_BOOL && i + 1 < argc) fargv[fargc++] = argv[++i];
-        } else {
-            names[nnames++] = a;
-        }
-    }
+    int fargc, nnames = split_args(argc, argv, fl, fargv, &fargc, names);
     int r = cli_parse("bench", usage, fl, fargc, fargv, 2);
     free(fargv);
     if (r) return free(names), r == 1 ? 0 : 2;
@@ -636,25 +744,10 @@ int cmd_bench(int argc, char **argv) {
         for (int i = 0; i < N_WORKLOADS; i++) printf("%-22s %s\n", WORKLOADS[i].name, WORKLOADS[i].what);
         return free(names), 0;
     }
-    /* the selection, in table order (duplicates collapse); "all" or nothing = every workload */
-    int sel[N_WORKLOADS] = {0}, any = 0;
-    for (int i = 0; i < nnames; i++) {
-        if (!strcmp(names[i], "all")) {
-            for (int k = 0; k < N_WORKLOADS; k++) sel[k] = 1;
-            any = 1;
-            continue;
-        }
-        const workload *w = find_workload(names[i]);
-        if (!w) {
-            cli_error("unknown workload '%s' (see 'mega bench --list')", names[i]);
-            return free(names), 2;
-        }
-        sel[w - WORKLOADS] = 1, any = 1;
-    }
+    int sel[N_WORKLOADS] = {0};
+    r = select_workloads(names, nnames, no_sgemm, sel);
     free(names);
-    if (!any)
-        for (int k = 0; k < N_WORKLOADS; k++) sel[k] = 1;
-    if (!no_sgemm) sel[0] = 1; /* the reference rate is part of every run */
+    if (r) return 2;
     if (threads <= 0) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
         threads = nc > 0 ? (int)nc : 1;
@@ -663,85 +756,13 @@ int cmd_bench(int argc, char **argv) {
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sl > 0) self[sl] = 0;
     else snprintf(self, sizeof self, "%s", argv[0]);
-
-    int total = 0, done = 0, failed = 0;
-    for (int k = 0; k < N_WORKLOADS; k++) total += sel[k];
     if (!json) {
         printf("mega bench: %s, %d threads, warm-up %d, repeat %d (median)\n", mega_build_info(), threads, warmup, repeat);
         fflush(stdout);
     }
-    double sgemm = NAN;
     cJSON *recs[N_WORKLOADS] = {0};
-    for (int k = 0; k < N_WORKLOADS; k++) {
-        if (!sel[k]) continue;
-        const workload *w = &WORKLOADS[k];
-        double peak, t0 = now_sec();
-        char err[256] = "";
-        fprintf(stderr, "bench [%d/%d] %-20s ...", ++done, total, w->name);
-        fflush(stderr);
-        cJSON *c = spawn_child(self, w->name, threads, warmup, repeat, budget, &peak, err, sizeof err);
-        const char *st = c ? jstr(c, "status") : "error";
-        fprintf(stderr, " %s (%.1f s)%s%s\n", st, now_sec() - t0, c ? "" : ": ", c ? "" : err);
-        if (!c || !strcmp(st, "error")) failed++;
-        if (w->kind == WK_SGEMM) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "impl", "mega");
-            cJSON_AddStringToObject(o, "workload", "sgemm");
-            cJSON_AddStringToObject(o, "status", c ? jstr(c, "status") : "error");
-            cJSON_AddStringToObject(o, "note", c ? jstr(c, "note") : err);
-            cJSON_AddNumberToObject(o, "threads", threads);
-            sgemm = c ? jnum(c, "gflops") : NAN;
-            put_num(o, "gflops", sgemm);
-            const cJSON *sh = c ? cJSON_GetObjectItemCaseSensitive(c, "shapes") : NULL;
-            if (sh) cJSON_AddItemToObject(o, "shapes", cJSON_Duplicate(sh, 1));
-            put_num(o, "peak_rss_mib", c ? peak : NAN);
-            recs[k] = o;
-        } else {
-            recs[k] = workload_record(w, c, err, threads, warmup, repeat, peak, sgemm);
-        }
-        cJSON_Delete(c);
-        if (json) {
-            char *s = cJSON_PrintUnformatted(recs[k]);
-            printf("%s\n", s ? s : "{}");
-            free(s);
-            fflush(stdout);
-        }
-    }
-    if (!json) {
-        if (recs[0]) {
-            const cJSON *sh = cJSON_GetObjectItemCaseSensitive(recs[0], "shapes");
-            if (cJSON_IsArray(sh)) {
-                printf("sgemm (OpenBLAS, %d threads):", threads);
-                const cJSON *e;
-                cJSON_ArrayForEach(e, sh) printf("  %gx%gx%g %.1f GFLOP/s", jnum(e, "m"), jnum(e, "n"), jnum(e, "k"), jnum(e, "gflops"));
-                printf("\n");
-            } else {
-                printf("sgemm: %s\n", jstr(recs[0], "note"));
-            }
-        }
-        printf("\n%-20s %11s %10s %10s %9s %8s %9s\n", "workload", "tok/s", "ms/step", "GFLOP/step", "GFLOP/s", "% sgemm",
-               "peak MiB");
-        for (int k = 1; k < N_WORKLOADS; k++) {
-            if (!recs[k]) continue;
-            const cJSON *o = recs[k];
-            if (strcmp(jstr(o, "status"), "ok")) {
-                printf("%-20s %s (%s)\n", WORKLOADS[k].name, jstr(o, "status"), jstr(o, "note"));
-                continue;
-            }
-            char a[32], b[32], c[32], d[32], e[32], f[32];
-            fmt_num(a, sizeof a, jnum(o, "tokens_per_s"), "%.0f");
-            fmt_num(b, sizeof b, jnum(o, "ms_per_step"), "%.3f");
-            fmt_num(c, sizeof c, jnum(o, "gflop_per_step"), "%.3f");
-            fmt_num(d, sizeof d, jnum(o, "gflops"), "%.1f");
-            fmt_num(e, sizeof e, 100 * jnum(o, "sgemm_fraction"), "%.0f%%");
-            fmt_num(f, sizeof f, jnum(o, "peak_rss_mib"), "%.0f");
-            printf("%-20s %11s %10s %10s %9s %8s %9s\n", WORKLOADS[k].name, a, b, c, d, e, f);
-        }
-        printf("\n(tok/s and ms/step: median of %d timed steps after %d warm-up; decode: per generated token, one "
-               "feed of the whole batch. GFLOP: analytic count, see docs/performance.md. Peak: each workload in a "
-               "fresh process.)\n",
-               repeat, warmup);
-    }
+    const int failed = run_selected(sel, self, threads, warmup, repeat, budget, json, recs);
+    if (!json) print_table(recs, threads, warmup, repeat);
     for (int k = 0; k < N_WORKLOADS; k++) cJSON_Delete(recs[k]);
     return failed ? 1 : 0;
 }

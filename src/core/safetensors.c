@@ -345,33 +345,28 @@ static mega_status parse_metadata(const char *src, const cJSON *m, mega_st_file 
     return MEGA_OK;
 }
 
-/* Validate the image already stored in f->image / f->len and build the tensor table. */
-static mega_status st_parse(mega_st_file *f, const char *src) {
-    const unsigned char *img = f->image;
-    size_t len = f->len;
+/* The header length, its bounds, UTF-8, no NUL, an opening brace; *hlen on success. */
+static mega_status st_check_header(const unsigned char *img, size_t len, const char *src, size_t *hlen) {
     if (len < 8)
-        MEGA_FAIL(MEGA_ERR_FORMAT, "%s: file too short for a safetensors header (%zu bytes)",
-                  src, len);
+        MEGA_FAIL(MEGA_ERR_FORMAT, "%s: file too short for a safetensors header (%zu bytes)", src, len);
     uint64_t hn = load_le64(img);
     if (hn == 0) MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header length is 0", src);
     if (hn > ST_MAX_HEADER)
-        MEGA_FAIL(MEGA_ERR_FORMAT,
-                  "%s: header length %" PRIu64 " exceeds the %llu-byte cap", src, hn,
+        MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header length %" PRIu64 " exceeds the %llu-byte cap", src, hn,
                   (unsigned long long)ST_MAX_HEADER);
     if (hn > (uint64_t)(len - 8))
-        MEGA_FAIL(MEGA_ERR_FORMAT,
-                  "%s: header length %" PRIu64 " exceeds the file size (%zu bytes)", src, hn,
-                  len);
+        MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header length %" PRIu64 " exceeds the file size (%zu bytes)", src, hn, len);
     const char *hdr = (const char *)img + 8;
-    size_t hlen = (size_t)hn;
-    size_t bad = utf8_check((const unsigned char *)hdr, hlen);
-    if (bad != hlen)
-        MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header is not valid UTF-8 (byte %zu)", src, bad);
-    if (memchr(hdr, 0, hlen))
-        MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header contains a NUL byte", src);
-    if (hdr[0] != '{')
-        MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header does not start with '{'", src);
+    *hlen = (size_t)hn;
+    size_t bad = utf8_check((const unsigned char *)hdr, *hlen);
+    if (bad != *hlen) MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header is not valid UTF-8 (byte %zu)", src, bad);
+    if (memchr(hdr, 0, *hlen)) MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header contains a NUL byte", src);
+    if (hdr[0] != '{') MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header does not start with '{'", src);
+    return MEGA_OK;
+}
 
+/* The header's JSON object; only whitespace may follow it (the format pads with spaces). */
+static mega_status st_parse_json(const char *hdr, size_t hlen, const char *src, cJSON **out) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(hdr, hlen, &end, 0);
     if (!root) {
@@ -379,118 +374,109 @@ static mega_status st_parse(mega_st_file *f, const char *src) {
         size_t at = (ep && ep >= hdr && ep <= hdr + hlen) ? (size_t)(ep - hdr) : 0;
         MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header is not valid JSON (near byte %zu)", src, at);
     }
-    mega_status st = MEGA_OK;
-    span *spans = NULL;
-    name_ref *refs = NULL;
-    /* only whitespace may follow the JSON object (the format pads with spaces) */
     if (!end || end < hdr || end > hdr + hlen) end = hdr + hlen;
     for (const char *p = end; p < hdr + hlen; p++)
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            st = mega__error(MEGA_ERR_FORMAT,
-                             "%s: unexpected data after the JSON header (byte %zu)", src,
-                             (size_t)(p - hdr));
-            goto done;
+            cJSON_Delete(root);
+            MEGA_FAIL(MEGA_ERR_FORMAT, "%s: unexpected data after the JSON header (byte %zu)", src, (size_t)(p - hdr));
         }
     if (!cJSON_IsObject(root)) {
-        st = mega__error(MEGA_ERR_FORMAT, "%s: header is not a JSON object", src);
-        goto done;
+        cJSON_Delete(root);
+        MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header is not a JSON object", src);
     }
+    *out = root;
+    return MEGA_OK;
+}
 
-    uint64_t dsize = (uint64_t)(len - 8 - hlen);
-    const unsigned char *data = img + 8 + hlen;
-    int nent = cJSON_GetArraySize(root);
-    if (nent < 0) nent = 0;
-    f->t = calloc((size_t)nent + 1, sizeof *f->t);
-    spans = calloc((size_t)nent + 1, sizeof *spans);
-    if (!f->t || !spans) {
-        st = mega__error(MEGA_ERR_OOM, "%s: out of memory reading the header", src);
-        goto done;
-    }
+/* The entries: __metadata__ (once) and the tensors, with their byte spans in spans[]. */
+static mega_status st_parse_entries(mega_st_file *f, const cJSON *root, const unsigned char *data, uint64_t dsize,
+                                    int nent, span *spans, const char *src) {
     int seen_meta = 0;
     for (const cJSON *c = root->child; c; c = c->next) {
-        if (!c->string) {
-            st = mega__error(MEGA_ERR_FORMAT, "%s: header entry without a name", src);
-            goto done;
-        }
+        if (!c->string) MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header entry without a name", src);
         if (strcmp(c->string, ST_METADATA_KEY) == 0) {
-            if (seen_meta++) {
-                st = mega__error(MEGA_ERR_FORMAT, "%s: duplicate __metadata__", src);
-                goto done;
-            }
-            st = parse_metadata(src, c, f);
-            if (st) goto done;
+            if (seen_meta++) MEGA_FAIL(MEGA_ERR_FORMAT, "%s: duplicate __metadata__", src);
+            MEGA_TRY(parse_metadata(src, c, f));
             continue;
         }
         if (f->n >= nent) break; /* cannot happen: nent counts every child */
         mega_st_tensor *t = &f->t[f->n];
         span *sp = &spans[f->n];
-        st = parse_entry(src, c->string, c, dsize, t, sp);
-        if (st) goto done;
+        MEGA_TRY(parse_entry(src, c->string, c, dsize, t, sp));
         t->name = dup_str(c->string);
-        if (!t->name) {
-            st = mega__error(MEGA_ERR_OOM, "%s: out of memory reading the header", src);
-            goto done;
-        }
+        if (!t->name) MEGA_FAIL(MEGA_ERR_OOM, "%s: out of memory reading the header", src);
         t->data = data + sp->begin;
         sp->idx = f->n;
         f->n++;
     }
+    return MEGA_OK;
+}
 
-    /* duplicate names */
+/* The name index (sorted), rejecting duplicate names. */
+static mega_status st_index_names(mega_st_file *f, const char *src) {
     f->by_name = malloc(((size_t)f->n + 1) * sizeof *f->by_name);
-    refs = malloc(((size_t)f->n + 1) * sizeof *refs);
+    name_ref *refs = malloc(((size_t)f->n + 1) * sizeof *refs);
     if (!f->by_name || !refs) {
-        st = mega__error(MEGA_ERR_OOM, "%s: out of memory reading the header", src);
-        goto done;
+        free(refs);
+        MEGA_FAIL(MEGA_ERR_OOM, "%s: out of memory reading the header", src);
     }
     for (int i = 0; i < f->n; i++) {
         refs[i].name = f->t[i].name;
         refs[i].idx = i;
     }
     qsort(refs, (size_t)f->n, sizeof *refs, cmp_name_ref);
-    for (int i = 0; i < f->n; i++) {
-        if (i && strcmp(refs[i - 1].name, refs[i].name) == 0) {
-            st = mega__error(MEGA_ERR_FORMAT, "%s: duplicate tensor name '%s'", src,
-                             refs[i].name);
-            goto done;
-        }
+    mega_status st = MEGA_OK;
+    for (int i = 0; i < f->n && !st; i++) {
+        if (i && strcmp(refs[i - 1].name, refs[i].name) == 0)
+            st = mega__error(MEGA_ERR_FORMAT, "%s: duplicate tensor name '%s'", src, refs[i].name);
         f->by_name[i] = refs[i].idx;
     }
+    free(refs);
+    return st;
+}
 
-    /* the tensors must tile the data section: sorted by offsets, each begins where the
-     * previous one ends, and the last one ends at the end of the file */
+/* The tensors must tile the data section: sorted by offsets, each begins where the previous one
+ * ends, and the last one ends at the end of the file. */
+static mega_status st_check_tiling(const mega_st_file *f, span *spans, uint64_t dsize, const char *src) {
     qsort(spans, (size_t)f->n, sizeof *spans, cmp_span);
     uint64_t pos = 0;
     for (int i = 0; i < f->n; i++) {
         const span *sp = &spans[i];
         if (sp->begin < pos) {
             const span *pv = &spans[i - 1];
-            st = mega__error(MEGA_ERR_FORMAT,
-                             "%s: tensors '%s' [%" PRIu64 ", %" PRIu64 "] and '%s' [%" PRIu64
-                             ", %" PRIu64 "] overlap",
-                             src, f->t[pv->idx].name, pv->begin, pv->end, f->t[sp->idx].name,
-                             sp->begin, sp->end);
-            goto done;
+            MEGA_FAIL(MEGA_ERR_FORMAT,
+                      "%s: tensors '%s' [%" PRIu64 ", %" PRIu64 "] and '%s' [%" PRIu64 ", %" PRIu64 "] overlap", src,
+                      f->t[pv->idx].name, pv->begin, pv->end, f->t[sp->idx].name, sp->begin, sp->end);
         }
-        if (sp->begin > pos) {
-            st = mega__error(MEGA_ERR_FORMAT,
-                             "%s: gap in the data section: bytes [%" PRIu64 ", %" PRIu64
-                             ") before tensor '%s' belong to no tensor",
-                             src, pos, sp->begin, f->t[sp->idx].name);
-            goto done;
-        }
+        if (sp->begin > pos)
+            MEGA_FAIL(MEGA_ERR_FORMAT,
+                      "%s: gap in the data section: bytes [%" PRIu64 ", %" PRIu64 ") before tensor '%s' belong to no tensor",
+                      src, pos, sp->begin, f->t[sp->idx].name);
         pos = sp->end;
     }
-    if (pos != dsize) {
-        st = mega__error(MEGA_ERR_FORMAT,
-                         "%s: data section has %" PRIu64 " bytes but the tensors cover only %"
-                         PRIu64,
-                         src, dsize, pos);
-        goto done;
-    }
+    if (pos != dsize)
+        MEGA_FAIL(MEGA_ERR_FORMAT, "%s: data section has %" PRIu64 " bytes but the tensors cover only %" PRIu64, src,
+                  dsize, pos);
+    return MEGA_OK;
+}
 
-done:
-    free(refs);
+/* Validate the image already stored in f->image / f->len and build the tensor table. */
+static mega_status st_parse(mega_st_file *f, const char *src) {
+    const unsigned char *img = f->image;
+    const size_t len = f->len;
+    size_t hlen = 0;
+    MEGA_TRY(st_check_header(img, len, src, &hlen));
+    cJSON *root = NULL;
+    MEGA_TRY(st_parse_json((const char *)img + 8, hlen, src, &root));
+    const uint64_t dsize = (uint64_t)(len - 8 - hlen);
+    int nent = cJSON_GetArraySize(root);
+    if (nent < 0) nent = 0;
+    f->t = calloc((size_t)nent + 1, sizeof *f->t);
+    span *spans = calloc((size_t)nent + 1, sizeof *spans);
+    mega_status st = (!f->t || !spans) ? mega__error(MEGA_ERR_OOM, "%s: out of memory reading the header", src) : MEGA_OK;
+    if (!st) st = st_parse_entries(f, root, img + 8 + hlen, dsize, nent, spans, src);
+    if (!st) st = st_index_names(f, src);
+    if (!st) st = st_check_tiling(f, spans, dsize, src);
     free(spans);
     cJSON_Delete(root);
     return st;

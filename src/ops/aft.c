@@ -500,80 +500,113 @@ static inline real pk_factor(real mw, real mk, real ld_, uint8_t flag) {
     return mega_exp(mw + mk - ld_);
 }
 
-void mega_aft_pair_backward(const mega_aft_pair_k *k, real *dK, real *dV, size_t ldd, real *dw, const real *dy,
-                            const real *ybar, const real *lden, const uint8_t *flags, const real *K, const real *V,
-                            size_t ld, const uint8_t *pad, int B, int T, real *scratch, int nthreads) {
-    if (nthreads < 1) nthreads = 1;
-    const pk_layout L = pk_lay(k, B, T);
-    const int Da = k->Da, nkb = L.nkb;
-    const size_t D2 = 2 * (size_t)Da, tsz = pk_thread_size(k, T);
-    pk_prep(k, &L, scratch, K, V, ld, pad, B, T, 0, nthreads);
-    const real *KX = scratch + L.kx, *mK = scratch + L.mk;
-    real *HB = scratch + L.hb;
-    const int par = (size_t)B * T * T * Da > MEGA_PAR_MIN;
-    (void)par; /* read only by the OpenMP pragmas */
+/* the backward's arguments, shared by its phases */
+typedef struct {
+    const mega_aft_pair_k *k;
+    pk_layout L;
+    real *scratch, *HB, *dK, *dV, *dw;
+    const real *KX, *mK, *dy, *ybar, *lden, *K, *V;
+    const uint8_t *flags, *pad;
+    size_t ldd, ld, D2, tsz;
+    int Da, nkb, B, T, nthreads, par;
+} pb_ctx;
 
-    /* (local) adjoint sums of each query block for the keys it sees through its aggregates:
-     * H = sum_t exp(-lden_t) (dy_t, dy_t ybar_t), log-scaled (SPEC §5.5 with w' = 0) */
-    if (k->s > 0) {
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (par)
-        for (long un = 0; un < (long)B * nkb; un++) {
-            const int b = (int)(un / nkb), qb = (int)(un % nkb), t0 = qb * BS, nq = MEGA_MIN(BS, T - t0);
-            real *h = HB + ((size_t)b * nkb + qb) * 3 * Da;
-            lreset(h, h + Da, h + 2 * Da, Da);
-            for (int i = 0; i < nq; i++) {
-                const size_t r = ((size_t)b * T + t0 + i) * Da;
-                for (int c = 0; c < Da; c++)
-                    if (!flags[r + c] && lden[r + c] < EMPTY_L / 2)
-                        lmerge(h + c, h + Da + c, h + 2 * Da + c, dy[r + c], dy[r + c] * ybar[r + c], -lden[r + c]);
-            }
+/* (local) adjoint sums of each query block for the keys it sees through its aggregates:
+ * H = sum_t exp(-lden_t) (dy_t, dy_t ybar_t), log-scaled (the AFT gradient with w' = 0) */
+static void pb_block_sums(const pb_ctx *x) {
+    const int Da = x->Da, nkb = x->nkb, T = x->T;
+    (void)nkb;
+#pragma omp parallel for schedule(static) num_threads(x->nthreads) if (x->par)
+    for (long un = 0; un < (long)x->B * nkb; un++) {
+        const int b = (int)(un / nkb), qb = (int)(un % nkb), t0 = qb * BS, nq = MEGA_MIN(BS, T - t0);
+        real *h = x->HB + ((size_t)b * nkb + qb) * 3 * Da;
+        lreset(h, h + Da, h + 2 * Da, Da);
+        for (int i = 0; i < nq; i++) {
+            const size_t r = ((size_t)b * T + t0 + i) * Da;
+            for (int c = 0; c < Da; c++)
+                if (!x->flags[r + c] && x->lden[r + c] < EMPTY_L / 2)
+                    lmerge(h + c, h + Da + c, h + 2 * Da + c, x->dy[r + c], x->dy[r + c] * x->ybar[r + c], -x->lden[r + c]);
         }
     }
-    /* dw: rows of the table belong to query blocks (one unit each, every batch inside) */
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (par)
+}
+
+/* dw: rows of the table belong to query blocks (one unit each, every batch inside) */
+static void pb_dw(const pb_ctx *x) {
+    const mega_aft_pair_k *k = x->k;
+    const int Da = x->Da, nkb = x->nkb, T = x->T;
+    const size_t D2 = x->D2;
+#pragma omp parallel for schedule(static) num_threads(x->nthreads) if (x->par)
     for (int qb = 0; qb < nkb; qb++) {
-        real *ws = scratch + L.per + tsz * (size_t)thread_id();
+        real *ws = x->scratch + x->L.per + x->tsz * (size_t)thread_id();
         real *EW = ws, *DE = EW + (size_t)BS * BS, *mw = DE + (size_t)BS * BS;
         real *GG = mw + (size_t)BS * nkb + (size_t)BS * Da + BS * D2;
         const int t0 = qb * BS, nq = MEGA_MIN(BS, T - t0);
         int lo, hi;
         pk_range(k, qb, T, &lo, &hi);
-        for (int b = 0; b < B; b++) {
-            const uint8_t *padb = pad ? pad + (size_t)b * T : NULL;
+        for (int b = 0; b < x->B; b++) {
+            const uint8_t *padb = x->pad ? x->pad + (size_t)b * T : NULL;
             for (int kb = lo; kb <= hi; kb++) {
                 const int u0 = kb * BS, nk = MEGA_MIN(BS, T - u0);
-                const real *mk = mK + ((size_t)b * nkb + kb) * Da;
+                const real *mk = x->mK + ((size_t)b * nkb + kb) * Da;
                 pk_tile(k, t0, nq, u0, nk, padb, EW, mw, 3);
                 for (int i = 0; i < nq; i++) {
                     const size_t r = ((size_t)b * T + t0 + i) * Da;
                     real *gi = GG + (size_t)i * D2;
                     for (int c = 0; c < Da; c++) {
-                        real f = pk_factor(mw[i], mk[c], lden[r + c], flags[r + c]);
-                        gi[c] = -dy[r + c] * ybar[r + c] * f; /* pairs with e^{K}   (d den) */
-                        gi[Da + c] = dy[r + c] * f;           /* pairs with e^{K} V (d num) */
+                        real f = pk_factor(mw[i], mk[c], x->lden[r + c], x->flags[r + c]);
+                        gi[c] = -x->dy[r + c] * x->ybar[r + c] * f; /* pairs with e^{K}   (d den) */
+                        gi[Da + c] = x->dy[r + c] * f;              /* pairs with e^{K} V (d num) */
                     }
                 }
                 /* d EW[t,u] = sum_c GG[t,:] . KX[u,:]; d w' = EW * d EW */
-                mega_gemm_serial(0, 1, (size_t)nq, (size_t)nk, D2, 1, GG, D2, KX + ((size_t)b * T + u0) * D2, D2, 0, DE, BS);
+                mega_gemm_serial(0, 1, (size_t)nq, (size_t)nk, D2, 1, GG, D2, x->KX + ((size_t)b * T + u0) * D2, D2, 0, DE, BS);
                 for (int i = 0; i < nq; i++)
                     for (int j = 0; j < nk; j++) {
                         size_t idx;
                         if (masked(k, padb, t0 + i, u0 + j)) continue;
                         pk_w(k, t0 + i, u0 + j, &idx);
-                        if (idx != SIZE_MAX) dw[idx] += EW[(size_t)i * BS + j] * DE[(size_t)i * BS + j];
+                        if (idx != SIZE_MAX) x->dw[idx] += EW[(size_t)i * BS + j] * DE[(size_t)i * BS + j];
                     }
             }
         }
     }
-    /* dK, dV: rows belong to key blocks */
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (par)
-    for (long un = 0; un < (long)B * nkb; un++) {
+}
+
+/* dV_u = e^{K_u} P1, dK_u = e^{K_u} (V_u P1 - P2) for the keys of one block (P: the tiles' sums,
+ * scaled by e^{-mK}), plus the aggregate part with its own log-scale (K_u + h_e <= 0: key u is in
+ * those sums) */
+static void pb_key_grads(const pb_ctx *x, int b, int u0, int nk, const real *P, const real *h) {
+    const int Da = x->Da, T = x->T;
+    for (int j = 0; j < nk; j++) {
+        if (!valid_at(x->pad, b, T, u0 + j)) continue;
+        const size_t r = (size_t)b * T + u0 + j;
+        const real *kx = x->KX + r * x->D2, *p = P + (size_t)j * x->D2;
+        for (int c = 0; c < Da; c++) {
+            const real v = x->V[r * x->ld + c];
+            real g1 = kx[c] * p[c], g2 = kx[c] * (v * p[c] - p[Da + c]);
+            if (x->k->s > 0 && IS_SET(h[2 * Da + c])) {
+                real f = mega_exp(x->K[r * x->ld + c] + h[2 * Da + c]);
+                g1 += f * h[c], g2 += f * (v * h[c] - h[Da + c]);
+            }
+            x->dV[r * x->ldd + c] += g1;
+            x->dK[r * x->ldd + c] += g2;
+        }
+    }
+}
+
+/* dK, dV: rows belong to key blocks */
+static void pb_dkv(const pb_ctx *x) {
+    const mega_aft_pair_k *k = x->k;
+    const int Da = x->Da, nkb = x->nkb, T = x->T;
+    const size_t D2 = x->D2;
+#pragma omp parallel for schedule(static) num_threads(x->nthreads) if (x->par)
+    for (long un = 0; un < (long)x->B * nkb; un++) {
         const int b = (int)(un / nkb), kb = (int)(un % nkb), u0 = kb * BS, nk = MEGA_MIN(BS, T - u0);
-        real *ws = scratch + L.per + tsz * (size_t)thread_id();
+        real *ws = x->scratch + x->L.per + x->tsz * (size_t)thread_id();
         real *EW = ws, *mw = EW + 2 * (size_t)BS * BS, *h = mw + (size_t)BS * nkb;
         real *P = h + (size_t)BS * Da, *GG = P + BS * D2;
-        const uint8_t *padb = pad ? pad + (size_t)b * T : NULL;
-        const real *mk = mK + ((size_t)b * nkb + kb) * Da;
+        const uint8_t *padb = x->pad ? x->pad + (size_t)b * T : NULL;
+        const real *mk = x->mK + ((size_t)b * nkb + kb) * Da;
         for (size_t i = 0; i < (size_t)nk * D2; i++) P[i] = 0;
         lreset(h, h + Da, h + 2 * Da, Da);
         for (int qb = 0; qb < nkb; qb++) {
@@ -581,7 +614,7 @@ void mega_aft_pair_backward(const mega_aft_pair_k *k, real *dK, real *dV, size_t
             pk_range(k, qb, T, &lo, &hi);
             if (kb > hi && !k->bidir) continue; /* future keys */
             if (kb < lo || kb > hi) {             /* keys of this block reach qb through an aggregate */
-                const real *hq = HB + ((size_t)b * nkb + qb) * 3 * Da;
+                const real *hq = x->HB + ((size_t)b * nkb + qb) * 3 * Da;
                 for (int c = 0; c < Da; c++) lmerge(h + c, h + Da + c, h + 2 * Da + c, hq[c], hq[Da + c], hq[2 * Da + c]);
                 continue;
             }
@@ -591,56 +624,66 @@ void mega_aft_pair_backward(const mega_aft_pair_k *k, real *dK, real *dV, size_t
                 const size_t r = ((size_t)b * T + t0 + i) * Da;
                 real *gi = GG + (size_t)i * D2;
                 for (int c = 0; c < Da; c++) {
-                    real f = pk_factor(mw[i], mk[c], lden[r + c], flags[r + c]);
-                    gi[c] = dy[r + c] * f;
-                    gi[Da + c] = dy[r + c] * ybar[r + c] * f;
+                    real f = pk_factor(mw[i], mk[c], x->lden[r + c], x->flags[r + c]);
+                    gi[c] = x->dy[r + c] * f;
+                    gi[Da + c] = x->dy[r + c] * x->ybar[r + c] * f;
                 }
             }
             mega_gemm_serial(1, 0, (size_t)nk, D2, (size_t)nq, 1, EW, BS, GG, D2, 1, P, D2);
         }
-        /* dV_u = e^{K_u} P1, dK_u = e^{K_u} (V_u P1 - P2) (tiles, scaled by e^{-mK}); plus the
-         * aggregate part with its own log-scale (K_u + h_e <= 0: key u is in those sums) */
-        for (int j = 0; j < nk; j++) {
-            if (!valid_at(pad, b, T, u0 + j)) continue;
-            const size_t r = (size_t)b * T + u0 + j;
-            const real *x = KX + r * D2, *p = P + (size_t)j * D2;
-            for (int c = 0; c < Da; c++) {
-                const real v = V[r * ld + c];
-                real g1 = x[c] * p[c], g2 = x[c] * (v * p[c] - p[Da + c]);
-                if (k->s > 0 && IS_SET(h[2 * Da + c])) {
-                    real f = mega_exp(K[r * ld + c] + h[2 * Da + c]);
-                    g1 += f * h[c], g2 += f * (v * h[c] - h[Da + c]);
-                }
-                dV[r * ldd + c] += g1;
-                dK[r * ldd + c] += g2;
-            }
-        }
+        pb_key_grads(x, b, u0, nk, P, h);
     }
-    /* flagged entries: the exact softmax over their keys (serial; rare) */
-    real *lg = scratch + L.per + 2 * (size_t)BS * BS + (size_t)BS * nkb + (size_t)BS * Da + 4 * BS * D2, *val = lg + T + 1;
-    for (int b = 0; b < B; b++)
+}
+
+/* flagged entries: the exact softmax over their keys (serial; rare) */
+static void pb_flagged(const pb_ctx *x) {
+    const mega_aft_pair_k *k = x->k;
+    const int Da = x->Da, T = x->T;
+    real *lg = x->scratch + x->L.per + 2 * (size_t)BS * BS + (size_t)BS * x->nkb + (size_t)BS * Da + 4 * BS * x->D2;
+    real *val = lg + T + 1;
+    for (int b = 0; b < x->B; b++)
         for (int t = 0; t < T; t++) {
             const size_t r = ((size_t)b * T + t) * Da;
             for (int c = 0; c < Da; c++) {
-                if (!flags[r + c]) continue;
-                const uint8_t *padb = pad ? pad + (size_t)b * T : NULL;
+                if (!x->flags[r + c]) continue;
+                const uint8_t *padb = x->pad ? x->pad + (size_t)b * T : NULL;
                 const int ub = k->bidir ? T : t + 1;
-                int n = pk_keys(k, t, 0, ub, K + (size_t)b * T * ld, V + (size_t)b * T * ld, ld, 0, padb, c, lg, val);
+                int n = pk_keys(k, t, 0, ub, x->K + (size_t)b * T * x->ld, x->V + (size_t)b * T * x->ld, x->ld, 0, padb, c,
+                                lg, val);
                 mega_softmax_row(lg, (size_t)n);
-                for (int j = 0; j < n; j++) val[j] *= dy[r + c]; /* d p_u = dy V_u */
+                for (int j = 0; j < n; j++) val[j] *= x->dy[r + c]; /* d p_u = dy V_u */
                 real *pr = lg;
                 /* ds_u = p_u (dy V_u - dy ybar) (mega_softmax_row_backward), in place over val */
                 mega_softmax_row_backward(val, val, pr, (size_t)n);
                 for (int u = 0, j = 0; u < ub; u++) {
                     if (padb && padb[u]) continue;
-                    const size_t rk = ((size_t)b * T + u) * ldd + c;
+                    const size_t rk = ((size_t)b * T + u) * x->ldd + c;
                     size_t idx;
                     pk_w(k, t, u, &idx);
-                    dV[rk] += pr[j] * dy[r + c];
-                    dK[rk] += val[j];
-                    if (idx != SIZE_MAX) dw[idx] += val[j];
+                    x->dV[rk] += pr[j] * x->dy[r + c];
+                    x->dK[rk] += val[j];
+                    if (idx != SIZE_MAX) x->dw[idx] += val[j];
                     j++;
                 }
             }
         }
+}
+
+void mega_aft_pair_backward(const mega_aft_pair_k *k, real *dK, real *dV, size_t ldd, real *dw, const real *dy,
+                            const real *ybar, const real *lden, const uint8_t *flags, const real *K, const real *V,
+                            size_t ld, const uint8_t *pad, int B, int T, real *scratch, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    pb_ctx x;
+    x.k = k, x.L = pk_lay(k, B, T), x.scratch = scratch;
+    x.dK = dK, x.dV = dV, x.dw = dw, x.dy = dy, x.ybar = ybar, x.lden = lden, x.K = K, x.V = V;
+    x.flags = flags, x.pad = pad, x.ldd = ldd, x.ld = ld;
+    x.Da = k->Da, x.nkb = x.L.nkb, x.B = B, x.T = T, x.nthreads = nthreads;
+    x.D2 = 2 * (size_t)k->Da, x.tsz = pk_thread_size(k, T);
+    x.par = (size_t)B * T * T * k->Da > MEGA_PAR_MIN;
+    pk_prep(k, &x.L, scratch, K, V, ld, pad, B, T, 0, nthreads);
+    x.KX = scratch + x.L.kx, x.mK = scratch + x.L.mk, x.HB = scratch + x.L.hb;
+    if (k->s > 0) pb_block_sums(&x);
+    pb_dw(&x);
+    pb_dkv(&x);
+    pb_flagged(&x);
 }
