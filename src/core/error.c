@@ -77,3 +77,11 @@ void *mega__calloc(size_t n, size_t size) {
     return p;
 }
 void mega__free(void *p) { free(p); }
+
+void *mega__grow(void *arr, int *cap, int n, size_t elem, int first) {
+    if (arr && n < *cap) return arr;
+    const int nc = *cap ? *cap * 2 : first;
+    void *p = realloc(arr, (size_t)nc * elem);
+    if (p) *cap = nc;
+    return p;
+}

@@ -103,6 +103,11 @@ void mega__log(int level, const char *fmt, ...)
 #endif
     ;
 
+/* room for one more element in a growable array of *cap elements of elem bytes holding n
+ * (capacity doubles, starting at first): returns the array (moved or not), or NULL when out of
+ * memory (arr is then unchanged and still valid) */
+void *mega__grow(void *arr, int *cap, int n, size_t elem, int first);
+
 /* zero-initialised, 64-byte aligned allocation; NULL on failure (never exits) */
 void *mega__calloc(size_t n, size_t size);
 void mega__free(void *p);

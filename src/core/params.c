@@ -14,13 +14,9 @@ mega_status mega_params_add(mega_params *P, const char *prefix, const char *name
                             const int64_t *shape, unsigned flags, size_t *off) {
     if (P->data) MEGA_FAIL(MEGA_ERR_INVALID, "internal: parameter '%s' declared after allocation", name);
     if (ndim < 0 || ndim > 4) MEGA_FAIL(MEGA_ERR_INVALID, "internal: parameter '%s' has %d dims", name, ndim);
-    if (P->n == P->cap) {
-        int cap = P->cap ? P->cap * 2 : 64;
-        mega_pspec *s = realloc(P->specs, (size_t)cap * sizeof *s);
-        if (!s) MEGA_FAIL(MEGA_ERR_OOM, "out of memory declaring parameters");
-        P->specs = s;
-        P->cap = cap;
-    }
+    mega_pspec *grown = mega__grow(P->specs, &P->cap, P->n, sizeof *P->specs, 64);
+    if (!grown) MEGA_FAIL(MEGA_ERR_OOM, "out of memory declaring parameters");
+    P->specs = grown;
     mega_pspec *s = &P->specs[P->n];
     memset(s, 0, sizeof *s);
     int w = snprintf(s->name, sizeof s->name, "%s%s", prefix ? prefix : "", name);

@@ -763,13 +763,9 @@ mega_status mega_st_writer_add(mega_st_writer *w, const char *name, mega_dtype d
     if (nbytes && !data)
         MEGA_FAIL(MEGA_ERR_INVALID, "mega_st_writer_add: tensor '%s' data is NULL", name);
 
-    if (w->n == w->cap) {
-        int nc = w->cap ? w->cap * 2 : 16;
-        wr_tensor *nt = realloc(w->t, (size_t)nc * sizeof *nt);
-        if (!nt) MEGA_FAIL(MEGA_ERR_OOM, "mega_st_writer_add: out of memory");
-        w->t = nt;
-        w->cap = nc;
-    }
+    wr_tensor *grown = mega__grow(w->t, &w->cap, w->n, sizeof *w->t, 16);
+    if (!grown) MEGA_FAIL(MEGA_ERR_OOM, "mega_st_writer_add: out of memory");
+    w->t = grown;
     wr_tensor *t = &w->t[w->n];
     memset(t, 0, sizeof *t);
     t->name = dup_str(name);
@@ -810,17 +806,14 @@ mega_status mega_st_writer_meta(mega_st_writer *w, const char *key, const char *
             w->mvals[i] = v;
             return MEGA_OK;
         }
-    if (w->nmeta == w->mcap) {
-        int nc = w->mcap ? w->mcap * 2 : 8;
-        char **nk = realloc(w->mkeys, (size_t)nc * sizeof *nk);
-        if (nk) w->mkeys = nk;
-        char **nv = nk ? realloc(w->mvals, (size_t)nc * sizeof *nv) : NULL;
-        if (nv) w->mvals = nv;
-        if (!nk || !nv) {
-            free(v);
-            MEGA_FAIL(MEGA_ERR_OOM, "mega_st_writer_meta: out of memory");
-        }
-        w->mcap = nc;
+    int kcap = w->mcap;
+    char **nk = mega__grow(w->mkeys, &kcap, w->nmeta, sizeof *w->mkeys, 8);
+    if (nk) w->mkeys = nk;
+    char **nv = nk ? mega__grow(w->mvals, &w->mcap, w->nmeta, sizeof *w->mvals, 8) : NULL;
+    if (nv) w->mvals = nv;
+    if (!nv) {
+        free(v);
+        MEGA_FAIL(MEGA_ERR_OOM, "mega_st_writer_meta: out of memory");
     }
     char *k = dup_str(key);
     if (!k) {

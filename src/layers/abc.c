@@ -34,7 +34,6 @@
 #include <omp.h>
 #endif
 
-enum { PQ, PK, PV, PO };  /* the projections, in the order of their parameters */
 enum { C_WIN, C_LIN, C_MLP }; /* the memory control, fixed by the kind's declare entry */
 enum { SITE_ATTN = 31 };      /* dropout site of the slot weights (the block's sublayer dropout is 11) */
 
@@ -44,7 +43,7 @@ typedef struct {
     int H, n, dh;           /* heads, memory slots, head width */
     int mask;               /* abc-window: mask the empty slots (default) */
     int nmax;               /* abc-linformer: columns of E and F (max-len) */
-    size_t w[4], b[4];      /* q/k/v/out_proj */
+    mega_qkvo proj;         /* q/k/v/out_proj */
     size_t ck, cv;          /* E and F (Linformer) or W_phi for K and V (MLP) */
 } abc_layer;
 MEGA_MIXER_LAYER_FITS(abc_layer);
@@ -105,16 +104,9 @@ static mega_status declare(abc_layer *L, const mega_block_config *c, mega_params
     L->H = c->heads, L->n = c->memory_size, L->dh = c->embed_dim / c->heads;
     L->mask = 1; /* [ext] mask_empty_slots, on by default (§7.1) */
     L->nmax = is_lin(L) ? c->max_len : 0;
+    MEGA_TRY(mega_qkvo_declare(&L->proj, P, prefix, (int)D));
     char pre[MEGA_NAME_MAX];
     snprintf(pre, sizeof pre, "%smixer.", prefix);
-    static const char *const proj[4] = {"q_proj", "k_proj", "v_proj", "out_proj"};
-    for (int i = 0; i < 4; i++) {
-        char w[64], b[64];
-        snprintf(w, sizeof w, "%s.weight", proj[i]);
-        snprintf(b, sizeof b, "%s.bias", proj[i]);
-        MEGA_TRY(MEGA_PADD(P, pre, w, MEGA_P_DECAY, &L->w[i], D, D));
-        MEGA_TRY(MEGA_PADD(P, pre, b, 0, &L->b[i], D));
-    }
     if (is_lin(L)) {
         MEGA_TRY(MEGA_PADD(P, pre, "compress_k.weight", MEGA_P_DECAY, &L->ck, n, (int64_t)c->max_len));
         MEGA_TRY(MEGA_PADD(P, pre, "compress_v.weight", MEGA_P_DECAY, &L->cv, n, (int64_t)c->max_len));
@@ -137,10 +129,7 @@ static void abc_init(const void *layer, real *W, mega_rng *rng) {
     const mega_block_config *c = L->cfg;
     const size_t D = (size_t)c->embed_dim, Hn = (size_t)c->heads * c->memory_size, n = (size_t)c->memory_size;
     /* §3.1 [ext] fairseq: q/k/v xavier-uniform with gain 2^-1/2, out_proj xavier-uniform, zero biases */
-    for (int i = 0; i < 4; i++) {
-        mega_fill_xavier(W + L->w[i], D, D, i < 3 ? sqrt(0.5) : 1.0, rng);
-        mega_fill_const(W + L->b[i], D, 0);
-    }
+    mega_qkvo_init(&L->proj, W, (int)D, rng);
     if (is_lin(L)) { /* §7.2b: xavier-uniform with gain 2^-1/2 on (n, N_max) */
         const size_t N = (size_t)c->max_len;
         mega_fill_xavier(W + L->ck, n, N, sqrt(0.5), rng);
@@ -271,6 +260,37 @@ static void mlp_phi_bidir(const abc_layer *L, const real *Wp, real *ph, const re
     }
 }
 
+/* The control of the memory for the kernels: bidirectional Phi^T of unit (b, h) at
+ * phk + b*ph_b + h*ph_h (Linformer: E[:, :T] with pad columns zeroed, computed here; MLP: the
+ * forward's saved softmax), or, causal, the per-position control rows set in the kernel
+ * description kk (Linformer: E's columns, computed here; MLP: the saved logits). */
+typedef struct {
+    const real *phk, *phv;
+    size_t ph_b, ph_h;
+} abc_ctl;
+
+static abc_ctl control_of(const abc_layer *L, const real *W, const abc_acts *A, const abc_scr *s, mega_abc_k *kk,
+                          const uint8_t *pad, int B, int T) {
+    const size_t n = (size_t)L->n, Hn = (size_t)L->H * L->n;
+    abc_ctl ctl = {NULL, NULL, 0, 0};
+    const int bidir = L->cfg->bidirectional;
+    if (is_lin(L)) {
+        if (bidir) {
+            lin_phi_bidir(L, W + L->ck, s->phk, pad, B, T);
+            lin_phi_bidir(L, W + L->cv, s->phv, pad, B, T);
+            ctl.phk = s->phk, ctl.phv = s->phv, ctl.ph_b = n * T;
+        } else {
+            lin_rows(L, W + L->ck, s->phk, 0, T);
+            lin_rows(L, W + L->cv, s->phv, 0, T);
+            kk->ck = s->phk, kk->cv = s->phv, kk->cs_b = 0, kk->cs_t = n, kk->cs_h = 0;
+        }
+    } else if (is_mlp(L)) {
+        if (bidir) ctl.phk = A->ck, ctl.phv = A->cv, ctl.ph_b = Hn * T, ctl.ph_h = n * T;
+        else kk->ck = A->ck, kk->cv = A->cv, kk->cs_b = (size_t)T * Hn, kk->cs_t = Hn, kk->cs_h = n;
+    }
+    return ctl;
+}
+
 static mega_status abc_forward(const void *layer, real *W, real *acts, real *y, const real *x, const uint8_t *pad,
                                int B, int T, const mega_run *run, real *scratch) {
     const abc_layer *L = layer;
@@ -284,35 +304,22 @@ static mega_status abc_forward(const void *layer, real *W, real *acts, real *y, 
         MEGA_FAIL(MEGA_ERR_INVALID, "abc-linformer: sequence length %d exceeds max-len %d (E and F have max-len columns)",
                   T, L->nmax);
     real *q = A.q, *k = A.k, *v = A.v, *o = A.o, *P = A.P;
-    mega_linear_forward(q, x, W + L->w[PQ], W + L->b[PQ], R, D, D);
-    mega_linear_forward(k, x, W + L->w[PK], W + L->b[PK], R, D, D);
-    mega_linear_forward(v, x, W + L->w[PV], W + L->b[PV], R, D, D);
+    mega_linear_forward(q, x, W + L->proj.w[MEGA_Q], W + L->proj.b[MEGA_Q], R, D, D);
+    mega_linear_forward(k, x, W + L->proj.w[MEGA_K], W + L->proj.b[MEGA_K], R, D, D);
+    mega_linear_forward(v, x, W + L->proj.w[MEGA_V], W + L->proj.b[MEGA_V], R, D, D);
     abc_scr s;
     scr_layout(L, B, T, nt, scratch, &s);
     mega_abc_k kk = kernel_of(L, T, run);
-    const real *phk = NULL, *phv = NULL;
-    size_t ph_b = 0, ph_h = 0; /* bidirectional Phi^T of unit (b,h) at phk + b*ph_b + h*ph_h */
-    if (is_lin(L)) {
-        if (c->bidirectional) {
-            lin_phi_bidir(L, W + L->ck, s.phk, pad, B, T);
-            lin_phi_bidir(L, W + L->cv, s.phv, pad, B, T);
-            phk = s.phk, phv = s.phv, ph_b = (size_t)n * T, ph_h = 0;
-        } else {
-            lin_rows(L, W + L->ck, s.phk, 0, T);
-            lin_rows(L, W + L->cv, s.phv, 0, T);
-            kk.ck = s.phk, kk.cv = s.phv, kk.cs_b = 0, kk.cs_t = (size_t)n, kk.cs_h = 0;
-        }
-    } else if (is_mlp(L)) {
+    if (is_mlp(L)) { /* the learned control of the memory: Phi^T (bidirectional) or its logits */
         if (c->bidirectional) {
             mlp_phi_bidir(L, W + L->ck, A.ck, x, pad, B, T);
             mlp_phi_bidir(L, W + L->cv, A.cv, x, pad, B, T);
-            phk = A.ck, phv = A.cv, ph_b = Hn * T, ph_h = (size_t)n * T;
         } else {
             mega_linear_forward(A.ck, x, W + L->ck, NULL, R, D, Hn);
             mega_linear_forward(A.cv, x, W + L->cv, NULL, R, D, Hn);
-            kk.ck = A.ck, kk.cv = A.cv, kk.cs_b = (size_t)T * Hn, kk.cs_t = Hn, kk.cs_h = (size_t)n;
         }
     }
+    abc_ctl ctl = control_of(L, W, &A, &s, &kk, pad, B, T);
     const long units = (long)B * H;
     const int win = is_win(L), bidir = c->bidirectional;
 #pragma omp parallel for schedule(static) num_threads(nt) if (units > 1 && R * Hn * (size_t)dh > MEGA_PAR_MIN)
@@ -327,8 +334,8 @@ static mega_status abc_forward(const void *layer, real *W, real *acts, real *y, 
             mega_abc_window_forward(&kk, o, P, q, k, v, pad, b, h);
         } else if (bidir) {
             real *Km = A.km + (size_t)u * nd, *Vm = A.vm + (size_t)u * nd;
-            mega_abc_bidir_forward(&kk, o, P, Km, Vm, q, k, v, phk + (size_t)b * ph_b + (size_t)h * ph_h,
-                                   phv + (size_t)b * ph_b + (size_t)h * ph_h, (size_t)T, b, h, tmp);
+            mega_abc_bidir_forward(&kk, o, P, Km, Vm, q, k, v, ctl.phk + (size_t)b * ctl.ph_b + (size_t)h * ctl.ph_h,
+                                   ctl.phv + (size_t)b * ctl.ph_b + (size_t)h * ctl.ph_h, (size_t)T, b, h, tmp);
         } else {
             real *Mk = tmp, *Mv = Mk + nd, *lzk = Mv + nd, *lzv = lzk + n, *rest = lzv + n;
             for (size_t i = 0; i < 2 * nd; i++) Mk[i] = 0;
@@ -336,7 +343,7 @@ static mega_status abc_forward(const void *layer, real *W, real *acts, real *y, 
             mega_abc_scan_forward(&kk, o, P, q, k, v, pad, b, h, Mk, Mv, lzk, lzv, rest);
         }
     }
-    mega_linear_forward(y, o, W + L->w[PO], W + L->b[PO], R, D, D);
+    mega_linear_forward(y, o, W + L->proj.w[MEGA_O], W + L->proj.b[MEGA_O], R, D, D);
     return MEGA_OK;
 }
 
@@ -354,26 +361,8 @@ static void abc_backward(const void *layer, const real *W, real *dW, const real 
     scr_layout(L, B, T, nt, scratch, &s);
     mega_abc_k kk = kernel_of(L, T, run);
     /* Y = O Wo^T + bo */
-    mega_linear_backward(s.dO, dW + L->w[PO], dW + L->b[PO], dy, A.o, W + L->w[PO], R, D, D, 0);
-    const real *phk = NULL, *phv = NULL;
-    size_t ph_b = 0, ph_h = 0;
-    if (is_lin(L)) {
-        if (c->bidirectional) {
-            lin_phi_bidir(L, W + L->ck, s.phk, pad, B, T);
-            lin_phi_bidir(L, W + L->cv, s.phv, pad, B, T);
-            phk = s.phk, phv = s.phv, ph_b = (size_t)n * T;
-        } else {
-            lin_rows(L, W + L->ck, s.phk, 0, T);
-            lin_rows(L, W + L->cv, s.phv, 0, T);
-            kk.ck = s.phk, kk.cv = s.phv, kk.cs_b = 0, kk.cs_t = (size_t)n, kk.cs_h = 0;
-        }
-    } else if (is_mlp(L)) {
-        if (c->bidirectional) {
-            phk = A.ck, phv = A.cv, ph_b = Hn * T, ph_h = (size_t)n * T;
-        } else {
-            kk.ck = A.ck, kk.cv = A.cv, kk.cs_b = (size_t)T * Hn, kk.cs_t = Hn, kk.cs_h = (size_t)n;
-        }
-    }
+    mega_linear_backward(s.dO, dW + L->proj.w[MEGA_O], dW + L->proj.b[MEGA_O], dy, A.o, W + L->proj.w[MEGA_O], R, D, D, 0);
+    abc_ctl ctl = control_of(L, W, &A, &s, &kk, pad, B, T);
     const long units = (long)B * H;
     const int win = is_win(L), bidir = c->bidirectional;
 #pragma omp parallel for schedule(static) num_threads(nt) if (units > 1 && R * Hn * (size_t)dh > MEGA_PAR_MIN)
@@ -391,7 +380,8 @@ static void abc_backward(const void *layer, const real *W, real *dW, const real 
             const size_t du = (size_t)u * n * T;
             mega_abc_bidir_backward(&kk, s.dQ, s.dK, s.dV, s.dck + du, s.dcv + du, (size_t)T, s.dO, P,
                                     A.km + (size_t)u * nd, A.vm + (size_t)u * nd, q, k, v,
-                                    phk + (size_t)b * ph_b + (size_t)h * ph_h, phv + (size_t)b * ph_b + (size_t)h * ph_h,
+                                    ctl.phk + (size_t)b * ctl.ph_b + (size_t)h * ctl.ph_h,
+                                    ctl.phv + (size_t)b * ctl.ph_b + (size_t)h * ctl.ph_h,
                                     (size_t)T, b, h, tmp);
         } else {
             mega_abc_scan_backward(&kk, s.dQ, s.dK, s.dV, s.dck, s.dcv, s.dO, P, q, k, v, pad, b, h, tmp);
@@ -420,9 +410,9 @@ static void abc_backward(const void *layer, const real *W, real *dW, const real 
         }
     }
     /* X -> Q, K, V */
-    mega_linear_backward(dx, dW + L->w[PQ], dW + L->b[PQ], s.dQ, x, W + L->w[PQ], R, D, D, 0);
-    mega_linear_backward(dx, dW + L->w[PK], dW + L->b[PK], s.dK, x, W + L->w[PK], R, D, D, 1);
-    mega_linear_backward(dx, dW + L->w[PV], dW + L->b[PV], s.dV, x, W + L->w[PV], R, D, D, 1);
+    mega_linear_backward(dx, dW + L->proj.w[MEGA_Q], dW + L->proj.b[MEGA_Q], s.dQ, x, W + L->proj.w[MEGA_Q], R, D, D, 0);
+    mega_linear_backward(dx, dW + L->proj.w[MEGA_K], dW + L->proj.b[MEGA_K], s.dK, x, W + L->proj.w[MEGA_K], R, D, D, 1);
+    mega_linear_backward(dx, dW + L->proj.w[MEGA_V], dW + L->proj.b[MEGA_V], s.dV, x, W + L->proj.w[MEGA_V], R, D, D, 1);
     if (is_mlp(L)) {
         for (int which = 0; which < 2; which++) {
             const size_t oW = (which ? L->cv : L->ck);
@@ -531,9 +521,9 @@ static mega_status abc_step(const void *layer, const real *W, mega_mixer_state *
                   (long long)(St->pos + T - 1), L->nmax);
     abc_sscr s;
     sscr_layout(L, B, T, scratch, &s);
-    mega_linear_forward(s.q, x, W + L->w[PQ], W + L->b[PQ], R, D, D);
-    mega_linear_forward(s.k, x, W + L->w[PK], W + L->b[PK], R, D, D);
-    mega_linear_forward(s.v, x, W + L->w[PV], W + L->b[PV], R, D, D);
+    mega_linear_forward(s.q, x, W + L->proj.w[MEGA_Q], W + L->proj.b[MEGA_Q], R, D, D);
+    mega_linear_forward(s.k, x, W + L->proj.w[MEGA_K], W + L->proj.b[MEGA_K], R, D, D);
+    mega_linear_forward(s.v, x, W + L->proj.w[MEGA_V], W + L->proj.b[MEGA_V], R, D, D);
     mega_abc_k kk = kernel_of(L, T, NULL);
     if (is_lin(L)) {
         lin_rows(L, W + L->ck, s.ck, St->pos, T);
@@ -571,7 +561,7 @@ static mega_status abc_step(const void *layer, const real *W, mega_mixer_state *
             mega_abc_scan_forward(&kk, s.o, NULL, s.q, s.k, s.v, NULL, b, h, Mk, Mv, lzk, lzv, tmp);
         }
     }
-    mega_linear_forward(y, s.o, W + L->w[PO], W + L->b[PO], R, D, D);
+    mega_linear_forward(y, s.o, W + L->proj.w[MEGA_O], W + L->proj.b[MEGA_O], R, D, D);
     St->pos += T;
     return MEGA_OK;
 }

@@ -64,16 +64,13 @@
 #include <omp.h>
 #endif
 
-/* the projections, in the order of their parameters */
-enum { PQ, PK, PV, PO };
-
 typedef struct {
     const mega_block_config *cfg;
     int tw;          /* mhatw: the explicit time weighting */
     int H, dh;       /* heads and head width */
     int win;         /* the local mask applied (0 = none) */
     int Tm, Lw;      /* mhatw: learned positions and time_logw length */
-    size_t w[4], b[4];         /* q/k/v/out_proj weight and bias */
+    mega_qkvo proj;            /* q/k/v/out_proj */
     size_t kp, ka;             /* KERPLE bias_p, bias_a */
     size_t logw, logbeta, gamma; /* mhatw time_logw, time_logbeta, time_gamma */
 } mha_layer;
@@ -165,16 +162,9 @@ static mega_status declare(mha_layer *L, const mega_block_config *c, mega_params
     L->win = win;
     if (tw) L->Tm = c->max_len, L->Lw = c->bidirectional ? 2 * c->max_len - 1 : c->max_len;
 
+    MEGA_TRY(mega_qkvo_declare(&L->proj, P, prefix, D));
     char pre[MEGA_NAME_MAX];
     snprintf(pre, sizeof pre, "%smixer.", prefix);
-    static const char *const lin[4] = {"q_proj", "k_proj", "v_proj", "out_proj"};
-    for (int i = 0; i < 4; i++) {
-        char nw[64], nb[64];
-        snprintf(nw, sizeof nw, "%s.weight", lin[i]);
-        snprintf(nb, sizeof nb, "%s.bias", lin[i]);
-        MEGA_TRY(MEGA_PADD(P, pre, nw, MEGA_P_DECAY, &L->w[i], D, D));
-        MEGA_TRY(MEGA_PADD(P, pre, nb, 0, &L->b[i], D));
-    }
     if (is_kerple(c)) {
         MEGA_TRY(MEGA_PADD(P, pre, "kerple.bias_p", 0, &L->kp, H));
         MEGA_TRY(MEGA_PADD(P, pre, "kerple.bias_a", 0, &L->ka, H));
@@ -204,9 +194,7 @@ static void am_init(const void *layer, real *W, mega_rng *rng) {
     /* SPEC §3.1 (fairseq MultiheadAttention): q/k/v xavier-uniform with gain 2^-1/2, out_proj
      * xavier-uniform (gain 1); every bias zero (fairseq zeroes out_proj.bias; the q/k/v biases
      * are zero here too, as the SPEC's "all with biases" baseline asks) */
-    for (int i = 0; i < 3; i++) mega_fill_xavier(W + L->w[i], D, D, sqrt(0.5), rng);
-    mega_fill_xavier(W + L->w[PO], D, D, 1.0, rng);
-    for (int i = 0; i < 4; i++) mega_fill_const(W + L->b[i], D, 0);
+    mega_qkvo_init(&L->proj, W, (int)D, rng);
     if (is_kerple(c)) {
         /* official KERPLE init (SPEC §8.3): bias_p ~ U(0, 2), bias_a ~ U(0, 1), then clamped */
         mega_fill_uniform(W + L->kp, (size_t)H, 0, 2, rng);
@@ -340,9 +328,9 @@ static mega_status am_forward(const void *layer, real *W, real *acts, real *y, c
     acts_view(L, &A, acts, B, T);
     /* the official KERPLE forward clamps the parameter data in place (SPEC §8.3) */
     if (is_kerple(c)) mega_kerple_clamp(c->pos == MEGA_POS_KERPLE_POWER, W + L->kp, W + L->ka, L->H);
-    mega_linear_forward(A.q, x, W + L->w[PQ], W + L->b[PQ], R, D, D);
-    mega_linear_forward(A.k, x, W + L->w[PK], W + L->b[PK], R, D, D);
-    mega_linear_forward(A.v, x, W + L->w[PV], W + L->b[PV], R, D, D);
+    mega_linear_forward(A.q, x, W + L->proj.w[MEGA_Q], W + L->proj.b[MEGA_Q], R, D, D);
+    mega_linear_forward(A.k, x, W + L->proj.w[MEGA_K], W + L->proj.b[MEGA_K], R, D, D);
+    mega_linear_forward(A.v, x, W + L->proj.w[MEGA_V], W + L->proj.b[MEGA_V], R, D, D);
     rotate_rows(L, A.q, A.k, R, T, 0, 0);
     int tc, tl;
     fwd_geometry(L, T, &tc, &tl);
@@ -351,7 +339,7 @@ static mega_status am_forward(const void *layer, real *W, real *acts, real *y, c
     mega_mhattn_k kk = kernel_of(L, kbias_of(L, W), A.bt, tc, tl, A.xt, MEGA_MHATTN_BR, pd,
                                  mega__subkey(run->key, SITE_ATTN_DROP));
     mega_mhattn_forward(&kk, A.O, A.lse, A.q, A.k, A.v, pad, B, T, scratch, run->nthreads);
-    mega_linear_forward(y, A.O, W + L->w[PO], W + L->b[PO], R, D, D);
+    mega_linear_forward(y, A.O, W + L->proj.w[MEGA_O], W + L->proj.b[MEGA_O], R, D, D);
     if (L->tw) {
         memcpy(A.yp, y, R * D * sizeof(real));
         for (size_t r = 0; r < R; r++) {
@@ -395,7 +383,7 @@ static void am_backward(const void *layer, const real *W, real *dW, const real *
         gamma_backward(L, W, dW, A.yp, dy, dyg, R, T);
         g = dyg;
     }
-    mega_linear_backward(dO, dW + L->w[PO], dW + L->b[PO], g, A.O, W + L->w[PO], R, D, D, 0);
+    mega_linear_backward(dO, dW + L->proj.w[MEGA_O], dW + L->proj.b[MEGA_O], g, A.O, W + L->proj.w[MEGA_O], R, D, D, 0);
     memset(dq, 0, 3 * r16(R * D) * sizeof(real));
     if (A.bt) memset(dbt, 0, (size_t)H * tl * sizeof(real));
     const double pd = run->training ? c->attention_dropout : 0;
@@ -410,9 +398,9 @@ static void am_backward(const void *layer, const real *W, real *dW, const real *
         if (L->tw) mega_tw_table_backward(dbt, H, tc, tl, dW + L->logw, L->Lw, L->Tm);
     }
     rotate_rows(L, dq, dk, R, T, 0, 1); /* the rotation is orthogonal: its backward rotates back */
-    mega_linear_backward(dx, dW + L->w[PQ], dW + L->b[PQ], dq, x, W + L->w[PQ], R, D, D, 0);
-    mega_linear_backward(dx, dW + L->w[PK], dW + L->b[PK], dk, x, W + L->w[PK], R, D, D, 1);
-    mega_linear_backward(dx, dW + L->w[PV], dW + L->b[PV], dv, x, W + L->w[PV], R, D, D, 1);
+    mega_linear_backward(dx, dW + L->proj.w[MEGA_Q], dW + L->proj.b[MEGA_Q], dq, x, W + L->proj.w[MEGA_Q], R, D, D, 0);
+    mega_linear_backward(dx, dW + L->proj.w[MEGA_K], dW + L->proj.b[MEGA_K], dk, x, W + L->proj.w[MEGA_K], R, D, D, 1);
+    mega_linear_backward(dx, dW + L->proj.w[MEGA_V], dW + L->proj.b[MEGA_V], dv, x, W + L->proj.w[MEGA_V], R, D, D, 1);
 }
 
 /* ---- streaming (SPEC §3.5, §8.6) -------------------------------------------------------- */
@@ -472,9 +460,9 @@ static mega_status am_step(const void *layer, const real *W, mega_mixer_state *S
         MEGA_FAIL(MEGA_ERR_INVALID, "%s streaming: %lld + %d positions exceed the cache capacity %d",
                   mega_mixer_name(c->mixer), (long long)St->pos, T, sl);
     real *q = scratch, *k = q + r16(R * D), *v = k + r16(R * D), *O = v + r16(R * D), *w = O + r16(R * D);
-    mega_linear_forward(q, x, W + L->w[PQ], W + L->b[PQ], R, D, D);
-    mega_linear_forward(k, x, W + L->w[PK], W + L->b[PK], R, D, D);
-    mega_linear_forward(v, x, W + L->w[PV], W + L->b[PV], R, D, D);
+    mega_linear_forward(q, x, W + L->proj.w[MEGA_Q], W + L->proj.b[MEGA_Q], R, D, D);
+    mega_linear_forward(k, x, W + L->proj.w[MEGA_K], W + L->proj.b[MEGA_K], R, D, D);
+    mega_linear_forward(v, x, W + L->proj.w[MEGA_V], W + L->proj.b[MEGA_V], R, D, D);
     rotate_rows(L, q, k, R, T, St->pos, 0); /* absolute positions (SPEC §3.3) */
     mega_mhattn_k kk = kernel_of(L, kbias_of(L, W), S.bt, sl - 1, sl, S.xt, 0, 0, 0);
     const long units = (long)B * H;
@@ -494,7 +482,7 @@ static mega_status am_step(const void *layer, const real *W, mega_mixer_state *S
                               sl, w + (size_t)un * sl);
         }
     }
-    mega_linear_forward(y, O, W + L->w[PO], W + L->b[PO], R, D, D);
+    mega_linear_forward(y, O, W + L->proj.w[MEGA_O], W + L->proj.b[MEGA_O], R, D, D);
     if (L->tw)
         for (size_t r = 0; r < R; r++) {
             const real g = gamma_at(L, W, St->pos + (int64_t)(r % (size_t)T));

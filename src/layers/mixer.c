@@ -6,3 +6,24 @@ static const mega_mixer_ops *const OPS[MEGA_MIXER_COUNT] = {MEGA_MIXER_LIST(OPS_
 
 const mega_mixer_ops *mega_mixer_ops_of(mega_mixer_kind k) { return (unsigned)k < MEGA_MIXER_COUNT ? OPS[k] : NULL; }
 int mega_mixer_available(mega_mixer_kind k) { return mega_mixer_ops_of(k) != NULL; }
+
+mega_status mega_qkvo_declare(mega_qkvo *p, mega_params *P, const char *prefix, int D) {
+    static const char *const lin[4] = {"q_proj", "k_proj", "v_proj", "out_proj"};
+    char pre[MEGA_NAME_MAX];
+    snprintf(pre, sizeof pre, "%smixer.", prefix);
+    for (int i = 0; i < 4; i++) {
+        char nw[64], nb[64];
+        snprintf(nw, sizeof nw, "%s.weight", lin[i]);
+        snprintf(nb, sizeof nb, "%s.bias", lin[i]);
+        MEGA_TRY(MEGA_PADD(P, pre, nw, MEGA_P_DECAY, &p->w[i], D, D));
+        MEGA_TRY(MEGA_PADD(P, pre, nb, 0, &p->b[i], D));
+    }
+    return MEGA_OK;
+}
+
+void mega_qkvo_init(const mega_qkvo *p, real *W, int D, mega_rng *rng) {
+    for (int i = 0; i < 4; i++) {
+        mega_fill_xavier(W + p->w[i], (size_t)D, (size_t)D, i < MEGA_O ? sqrt(0.5) : 1.0, rng);
+        mega_fill_const(W + p->b[i], (size_t)D, 0);
+    }
+}

@@ -96,6 +96,17 @@ MEGA_MIXER_LIST(MEGA_MIXER_OPS_DECL_)
 int mega__default_heads(int width, int even_head);
 int mega__default_max_len(const mega_block_config *c);
 
+/* The four projections of multi-head attention, shared by the attention and ABC mixers: fairseq
+ * MultiheadAttention's q_proj, k_proj, v_proj, out_proj ([D, D] weights, [D] biases) under
+ * "<prefix>mixer.", initialised as its reset_parameters (q/k/v xavier-uniform with gain 2^-1/2,
+ * out_proj gain 1; every bias zero). */
+enum { MEGA_Q, MEGA_K, MEGA_V, MEGA_O };
+typedef struct {
+    size_t w[4], b[4];
+} mega_qkvo;
+mega_status mega_qkvo_declare(mega_qkvo *p, mega_params *P, const char *prefix, int D);
+void mega_qkvo_init(const mega_qkvo *p, real *W, int D, mega_rng *rng);
+
 /* a mixer file's check that its layer struct fits the block's reservation */
 #define MEGA_MIXER_LAYER_FITS(type) \
     _Static_assert(sizeof(type) <= MEGA_MIXER_LAYER_MAX, #type " must fit MEGA_MIXER_LAYER_MAX")
