@@ -148,6 +148,17 @@ $(BUILD)/libmega64.a: $(LIB64_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# the commit for `mega version`, regenerated only when it changes (so nothing else rebuilds)
+COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -modified)
+$(BUILD)/gen/commit.h: FORCE
+	@mkdir -p $(dir $@)
+	@echo '#define MEGA_COMMIT "$(COMMIT)"' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/obj/tools/mega.o: $(BUILD)/gen/commit.h
+$(BUILD)/obj/tools/mega.o: CFLAGS += -I$(BUILD)/gen
+.PHONY: FORCE
+FORCE:
+
 $(BUILD)/mega: $(TOOL_OBJ) $(BUILD)/libmega.a
 	$(CC) $(CFLAGS) $(TOOL_OBJ) $(BUILD)/libmega.a $(LDLIBS) -o $@
 

@@ -57,7 +57,8 @@ void mega_clear_error(void);
 typedef void (*mega_log_fn)(int level, const char *msg, void *user);
 void mega_set_log(mega_log_fn fn, void *user);
 
-/* Threads used by the library's OpenMP regions and by BLAS (0 = all cores). */
+/* Threads used by the library's OpenMP regions and by BLAS (0 = OMP_NUM_THREADS when set, else
+ * all cores). */
 void mega_set_threads(int n);
 int mega_get_threads(void);
 /* One line describing the build: precision, SIMD, OpenMP, BLAS. */

@@ -22,7 +22,19 @@ static void fmt_default(char *buf, size_t n, const cli_flag *f) {
     case F_DBL: snprintf(buf, n, "%g", *(double *)f->dst); break;
     case F_FLT: snprintf(buf, n, "%g", (double)*(float *)f->dst); break;
     case F_STR:
-    case F_ENUM: snprintf(buf, n, "%s", *(const char **)f->dst ? *(const char **)f->dst : "(none)"); break;
+    case F_ENUM: {
+        /* control characters shown as escapes (a default prompt of "\n") */
+        const char *v = *(const char **)f->dst;
+        size_t o = 0;
+        if (!v) v = "(none)";
+        for (; *v && o + 3 < n; v++) {
+            if (*v == '\n') buf[o++] = '\\', buf[o++] = 'n';
+            else if (*v == '\t') buf[o++] = '\\', buf[o++] = 't';
+            else buf[o++] = *v;
+        }
+        buf[o] = 0;
+        break;
+    }
     case F_CHOICE: {
         /* the v-th entry of choices */
         const char *c = f->choices;
@@ -34,6 +46,17 @@ static void fmt_default(char *buf, size_t n, const cli_flag *f) {
     case F_SET: snprintf(buf, n, "%s", *(int *)f->dst ? "on" : "off"); break;
     case F_CLEAR: snprintf(buf, n, "%s", *(int *)f->dst ? "off" : "on"); break;
     }
+}
+
+/* one-letter aliases of the most used flags, as llama.cpp users type them (a command that has
+ * the long flag accepts the alias) */
+static const char *const SHORT[][2] = {{"m", "model"}, {"p", "prompt"}, {"n", "tokens"}, {"t", "threads"}};
+#define NSHORT (sizeof SHORT / sizeof *SHORT)
+
+static const char *short_of(const char *name) {
+    for (size_t i = 0; i < NSHORT; i++)
+        if (!strcmp(SHORT[i][1], name)) return SHORT[i][0];
+    return NULL;
 }
 
 void cli_help(FILE *out, const char *cmd, const char *usage, const cli_flag *flags) {
@@ -51,10 +74,12 @@ void cli_help(FILE *out, const char *cmd, const char *usage, const cli_flag *fla
         case F_BOOL: arg = "[=false]"; break;
         default: break;
         }
+        char sh[8] = "";
+        if (short_of(f->name)) snprintf(sh, sizeof sh, "-%s, ", short_of(f->name));
         if (f->kind == F_ENUM || f->kind == F_CHOICE) {
-            snprintf(left, sizeof left, "--%s {%s}", f->name, f->choices);
+            snprintf(left, sizeof left, "%s--%s {%s}", sh, f->name, f->choices);
         } else {
-            snprintf(left, sizeof left, "--%s%s", f->name, arg);
+            snprintf(left, sizeof left, "%s--%s%s", sh, f->name, arg);
         }
         fmt_default(def, sizeof def, f);
         /* a long left part (many choices) gets lines of its own, never cut */
@@ -137,6 +162,13 @@ int cli_parse(const char *cmd, const char *usage, cli_flag *flags, int argc, cha
             cli_help(stdout, cmd, usage, flags);
             return 1;
         }
+        char lb[64];
+        if (a[0] == '-' && a[1] && !a[2]) /* -m: the long flag it stands for */
+            for (size_t k = 0; k < NSHORT; k++)
+                if (a[1] == SHORT[k][0][0]) {
+                    snprintf(lb, sizeof lb, "--%s", SHORT[k][1]);
+                    a = lb;
+                }
         if (strncmp(a, "--", 2)) {
             cli_error("unexpected argument '%s' (see 'mega %s --help')", a, cmd);
             return 2;

@@ -1,6 +1,8 @@
 /* The mega command-line tool: train, evaluate and run Mega language models. */
 #include "cls_data.h"
 #include "common.h"
+/* the git commit of the build (Makefile: $(BUILD)/gen/commit.h), "unknown" outside a checkout */
+#include "commit.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -28,7 +30,7 @@ int main(int argc, char **argv) {
     static char help_flag[] = "--help";
     static char *hv[4];
     if (!strcmp(c, "help") || !strcmp(c, "--help") || !strcmp(c, "-h")) {
-        if (argc > 2) { /* mega help CMD == mega CMD --help */
+        if (argc > 2 && argv[2][0] != '-' && strcmp(argv[2], "help")) { /* mega help CMD == mega CMD --help */
             hv[0] = argv[0], hv[1] = argv[2], hv[2] = help_flag, hv[3] = NULL;
             argv = hv;
             argc = 3;
@@ -39,7 +41,15 @@ int main(int argc, char **argv) {
         }
     }
     if (!strcmp(c, "version") || !strcmp(c, "--version")) {
-        printf("%s\n", mega_build_info());
+        printf("%s\ncommit %s\ncompiler %s\n", mega_build_info(), MEGA_COMMIT,
+#if defined(__clang__)
+               "clang " __clang_version__
+#elif defined(__GNUC__)
+               "gcc " __VERSION__
+#else
+               "unknown"
+#endif
+        );
         return 0;
     }
     if (!strcmp(c, "train")) return cmd_train(argc, argv);

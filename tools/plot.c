@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +24,129 @@ static int push(series *s, double x, double y) {
     return 0;
 }
 
+/* A "nice" axis over [lo, hi]: ticks at multiples of 1, 2 or 5 x 10^k, about n of them; the
+ * axis is widened to whole ticks. *decimals: digits the labels need. */
+static void nice_axis(double *lo, double *hi, int n, double *step, int *decimals) {
+    double span = *hi - *lo;
+    if (!(span > 0)) span = fabs(*lo) > 0 ? fabs(*lo) : 1;
+    const double raw = span / n, mag = pow(10, floor(log10(raw))), f = raw / mag;
+    *step = (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
+    *lo = floor(*lo / *step) * *step;
+    *hi = ceil(*hi / *step) * *step;
+    if (*hi <= *lo) *hi = *lo + *step;
+    *decimals = *step >= 1 ? 0 : (int)ceil(-log10(*step) - 1e-9);
+}
+
+typedef struct {
+    series tr, va;
+    const char *metric; /* "bpb" (language models) or "acc" (classifiers) */
+    int bad;
+} plot_log;
+
+/* the training and validation points of DIR/log.jsonl */
+static int read_log(const char *path, plot_log *g) {
+    bytes_t b;
+    memset(g, 0, sizeof *g);
+    if (read_bytes(path, &b, "log")) return 2;
+    for (size_t pos = 0; pos < b.n;) {
+        size_t e = pos;
+        while (e < b.n && b.buf[e] != '\n') e++;
+        cJSON *j = e > pos ? cJSON_ParseWithLength((const char *)b.buf + pos, e - pos) : NULL;
+        const cJSON *st = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
+        for (int k = 0; j && k < 2 && !g->metric; k++) {
+            const char *m = k ? "acc" : "bpb", *vm = k ? "valid_acc" : "valid_bpb";
+            if (cJSON_GetObjectItemCaseSensitive(j, m) || cJSON_GetObjectItemCaseSensitive(j, vm)) g->metric = m;
+        }
+        char vkey[32];
+        snprintf(vkey, sizeof vkey, "valid_%s", g->metric ? g->metric : "bpb");
+        const cJSON *l = j ? cJSON_GetObjectItemCaseSensitive(j, g->metric ? g->metric : "bpb") : NULL;
+        const cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, vkey) : NULL;
+        if (e > pos && !cJSON_IsNumber(st)) g->bad++;
+        else if (cJSON_IsNumber(l)) push(&g->tr, st->valuedouble, l->valuedouble);
+        else if (cJSON_IsNumber(v)) push(&g->va, st->valuedouble, v->valuedouble);
+        cJSON_Delete(j);
+        pos = e + 1;
+    }
+    free(b.buf);
+    if (!g->tr.n && !g->va.n) return cli_error("%s holds no training records", path), 2;
+    if (g->bad) fprintf(stderr, "mega: warning: %d malformed line(s) in %s were skipped\n", g->bad, path);
+    return 0;
+}
+
+/* a growing text buffer */
+typedef struct {
+    char *s;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void emit(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (b->oom || w < 0) return;
+    while (b->len + (size_t)w + 1 > b->cap) {
+        size_t nc = b->cap ? 2 * b->cap : 1 << 16;
+        char *ns = realloc(b->s, nc);
+        if (!ns) {
+            b->oom = 1;
+            return;
+        }
+        b->s = ns, b->cap = nc;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)w;
+}
+
+static void write_svg(sbuf *o, const plot_log *g, const char *dir) {
+    double x0 = 0, x1 = 1, y0 = INFINITY, y1 = -INFINITY, xs, ys;
+    const series *all[2] = {&g->tr, &g->va};
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < all[k]->n; i++) {
+            x1 = fmax(x1, all[k]->x[i]);
+            y0 = fmin(y0, all[k]->y[i]), y1 = fmax(y1, all[k]->y[i]);
+        }
+    int xd, yd;
+    nice_axis(&x0, &x1, 6, &xs, &xd);
+    nice_axis(&y0, &y1, 6, &ys, &yd);
+    const double W = 800, H = 480, L = 70, R = 20, T = 40, Bm = 50;
+#define PX(x) (L + ((x) - x0) / (x1 - x0) * (W - L - R))
+#define PY(y) (T + (y1 - (y)) / (y1 - y0) * (H - T - Bm))
+    emit(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    emit(o, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    const int acc = g->metric && !strcmp(g->metric, "acc");
+    emit(o, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">%s: %s</text>\n", L, dir, acc ? "accuracy" : "bits per byte");
+    for (double y = y0; y <= y1 + ys / 2; y += ys) {
+        emit(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, PY(y), W - R, PY(y));
+        emit(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.*f</text>\n", L - 6, PY(y) + 4, yd, y);
+    }
+    for (double x = x0; x <= x1 + xs / 2; x += xs)
+        emit(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.*f</text>\n", PX(x), H - Bm + 18, xd, x);
+    emit(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n", (L + W - R) / 2, H - 12);
+    emit(o, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#333\"/>\n", L, T, W - L - R, H - T - Bm);
+    const char *col[2] = {"#1f77b4", "#d62728"}, *lab[2] = {"train", "validation"};
+    for (int k = 0; k < 2; k++) {
+        if (!all[k]->n) continue;
+        emit(o, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" points=\"", col[k]);
+        for (size_t i = 0; i < all[k]->n; i++) emit(o, "%.1f,%.1f ", PX(all[k]->x[i]), PY(all[k]->y[i]));
+        emit(o, "\"/>\n");
+        if (k == 1)
+            for (size_t i = 0; i < all[k]->n; i++)
+                emit(o, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(all[k]->x[i]), PY(all[k]->y[i]), col[k]);
+        emit(o, "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s (last %.4f)</text>\n", W - R - 220, T + 18 + 16 * k, col[k],
+             lab[k], all[k]->y[all[k]->n - 1]);
+    }
+    emit(o, "</svg>\n");
+#undef PX
+#undef PY
+}
+
 int cmd_plot(int argc, char **argv) {
     const char *out = NULL;
     const char *dir = NULL;
@@ -36,86 +160,15 @@ int cmd_plot(int argc, char **argv) {
     if (!dir) return cli_error("a run directory is required: mega plot DIR"), 2;
     char p[4096], o[4096];
     path_join(p, sizeof p, dir, "log.jsonl");
-    bytes_t b;
-    if (read_bytes(p, &b, "log")) return 2;
-    series tr = {0}, va = {0};
-    size_t pos = 0;
-    int bad = 0;
-    while (pos < b.n) {
-        size_t e = pos;
-        while (e < b.n && b.buf[e] != '\n') e++;
-        if (e > pos) {
-            cJSON *j = cJSON_ParseWithLength((const char *)b.buf + pos, e - pos);
-            const cJSON *st = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
-            const cJSON *l = j ? cJSON_GetObjectItemCaseSensitive(j, "bpb") : NULL;
-            const cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, "valid_bpb") : NULL;
-            if (!cJSON_IsNumber(st)) bad++;
-            else if (cJSON_IsNumber(l)) push(&tr, st->valuedouble, l->valuedouble);
-            else if (cJSON_IsNumber(v)) push(&va, st->valuedouble, v->valuedouble);
-            cJSON_Delete(j);
-        }
-        pos = e + 1;
-    }
-    free(b.buf);
-    if (!tr.n && !va.n) return cli_error("%s holds no training records", p), 2;
-    if (bad) fprintf(stderr, "mega: warning: %d malformed line(s) in %s were skipped\n", bad, p);
-    double x0 = 0, x1 = 1, y0 = INFINITY, y1 = -INFINITY;
-    series *all[2] = {&tr, &va};
-    for (int k = 0; k < 2; k++)
-        for (size_t i = 0; i < all[k]->n; i++) {
-            if (all[k]->x[i] > x1) x1 = all[k]->x[i];
-            if (all[k]->y[i] < y0) y0 = all[k]->y[i];
-            if (all[k]->y[i] > y1) y1 = all[k]->y[i];
-        }
-    if (y1 - y0 < 1e-6) y1 = y0 + 1;
-    double pady = 0.05 * (y1 - y0);
-    y0 -= pady, y1 += pady;
+    plot_log g;
+    if (read_log(p, &g)) return free(g.tr.x), free(g.tr.y), free(g.va.x), free(g.va.y), 2;
     if (!out) out = path_join(o, sizeof o, dir, "curves.svg");
-    /* build in memory, then write atomically */
-    size_t cap = 1 << 16, len = 0;
-    char *svg = malloc(cap);
-    if (!svg) return cli_error("out of memory"), 2;
-#define EMIT(...)                                                                                \
-    do {                                                                                         \
-        int w_ = snprintf(NULL, 0, __VA_ARGS__);                                                 \
-        while (len + (size_t)w_ + 1 > cap) {                                                     \
-            char *ns = realloc(svg, cap * 2);                                                    \
-            if (!ns) { free(svg); return cli_error("out of memory"), 2; }                        \
-            svg = ns, cap *= 2;                                                                  \
-        }                                                                                        \
-        snprintf(svg + len, cap - len, __VA_ARGS__);                                             \
-        len += (size_t)w_;                                                                       \
-    } while (0)
-    const double W = 800, H = 480, L = 70, R = 20, T = 40, Bm = 50;
-#define PX(x) (L + ((x) - x0) / (x1 - x0) * (W - L - R))
-#define PY(y) (T + (y1 - (y)) / (y1 - y0) * (H - T - Bm))
-    EMIT("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
-    EMIT("<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    EMIT("<text x=\"%.0f\" y=\"22\" font-size=\"15\">%s: bits per byte</text>\n", L, dir);
-    for (int k = 0; k <= 5; k++) {
-        double y = y0 + (y1 - y0) * k / 5.0, x = x0 + (x1 - x0) * k / 5.0;
-        EMIT("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, PY(y), W - R, PY(y));
-        EMIT("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.3f</text>\n", L - 6, PY(y) + 4, y);
-        EMIT("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n", PX(x), H - Bm + 18, x);
-    }
-    EMIT("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n", (L + W - R) / 2, H - 12);
-    EMIT("<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#333\"/>\n", L, T, W - L - R, H - T - Bm);
-    const char *col[2] = {"#1f77b4", "#d62728"}, *lab[2] = {"train", "validation"};
-    for (int k = 0; k < 2; k++) {
-        if (!all[k]->n) continue;
-        EMIT("<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" points=\"", col[k]);
-        for (size_t i = 0; i < all[k]->n; i++) EMIT("%.1f,%.1f ", PX(all[k]->x[i]), PY(all[k]->y[i]));
-        EMIT("\"/>\n");
-        if (k == 1)
-            for (size_t i = 0; i < all[k]->n; i++)
-                EMIT("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(all[k]->x[i]), PY(all[k]->y[i]), col[k]);
-        EMIT("<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">%s (last %.4f)</text>\n", W - R - 220, T + 18 + 16 * k, col[k], lab[k],
-             all[k]->y[all[k]->n - 1]);
-    }
-    EMIT("</svg>\n");
-    mega_status st = mega_write_file_atomic(out, svg, len);
-    free(svg), free(tr.x), free(tr.y), free(va.x), free(va.y);
-    if (st) return cli_error("%s", mega_last_error()), 2;
-    printf("wrote %s (%zu training points, %zu validation points)\n", out, tr.n, va.n);
+    sbuf svg = {NULL, 0, 0, 0};
+    write_svg(&svg, &g, dir);
+    /* built in memory, written atomically */
+    mega_status st = svg.oom ? MEGA_ERR_OOM : mega_write_file_atomic(out, svg.s, svg.len);
+    free(svg.s), free(g.tr.x), free(g.tr.y), free(g.va.x), free(g.va.y);
+    if (st) return cli_error("%s", svg.oom ? "out of memory" : mega_last_error()), 2;
+    printf("wrote %s (%zu training points, %zu validation points)\n", out, g.tr.n, g.va.n);
     return 0;
 }

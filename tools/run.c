@@ -407,9 +407,12 @@ int cmd_info(int argc, char **argv) {
     if (file_exists(p) && model_kind(p, kind, sizeof kind) && !strcmp(kind, "mega_cls")) {
         cls_model cm;
         if (load_cls_model(model, &cm)) return free_cls_model(&cm), 2;
-        char *js = mega_cls_config_to_json(mega_cls_get_config(cm.m));
-        printf("model      %s\nkind       mega_cls (classifier)\nparameters %zu\nclasses    %d\nconfig     %s\n", p,
-               mega_ps_trainable(mega_cls_paramset(cm.m)), cm.classes.n, js ? js : "");
+        const mega_cls_config *cc = mega_cls_get_config(cm.m);
+        char *js = mega_cls_config_to_json(cc);
+        printf("model      %s\nkind       mega_cls (classifier, %s encoder)\nparameters %zu\nclasses    %d\n", p,
+               mega_mixer_name(cc->block.mixer), mega_ps_trainable(mega_cls_paramset(cm.m)), cm.classes.n);
+        print_cls_config(stdout, cc, "           ");
+        printf("config     %s\n", js ? js : "");
         free(js);
         free_cls_model(&cm);
         return 0;
@@ -420,7 +423,10 @@ int cmd_info(int argc, char **argv) {
     const char *step = NULL;
     if (mega_st_open(p, &f) == MEGA_OK) step = mega_st_meta(f, "step");
     printf("model      %s\n", p);
-    printf("kind       mega_lm (causal byte-level language model)\n");
+    const mega_lm_config *lc = mega_lm_get_config(m);
+    const int bytes = lc->vocab_size == 257 && lc->padding_idx == 256;
+    printf("kind       mega_lm (causal language model, %s mixer, %s)\n", mega_mixer_name(lc->block.mixer),
+           bytes ? "byte-level: 256 bytes + pad" : "token vocabulary");
     if (step) printf("step       %s\n", step);
     printf("parameters %zu\n", mega_lm_num_params(m));
     print_lm_config(stdout, mega_lm_get_config(m), "           ");

@@ -11,9 +11,22 @@ void openblas_set_num_threads(int);
 
 static int g_threads;
 
+/* the default: OMP_NUM_THREADS when it is set to a positive number (its first entry, as OpenMP
+ * reads a list), else every core */
+static int default_threads(void) {
+    const char *e = getenv("OMP_NUM_THREADS");
+    long v = e ? strtol(e, NULL, 10) : 0;
+    if (v > 0) return v > 4096 ? 4096 : (int)v;
+#ifdef _OPENMP
+    return omp_get_num_procs();
+#else
+    return 1;
+#endif
+}
+
 void mega_set_threads(int n) {
 #ifdef _OPENMP
-    if (n <= 0) n = omp_get_num_procs();
+    if (n <= 0) n = default_threads();
     omp_set_num_threads(n);
 #else
     if (n <= 0) n = 1;
