@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include <stdarg.h>
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -133,6 +135,34 @@ int eval_windows(mega_lm *m, const uint8_t *text, size_t n, int B, int T, size_t
     return 0;
 }
 
+void progress_init(progress_t *p, FILE *f, int quiet, double every) {
+    p->f = f, p->tty = is_tty(f), p->quiet = quiet, p->live = 0, p->every = every, p->next = 0;
+}
+
+int progress_due(progress_t *p, int final) {
+    if (p->quiet) return 0;
+    const double now = now_sec();
+    if (!final && now < p->next) return 0;
+    p->next = now + (p->tty ? 0.25 : p->every);
+    return 1;
+}
+
+void progress_print(progress_t *p, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (p->tty) fputc('\r', p->f);
+    vfprintf(p->f, fmt, ap);
+    va_end(ap);
+    if (p->tty) fputs("   ", p->f), p->live = 1;
+    else fputc('\n', p->f);
+    fflush(p->f);
+}
+
+void progress_break(progress_t *p) {
+    if (p->live) fputc('\n', p->f), fflush(p->f);
+    p->live = 0;
+}
+
 int eval_stream(mega_lm *m, const uint8_t *text, size_t n, int seg, int verbose, double *loss, int64_t *count) {
     const mega_lm_config *c = mega_lm_get_config(m);
     if (n < 2) return cli_error("evaluation text is too short (%zu bytes)", n);
@@ -153,7 +183,9 @@ int eval_stream(mega_lm *m, const uint8_t *text, size_t n, int seg, int verbose,
     }
     double tot = 0;
     int64_t cnt = 0;
-    double t0 = now_sec(), last = t0;
+    double t0 = now_sec();
+    progress_t pr;
+    progress_init(&pr, stderr, !verbose, 10);
     const size_t N = n - 1; /* predictions */
     for (size_t p = 0; p < N; p += (size_t)seg) {
         int T = (int)((N - p) < (size_t)seg ? (N - p) : (size_t)seg);
@@ -172,18 +204,16 @@ int eval_stream(mega_lm *m, const uint8_t *text, size_t n, int seg, int verbose,
             tot += mx + log(sum) - (double)l[text[p + (size_t)t + 1]];
             cnt++;
         }
-        double now = now_sec();
-        if (verbose && (now - last > 1.0 || p + (size_t)T >= N)) {
+        if (progress_due(&pr, p + (size_t)T >= N)) {
             char eta[32], rate[32];
-            double r = (double)(p + (size_t)T) / (now - t0 + 1e-9);
+            double r = (double)(p + (size_t)T) / (now_sec() - t0 + 1e-9);
             fmt_duration(eta, sizeof eta, (double)(N - p - (size_t)T) / (r + 1e-9));
             fmt_rate(rate, sizeof rate, r);
-            fprintf(stderr, "\r  eval %5.1f%%  %zu/%zu bytes  bpb %.4f  %s tok/s  ETA %s   ", 100.0 * (double)(p + (size_t)T) / (double)N,
-                    p + (size_t)T, N, tot / (double)cnt / log(2.0), rate, eta);
-            last = now;
+            progress_print(&pr, "  eval %5.1f%%  %zu/%zu bytes  bpb %.4f  %s tok/s  ETA %s", 100.0 * (double)(p + (size_t)T) / (double)N,
+                           p + (size_t)T, N, tot / (double)cnt / log(2.0), rate, eta);
         }
     }
-    if (verbose) fprintf(stderr, "\n");
+    progress_break(&pr);
     free(tok), free(lg);
     mega_lm_stream_free(s);
     *loss = tot / (double)cnt;

@@ -23,6 +23,25 @@ const char *path_join(char *buf, size_t n, const char *dir, const char *file);
 int ensure_dir(const char *dir);
 int file_exists(const char *path);
 
+/* Progress of a long job, one rule for every command: on a terminal, a live line rewritten in
+ * place (\r) at most 4 times a second; otherwise (a log file, a pipe) a plain line at most every
+ * `every` seconds, so a log stays readable and a long job is never silent. */
+typedef struct {
+    FILE *f;
+    int tty, quiet, live; /* live: a \r line is on screen */
+    double every, next;
+} progress_t;
+void progress_init(progress_t *p, FILE *f, int quiet, double every);
+/* whether a line is due now (final: the last one, always due unless quiet) */
+int progress_due(progress_t *p, int final);
+void progress_print(progress_t *p, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* end a live line (before other output) */
+void progress_break(progress_t *p);
+
 /* mean loss over non-overlapping windows of T bytes of text (full forward, eval mode): the
  * validation measure used during training. max_tokens caps the work (0 = all). */
 int eval_windows(mega_lm *m, const uint8_t *text, size_t n, int B, int T, size_t max_tokens, double *loss,

@@ -358,10 +358,12 @@ int cls_evaluate(mega_cls *m, const cls_dataset *d, const int *idx, int n, int b
     cls_task C;
     memset(&C, 0, sizeof C);
     C.m = m;
-    double tot = 0, t0 = now_sec(), last = t0;
+    double tot = 0;
     int64_t ok = 0;
     mega_lm_run run = {0, 0};
     const int C_ = mega_cls_get_config(m)->classes;
+    progress_t pr;
+    progress_init(&pr, stderr, !verbose, 10);
     for (int i = 0; i < n; i += batch) {
         int nb = n - i < batch ? n - i : batch;
         double l;
@@ -380,13 +382,10 @@ int cls_evaluate(mega_cls *m, const cls_dataset *d, const int *idx, int n, int b
                 pred[i + b] = am;
             }
         }
-        double now = now_sec();
-        if (verbose && (now - last > 1 || i + nb >= n)) {
-            fprintf(stderr, "\r  eval %d/%d examples, accuracy %.4f   ", i + nb, n, (double)ok / (i + nb));
-            last = now;
-        }
+        if (progress_due(&pr, i + nb >= n))
+            progress_print(&pr, "  eval %d/%d examples, accuracy %.4f", i + nb, n, (double)ok / (i + nb));
     }
-    if (verbose) fprintf(stderr, "\n");
+    progress_break(&pr);
     cls_batch_free(&C.batch);
     *loss = n ? tot / n : 0;
     *correct = ok;

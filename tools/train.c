@@ -464,7 +464,7 @@ static int open_fresh(train_args *a, task **t, mega_adamw **opt, train_pos *pos)
 
 typedef struct {
     FILE *log;
-    int tty;
+    progress_t bar; /* live on a terminal; a plain line every 30 s otherwise */
     double t_start, t_last, loss_acc, met_acc;
     int64_t unit_acc, n_acc, start;
 } train_progress;
@@ -473,15 +473,21 @@ static void progress_step(train_progress *p, const train_args *a, const task *t,
                           double met, int64_t units, double lr, double gn) {
     p->loss_acc += loss, p->met_acc += met, p->n_acc++, p->unit_acc += units;
     const double now = now_sec();
-    if (p->tty) {
-        int w = 30, f = (int)((double)w * (double)pos->step / (double)a->steps);
-        char bar[64];
-        for (int i = 0; i < w; i++) bar[i] = i < f ? '#' : '.';
-        bar[w] = 0;
-        printf("\r[%s] %lld/%lld loss %.4f   ", bar, (long long)pos->step, (long long)a->steps, loss);
-        fflush(stdout);
+    const int log_now = pos->step % a->log_every == 0 || pos->step == a->steps;
+    if (!log_now && progress_due(&p->bar, 0)) {
+        if (p->bar.tty) {
+            int w = 30, f = (int)((double)w * (double)pos->step / (double)a->steps);
+            char bar[64];
+            for (int i = 0; i < w; i++) bar[i] = i < f ? '#' : '.';
+            bar[w] = 0;
+            progress_print(&p->bar, "[%s] %lld/%lld loss %.4f", bar, (long long)pos->step, (long long)a->steps, loss);
+        } else {
+            progress_print(&p->bar, "step %6lld/%lld | loss %.4f (%.0f s)", (long long)pos->step, (long long)a->steps, loss,
+                           now - p->t_start);
+        }
     }
-    if (pos->step % a->log_every && pos->step != a->steps) return;
+    if (!log_now) return;
+    progress_break(&p->bar);
     double dt = now - p->t_last, el = now - p->t_start;
     double rate = (double)p->unit_acc / (dt > 0 ? dt : 1e-9);
     double eta = (double)(a->steps - pos->step) * (el / (double)(pos->step - p->start));
@@ -490,12 +496,13 @@ static void progress_step(train_progress *p, const train_args *a, const task *t,
     fmt_rate(rs, sizeof rs, rate);
     fmt_duration(es, sizeof es, eta);
     fmt_duration(els, sizeof els, el);
-    printf("%sstep %6lld/%lld | loss %.4f | %s %.4f | lr %.2e | gnorm %.2f | %s %s | %s elapsed | ETA %s\n",
-           p->tty ? "\r" : "", (long long)pos->step, (long long)a->steps, ml, t->metric, mm, lr, gn, rs, t->unit, els, es);
+    printf("step %6lld/%lld | loss %.4f | %s %.4f | lr %.2e | gnorm %.2f | %s %s | %s elapsed | ETA %s\n",
+           (long long)pos->step, (long long)a->steps, ml, t->metric, mm, lr, gn, rs, t->unit, els, es);
     fprintf(p->log, "{\"step\": %lld, \"loss\": %.6f, \"%s\": %.6f, \"lr\": %.6g, \"grad_norm\": %.4f, \"tok_s\": %.1f, \"time\": %.2f}\n",
             (long long)pos->step, ml, t->metric, mm, lr, gn, rate, el);
     fflush(p->log);
     fflush(stdout);
+    p->bar.next = now + (p->bar.tty ? 0.25 : p->bar.every); /* a log line counts as progress */
     p->loss_acc = p->met_acc = 0, p->n_acc = 0, p->unit_acc = 0, p->t_last = now;
 }
 
@@ -506,7 +513,8 @@ static int validate_now(train_progress *p, const train_args *a, task *t, const t
     int v = t->validate(t, a, a->eval_tokens, &vl, &vm, &vc);
     if (v < 0) return -1;
     if (v == 0) {
-        printf("%svalid step %6lld | loss %.4f | %s %.4f | %lld %s (%.1fs)\n", p->tty ? "\r" : "", (long long)pos->step, vl,
+        progress_break(&p->bar);
+        printf("valid step %6lld | loss %.4f | %s %.4f | %lld %s (%.1fs)\n", (long long)pos->step, vl,
                t->metric, vm, (long long)vc, !strcmp(t->kind, "lm") ? "bytes in windows" : "examples", now_sec() - te);
         fprintf(p->log, "{\"step\": %lld, \"valid_loss\": %.6f, \"valid_%s\": %.6f, \"valid_count\": %lld}\n",
                 (long long)pos->step, vl, t->metric, vm, (long long)vc);
@@ -518,8 +526,11 @@ static int validate_now(train_progress *p, const train_args *a, task *t, const t
 
 static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *pos, FILE *log) {
     const mega_adamw_hp hp = {a->beta1, a->beta2, a->eps, a->weight_decay, a->decay_all};
-    train_progress p = {log, is_tty(stdout) && !a->quiet, now_sec(), 0, 0, 0, 0, 0, pos->step};
-    p.t_last = p.t_start;
+    train_progress p;
+    memset(&p, 0, sizeof p);
+    p.log = log, p.t_start = p.t_last = now_sec(), p.start = pos->step;
+    progress_init(&p.bar, stdout, 0, 30);
+    if (a->quiet && p.bar.tty) p.bar.quiet = 1; /* --quiet: no live bar (log lines stay) */
     for (int64_t step = pos->step; step < a->steps; step++) {
         double lr = lr_at(a, step), loss = 0, met = 0;
         int64_t units = 0;
@@ -537,9 +548,11 @@ static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *
         if (((a->eval_every > 0 && pos->step % a->eval_every == 0) || last) && validate_now(&p, a, t, pos)) return 2;
         if ((a->save_every > 0 && pos->step % a->save_every == 0) || last || stop) {
             if (save_checkpoint(a, t, opt, pos)) return 2;
-            if (!last) printf("%ssaved checkpoint at step %lld\n", p.tty ? "\r" : "", (long long)pos->step);
+            progress_break(&p.bar);
+            if (!last) printf("saved checkpoint at step %lld\n", (long long)pos->step);
         }
         if (stop) {
+            progress_break(&p.bar);
             printf("stopped after %lld steps (--stop-after); continue with: mega train ... --out %s --resume\n",
                    (long long)(pos->step - p.start), a->out);
             break;
