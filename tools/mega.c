@@ -1,5 +1,4 @@
 /* The mega command-line tool: train, evaluate and run Mega language models. */
-#include "cls_data.h"
 #include "common.h"
 #include <stdio.h>
 #include <string.h>

@@ -36,16 +36,16 @@ int cmd_plot(int argc, char **argv) {
     if (!dir) return cli_error("a run directory is required: mega plot DIR"), 2;
     char p[4096], o[4096];
     path_join(p, sizeof p, dir, "log.jsonl");
-    bytes_t b;
-    if (read_bytes(p, &b, "log")) return 2;
+    mega_bytes b;
+    if (mega_read_file(p, "log", &b) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
     series tr = {0}, va = {0};
     size_t pos = 0;
     int bad = 0;
     while (pos < b.n) {
         size_t e = pos;
-        while (e < b.n && b.buf[e] != '\n') e++;
+        while (e < b.n && b.data[e] != '\n') e++;
         if (e > pos) {
-            cJSON *j = cJSON_ParseWithLength((const char *)b.buf + pos, e - pos);
+            cJSON *j = cJSON_ParseWithLength((const char *)b.data + pos, e - pos);
             const cJSON *st = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
             const cJSON *l = j ? cJSON_GetObjectItemCaseSensitive(j, "bpb") : NULL;
             const cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, "valid_bpb") : NULL;
@@ -56,7 +56,7 @@ int cmd_plot(int argc, char **argv) {
         }
         pos = e + 1;
     }
-    free(b.buf);
+    free(b.data);
     if (!tr.n && !va.n) return cli_error("%s holds no training records", p), 2;
     if (bad) fprintf(stderr, "mega: warning: %d malformed line(s) in %s were skipped\n", bad, p);
     double x0 = 0, x1 = 1, y0 = INFINITY, y1 = -INFINITY;
