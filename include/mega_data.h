@@ -11,8 +11,8 @@
  *
  * Errors: as everywhere in the library (include/mega.h), a failing function returns a negative
  * mega_status and leaves one line in mega_last_error(); nothing here prints or exits. Messages
- * name the file and, for text files, the line: "file:LINE: reason". Outputs of a failed call are
- * left empty (freeing them is still allowed).
+ * name the file and, for text files, the line: "file:LINE: reason". An output that owns memory is
+ * left empty by a failed call (freeing it is still allowed).
  *
  * Token storage is uint16_t (every vocabulary here has < 65536 ids: ListOps 21, bytes/pixels 257),
  * half the memory of int32 for the 96k x 2000-token ListOps train split; mega_batch_fill widens to
@@ -197,8 +197,8 @@ typedef struct {
 /* Every loader fills *d (overwritten; the caller frees it with mega_dataset_free) and returns
  * MEGA_OK, or fails with *d empty: MEGA_ERR_NOT_FOUND / MEGA_ERR_IO (missing, a directory,
  * unreadable), MEGA_ERR_FORMAT (malformed: "file:LINE: reason"; no examples; a label that is not
- * in opts->classes), MEGA_ERR_INVALID (bad options), MEGA_ERR_OOM. opts may be NULL (defaults:
- * all zero). */
+ * in opts->classes), MEGA_ERR_INVALID (no path given: "<what>: no file given"; bad options),
+ * MEGA_ERR_OOM. opts may be NULL (defaults: all zero). */
 
 /* ListOps TSV: header line "Source<TAB>Target" (CRLF or LF), then "<tokens><TAB><0-9>" lines;
  * empty lines are skipped. */

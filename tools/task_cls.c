@@ -109,8 +109,8 @@ static int run_batch(cls_task *C, const mega_dataset *d, const int *idx, int n, 
         int nb = n > C->capB ? n : C->capB;
         mega_batch_free(&C->batch);
         /* allocate nb rows x (capacity / nb) columns, rounded up */
-        if (mega_batch_init(&C->batch, nb, (int)((nc + nb - 1) / nb), d->pairs ? (int)((nc2 + nb - 1) / nb) : 0, d->vocab.real) !=
-            MEGA_OK)
+        int L2cap = d->pairs ? (int)((nc2 + nb - 1) / nb) : 0;
+        if (mega_batch_init(&C->batch, nb, (int)((nc + nb - 1) / nb), L2cap, d->vocab.real) != MEGA_OK)
             return cli_error("%s", mega_last_error());
         C->capB = nb, C->cap = (size_t)nb * C->batch.L, C->cap2 = (size_t)nb * C->batch.L2;
     }
