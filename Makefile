@@ -112,7 +112,7 @@ endif
 
 CFLAGS := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
 
-LIB_SRC := $(wildcard src/core/*.c src/ops/*.c src/layers/*.c src/model/*.c)
+LIB_SRC := $(wildcard src/core/*.c src/ops/*.c src/layers/*.c src/model/*.c src/data/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB64_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj64/%.o)
 TOOL_SRC := $(wildcard tools/*.c)
@@ -163,8 +163,10 @@ $(BUILD)/mega: $(TOOL_OBJ) $(BUILD)/libmega.a
 	$(CC) $(CFLAGS) $(TOOL_OBJ) $(BUILD)/libmega.a $(LDLIBS) -o $@
 
 TEST_COMMON := $(wildcard tests/lib/*.c)
-$(BUILD)/test_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega.a $(HDRS) $(wildcard tests/*.c tools/*.c tools/*.h)
+$(BUILD)/test_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega.a $(HDRS) $(wildcard tests/*.c)
 	$(CC) $(CFLAGS) -Itests/lib $< $(TEST_COMMON) $(BUILD)/libmega.a $(LDLIBS) -o $@
+# test_cls_data also runs `mega listops` (the program next to it)
+$(BUILD)/test_cls_data: $(BUILD)/mega
 $(BUILD)/t64_%: tests/t64_%.c $(TEST_COMMON) $(BUILD)/libmega64.a $(HDRS) $(wildcard tests/*.c)
 	$(CC) $(CFLAGS) -DMEGA_F64 -Itests/lib $< $(TEST_COMMON) $(BUILD)/libmega64.a $(LDLIBS) -o $@
 

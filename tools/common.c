@@ -10,51 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-int read_bytes(const char *path, bytes_t *out, const char *what) {
-    out->buf = NULL, out->n = 0;
-    struct stat st;
-    if (stat(path, &st) != 0) return cli_error("%s file '%s': %s", what, path, strerror(errno));
-    if (S_ISDIR(st.st_mode)) return cli_error("%s file '%s' is a directory", what, path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return cli_error("%s file '%s': %s", what, path, strerror(errno));
-    size_t cap = st.st_size > 0 ? (size_t)st.st_size : 1 << 16, n = 0;
-    uint8_t *b = malloc(cap + 1);
-    if (!b) {
-        fclose(f);
-        return cli_error("out of memory reading '%s'", path);
-    }
-    for (;;) {
-        size_t r = fread(b + n, 1, cap - n, f);
-        n += r;
-        if (n < cap) break;
-        uint8_t *nb = realloc(b, cap * 2 + 1);
-        if (!nb) {
-            free(b);
-            fclose(f);
-            return cli_error("out of memory reading '%s'", path);
-        }
-        b = nb, cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(b);
-        return cli_error("%s file '%s': read error", what, path);
-    }
-    if (n == 0) {
-        free(b);
-        return cli_error("%s file '%s' is empty", what, path);
-    }
-    out->buf = b, out->n = n;
-    return 0;
-}
-
-uint64_t fnv1a64(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
 double now_sec(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -3,17 +3,10 @@
 #define MEGA_TOOLS_COMMON_H
 #include "cli.h"
 #include "mega.h"
+#include "mega_data.h"
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct {
-    uint8_t *buf;
-    size_t n;
-} bytes_t;
-
-/* read a whole file; one-line error (missing, directory, empty, unreadable) and non-zero on failure */
-int read_bytes(const char *path, bytes_t *out, const char *what);
-uint64_t fnv1a64(const uint8_t *p, size_t n);
 double now_sec(void);
 void fmt_duration(char *buf, size_t n, double sec);
 void fmt_rate(char *buf, size_t n, double per_sec);
@@ -65,4 +58,5 @@ int cmd_info(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_listops(int argc, char **argv);
 #endif

@@ -1,5 +1,4 @@
 /* The mega command-line tool: train, evaluate and run Mega language models. */
-#include "cls_data.h"
 #include "common.h"
 /* the git commit of the build (Makefile: $(BUILD)/gen/commit.h), "unknown" outside a checkout */
 #include "commit.h"

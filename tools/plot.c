@@ -45,13 +45,13 @@ typedef struct {
 
 /* the training and validation points of DIR/log.jsonl */
 static int read_log(const char *path, plot_log *g) {
-    bytes_t b;
+    mega_bytes b;
     memset(g, 0, sizeof *g);
-    if (read_bytes(path, &b, "log")) return 2;
+    if (mega_read_file(path, "log", &b) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
     for (size_t pos = 0; pos < b.n;) {
         size_t e = pos;
-        while (e < b.n && b.buf[e] != '\n') e++;
-        cJSON *j = e > pos ? cJSON_ParseWithLength((const char *)b.buf + pos, e - pos) : NULL;
+        while (e < b.n && b.data[e] != '\n') e++;
+        cJSON *j = e > pos ? cJSON_ParseWithLength((const char *)b.data + pos, e - pos) : NULL;
         const cJSON *st = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
         for (int k = 0; j && k < 2 && !g->metric; k++) {
             const char *m = k ? "acc" : "bpb", *vm = k ? "valid_acc" : "valid_bpb";
@@ -67,7 +67,7 @@ static int read_log(const char *path, plot_log *g) {
         cJSON_Delete(j);
         pos = e + 1;
     }
-    free(b.buf);
+    free(b.data);
     if (!g->tr.n && !g->va.n) return cli_error("%s holds no training records", path), 2;
     if (g->bad) fprintf(stderr, "mega: warning: %d malformed line(s) in %s were skipped\n", g->bad, path);
     return 0;

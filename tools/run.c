@@ -1,5 +1,4 @@
 /* mega eval / generate / info: using a trained language model. */
-#include "cls_data.h"
 #include "common.h"
 
 #include <math.h>
@@ -56,9 +55,7 @@ static int load_model_ex(const char *arg, int chunk_override, int attn_window, m
 
 /* ---- classifiers ---------------------------------------------------------------------- */
 
-int cls_load_any(const char *format, const char *data, const char *images, const char *labels, const cls_load_opts *o,
-                 cls_dataset *d); /* task_cls.c */
-int cls_evaluate(mega_cls *m, const cls_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
+int cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
                  int64_t *correct, int *pred, int verbose);
 
 /* the kind of model stored at path: "mega_lm" or "mega_cls" (NULL if unreadable) */
@@ -74,9 +71,9 @@ static const char *model_kind(const char *path, char *buf, size_t n) {
 
 typedef struct {
     mega_cls *m;
-    cls_classes classes;
-    cls_vocab vocab;
-    char format[16];
+    mega_classes classes;
+    mega_vocab vocab;
+    mega_data_format format;
 } cls_model;
 
 static int load_cls_model(const char *arg, cls_model *cm) {
@@ -87,8 +84,10 @@ static int load_cls_model(const char *arg, cls_model *cm) {
     mega_st_file *f;
     if (mega_st_open(p, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
     const char *cj = mega_st_meta(f, "classes"), *vj = mega_st_meta(f, "vocab"), *fm = mega_st_meta(f, "data-format");
-    int bad = !cj || !vj || cls_classes_from_json(cj, &cm->classes) || cls_vocab_from_json(vj, &cm->vocab);
-    snprintf(cm->format, sizeof cm->format, "%s", fm ? fm : "auto");
+    int bad = !cj || !vj || mega_classes_from_json(cj, &cm->classes) != MEGA_OK || mega_vocab_from_json(vj, &cm->vocab) != MEGA_OK;
+    /* a format this build does not know reads as text (the loaders' fallback) */
+    if (!fm) cm->format = MEGA_DATA_AUTO;
+    else if (mega_data_format_parse(fm, &cm->format)) cm->format = MEGA_DATA_TEXT;
     mega_st_close(f);
     if (bad) return cli_error("%s: no readable vocabulary/classes in the metadata (was it written by mega train --task classify?)", p);
     return 0;
@@ -96,26 +95,26 @@ static int load_cls_model(const char *arg, cls_model *cm) {
 
 static void free_cls_model(cls_model *cm) {
     mega_cls_free(cm->m);
-    cls_classes_free(&cm->classes);
+    mega_classes_free(&cm->classes);
 }
 
 static int load_cls_data(const cls_model *cm, const char *data, const char *images, const char *labels, int seq_len,
-                         cls_dataset *d) {
-    cls_load_opts o;
+                         mega_dataset *d) {
+    mega_data_opts o;
     memset(&o, 0, sizeof o);
     o.max_len = seq_len;
     o.keep_parens = cm->vocab.keep_parens;
     o.real = cm->vocab.real, o.mean = cm->vocab.mean, o.std = cm->vocab.std;
     o.classes = &cm->classes;
-    const char *fmt = strcmp(cm->format, "idx") ? cm->format : "idx";
-    return cls_load_any(fmt, data, images, labels, &o, d);
+    if (mega_dataset_load(cm->format, data, images, labels, &o, d) != MEGA_OK) return cli_error("%s", mega_last_error());
+    return 0;
 }
 
 static int eval_classifier(const char *model, const char *data, const char *images, const char *labels, int seq_len,
                            int batch, int confusion, int quiet) {
     cls_model cm;
     if (load_cls_model(model, &cm)) return free_cls_model(&cm), 2;
-    cls_dataset d;
+    mega_dataset d;
     memset(&d, 0, sizeof d);
     if (load_cls_data(&cm, data, images, labels, seq_len, &d)) return free_cls_model(&cm), 2;
     const int C = mega_cls_get_config(cm.m)->classes;
@@ -142,7 +141,7 @@ static int eval_classifier(const char *model, const char *data, const char *imag
         }
     }
     free(idx), free(pred);
-    cls_dataset_free(&d);
+    mega_dataset_free(&d);
     free_cls_model(&cm);
     return rc ? 2 : 0;
 }
@@ -170,7 +169,7 @@ int cmd_predict(int argc, char **argv) {
         return cli_error("'%s' is not a classifier (predict is for --task classify models)", model), 2;
     cls_model cm;
     if (load_cls_model(model, &cm)) return free_cls_model(&cm), 2;
-    cls_dataset d;
+    mega_dataset d;
     memset(&d, 0, sizeof d);
     if (load_cls_data(&cm, data, images, labels, seq_len, &d)) return free_cls_model(&cm), 2;
     int *idx = malloc((size_t)d.n * sizeof(int)), *pred = malloc((size_t)d.n * sizeof(int));
@@ -181,7 +180,7 @@ int cmd_predict(int argc, char **argv) {
     if (!rc)
         for (int i = 0; i < d.n; i++) printf("%s\n", pred[i] < cm.classes.n ? cm.classes.names[pred[i]] : "?");
     free(idx), free(pred);
-    cls_dataset_free(&d);
+    mega_dataset_free(&d);
     free_cls_model(&cm);
     return rc ? 2 : 0;
 }
@@ -223,8 +222,9 @@ int cmd_eval(int argc, char **argv) {
     }
     mega_lm *m;
     if (load_model_ex(model, chunk, attn_window, &m)) return 2;
-    bytes_t txt;
-    if (read_bytes(data, &txt, "--data")) {
+    mega_bytes txt;
+    if (mega_read_file(data, "--data", &txt) != MEGA_OK) {
+        cli_error("%s", mega_last_error());
         mega_lm_free(m);
         return 2;
     }
@@ -252,14 +252,14 @@ int cmd_eval(int argc, char **argv) {
             }
             int B = (int)(65536 / L > 0 ? 65536 / L : 1);
             mega_clear_error();
-            if (eval_windows(m, txt.buf, n, B > 16 ? 16 : B, (int)L, 0, &loss, &cnt)) {
+            if (eval_windows(m, txt.data, n, B > 16 ? 16 : B, (int)L, 0, &loss, &cnt)) {
                 printf("%-10ld %-12s %-12s %s\n", L, "n/a", "-", "(error above)");
                 continue;
             }
             printf("%-10ld %-12.4f %-12lld\n", L, loss / M_LN2, (long long)cnt);
             fflush(stdout);
         }
-        free(txt.buf);
+        free(txt.data);
         mega_lm_free(m);
         return rc ? 2 : 0;
     }
@@ -272,13 +272,13 @@ int cmd_eval(int argc, char **argv) {
         fprintf(stderr, "mega eval: %s, %zu bytes, segments of %d, chunk %d (%s)\n", data, n, seq_len, c->block.chunk_size,
                 (c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size > 0) ? "state carried across segments"
                                                                           : "each segment restarts");
-    int rc = eval_stream(m, txt.buf, n, seq_len, !quiet, &loss, &cnt);
+    int rc = eval_stream(m, txt.data, n, seq_len, !quiet, &loss, &cnt);
     if (!rc) {
         double dt = now_sec() - t0;
         printf("loss %.6f nats/byte | bits per byte %.6f | %lld bytes scored | %.1f s (%.0f tok/s)\n", loss, loss / M_LN2,
                (long long)cnt, dt, (double)cnt / (dt > 0 ? dt : 1e-9));
     }
-    free(txt.buf);
+    free(txt.data);
     mega_lm_free(m);
     return rc ? 2 : 0;
 }

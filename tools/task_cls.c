@@ -1,12 +1,9 @@
 /* `mega train --task classify`: long-sequence classification (LRA style). */
-#include "cls_data.h"
 #include "task.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-uint64_t task_rng_below(uint64_t *s, uint64_t n); /* train.c */
 
 /* ---- presets: the paper's Table 8 architectures with the official training scripts'
  * defaults (examples/mega/README.lra.md, fairseq/models/lra/model.py mega_lra_* archs) ---- */
@@ -84,48 +81,13 @@ int cls_apply_preset(train_args *a, const cli_flag *fl) {
 
 /* ---- data ------------------------------------------------------------------------------- */
 
-/* the format of a TSV from its first lines: ListOps header, 3+ fields = pairs, else text */
-static const char *detect_format(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return "text";
-    char line[8192];
-    const char *fmt = "text";
-    if (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "Source\t", 7)) fmt = "listops";
-        else {
-            int tabs = 0;
-            for (char *p = line; *p && *p != '\n'; p++) tabs += *p == '\t';
-            if (tabs >= 2) fmt = "pairs";
-        }
-    }
-    fclose(f);
-    return fmt;
-}
-
-int cls_load_any(const char *format, const char *data, const char *images, const char *labels, const cls_load_opts *o,
-                 cls_dataset *d) {
-    if (!strcmp(format, "idx") || (images && !data)) {
-        if (!images || !labels) return cli_error("IDX data needs both --images and --labels");
-        if (cls_load_idx(images, labels, o, d)) return cli_error("%s", cls_last_error());
-        return 0;
-    }
-    if (!data) return cli_error("--data FILE is required");
-    if (!strcmp(format, "auto")) format = detect_format(data);
-    int r = !strcmp(format, "listops") ? cls_load_listops(data, o, d)
-            : !strcmp(format, "pairs") ? cls_load_pairs(data, o, d)
-                                       : cls_load_text(data, o, d);
-    if (r) return cli_error("%s", cls_last_error());
-    if (d->n == 0) return cli_error("'%s' holds no examples", data);
-    return 0;
-}
-
 typedef struct {
     mega_cls *m;
-    cls_dataset train, valid;
+    mega_dataset train, valid;
     int n_train, valid_from_train; /* valid = the last examples of --data */
     int *vidx;                     /* validation example indices (into train or valid) */
     int n_valid;
-    cls_batch batch;
+    mega_batch batch;
     size_t cap, cap2; /* batch buffer capacities (elements) */
     int capB;
     int *idx;
@@ -133,13 +95,13 @@ typedef struct {
     const char *format;
 } cls_task;
 
-static const cls_dataset *vset(const cls_task *C) { return C->valid_from_train ? &C->train : &C->valid; }
+static const mega_dataset *vset(const cls_task *C) { return C->valid_from_train ? &C->train : &C->valid; }
 
 /* run examples idx[0..n) through the model (forward only or with targets); the batch is shaped
  * n x (longest example, at most maxlen) inside buffers kept at their largest capacity */
-static int run_batch(cls_task *C, const cls_dataset *d, const int *idx, int n, int maxlen, const mega_lm_run *run,
+static int run_batch(cls_task *C, const mega_dataset *d, const int *idx, int n, int maxlen, const mega_lm_run *run,
                      double *loss, int64_t *correct, int64_t *units) {
-    int L = cls_batch_max_len(d, idx, n, 0), L2 = d->pairs ? cls_batch_max_len(d, idx, n, 1) : 0;
+    int L = mega_batch_max_len(d, idx, n, 0), L2 = d->pairs ? mega_batch_max_len(d, idx, n, 1) : 0;
     if (L > maxlen) L = maxlen;
     if (L2 > maxlen) L2 = maxlen;
     if (L < 1) L = 1;
@@ -147,16 +109,17 @@ static int run_batch(cls_task *C, const cls_dataset *d, const int *idx, int n, i
     if ((size_t)n * L > C->cap || (size_t)n * L2 > C->cap2 || n > C->capB) {
         size_t nc = (size_t)n * L > C->cap ? (size_t)n * L : C->cap, nc2 = (size_t)n * L2 > C->cap2 ? (size_t)n * L2 : C->cap2;
         int nb = n > C->capB ? n : C->capB;
-        cls_batch_free(&C->batch);
+        mega_batch_free(&C->batch);
         /* allocate nb rows x (capacity / nb) columns, rounded up */
-        if (cls_batch_init(&C->batch, nb, (int)((nc + nb - 1) / nb), d->pairs ? (int)((nc2 + nb - 1) / nb) : 0, d->vocab.real))
-            return cli_error("%s", cls_last_error());
+        int L2cap = d->pairs ? (int)((nc2 + nb - 1) / nb) : 0;
+        if (mega_batch_init(&C->batch, nb, (int)((nc + nb - 1) / nb), L2cap, d->vocab.real) != MEGA_OK)
+            return cli_error("%s", mega_last_error());
         C->capB = nb, C->cap = (size_t)nb * C->batch.L, C->cap2 = (size_t)nb * C->batch.L2;
     }
-    cls_batch *b = &C->batch;
+    mega_batch *b = &C->batch;
     b->B = n, b->L = L, b->L2 = L2;
-    if (cls_batch_fill(b, d, idx, n)) return cli_error("%s", cls_last_error());
-    mega_cls_input in = {b->tok, (const mega_real *)b->val, b->len, L};
+    if (mega_batch_fill(b, d, idx, n) != MEGA_OK) return cli_error("%s", mega_last_error());
+    mega_cls_input in = {b->tok, b->val, b->len, L};
     mega_cls_input in2 = {b->tok2, NULL, b->len2, L2};
     if (mega_cls_forward(C->m, &in, d->pairs ? &in2 : NULL, n, b->label, run, loss, correct) != MEGA_OK)
         return cli_error("%s", mega_last_error());
@@ -170,7 +133,7 @@ static int run_batch(cls_task *C, const cls_dataset *d, const int *idx, int n, i
 static int cls_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, double *loss, double *metric, int64_t *units) {
     cls_task *C = t->impl;
     int B = a->batch < C->n_train ? a->batch : C->n_train;
-    for (int i = 0; i < B; i++) C->idx[i] = (int)task_rng_below(rng, (uint64_t)C->n_train);
+    for (int i = 0; i < B; i++) C->idx[i] = (int)mega_data_rng_below(rng, (uint64_t)C->n_train);
     int64_t ok;
     mega_lm_run run = {1, key};
     if (run_batch(C, &C->train, C->idx, B, a->seq_len, &run, loss, &ok, units)) return 1;
@@ -180,7 +143,7 @@ static int cls_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, d
     return 0;
 }
 
-int cls_evaluate(mega_cls *m, const cls_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
+int cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
                  int64_t *correct, int *pred, int verbose);
 
 static int cls_validate(task *t, const train_args *a, int64_t max_units, double *loss, double *metric, int64_t *count) {
@@ -220,16 +183,16 @@ static void cls_describe(task *t, const train_args *a, FILE *f) {
 static void cls_destroy(task *t) {
     cls_task *C = t->impl;
     mega_cls_free(C->m);
-    cls_dataset_free(&C->train);
-    cls_dataset_free(&C->valid);
-    cls_batch_free(&C->batch);
+    mega_dataset_free(&C->train);
+    mega_dataset_free(&C->valid);
+    mega_batch_free(&C->batch);
     free(C->vidx), free(C->idx), free(C->vocab_json), free(C->classes_json);
     free(C);
     free(t);
 }
 
 /* the fields of the config that come from the data (the rest come straight from the flags) */
-static void config_from_data(train_args *a, const cls_dataset *d, int nclasses) {
+static void config_from_data(train_args *a, const mega_dataset *d, int nclasses) {
     mega_cls_config *c = &a->cls;
     if (c->block.max_positions < a->seq_len) c->block.max_positions = a->seq_len;
     c->embedding = d->vocab.real ? MEGA_EMBED_REAL : MEGA_EMBED_TOKEN;
@@ -245,8 +208,8 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     if (!C || !t) return free(C), free(t), cli_error("out of memory");
     t->kind = "classify", t->metric = "acc", t->unit = "tok/s", t->impl = C;
     t->step = cls_step, t->validate = cls_validate, t->save = cls_save, t->describe = cls_describe, t->destroy = cls_destroy;
-    cls_classes prev = {0, NULL};
-    cls_vocab pv;
+    mega_classes prev = {0, NULL};
+    mega_vocab pv;
     int have_prev = 0;
     if (model_path) {
         /* resume: the vocabulary and the classes come from the checkpoint */
@@ -256,7 +219,7 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
             goto fail;
         }
         const char *cj = mega_st_meta(f, "classes"), *vj = mega_st_meta(f, "vocab");
-        int bad = !cj || !vj || cls_classes_from_json(cj, &prev) || cls_vocab_from_json(vj, &pv);
+        int bad = !cj || !vj || mega_classes_from_json(cj, &prev) != MEGA_OK || mega_vocab_from_json(vj, &pv) != MEGA_OK;
         mega_st_close(f);
         if (bad) {
             cli_error("%s: no readable vocabulary/classes in the metadata (not a classifier checkpoint)", model_path);
@@ -268,7 +231,7 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
             goto fail;
         }
     }
-    cls_load_opts o;
+    mega_data_opts o;
     memset(&o, 0, sizeof o);
     o.max_len = a->seq_len;
     o.keep_parens = have_prev ? pv.keep_parens : a->keep_parens;
@@ -276,18 +239,20 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     o.mean = have_prev ? pv.mean : a->pixel_mean;
     o.std = have_prev ? pv.std : a->pixel_std;
     o.classes = have_prev ? &prev : NULL;
-    if (cls_load_any(a->format, a->data, a->images, a->labels, &o, &C->train)) goto fail;
-    C->format = C->train.pairs ? "pairs" : C->train.rows ? "idx" : C->train.vocab.kind == CLS_VOCAB_LISTOPS ? "listops" : "text";
+    mega_data_format fmt = MEGA_DATA_AUTO;
+    mega_data_format_parse(a->format, &fmt); /* the flag table allows only the known names */
+    if (mega_dataset_load(fmt, a->data, a->images, a->labels, &o, &C->train) != MEGA_OK) goto fail_msg;
+    C->format = mega_data_format_name(mega_dataset_format(&C->train));
     if (a->cls.embedding == MEGA_EMBED_REAL && !C->train.vocab.real) {
         cli_error("--embedding real needs real-valued inputs (IDX images)");
         goto fail;
     }
     /* validation: --valid / --valid-images, else the last --valid-fraction of the examples */
-    cls_load_opts vo = o;
+    mega_data_opts vo = o;
     vo.classes = &C->train.classes;
     C->n_train = C->train.n;
     if (a->valid || a->valid_images) {
-        if (cls_load_any(a->format, a->valid, a->valid_images, a->valid_labels, &vo, &C->valid)) goto fail;
+        if (mega_dataset_load(fmt, a->valid, a->valid_images, a->valid_labels, &vo, &C->valid) != MEGA_OK) goto fail_msg;
         C->n_valid = C->valid.n;
         C->vidx = malloc((size_t)C->n_valid * sizeof(int));
         for (int i = 0; C->vidx && i < C->n_valid; i++) C->vidx[i] = i;
@@ -328,32 +293,28 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
         free(x), free(y);
         if (bad) goto fail;
     }
-    C->vocab_json = cls_vocab_to_json(&C->train.vocab);
-    C->classes_json = cls_classes_to_json(&C->train.classes);
+    C->vocab_json = mega_vocab_to_json(&C->train.vocab);
+    C->classes_json = mega_classes_to_json(&C->train.classes);
     C->idx = malloc((size_t)(a->batch > 0 ? a->batch : 1) * sizeof(int));
     if (!C->vocab_json || !C->classes_json || !C->idx) {
         cli_error("out of memory");
         goto fail;
     }
-    /* fingerprint: the examples' tokens and labels */
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < C->train.n; i++) {
-        h = (h ^ fnv1a64((const uint8_t *)C->train.tok[i], (size_t)C->train.len[i] * sizeof(uint16_t))) * 1099511628211ull;
-        h = (h ^ (uint64_t)C->train.label[i]) * 1099511628211ull;
-    }
-    t->data_hash = h, t->data_size = (uint64_t)C->train.n;
+    t->data_hash = mega_dataset_fingerprint(&C->train), t->data_size = (uint64_t)C->train.n;
     t->ps = mega_cls_paramset(C->m);
-    cls_classes_free(&prev);
+    mega_classes_free(&prev);
     *out = t;
     return 0;
+fail_msg:
+    cli_error("%s", mega_last_error());
 fail:
-    cls_classes_free(&prev);
+    mega_classes_free(&prev);
     cls_destroy(t);
     return 1;
 }
 
 /* evaluate examples idx[0..n) in batches; pred (optional) receives the argmax per example */
-int cls_evaluate(mega_cls *m, const cls_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
+int cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
                  int64_t *correct, int *pred, int verbose) {
     cls_task C;
     memset(&C, 0, sizeof C);
@@ -369,7 +330,7 @@ int cls_evaluate(mega_cls *m, const cls_dataset *d, const int *idx, int n, int b
         double l;
         int64_t c;
         if (run_batch(&C, d, idx + i, nb, maxlen, &run, &l, &c, NULL)) {
-            cls_batch_free(&C.batch);
+            mega_batch_free(&C.batch);
             return 1;
         }
         tot += l * nb, ok += c;
@@ -386,7 +347,7 @@ int cls_evaluate(mega_cls *m, const cls_dataset *d, const int *idx, int n, int b
             progress_print(&pr, "  eval %d/%d examples, accuracy %.4f", i + nb, n, (double)ok / (i + nb));
     }
     progress_break(&pr);
-    cls_batch_free(&C.batch);
+    mega_batch_free(&C.batch);
     *loss = n ? tot / n : 0;
     *correct = ok;
     return 0;

@@ -7,23 +7,16 @@
 
 typedef struct {
     mega_lm *m;
-    bytes_t data, valid;
+    mega_bytes data, valid;
     const uint8_t *train_txt, *val_txt;
     size_t ntrain, nval;
     int32_t *tok, *tgt;
 } lm_task;
 
-uint64_t task_rng_below(uint64_t *s, uint64_t n); /* train.c */
-
 static int lm_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, double *loss, double *metric, int64_t *units) {
     lm_task *L = t->impl;
-    for (int b = 0; b < a->batch; b++) {
-        size_t s0 = (size_t)task_rng_below(rng, (uint64_t)(L->ntrain - (size_t)a->seq_len));
-        for (int i = 0; i < a->seq_len; i++) {
-            L->tok[(size_t)b * a->seq_len + i] = L->train_txt[s0 + (size_t)i];
-            L->tgt[(size_t)b * a->seq_len + i] = L->train_txt[s0 + (size_t)i + 1];
-        }
-    }
+    if (mega_text_windows(L->train_txt, L->ntrain, a->batch, a->seq_len, rng, L->tok, L->tgt) != MEGA_OK)
+        return cli_error("%s", mega_last_error());
     int64_t cnt;
     mega_lm_run run = {1, key};
     if (mega_lm_forward(L->m, L->tok, L->tgt, a->batch, a->seq_len, &run, loss, &cnt) != MEGA_OK)
@@ -59,7 +52,7 @@ static void lm_describe(task *t, const train_args *a, FILE *f) {
 static void lm_destroy(task *t) {
     lm_task *L = t->impl;
     mega_lm_free(L->m);
-    free(L->data.buf), free(L->valid.buf), free(L->tok), free(L->tgt);
+    mega_bytes_free(&L->data), mega_bytes_free(&L->valid), free(L->tok), free(L->tgt);
     free(L);
     free(t);
 }
@@ -85,22 +78,22 @@ int lm_task_new(train_args *a, const char *model_path, task **out) {
         if (mega_lm_create(&a->lm, &L->m) != MEGA_OK) goto fail_msg;
         mega_lm_init_params(L->m, (uint64_t)a->seed);
     }
-    if (read_bytes(a->data, &L->data, "--data")) goto fail;
-    L->train_txt = L->data.buf, L->ntrain = L->data.n;
+    if (mega_read_file(a->data, "--data", &L->data) != MEGA_OK) goto fail_msg;
+    L->train_txt = L->data.data, L->ntrain = L->data.n;
     if (a->valid) {
-        if (read_bytes(a->valid, &L->valid, "--valid")) goto fail;
-        L->val_txt = L->valid.buf, L->nval = L->valid.n;
+        if (mega_read_file(a->valid, "--valid", &L->valid) != MEGA_OK) goto fail_msg;
+        L->val_txt = L->valid.data, L->nval = L->valid.n;
     } else if (a->valid_fraction > 0) {
         L->nval = (size_t)((double)L->data.n * a->valid_fraction);
         L->ntrain = L->data.n - L->nval;
-        L->val_txt = L->data.buf + L->ntrain;
+        L->val_txt = L->data.data + L->ntrain;
     }
     if (L->val_txt && L->nval < 2) L->val_txt = NULL, L->nval = 0;
     if (L->ntrain < (size_t)a->seq_len + 1) {
         cli_error("training text has %zu bytes, fewer than --seq-len + 1 = %d (use a shorter --seq-len)", L->ntrain, a->seq_len + 1);
         goto fail;
     }
-    t->data_hash = fnv1a64(L->data.buf, L->data.n), t->data_size = L->data.n;
+    t->data_hash = mega_fnv1a64(L->data.data, L->data.n), t->data_size = L->data.n;
     L->tok = malloc((size_t)a->batch * a->seq_len * sizeof(int32_t));
     L->tgt = malloc((size_t)a->batch * a->seq_len * sizeof(int32_t));
     if (!L->tok || !L->tgt) {

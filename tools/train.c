@@ -27,14 +27,6 @@ static uint64_t mix64(uint64_t z) {
 }
 static uint64_t dropout_key(uint64_t seed, int64_t step) { return mix64(seed * 0x9E3779B97F4A7C15ull + (uint64_t)step + 0x1234567ull); }
 
-/* sequential splitmix64 for data sampling: one uint64 of state, saved in checkpoints */
-uint64_t task_rng_below(uint64_t *s, uint64_t n) {
-    if (n <= 1) return 0;
-    uint64_t lim = UINT64_MAX - UINT64_MAX % n, x;
-    do x = mix64(*s += 0x9E3779B97F4A7C15ull);
-    while (x >= lim);
-    return x % n;
-}
 
 static double lr_at(const train_args *a, int64_t step) {
     /* step is 0-based: linear warm-up to lr, then cosine / linear decay to min_lr, or constant */
@@ -218,20 +210,21 @@ static FILE *open_log(const train_args *a, int64_t keep_upto) {
     path_join(p, sizeof p, a->out, "log.jsonl");
     if (a->resume && file_exists(p)) {
         /* drop entries written after the checkpoint we resume from, so the curve stays one line */
-        bytes_t b;
-        if (read_bytes(p, &b, "log") == 0) {
+        mega_bytes b;
+        if (mega_read_file(p, "log", &b) != MEGA_OK) cli_error("%s", mega_last_error());
+        else {
             size_t o = 0, keep = 0;
             while (o < b.n) {
                 size_t e = o;
-                while (e < b.n && b.buf[e] != '\n') e++;
-                const char *s = strstr((const char *)b.buf + o, "\"step\":");
-                long long st = s && (size_t)(s - (const char *)b.buf) < e ? atoll(s + 7) : 0;
+                while (e < b.n && b.data[e] != '\n') e++;
+                const char *s = strstr((const char *)b.data + o, "\"step\":");
+                long long st = s && (size_t)(s - (const char *)b.data) < e ? atoll(s + 7) : 0;
                 if (st > keep_upto) break;
                 keep = e < b.n ? e + 1 : e;
                 o = e + 1;
             }
-            mega_write_file_atomic(p, b.buf, keep);
-            free(b.buf);
+            mega_write_file_atomic(p, b.data, keep);
+            free(b.data);
         }
         return fopen(p, "a");
     }
@@ -455,7 +448,7 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw *
 static int open_fresh(train_args *a, task **t, mega_adamw **opt, train_pos *pos) {
     if (ensure_dir(a->out)) return 2;
     if (new_task(a, NULL, t, opt)) return 2;
-    pos->data_rng = (uint64_t)a->seed * 0xD1B54A32D192ED03ull + 77;
+    pos->data_rng = mega_data_rng_seed((uint64_t)a->seed);
     pos->data_hash = (*t)->data_hash, pos->data_size = (*t)->data_size;
     return 0;
 }

@@ -3,7 +3,8 @@
 
 #include <stdarg.h>
 
-static _Thread_local char g_err[512];
+/* long enough for the data loaders' messages (a path, a line number, an excerpt and a class list) */
+static _Thread_local char g_err[1024];
 
 const char *mega_status_str(mega_status s) {
     switch (s) {
