@@ -61,25 +61,24 @@ typedef struct {
     int64_t done, lsum, lmin, lmax, hist[10];
 } lo_stats;
 
-/* progress on stderr, at most every 0.25 s on a terminal (10 s otherwise); *shown: a line is open */
-static void lo_progress(const lo_stats *st, int64_t total, double t0, double *next_report, int *shown) {
-    double now = now_sec();
-    if (now < *next_report) return;
-    int tty = is_tty(stderr);
+static void lo_progress(progress_t *pr, const lo_stats *st, int64_t total, double t0) {
+    if (!progress_due(pr, 0)) return;
     char eta[32], rate[32];
-    double rt = (double)st->done / (now - t0);
+    double rt = (double)st->done / (now_sec() - t0 + 1e-9);
     fmt_duration(eta, sizeof eta, (double)(total - st->done) / (rt + 1e-9));
     fmt_rate(rate, sizeof rate, rt);
-    fprintf(stderr, "%slistops: %lld/%lld examples (%.1f%%)  %s examples/s  ETA %s   %s", tty ? "\r" : "", (long long)st->done,
-            (long long)total, 100.0 * (double)st->done / (double)total, rate, eta, tty ? "" : "\n");
-    *next_report = now + (tty ? 0.25 : 10.0), *shown = tty;
+    progress_print(pr, "listops: %lld/%lld examples (%.1f%%)  %s examples/s  ETA %s", (long long)st->done, (long long)total,
+                   100.0 * (double)st->done / (double)total, rate, eta);
 }
 
 /* draw every split into its open file; 0, or 2 after printing the error */
 static int lo_generate(mega_listops_gen *g, lo_out *o, const int64_t *want, int quiet, lo_stats *st) {
     const int64_t total = want[0] + want[1] + want[2];
-    double t0 = now_sec(), next_report = t0 + 1.0;
-    int shown = 0, rc = 0;
+    double t0 = now_sec();
+    int rc = 0;
+    progress_t pr;
+    progress_init(&pr, stderr, quiet, 10);
+    pr.next = t0 + 1.0; /* a short run shows none */
     memset(st, 0, sizeof *st);
     st->lmin = INT64_MAX;
     for (int s = 0; s < 3 && !rc; s++) {
@@ -87,8 +86,7 @@ static int lo_generate(mega_listops_gen *g, lo_out *o, const int64_t *want, int 
             const char *src;
             int len, tgt;
             if (mega_listops_gen_next(g, &src, &len, &tgt) != MEGA_OK) {
-                if (shown) fprintf(stderr, "\n");
-                shown = 0;
+                progress_break(&pr);
                 rc = cli_error("%s", mega_last_error()), rc = 2;
                 break;
             }
@@ -99,10 +97,10 @@ static int lo_generate(mega_listops_gen *g, lo_out *o, const int64_t *want, int 
             o[s].n++, st->done++;
             st->lsum += len, st->hist[tgt]++;
             st->lmin = len < st->lmin ? len : st->lmin, st->lmax = len > st->lmax ? len : st->lmax;
-            if (!quiet && (st->done & 63) == 0) lo_progress(st, total, t0, &next_report, &shown);
+            if ((st->done & 63) == 0) lo_progress(&pr, st, total, t0);
         }
     }
-    if (shown) fprintf(stderr, "\n");
+    progress_break(&pr);
     return rc;
 }
 
