@@ -280,7 +280,7 @@ int mega_field_applies(const mega_field *f, mega_mixer_kind k);
 void mega_field_format(const mega_field *f, const void *config, char *buf, size_t n);
 
 /* ---------------------------------------------------------------------------------------------
- * causal language model (official fairseq mega_lm / MegaDecoderNoCrossAttn, SPEC §2.13).
+ * causal language model (official fairseq mega_lm / MegaDecoderNoCrossAttn; docs/mega.md §10).
  * Weight names follow the official state dict: decoder.embed_tokens.weight,
  * decoder.layers.<i>.mega_layer.*, decoder.layers.<i>.nffn.*, decoder.final_norm.norm.*,
  * decoder.output_projection.weight (untied only). */
@@ -368,7 +368,7 @@ mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T,
 int64_t mega_lm_stream_pos(const mega_lm_stream *s);
 
 /* ---------------------------------------------------------------------------------------------
- * Classifier (official LRA model: MegaLRAEncoder + LRAModel head; SPEC §2.13).
+ * Classifier (official LRA model: MegaLRAEncoder + LRAModel head; docs/mega.md §10).
  * Names: encoder.encoder.embed_tokens.embed.weight (token) or encoder.encoder.embed_tokens.
  * {weight,bias} (real-valued inputs), encoder.encoder.layers.<i>.*, encoder.encoder.final_norm.
  * norm.*, classifier.<j>.0.{weight,bias}, sentence_projection_layer.weight. */

@@ -19,10 +19,10 @@
  * stream; the median run is divided by 512 for ms/step (one mega_lm_stream_feed of B tokens).
  *
  * Analytic FLOP count (docs/performance.md has the same text). MACs of the forward pass of one
- * sequence of L tokens through one Mega block (SPEC §2.10, §2.12), D embed, Z zdim, E hdim,
+ * sequence of L tokens through one Mega block (docs/mega.md §6, §11), D embed, Z zdim, E hdim,
  * N ndim, F ffn, c chunk (c = L for full attention), D' = 2D bidirectional, D causal:
  *     projections  L·D·(2D + Z + 3E)          (v_proj D→E, mx_proj D→2D+Z+E, h_proj E→D)
- *     EMA          3·L·D'·N                   (recurrence: q·h + pβ·x, then γ·h; §1.8 route A)
+ *     EMA          3·L·D'·N                   (sequential recurrence: q·h + pβ·x, then γ·h)
  *     attention    L·c·(Z + E)                (q·kᵀ and A·v per chunk; halved when causal)
  *     FFN          2·L·D·F
  * plus, per model, the LM output layer L·D·V, or the classifier head D·H + H·C per sequence.
@@ -32,7 +32,7 @@
  * counted: norms, activations, gates, softmax, the loss, the embedding lookup and the AdamW update
  * (all O(L·D) or O(params)), so the GFLOP/s is a lower bound on the arithmetic done.
  * Decode, per generated token at chunk position t (cache length n = t mod c + 1): per layer
- * D·(2D + Z + 3E) + 3·D·N + n·(Z + E) + 2·D·F, plus D·V for the output layer (SPEC §2.8).
+ * D·(2D + Z + 3E) + 3·D·N + n·(Z + E) + 2·D·F, plus D·V for the output layer (docs/mega.md §9).
  *
  * sgemm: cblas_sgemm through the same OpenBLAS the library links (MEGA_USE_BLAS), on a square
  * 2048³ problem and on the lm-train projection shape M=8192 (batch × tokens), N=512, K=256;

@@ -1,30 +1,31 @@
 /*
- * The ABC token mixers (SPEC §7) behind the mixer interface (mixer.h): abc-window,
+ * The ABC token mixers (ABC, arXiv 2110.02488) behind the mixer interface (mixer.h): abc-window,
  * abc-linformer, abc-mlp. Each is a "core" (self_residual = 0) that the block wraps in the
  * standard residual sublayer; parameters are "<prefix>mixer.<name>".
  *
- *   Q = X Wq^T + bq, K = X Wk^T + bk, V = X Wv^T + bv       (SPEC §3.1; H heads of d = D/H)
- *   per head: o_t = V~^T softmax(K~ q_t / sqrt d)           (§7.1; memory of n = cfg->memory_size slots)
+ *   Q = X Wq^T + bq, K = X Wk^T + bk, V = X Wv^T + bv       (as mha; H heads of d = D/H)
+ *   per head: o_t = V~^T softmax(K~ q_t / sqrt d)           (ABC; memory of n = cfg->memory_size slots)
  *   Y = concat_h(o) Wo^T + bo
  *
- * The memories (§7.2):
+ * The memories (the ABC paper's instances):
  *   abc-window     causal only: the last n tokens (sliding-window attention of width n; empty
  *                  slots masked by default, the literal form via mega_abc_set_mask_empty).
- *                  Bidirectional is rejected: there is no shared-memory form (§7.2a), its encoder
+ *                  Bidirectional is rejected: there is no shared-memory form, its encoder
  *                  analogue is banded local attention (the `local` mixer).
  *   abc-linformer  phi^K_i = E[:, i], phi^V_i = F[:, i], E, F in R^{n x N_max} (N_max = cfg->max_len,
  *                  names compress_k / compress_v as fairseq): bidirectional K~ = E[:, :L] K;
  *                  causal K~_t = K~_{t-1} + E[:, t] k_t^T. Pad keys are zeroed before the
  *                  compression; a position >= N_max is an error.
  *   abc-mlp        phi = softmax over positions (per slot) of l = X W_phi^T, W_phi in R^{H n x D},
- *                  separate for K and V (phi_k / phi_v, [ext]: no bias, N(0, 0.02)):
+ *                  separate for K and V (phi_k / phi_v; project choices: no bias, N(0, 0.02)):
  *                  bidirectional over the valid positions; causal by the normalised cumulative
- *                  (logaddexp) recurrence of §7.3 with the exact reverse scan of §7.4.
+ *                  (logaddexp) recurrence (fla's naive_recurrent_abc, in log space) with our exact
+ *                  reverse scan.
  *
  * Saved activations (A->p): q, k, v, o [B,T,D]; P [B,T,H,n] slot weights; bidirectional memories
  * K~, V~ [B,H,n,d]; abc-mlp: Phi_K^T, Phi_V^T [B,H n,T] (bidirectional) or the logits l_K, l_V
  * [B,T,H n] (causal).
- * Streaming state (§7.5): window: ring buffers of keys and values [B,n,D] x 2; Linformer:
+ * Streaming state: window: ring buffers of keys and values [B,n,D] x 2; Linformer:
  * K~, V~ [B,H,n,d] (+ the position counter); ABC-MLP: K~, V~ and log Z_K, log Z_V [B,H,n].
  */
 #include "layers/mixer.h"
@@ -76,18 +77,20 @@ static mega_status abc_check(const mega_block_config *c) {
     if (c->memory_size < 1 || c->memory_size > 65536)
         MEGA_FAIL(MEGA_ERR_INVALID, "%s needs --memory-size n in [1, 65536] (memory slots per head), got %d", nm, c->memory_size);
     if (c->pos != MEGA_POS_NONE)
-        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "%s: positional scheme '%s' is not available for ABC mixers (SPEC §8.8)", nm,
-                  mega_pos_name(c->pos));
+        MEGA_FAIL(MEGA_ERR_UNSUPPORTED,
+                  "%s: positional scheme '%s' is not available for ABC mixers (memory slots have no token distances)",
+                  nm, mega_pos_name(c->pos));
     if (c->attn_window)
-        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "%s: --attn-window does not apply to ABC (the memory size is its window, SPEC §8.8)",
+        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "%s: --attn-window does not apply to ABC (the memory size is its window)", nm);
+    if (c->log_n_scaling)
+        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "%s: log-n scaling does not apply to ABC (it counts visible tokens, not memory slots)",
                   nm);
-    if (c->log_n_scaling) MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "%s: log-n scaling does not apply to ABC (SPEC §8.8)", nm);
     return MEGA_OK;
 }
 static mega_status win_check(const mega_block_config *c) {
     if (c->bidirectional)
         MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "abc-window has no bidirectional form: a window memory is per query, not "
-                                        "shared (SPEC §7.2a); use --mixer local for banded local attention");
+                                        "shared; use --mixer local for banded local attention");
     return abc_check(c);
 }
 static mega_status lin_check(const mega_block_config *c) {
@@ -102,7 +105,7 @@ static mega_status declare(abc_layer *L, const mega_block_config *c, mega_params
     L->cfg = c, L->ctl = ctl;
     const int64_t D = c->embed_dim, H = c->heads, n = c->memory_size;
     L->H = c->heads, L->n = c->memory_size, L->dh = c->embed_dim / c->heads;
-    L->mask = 1; /* [ext] mask_empty_slots, on by default (§7.1) */
+    L->mask = 1; /* mask_empty_slots (project extension), on by default */
     L->nmax = is_lin(L) ? c->max_len : 0;
     MEGA_TRY(mega_qkvo_declare(&L->proj, P, prefix, (int)D));
     char pre[MEGA_NAME_MAX];
@@ -128,13 +131,14 @@ static void abc_init(const void *layer, real *W, mega_rng *rng) {
     const abc_layer *L = layer;
     const mega_block_config *c = L->cfg;
     const size_t D = (size_t)c->embed_dim, Hn = (size_t)c->heads * c->memory_size, n = (size_t)c->memory_size;
-    /* §3.1 [ext] fairseq: q/k/v xavier-uniform with gain 2^-1/2, out_proj xavier-uniform, zero biases */
+    /* as mha (fairseq MultiheadAttention.reset_parameters): q/k/v xavier-uniform with gain 2^-1/2,
+     * out_proj xavier-uniform; zero biases (project choice) */
     mega_qkvo_init(&L->proj, W, (int)D, rng);
-    if (is_lin(L)) { /* §7.2b: xavier-uniform with gain 2^-1/2 on (n, N_max) */
+    if (is_lin(L)) { /* fairseq MultiheadLinearAttention: xavier-uniform, gain 2^-1/2 */
         const size_t N = (size_t)c->max_len;
         mega_fill_xavier(W + L->ck, n, N, sqrt(0.5), rng);
         mega_fill_xavier(W + L->cv, n, N, sqrt(0.5), rng);
-    } else if (is_mlp(L)) { /* §7.2c [ext]: N(0, 0.02), no bias */
+    } else if (is_mlp(L)) { /* project choice: N(0, 0.02), no bias */
         mega_fill_normal(W + L->ck, Hn * D, 0, 0.02, rng);
         mega_fill_normal(W + L->cv, Hn * D, 0, 0.02, rng);
     }
@@ -224,8 +228,8 @@ static size_t abc_scratch(const void *L, int B, int T, int nthreads) {
     return scr_layout(L, B, T, nthreads, NULL, &s) + 16;
 }
 
-/* Linformer control: bidirectional Phi^T [B, n, T] = E[:, :T] with pad columns zeroed (§7.2b:
- * pads zeroed before compression); causal rows [T, n] = E[:, pos + t]^T */
+/* Linformer control: bidirectional Phi^T [B, n, T] = E[:, :T] with pad columns zeroed (project
+ * rule: pads zeroed before compression); causal rows [T, n] = E[:, pos + t]^T */
 static void lin_phi_bidir(const abc_layer *L, const real *E, real *ph, const uint8_t *pad, int B, int T) {
     const size_t n = (size_t)L->n, N = (size_t)L->nmax;
     for (int b = 0; b < B; b++)
@@ -241,7 +245,7 @@ static void lin_rows(const abc_layer *L, const real *E, real *rows, int64_t pos,
 }
 
 /* ABC-MLP bidirectional control: Phi^T [B, H n, T], each row the softmax over the valid
- * positions of l^T = W_phi X^T (§7.2c); a row with no valid position is 0 */
+ * positions of l^T = W_phi X^T (ABC-MLP); a row with no valid position is 0 */
 static void mlp_phi_bidir(const abc_layer *L, const real *Wp, real *ph, const real *x, const uint8_t *pad, int B,
                           int T) {
     const size_t D = (size_t)L->cfg->embed_dim, Hn = (size_t)L->H * L->n;
@@ -418,7 +422,7 @@ static void abc_backward(const void *layer, const real *W, real *dW, const real 
             const size_t oW = (which ? L->cv : L->ck);
             real *g = which ? s.dcv : s.dck;
             if (bidir) {
-                /* each row of Phi^T is a softmax over positions (§7.4):
+                /* each row of Phi^T is a softmax over positions:
                  * dl = Phi (dPhi - sum Phi dPhi); then dW_phi += dl^T X, dX += dl W_phi per batch */
                 const real *ph = which ? A.cv : A.ck;
 #pragma omp parallel for schedule(static) if (R * Hn > MEGA_PAR_MIN)
@@ -436,7 +440,7 @@ static void abc_backward(const void *layer, const real *W, real *dW, const real 
     }
 }
 
-/* ---- streaming (§7.5) ------------------------------------------------------------------- */
+/* ---- streaming -------------------------------------------------------------------------- */
 
 /* streaming state: window: ring buffers of keys and values [B,n,D] x 2; Linformer: K~, V~
  * [B,H,n,d]; ABC-MLP: K~, V~ and log Z_K, log Z_V [B,H,n] (lz: both, the V half after the K) */

@@ -1,5 +1,6 @@
 /*
- * The AFT token mixers (SPEC §5), as cores of the standard residual sublayer (mixer.h):
+ * The AFT token mixers (Zhai et al. 2021, arXiv 2105.14103; the time-weighted AFT of PENG Bo's
+ * article), as cores of the standard residual sublayer (mixer.h):
  *
  *   [Q | K | V] = x Wqkvᵀ + b                    (one fused projection D -> 3 D_a, D_a = D)
  *   K          += log beta_h(t)                   (aft-tw with max-len > 0: key-position factor)
@@ -9,26 +10,26 @@
  *
  * with the position bias b_{t,u} of each variant:
  *   aft-full    w[t,u], a learned max-len x max-len table (absolute positions, L <= max-len);
- *   aft-local   w[t,u] inside the window |t-u| < s (causal 0 <= t-u < s), 0 outside (SPEC §5.2:
+ *   aft-local   w[t,u] inside the window |t-u| < s (causal 0 <= t-u < s), 0 outside (AFT paper:
  *               not -inf, the far tokens still contribute with weight e^K); the table keeps only
  *               the band: [max-len, s] causal, [max-len, 2s-1] bidirectional, entry (t,u) at
  *               column u - t + s - 1;
  *   aft-simple  0 (softmax of K over positions per channel), O(L D) by the scan kernel;
- *   aft-tw      time-weighted AFT (SPEC §5.3) with W_{t,u} = f_h(t-u) alpha_h(t) beta_h(u) and the
- *               exponential f_h(d) = exp(-w_h |d|), w_h = exp(time_decay_h) > 0 (SPEC §5.4), so it
+ *   aft-tw      time-weighted AFT (PENG Bo's article) with W_{t,u} = f_h(t-u) alpha_h(t) beta_h(u)
+ *               and the exponential f_h(d) = exp(-w_h |d|), w_h = exp(time_decay_h) > 0, so it
  *               runs as the RNN scan in training and streams with a 3 D_a state. alpha_h(t)
- *               cancels in the normalised ratio (SPEC §5.3) and is not a parameter. beta_h(u)
+ *               cancels in the normalised ratio and is not a parameter. beta_h(u)
  *               (stored as its log, time_beta [H, max-len]) and gamma(t) (time_gamma [max-len])
  *               are absolute-position parameters: they exist only when max-len > 0; beyond
- *               max-len they are clamped to the last learned position (SPEC §4.1 length policy
- *               (c), so the scan and the stream go on past the training length); with max-len 0
+ *               max-len they are clamped to the last learned position (project extension, as
+ *               mhatw: the scan and the stream go on past the training length); with max-len 0
  *               the mixer is the pure RNN (alpha = beta = gamma = 1). The general learned-f
- *               form (O(L^2), SPEC §5.3 / RWKV-v1) is not offered.
+ *               form (O(L^2), RWKV-v1 time_w) is not offered.
  * Parameters (under "<prefix>mixer."): qkv.weight [3D, D], qkv.bias [3D], out.weight [D, D],
  * out.bias [D]; pos_bias (full/local); time_decay [H], time_beta [H, T], time_gamma [T] (tw).
- * Init [ext]: projections N(0, 0.02) with zero biases (as the Mega layer), pos_bias 0 (SPEC §5.2:
- * AFT-full starts as AFT-simple), time_decay = log(T0^{-(h+1)/H}) with T0 = max-len or 1024
- * (after RWKV_TimeMix's decays, §4.1), time_beta 0 (beta = 1), time_gamma 1.
+ * Init (project choices): projections N(0, 0.02) with zero biases (as the Mega layer), pos_bias 0
+ * (as labml's AFTLocal: AFT-full starts as AFT-simple), time_decay = log(T0^{-(h+1)/H}) with
+ * T0 = max-len or 1024 (after RWKV_TimeMix's decays), time_beta 0 (beta = 1), time_gamma 1.
  */
 #include "layers/mixer.h"
 #include "ops/aft.h"
@@ -212,7 +213,7 @@ static mega_status too_long(const aft_layer *L, long long n) {
               L->tlim, mega_mixer_name(L->cfg->mixer));
 }
 
-/* the table entry of position p for beta / gamma: clamped to the last learned one (SPEC §4.1 (c)) */
+/* the table entry of position p for beta / gamma: clamped to the last learned one (length policy) */
 static inline size_t tpos(const aft_layer *L, int64_t p) {
     return (size_t)(p < L->cfg->max_len ? p : L->cfg->max_len - 1);
 }
@@ -332,10 +333,10 @@ static void aft_backward(const void *layer, const real *W, real *dW, const real 
 }
 
 /* ---- streaming (causal) ------------------------------------------------------------------
- * state: scan variants agg = (s1, s2, e) [B, 3D]  (SPEC §5.4: 3 D_a floats per sequence)
+ * state: scan variants agg = (s1, s2, e) [B, 3D]  (3 D_a floats per sequence)
  *        aft-full  kc/vc = K/V cache [B, rows, D], rows = min(cap, max-len)
  *        aft-local kc/vc = K/V ring [B, s, D] of the keys inside the band, agg = the aggregate
- *                  (s1, s2, e) [B, 3D] of the keys that left it (SPEC §10: 3D_a + 2sD_a) */
+ *                  (s1, s2, e) [B, 3D] of the keys that left it (3D_a + 2sD_a in all) */
 typedef struct {
     real *kc, *vc, *agg;
     int rows;

@@ -1,9 +1,10 @@
 /*
- * gMLP spatial gating unit (SPEC §6.1) as a token-mixing core of the standard residual
- * sublayer (mixer.h; the block adds the norm before, the residual and the FFN after):
+ * gMLP spatial gating unit (Liu et al. 2021, arXiv 2105.08050, §2.1; lucidrains' SpatialGatingUnit)
+ * as a token-mixing core of the standard residual sublayer (mixer.h; the block adds the norm
+ * before, the residual and the FFN after):
  *
  *   Z1 = gelu(x U1ᵀ + b1), Z2 = gelu(x U2ᵀ + b2)     [U1; U2] = proj_in: D -> F (F = hidden-dim)
- *   N2 = LN(Z2), pad rows zeroed                       (SPEC §6.1 [ext]: pads leave the mixing)
+ *   N2 = LN(Z2), pad rows zeroed                       (project extension: pads leave the mixing)
  *   G[t, c] = sum_u W_h[t, u] N2[u, c] + b_h[t]         W_h [n x n] per head h of the F/2 channels
  *                                                       (causal: u <= t; n = max-len, L <= n)
  *   s = Z1 * G;   y = s Voutᵀ + b_out                   (proj_out: F/2 -> D)
@@ -14,9 +15,10 @@
  * Parameters ("<prefix>mixer."): proj_in.weight [F, D], proj_in.bias [F], sgu_norm.weight /
  * sgu_norm.bias [F/2], spatial.weight [H, n, n], spatial.bias [H, n], proj_out.weight [D, F/2],
  * proj_out.bias [D].
- * Init: W ~ U(+-1e-3/n), b = 1 (SPEC §6.1, so s ~ Z1 and the unit starts as an FFN), LN weight 1 /
- * bias 0, projections N(0, 0.02) with zero biases [ext, as the Mega layer].
- * Streaming (causal): the state keeps every past N2 row (t * F/2 floats, SPEC §6.4) and needs
+ * Init: W ~ U(+-1e-3/n), b = 1 (gMLP §2.1 and lucidrains' SpatialGatingUnit, so s ~ Z1 and the
+ * unit starts as an FFN), LN weight 1 / bias 0, projections N(0, 0.02) with zero biases (project
+ * choice, as the Mega layer).
+ * Streaming (causal): the state keeps every past N2 row (t * F/2 floats) and needs
  * row t of W; per token t * F/2 MACs plus the projections.
  */
 #include "layers/mixer.h"
@@ -179,7 +181,7 @@ static void gm_backward(const void *layer, const real *W, real *dW, const real *
     real *dG = dWt + rup((size_t)T * T), *dz1 = dG + rup(R * F2), *dn2 = dz1 + rup(R * F2), *dz2 = dn2 + rup(R * F2);
     /* y = s Voutᵀ + b_out */
     mega_linear_backward(dG, dW + L->out_w, dW + L->out_b, dy, s, W + L->out_w, R, F2, D, 0);
-    /* s = Z1 G: dZ1 = ds G, dG = ds Z1 (SPEC §6.3) */
+    /* s = Z1 G: dZ1 = ds G, dG = ds Z1 */
     for (size_t i = 0; i < R * F2; i++) {
         dz1[i] = dG[i] * G[i];
         dG[i] *= z1[i];

@@ -1,5 +1,6 @@
 /*
- * Gated attention layer of Mega (official moving_average_gated_attention.py; SPEC §2.3).
+ * Gated attention layer of Mega (Mega eqs. (6)–(15); official moving_average_gated_attention.py
+ * MovingAverageGatedAttention.forward; docs/mega.md §2).
  *
  *   xn   = norm(x) if prenorm else x
  *   v    = act(xn Wv^T + bv)                         (then hidden dropout)

@@ -1,58 +1,59 @@
 /*
  * Softmax-attention token mixers behind the mixer interface (mixer.h): `mha` (Transformer
- * multi-head attention, SPEC §3), `local` (mha with a sliding window always on, SPEC §8.6) and,
- * through the same engine, `mhatw` (MHA with explicit time weighting, SPEC §4.2, below). The block wraps the mixer as the standard residual sublayer (block.c), so
- * this is the core only:
+ * multi-head attention, Vaswani et al. 2017; fairseq MultiheadAttention names), `local` (mha with
+ * a sliding window always on; Su, kexue.fm/archives/9431) and, through the same engine, `mhatw`
+ * (MHA with explicit time weighting, PENG Bo's article; below). The block wraps the mixer as the
+ * standard residual sublayer (block.c), so this is the core only:
  *
  *   Q = x Wq^T + bq,  K = x Wk^T + bk,  V = x Wv^T + bv          (Da = D, H heads of dh = D/H)
- *   Q_t, K_u <- RoPE (half-split pairs, r = dh, base 10000; SPEC §3.2) or the XPOS rotation
- *               (interleaved pairs as in torchscale, SPEC §8.5) at their absolute positions
+ *   Q_t, K_u <- RoPE (RoFormer; half-split pairs, r = dh, base 10000) or the XPOS rotation
+ *               (interleaved pairs as in torchscale XPOS) at their absolute positions
  *   O = multi-head masked softmax attention (ops/mhattn.h) with the positional terms of
- *       cfg->pos (SPEC §8), the local mask (window), log-n scaling, attention dropout
- *   y = O Wo^T + bo                         (mhatw: y_t <- y_t * gamma(t), SPEC §4.1)
+ *       cfg->pos (docs/mixers.md), the local mask (window), log-n scaling, attention dropout
+ *   y = O Wo^T + bo                         (mhatw: y_t <- y_t * gamma(t), RWKV-v1 time_gamma)
  *
  * Parameters ("<prefix>mixer."): q_proj, k_proj, v_proj, out_proj (.weight [D,D], .bias [D],
- * fairseq names); kerple.bias_p / kerple.bias_a [H] (official KERPLE names, SPEC §8.3);
+ * fairseq names); kerple.bias_p / kerple.bias_a [H] (official KERPLE names, chijames/KERPLE);
  * mhatw: time_logw [H, Lw] (log f_h, RWKV layout: entry Tm-1-delta is distance delta;
  * Lw = Tm causal, 2Tm-1 bidirectional), time_logbeta [H, Tm] (log beta_h(u)) and
  * time_gamma [Tm] (gamma(t)), Tm = cfg->max_len. alpha_h(t) cancels in the normalised form
- * (SPEC §4.2) and is not a parameter.
+ * and is not a parameter.
  *
  * Windows: `local` always uses cfg->window (and the smaller of it and cfg->attn_window when
  * both are set); `mha` and `mhatw` use cfg->attn_window when > 0. The mask is applied whenever
  * it is set (forward, backward and step); the CLI sets attn_window for evaluation only
- * (SPEC §8.6, "train short, test long").
+ * (Su, kexue.fm/archives/9431: "train short, test long").
  *
  * Streaming (causal): a cache of rotated keys and values per sequence. Without a window it
  * holds every position (capacity `cap`; streaming past it fails cleanly); with a window w it
- * is a ring buffer of w slots (unbounded streams; SPEC §3.5, §8.6). The distance tables (and
+ * is a ring buffer of w slots (unbounded streams; project choice). The distance tables (and
  * XPOS factors) are built at state_init for distances < slots, from the parameters of that
  * moment (like Mega's bias table): initialise the state again after a parameter update.
  *
  * `mhatw`: multi-head attention with explicit time weighting, the article's normalised form
- * (SPEC §4.2; PENG Bo, seed 001; parameters as in RWKV-v1 MHA_pro / RWKV_TimeMix, §4.1):
+ * (PENG Bo's time-weighting article; parameters as in RWKV-v1 MHA_pro / RWKV_TimeMix):
  *
  *   MHATW_t = sum_u W(t,u) exp(q_t.k_u/sqrt dh) v_u / sum_u W(t,u) exp(q_t.k_u/sqrt dh),
  *   W(t,u)  = f_h(t-u) alpha_h(t) beta_h(u),   y_t = gamma(t) (MHATW_t Wo^T + bo)
  *
  * which is softmax attention with the additive bias log f_h(t-u) + log beta_h(u) (alpha_h(t)
  * cancels, so it is not a parameter). Positivity by parameterisation: f = exp(time_logw),
- * beta = exp(time_logbeta) (SPEC §4.2 [ext]); gamma (time_gamma) is used directly.
+ * beta = exp(time_logbeta) (project extension); gamma (time_gamma) is used directly.
  *   time_logw    [H, Lw]  log f_h(delta) at index Tm-1-delta (RWKV layout: the last causal entry
  *                         is distance 0); causal Lw = Tm; bidirectional Lw = 2Tm-1, the two-sided
- *                         f of SPEC §4.1 [ext], delta in (-Tm, Tm) (entries Tm.. are u > t)
+ *                         f (project extension), delta in (-Tm, Tm) (entries Tm.. are u > t)
  *   time_logbeta [H, Tm]  log beta_h(u)
  *   time_gamma   [Tm]     gamma(t), shared over channels, applied after the output projection
  * with Tm = cfg->max_len. Init: RWKV_TimeMix's f_h(delta) = exp(-|delta| lambda_h),
  * lambda_h = Tm^(-(h+1)/(H-1)) and a uniform last head; beta = gamma = 1.
  *
- * Length policy (SPEC §4.1, option (c), chosen here): positions and distances beyond the
+ * Length policy (project extension; docs/mixers.md): positions and distances beyond the
  * learned range use the last learned value: f_h(delta) for |delta| >= Tm is f_h(+-(Tm-1)),
  * beta_h(u >= Tm) = beta_h(Tm-1), gamma(t >= Tm) = gamma(Tm-1); they get the gradients of the
- * clamped uses. Option (b) (local attention with window Tm, where no distance reaches Tm) is
+ * clamped uses. The alternative (local attention with window Tm, where no distance reaches Tm) is
  * available with --attn-window Tm; positions are still clamped then. Streaming follows the same
  * rule, so an unbounded stream is well defined.
- * Everything else (projections, positional schemes of §8.8, local mask, log-n, the kernel,
+ * Everything else (projections, positional schemes, local mask, log-n, the kernel,
  * streaming) is shared with mha: the mhatw layer is an mha layer with `tw` set (its own declare
  * entry), which adds the time-weighting tensors.
  */
@@ -130,8 +131,8 @@ static mega_status am_check(const mega_block_config *c) {
                   mega_pos_name(c->pos), dh);
     if (c->pos == MEGA_POS_XPOS && c->bidirectional)
         MEGA_FAIL(MEGA_ERR_INVALID,
-                  "mixer %s: --pos xpos is causal only (SPEC §8.5/§8.8: its scaling diverges on one side when "
-                  "bidirectional); use rope, alibi, kerple-* or sandwich for encoders",
+                  "mixer %s: --pos xpos is causal only: its scaling diverges on one side when "
+                  "bidirectional; use rope, alibi, kerple-* or sandwich for encoders",
                   nm);
     if (c->log_n_scaling && c->train_len < 2)
         MEGA_FAIL(MEGA_ERR_INVALID, "mixer %s: --log-n-scaling needs the training length (train-len >= 2, got %d)",
@@ -191,18 +192,18 @@ static void am_init(const void *layer, real *W, mega_rng *rng) {
     const mega_block_config *c = L->cfg;
     const size_t D = (size_t)c->embed_dim;
     const int H = L->H;
-    /* SPEC §3.1 (fairseq MultiheadAttention): q/k/v xavier-uniform with gain 2^-1/2, out_proj
-     * xavier-uniform (gain 1); every bias zero (fairseq zeroes out_proj.bias; the q/k/v biases
-     * are zero here too, as the SPEC's "all with biases" baseline asks) */
+    /* fairseq MultiheadAttention.reset_parameters: q/k/v xavier-uniform with gain 2^-1/2, out_proj
+     * xavier-uniform (gain 1); every bias zero (fairseq zeroes out_proj.bias; zeroing the q/k/v
+     * biases too is a project choice) */
     mega_qkvo_init(&L->proj, W, (int)D, rng);
     if (is_kerple(c)) {
-        /* official KERPLE init (SPEC §8.3): bias_p ~ U(0, 2), bias_a ~ U(0, 1), then clamped */
+        /* KERPLE init as chijames/KERPLE: bias_p ~ U(0, 2), bias_a ~ U(0, 1), then clamped */
         mega_fill_uniform(W + L->kp, (size_t)H, 0, 2, rng);
         mega_fill_uniform(W + L->ka, (size_t)H, 0, 1, rng);
         mega_kerple_clamp(c->pos == MEGA_POS_KERPLE_POWER, W + L->kp, W + L->ka, H);
     }
     if (L->tw) {
-        /* RWKV_TimeMix init of f (SPEC §4.1), beta = gamma = 1 */
+        /* RWKV-v1 RWKV_TimeMix init of f, beta = gamma = 1 */
         mega_tw_init_logw(W + L->logw, H, L->Lw, L->Tm);
         mega_fill_const(W + L->logbeta, (size_t)H * L->Tm, 0);
         mega_fill_const(W + L->gamma, (size_t)L->Tm, 1);
@@ -280,7 +281,7 @@ static mega_mhattn_k sizing_kernel(const mha_layer *L, int T) {
                      MEGA_MHATTN_BR, L->cfg->attention_dropout, 0);
 }
 
-/* mhatw output factor gamma(t), clamped to the last learned position (SPEC §4.1 (c)) */
+/* mhatw output factor gamma(t), clamped to the last learned position (length policy) */
 static inline real gamma_at(const mha_layer *L, const real *W, int64_t t) {
     return W[L->gamma + (size_t)(t < L->Tm ? t : L->Tm - 1)];
 }
@@ -326,7 +327,7 @@ static mega_status am_forward(const void *layer, real *W, real *acts, real *y, c
     const size_t R = (size_t)B * T, D = (size_t)c->embed_dim;
     mha_acts A;
     acts_view(L, &A, acts, B, T);
-    /* the official KERPLE forward clamps the parameter data in place (SPEC §8.3) */
+    /* the official KERPLE forward (chijames/KERPLE) clamps the parameter data in place */
     if (is_kerple(c)) mega_kerple_clamp(c->pos == MEGA_POS_KERPLE_POWER, W + L->kp, W + L->ka, L->H);
     mega_linear_forward(A.q, x, W + L->proj.w[MEGA_Q], W + L->proj.b[MEGA_Q], R, D, D);
     mega_linear_forward(A.k, x, W + L->proj.w[MEGA_K], W + L->proj.b[MEGA_K], R, D, D);
@@ -403,7 +404,7 @@ static void am_backward(const void *layer, const real *W, real *dW, const real *
     mega_linear_backward(dx, dW + L->proj.w[MEGA_V], dW + L->proj.b[MEGA_V], dv, x, W + L->proj.w[MEGA_V], R, D, D, 1);
 }
 
-/* ---- streaming (SPEC §3.5, §8.6) -------------------------------------------------------- */
+/* ---- streaming (KV cache; a ring buffer with a window) ---------------------------------- */
 
 /* cache slots: the window (ring buffer) or the capacity */
 static int slots_of(const mha_layer *L, int cap) { return L->win > 0 ? L->win : cap; }
@@ -463,7 +464,7 @@ static mega_status am_step(const void *layer, const real *W, mega_mixer_state *S
     mega_linear_forward(q, x, W + L->proj.w[MEGA_Q], W + L->proj.b[MEGA_Q], R, D, D);
     mega_linear_forward(k, x, W + L->proj.w[MEGA_K], W + L->proj.b[MEGA_K], R, D, D);
     mega_linear_forward(v, x, W + L->proj.w[MEGA_V], W + L->proj.b[MEGA_V], R, D, D);
-    rotate_rows(L, q, k, R, T, St->pos, 0); /* absolute positions (SPEC §3.3) */
+    rotate_rows(L, q, k, R, T, St->pos, 0); /* absolute positions, as in training */
     mega_mhattn_k kk = kernel_of(L, kbias_of(L, W), S.bt, sl - 1, sl, S.xt, 0, 0, 0);
     const long units = (long)B * H;
     for (int i = 0; i < T; i++) {

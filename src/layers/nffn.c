@@ -1,5 +1,6 @@
 /*
- * Normalized feed-forward network (official normalized_feedforward_network.py; SPEC §2.12):
+ * Normalized feed-forward network (Mega §3.4, eq. (21); official normalized_feedforward_network.py
+ * NormalizedFeedForwardNetwork.forward; docs/mega.md §6):
  *   prenorm:  y = x + dropout(fc2(hidden_dropout(act(fc1(norm(x))))))
  *   postnorm: y = norm(x + dropout(fc2(hidden_dropout(act(fc1(x))))))
  */

@@ -1,5 +1,6 @@
 /*
- * Relative-position bias of Mega (SPEC §2.5; official relative_positional_bias.py).
+ * Relative-position bias of Mega (b_rel of Mega eq. (11); official relative_positional_bias.py;
+ * docs/mega.md §4).
  * Both kinds depend only on the distance j - i, so both are evaluated as a Toeplitz table
  * btab[Mc-1 + (j-i)], j-i in (-Mc, Mc), which the attention kernel indexes.
  *  - simple: the learned vector `rel_pos_bias` (2M'-1) IS the table (Mc = M'); lengths beyond M'
@@ -7,7 +8,7 @@
  *  - rotary: Bias[i,j] = rot(alpha, i) . rot(beta, j) (half-split pairs, theta_l = 10000^(-l/h))
  *            = sum_l P_l cos((j-i) theta_l) - Q_l sin((j-i) theta_l),
  *    P_l = a_l b_l + a_{l+h} b_{l+h}, Q_l = a_l b_{l+h} - a_{l+h} b_l; no length limit.
- *    Angles are computed in double precision (SPEC §3.7).
+ *    Angles are computed in double precision (project choice; the official code uses float32).
  */
 #ifndef MEGA_RELPOS_H
 #define MEGA_RELPOS_H

@@ -1,5 +1,5 @@
-/* SequenceNorm kinds (SPEC §2.7; official sequence_norm.py, scale_norm.py,
- * root_mean_square_norm.py, torch LayerNorm / BatchNorm1d). */
+/* SequenceNorm kinds (official sequence_norm.py, scale_norm.py,
+ * root_mean_square_norm.py, torch LayerNorm / BatchNorm1d; docs/mega.md §7). */
 #include "layers/seqnorm.h"
 
 mega_status mega_seqnorm_declare(mega_seqnorm *n, mega_params *P, const char *prefix, mega_norm_type type,

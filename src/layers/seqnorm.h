@@ -1,6 +1,6 @@
 /*
  * SequenceNorm (official fairseq/modules/sequence_norm.py): layernorm, scalenorm, rmsnorm,
- * batchnorm, all with eps = 1e-5 (SPEC §2.7). Parameters, by official name under `prefix`
+ * batchnorm, all with eps = 1e-5 (docs/mega.md §7). Parameters, by official name under `prefix`
  * (e.g. "mega_layer.norm.norm."): weight/bias (layernorm, batchnorm), weight (rmsnorm),
  * scalar (scalenorm); batchnorm buffers running_mean, running_var, num_batches_tracked.
  */

@@ -1,6 +1,6 @@
 /*
  * Long-sequence classifier (official fairseq/models/lra/mega_lra_encoder.py MegaLRAEncoder and
- * fairseq/models/lra/model.py LRAModel; SPEC §2.13):
+ * fairseq/models/lra/model.py LRAModel; docs/mega.md §10):
  *   token inputs are right-padded with padding_idx to a chunk multiple when T > chunk (official);
  *   x = Emb[tokens] (no scale) or x = v*w + b (RealNumberEmbedding); dropout; pads zeroed
  *   bidirectional Mega blocks (pad mask), final norm when prenorm, pads zeroed

@@ -1,6 +1,6 @@
 /*
- * Causal Mega language model (official fairseq/models/mega_lm.py MegaDecoderNoCrossAttn;
- * SPEC §2.13):
+ * Causal Mega language model (official fairseq/models/mega_lm.py
+ * MegaDecoderNoCrossAttn.extract_features_scriptable; docs/mega.md §10):
  *   x = embed_scale * Emb[tokens]        (embed_scale = sqrt(D) unless disabled)
  *   x = dropout(x); x *= valid           (pads zeroed)
  *   x = block_l(x) for l = 0..L-1        (causal mask, chunk-local)

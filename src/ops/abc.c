@@ -1,5 +1,5 @@
-/* ABC kernels (SPEC §7): window read, causal memory scan and its exact reverse scan,
- * bidirectional memory. See abc.h for the layout and the conventions. */
+/* ABC kernels (Peng et al. 2022; docs/mixers.md): window read, causal memory scan and its exact
+ * reverse scan, bidirectional memory. See abc.h for the layout and the conventions. */
 #include "ops/abc.h"
 #include "core/rng.h"
 #include "ops/ops.h"
@@ -23,7 +23,7 @@ static inline real drop_f(const mega_abc_k *k, uint64_t idx) {
 static inline size_t HN(const mega_abc_k *k) { return (size_t)k->H * k->n; }
 static inline size_t DD(const mega_abc_k *k) { return (size_t)k->H * k->d; }
 
-/* ---- window (§7.2a) --------------------------------------------------------------------- */
+/* ---- window ----------------------------------------------------------------------------- */
 
 size_t mega_abc_window_tmp(const mega_abc_k *k) { return (size_t)k->n + 16; }
 
@@ -45,7 +45,7 @@ void mega_abc_window_read(const mega_abc_k *k, real *o, real *p, const real *q, 
     if (k->mask_empty || nempty == 0) {
         mega_softmax_row(p, (size_t)m);
     } else {
-        /* literal §7.1: every empty slot has logit 0 (a zero K~ row) and a zero V~ row; it takes
+        /* literal form: every empty slot has logit 0 (a zero K~ row) and a zero V~ row; it takes
          * softmax mass but adds nothing, so only its count matters */
         if (mx < 0) mx = 0;
         real sum = (real)nempty * R_EXP(-mx);
@@ -98,7 +98,7 @@ void mega_abc_window_backward(const mega_abc_k *k, real *dq, real *dk, real *dv,
         const int u0 = t - n + 1 < 0 ? 0 : t - n + 1, m = t - u0 + 1;
         const size_t r = (size_t)b * T + t, r0 = (size_t)b * T + u0, pi = r * Hn + (size_t)h * n;
         const real *p = P + pi, *dOt = dO + r * D + off, *qt = q + r * D + off;
-        /* dV~ = dropout(p) dO^T, d dropout(p) = V~ dO (§7.4 with phi one-hot) */
+        /* dV~ = dropout(p) dO^T, d dropout(p) = V~ dO (the ABC backward with phi one-hot) */
         for (int i = 0; i < m; i++) {
             const real f = drop_f(k, pi + (uint64_t)i);
             const size_t ru = (r0 + (size_t)i) * D + off;
@@ -117,7 +117,7 @@ void mega_abc_window_backward(const mega_abc_k *k, real *dq, real *dk, real *dv,
     }
 }
 
-/* ---- causal scan (§7.1, §7.3, §7.4) ----------------------------------------------------- */
+/* ---- causal scan ------------------------------------------------------------------------ */
 
 static inline const real *crow(const real *c, const mega_abc_k *k, int b, int t, int h) {
     return c + (size_t)b * k->cs_b + (size_t)t * k->cs_t + (size_t)h * k->cs_h;
@@ -133,7 +133,7 @@ static void coefs(const mega_abc_k *k, const real *c, real *lz, real *g, real *w
 static void coefs_none(int n, real *g, real *w) {
     for (int j = 0; j < n; j++) g[j] = 1, w[j] = 0;
 }
-/* M[j] = g[j] M[j] + w[j] x  (§7.3) */
+/* M[j] = g[j] M[j] + w[j] x  (the memory write) */
 static void mem_write(const mega_abc_k *k, real *M, const real *g, const real *w, const real *x) {
     const int n = k->n, d = k->d;
     for (int j = 0; j < n; j++) {
@@ -145,7 +145,7 @@ static void mem_write(const mega_abc_k *k, real *M, const real *g, const real *w
             for (int i = 0; i < d; i++) Mj[i] = gj * Mj[i] + wj * x[i];
     }
 }
-/* o = V~^T dropout(p), p = softmax(scale K~ q) (§7.1) */
+/* o = V~^T dropout(p), p = softmax(scale K~ q) (the ABC read) */
 static void mem_read(const mega_abc_k *k, real *o, real *p, const real *q, const real *Mk, const real *Mv,
                      uint64_t pidx) {
     const int n = k->n, d = k->d;
@@ -183,7 +183,7 @@ size_t mega_abc_scan_bwd_tmp(const mega_abc_k *k) {
 }
 
 /*
- * Reverse scan (§7.4). With dK~_t the direct gradient of the read at t,
+ * Reverse scan (our derivation). With dK~_t the direct gradient of the read at t,
  *   U_t = dK~_t + g_{t+1} U_{t+1}                    (n x d: rescaled suffix sums)
  *   c_t = dK~_t[j].K~_t[j] + g_{t+1} c_{t+1}         (n: LOGZ only)
  *   dk_t = sum_j w_t[j] U_t[j],  a_t[j] = k_t . U_t[j]
@@ -298,7 +298,7 @@ void mega_abc_scan_backward(const mega_abc_k *k, real *dq, real *dk, real *dv, r
     }
 }
 
-/* ---- bidirectional (§7.3, §7.4) --------------------------------------------------------- */
+/* ---- bidirectional ---------------------------------------------------------------------- */
 
 size_t mega_abc_bidir_tmp(const mega_abc_k *k) {
     return 2 * (size_t)k->T * k->n + 2 * (size_t)k->n * k->d + 32;

@@ -1,8 +1,9 @@
 /*
- * ABC: attention with bounded-memory control (SPEC §7), the shared kernels.
+ * ABC: attention with bounded-memory control (Peng et al. 2022, arXiv 2110.02488; docs/mixers.md
+ * "ABC mixers"), the shared kernels.
  *
  * Per head (width d, n memory slots) a query reads a memory K~, V~ in R^{n x d}:
- *     o_t = V~^T softmax_slots(K~ q_t / sqrt(d))                                   (§7.1)
+ *     o_t = V~^T softmax_slots(K~ q_t / sqrt(d))                              (ABC paper)
  * and the memory is written through control vectors phi_i in R^n:  K~ = sum_i phi^K_i k_i^T.
  *
  * Layout (every kernel): q, k, v, o are [B, T, D] rows (D = H*d), head h in columns
@@ -10,23 +11,24 @@
  * a memory is [n, d] row-major. One call handles one (batch b, head h) "unit" and writes only
  * that unit's rows / head columns, so units run in parallel without races.
  *
- * Three kernels:
- *   window  (§7.2a)  causal: slot j of query t holds token t-n+1+j (sliding-window attention of
+ * Three kernels (the ABC paper's instances, and its causal recurrence for a context-agnostic phi):
+ *   window           causal: slot j of query t holds token t-n+1+j (sliding-window attention of
  *                    width n). Training reads the key/value rows in place; streaming keeps a
  *                    ring buffer. Empty slots (before the start, or pad tokens) are masked
- *                    (mask_empty = 1, [ext] default, equals sliding-window attention exactly)
- *                    or, in the literal form of §7.1, take logit 0 and contribute a zero value.
- *   causal scan (§7.1 causal, §7.3, §7.4): the memory after token t, with per-slot decay g_t
+ *                    (mask_empty = 1, default; project extension, exactly sliding-window attention)
+ *                    or, in the paper's literal form, take logit 0 and contribute a zero value.
+ *   causal scan      the memory after token t, with per-slot decay g_t
  *                    and write weight w_t:   K~_t = g_t . K~_{t-1} + w_t k_t^T   (V~ likewise)
- *                    SUM  (Linformer, §7.2b): g = 1, w_t = control row (E[:, t]);
- *                    LOGZ (ABC-MLP, §7.2c):  control row = logits l_t, normalised cumulative form
+ *                    SUM  (Linformer): g = 1, w_t = control row (E[:, t]);
+ *                    LOGZ (ABC-MLP):  control row = logits l_t, normalised cumulative form
+ *                      (as fla's naive_cumsum_abc; in log space, a project choice):
  *                      log Z_t = logaddexp(log Z_{t-1}, l_t), g_t = exp(log Z_{t-1} - log Z_t),
  *                      w_t = exp(l_t - log Z_t);  g_t := 0 while the memory is empty.
- *                    Pad tokens write nothing (g = 1, w = 0). The backward is the exact reverse
- *                    scan of §7.4 (suffix sums U, c rescaled by g; never 1/Z or raw alpha), with
+ *                    Pad tokens write nothing (g = 1, w = 0). The backward is our exact reverse
+ *                    scan (suffix sums U, c rescaled by g; never 1/Z or raw alpha), with
  *                    the memories recomputed segment by segment from checkpoints taken every
  *                    MEGA_ABC_SEG steps (as the EMA adjoint in ops/ema.c).
- *   bidirectional (§7.3 first part): one memory from all positions, K~ = Phi_K^T K (GEMMs); the
+ *   bidirectional    one memory from all positions, K~ = Phi_K^T K (GEMMs); the
  *                    caller supplies Phi^T [n, T] per unit (zero columns at pads).
  * Attention dropout acts on the slot weights (o = dropout(p) V~), mask from
  * mega__hash01(key, index of P).
@@ -52,8 +54,8 @@ typedef struct {
     uint64_t key;
 } mega_abc_k;
 
-/* one step of the normalised cumulative form (§7.3) for one slot: lz (in: log Z_{t-1}, out:
- * log Z_t), l = the token's logit; g, w as above (g = 0, w = 1 while the memory is empty) */
+/* one step of the normalised cumulative form (in log space) for one slot: lz (in: log Z_{t-1},
+ * out: log Z_t), l = the token's logit; g, w as above (g = 0, w = 1 while the memory is empty) */
 static inline void mega_abc_logz_step(real *lz, real l, real *g, real *w) {
     if (*lz == -INFINITY) {
         *g = 0, *w = 1, *lz = l;
@@ -64,7 +66,7 @@ static inline void mega_abc_logz_step(real *lz, real l, real *g, real *w) {
     *g = R_EXP(a - z), *w = R_EXP(l - z), *lz = z;
 }
 
-/* ---- window (§7.2a) --------------------------------------------------------------------- */
+/* ---- window ----------------------------------------------------------------------------- */
 /* reals of per-unit temporary storage for the window kernels */
 size_t mega_abc_window_tmp(const mega_abc_k *k);
 /* one query against m present rows (stride ld) kr/vr, of which rows with padr[i] != 0 are empty
@@ -81,7 +83,7 @@ void mega_abc_window_backward(const mega_abc_k *k, real *dq, real *dk, real *dv,
                               const real *q, const real *kk, const real *v, const uint8_t *pad, int b, int h,
                               real *tmp);
 
-/* ---- causal scan (§7.1, §7.3, §7.4) ----------------------------------------------------- */
+/* ---- causal scan ------------------------------------------------------------------------ */
 size_t mega_abc_scan_fwd_tmp(const mega_abc_k *k);
 size_t mega_abc_scan_bwd_tmp(const mega_abc_k *k);
 /* forward of unit (b, h) from the state (Mk, Mv [n,d]; lzk, lzv [n], LOGZ only; all updated in
@@ -94,7 +96,7 @@ void mega_abc_scan_backward(const mega_abc_k *k, real *dq, real *dk, real *dv, r
                             const real *P, const real *q, const real *kk, const real *v, const uint8_t *pad, int b,
                             int h, real *ws);
 
-/* ---- bidirectional (§7.3, §7.4) --------------------------------------------------------- */
+/* ---- bidirectional ---------------------------------------------------------------------- */
 size_t mega_abc_bidir_tmp(const mega_abc_k *k);
 /* phk, phv: Phi^T [n, T] of the unit (row stride ldph); Km, Vm [n, d] receive the memories */
 void mega_abc_bidir_forward(const mega_abc_k *k, real *o, real *P, real *Km, real *Vm, const real *q, const real *kk,

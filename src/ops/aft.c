@@ -1,5 +1,5 @@
-/* AFT family kernels (SPEC §5): the normalised ratio with max-subtraction, the pairwise
- * (full / local) block kernel and the exponential scan. See aft.h. */
+/* AFT family kernels (Zhai et al. 2021; docs/mixers.md): the normalised ratio with
+ * max-subtraction, the pairwise (full / local) block kernel and the exponential scan. See aft.h. */
 #include "ops/aft.h"
 #include "ops/ops.h"
 #include <stdint.h>
@@ -30,7 +30,7 @@ static inline int thread_id(void) {
 
 /* ---- shared pieces ------------------------------------------------------------------------ */
 
-/* One step of the stable decayed log-domain sum of SPEC §5.4 for nd channels:
+/* One step of the stable decayed log-domain sum (project extension) for nd channels:
  *     S <- exp(-w) S + exp(ls) (x1, x2),   S = (s1, s2) * exp(e)
  * with the new exponent e* = max(e - w, ls), so both factors are <= 1 and K needs no clamping.
  * Optional first moment (m1, m2) = sum of distance * item, in the same exponent frame:
@@ -62,7 +62,7 @@ static inline void lmerge(real *s1, real *s2, real *e, real t1, real t2, real te
     *e = m;
 }
 
-/* the normalised ratio ybar = num / den and lden = log den from a scaled pair (SPEC §5.2: an
+/* the normalised ratio ybar = num / den and lden = log den from a scaled pair (project rule: an
  * empty query gives 0 and the sentinel lden = +1e30, so that every backward factor is 0) */
 static inline void ratio(real num, real den, real e, real *ybar, real *lden) {
     if (den > 0) {
@@ -87,7 +87,7 @@ static inline void value_items(real *ls, real *x1, real *x2, int nd, const real 
     }
 }
 
-/* adjoint items of query t (SPEC §5.5): d loss/d num_t = dy/den, d loss/d den_t = -dy ybar/den,
+/* adjoint items of query t (ours): d loss/d num_t = dy/den, d loss/d den_t = -dy ybar/den,
  * i.e. log-scale -lden and payload (dy, -dy ybar) */
 static inline void adjoint_items(real *ls, real *x1, real *x2, int nd, const real *dy, const real *ybar,
                                  const real *lden, size_t r) {
@@ -103,7 +103,7 @@ static inline void lreset(real *s1, real *s2, real *e, int n) {
     for (int j = 0; j < n; j++) s1[j] = 0, s2[j] = 0, e[j] = NEG;
 }
 
-/* ---- scan kernel (AFT-simple, time-weighted AFT, SPEC §5.4) --------------------------------- */
+/* ---- scan kernel (AFT-simple, time-weighted AFT as an RNN) ---------------------------------- */
 
 size_t mega_aft_scan_scratch(const mega_aft_scan_k *k, int B, int T, int nthreads) {
     if (nthreads < 1) nthreads = 1;
@@ -139,8 +139,8 @@ void mega_aft_scan_forward(const mega_aft_scan_k *k, real *ybar, real *lden, con
             const size_t r = ((size_t)b * T + t) * Da + d0;
             for (int j = 0; j < nd; j++) {
                 real a1 = s1[j], a2 = s2[j], ae = e[j];
-                /* bidirectional: + keys u > t = the backward state at t+1 decayed one step (§5.4,
-                 * the current token counted once) */
+                /* bidirectional: + keys u > t = the backward state at t+1 decayed one step (the
+                 * current token counted once) */
                 if (k->bidir && t + 1 < T) {
                     const size_t o = (size_t)(t + 1) * DB + j;
                     lmerge(&a1, &a2, &ae, bs1[o], bs2[o], be[o] - w[j]);
@@ -165,7 +165,7 @@ void mega_aft_scan_backward(const mega_aft_scan_k *k, real *dK, real *dV, size_t
         real w[DB], s1[DB], s2[DB], e[DB], m1[DB], m2[DB], ls[DB], x1[DB], x2[DB], acc[DB];
         for (int j = 0; j < nd; j++) w[j] = k->w ? k->w[d0 + j] : 0, acc[j] = 0;
         /* dw = -sum_t dy_t exp(-lden_t) (m1_t - ybar_t m2_t): m = first moment of the value sums
-         * (d/dw exp(-w d) = -d exp(-w d), SPEC §5.5); forward direction, then the backward one */
+         * (d/dw exp(-w d) = -d exp(-w d)); forward direction, then the backward one */
         for (int dir = 0; k->w && dir < (k->bidir ? 2 : 1); dir++) {
             lreset(s1, s2, e, nd);
             for (int j = 0; j < nd; j++) m1[j] = 0, m2[j] = 0;
@@ -229,7 +229,7 @@ void mega_aft_agg_add(real *agg, const real *K, const real *V, int Da) {
     mega_aft_scan_step(&k, agg, NULL, K, V);
 }
 
-/* ---- pair kernel (AFT-full, AFT-local, SPEC §5.2) ----------------------------------------- */
+/* ---- pair kernel (AFT-full, AFT-local) ---------------------------------------------------- */
 
 /* w'(t,u) and the index of its table entry (SIZE_MAX: outside the local band, w' = 0) */
 static inline real pk_w(const mega_aft_pair_k *k, int t, int u, size_t *idx) {

@@ -1,27 +1,28 @@
 /*
- * Kernels of the AFT family (SPEC §5): the normalised per-channel ratio
+ * Kernels of the AFT family (Zhai et al. 2021; docs/mixers.md): the normalised per-channel ratio
  *
  *     ybar[t,c] = sum_u A[t,u,c] V[u,c] / sum_u A[t,u,c],     A[t,u,c] = exp(K[u,c] + b[t,u,c])
  *
  * over the keys u visible from t (causal: u <= t; bidirectional: every u), pad keys dropped
- * from BOTH sums (SPEC §5.2). A query that sees no key gets ybar = 0 and no gradient [ext].
+ * from BOTH sums, and a query that sees no key gets ybar = 0 and no gradient (project rules; the
+ * AFT papers do not pad).
  * The caller (src/layers/aft.c) applies the gate sigma(Q), the output factor gamma(t) and the
  * projections; the kernels see only K, V and the position bias b:
  *
- *   pair kernel (AFT-full, AFT-local, SPEC §5.2): b[t,u] = w'[t,u] from a learned table,
+ *   pair kernel (AFT-full, AFT-local of the AFT paper): b[t,u] = w'[t,u] from a learned table,
  *       full: w' = w (T x T), local: w' = w inside the band |t-u| < s (causal 0 <= t-u < s) and
- *       0 (not -inf) outside. Evaluated block-wise with GEMMs (SPEC §5.2 "efficient evaluation"):
+ *       0 (not -inf) outside. Evaluated block-wise with GEMMs:
  *       exp(w' - rowmax) [BS x BS] times exp(K - blockmax) [BS x 2 D_a], recombined per (t, c)
- *       with max-subtraction (SPEC §5.7); for AFT-local the key blocks that are entirely outside
- *       the band of a query block enter as one prefix (and suffix) aggregate, so the cost is
- *       O(L (s + BS) D_a). Entries whose scaled denominator underflows are recomputed exactly
+ *       with max-subtraction (as labml's AFTLocal); for AFT-local the key blocks that are entirely
+ *       outside the band of a query block enter as one prefix (and suffix) aggregate, so the cost
+ *       is O(L (s + BS) D_a). Entries whose scaled denominator underflows are recomputed exactly
  *       (flagged, and handled exactly in the backward too).
- *   scan kernel (AFT-simple, time-weighted AFT with exponential f, SPEC §5.4):
+ *   scan kernel (AFT-simple, time-weighted AFT with exponential f as an RNN, as RWKV):
  *       b[t,u,c] = -w_c |t-u|  (w_c >= 0 per channel, 0 for AFT-simple), as the stable
- *       running-max recurrence of §5.4: state (s1, s2, e) with sums = s * exp(e); the
+ *       running-max recurrence (project extension): state (s1, s2, e) with sums = s * exp(e); the
  *       bidirectional form is a forward (inclusive) plus a backward (exclusive) scan.
  *       The backward is a reverse-time adjoint scan of the same form (for dK, dV) plus a
- *       first-moment scan for dw (d/dw exp(-w d) = -d exp(-w d), SPEC §5.5).
+ *       first-moment scan for dw (d/dw exp(-w d) = -d exp(-w d); our derivation).
  *
  * Saved by the forward (both kernels): ybar [B,T,D_a] and lden = log(sum_u A) [B,T,D_a]
  * (+1e30 for an empty query), which give every backward factor A/den = exp(K + b - lden) <= 1

@@ -1,6 +1,6 @@
 /*
- * Single-head chunked attention of Mega (SPEC §2.4–2.6; official
- * moving_average_gated_attention.py softmax_attention / element_attention).
+ * Single-head chunked attention of Mega (Mega eq. (11) and §3.5; official
+ * moving_average_gated_attention.py softmax_attention / element_attention; docs/mega.md §3–§5).
  *
  * The sequence is cut into chunks of `chunk` positions (the last one may be shorter: the ragged
  * extension, equivalent to the official right-padding); chunk <= 0 means one chunk of T.
@@ -63,7 +63,7 @@ void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real
                         const real *q, const real *kk, const real *v, const real *lse, const uint8_t *pad, int B,
                         int T, real *scratch, int nthreads);
 
-/* One query against n cached keys (streaming step, SPEC §2.8): no causal mask, bias row n-1,
+/* One query against n cached keys (streaming step; docs/mega.md §9): no causal mask, bias row n-1,
  * element attention divides by n. o [E] = sum_j A_j v_j. w: scratch of n reals. The keys are
  * transposed, kt [Z, ldk] (key j is column j; ldk >= n): the decode step keeps its key cache in
  * this layout so the scores vectorise over the keys */

@@ -1,5 +1,5 @@
 /* Multi-head masked softmax attention with additive position terms, local mask, log-n scaling
- * and XPOS (see mhattn.h; SPEC §3.3-§3.5, §4.2, §8). Blockwise and allocation-free, like the
+ * and XPOS (see mhattn.h and docs/mixers.md). Blockwise and allocation-free, like the
  * chunked Mega attention in attn.c. */
 #include "ops/mhattn.h"
 #include "core/rng.h"
@@ -33,7 +33,7 @@ static void key_range(const mega_mhattn_k *k, int T, int i0, int i1, int *lo, in
     }
 }
 
-/* keys [a, b) of row t allowed by the causal / local masks (SPEC §3.3, §8.6), within [lo, hi) */
+/* keys [a, b) of row t allowed by the causal / local masks, within [lo, hi) */
 static inline void row_range(const mega_mhattn_k *k, int t, int lo, int hi, int *a, int *b) {
     const int w = k->window;
     if (k->causal) {
@@ -46,7 +46,7 @@ static inline void row_range(const mega_mhattn_k *k, int t, int lo, int hi, int 
     if (*b < *a) *b = *a;
 }
 
-/* log-n factor of a row with n visible keys (SPEC §8.7) */
+/* log-n factor of a row with n visible keys (Su, kexue.fm/archives/8823; max(1, .) is ours) */
 static inline real lambda_of(const mega_mhattn_k *k, int64_t n) {
     if (k->log_train <= 0 || n < 2) return 1;
     double l = log((double)n) / k->log_train;
@@ -90,7 +90,7 @@ size_t mega_mhattn_scratch(const mega_mhattn_k *k, int B, int T, int nthreads) {
     return partials(k, B) + (layout(k, T, NULL, NULL) + 16) * (size_t)nthreads;
 }
 
-/* dst[j] (=|+=) src[j] scaled pairwise by the XPOS factors of delta = d0 + step*j (SPEC §8.5) */
+/* dst[j] (=|+=) src[j] scaled pairwise by the XPOS factors of delta = d0 + step*j */
 static void xscale(const mega_mhattn_k *k, real *dst, size_t ldd, const real *src, size_t lds, int n, int d0,
                    int step, int acc) {
     const int hp = k->dh / 2;
@@ -285,7 +285,7 @@ void mega_mhattn_backward(const mega_mhattn_k *k, real *dq, real *dk, real *dv, 
                 if (s.lam[r] != 1)
                     for (int j = 0; j < nk; j++) g[j] *= s.lam[r];
             }
-            /* dq~ = scale G K~ ; dk~ = scale G^T Q~ ; then the XPOS factors (SPEC §8.5) */
+            /* dq~ = scale G K~ ; dk~ = scale G^T Q~ ; then the XPOS factors */
             real *dQb = dq + ((size_t)b * T + i0) * Da + (size_t)h * dh;
             real *dKb = dk + ((size_t)b * T + lo) * Da + (size_t)h * dh;
             if (k->xtab) {

@@ -77,7 +77,7 @@ real mega_softmax_row(real *s, size_t n);
 /* given p = softmax row and dp = dL/dp, writes ds = p * (dp - sum(dp * p)) into ds (may alias dp) */
 void mega_softmax_row_backward(real *ds, const real *dp, const real *p, size_t n);
 
-/* ---- rotary position embedding (rope.c; SPEC §3.2): rotate the first r dims of x [d] at
+/* ---- rotary position embedding (rope.c; RoFormer §3.2): rotate the first r dims of x [d] at
  * position pos; half-split pairs (x_i, x_{i+r/2}) or interleaved (x_{2i}, x_{2i+1});
  * theta_i = base^(-2i/r); angles computed in double and reduced mod 2 pi. inverse = 1 rotates by
  * -pos (the backward). */

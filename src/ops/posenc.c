@@ -1,11 +1,12 @@
 /* Positional schemes of the attention mixers: ALiBi, KERPLE, Sandwich, XPOS tables and MHATW's
- * time weighting (SPEC §8.2-§8.5, §4.1). See posenc.h for the table geometry. */
+ * time weighting (sources per scheme in posenc.h; docs/mixers.md). See posenc.h for the table
+ * geometry. */
 #include "ops/posenc.h"
 
 /* |d| of entry idx of a table centred at tc */
 static inline int dist_of(int idx, int tc) { return idx >= tc ? idx - tc : tc - idx; }
 
-/* ---- ALiBi (SPEC §8.2) ----------------------------------------------------------------- */
+/* ---- ALiBi (Press et al., arXiv 2108.12409) -------------------------------------------- */
 /* slope of head h: the P = 2^floor(log2 H) power-of-two slopes 2^(-8(h+1)/P) (start 2^(-8/P),
  * the same ratio), then the entries j = 0, 2, 4, ... of the 2P list 2^(-8(j+1)/(2P)) */
 static double alibi_slope(int h, int H) {
@@ -26,7 +27,7 @@ void mega_alibi_table(real *tab, int H, int tc, int tl) {
     }
 }
 
-/* ---- KERPLE (SPEC §8.3) ---------------------------------------------------------------- */
+/* ---- KERPLE (Chi et al. 2022, arXiv 2205.09921) ---------------------------------------- */
 static inline double clampd(double v, double lo, double hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 /* (r1, r2) of head h from the clamped parameter values */
@@ -90,7 +91,7 @@ void mega_kerple_backward(int power, const real *dtab, int H, int tc, int tl, co
     }
 }
 
-/* ---- Sandwich (SPEC §8.4) -------------------------------------------------------------- */
+/* ---- Sandwich (Chi et al. 2023, arXiv 2212.10356) -------------------------------------- */
 void mega_sandwich_table(real *tab, int H, int tc, int tl, int dbar) {
     const int n = dbar / 2;
     const double twopi = 6.283185307179586476925;
@@ -105,7 +106,7 @@ void mega_sandwich_table(real *tab, int H, int tc, int tl, int dbar) {
     }
 }
 
-/* ---- XPOS (SPEC §8.5) ------------------------------------------------------------------ */
+/* ---- XPOS (Sun et al. 2022, arXiv 2212.10554) ------------------------------------------ */
 double mega_xpos_zeta(int i, int dh) { return (2.0 * i + 0.4 * dh) / (1.4 * dh); }
 
 void mega_xpos_table(real *tab, int dh, int dmin, int dmax) {
@@ -116,7 +117,7 @@ void mega_xpos_table(real *tab, int dh, int dmin, int dmax) {
     }
 }
 
-/* ---- MHATW time weighting (SPEC §4.1-§4.2) --------------------------------------------- */
+/* ---- MHATW time weighting (PENG Bo's article; RWKV-v1 RWKV_TimeMix) -------------------- */
 /* index into logw of table entry idx (d = idx - tc = u - t, delta = -d), clamped (length policy) */
 static inline int tw_index(int idx, int tc, int Lw, int Tm) {
     int j = Tm - 1 + (idx - tc);

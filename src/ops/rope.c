@@ -1,5 +1,6 @@
-/* Rotary position embedding (Su et al. 2021; SPEC §3.2). Angles in double precision, reduced
- * modulo 2 pi, so positions in the millions keep their accuracy (SPEC §3.7). */
+/* Rotary position embedding (Su et al. 2021, RoFormer §3.2). Angles in double precision, reduced
+ * modulo 2 pi, so positions in the millions keep their accuracy (project choice; the reference
+ * codes use float32 tables). */
 #include "ops/ops.h"
 
 void mega_rope_angles(real *cs, int r, int64_t pos, double base, int inverse) {
