@@ -52,4 +52,7 @@ void mega_common_block_cfg(const mega_common_fields *f, struct mega_block_cfg *b
 mega_status mega__model_save(const mega_params *P, const char *path, const char *config_json, const char *const *kv);
 /* open and return the config JSON string stored in __metadata__["config"] (owned by f) */
 mega_status mega__model_open(const char *path, mega_st_file **f, const char **config_json);
+/* mega_st_open of the model file path names: the file, or a run directory's model.safetensors
+ * (mega_model_file, modelfile.c) */
+mega_status mega__model_st_open(const char *path, mega_st_file **f);
 #endif
