@@ -5,9 +5,12 @@
 #   make run        the main job: train a small byte-level Mega LM on the default corpus
 #   make bench      benchmarks against the PyTorch peer (see docs/performance.md)
 #   make asan       the test suite built with AddressSanitizer + UndefinedBehaviorSanitizer
+#   make install    install the headers, libmega.a, libmega.so, mega.pc (pkg-config) and the mega
+#                   tool under PREFIX (default /usr/local; DESTDIR is honoured); make uninstall
 #
 # Options: CC=clang, NO_OMP=1 (no OpenMP), NO_BLAS=1 (portable GEMM), NATIVE=0 (no -march=native),
-#          SAN=1 (sanitizers), BUILD=dir (output directory), DEBUG=1 (-O0 -g).
+#          SAN=1 (sanitizers), BUILD=dir (output directory), DEBUG=1 (-O0 -g),
+#          PREFIX=/usr/local, DESTDIR=, LIBDIR=$(PREFIX)/lib, INCLUDEDIR=$(PREFIX)/include.
 #
 # The outer targets install missing packages (scripts/deps.sh) and then re-invoke make with
 # MEGA_INNER=1, so that feature detection runs after the packages exist.
@@ -18,7 +21,7 @@ export BUILD
 ifeq ($(MEGA_INNER),)
 # ---------------------------------------------------------------------------------------------
 # outer level
-.PHONY: all test run bench asan clean deps lib f64 tests
+.PHONY: all test run bench asan clean deps lib f64 tests shared install uninstall
 all: deps
 	@$(MAKE) --no-print-directory MEGA_INNER=1 all
 test: deps
@@ -31,7 +34,9 @@ bench:
 	@$(MAKE) --no-print-directory MEGA_INNER=1 bench
 asan: deps
 	@$(MAKE) --no-print-directory MEGA_INNER=1 SAN=1 BUILD=build-san NATIVE=0 test
-lib tests f64: deps
+lib tests f64 shared install: deps
+	@$(MAKE) --no-print-directory MEGA_INNER=1 $@
+uninstall:
 	@$(MAKE) --no-print-directory MEGA_INNER=1 $@
 deps:
 	@sh scripts/deps.sh build
@@ -125,8 +130,8 @@ TEST32_SRC := $(wildcard tests/test_*.c)
 TEST64_SRC := $(wildcard tests/t64_*.c)
 TEST_BINS := $(TEST32_SRC:tests/%.c=$(BUILD)/%) $(TEST64_SRC:tests/%.c=$(BUILD)/%)
 
-.PHONY: all lib tests test run bench f64 banner
-all: banner $(BUILD)/libmega.a $(BUILD)/mega
+.PHONY: all lib tests test run bench f64 banner shared install uninstall install-test
+all: banner $(BUILD)/libmega.a $(BUILD)/libmega.so $(BUILD)/mega
 lib: $(BUILD)/libmega.a
 f64: $(BUILD)/libmega64.a
 tests: all $(BUILD)/libmega64.a $(TEST_BINS)
@@ -167,10 +172,11 @@ $(BUILD)/test_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega.a $(HDRS) $(wild
 	$(CC) $(CFLAGS) -Itests/lib $< $(TEST_COMMON) $(BUILD)/libmega.a $(LDLIBS) -o $@
 # test_cls_data also runs `mega listops` (the program next to it)
 $(BUILD)/test_cls_data: $(BUILD)/mega
+$(BUILD)/test_threads: LDLIBS += -pthread
 $(BUILD)/t64_%: tests/t64_%.c $(TEST_COMMON) $(BUILD)/libmega64.a $(HDRS) $(wildcard tests/*.c)
 	$(CC) $(CFLAGS) -DMEGA_F64 -Itests/lib $< $(TEST_COMMON) $(BUILD)/libmega64.a $(LDLIBS) -o $@
 
-test: banner tests
+test: banner tests install-test
 	@sh tests/run.sh $(BUILD)
 
 run: all
@@ -178,4 +184,78 @@ run: all
 
 bench: all
 	@sh bench/run.sh $(BUILD)
+
+# ---- the shared library and the installation ------------------------------------------------
+# libmega.so is built from position-independent objects of its own ($(BUILD)/objpic; the static
+# library keeps the non-PIC ones). mega.pc is written from the detection above: Libs is what a
+# program linking libmega.so needs (the library carries its own dependencies and the rpath of
+# Debian's OpenMP OpenBLAS), Libs.private what linking libmega.a adds (pkg-config --static);
+# MEGA_USE_BLAS stays internal (mega.h does not depend on it).
+VERSION := $(shell sed -n 's/^\#define MEGA_VERSION "\(.*\)"/\1/p' include/mega.h)
+SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
+SONAME := libmega.so.$(SOMAJOR)
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+BINDIR ?= $(PREFIX)/bin
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+LDCONFIG ?= ldconfig
+
+PIC_FLAGS := -fPIC
+ifeq ($(call try,-fPIC -fno-semantic-interposition,empty),yes)
+PIC_FLAGS += -fno-semantic-interposition
+endif
+# every undefined symbol resolved at link time (not with sanitizers: clang leaves their runtime
+# to the executable)
+SO_DEFS := $(if $(filter 1,$(SAN)),,-Wl,-z,defs)
+LIBPIC_OBJ := $(LIB_SRC:%.c=$(BUILD)/objpic/%.o)
+# link flags of the build: sanitizers (needed by every program linking this library), the rest
+PC_SAN := $(filter -fsanitize=%,$(LDLIBS))
+PC_PRIVATE := $(filter-out -fsanitize=% -lm,$(LDLIBS)) -lm
+
+shared: $(BUILD)/libmega.so
+
+$(BUILD)/objpic/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PIC_FLAGS) -c $< -o $@
+
+$(BUILD)/libmega.so.$(VERSION): $(LIBPIC_OBJ)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) $(SO_DEFS) $(LIBPIC_OBJ) $(LDLIBS) -o $@
+$(BUILD)/libmega.so: $(BUILD)/libmega.so.$(VERSION)
+	ln -sf libmega.so.$(VERSION) $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $@
+
+# $(call install_to,DESTDIR,PREFIX,LIBDIR,INCLUDEDIR,BINDIR,PKGCONFIGDIR): copy the build and
+# write mega.pc for that prefix
+define install_to
+install -d $(1)$(4) $(1)$(3) $(1)$(5) $(1)$(6) && \
+	install -m 644 include/*.h $(1)$(4)/ && \
+	install -m 644 $(BUILD)/libmega.a $(1)$(3)/libmega.a && \
+	install -m 755 $(BUILD)/libmega.so.$(VERSION) $(1)$(3)/libmega.so.$(VERSION) && \
+	ln -sf libmega.so.$(VERSION) $(1)$(3)/$(SONAME) && \
+	ln -sf $(SONAME) $(1)$(3)/libmega.so && \
+	install -m 755 $(BUILD)/mega $(1)$(5)/mega && \
+	printf '%s\n' 'prefix=$(2)' 'libdir=$(patsubst $(2)/%,$${prefix}/%,$(3))' \
+	  'includedir=$(patsubst $(2)/%,$${prefix}/%,$(4))' '' 'Name: mega' \
+	  'Description: Mega (moving-average equipped gated attention) and efficient-attention models' \
+	  'Version: $(VERSION)' 'Cflags: -I$${includedir}' 'Libs: $(strip -L$${libdir} -lmega $(PC_SAN))' \
+	  'Libs.private: $(PC_PRIVATE)' > $(1)$(6)/mega.pc
+endef
+
+install: all
+	$(call install_to,$(DESTDIR),$(PREFIX),$(LIBDIR),$(INCLUDEDIR),$(BINDIR),$(PKGCONFIGDIR))
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v $(LDCONFIG) > /dev/null 2>&1; then $(LDCONFIG); fi
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(notdir $(wildcard include/*.h))) \
+	  $(addprefix $(DESTDIR)$(LIBDIR)/,libmega.a libmega.so $(SONAME) libmega.so.$(VERSION)) \
+	  $(DESTDIR)$(PKGCONFIGDIR)/mega.pc $(DESTDIR)$(BINDIR)/mega
+
+# the copy tests/sh/test_install.sh links the example against (through pkg-config only), with
+# the compiler of this build (a clang-built library needs clang's OpenMP runtime)
+INSTALL_TEST := $(abspath $(BUILD))/install-test
+install-test: all
+	@rm -rf $(INSTALL_TEST)
+	@$(call install_to,,$(INSTALL_TEST),$(INSTALL_TEST)/lib,$(INSTALL_TEST)/include,$(INSTALL_TEST)/bin,$(INSTALL_TEST)/lib/pkgconfig)
+	@printf 'CC=%s\n' '$(CC)' > $(INSTALL_TEST)/build.env
 endif

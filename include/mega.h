@@ -13,6 +13,28 @@
  * Precision: the library is built in float (mega_real = float). The test suite also builds a
  * double-precision copy (-DMEGA_F64) for finite-difference checks and float64 fixtures; the two
  * are separate archives (libmega.a, libmega64.a) and must not be linked together.
+ *
+ * Linking: after `make install`, cc prog.c $(pkg-config --cflags --libs mega) (docs/library.md;
+ * an example program in examples/).
+ *
+ * Threads (docs/library.md; tests/test_threads.c). The library parallelises inside its calls
+ * (OpenMP, OpenBLAS); a program may also call it from several threads of its own:
+ *  - objects that share nothing (two models, samplers, optimizers, safetensors files, a stream
+ *    and another model) may be used at the same time from different threads;
+ *  - otherwise an object is used by one thread at a time, with one exception: the streams of
+ *    one language model (mega_lm_stream_new) may be fed at the same time from different threads,
+ *    each stream by one thread at a time. Streaming only reads the model; each stream owns its
+ *    state and scratch. Meanwhile nothing may change the model or use its buffers:
+ *    mega_lm_forward / _backward / _reserve / _zero_grad / _init_params / _load_weights, an
+ *    optimizer step, mega_lm_free. Forward and backward work in buffers the model owns, so two
+ *    of them never run at once on one model; a classifier is used by one thread at a time;
+ *  - per thread: mega_last_error / mega_clear_error, and mega_set_threads / mega_get_threads
+ *    (OpenMP keeps the count per thread: a thread the program creates starts with OpenMP's
+ *    default, OMP_NUM_THREADS or every core, whatever another thread set);
+ *  - process-wide: the log callback (mega_set_log: set it before starting threads) and
+ *    OpenBLAS's thread count (also set by mega_set_threads, from any thread).
+ * Threads that each run parallel calls share the cores: give each a share (e.g.
+ * mega_set_threads(1) in each of as many threads as cores).
  */
 #ifndef MEGA_H
 #define MEGA_H
@@ -53,14 +75,16 @@ const char *mega_status_str(mega_status s);
 const char *mega_last_error(void);
 void mega_clear_error(void);
 
-/* Optional log sink for progress/info messages from the library (default: silent). */
+/* Optional log sink for progress/info messages from the library (default: silent). Process-wide:
+ * set it before starting threads; it may be called from any thread that calls the library. */
 typedef void (*mega_log_fn)(int level, const char *msg, void *user);
 void mega_set_log(mega_log_fn fn, void *user);
 
-/* Threads used by the library's OpenMP regions and by BLAS (0 = OMP_NUM_THREADS when set, else
- * all cores). */
+/* Threads used by the library's OpenMP regions started from the calling thread (OpenMP keeps
+ * the count per thread) and by OpenBLAS (process-wide); 0 = OMP_NUM_THREADS when set, else all
+ * cores. */
 void mega_set_threads(int n);
-int mega_get_threads(void);
+int mega_get_threads(void); /* the calling thread's count */
 /* One line describing the build: precision, SIMD, OpenMP, BLAS. */
 const char *mega_build_info(void);
 
@@ -321,9 +345,10 @@ mega_status mega_lm_save(const mega_lm *m, const char *path);
 /* same, with extra __metadata__ entries: kv = {key, value, key, value, ..., NULL} */
 mega_status mega_lm_save_ex(const mega_lm *m, const char *path, const char *const *kv);
 /* create a model from a model.safetensors written by mega_lm_save (or an official-named file
- * with a config in the metadata) */
+ * with a config in the metadata); path is the file or the run directory holding it
+ * (mega_model_file) */
 mega_status mega_lm_load(const char *path, mega_lm **out);
-/* load weights by official name into an existing model (the config must match) */
+/* load weights by official name into an existing model (the config must match); path as above */
 mega_status mega_lm_load_weights(mega_lm *m, const char *path);
 
 typedef struct {
@@ -404,7 +429,7 @@ void mega_cls_free(mega_cls *m);
 const mega_cls_config *mega_cls_get_config(const mega_cls *m);
 void mega_cls_init_params(mega_cls *m, uint64_t seed);
 mega_status mega_cls_save_ex(const mega_cls *m, const char *path, const char *const *kv);
-mega_status mega_cls_load(const char *path, mega_cls **out);
+mega_status mega_cls_load(const char *path, mega_cls **out); /* path: file or run directory */
 
 /* One input of a batch: tokens [B,T] (token embedding) or values [B,T] (real embedding), and the
  * true lengths [B] (positions >= length are padding; tokens there should be padding_idx). */
@@ -462,6 +487,39 @@ int64_t *mega_adamw_t(mega_adamw *o);
 /* global L2 norm of the trainable gradients; scale them */
 double mega_lm_grad_norm(const mega_lm *m);
 void mega_lm_scale_grads(mega_lm *m, double s);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sampling the next token from a row of logits, as `mega generate` does. The sampler owns its
+ * buffers and its random stream: a token costs no allocation, and a seed gives the same
+ * choices on every run. Greedy (temperature 0) takes the first index of the largest logit.
+ * Otherwise the candidates are sorted by logit (ties by index) and cut to the top_k best,
+ * p = softmax(logits / temperature) over them is cut to the shortest prefix whose mass reaches
+ * top_p and renormalised, and one draw from the seed's splitmix64 stream picks the token. */
+typedef struct {
+    double temperature; /* 0 = greedy argmax */
+    int top_k;          /* sample among the k most likely tokens (0 = all) */
+    double top_p;       /* nucleus mass in (0, 1); 1 (or 0) = off */
+    uint64_t seed;      /* the random stream */
+} mega_sample_params;
+/* the defaults of `mega generate`: temperature 0.8, top_k 0, top_p 0.95, seed 0 */
+void mega_sample_params_default(mega_sample_params *p);
+typedef struct mega_sampler mega_sampler;
+/* a sampler for vocab-sized logit rows (p NULL = the defaults) */
+mega_status mega_sampler_new(int vocab, const mega_sample_params *p, mega_sampler **out);
+void mega_sampler_free(mega_sampler *s);
+/* restart the random stream from seed (the state mega_sampler_new left it in for that seed) */
+void mega_sampler_reset(mega_sampler *s, uint64_t seed);
+/* the next token for logits[vocab], never `exclude` (e.g. the model's padding_idx; -1 = none):
+ * the token (>= 0), or a negative mega_status (NaN or infinite logits: MEGA_ERR_NUMERIC) */
+int mega_sampler_next(mega_sampler *s, const mega_real *logits, int exclude);
+
+/* ---------------------------------------------------------------------------------------------
+ * Model files. Every function that loads a model (mega_lm_load, mega_lm_load_weights,
+ * mega_cls_load) takes either the .safetensors file or a run directory (what `mega train --out`
+ * writes), meaning the model.safetensors inside it. This is that rule: the file `path` names,
+ * written to buf (size bytes). Fails with one line: MEGA_ERR_IO when path does not exist or is a
+ * directory without model.safetensors, MEGA_ERR_INVALID when buf is too small. */
+mega_status mega_model_file(const char *path, char *buf, size_t size);
 
 #ifdef __cplusplus
 }

@@ -563,7 +563,21 @@ static void test_save_load(void) {
     path_in(q, sizeof q, "missing.safetensors");
     mega_status ms;
     TL_CHECK(load_fails(q, &ms) && ms == MEGA_ERR_IO, "a missing file fails with MEGA_ERR_IO: %s", mega_last_error());
-    TL_CHECK(load_fails(g_dir, NULL), "a directory is rejected: %s", mega_last_error());
+    {
+        /* a run directory means its model.safetensors (mega_model_file); one without it fails */
+        char e[300];
+        path_in(e, sizeof e, "norun");
+        mega_lm *a = NULL, *b = NULL;
+        path_in(q, sizeof q, "model.safetensors");
+        int ok = mega_lm_load(g_dir, &a) == MEGA_OK && mega_lm_load(q, &b) == MEGA_OK &&
+                 mega_lm_param_total(a) == mega_lm_param_total(b) &&
+                 !memcmp(mega_lm_params(a), mega_lm_params(b), mega_lm_param_total(a) * sizeof(rl));
+        TL_CHECK(ok, "a run directory loads its model.safetensors: %s", ok ? "" : mega_last_error());
+        mega_lm_free(a), mega_lm_free(b);
+        TL_CHECK(mkdir(e, 0755) == 0 && load_fails(e, NULL) && strstr(mega_last_error(), "no model.safetensors in this directory") &&
+                     !strchr(mega_last_error(), '\n'),
+                 "a directory without model.safetensors is rejected in one line: %s", mega_last_error());
+    }
     {
         /* a valid safetensors file without a config */
         mega_st_writer *w = mega_st_writer_new();

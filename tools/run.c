@@ -4,15 +4,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
-/* --model accepts a checkpoint directory or a .safetensors file */
-static const char *model_path(const char *m, char *buf, size_t n) {
-    struct stat st;
-    if (stat(m, &st) == 0 && S_ISDIR(st.st_mode)) return path_join(buf, n, m, "model.safetensors");
-    snprintf(buf, n, "%s", m);
-    return buf;
-}
+/* --model accepts a checkpoint directory or a .safetensors file (the library's rule,
+ * mega_model_file); NULL with mega_last_error() set when it names no model file */
+static const char *model_path(const char *m, char *buf, size_t n) { return mega_model_file(m, buf, n) ? NULL : buf; }
 
 static int load_model_ex(const char *arg, int chunk_override, int attn_window, mega_lm **out);
 static int load_model(const char *arg, int chunk_override, mega_lm **out) { return load_model_ex(arg, chunk_override, -1, out); }
@@ -20,9 +17,7 @@ static int load_model(const char *arg, int chunk_override, mega_lm **out) { retu
 /* attn_window >= 0 replaces the model's evaluation-time local attention mask */
 static int load_model_ex(const char *arg, int chunk_override, int attn_window, mega_lm **out) {
     char p[4096];
-    model_path(arg, p, sizeof p);
-    if (!file_exists(p)) return cli_error("no model at '%s' (expected a checkpoint directory or a .safetensors file)", arg);
-    if (mega_lm_load(p, out) != MEGA_OK) return cli_error("%s", mega_last_error());
+    if (!model_path(arg, p, sizeof p) || mega_lm_load(p, out) != MEGA_OK) return cli_error("%s", mega_last_error());
     if (attn_window >= 0 && attn_window != mega_lm_get_config(*out)->block.attn_window) {
         mega_lm_config c = *mega_lm_get_config(*out);
         mega_lm_free(*out);
@@ -78,9 +73,8 @@ typedef struct {
 
 static int load_cls_model(const char *arg, cls_model *cm) {
     char p[4096];
-    model_path(arg, p, sizeof p);
     memset(cm, 0, sizeof *cm);
-    if (mega_cls_load(p, &cm->m) != MEGA_OK) return cli_error("%s", mega_last_error());
+    if (!model_path(arg, p, sizeof p) || mega_cls_load(p, &cm->m) != MEGA_OK) return cli_error("%s", mega_last_error());
     mega_st_file *f;
     if (mega_st_open(p, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
     const char *cj = mega_st_meta(f, "classes"), *vj = mega_st_meta(f, "vocab"), *fm = mega_st_meta(f, "data-format");
@@ -163,8 +157,7 @@ int cmd_predict(int argc, char **argv) {
     if (!model || (!data && !images)) return cli_error("--model and --data are required (see 'mega predict --help')"), 2;
     mega_set_threads(threads);
     char p[4096], kind[16];
-    model_path(model, p, sizeof p);
-    if (!file_exists(p)) return cli_error("no model at '%s'", model), 2;
+    if (!model_path(model, p, sizeof p)) return cli_error("%s", mega_last_error()), 2;
     if (!model_kind(p, kind, sizeof kind) || strcmp(kind, "mega_cls"))
         return cli_error("'%s' is not a classifier (predict is for --task classify models)", model), 2;
     cls_model cm;
@@ -212,8 +205,7 @@ int cmd_eval(int argc, char **argv) {
     mega_set_threads(threads);
     {
         char p[4096], kind[16];
-        model_path(model, p, sizeof p);
-        if (!file_exists(p)) return cli_error("no model at '%s' (expected a checkpoint directory or a .safetensors file)", model), 2;
+        if (!model_path(model, p, sizeof p)) return cli_error("%s", mega_last_error()), 2;
         if (!model_kind(p, kind, sizeof kind)) return cli_error("%s", mega_last_error()), 2;
         int is_cls = !strcmp(kind, "mega_cls");
         if (!strcmp(task, "classify") && !is_cls) return cli_error("'%s' is a language model, not a classifier", model), 2;
@@ -283,51 +275,11 @@ int cmd_eval(int argc, char **argv) {
     return rc ? 2 : 0;
 }
 
-/* sample a byte from logits with temperature, top-k and top-p (nucleus); temperature 0 = argmax */
-static int sample(const mega_real *lg, int V, int pad, double temp, int topk, double topp, uint64_t *rs, double *prob,
-                  int *idx) {
-    int best = -1;
-    for (int v = 0; v < V; v++)
-        if (v != pad && (best < 0 || lg[v] > lg[best])) best = v;
-    if (temp <= 0) return best;
-    int n = 0;
-    for (int v = 0; v < V; v++)
-        if (v != pad) idx[n++] = v;
-    /* sort candidates by logit (descending): insertion sort over at most V = 257 entries */
-    for (int i = 1; i < n; i++) {
-        int x = idx[i], j = i - 1;
-        while (j >= 0 && lg[idx[j]] < lg[x]) idx[j + 1] = idx[j], j--;
-        idx[j + 1] = x;
-    }
-    if (topk > 0 && topk < n) n = topk;
-    double mx = lg[idx[0]], s = 0;
-    for (int i = 0; i < n; i++) s += (prob[i] = exp(((double)lg[idx[i]] - mx) / temp));
-    for (int i = 0; i < n; i++) prob[i] /= s;
-    if (topp > 0 && topp < 1) {
-        double c = 0;
-        int k = 0;
-        while (k < n && c < topp) c += prob[k++];
-        n = k;
-        for (int i = 0; i < n; i++) prob[i] /= c;
-    }
-    *rs += 0x9E3779B97F4A7C15ull;
-    uint64_t z = *rs;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    double u = (double)(z >> 11) / 9007199254740992.0, c = 0;
-    for (int i = 0; i < n; i++) {
-        c += prob[i];
-        if (u < c) return idx[i];
-    }
-    return idx[n - 1];
-}
-
 int cmd_generate(int argc, char **argv) {
     const char *model = NULL, *prompt = "\n";
     int tokens = 256, topk = 0, threads = 0, quiet = 0;
     double temp = 0.8, topp = 0.95;
-    int64_t seed = 0;
+    int64_t seed = -1;
     cli_flag fl[] = {
         {"model", F_STR, &model, "checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
         {"prompt", F_STR, &prompt, "text to start from (bytes)", NULL, 1, 0, 0},
@@ -335,7 +287,7 @@ int cmd_generate(int argc, char **argv) {
         {"temperature", F_DBL, &temp, "sampling temperature (0 = greedy argmax)", NULL, 0, 100, 0},
         {"top-k", F_INT, &topk, "sample among the k most likely bytes (0 = all)", NULL, 0, 1 << 20, 0},
         {"top-p", F_DBL, &topp, "nucleus sampling mass (1 = off)", NULL, 0, 1, 0},
-        {"seed", F_I64, &seed, "sampling seed", NULL, 0, 9e15, 0},
+        {"seed", F_I64, &seed, "sampling seed (-1 = a new one each run, printed so the text can be drawn again)", NULL, -1, 9e15, 0},
         {"threads", F_INT, &threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
         {"quiet", F_SET, &quiet, "print only the generated text (no prompt, no statistics)", NULL, 1, 0, 0},
         FL_END};
@@ -355,11 +307,20 @@ int cmd_generate(int argc, char **argv) {
         mega_lm_free(m);
         return cli_error("%s", mega_last_error()), 2;
     }
+    if (seed < 0) seed = (int64_t)(((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid()) >> 12);
+    if (!quiet)
+        fprintf(stderr, "[sampling: temperature %g%s, top-k %d%s, top-p %g%s, seed %lld]\n", temp, temp <= 0 ? " (greedy)" : "",
+                topk, topk ? "" : " (all)", topp, topp >= 1 || topp <= 0 ? " (off)" : "", (long long)seed);
+    mega_sample_params sp = {temp, topk, topp, (uint64_t)seed};
+    mega_sampler *smp;
+    if (mega_sampler_new(V, &sp, &smp) != MEGA_OK) {
+        mega_lm_stream_free(s);
+        mega_lm_free(m);
+        return cli_error("%s", mega_last_error()), 2;
+    }
     int32_t *pt = malloc(np * sizeof(int32_t));
     mega_real *lg = malloc((size_t)V * sizeof(mega_real));
     mega_real *lgp = malloc((size_t)(c->block.chunk_size > 0 ? c->block.chunk_size : 256) * V * sizeof(mega_real));
-    double *prob = malloc((size_t)V * sizeof(double));
-    int *idx = malloc((size_t)V * sizeof(int));
     for (size_t i = 0; i < np; i++) pt[i] = (uint8_t)prompt[i];
     if (!quiet) fwrite(prompt, 1, np, stdout);
     fflush(stdout);
@@ -373,9 +334,12 @@ int cmd_generate(int argc, char **argv) {
         else memcpy(lg, lgp + (size_t)(T - 1) * V, (size_t)V * sizeof(mega_real));
     }
     double t1 = now_sec();
-    uint64_t rs = (uint64_t)seed * 0xD1B54A32D192ED03ull + 11;
     for (int i = 0; i < tokens && !rc; i++) {
-        int32_t b = sample(lg, V, c->padding_idx, temp, topk, topp, &rs, prob, idx);
+        int32_t b = mega_sampler_next(smp, lg, c->padding_idx);
+        if (b < 0) {
+            rc = cli_error("%s", mega_last_error());
+            break;
+        }
         unsigned char ch = (unsigned char)b;
         fwrite(&ch, 1, 1, stdout);
         fflush(stdout);
@@ -387,7 +351,8 @@ int cmd_generate(int argc, char **argv) {
                 t2 - t1, tokens / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
     else if (!rc)
         printf("\n");
-    free(pt), free(lg), free(lgp), free(prob), free(idx);
+    free(pt), free(lg), free(lgp);
+    mega_sampler_free(smp);
     mega_lm_stream_free(s);
     mega_lm_free(m);
     return rc ? 2 : 0;
@@ -403,8 +368,8 @@ int cmd_info(int argc, char **argv) {
     if (r) return r == 1 ? 0 : 2;
     if (!model) return cli_error("--model is required (see 'mega info --help')"), 2;
     char p[4096], kind[16];
-    model_path(model, p, sizeof p);
-    if (file_exists(p) && model_kind(p, kind, sizeof kind) && !strcmp(kind, "mega_cls")) {
+    if (!model_path(model, p, sizeof p)) return cli_error("%s", mega_last_error()), 2;
+    if (model_kind(p, kind, sizeof kind) && !strcmp(kind, "mega_cls")) {
         cls_model cm;
         if (load_cls_model(model, &cm)) return free_cls_model(&cm), 2;
         const mega_cls_config *cc = mega_cls_get_config(cm.m);

@@ -9,7 +9,15 @@
 void openblas_set_num_threads(int);
 #endif
 
-static int g_threads;
+/* The calling thread's setting: OpenMP keeps its thread count per thread (a thread the program
+ * creates starts with the default, OMP_NUM_THREADS or every core), so this does too. */
+static _Thread_local int g_threads;
+
+#ifdef MEGA_USE_BLAS
+#include <stdatomic.h>
+/* OpenBLAS's count is process-wide and its setter is not meant to run twice at once */
+static atomic_flag g_blas_lock = ATOMIC_FLAG_INIT;
+#endif
 
 /* the default: OMP_NUM_THREADS when it is set to a positive number (its first entry, as OpenMP
  * reads a list), else every core */
@@ -32,7 +40,10 @@ void mega_set_threads(int n) {
     if (n <= 0) n = 1;
 #endif
 #ifdef MEGA_USE_BLAS
+    while (atomic_flag_test_and_set_explicit(&g_blas_lock, memory_order_acquire)) {
+    }
     openblas_set_num_threads(n);
+    atomic_flag_clear_explicit(&g_blas_lock, memory_order_release);
 #endif
     g_threads = n;
 }

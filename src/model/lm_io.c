@@ -68,7 +68,7 @@ static mega_status load_into(mega_lm *m, const mega_st_file *f) {
 
 mega_status mega_lm_load_weights(mega_lm *m, const char *path) {
     mega_st_file *f;
-    MEGA_TRY(mega_st_open(path, &f));
+    MEGA_TRY(mega__model_st_open(path, &f));
     mega_status st = load_into(m, f);
     mega_st_close(f);
     if (st) return mega__error_prefix(st, path);

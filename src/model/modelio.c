@@ -88,7 +88,7 @@ mega_status mega__model_save(const mega_params *P, const char *path, const char 
 }
 
 mega_status mega__model_open(const char *path, mega_st_file **f, const char **config_json) {
-    MEGA_TRY(mega_st_open(path, f));
+    MEGA_TRY(mega__model_st_open(path, f));
     *config_json = mega_st_meta(*f, "config");
     if (!*config_json) {
         mega_st_close(*f);

@@ -29,4 +29,7 @@ mega_status mega__config_from_json(const char *json, const char *kind, const cha
 mega_status mega__model_save(const mega_params *P, const char *path, const char *config_json, const char *const *kv);
 /* open and return the config JSON string stored in __metadata__["config"] (owned by f) */
 mega_status mega__model_open(const char *path, mega_st_file **f, const char **config_json);
+/* mega_st_open of the model file path names: the file, or a run directory's model.safetensors
+ * (mega_model_file, modelfile.c) */
+mega_status mega__model_st_open(const char *path, mega_st_file **f);
 #endif
