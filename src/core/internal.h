@@ -13,6 +13,9 @@
 
 #include "mega.h"
 #include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +75,16 @@ static inline real mega_exp(real x) {
     memcpy(&sc, &e, 4);
     float y = p * sc;
     return x < lo ? 0.0f : (x > hi ? INFINITY : y);
+#endif
+}
+
+/* the calling thread's number in the current OpenMP team (0 outside a region or without OpenMP):
+ * the index of its slice of per-thread scratch */
+static inline int mega__thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
 #endif
 }
 

@@ -328,10 +328,7 @@ static mega_status abc_forward(const void *layer, real *W, real *acts, real *y, 
     const int win = is_win(L), bidir = c->bidirectional;
 #pragma omp parallel for schedule(static) num_threads(nt) if (units > 1 && R * Hn * (size_t)dh > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        const int tid = mega__thread_id();
         real *tmp = s.thr + s.per * (size_t)tid;
         const int b = (int)(u / H), h = (int)(u % H);
         if (win) {
@@ -371,10 +368,7 @@ static void abc_backward(const void *layer, const real *W, real *dW, const real 
     const int win = is_win(L), bidir = c->bidirectional;
 #pragma omp parallel for schedule(static) num_threads(nt) if (units > 1 && R * Hn * (size_t)dh > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        const int tid = mega__thread_id();
         real *tmp = s.thr + s.per * (size_t)tid;
         const int b = (int)(u / H), h = (int)(u % H);
         if (win) {

@@ -20,13 +20,6 @@
 #define LOGTAU (-40.0f)
 #endif
 
-static inline int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 /* ---- shared pieces ------------------------------------------------------------------------ */
 
@@ -122,7 +115,7 @@ void mega_aft_scan_forward(const mega_aft_scan_k *k, real *ybar, real *lden, con
         const int b = (int)(un / nblk), d0 = (int)(un % nblk) * DB, nd = MEGA_MIN(DB, Da - d0);
         real w[DB], s1[DB], s2[DB], e[DB], ls[DB], x1[DB], x2[DB];
         for (int j = 0; j < nd; j++) w[j] = k->w ? k->w[d0 + j] : 0;
-        real *bs1 = scratch + per * (size_t)thread_id(), *bs2 = bs1 + (size_t)T * DB, *be = bs2 + (size_t)T * DB;
+        real *bs1 = scratch + per * (size_t)mega__thread_id(), *bs2 = bs1 + (size_t)T * DB, *be = bs2 + (size_t)T * DB;
         if (k->bidir) { /* backward direction, inclusive: keys u >= t */
             lreset(s1, s2, e, nd);
             for (int t = T - 1; t >= 0; t--) {
@@ -417,7 +410,7 @@ void mega_aft_pair_forward(const mega_aft_pair_k *k, real *ybar, real *lden, uin
 #pragma omp parallel for schedule(static) num_threads(nthreads) if ((size_t)B * T * T * Da > MEGA_PAR_MIN)
     for (long un = 0; un < (long)B * nkb; un++) {
         const int b = (int)(un / nkb), qb = (int)(un % nkb), t0 = qb * BS, nq = MEGA_MIN(BS, T - t0);
-        real *ws = scratch + L.per + tsz * (size_t)thread_id();
+        real *ws = scratch + L.per + tsz * (size_t)mega__thread_id();
         real *EW = ws, *mw = EW + 2 * (size_t)BS * BS, *M = mw + (size_t)BS * nkb, *acc = M + (size_t)BS * Da;
         real *tmp = acc + BS * D2, *lg = tmp + 3 * BS * D2, *val = lg + T + 1;
         const uint8_t *padb = pad ? pad + (size_t)b * T : NULL;
@@ -537,7 +530,7 @@ static void pb_dw(const pb_ctx *x) {
     const size_t D2 = x->D2;
 #pragma omp parallel for schedule(static) num_threads(x->nthreads) if (x->par)
     for (int qb = 0; qb < nkb; qb++) {
-        real *ws = x->scratch + x->L.per + x->tsz * (size_t)thread_id();
+        real *ws = x->scratch + x->L.per + x->tsz * (size_t)mega__thread_id();
         real *EW = ws, *DE = EW + (size_t)BS * BS, *mw = DE + (size_t)BS * BS;
         real *GG = mw + (size_t)BS * nkb + (size_t)BS * Da + BS * D2;
         const int t0 = qb * BS, nq = MEGA_MIN(BS, T - t0);
@@ -602,7 +595,7 @@ static void pb_dkv(const pb_ctx *x) {
 #pragma omp parallel for schedule(static) num_threads(x->nthreads) if (x->par)
     for (long un = 0; un < (long)x->B * nkb; un++) {
         const int b = (int)(un / nkb), kb = (int)(un % nkb), u0 = kb * BS, nk = MEGA_MIN(BS, T - u0);
-        real *ws = x->scratch + x->L.per + x->tsz * (size_t)thread_id();
+        real *ws = x->scratch + x->L.per + x->tsz * (size_t)mega__thread_id();
         real *EW = ws, *mw = EW + 2 * (size_t)BS * BS, *h = mw + (size_t)BS * nkb;
         real *P = h + (size_t)BS * Da, *GG = P + BS * D2;
         const uint8_t *padb = x->pad ? x->pad + (size_t)b * T : NULL;

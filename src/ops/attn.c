@@ -125,10 +125,7 @@ void mega_attn_forward(const mega_attn_k *k, real *O, real *lse, const real *q, 
     if (nthreads < 1) nthreads = 1;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (units > 1 && (size_t)B * T * C * (k->Z + k->E) > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        const int tid = mega__thread_id();
         real *S = scratch + per * (size_t)tid;
         chunk_t c = get_chunk(k, pad, T, (int)(u / nch), (int)(u % nch));
         for (int i0 = 0; i0 < c.n; i0 += BR) {
@@ -160,10 +157,7 @@ void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real
     }
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (units > 1 && (size_t)B * T * C * (k->Z + k->E) > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        const int tid = mega__thread_id();
         real *A = scratch + per * (size_t)tid;   /* BR x n: weights (pre-dropout) */
         real *G = A + (size_t)BR * C;             /* BR x n: dA', then dS */
         real *Sr = G + (size_t)BR * C;            /* BR x n: raw element scores */

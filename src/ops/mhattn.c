@@ -188,10 +188,7 @@ void mega_mhattn_forward(const mega_mhattn_k *k, real *O, real *lse, const real 
     real *thr = scratch + partials(k, B);
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (units > 1 && work > MEGA_PAR_MIN)
     for (long un = 0; un < units; un++) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        const int tid = mega__thread_id();
         const int b = (int)(un / H), h = (int)(un % H);
         tscr s;
         layout(k, T, thr + per * (size_t)tid, &s);
@@ -227,10 +224,7 @@ void mega_mhattn_backward(const mega_mhattn_k *k, real *dq, real *dk, real *dv, 
     real *thr = scratch + partials(k, B);
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (units > 1 && work > MEGA_PAR_MIN)
     for (long un = 0; un < units; un++) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        const int tid = mega__thread_id();
         const int b = (int)(un / H), h = (int)(un % H);
         tscr s;
         layout(k, T, thr + per * (size_t)tid, &s);
