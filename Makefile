@@ -164,6 +164,8 @@ $(BUILD)/obj/tools/mega.o: CFLAGS += -I$(BUILD)/gen
 .PHONY: FORCE
 FORCE:
 
+# the CLI's objects also depend on its own headers
+$(TOOL_OBJ): $(wildcard tools/*.h)
 $(BUILD)/mega: $(TOOL_OBJ) $(BUILD)/libmega.a
 	$(CC) $(CFLAGS) $(TOOL_OBJ) $(BUILD)/libmega.a $(LDLIBS) -o $@
 

@@ -20,6 +20,7 @@ typedef struct train_args {
     /* training */
     int64_t steps, warmup, seed, eval_every, save_every, log_every, eval_tokens, stop_after;
     int batch, seq_len, threads, resume, decay_all, quiet;
+    const cli_flag *flags; /* the command's flag table (what a checkpoint stores of the training setup) */
     int model_flags_seen; /* some model flag was given explicitly (checked against a resumed checkpoint) */
     double lr, min_lr, weight_decay, clip, beta1, beta2, eps;
     const char *schedule;

@@ -39,51 +39,53 @@ static double lr_at(const train_args *a, int64_t step) {
     return a->lr + (a->min_lr - a->lr) * p;
 }
 
-/* the training hyper-parameters stored in a checkpoint (restored by --resume) */
+/* The training hyper-parameters stored in a checkpoint and restored by --resume: these flags of
+ * the command's table (their JSON keys are the flag names). */
+static const char *const STORED[] = {"task", "steps", "batch", "seq-len", "lr", "min-lr", "warmup", "schedule",
+                                     "weight-decay", "decay-all", "clip", "beta1", "beta2", "eps", "seed", "valid-fraction"};
+#define NSTORED (sizeof STORED / sizeof *STORED)
+
+static const cli_flag *find_flag(const cli_flag *fl, const char *name) {
+    for (; fl->name; fl++)
+        if (!strcmp(fl->name, name)) return fl;
+    return NULL;
+}
+
 static char *train_json(const train_args *a) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "task", a->task);
-    cJSON_AddNumberToObject(o, "steps", (double)a->steps);
-    cJSON_AddNumberToObject(o, "batch", a->batch);
-    cJSON_AddNumberToObject(o, "seq-len", a->seq_len);
-    cJSON_AddNumberToObject(o, "lr", a->lr);
-    cJSON_AddNumberToObject(o, "min-lr", a->min_lr);
-    cJSON_AddNumberToObject(o, "warmup", (double)a->warmup);
-    cJSON_AddStringToObject(o, "schedule", a->schedule);
-    cJSON_AddNumberToObject(o, "weight-decay", a->weight_decay);
-    cJSON_AddBoolToObject(o, "decay-all", a->decay_all);
-    cJSON_AddNumberToObject(o, "clip", a->clip);
-    cJSON_AddNumberToObject(o, "beta1", a->beta1);
-    cJSON_AddNumberToObject(o, "beta2", a->beta2);
-    cJSON_AddNumberToObject(o, "eps", a->eps);
-    cJSON_AddNumberToObject(o, "seed", (double)a->seed);
-    cJSON_AddNumberToObject(o, "valid-fraction", a->valid_fraction);
-    char *s = cJSON_PrintUnformatted(o);
+    for (size_t i = 0; o && i < NSTORED; i++) {
+        const cli_flag *f = find_flag(a->flags, STORED[i]);
+        if (!f) continue;
+        switch (f->kind) {
+        case F_INT: cJSON_AddNumberToObject(o, f->name, *(const int *)f->dst); break;
+        case F_I64: cJSON_AddNumberToObject(o, f->name, (double)*(const int64_t *)f->dst); break;
+        case F_DBL: cJSON_AddNumberToObject(o, f->name, *(const double *)f->dst); break;
+        case F_SET: cJSON_AddBoolToObject(o, f->name, *(const int *)f->dst); break;
+        case F_ENUM: cJSON_AddStringToObject(o, f->name, *(const char *const *)f->dst); break;
+        default: break;
+        }
+    }
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return s;
 }
 
+/* the stored values into the flags' variables ("task" is decided by the checkpoint's model) */
 static void restore_train_json(train_args *a, const cJSON *tj) {
-    const cJSON *v;
-    static char sched[32];
-#define TJ(key, dst, T) if ((v = cJSON_GetObjectItemCaseSensitive(tj, key)) && cJSON_IsNumber(v)) dst = (T)v->valuedouble
-    TJ("steps", a->steps, int64_t);
-    TJ("batch", a->batch, int);
-    TJ("seq-len", a->seq_len, int);
-    TJ("lr", a->lr, double);
-    TJ("min-lr", a->min_lr, double);
-    TJ("warmup", a->warmup, int64_t);
-    TJ("weight-decay", a->weight_decay, double);
-    TJ("clip", a->clip, double);
-    TJ("beta1", a->beta1, double);
-    TJ("beta2", a->beta2, double);
-    TJ("eps", a->eps, double);
-    TJ("seed", a->seed, int64_t);
-    TJ("valid-fraction", a->valid_fraction, double);
-#undef TJ
-    if ((v = cJSON_GetObjectItemCaseSensitive(tj, "decay-all"))) a->decay_all = cJSON_IsTrue(v);
-    if ((v = cJSON_GetObjectItemCaseSensitive(tj, "schedule")) && cJSON_IsString(v))
-        snprintf(sched, sizeof sched, "%s", v->valuestring), a->schedule = sched;
+    static char strs[NSTORED][32]; /* string values outlive the JSON */
+    for (size_t i = 0; i < NSTORED; i++) {
+        const cli_flag *f = find_flag(a->flags, STORED[i]);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(tj, STORED[i]);
+        if (!f || !v || !strcmp(f->name, "task")) continue;
+        if (f->kind == F_INT && cJSON_IsNumber(v)) *(int *)f->dst = (int)v->valuedouble;
+        else if (f->kind == F_I64 && cJSON_IsNumber(v)) *(int64_t *)f->dst = (int64_t)v->valuedouble;
+        else if (f->kind == F_DBL && cJSON_IsNumber(v)) *(double *)f->dst = v->valuedouble;
+        else if (f->kind == F_SET) *(int *)f->dst = cJSON_IsTrue(v);
+        else if (f->kind == F_ENUM && cJSON_IsString(v)) {
+            snprintf(strs[i], sizeof strs[i], "%s", v->valuestring);
+            *(const char **)f->dst = strs[i];
+        }
+    }
 }
 
 /* ---- checkpoint ------------------------------------------------------------------------- */
@@ -371,6 +373,7 @@ static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
     const char *usage = "[--task lm|classify] --data FILE [--valid FILE | --valid-fraction F] --out DIR [options]";
     int r = cli_parse("train", usage, fl, argc, argv, 2);
     if (r) return r;
+    a->flags = fl;
     a->model_flags_seen = model_flags_seen(a, fl);
     if (a->preset && strcmp(a->task, "classify")) {
         if (cli_seen(fl, "task")) return cli_error("--preset is for --task classify"), 2;
