@@ -203,11 +203,11 @@ static void config_from_data(train_args *a, const mega_dataset *d, int nclasses)
 
 int cls_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
-    cls_task *C = calloc(1, sizeof *C);
-    task *t = calloc(1, sizeof *t);
-    if (!C || !t) return free(C), free(t), cli_error("out of memory");
-    t->kind = "classify", t->metric = "acc", t->unit = "tok/s", t->impl = C;
-    t->step = cls_step, t->validate = cls_validate, t->save = cls_save, t->describe = cls_describe, t->destroy = cls_destroy;
+    static const task CLS = {.kind = "classify", .metric = "acc", .unit = "tok/s", .step = cls_step,
+                             .validate = cls_validate, .save = cls_save, .describe = cls_describe, .destroy = cls_destroy};
+    task *t = task_create(&CLS, sizeof(cls_task));
+    if (!t) return 1;
+    cls_task *C = t->impl;
     mega_classes prev = {0, NULL};
     mega_vocab pv;
     int have_prev = 0;

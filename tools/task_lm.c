@@ -59,11 +59,11 @@ static void lm_destroy(task *t) {
 
 int lm_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
-    lm_task *L = calloc(1, sizeof *L);
-    task *t = calloc(1, sizeof *t);
-    if (!L || !t) return free(L), free(t), cli_error("out of memory");
-    t->kind = "lm", t->metric = "bpb", t->unit = "tok/s", t->impl = L;
-    t->step = lm_step, t->validate = lm_validate, t->save = lm_save, t->describe = lm_describe, t->destroy = lm_destroy;
+    static const task LM = {.kind = "lm", .metric = "bpb", .unit = "tok/s", .step = lm_step, .validate = lm_validate,
+                            .save = lm_save, .describe = lm_describe, .destroy = lm_destroy};
+    task *t = task_create(&LM, sizeof(lm_task));
+    if (!t) return 1;
+    lm_task *L = t->impl;
     if (model_path) {
         if (mega_lm_load(model_path, &L->m) != MEGA_OK) goto fail_msg;
         /* model flags given with --resume must describe the checkpoint */

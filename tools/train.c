@@ -233,6 +233,15 @@ static FILE *open_log(const train_args *a, int64_t keep_upto) {
     return fopen(p, "w");
 }
 
+task *task_create(const task *proto, size_t impl_size) {
+    task *t = malloc(sizeof *t);
+    void *impl = calloc(1, impl_size);
+    if (!t || !impl) return free(t), free(impl), cli_error("out of memory"), NULL;
+    *t = *proto;
+    t->impl = impl;
+    return t;
+}
+
 int resume_config_differs(const char *flags_json, const char *model_json, const char *out) {
     if (flags_json && model_json && !strcmp(flags_json, model_json)) return 0;
     cli_error("--resume: the model flags differ from the checkpoint's config (see 'mega info --model %s')", out);
