@@ -122,13 +122,17 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB64_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj64/%.o)
 TOOL_SRC := $(wildcard tools/*.c)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/obj/%.o)
-HDRS := $(wildcard include/*.h src/*/*.h tests/*.h tests/lib/*.h)
+LIB_HDRS := $(wildcard include/*.h src/*/*.h)
+HDRS := $(LIB_HDRS) $(wildcard tests/*.h tests/lib/*.h)
 
 # test programs: tests/test_*.c build against the float library; tests/t64_*.c against the
-# double-precision build (finite differences and float64 fixtures).
+# double-precision build (finite differences and float64 fixtures). The tests named in T64_FROM
+# are built twice from the same source: $(BUILD)/test_X (float) and $(BUILD)/t64_X (double)
+# from tests/test_X.c.
+T64_FROM := fixtures lm stream mixer_attn_stream mixer_aft_stream mixer_abc_stream
 TEST32_SRC := $(wildcard tests/test_*.c)
 TEST64_SRC := $(wildcard tests/t64_*.c)
-TEST_BINS := $(TEST32_SRC:tests/%.c=$(BUILD)/%) $(TEST64_SRC:tests/%.c=$(BUILD)/%)
+TEST_BINS := $(TEST32_SRC:tests/%.c=$(BUILD)/%) $(TEST64_SRC:tests/%.c=$(BUILD)/%) $(T64_FROM:%=$(BUILD)/t64_%)
 
 .PHONY: all lib tests test run bench f64 banner shared install uninstall install-test
 all: banner $(BUILD)/libmega.a $(BUILD)/libmega.so $(BUILD)/mega
@@ -139,10 +143,10 @@ tests: all $(BUILD)/libmega64.a $(TEST_BINS)
 banner:
 	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)"
 
-$(BUILD)/obj/%.o: %.c $(HDRS)
+$(BUILD)/obj/%.o: %.c $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(BUILD)/obj64/%.o: %.c $(HDRS)
+$(BUILD)/obj64/%.o: %.c $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DMEGA_F64 -c $< -o $@
 
@@ -176,6 +180,8 @@ $(BUILD)/test_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega.a $(HDRS) $(wild
 $(BUILD)/test_cls_data: $(BUILD)/mega
 $(BUILD)/test_threads: LDLIBS += -pthread
 $(BUILD)/t64_%: tests/t64_%.c $(TEST_COMMON) $(BUILD)/libmega64.a $(HDRS) $(wildcard tests/*.c)
+	$(CC) $(CFLAGS) -DMEGA_F64 -Itests/lib $< $(TEST_COMMON) $(BUILD)/libmega64.a $(LDLIBS) -o $@
+$(T64_FROM:%=$(BUILD)/t64_%): $(BUILD)/t64_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega64.a $(HDRS) $(wildcard tests/*.c)
 	$(CC) $(CFLAGS) -DMEGA_F64 -Itests/lib $< $(TEST_COMMON) $(BUILD)/libmega64.a $(LDLIBS) -o $@
 
 test: banner tests install-test

@@ -2,9 +2,12 @@
  * The chunked attention kernel (src/ops/attn.h: mega_attn_forward / mega_attn_backward /
  * mega_attn_query) against a naive double-precision reference written here: the full T x T
  * weight matrix of every sequence is materialised with the chunk mask (keys outside the query's
- * chunk get weight 0), the causal mask, the pad rules of SPEC §2.4 and the attention dropout mask.
+ * chunk get weight 0), the causal mask, the pad rules of the official attention (below) and the
+ * attention dropout mask.
  *
- * Reference semantics (SPEC §2.4-2.6, attn.h):
+ * Reference semantics (attn.h; official moving_average_gated_attention.py:
+ * MovingAverageGatedAttention.softmax_attention / element_attention, fairseq/utils.py relu2 and
+ * laplace; a shorter last chunk is a project extension, docs/mega.md §3-§5):
  *   chunk-local indices i (query) and j (key); n = the chunk's length (the last one ragged);
  *   softmax: S = q.k/sqrt(Z) + btab[Mc-1+j-i]; keys j>i (causal) and pad keys are excluded,
  *            except in a chunk whose keys are ALL pad (then nothing is pad-masked);

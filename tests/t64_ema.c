@@ -1,6 +1,8 @@
 /*
  * The EMA recurrence (route A: src/ops/ema.c, driven through src/layers/ema.h) against an
- * independent direct evaluation of the convolution form of SPEC §1.2 written here:
+ * independent direct evaluation of the convolution form (Mega, arXiv 2209.10655, eq. (5) and
+ * App. A eqs. (24)-(26); official exponential_moving_average.py: MultiHeadEMA.forward / kernel)
+ * written here:
  *
  *   p = sigmoid(delta), a = sigmoid(alpha), log q = log1p(-p*a), c_n = p*beta*gamma/sqrt(N)
  *   k_j = sum_n c_n * exp(j * log q_n)                               (Vandermonde kernel)
@@ -10,7 +12,8 @@
  *
  * Parameters include decays q near 0 and near 1. Also: the carried-state (multi-token
  * incremental) form: one call over [0,T) equals calls over any split of [0,T) with the state
- * carried, and the state form agrees with the direct formula of SPEC §1.6
+ * carried, and the state form agrees with the direct formula of the official incremental path
+ * (MultiHeadEMA.step / one_step; docs/mega.md §9)
  *   e_t = (k*x)_t + sum_n gs_n q_n^{t+1} h_in[n],  h_out = sum_j pb q^{T-1-j} x_j + q^T h_in.
  */
 #include "layers/ema.h"
@@ -145,7 +148,7 @@ static void run_direct(const ecfg *c) {
     mega_params_free(&P);
 }
 
-/* carried state: splits of [0,T), and the state formulas of SPEC §1.6 */
+/* carried state: splits of [0,T), and the state formulas of the incremental path (MultiHeadEMA.step) */
 static void run_state(int D, int N, int B, int T, int regime) {
     mega_params P;
     mega_params_init(&P);
@@ -193,7 +196,7 @@ static void run_state(int D, int N, int B, int T, int regime) {
         double r1 = eo.max_abs / eo.ref_max, r2 = es.max_abs / es.ref_max;
         g_worst_state = fmax(g_worst_state, fmax(r1, r2));
         TL_CHECK(r1 < TOL_DIRECT && r2 < TOL_DIRECT,
-                 "EMA carried state vs SPEC 1.6 formula (D=%d N=%d T=%d regime=%d): out %.2e, final state %.2e", D, N, T,
+                 "EMA carried state vs the incremental-path formula (D=%d N=%d T=%d regime=%d): out %.2e, final state %.2e", D, N, T,
                  regime, r1, r2);
         free(conv), free(sref);
     }

@@ -1,125 +1,43 @@
 /*
- * Finite-difference gradient checks in double precision (libmega64).
+ * Finite-difference gradient checks of the Mega mixer in double precision (libmega64).
  *
- * 1. The Mega block (gated-attention layer + normalized FFN), training mode, on tiny shapes
- *    (D=4, Z=4, E=5, N=2, F=6 or 0, B=2, T=7): 40 configurations covering every attention
- *    function, bias kind, pre/post-norm, norm kind (batchnorm with batch statistics), causal /
- *    bidirectional, right-padding masks (including chunks made only of pads), truncation
- *    (none, 3 < T, 10 > T), activation, chunk (3 = ragged last chunk, -1, 7 = T, 10 > T), with
- *    and without the FFN, with and without every dropout (p = 0.1, fixed key: the masks are a
- *    function of the key, so the loss is a deterministic smooth function), norm affine or not.
- *    Loss = sum(out * R) for a fixed random R. Checked: dL/dx (every element) and dL/dW for
- *    every element of every trainable tensor (central differences, see H below), plus three
- *    random directional derivatives over the whole parameter vector and one over x.
- *    Parameters: mega_block_init, then moved away from their trivial initial values with the
- *    same rules as tests/ref/gen_fixtures.py perturb() (noise on every tensor, zero biases and
- *    unit norm weights included; batchnorm running statistics too, although training mode
- *    does not use them).
- * 2. The EMA layer alone (mega_ema_layer_forward/backward = mega_ema_forward/backward +
- *    mega_ema_coef_backward): truncation K < T (also K = 1, K = T, K > T, K = the backward
- *    checkpoint interval), bidirectional, right and interior pads, decays q near 0 and near 1,
- *    several channel blocks and several checkpoint segments.
+ * 1. The Mega block (gated-attention layer + normalized FFN; official
+ *    moving_average_gated_attention.py: MovingAverageGatedAttention and
+ *    normalized_feedforward_network.py: NormalizedFeedForwardNetwork), training mode, on tiny
+ *    shapes (D=4, Z=4, E=5, N=2, F=6 or 0, B=2, T=7), through the shared driver bt_fd_check
+ *    (tests/lib/blocktest.h): 40 configurations covering every attention function, bias kind,
+ *    pre/post-norm, norm kind (batchnorm with batch statistics), causal / bidirectional,
+ *    right-padding masks (with chunk 3 the chunk {6} is all pad in both sequences, the chunk
+ *    {3,4,5} of sequence 1 partly), truncation (none, 3 < T, 10 > T), activation, chunk (3 =
+ *    ragged last chunk, -1, 7 = T, 10 > T), with and without the FFN, with and without every
+ *    dropout (p = 0.1, fixed key: the masks are a function of the key, so the loss is a
+ *    deterministic smooth function), norm affine or not. Every element of dL/dx and of every
+ *    trainable tensor (one check per tensor), plus three random directional derivatives over
+ *    the whole parameter vector and one over x. relu2 attention (only C1, its scores are not
+ *    observable here, so the step cannot be kept away from the kink) uses the two-point stencil
+ *    with h = 1e-5, whose error at a kink is O(h); the others the fourth-order one (fd.h).
+ *    relu activation: x is redrawn until every relu input is at least 2e-3 away from the kink.
+ * 2. The EMA layer alone (mega_ema_layer_forward/backward; official
+ *    exponential_moving_average.py: MultiHeadEMA): truncation K < T (also K = 1, K = T, K > T,
+ *    K = the backward checkpoint interval), bidirectional, right and interior pads, decays q
+ *    near 0 and near 1, several channel blocks and checkpoint segments; through the same
+ *    finite-difference engine (fd.h).
  *
- * Error measure: per tensor, max |analytic - FD| / max(max |analytic|, max |FD|, 1e-3 x the
- * largest gradient of the configuration); directional: |<g,v> - FD| / (|g| |v|). Tolerance 1e-6.
- * Also checked per configuration: dropout is live (another key changes the loss) and
- * deterministic, and the forwards left every tensor, batchnorm buffers included, unchanged.
- * relu activation: x is redrawn until every relu input is at least 2e-3 away from the kink.
+ * Error measure (fd.h): per tensor max |analytic - FD| / max(max |analytic|, max |FD|, 1e-3 x
+ * the largest gradient of the configuration); directional: |<g,v> - FD| / (|g| |v|). Tolerance
+ * 1e-6. Also per configuration: dropout is live and deterministic, and the forwards left every
+ * tensor, batchnorm buffers included, unchanged.
  */
-#include "layers/block.h"
-#include "testlib.h"
+#include "blocktest.h"
+#include "layers/ema.h"
+#include "layers/mega_layer.h"
+#include "ops/ops.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define TOL 1e-6
-/* Central differences. Smooth configurations use the fourth-order stencil
- *   (8 (L(w+h) - L(w-h)) - (L(w+2h) - L(w-2h))) / 12h,  h = 1e-4
- * (truncation O(h^4) negligible; rounding ten times below that of the two-point formula with
- * h = 1e-5). Configurations with relu2 attention (f = max(s,0)^2 is only C1 and its scores are
- * not observable here, so the step cannot be kept away from the kink) use the two-point formula
- * with h = 1e-5, whose error at a kink is bounded by O(h). */
-static double H = 1e-4;
-static int g_four = 1;
-static const int KS[4] = {-2, -1, 1, 2};
-static double fd_combine(const double L[4]) {
-    return g_four ? (8 * (L[2] - L[1]) - (L[3] - L[0])) / (12 * H) : (L[2] - L[1]) / (2 * H);
-}
-static void set_stencil(int four) {
-    g_four = four;
-    H = four ? 1e-4 : 1e-5;
-}
-
 static unsigned long long g_seed = 0x6a4d5eedull;
-
-/* ---------------------------------------------------------------------------------------------
- * parameter perturbation (the rules of tests/ref/gen_fixtures.py perturb()) */
-static int ends_with(const char *s, const char *t) {
-    size_t a = strlen(s), b = strlen(t);
-    return a >= b && !strcmp(s + a - b, t);
-}
-static void perturb(mega_params *P, unsigned long long *seed) {
-    for (int i = 0; i < P->n; i++) {
-        const mega_pspec *s = &P->specs[i];
-        double *w = P->data + s->offset;
-        const char *nm = s->name, *leaf = strrchr(nm, '.') ? strrchr(nm, '.') + 1 : nm;
-        size_t n = s->numel;
-#define FILL(expr)                                                                            \
-    for (size_t j = 0; j < n; j++) w[j] = (expr)
-        if (strstr(nm, ".move.")) {
-            if (!strcmp(leaf, "delta") || !strcmp(leaf, "alpha")) FILL(tl_randn(seed));
-            else if (!strcmp(leaf, "beta")) FILL(w[j] + 0.05 * tl_randn(seed));
-        } else if (strstr(nm, "norm.norm.")) {
-            if (!strcmp(leaf, "weight")) FILL(1 + 0.2 * tl_randn(seed));
-            else if (!strcmp(leaf, "bias")) FILL(0.1 * tl_randn(seed));
-            else if (!strcmp(leaf, "scalar")) FILL(1 + 0.15 * tl_randn(seed));
-            else if (!strcmp(leaf, "running_mean")) FILL(0.2 * tl_randn(seed));
-            else if (!strcmp(leaf, "running_var")) FILL(0.5 + tl_rand01(seed));
-            else if (!strcmp(leaf, "num_batches_tracked")) FILL(5);
-        } else if (strstr(nm, "rel_pos_bias.")) {
-            FILL(0.3 * tl_randn(seed));
-        } else if (ends_with(nm, "mega_layer.gamma")) {
-            FILL(tl_randn(seed));
-        } else if (ends_with(nm, "mega_layer.beta")) {
-            FILL(0.3 * tl_randn(seed));
-        } else if (!strcmp(leaf, "weight") && s->ndim == 2) {
-            double sd = 1.0 / sqrt((double)s->shape[1]);
-            FILL(sd * tl_randn(seed));
-        } else if (!strcmp(leaf, "bias")) {
-            FILL(0.1 * tl_randn(seed));
-        } else {
-            TL_CHECK(0, "perturb: no rule for %s", nm);
-        }
-#undef FILL
-    }
-}
-
-/* ---------------------------------------------------------------------------------------------
- * comparison helpers */
-typedef struct {
-    double worst;
-    char where[400];
-} worst_t;
-static void note(worst_t *w, double e, const char *fmt, const char *a, const char *b) {
-    if (!(e <= w->worst)) {
-        w->worst = e;
-        snprintf(w->where, sizeof w->where, fmt, a, b);
-    }
-}
-/* base = save + s * v */
-static void shift(double *base, const double *save, const double *v, size_t n, double s) {
-    for (size_t i = 0; i < n; i++) base[i] = save[i] + s * v[i];
-}
-static double tensor_err(const double *g, const double *fd, size_t n, double floor_) {
-    double d = 0, m = floor_;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs(g[i] - fd[i]);
-        if (!(e <= d)) d = e;
-        m = fmax(m, fmax(fabs(g[i]), fabs(fd[i])));
-    }
-    return m > 0 ? d / m : d;
-}
 
 /* ---------------------------------------------------------------------------------------------
  * 1. block */
@@ -158,13 +76,6 @@ static const gcfg CFGS[] = {
 };
 #define NCFG ((int)(sizeof CFGS / sizeof CFGS[0]))
 
-static void cfg_name(const gcfg *g, char *buf, size_t n) {
-    static const char *nn[] = {"LN", "SN", "RN", "BN"}, *an[] = {"silu", "gelu", "relu"};
-    snprintf(buf, n, "%s/%s/%s/%s%s/%s/pad%d/trunc%d/%s/chunk%d/F%d%s", mega_attn_fn_name((mega_attn_fn)g->fn),
-             g->rot ? "rotary" : "simple", g->pre ? "pre" : "post", nn[g->norm], g->affine ? "" : "-noaffine",
-             g->bidir ? "bidir" : "causal", g->pad, g->trunc, an[g->act], g->chunk, g->F, g->drop ? "/dropout" : "");
-}
-
 static void coverage(void) {
     /* every value of every option at least twice */
     int cnt[12][4];
@@ -201,204 +112,44 @@ static void coverage(void) {
     TL_CHECK(ok && NCFG >= 40, "block FD configurations cover every option value at least twice (%d configs)", NCFG);
 }
 
-typedef struct {
-    mega_block bl;
-    mega_params P;
-    mega_block_acts A;
-    double *acts, *scr, *x, *Rw, *out, *dx;
-    uint8_t *pad;
-    const uint8_t *pm;
-    int B, T;
-    mega_run run;
-    size_t RD;
-} gctx;
-
-static double block_loss(gctx *g) {
-    mega_status st = mega_block_forward(&g->bl, g->P.data, &g->A, g->out, g->x, g->pm, g->B, g->T, &g->run, g->scr);
-    if (st != MEGA_OK) return NAN;
-    double s = 0;
-    for (size_t i = 0; i < g->RD; i++) s += g->out[i] * g->Rw[i];
-    return s;
-}
-static double fd_at(gctx *g, double *p) {
-    const double v = *p;
-    double L[4] = {0, 0, 0, 0};
-    for (int i = 0; i < 4; i++) {
-        if (!g_four && (KS[i] == 2 || KS[i] == -2)) continue;
-        *p = v + KS[i] * H;
-        L[i] = block_loss(g);
-    }
-    *p = v;
-    return fd_combine(L);
+static void mega_cfg(mega_block_config *c, const gcfg *g) {
+    mega_block_config_default(c);
+    c->embed_dim = 4, c->z_dim = 4, c->hidden_dim = 5, c->n_dim = 2, c->ffn_dim = g->F;
+    c->chunk_size = g->chunk, c->truncation = g->trunc, c->max_positions = 10;
+    c->attention_activation = (mega_attn_fn)g->fn, c->rel_pos_bias = g->rot ? MEGA_RELPOS_ROTARY : MEGA_RELPOS_SIMPLE;
+    c->bidirectional = g->bidir, c->prenorm = g->pre, c->norm_affine = g->affine;
+    c->norm_type = (mega_norm_type)g->norm, c->activation = (mega_act)g->act;
+    if (g->drop) c->dropout = c->attention_dropout = c->hidden_dropout = c->activation_dropout = 0.1f;
 }
 
-/* smallest |pre-activation| of the relu sites (the FD step must not cross a kink) */
-static double relu_margin(const gctx *g) {
-    const mega_block_cfg *c = &g->bl.cfg;
-    const size_t R = (size_t)g->B * g->T;
+/* every relu input (v, h and the FFN's) at least 2e-3 away from the kink, so that the FD step
+ * does not cross it */
+static int relu_margin_ok(bt_ctx *c) {
+    const mega_block_config *k = &c->cfg;
+    const size_t R = (size_t)c->B * c->T;
+    mega_mlayer_acts A;
+    mega_mlayer_acts_view(mega_block_mixer(&c->bl), &A, c->A.mixer, c->B, c->T);
     double m = INFINITY;
-    for (size_t i = 0; i < R * (size_t)c->E; i++) m = fmin(m, fabs(g->A.ml.vpre[i]));
-    for (size_t i = 0; i < R * (size_t)c->D; i++) m = fmin(m, fabs(g->A.ml.hpre[i]));
-    if (c->F > 0)
-        for (size_t i = 0; i < R * (size_t)c->F; i++) m = fmin(m, fabs(g->A.ffn.fpre[i]));
-    return m;
+    for (size_t i = 0; i < R * (size_t)k->hidden_dim; i++) m = fmin(m, fabs(A.vpre[i]));
+    for (size_t i = 0; i < R * (size_t)k->embed_dim; i++) m = fmin(m, fabs(A.hpre[i]));
+    for (size_t i = 0; k->ffn_dim > 0 && i < R * (size_t)k->ffn_dim; i++) m = fmin(m, fabs(c->A.ffn.fpre[i]));
+    return m > 2e-3;
 }
 
-static worst_t g_block_worst, g_block_dir, g_ema_worst, g_ema_dir;
+static bt_worst g_block_worst, g_block_dir, g_ema_worst, g_ema_dir;
 
 static void run_block(int ci) {
-    const gcfg *gc = &CFGS[ci];
-    char name[160];
-    cfg_name(gc, name, sizeof name);
-    mega_block_cfg c;
-    memset(&c, 0, sizeof c);
-    c.D = 4, c.Z = 4, c.E = 5, c.N = 2, c.F = gc->F;
-    c.chunk = gc->chunk, c.trunc = gc->trunc, c.max_positions = 10;
-    c.attn_fn = (mega_attn_fn)gc->fn, c.rotary = gc->rot, c.bidir = gc->bidir, c.prenorm = gc->pre;
-    c.norm_affine = gc->affine, c.norm = (mega_norm_type)gc->norm, c.act = (mega_act)gc->act;
-    if (gc->drop) c.dropout = c.attn_dropout = c.hidden_dropout = c.act_dropout = 0.1;
-
-    gctx g;
-    memset(&g, 0, sizeof g);
-    g.B = 2, g.T = 7;
-    set_stencil(gc->fn != R_);
-    const int nt = mega_get_threads();
-    g.run = (mega_run){1, 0, 0x1234567890abcdefull + (uint64_t)ci, nt};
-    mega_params_init(&g.P);
-    if (mega_block_declare(&g.bl, &g.P, "", &c) || mega_params_alloc(&g.P, 1)) {
-        TL_CHECK(0, "%s: declare: %s", name, mega_last_error());
-        mega_params_free(&g.P);
-        return;
-    }
-    mega_rng rng;
-    mega_rng_seed(&rng, 1000 + (uint64_t)ci);
-    mega_block_init(&g.bl, g.P.data, &rng);
-    perturb(&g.P, &g_seed);
-    g.RD = (size_t)g.B * g.T * c.D;
-    g.acts = calloc(mega_block_acts_size(&g.bl, g.B, g.T), sizeof(double));
-    g.scr = calloc(mega_block_scratch_size(&g.bl, g.B, g.T, nt), sizeof(double));
-    mega_block_acts_point(&g.bl, &g.A, g.acts, g.B, g.T);
-    g.x = calloc(g.RD, sizeof(double)), g.Rw = calloc(g.RD, sizeof(double));
-    g.out = calloc(g.RD, sizeof(double)), g.dx = calloc(g.RD, sizeof(double));
-    g.pad = calloc((size_t)g.B * g.T, 1);
-    /* right padding: sequence 0 has one pad, sequence 1 three (chunk 3: the chunk {6} is
-     * all pad in both, the chunk {3,4,5} of sequence 1 partly) */
-    if (gc->pad) {
-        g.pad[6] = 1;
-        for (int t = 4; t < 7; t++) g.pad[7 + t] = 1;
-        g.pm = g.pad;
-    }
-    for (size_t i = 0; i < g.RD; i++) g.Rw[i] = tl_randn(&g_seed);
-    double L0 = NAN;
-    for (int tries = 0; tries < 50; tries++) {
-        for (size_t i = 0; i < g.RD; i++) g.x[i] = tl_randn(&g_seed);
-        L0 = block_loss(&g);
-        if (gc->act != RELU || relu_margin(&g) > 2e-3) break;
-    }
-    TL_CHECK(isfinite(L0), "%s: forward runs (%s)", name, mega_last_error());
-    if (!isfinite(L0)) goto done;
-    if (gc->act == RELU) TL_CHECK(relu_margin(&g) > 2e-3, "%s: relu inputs away from the kink", name);
-
-    double *w_start = malloc(g.P.total * sizeof(double));
-    memcpy(w_start, g.P.data, g.P.total * sizeof(double));
-    if (gc->drop) {
-        /* the dropout masks are live: another key changes the loss */
-        uint64_t k0 = g.run.key;
-        g.run.key = k0 ^ 0x55;
-        double L1 = block_loss(&g);
-        g.run.key = k0;
-        TL_CHECK(fabs(L1 - L0) > 1e-6 * fabs(L0) && block_loss(&g) == L0,
-                 "%s: dropout active and deterministic for a fixed key (L %.6f, other key %.6f)", name, L0, L1);
-    }
-    /* analytic gradient */
-    mega_params_zero_grad(&g.P);
-    mega_block_forward(&g.bl, g.P.data, &g.A, g.out, g.x, g.pm, g.B, g.T, &g.run, g.scr);
-    mega_block_backward(&g.bl, g.P.data, g.P.grad, &g.A, g.dx, g.Rw, g.x, g.pm, g.B, g.T, &g.run, g.scr);
-    double gmax = 0;
-    for (size_t i = 0; i < g.RD; i++) gmax = fmax(gmax, fabs(g.dx[i]));
-    for (int i = 0; i < g.P.n; i++)
-        if (!(g.P.specs[i].flags & MEGA_P_BUFFER))
-            for (size_t j = 0; j < g.P.specs[i].numel; j++) gmax = fmax(gmax, fabs(g.P.grad[g.P.specs[i].offset + j]));
-    const double floor_ = 1e-3 * gmax;
-
-    double cworst = 0;
-    char cwhere[160] = "";
-    /* d/dx, every element */
-    double *fd = calloc(g.RD, sizeof(double));
-    for (size_t i = 0; i < g.RD; i++) fd[i] = fd_at(&g, &g.x[i]);
-    double e = tensor_err(g.dx, fd, g.RD, floor_);
-    if (e > cworst) cworst = e, snprintf(cwhere, sizeof cwhere, "x");
-    note(&g_block_worst, e, "%s: %s", name, "x");
-    if (ci == 0) {
-        /* canary: the comparison flags a gradient wrong by 1e-5 of the largest one */
-        g.dx[5] += 1e-5 * gmax;
-        TL_CHECK(tensor_err(g.dx, fd, g.RD, floor_) > 5 * TOL, "canary: a gradient off by 1e-5 is flagged");
-        g.dx[5] -= 1e-5 * gmax;
-    }
-    free(fd);
-    /* d/dW, every element of every trainable tensor */
-    int ntensors = 0;
-    size_t nelem = 0;
-    for (int i = 0; i < g.P.n; i++) {
-        const mega_pspec *s = &g.P.specs[i];
-        if (s->flags & MEGA_P_BUFFER) continue;
-        double *fw = calloc(s->numel, sizeof(double));
-        for (size_t j = 0; j < s->numel; j++) fw[j] = fd_at(&g, &g.P.data[s->offset + j]);
-        e = tensor_err(g.P.grad + s->offset, fw, s->numel, floor_);
-        if (e > cworst) cworst = e, snprintf(cwhere, sizeof cwhere, "%s", s->name);
-        note(&g_block_worst, e, "%s: %s", name, s->name);
-        ntensors++, nelem += s->numel;
-        free(fw);
-    }
-    TL_CHECK(cworst < TOL && gmax > 0, "block FD %s: %d tensors (%zu elements) + x: worst rel err %.2e (%s)", name,
-             ntensors, nelem, cworst, cwhere);
-
-    /* random directional derivatives: over all trainable parameters (3), over x (1) */
-    {
-        double *v = calloc(g.P.total, sizeof(double));
-        double dworst = 0;
-        for (int rep = 0; rep < 4; rep++) {
-            int onx = rep == 3;
-            size_t n = onx ? g.RD : g.P.total;
-            double *base = onx ? g.x : g.P.data, *grad = onx ? g.dx : g.P.grad;
-            double nv = 0, ng = 0, dot = 0;
-            for (size_t i = 0; i < n; i++) v[i] = 0;
-            if (onx) {
-                for (size_t i = 0; i < n; i++) v[i] = tl_randn(&g_seed);
-            } else {
-                for (int t = 0; t < g.P.n; t++)
-                    if (!(g.P.specs[t].flags & MEGA_P_BUFFER))
-                        for (size_t j = 0; j < g.P.specs[t].numel; j++) v[g.P.specs[t].offset + j] = tl_randn(&g_seed);
-            }
-            for (size_t i = 0; i < n; i++) nv += v[i] * v[i], ng += grad[i] * grad[i] * (v[i] != 0), dot += grad[i] * v[i];
-            nv = sqrt(nv), ng = sqrt(ng);
-            double *save = malloc(n * sizeof(double));
-            memcpy(save, base, n * sizeof(double));
-            double Ls[4] = {0, 0, 0, 0};
-            for (int i = 0; i < 4; i++) {
-                if (!g_four && (KS[i] == 2 || KS[i] == -2)) continue;
-                shift(base, save, v, n, KS[i] * H / nv);
-                Ls[i] = block_loss(&g);
-            }
-            double fdd = fd_combine(Ls);
-            memcpy(base, save, n * sizeof(double));
-            free(save);
-            double ed = fabs(fdd - dot / nv) / fmax(ng, 1e-300);
-            dworst = fmax(dworst, ed);
-        }
-        note(&g_block_dir, dworst, "%s%s", name, "");
-        TL_CHECK(dworst < TOL, "block FD %s: directional derivatives (3 over W, 1 over x): worst %.2e", name, dworst);
-        free(v);
-    }
-    {
-        /* update_stats = 0: the many forwards left every tensor (batchnorm buffers included)
-         * exactly as they were */
-        TL_CHECK(!memcmp(w_start, g.P.data, g.P.total * sizeof(double)), "%s: parameters and buffers unchanged", name);
-    }
-    free(w_start);
-done:
-    free(g.acts), free(g.scr), free(g.x), free(g.Rw), free(g.out), free(g.dx), free(g.pad);
-    mega_params_free(&g.P);
+    const gcfg *g = &CFGS[ci];
+    mega_block_config cfg;
+    mega_cfg(&cfg, g);
+    bt_ctx c;
+    const bt_opts o = {.B = 2, .T = 7, .pad = g->pad ? BT_PAD_RIGHT : BT_PAD_NONE, .seed = 1000 + (uint64_t)ci};
+    if (bt_open(&c, &cfg, &o)) return;
+    if (g->act == RELU) TL_CHECK(bt_redraw_x(&c, relu_margin_ok, 50), "%s: relu inputs away from the kink", c.name);
+    const bt_fd_opts fo = {.two_point = g->fn == R_, .entries = 1, .directional = 1, .canary = ci == 0,
+                           .worst = &g_block_worst, .worst_dir = &g_block_dir};
+    bt_fd_check(&c, &fo);
+    bt_close(&c);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -415,23 +166,29 @@ typedef struct {
     const ecfg *c;
 } ectx;
 
-static double ema_loss(ectx *g) {
+static double ema_loss(void *arg) {
+    ectx *g = arg;
     const size_t RD = (size_t)g->c->B * g->c->T * g->c->D;
     mega_ema_layer_forward(&g->e, g->P.data, g->coef, g->mpre, g->m, g->x, g->pm, g->c->B, g->c->T, mega_get_threads());
     double s = 0;
     for (size_t i = 0; i < RD; i++) s += g->m[i] * g->Rw[i];
     return s;
 }
-static double ema_fd_at(ectx *g, double *p) {
-    const double v = *p;
-    double L[4] = {0, 0, 0, 0};
-    for (int i = 0; i < 4; i++) {
-        if (!g_four && (KS[i] == 2 || KS[i] == -2)) continue;
-        *p = v + KS[i] * H;
-        L[i] = ema_loss(g);
-    }
-    *p = v;
-    return fd_combine(L);
+
+/* decay regimes: 0 moderate, 1 q near 1 (p*a ~ 1e-6), 2 q near 0 (p*a ~ 0.995), 3 mixed */
+static void ema_params(const mega_ema *e, double *W, int regime) {
+    const int Dp = (e->bidir ? 2 : 1) * e->D, N = e->N;
+    for (int r = 0; r < Dp; r++)
+        for (int n = 0; n < N; n++) {
+            const size_t i = (size_t)r * N + n;
+            const int rg = regime == 3 ? (r + 2 * n) % 3 : regime;
+            const double base = rg == 0 ? 0 : rg == 1 ? -7 : 7, sd = rg == 0 ? 1.0 : 0.3;
+            W[e->delta + i] = base + sd * tl_randn(&g_seed);
+            W[e->alpha + i] = base + sd * tl_randn(&g_seed);
+            W[e->beta + i] = ((n % 2) ? -1 : 1) + 0.05 * tl_randn(&g_seed);
+            W[e->gamma + i] = tl_randn(&g_seed);
+        }
+    for (int d = 0; d < e->D; d++) W[e->omega + d] = tl_randn(&g_seed);
 }
 
 static void run_ema(const ecfg *c) {
@@ -444,99 +201,48 @@ static void run_ema(const ecfg *c) {
     mega_params_init(&g.P);
     if (mega_ema_declare(&g.e, &g.P, "move.", c->D, c->N, c->bidir, c->K) || mega_params_alloc(&g.P, 1)) {
         TL_CHECK(0, "%s: declare: %s", name, mega_last_error());
+        mega_params_free(&g.P);
         return;
     }
     double *W = g.P.data;
-    const mega_ema *e = &g.e;
-    const int Dp = (c->bidir ? 2 : 1) * c->D, N = c->N;
-    /* decay regimes: 0 moderate, 1 q near 1 (p*a ~ 1e-6), 2 q near 0 (p*a ~ 0.995), 3 mixed */
-    for (int r = 0; r < Dp; r++)
-        for (int n = 0; n < N; n++) {
-            size_t i = (size_t)r * N + n;
-            int rg = c->regime == 3 ? (r + 2 * n) % 3 : c->regime;
-            double base = rg == 0 ? 0 : rg == 1 ? -7 : 7, sd = rg == 0 ? 1.0 : 0.3;
-            W[e->delta + i] = base + sd * tl_randn(&g_seed);
-            W[e->alpha + i] = base + sd * tl_randn(&g_seed);
-            W[e->beta + i] = ((n % 2) ? -1 : 1) + 0.05 * tl_randn(&g_seed);
-            W[e->gamma + i] = tl_randn(&g_seed);
-        }
-    for (int d = 0; d < c->D; d++) W[e->omega + d] = tl_randn(&g_seed);
+    ema_params(&g.e, W, c->regime);
     const size_t R = (size_t)c->B * c->T, RD = R * c->D;
     const int nt = mega_get_threads();
     g.x = malloc(RD * sizeof(double)), g.Rw = malloc(RD * sizeof(double));
     g.mpre = malloc(RD * sizeof(double)), g.m = malloc(RD * sizeof(double));
-    g.coef = calloc(mega_ema_coef_size(e), sizeof(double));
+    g.coef = calloc(mega_ema_coef_size(&g.e), sizeof(double));
     double *dx = calloc(RD, sizeof(double)), *gg = malloc(RD * sizeof(double));
-    double *scr = calloc(mega_ema_layer_scratch(e, c->T, nt), sizeof(double));
+    double *scr = calloc(mega_ema_layer_scratch(&g.e, c->T, nt), sizeof(double));
     uint8_t *pad = calloc(R, 1);
     for (size_t i = 0; i < RD; i++) g.x[i] = tl_randn(&g_seed), g.Rw[i] = tl_randn(&g_seed);
-    if (c->padmode == 1)
-        for (int b = 0; b < c->B; b++)
-            for (int t = c->T - 1 - 3 * b; t < c->T; t++) pad[(size_t)b * c->T + t] = 1;
-    if (c->padmode == 2)
+    if (c->padmode == 1) bt_fill_pad(pad, BT_PAD_RIGHT, c->B, c->T);
+    if (c->padmode == 2) /* interior pads anywhere */
         for (size_t i = 0; i < R; i++) pad[i] = tl_rand01(&g_seed) < 0.25;
     g.pm = c->padmode ? pad : NULL;
 
+    /* the layer's backward takes dL/dmpre: the silu of m = silu(mpre) is applied here */
     ema_loss(&g);
     for (size_t i = 0; i < RD; i++) gg[i] = g.Rw[i] * mega_silu_grad(g.mpre[i]);
     mega_params_zero_grad(&g.P);
-    mega_ema_layer_backward(e, W, g.P.grad, g.coef, dx, gg, g.x, g.pm, c->B, c->T, scr, nt);
+    mega_ema_layer_backward(&g.e, W, g.P.grad, g.coef, dx, gg, g.x, g.pm, c->B, c->T, scr, nt);
     double gmax = 0;
     for (size_t i = 0; i < RD; i++) gmax = fmax(gmax, fabs(dx[i]));
     for (size_t i = 0; i < g.P.total; i++) gmax = fmax(gmax, fabs(g.P.grad[i]));
-    const double floor_ = 1e-3 * gmax;
-    double cworst = 0;
-    char cwhere[160] = "";
+    /* x: every element when small, else 400 random elements (and a directional derivative) */
+    fd_opts f = {ema_loss, &g, 0, 0, 600, 400, g_seed};
     for (int i = 0; i < g.P.n; i++) {
         const mega_pspec *s = &g.P.specs[i];
-        double *fw = calloc(s->numel, sizeof(double));
-        for (size_t j = 0; j < s->numel; j++) fw[j] = ema_fd_at(&g, &W[s->offset + j]);
-        double er = tensor_err(g.P.grad + s->offset, fw, s->numel, floor_);
-        if (er > cworst) cworst = er, snprintf(cwhere, sizeof cwhere, "%s", s->name);
-        note(&g_ema_worst, er, "%s: %s", name, s->name);
-        free(fw);
+        const double e = fd_tensor_err(&f, W + s->offset, g.P.grad + s->offset, s->numel, 1e-3 * gmax);
+        TL_CHECK(e < BT_FD_TOL && gmax > 0, "%s: %s: rel err %.2e", name, s->name, e);
+        bt_note(&g_ema_worst, e, "%s: %s", name, s->name);
     }
-    /* x: every element when small, else 400 random elements (plus a directional derivative) */
-    {
-        size_t nchk = RD <= 600 ? RD : 400;
-        double *fx = malloc(nchk * sizeof(double)), *gx = malloc(nchk * sizeof(double));
-        for (size_t k = 0; k < nchk; k++) {
-            size_t i = RD <= 600 ? k : (size_t)(tl_rand01(&g_seed) * (double)RD);
-            fx[k] = ema_fd_at(&g, &g.x[i]);
-            gx[k] = dx[i];
-        }
-        double er = tensor_err(gx, fx, nchk, floor_);
-        if (er > cworst) cworst = er, snprintf(cwhere, sizeof cwhere, "x");
-        note(&g_ema_worst, er, "%s: %s", name, "x");
-        free(fx), free(gx);
-    }
-    TL_CHECK(cworst < TOL && gmax > 0, "%s: worst rel err %.2e (%s)", name, cworst, cwhere);
+    const double ex = fd_tensor_err(&f, g.x, dx, RD, 1e-3 * gmax);
+    TL_CHECK(ex < BT_FD_TOL, "%s: x: rel err %.2e", name, ex);
+    bt_note(&g_ema_worst, ex, "%s: x", name);
     /* directional derivatives over all parameters and over all of x */
-    {
-        double dworst = 0;
-        for (int rep = 0; rep < 2; rep++) {
-            size_t n = rep ? RD : g.P.total;
-            double *base = rep ? g.x : W, *grad = rep ? dx : g.P.grad;
-            double *v = malloc(n * sizeof(double)), *save = malloc(n * sizeof(double));
-            double nv = 0, ng = 0, dot = 0;
-            for (size_t i = 0; i < n; i++) v[i] = tl_randn(&g_seed);
-            for (size_t i = 0; i < n; i++) nv += v[i] * v[i], ng += grad[i] * grad[i], dot += grad[i] * v[i];
-            nv = sqrt(nv), ng = sqrt(ng);
-            memcpy(save, base, n * sizeof(double));
-            double Ls[4] = {0, 0, 0, 0};
-            for (int i = 0; i < 4; i++) {
-                if (!g_four && (KS[i] == 2 || KS[i] == -2)) continue;
-                shift(base, save, v, n, KS[i] * H / nv);
-                Ls[i] = ema_loss(&g);
-            }
-            double fdd = fd_combine(Ls);
-            memcpy(base, save, n * sizeof(double));
-            dworst = fmax(dworst, fabs(fdd - dot / nv) / ng);
-            free(v), free(save);
-        }
-        note(&g_ema_dir, dworst, "%s%s", name, "");
-        TL_CHECK(dworst < TOL, "%s: directional derivatives: %.2e", name, dworst);
-    }
+    const double dw = fmax(fd_directional(&f, W, g.P.grad, g.P.total, NULL), fd_directional(&f, g.x, dx, RD, NULL));
+    bt_note(&g_ema_dir, dw, "%s", name);
+    TL_CHECK(dw < BT_FD_TOL, "%s: directional derivatives: %.2e", name, dw);
     free(g.x), free(g.Rw), free(g.mpre), free(g.m), free(g.coef), free(dx), free(gg), free(scr), free(pad);
     mega_params_free(&g.P);
 }
@@ -555,12 +261,11 @@ int main(int argc, char **argv) {
         {4, 1, 2, 65, 0, 64, 0, 0},  {4, 2, 2, 130, 1, 64, 1, 1},  {5, 2, 1, 70, 0, 0, 2, 2},
         {33, 2, 1, 20, 1, 7, 2, 0},
     };
-    set_stencil(1);
     for (size_t i = 0; i < sizeof E / sizeof E[0]; i++) run_ema(&E[i]);
-    printf("NOTE t64_grad: block worst per-tensor FD rel err %.2e (%s)\n", g_block_worst.worst, g_block_worst.where);
-    printf("NOTE t64_grad: block worst directional FD rel err %.2e (%s)\n", g_block_dir.worst, g_block_dir.where);
-    printf("NOTE t64_grad: EMA worst per-tensor FD rel err %.2e (%s)\n", g_ema_worst.worst, g_ema_worst.where);
-    printf("NOTE t64_grad: EMA worst directional FD rel err %.2e (%s)\n", g_ema_dir.worst, g_ema_dir.where);
+    printf("NOTE t64_grad: block worst per-tensor FD rel err %.2e (%s)\n", g_block_worst.v, g_block_worst.where);
+    printf("NOTE t64_grad: block worst directional FD rel err %.2e (%s)\n", g_block_dir.v, g_block_dir.where);
+    printf("NOTE t64_grad: EMA worst per-tensor FD rel err %.2e (%s)\n", g_ema_worst.v, g_ema_worst.where);
+    printf("NOTE t64_grad: EMA worst directional FD rel err %.2e (%s)\n", g_ema_dir.v, g_ema_dir.where);
     printf("NOTE t64_grad: %.1f s CPU\n", (double)(clock() - t0) / CLOCKS_PER_SEC);
     return tl_finish();
 }

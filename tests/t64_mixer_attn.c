@@ -1,106 +1,48 @@
 /*
- * The softmax-attention mixers mha, local and mhatw (src/layers/mha.c, mhatw.c, ops/mhattn.c,
- * ops/posenc.c; SPEC §3, §4.2, §8) in double precision (libmega64).
+ * The softmax-attention mixers mha, local and mhatw (src/layers/mha.c, ops/mhattn.c,
+ * ops/posenc.c; docs/mixers.md "Softmax-attention mixers", "MHATW") in double precision
+ * (libmega64).
  *
- * 1. Finite differences through the whole block (mixer norm -> mixer -> residual -> NFFN), on
- *    tiny shapes (B = 2, T = 9, D = 8 or 6, heads 2-4), training mode: every element of dL/dx and
- *    of every trainable tensor (fourth-order central differences, h = 1e-4), plus three random
+ * 1. Finite differences through the whole block (mixer norm -> mixer -> residual -> NFFN) with
+ *    the shared driver bt_fd_check (tests/lib/blocktest.h), on tiny shapes (B = 2, T = 9, D = 8
+ *    or 6, heads 2-4), training mode: every element of dL/dx and of every trainable tensor (one
+ *    check per tensor, fourth-order central differences, h = 1e-4), plus three random
  *    directional derivatives over all parameters and one over x. 36 configurations cover every
  *    mixer x every positional scheme (none, rope, alibi, kerple-power, kerple-log, sandwich,
  *    xpos) x causal / bidirectional, right-padding masks (with rows that see no valid key),
  *    windows (local's window and mha/mhatw's attn_window), log-n scaling, mhatw with
  *    max_len < T (the clamping length policy on both sides), pre/post norm, with and without
- *    the FFN, and attention + residual dropout (p = 0.1, fixed key).
- *    Loss = sum(out * R) for a fixed random R. Error: per tensor max |analytic - FD| /
- *    max(max |analytic|, max |FD|, 1e-3 x the configuration's largest gradient); tolerance 1e-6.
+ *    the FFN, and attention + residual dropout (p = 0.1, fixed key). Error (fd.h): per tensor
+ *    max |analytic - FD| / max(max |analytic|, max |FD|, 1e-3 x the configuration's largest
+ *    gradient); tolerance 1e-6.
  * 2. Long sequences (T = 150 > the kernel's 64-row blocks): directional derivatives only (four
  *    per configuration), windows, XPOS re-centring across blocks, bidirectional bands.
  * 3. The kernel (mega_mhattn_forward) against a naive per-row double computation, with every
  *    term on (distance table, key bias, window, log-n, pads, XPOS un-centred), T = 150.
- * 4. SPEC §11 item 4: ALiBi slopes for H = 1, 6, 8, 12, 16 (the H = 12 list of §8.2 written
- *    out); the KERPLE gradient at distance 0 (exactly 0 and finite, both variants, also through
- *    a whole T = 1 block); XPOS at 100k positions: the re-centred kernel (window 16) equals the
- *    un-centred formula in fp64 (which does not overflow there in double) on sampled rows.
+ * 4. ALiBi slopes for H = 1, 6, 8, 12, 16 against get_slopes of the ALiBi code
+ *    (ofirpress/attention_with_linear_biases, fairseq/models/transformer.py: get_slopes; the
+ *    H = 12 list written out); the KERPLE gradient at distance 0 (exactly 0 and finite, both
+ *    variants, also through a whole T = 1 block); XPOS at 100k positions: the re-centred kernel
+ *    (window 16) equals the un-centred formula in fp64 (which does not overflow there in
+ *    double) on sampled rows.
  * 5. Semantics: local(window w) == mha(attn_window w); a window >= T changes nothing; log-n with
- *    train_len >= T is the identity (the max(1, .) variant); MHATW with log f = -m_h delta
- *    (ALiBi slopes), beta = gamma = 1 equals mha + alibi (SPEC §4.2); Sandwich table values;
- *    the KERPLE forward clamps its parameter data in place (official); invalid combinations
- *    (SPEC §8.8) are rejected with MEGA_ERR_INVALID; thread count does not change results.
+ *    train_len >= T is the identity (the max(1, .) variant, a project extension); MHATW with
+ *    log f = -m_h delta (ALiBi slopes), beta = gamma = 1 equals mha + alibi (the normalised
+ *    form of PENG Bo's time weighting is softmax attention with the bias log f + log beta);
+ *    Sandwich table values; the KERPLE forward clamps its parameter data in place (as
+ *    chijames/KERPLE ParallelKerplePower); the mixer defaults are applied (local window 64,
+ *    mhatw max-len = the training length, else 1024; heads); invalid combinations
+ *    (docs/mixers.md "rejected combinations") are rejected by mega_block_config_check with
+ *    MEGA_ERR_INVALID; the thread count does not change results.
  */
-#include "layers/block.h"
+#include "blocktest.h"
 #include "ops/mhattn.h"
 #include "ops/posenc.h"
-#include "testlib.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define TOL 1e-6
-static const double H_FD = 1e-4;
 static unsigned long long g_seed = 0xa77e5eedull;
-
-static int ends_with(const char *s, const char *t) {
-    size_t a = strlen(s), b = strlen(t);
-    return a >= b && !strcmp(s + a - b, t);
-}
-
-/* parameter perturbation: the rules of tests/ref/gen_fixtures.py for the shared tensors, and
- * for the attention mixers' own (kept inside the KERPLE clamp range, away from its edges) */
-static void perturb(mega_params *P, unsigned long long *seed) {
-    for (int i = 0; i < P->n; i++) {
-        const mega_pspec *s = &P->specs[i];
-        double *w = P->data + s->offset;
-        const char *nm = s->name, *leaf = strrchr(nm, '.') ? strrchr(nm, '.') + 1 : nm;
-        size_t n = s->numel;
-#define FILL(expr)                                                                            \
-    for (size_t j = 0; j < n; j++) w[j] = (expr)
-        if (strstr(nm, "norm.norm.")) {
-            if (!strcmp(leaf, "weight")) FILL(1 + 0.2 * tl_randn(seed));
-            else if (!strcmp(leaf, "bias")) FILL(0.1 * tl_randn(seed));
-            else if (!strcmp(leaf, "scalar")) FILL(1 + 0.15 * tl_randn(seed));
-            else if (!strcmp(leaf, "running_mean")) FILL(0.2 * tl_randn(seed));
-            else if (!strcmp(leaf, "running_var")) FILL(0.5 + tl_rand01(seed));
-            else if (!strcmp(leaf, "num_batches_tracked")) FILL(5);
-        } else if (ends_with(nm, "kerple.bias_p")) {
-            FILL(0.3 + 1.4 * tl_rand01(seed));
-        } else if (ends_with(nm, "kerple.bias_a")) {
-            FILL(0.2 + 0.7 * tl_rand01(seed));
-        } else if (ends_with(nm, "time_logw")) {
-            FILL(w[j] + 0.3 * tl_randn(seed));
-        } else if (ends_with(nm, "time_logbeta")) {
-            FILL(0.3 * tl_randn(seed));
-        } else if (ends_with(nm, "time_gamma")) {
-            FILL(1 + 0.2 * tl_randn(seed));
-        } else if (!strcmp(leaf, "weight") && s->ndim == 2) {
-            double sd = 1.0 / sqrt((double)s->shape[1]);
-            FILL(sd * tl_randn(seed));
-        } else if (!strcmp(leaf, "bias")) {
-            FILL(0.1 * tl_randn(seed));
-        } else {
-            TL_CHECK(0, "perturb: no rule for %s", nm);
-        }
-#undef FILL
-    }
-}
-
-static double tensor_err(const double *g, const double *fd, size_t n, double floor_) {
-    double d = 0, m = floor_;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs(g[i] - fd[i]);
-        if (!(e <= d)) d = e;
-        m = fmax(m, fmax(fabs(g[i]), fabs(fd[i])));
-    }
-    return m > 0 ? d / m : d;
-}
-static double rel_diff(const double *a, const double *b, size_t n) {
-    double d = 0, m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs(a[i] - b[i]);
-        if (!(e <= d)) d = e;
-        m = fmax(m, fabs(b[i]));
-    }
-    return m > 0 ? d / m : d;
-}
 
 /* ---------------------------------------------------------------------------------------------
  * block configurations */
@@ -142,230 +84,44 @@ static const acfg CFGS[] = {
 };
 #define NCFG ((int)(sizeof CFGS / sizeof CFGS[0]))
 
-static void cfg_name(const acfg *g, int T, char *buf, size_t n) {
-    static const char *nn[] = {"LN", "SN", "RN"};
-    char tm[16] = "";
-    if (g->mixer == TW) snprintf(tm, sizeof tm, "/Tm%d", g->Tm ? g->Tm : T);
-    snprintf(buf, n, "%s/%s/%s/pad%d/win%d/logn%d/%s/%s/F%d/H%d/D%d%s/T%d%s", mega_mixer_name((mega_mixer_kind)g->mixer),
-             mega_pos_name((mega_pos_kind)g->pos), g->bidir ? "bidir" : "causal", g->pad, g->win, g->logn,
-             g->pre ? "pre" : "post", nn[g->norm], g->F, g->H, g->D, tm, T, g->drop ? "/dropout" : "");
-}
-
-static void fill_cfg(mega_block_cfg *c, const acfg *g, int T) {
-    memset(c, 0, sizeof *c);
+static void fill_cfg(mega_block_config *c, const acfg *g, int T) {
+    mega_block_config_default(c);
     c->mixer = (mega_mixer_kind)g->mixer;
-    c->D = g->D, c->Z = 4, c->E = 4, c->N = 2, c->F = g->F;
-    c->chunk = -1, c->max_positions = 16;
-    c->bidir = g->bidir, c->prenorm = g->pre, c->norm_affine = 1, c->norm = (mega_norm_type)g->norm;
-    c->act = MEGA_ACT_SILU;
-    c->heads = g->H;
-    c->pos = (mega_pos_kind)g->pos;
+    c->embed_dim = g->D, c->ffn_dim = g->F, c->chunk_size = -1;
+    c->bidirectional = g->bidir, c->prenorm = g->pre, c->norm_type = (mega_norm_type)g->norm;
+    c->heads = g->H, c->pos = (mega_pos_kind)g->pos;
     if (g->mixer == LOC) c->window = g->win;
     else c->attn_window = g->win;
-    c->log_n = g->logn > 0, c->train_len = g->logn;
+    c->log_n_scaling = g->logn > 0, c->train_len = g->logn;
     c->max_len = g->mixer == TW ? (g->Tm ? g->Tm : T) : 0;
-    if (g->drop) c->dropout = c->attn_dropout = 0.1;
+    if (g->drop) c->dropout = c->attention_dropout = 0.1f;
 }
 
-typedef struct {
-    mega_block bl;
-    mega_params P;
-    mega_block_acts A;
-    double *acts, *scr, *x, *Rw, *out, *dx;
-    uint8_t *pad;
-    const uint8_t *pm;
-    int B, T;
-    mega_run run;
-    size_t RD;
-} gctx;
-
-static double block_loss(gctx *g) {
-    mega_status st = mega_block_forward(&g->bl, g->P.data, &g->A, g->out, g->x, g->pm, g->B, g->T, &g->run, g->scr);
-    if (st != MEGA_OK) return NAN;
-    double s = 0;
-    for (size_t i = 0; i < g->RD; i++) s += g->out[i] * g->Rw[i];
-    return s;
-}
-static double fd_at(gctx *g, double *p) {
-    static const int KS[4] = {-2, -1, 1, 2};
-    const double v = *p;
-    double L[4];
-    for (int i = 0; i < 4; i++) {
-        *p = v + KS[i] * H_FD;
-        L[i] = block_loss(g);
-    }
-    *p = v;
-    return (8 * (L[2] - L[1]) - (L[3] - L[0])) / (12 * H_FD);
+/* the block of a configuration; sequence 0 has one trailing pad, sequence 1 a run (BT_PAD_RIGHT) */
+static int open_cfg(bt_ctx *c, const acfg *g, int T, uint64_t seed) {
+    mega_block_config cfg;
+    fill_cfg(&cfg, g, T);
+    const bt_opts o = {.B = 2, .T = T, .pad = g->pad ? BT_PAD_RIGHT : BT_PAD_NONE, .seed = seed};
+    return bt_open(c, &cfg, &o);
 }
 
-/* build, init, perturb; pads: sequence 0 one trailing pad, sequence 1 three (scaled with T) */
-static int ctx_open(gctx *g, const mega_block_cfg *c, int B, int T, int pad, uint64_t seed) {
-    memset(g, 0, sizeof *g);
-    g->B = B, g->T = T;
-    const int nt = mega_get_threads();
-    g->run = (mega_run){1, 0, 0x1234567890abcdefull ^ seed, nt};
-    mega_params_init(&g->P);
-    if (mega_block_declare(&g->bl, &g->P, "", c) || mega_params_alloc(&g->P, 1)) {
-        mega_params_free(&g->P);
-        return -1;
-    }
-    mega_rng rng;
-    mega_rng_seed(&rng, seed);
-    mega_block_init(&g->bl, g->P.data, &rng);
-    perturb(&g->P, &g_seed);
-    g->RD = (size_t)B * T * c->D;
-    g->acts = calloc(mega_block_acts_size(&g->bl, B, T), sizeof(double));
-    g->scr = calloc(mega_block_scratch_size(&g->bl, B, T, nt), sizeof(double));
-    mega_block_acts_point(&g->bl, &g->A, g->acts, B, T);
-    g->x = calloc(g->RD, sizeof(double)), g->Rw = calloc(g->RD, sizeof(double));
-    g->out = calloc(g->RD, sizeof(double)), g->dx = calloc(g->RD, sizeof(double));
-    g->pad = calloc((size_t)B * T, 1);
-    if (pad) {
-        g->pad[T - 1] = 1;
-        if (B > 1)
-            for (int t = T - 1 - MEGA_MAX(2, T / 3); t < T; t++) g->pad[T + t] = 1;
-        g->pm = g->pad;
-    }
-    /* x and R from their own stream, so configurations with other tensors see the same data */
-    unsigned long long xs = 0x9E3779B97F4A7C15ull * (seed + 1);
-    for (size_t i = 0; i < g->RD; i++) g->Rw[i] = tl_randn(&xs), g->x[i] = tl_randn(&xs);
-    return 0;
-}
-static void ctx_close(gctx *g) {
-    free(g->acts), free(g->scr), free(g->x), free(g->Rw), free(g->out), free(g->dx), free(g->pad);
-    mega_params_free(&g->P);
-}
-static void analytic(gctx *g) {
-    mega_params_zero_grad(&g->P);
-    mega_block_forward(&g->bl, g->P.data, &g->A, g->out, g->x, g->pm, g->B, g->T, &g->run, g->scr);
-    mega_block_backward(&g->bl, g->P.data, g->P.grad, &g->A, g->dx, g->Rw, g->x, g->pm, g->B, g->T, &g->run, g->scr);
-}
-
-/* four random directional derivatives (3 over all trainable parameters, 1 over x); returns
- * the worst |<g,v> - FD| / (|g| |v|) */
-static double directional(gctx *g) {
-    double *v = calloc(g->P.total > g->RD ? g->P.total : g->RD, sizeof(double));
-    double worst = 0;
-    for (int rep = 0; rep < 4; rep++) {
-        const int onx = rep == 3;
-        const size_t n = onx ? g->RD : g->P.total;
-        double *base = onx ? g->x : g->P.data, *grad = onx ? g->dx : g->P.grad;
-        memset(v, 0, n * sizeof(double));
-        if (onx)
-            for (size_t i = 0; i < n; i++) v[i] = tl_randn(&g_seed);
-        else
-            for (int t = 0; t < g->P.n; t++)
-                if (!(g->P.specs[t].flags & MEGA_P_BUFFER))
-                    for (size_t j = 0; j < g->P.specs[t].numel; j++) v[g->P.specs[t].offset + j] = tl_randn(&g_seed);
-        double nv = 0, ng = 0, dot = 0;
-        for (size_t i = 0; i < n; i++) nv += v[i] * v[i], ng += grad[i] * grad[i] * (v[i] != 0), dot += grad[i] * v[i];
-        nv = sqrt(nv), ng = sqrt(ng);
-        double *save = malloc(n * sizeof(double));
-        memcpy(save, base, n * sizeof(double));
-        static const int KS[4] = {-2, -1, 1, 2};
-        double L[4];
-        for (int i = 0; i < 4; i++) {
-            for (size_t j = 0; j < n; j++) base[j] = save[j] + KS[i] * H_FD / nv * v[j];
-            L[i] = block_loss(g);
-        }
-        memcpy(base, save, n * sizeof(double));
-        free(save);
-        const double fdd = (8 * (L[2] - L[1]) - (L[3] - L[0])) / (12 * H_FD);
-        worst = fmax(worst, fabs(fdd - dot / nv) / fmax(ng, 1e-300));
-    }
-    free(v);
-    return worst;
-}
-
-static double g_fd_worst, g_dir_worst;
-static char g_fd_where[300];
+static bt_worst g_fd_worst, g_dir_worst;
 
 static void run_fd(int ci) {
-    const acfg *gc = &CFGS[ci];
-    const int T = 9;
-    char name[200];
-    cfg_name(gc, T, name, sizeof name);
-    mega_block_cfg c;
-    fill_cfg(&c, gc, T);
-    gctx g;
-    if (ctx_open(&g, &c, 2, T, gc->pad, 3000 + (uint64_t)ci)) {
-        TL_CHECK(0, "%s: declare: %s", name, mega_last_error());
-        return;
-    }
-    double L0 = block_loss(&g);
-    TL_CHECK(isfinite(L0), "%s: forward runs (%s)", name, mega_last_error());
-    if (!isfinite(L0)) {
-        ctx_close(&g);
-        return;
-    }
-    double *w_start = malloc(g.P.total * sizeof(double));
-    memcpy(w_start, g.P.data, g.P.total * sizeof(double));
-    if (gc->drop) {
-        uint64_t k0 = g.run.key;
-        g.run.key = k0 ^ 0x55;
-        double L1 = block_loss(&g);
-        g.run.key = k0;
-        TL_CHECK(fabs(L1 - L0) > 1e-6 * fabs(L0) && block_loss(&g) == L0,
-                 "%s: dropout active and deterministic for a fixed key", name);
-    }
-    analytic(&g);
-    double gmax = 0;
-    for (size_t i = 0; i < g.RD; i++) gmax = fmax(gmax, fabs(g.dx[i]));
-    for (int i = 0; i < g.P.n; i++)
-        if (!(g.P.specs[i].flags & MEGA_P_BUFFER))
-            for (size_t j = 0; j < g.P.specs[i].numel; j++) gmax = fmax(gmax, fabs(g.P.grad[g.P.specs[i].offset + j]));
-    const double floor_ = 1e-3 * gmax;
-    double cworst = 0;
-    char cwhere[160] = "x";
-    double *fd = calloc(g.RD, sizeof(double));
-    for (size_t i = 0; i < g.RD; i++) fd[i] = fd_at(&g, &g.x[i]);
-    cworst = tensor_err(g.dx, fd, g.RD, floor_);
-    if (ci == 0) {
-        /* canary: a gradient off by 1e-5 of the largest one is flagged */
-        g.dx[3] += 1e-5 * gmax;
-        TL_CHECK(tensor_err(g.dx, fd, g.RD, floor_) > 5 * TOL, "canary: a gradient off by 1e-5 is flagged");
-        g.dx[3] -= 1e-5 * gmax;
-    }
-    free(fd);
-    int ntensors = 0;
-    size_t nelem = 0;
-    for (int i = 0; i < g.P.n; i++) {
-        const mega_pspec *s = &g.P.specs[i];
-        if (s->flags & MEGA_P_BUFFER) continue;
-        double *fw = calloc(s->numel, sizeof(double));
-        for (size_t j = 0; j < s->numel; j++) fw[j] = fd_at(&g, &g.P.data[s->offset + j]);
-        double e = tensor_err(g.P.grad + s->offset, fw, s->numel, floor_);
-        if (e > cworst) cworst = e, snprintf(cwhere, sizeof cwhere, "%s", s->name);
-        ntensors++, nelem += s->numel;
-        free(fw);
-    }
-    if (cworst > g_fd_worst) g_fd_worst = cworst, snprintf(g_fd_where, sizeof g_fd_where, "%s: %s", name, cwhere);
-    TL_CHECK(cworst < TOL && gmax > 0, "FD %s: %d tensors (%zu elements) + x: worst rel err %.2e (%s)", name, ntensors,
-             nelem, cworst, cwhere);
-    double dw = directional(&g);
-    g_dir_worst = fmax(g_dir_worst, dw);
-    TL_CHECK(dw < TOL, "FD %s: directional derivatives: worst %.2e", name, dw);
-    TL_CHECK(!memcmp(w_start, g.P.data, g.P.total * sizeof(double)), "%s: parameters unchanged by the forwards", name);
-    free(w_start);
-    ctx_close(&g);
+    bt_ctx c;
+    if (open_cfg(&c, &CFGS[ci], 9, 3000 + (uint64_t)ci)) return;
+    const bt_fd_opts fo = {.entries = 1, .directional = 1, .canary = ci == 0, .worst = &g_fd_worst, .worst_dir = &g_dir_worst};
+    bt_fd_check(&c, &fo);
+    bt_close(&c);
 }
 
 /* long sequences: several 64-row blocks, directional derivatives only */
-static void run_long(const acfg *gc, int T) {
-    char name[200];
-    cfg_name(gc, T, name, sizeof name);
-    mega_block_cfg c;
-    fill_cfg(&c, gc, T);
-    gctx g;
-    if (ctx_open(&g, &c, 2, T, gc->pad, 4000 + (uint64_t)T)) {
-        TL_CHECK(0, "%s: declare: %s", name, mega_last_error());
-        return;
-    }
-    analytic(&g);
-    double dw = directional(&g);
-    g_dir_worst = fmax(g_dir_worst, dw);
-    TL_CHECK(dw < TOL, "long FD %s: directional derivatives (3 over W, 1 over x): worst %.2e", name, dw);
-    ctx_close(&g);
+static void run_long(const acfg *g, int T) {
+    bt_ctx c;
+    if (open_cfg(&c, g, T, 4000 + (uint64_t)T)) return;
+    const bt_fd_opts fo = {.directional = 1, .worst_dir = &g_dir_worst};
+    bt_fd_check(&c, &fo);
+    bt_close(&c);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -455,14 +211,14 @@ static void kernel_vs_naive(int causal, int window, int logn, int xpos, int pad,
     mega_mhattn_forward(&kk, O, lse, q, k, v, pad ? pm : NULL, B, T, scr, nt);
     naive_t nv = {H, dh, causal, window, T, B, kk.log_train, bt, kb, 7, xpos, pad ? pm : NULL};
     naive_attn(&nv, On, q, k, v, 0);
-    double e = rel_diff(O, On, R * Da);
+    double e = bt_rel_diff(O, On, R * Da);
     TL_CHECK(e < 1e-12, "kernel vs naive (T=%d %s window %d log-n %d xpos %d pad %d; distance table + key bias): rel %.2e", T,
              causal ? "causal" : "bidir", window, logn, xpos, pad, e);
     free(q), free(k), free(v), free(O), free(On), free(lse), free(bt), free(kb), free(xt), free(pm), free(scr);
 }
 
 /* ---------------------------------------------------------------------------------------------
- * SPEC §11 item 4 */
+ * ALiBi slopes (ofirpress/attention_with_linear_biases, fairseq/models/transformer.py: get_slopes) */
 static void alibi_slopes(void) {
     static const int Hs[5] = {1, 6, 8, 12, 16};
     for (int k = 0; k < 5; k++) {
@@ -470,7 +226,7 @@ static void alibi_slopes(void) {
         double m[16], ref[16];
         mega_alibi_slopes(m, H);
         if (H == 12) {
-            /* SPEC §8.2: 2^-1 .. 2^-8, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5 */
+            /* get_slopes(12): 2^-1 .. 2^-8, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5 */
             for (int h = 0; h < 8; h++) ref[h] = pow(2.0, -(h + 1));
             for (int h = 0; h < 4; h++) ref[8 + h] = pow(2.0, -(h + 0.5));
         } else if (H == 6) {
@@ -482,7 +238,7 @@ static void alibi_slopes(void) {
         }
         double e = 0;
         for (int h = 0; h < H; h++) e = fmax(e, fabs(m[h] - ref[h]) / ref[h]);
-        TL_CHECK(e < 1e-15, "ALiBi slopes H=%d match SPEC §8.2 (worst rel %.1e; first %.6g, last %.6g)", H, e, m[0],
+        TL_CHECK(e < 1e-15, "ALiBi slopes H=%d match get_slopes (worst rel %.1e; first %.6g, last %.6g)", H, e, m[0],
                  m[H - 1]);
     }
     /* the table is -m_h |t - u| */
@@ -496,6 +252,7 @@ static void alibi_slopes(void) {
         for (int i = 0; i < 9; i++) ok &= fabs(tab[h * 9 + i] + m[h] * abs(i - 4)) < 1e-15;
     TL_CHECK(ok, "ALiBi table = -m_h |t - u|");
 }
+
 
 static void kerple_zero(void) {
     /* only distance 0 carries a gradient: both parameters get exactly 0, never NaN */
@@ -513,43 +270,28 @@ static void kerple_zero(void) {
     }
     /* through a whole block with T = 1 (every pair at distance 0): the KERPLE gradients are 0 */
     for (int power = 0; power <= 1; power++) {
-        acfg a = {MHA, power ? PKP : PKL, 0, 0, 0, 0, 1, LN, 16, 0, 2, 8, 0};
-        mega_block_cfg c;
-        fill_cfg(&c, &a, 1);
-        gctx g;
-        if (ctx_open(&g, &c, 2, 1, 0, 77)) {
-            TL_CHECK(0, "KERPLE T=1 block: %s", mega_last_error());
-            continue;
-        }
-        analytic(&g);
-        const mega_pspec *sp = mega_params_find(&g.P, "mixer.kerple.bias_p");
-        const mega_pspec *sa = mega_params_find(&g.P, "mixer.kerple.bias_a");
+        const acfg a = {MHA, power ? PKP : PKL, 0, 0, 0, 0, 1, LN, 16, 0, 2, 8, 0};
+        bt_ctx c;
+        if (open_cfg(&c, &a, 1, 77)) continue;
+        bt_backward(&c);
+        const mega_pspec *sp = mega_params_find(&c.P, "mixer.kerple.bias_p");
+        const mega_pspec *sa = mega_params_find(&c.P, "mixer.kerple.bias_a");
         int ok = sp && sa;
-        for (int h = 0; ok && h < 2; h++) ok &= g.P.grad[sp->offset + h] == 0 && g.P.grad[sa->offset + h] == 0;
+        for (int h = 0; ok && h < 2; h++) ok &= c.P.grad[sp->offset + h] == 0 && c.P.grad[sa->offset + h] == 0;
         TL_CHECK(ok, "KERPLE-%s block with T = 1: bias_p / bias_a gradients exactly 0 and finite", power ? "power" : "log");
-        ctx_close(&g);
+        bt_close(&c);
     }
     /* the official forward clamps the parameter data in place: >= 0.01, power exponent <= 2 */
-    {
-        acfg a = {MHA, PKP, 0, 0, 0, 0, 1, LN, 16, 0, 2, 8, 0};
-        mega_block_cfg c;
-        fill_cfg(&c, &a, 5);
-        gctx g;
-        if (!ctx_open(&g, &c, 2, 5, 0, 78)) {
-            const mega_pspec *sp = mega_params_find(&g.P, "mixer.kerple.bias_p");
-            const mega_pspec *sa = mega_params_find(&g.P, "mixer.kerple.bias_a");
-            g.P.data[sp->offset] = 3.0, g.P.data[sp->offset + 1] = -1.0, g.P.data[sa->offset] = 0.001;
-            block_loss(&g);
-            TL_CHECK(g.P.data[sp->offset] == 2.0 && g.P.data[sp->offset + 1] == 0.01 && g.P.data[sa->offset] == 0.01,
-                     "KERPLE-power forward clamps bias_p to [0.01, 2] and bias_a to >= 0.01 in place (%g %g %g)",
-                     g.P.data[sp->offset], g.P.data[sp->offset + 1], g.P.data[sa->offset]);
-            ctx_close(&g);
-        }
-    }
+    const acfg a = {MHA, PKP, 0, 0, 0, 0, 1, LN, 16, 0, 2, 8, 0};
+    bt_ctx c;
+    if (open_cfg(&c, &a, 5, 78)) return;
+    double *p = bt_param(&c.P, "kerple.bias_p"), *pa = bt_param(&c.P, "kerple.bias_a");
+    p[0] = 3.0, p[1] = -1.0, pa[0] = 0.001;
+    bt_forward(&c);
+    TL_CHECK(p[0] == 2.0 && p[1] == 0.01 && pa[0] == 0.01,
+             "KERPLE-power forward clamps bias_p to [0.01, 2] and bias_a to >= 0.01 in place (%g %g %g)", p[0], p[1], pa[0]);
+    bt_close(&c);
 }
-
-/* XPOS at long lengths: 100k positions with a local window (so the run is O(T w)); the
- * re-centred kernel against the un-centred formula on sampled rows */
 static void xpos_long(void) {
     const int T = 100000, B = 1, H = 2, dh = 8, w = 16;
     const size_t Da = (size_t)H * dh, R = (size_t)B * T;
@@ -569,7 +311,7 @@ static void xpos_long(void) {
     for (size_t i = 0; i < R * Da; i++) finite &= isfinite(O[i]);
     /* un-centred reference (c0 = 0): q * zeta^(t/512), k * zeta^(-u/512). At u ~ 1e5 the key
      * factor is exp(0.002447 * 1e5) ~ 4e106: finite in double (it would overflow float at
-     * u ~ 36k, SPEC §8.5), so here both forms exist and must agree to round-off */
+     * u ~ 36k; XPOS, arXiv 2212.10554, torchscale xpos_relative_position.py), so here both forms exist and must agree to round-off */
     double worst = 0, kmax = 0;
     int rows = 0;
     for (int t = 0; t < T; t += 997, rows++) {
@@ -602,177 +344,162 @@ static void xpos_long(void) {
     free(q), free(k), free(v), free(O), free(lse), free(xt), free(scr);
 }
 
+
 /* ---------------------------------------------------------------------------------------------
  * semantics */
 
-/* eval-mode block output for a config on fixed x (params from the same seed) */
-static int block_out(const mega_block_cfg *c, int T, int pad, uint64_t seed, double *out, double *Wcopy,
-                     const double *Wsrc) {
-    gctx g;
-    unsigned long long keep = g_seed;
-    g_seed = 0x5eed0000ull + seed;
-    if (ctx_open(&g, c, 2, T, pad, seed)) {
-        g_seed = keep;
-        return -1;
+/* eval-mode block output of a configuration (B = 2, right pads): the parameters from Wsrc when
+ * given (the same layout), copied to Wcopy when given */
+static int eval_out(const acfg *g, int T, uint64_t seed, double *out, double *Wcopy, const double *Wsrc) {
+    bt_ctx c;
+    if (open_cfg(&c, g, T, seed)) return -1;
+    if (Wsrc) memcpy(c.P.data, Wsrc, c.P.total * sizeof(double));
+    if (Wcopy) memcpy(Wcopy, c.P.data, c.P.total * sizeof(double));
+    const mega_status st = bt_eval_forward(&c, out);
+    bt_close(&c);
+    return st == MEGA_OK ? 0 : -1;
+}
+
+/* local(window w) == mha(attn_window w); windows >= T and log-n with train_len >= T are identities */
+static void windows(int bidir, int T, double *a, double *b, double *W) {
+    const char *dir = bidir ? "bidir" : "causal";
+    acfg l = {LOC, bidir ? PA : PR, bidir, 1, 3, 0, 1, LN, 16, 0, 2, 8, 0}, m = l;
+    m.mixer = MHA;
+    if (!eval_out(&l, T, 11, a, W, NULL) && !eval_out(&m, T, 11, b, NULL, W))
+        TL_CHECK(!memcmp(a, b, 2 * T * 8 * sizeof(double)), "%s: local(window 3) == mha(attn-window 3) bitwise", dir);
+    m.win = bidir ? T - 1 : T; /* a window covering the whole sequence changes nothing */
+    eval_out(&m, T, 11, a, NULL, W);
+    m.win = 0;
+    eval_out(&m, T, 11, b, NULL, W);
+    TL_CHECK(bt_rel_diff(a, b, 2 * T * 8) == 0, "%s: attn-window >= T is the identity", dir);
+    m.logn = T; /* log-n with train_len >= T: max(1, log n / log L) = 1 */
+    eval_out(&m, T, 11, a, NULL, W);
+    TL_CHECK(bt_rel_diff(a, b, 2 * T * 8) == 0, "%s: log-n scaling with train_len >= T is the identity", dir);
+    m.logn = 3;
+    eval_out(&m, T, 11, a, NULL, W);
+    TL_CHECK(bt_rel_diff(a, b, 2 * T * 8) > 1e-6, "%s: log-n scaling with train_len 3 < T changes the output", dir);
+}
+
+/* MHATW with log f_h(delta) = -m_h |delta| (ALiBi slopes), beta = gamma = 1 == mha + alibi */
+static void mhatw_is_alibi(int bidir, int T) {
+    const acfg t = {TW, PN, bidir, 1, 0, 0, 1, LN, 16, 0, 3, 6, 0};
+    acfg m = t;
+    m.mixer = MHA, m.pos = PA;
+    bt_ctx cm, ct;
+    if (open_cfg(&cm, &m, T, 12)) return;
+    if (open_cfg(&ct, &t, T, 12)) {
+        bt_close(&cm);
+        return;
     }
-    if (Wsrc) memcpy(g.P.data, Wsrc, g.P.total * sizeof(double));
-    if (Wcopy) memcpy(Wcopy, g.P.data, g.P.total * sizeof(double));
-    g.run.training = 0;
-    block_loss(&g);
-    memcpy(out, g.out, g.RD * sizeof(double));
-    ctx_close(&g);
-    g_seed = keep;
-    return 0;
+    /* the shared tensors from the mha model, then the ALiBi time weights */
+    for (int i = 0; i < cm.P.n; i++) {
+        const mega_pspec *s = mega_params_find(&ct.P, cm.P.specs[i].name);
+        if (s) memcpy(ct.P.data + s->offset, cm.P.data + cm.P.specs[i].offset, s->numel * sizeof(double));
+    }
+    double m3[3];
+    mega_alibi_slopes(m3, 3);
+    const mega_pspec *lw = mega_params_find(&ct.P, "mixer.time_logw"), *lb = mega_params_find(&ct.P, "mixer.time_logbeta"),
+                     *gm = mega_params_find(&ct.P, "mixer.time_gamma");
+    const int Lw = (int)lw->shape[1];
+    for (int h = 0; h < 3; h++)
+        for (int j = 0; j < Lw; j++) ct.P.data[lw->offset + (size_t)h * Lw + j] = -m3[h] * abs(T - 1 - j);
+    for (size_t j = 0; j < lb->numel; j++) ct.P.data[lb->offset + j] = 0;
+    for (size_t j = 0; j < gm->numel; j++) ct.P.data[gm->offset + j] = 1;
+    bt_eval_forward(&cm, NULL), bt_eval_forward(&ct, NULL);
+    const double e = bt_rel_diff(ct.out, cm.out, ct.RD);
+    TL_CHECK(e < 1e-14, "%s: MHATW with f = exp(-m_h delta), beta = gamma = 1 equals mha + ALiBi (rel %.1e)",
+             bidir ? "bidir" : "causal", e);
+    bt_close(&cm), bt_close(&ct);
+}
+
+/* Sandwich: b(0) = 0, b(d) <= 0, the NeMo formula with i = 1..dbar/2 */
+static void sandwich_table(void) {
+    const int dbar = 8, Hh = 4, tc = 30, tl = 61;
+    double *tab = calloc((size_t)Hh * tl, sizeof(double));
+    mega_sandwich_table(tab, Hh, tc, tl, dbar);
+    double e = 0;
+    int ok = 1;
+    for (int h = 0; h < Hh; h++)
+        for (int i = 0; i < tl; i++) {
+            const int d = abs(i - tc);
+            double s = 0;
+            for (int f = 1; f <= dbar / 2; f++) s += cos(d * pow(10000.0, -2.0 * f / dbar));
+            const double ref = (s - dbar / 2) * Hh / (8.0 * (h + 1));
+            e = fmax(e, fabs(tab[(size_t)h * tl + i] - ref));
+            ok &= d ? tab[(size_t)h * tl + i] <= 0 : tab[(size_t)h * tl + i] == 0;
+        }
+    TL_CHECK(ok && e < 1e-13, "Sandwich table: NeMo formula (err %.1e), b(0) = 0, b <= 0 elsewhere", e);
+    free(tab);
 }
 
 static void semantics(void) {
     const int T = 11;
     double *a = malloc(2 * T * 8 * sizeof(double)), *b = malloc(2 * T * 8 * sizeof(double));
     double *W = malloc(20000 * sizeof(double));
-    for (int bidir = 0; bidir <= 1; bidir++) {
-        /* local(window 3) == mha(attn_window 3), same parameters */
-        acfg l = {LOC, PR, bidir, 1, 3, 0, 1, LN, 16, 0, 2, 8, 0}, m = l;
-        if (bidir) l.pos = m.pos = PA;
-        m.mixer = MHA;
-        mega_block_cfg cl, cm;
-        fill_cfg(&cl, &l, T), fill_cfg(&cm, &m, T);
-        if (!block_out(&cl, T, 1, 11, a, W, NULL) && !block_out(&cm, T, 1, 11, b, NULL, W))
-            TL_CHECK(!memcmp(a, b, 2 * T * 8 * sizeof(double)), "%s: local(window 3) == mha(attn-window 3) bitwise",
-                     bidir ? "bidir" : "causal");
-        /* a window covering the whole sequence changes nothing */
-        m.win = bidir ? T - 1 : T;
-        fill_cfg(&cm, &m, T);
-        block_out(&cm, T, 1, 11, a, NULL, W);
-        m.win = 0;
-        fill_cfg(&cm, &m, T);
-        block_out(&cm, T, 1, 11, b, NULL, W);
-        TL_CHECK(rel_diff(a, b, 2 * T * 8) == 0, "%s: attn-window >= T is the identity", bidir ? "bidir" : "causal");
-        /* log-n with train_len >= T: max(1, log n / log L) = 1 */
-        m.logn = T;
-        fill_cfg(&cm, &m, T);
-        block_out(&cm, T, 1, 11, a, NULL, W);
-        TL_CHECK(rel_diff(a, b, 2 * T * 8) == 0, "%s: log-n scaling with train_len >= T is the identity",
-                 bidir ? "bidir" : "causal");
-        m.logn = 3;
-        fill_cfg(&cm, &m, T);
-        block_out(&cm, T, 1, 11, a, NULL, W);
-        TL_CHECK(rel_diff(a, b, 2 * T * 8) > 1e-6, "%s: log-n scaling with train_len 3 < T changes the output",
-                 bidir ? "bidir" : "causal");
-    }
-    /* MHATW with log f_h(delta) = -m_h |delta| (ALiBi slopes), beta = gamma = 1 == mha + alibi */
-    for (int bidir = 0; bidir <= 1; bidir++) {
-        acfg t = {TW, PN, bidir, 1, 0, 0, 1, LN, 16, 0, 3, 6, 0}, m = t;
-        m.mixer = MHA, m.pos = PA;
-        mega_block_cfg ct, cm;
-        fill_cfg(&ct, &t, T), fill_cfg(&cm, &m, T);
-        mega_block bl;
-        /* parameters of the mha model, then the same for mhatw with the ALiBi time weights */
-        if (block_out(&cm, T, 1, 12, b, W, NULL)) continue;
-        mega_params Pt;
-        mega_params_init(&Pt);
-        if (mega_block_declare(&bl, &Pt, "", &ct) || mega_params_alloc(&Pt, 0)) {
-            TL_CHECK(0, "mhatw declare: %s", mega_last_error());
-            mega_params_free(&Pt);
-            continue;
-        }
-        mega_params Pm;
-        mega_params_init(&Pm);
-        mega_block bm;
-        mega_block_declare(&bm, &Pm, "", &cm);
-        mega_params_alloc(&Pm, 0);
-        memcpy(Pm.data, W, Pm.total * sizeof(double));
-        for (int i = 0; i < Pm.n; i++) {
-            const mega_pspec *s = mega_params_find(&Pt, Pm.specs[i].name);
-            if (s) memcpy(Pt.data + s->offset, Pm.data + Pm.specs[i].offset, s->numel * sizeof(double));
-        }
-        double m3[3];
-        mega_alibi_slopes(m3, 3);
-        const mega_pspec *lw = mega_params_find(&Pt, "mixer.time_logw"), *lb = mega_params_find(&Pt, "mixer.time_logbeta"),
-                         *gm = mega_params_find(&Pt, "mixer.time_gamma");
-        const int Lw = (int)lw->shape[1];
-        for (int h = 0; h < 3; h++)
-            for (int j = 0; j < Lw; j++) Pt.data[lw->offset + (size_t)h * Lw + j] = -m3[h] * abs(T - 1 - j);
-        for (size_t j = 0; j < lb->numel; j++) Pt.data[lb->offset + j] = 0;
-        for (size_t j = 0; j < gm->numel; j++) Pt.data[gm->offset + j] = 1;
-        block_out(&ct, T, 1, 12, a, NULL, Pt.data);
-        TL_CHECK(rel_diff(a, b, 2 * T * 6) < 1e-14, "%s: MHATW with f = exp(-m_h delta), beta = gamma = 1 equals mha + ALiBi (rel %.1e)",
-                 bidir ? "bidir" : "causal", rel_diff(a, b, 2 * T * 6));
-        mega_params_free(&Pt), mega_params_free(&Pm);
-    }
-    /* Sandwich: b(0) = 0, b(d) <= 0, the NeMo formula with i = 1..dbar/2 */
-    {
-        const int dbar = 8, Hh = 4, tc = 30, tl = 61;
-        double *tab = calloc((size_t)Hh * tl, sizeof(double));
-        mega_sandwich_table(tab, Hh, tc, tl, dbar);
-        double e = 0;
-        int ok = 1;
-        for (int h = 0; h < Hh; h++)
-            for (int i = 0; i < tl; i++) {
-                const int d = abs(i - tc);
-                double s = 0;
-                for (int f = 1; f <= dbar / 2; f++) s += cos(d * pow(10000.0, -2.0 * f / dbar));
-                const double ref = (s - dbar / 2) * Hh / (8.0 * (h + 1));
-                e = fmax(e, fabs(tab[(size_t)h * tl + i] - ref));
-                ok &= d ? tab[(size_t)h * tl + i] <= 0 : tab[(size_t)h * tl + i] == 0;
-            }
-        TL_CHECK(ok && e < 1e-13, "Sandwich table: NeMo formula (err %.1e), b(0) = 0, b <= 0 elsewhere", e);
-        free(tab);
-    }
+    for (int bidir = 0; bidir <= 1; bidir++) windows(bidir, T, a, b, W);
+    for (int bidir = 0; bidir <= 1; bidir++) mhatw_is_alibi(bidir, T);
+    sandwich_table();
     /* thread count: the same results with 1 thread */
-    {
-        acfg g1 = {TW, PKP, 1, 1, 0, 0, 1, LN, 16, 0, 2, 8, 0};
-        mega_block_cfg c;
-        fill_cfg(&c, &g1, 150);
-        gctx g;
-        if (!ctx_open(&g, &c, 2, 150, 1, 99)) {
-            analytic(&g);
-            double *d1 = malloc(g.P.total * sizeof(double)), *x1 = malloc(g.RD * sizeof(double));
-            memcpy(d1, g.P.grad, g.P.total * sizeof(double));
-            memcpy(x1, g.dx, g.RD * sizeof(double));
-            g.run.nthreads = 1;
-            analytic(&g);
-            const double e = fmax(rel_diff(g.P.grad, d1, g.P.total), rel_diff(g.dx, x1, g.RD));
-            TL_CHECK(e == 0, "1 thread vs %d threads: bit-identical gradients (rel %.1e)", mega_get_threads(), e);
-            free(d1), free(x1);
-            ctx_close(&g);
-        }
+    const acfg g1 = {TW, PKP, 1, 1, 0, 0, 1, LN, 16, 0, 2, 8, 0};
+    bt_ctx c;
+    if (!open_cfg(&c, &g1, 150, 99)) {
+        bt_threads_check(&c);
+        bt_close(&c);
     }
     free(a), free(b), free(W);
 }
 
-static void invalid(void) {
+/* the mixer defaults (mega_block_config_resolve), and invalid configurations rejected by
+ * mega_block_config_check (through mega_block_declare) */
+static void defaults_and_invalid(void) {
+    const acfg base = {MHA, PN, 0, 0, 0, 0, 1, LN, 16, 0, 2, 8, 0};
+    mega_block_config c, r;
+    acfg a = base;
+    a.mixer = LOC;
+    fill_cfg(&c, &a, 9);
+    mega_status st = bt_try_declare(&c, &r, NULL);
+    TL_CHECK(st == MEGA_OK && r.window == 64, "local with window 0: the default window 64 (got %d)", r.window);
+    a.mixer = TW;
+    fill_cfg(&c, &a, 9);
+    c.max_len = 0;
+    st = bt_try_declare(&c, &r, NULL);
+    TL_CHECK(st == MEGA_OK && r.max_len == 1024, "mhatw with max-len 0 and no training length: max-len 1024 (got %d)", r.max_len);
+    c.train_len = 40;
+    st = bt_try_declare(&c, &r, NULL);
+    TL_CHECK(st == MEGA_OK && r.max_len == 40, "mhatw with max-len 0: max-len = the training length 40 (got %d)", r.max_len);
+    a = base, a.H = 0, a.pos = PR, a.D = 12; /* 4 heads of width 3 could not rotate pairs */
+    fill_cfg(&c, &a, 9);
+    st = bt_try_declare(&c, &r, NULL);
+    TL_CHECK(st == MEGA_OK && r.heads == 2, "mha with heads 0, rope, D 12: the default heads 2 (even head width; got %d)",
+             r.heads);
     struct {
         acfg a;
+        int field; /* 1: window -1, 2: max-len -1 */
         const char *what;
     } bad[] = {
-        {{MHA, PX, 1, 0, 0, 0, 1, LN, 16, 0, 2, 8, 0}, "xpos bidirectional"},
-        {{MHA, PN, 0, 0, 0, 0, 1, LN, 16, 0, 3, 8, 0}, "embed-dim not divisible by heads"},
-        {{MHA, PR, 0, 0, 0, 0, 1, LN, 16, 0, 8, 8, 0}, "rope with an odd head width"},
-        {{MHA, PX, 0, 0, 0, 0, 1, LN, 16, 0, 8, 8, 0}, "xpos with an odd head width"},
-        {{LOC, PN, 0, 0, 0, 0, 1, LN, 16, 0, 2, 8, 0}, "local without a window"},
-        {{TW, PN, 0, 0, 0, 0, 1, LN, 16, 0, 2, 8, -1}, "mhatw without max-len"},
-        {{MHA, PN, 0, 0, 0, 1, 1, LN, 16, 0, 2, 8, 0}, "log-n with train_len 1"},
-        {{MHA, PN, 0, 0, -1, 0, 1, LN, 16, 0, 2, 8, 0}, "negative attn-window"},
+        {{MHA, PX, 1, 0, 0, 0, 1, LN, 16, 0, 2, 8, 0}, 0, "xpos bidirectional"},
+        {{MHA, PN, 0, 0, 0, 0, 1, LN, 16, 0, 3, 8, 0}, 0, "embed-dim not divisible by heads"},
+        {{MHA, PR, 0, 0, 0, 0, 1, LN, 16, 0, 8, 8, 0}, 0, "rope with an odd head width"},
+        {{MHA, PX, 0, 0, 0, 0, 1, LN, 16, 0, 8, 8, 0}, 0, "xpos with an odd head width"},
+        {{LOC, PN, 0, 0, 0, 0, 1, LN, 16, 0, 2, 8, 0}, 1, "local with a negative window"},
+        {{TW, PN, 0, 0, 0, 0, 1, LN, 16, 0, 2, 8, 0}, 2, "mhatw with max-len -1"},
+        {{MHA, PN, 0, 0, 0, 1, 1, LN, 16, 0, 2, 8, 0}, 0, "log-n with train_len 1"},
+        {{MHA, PN, 0, 0, -1, 0, 1, LN, 16, 0, 2, 8, 0}, 0, "negative attn-window"},
+        {{MHA, PN, 0, 0, 0, 0, 1, LN, 16, 0, -2, 8, 0}, 0, "negative heads"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        mega_block_cfg c;
         fill_cfg(&c, &bad[i].a, 9);
-        if (bad[i].a.Tm < 0) c.max_len = 0;
-        mega_params P;
-        mega_params_init(&P);
-        mega_block bl;
-        mega_status st = mega_block_declare(&bl, &P, "", &c);
+        if (bad[i].field == 1) c.window = -1;
+        if (bad[i].field == 2) c.max_len = -1;
+        st = bt_try_declare(&c, NULL, NULL);
         TL_CHECK(st == MEGA_ERR_INVALID && strlen(mega_last_error()) > 10, "rejected: %s (\"%s\")", bad[i].what,
                  mega_last_error());
-        mega_params_free(&P);
     }
 }
 
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     for (int i = 0; i < NCFG; i++) run_fd(i);
-    printf("NOTE worst FD error over %d configurations: %.2e (%s); worst directional %.2e\n", NCFG, g_fd_worst, g_fd_where,
-           g_dir_worst);
     /* long: multi-block paths */
     static const acfg LONG[] = {
         {MHA, PX, 0, 1, 0, 0, 1, LN, 16, 0, 2, 8, 0},  {MHA, PX, 0, 1, 40, 20, 1, LN, 16, 0, 2, 8, 0},
@@ -780,6 +507,8 @@ int main(int argc, char **argv) {
         {TW, PS, 1, 1, 70, 0, 1, LN, 16, 1, 2, 8, 120}, {MHA, PKL, 1, 0, 0, 0, 1, LN, 16, 0, 4, 8, 0},
     };
     for (size_t i = 0; i < sizeof LONG / sizeof LONG[0]; i++) run_long(&LONG[i], 150);
+    printf("NOTE worst FD error over %d configurations: %.2e (%s); worst directional %.2e (%s)\n", NCFG, g_fd_worst.v,
+           g_fd_worst.where, g_dir_worst.v, g_dir_worst.where);
     for (int causal = 0; causal <= 1; causal++)
         for (int win = 0; win <= 1; win++) {
             kernel_vs_naive(causal, win ? 37 : 0, win, 0, 1, 150);
@@ -789,6 +518,6 @@ int main(int argc, char **argv) {
     kerple_zero();
     xpos_long();
     semantics();
-    invalid();
+    defaults_and_invalid();
     return tl_finish();
 }

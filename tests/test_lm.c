@@ -17,7 +17,7 @@
  *   (3) training through the API: two identical runs of 5 AdamW steps with dropout and a fixed
  *       key (one thread) give bit-identical parameters (and a different dropout key does not);
  *       the loss on a repetitive byte sequence falls clearly within 30 steps.
- * tests/t64_lm.c builds this file against the double-precision library.
+ * build/t64_lm is this file built against the double-precision library (Makefile T64_FROM).
  */
 #include "testlib.h"
 
@@ -43,61 +43,6 @@ static double g_worst_gen;
 
 static void path_in(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", g_dir, name); }
 
-static void rm_rf(const char *p) {
-    struct stat sb;
-    if (lstat(p, &sb) != 0) return;
-    if (S_ISDIR(sb.st_mode)) {
-        DIR *d = opendir(p);
-        if (d) {
-            struct dirent *e;
-            while ((e = readdir(d))) {
-                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-                char sub[1024];
-                snprintf(sub, sizeof sub, "%s/%s", p, e->d_name);
-                rm_rf(sub);
-            }
-            closedir(d);
-        }
-        rmdir(p);
-    } else {
-        unlink(p);
-    }
-}
-
-static int count_entries(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-    closedir(d);
-    return n;
-}
-
-static unsigned char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc(n > 0 ? (size_t)n : 1);
-    if (b && n > 0 && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
-static int write_all(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    size_t w = n ? fwrite(p, 1, n, f) : 0;
-    int rc = fclose(f);
-    return w == n && rc == 0 ? 0 : -1;
-}
 
 static int ends_with(const char *s, const char *t) {
     size_t a = strlen(s), b = strlen(t);
@@ -417,7 +362,7 @@ static void test_save_load(void) {
     /* save into a directory that does not exist: MEGA_ERR_IO, nothing left behind */
     {
         mega_lm *m = make_model(7, 0);
-        int before = count_entries(g_dir);
+        int before = tl_count_entries(g_dir, NULL);
         path_in(q, sizeof q, "no_such_dir");
         snprintf(p, sizeof p, "%s/model.safetensors", q);
         mega_clear_error();
@@ -425,19 +370,19 @@ static void test_save_load(void) {
         struct stat sb;
         TL_CHECK(st == MEGA_ERR_IO && mega_last_error()[0], "save into a missing directory fails with MEGA_ERR_IO (%d: %s)",
                  (int)st, mega_last_error());
-        TL_CHECK(stat(q, &sb) != 0 && count_entries(g_dir) == before, "failed save leaves nothing behind");
+        TL_CHECK(stat(q, &sb) != 0 && tl_count_entries(g_dir, NULL) == before, "failed save leaves nothing behind");
         /* a failing save over an existing file keeps the old file: the target is a directory */
         path_in(p, sizeof p, "model.safetensors");
         size_t n0, n1;
-        unsigned char *old = read_all(p, &n0);
+        unsigned char *old = tl_read_file(p, &n0);
         path_in(q, sizeof q, "adir");
         mkdir(q, 0755);
         st = mega_lm_save(m, q);
-        unsigned char *now = read_all(p, &n1);
+        unsigned char *now = tl_read_file(p, &n1);
         TL_CHECK(st != MEGA_OK && old && now && n0 == n1 && !memcmp(old, now, n0),
                  "save onto a directory fails (%s) and touches nothing else", mega_last_error());
         rmdir(q);
-        TL_CHECK(count_entries(g_dir) == before, "no temporary files after the failed saves");
+        TL_CHECK(tl_count_entries(g_dir, NULL) == before, "no temporary files after the failed saves");
         free(old), free(now);
         mega_lm_free(m);
     }
@@ -446,7 +391,7 @@ static void test_save_load(void) {
      * the lengths around the end of the header) must fail cleanly */
     path_in(p, sizeof p, "model.safetensors");
     size_t len = 0;
-    unsigned char *img = read_all(p, &len);
+    unsigned char *img = tl_read_file(p, &len);
     TL_CHECK(img && len > 1000, "model file read back (%zu bytes)", len);
     if (!img) return;
     uint64_t hlen = 0;
@@ -456,14 +401,14 @@ static void test_save_load(void) {
         int tried = 0, bad = 0;
         size_t first_bad = 0;
         for (size_t n = 0; n < len; n += (n < 64 ? 1 : (n + 1 >= 8 + hlen - 3 && n < 8 + hlen + 3) ? 1 : 211)) {
-            if (write_all(q, img, n)) continue;
+            if (tl_write_file(q, img, n)) continue;
             tried++;
             if (!load_fails(q, NULL)) {
                 if (!bad) first_bad = n;
                 bad++;
             }
         }
-        if (write_all(q, img, len - 1) == 0) {
+        if (tl_write_file(q, img, len - 1) == 0) {
             tried++;
             if (!load_fails(q, NULL)) bad++, first_bad = len - 1;
         }
@@ -481,7 +426,7 @@ static void test_save_load(void) {
                 memcpy(mut, img, len);
                 mut[i] = k == 0 ? (unsigned char)(img[i] ^ 0x01) : repl[(i * 7 + (size_t)k) % sizeof repl];
                 if (mut[i] == img[i]) continue;
-                if (write_all(q, mut, len)) continue;
+                if (tl_write_file(q, mut, len)) continue;
                 mega_lm *m = NULL;
                 mega_clear_error();
                 mega_status st = mega_lm_load(q, &m);
@@ -556,9 +501,9 @@ static void test_save_load(void) {
 
     /* files that are not model files */
     path_in(q, sizeof q, "junk.safetensors");
-    write_all(q, "hello, world: this is not a safetensors file at all\n", 52);
+    tl_write_file(q, "hello, world: this is not a safetensors file at all\n", 52);
     TL_CHECK(load_fails(q, NULL), "a text file is rejected: %s", mega_last_error());
-    write_all(q, "", 0);
+    tl_write_file(q, "", 0);
     TL_CHECK(load_fails(q, NULL), "an empty file is rejected: %s", mega_last_error());
     path_in(q, sizeof q, "missing.safetensors");
     mega_status ms;
@@ -756,17 +701,12 @@ static void test_training(void) {
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     mega_set_threads(1);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/mega_lm_XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir)) {
-        TL_CHECK(0, "mkdtemp %s: %s", g_dir, strerror(errno));
-        return tl_finish();
-    }
+    if (tl_mkdtemp(g_dir, sizeof g_dir, "mega_lm_")) return tl_finish();
     test_generation();
     test_logits_layout();
     test_save_load();
     test_config_json();
     test_training();
-    rm_rf(g_dir);
+    tl_rm_rf(g_dir);
     return tl_finish();
 }

@@ -1,12 +1,12 @@
 /*
- * Streaming (incremental) decoding of the attention mixers mha, local and mhatw (SPEC §3.5,
- * §8.6, §4.1) against the eval-mode full causal forward of the same block (mixer norm ->
- * mixer -> residual -> NFFN) over the whole sequence (B = 2, T = 70, so the forward runs more
- * than one 64-row block):
- *   (a) mega_block_step token by token;
- *   (b) multi-token calls: {4, 3, 5, rest}, {2, 5, 6, ...}, the whole sequence at once,
- *       {1, 7, 2, 2, 1, ...};
- *   (c) reset, then re-streaming gives bit-identical outputs.
+ * Streaming (incremental) decoding of the attention mixers mha, local and mhatw (a KV cache as
+ * fairseq MultiheadAttention's incremental_state; a ring buffer for windows, a project choice;
+ * docs/mixers.md "Softmax-attention mixers", "MHATW") against the eval-mode full causal forward
+ * of the same block (mixer norm -> mixer -> residual -> NFFN) over the whole sequence (B = 2,
+ * T = 70, so the forward runs more than one 64-row block), through the shared driver
+ * bt_stream_check (tests/lib/blocktest.h): token by token, the standard multi-token splits
+ * (including the whole sequence at once), reset then re-streaming bit-identical, the step inside
+ * its state and scratch sizes (guard zones).
  * Configurations: mha with every causal positional scheme (none, rope, alibi, kerple-power,
  * kerple-log, sandwich, xpos), mha with a local mask (attn_window: the ring-buffer cache of
  * `window` slots, shorter than the stream) and with log-n scaling, local (window 5) with rope /
@@ -14,294 +14,91 @@
  * learned range use the clamped values in both paths), pre/post norm, with and without the FFN.
  * Also: a bidirectional attention block refuses a streaming state; a full cache of capacity
  * cap fails cleanly (MEGA_ERR_INVALID, state unchanged) when a call would pass it; a windowed
- * mixer streams far past the capacity it was given (ring buffer); the step stays inside its
- * scratch and state sizes (guard zones).
+ * mixer streams far past the capacity it was given (ring buffer: its state size does not
+ * depend on the capacity).
  * XPOS at long lengths: mha + xpos + attn_window 16 over 100k positions, streamed in pieces,
  * equals the full forward and is finite, although the un-centred XPOS key factor overflows
- * float there (checked: zeta_0^(-1e5/512) is +inf in float; SPEC §8.5).
- * Tolerance: 1e-5 of max |out| (float build); 1e-12 in the double build
- * (tests/t64_mixer_attn_stream.c includes this file).
+ * float there (checked: zeta_0^(-1e5/512) is +inf in float; XPOS, arXiv 2212.10554, re-centred
+ * per query block: a project extension).
+ * Tolerance (BT_STOL): 1e-5 of max |out| (float build); 1e-12 in the double build
+ * (build/t64_mixer_attn_stream, the same source).
  */
-#include "layers/block.h"
+#include "blocktest.h"
 #include "ops/posenc.h"
-#include "testlib.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef MEGA_F64
-#define STOL 1e-12
-#else
-#define STOL 1e-5
-#endif
-
-typedef mega_real rl;
-static unsigned long long g_seed = 0x57ea7eedull;
-static double g_worst;
-
-static int ends_with(const char *s, const char *t) {
-    size_t a = strlen(s), b = strlen(t);
-    return a >= b && !strcmp(s + a - b, t);
-}
-static void perturb(mega_params *P, unsigned long long *seed) {
-    for (int i = 0; i < P->n; i++) {
-        const mega_pspec *s = &P->specs[i];
-        rl *w = P->data + s->offset;
-        const char *nm = s->name, *leaf = strrchr(nm, '.') ? strrchr(nm, '.') + 1 : nm;
-        size_t n = s->numel;
-#define FILL(expr)                                                                            \
-    for (size_t j = 0; j < n; j++) w[j] = (rl)(expr)
-        if (strstr(nm, "norm.norm.")) {
-            if (!strcmp(leaf, "weight")) FILL(1 + 0.2 * tl_randn(seed));
-            else if (!strcmp(leaf, "bias")) FILL(0.1 * tl_randn(seed));
-            else if (!strcmp(leaf, "scalar")) FILL(1 + 0.15 * tl_randn(seed));
-            else if (!strcmp(leaf, "running_mean")) FILL(0.2 * tl_randn(seed));
-            else if (!strcmp(leaf, "running_var")) FILL(0.5 + tl_rand01(seed));
-            else if (!strcmp(leaf, "num_batches_tracked")) FILL(5);
-        } else if (ends_with(nm, "kerple.bias_p")) {
-            FILL(0.3 + 1.4 * tl_rand01(seed));
-        } else if (ends_with(nm, "kerple.bias_a")) {
-            FILL(0.2 + 0.7 * tl_rand01(seed));
-        } else if (ends_with(nm, "time_logw")) {
-            FILL(w[j] + 0.3 * tl_randn(seed));
-        } else if (ends_with(nm, "time_logbeta")) {
-            FILL(0.3 * tl_randn(seed));
-        } else if (ends_with(nm, "time_gamma")) {
-            FILL(1 + 0.2 * tl_randn(seed));
-        } else if (!strcmp(leaf, "weight") && s->ndim == 2) {
-            FILL(tl_randn(seed) / sqrt((double)s->shape[1]));
-        } else if (!strcmp(leaf, "bias")) {
-            FILL(0.1 * tl_randn(seed));
-        } else {
-            TL_CHECK(0, "perturb: no rule for %s", nm);
-        }
-#undef FILL
-    }
-}
-
-static double rel_diff(const rl *a, const rl *b, size_t n) {
-    double d = 0, m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - (double)b[i]);
-        if (!(e <= d)) d = e;
-        m = fmax(m, fabs((double)b[i]));
-    }
-    return m > 0 ? d / m : d;
-}
-
-typedef struct {
-    mega_block bl;
-    mega_params P;
-    mega_block_cfg c;
-    int B, T;
-    rl *x, *full;
-    char name[200];
-} sctx;
+static bt_worst g_worst;
 
 enum { MHA = MEGA_MIXER_MHA, LOC = MEGA_MIXER_LOCAL, TW = MEGA_MIXER_MHATW };
 
-/* mixer, pos, window (local) / attn_window (others), log-n train_len, mhatw max_len, pre, F */
+/* mixer, pos, window (local) / attn_window (others), log-n train_len, mhatw max_len, pre, F, heads */
 typedef struct {
     int mixer, pos, win, logn, Tm, pre, F, H;
 } scfg;
 
-static void fill_cfg(mega_block_cfg *c, const scfg *g) {
-    memset(c, 0, sizeof *c);
+static void fill_cfg(mega_block_config *c, const scfg *g) {
+    mega_block_config_default(c);
     c->mixer = (mega_mixer_kind)g->mixer;
-    c->D = 8, c->Z = 4, c->E = 4, c->N = 2, c->F = g->F, c->chunk = -1, c->max_positions = 16;
-    c->prenorm = g->pre, c->norm_affine = 1, c->norm = g->pre ? MEGA_NORM_LAYER : MEGA_NORM_RMS, c->act = MEGA_ACT_SILU;
+    c->embed_dim = 8, c->ffn_dim = g->F, c->chunk_size = -1;
+    c->prenorm = g->pre, c->norm_type = g->pre ? MEGA_NORM_LAYER : MEGA_NORM_RMS;
     c->heads = g->H, c->pos = (mega_pos_kind)g->pos;
     if (g->mixer == LOC) c->window = g->win;
     else c->attn_window = g->win;
-    c->log_n = g->logn > 0, c->train_len = g->logn, c->max_len = g->Tm;
+    c->log_n_scaling = g->logn > 0, c->train_len = g->logn, c->max_len = g->Tm;
 }
 
-static int setup(sctx *s, const mega_block_cfg *c, int B, int T, unsigned long long seed) {
-    memset(s, 0, sizeof *s);
-    s->c = *c, s->B = B, s->T = T;
-    snprintf(s->name, sizeof s->name, "%s/%s/win%d/attn-win%d/logn%d/Tm%d/%s/F%d/T%d", mega_mixer_name(c->mixer),
-             mega_pos_name(c->pos), c->window, c->attn_window, c->train_len, c->max_len, c->prenorm ? "pre" : "post",
-             c->F, T);
-    mega_params_init(&s->P);
-    if (mega_block_declare(&s->bl, &s->P, "decoder.layers.0.", c) || mega_params_alloc(&s->P, 0)) {
-        TL_CHECK(0, "%s: declare: %s", s->name, mega_last_error());
-        mega_params_free(&s->P);
-        return -1;
-    }
-    mega_rng rng;
-    mega_rng_seed(&rng, seed);
-    mega_block_init(&s->bl, s->P.data, &rng);
-    unsigned long long ps = seed * 7919u + 1;
-    perturb(&s->P, &ps);
-    const size_t RD = (size_t)B * T * c->D;
-    s->x = malloc(RD * sizeof(rl));
-    s->full = malloc(RD * sizeof(rl));
-    for (size_t i = 0; i < RD; i++) s->x[i] = (rl)tl_randn(&g_seed);
-    return 0;
-}
-static void teardown(sctx *s) {
-    free(s->x), free(s->full);
-    mega_params_free(&s->P);
+static int open_cfg(bt_ctx *c, const scfg *g, int B, int T, uint64_t seed) {
+    mega_block_config cfg;
+    fill_cfg(&cfg, g);
+    if (g->mixer == TW && g->Tm == 0) cfg.max_len = T;
+    const bt_opts o = {.B = B, .T = T, .seed = seed, .prefix = "decoder.layers.0."};
+    return bt_open(c, &cfg, &o);
 }
 
-static int full_forward(sctx *s, rl *out) {
-    const int nt = mega_get_threads();
-    rl *acts = calloc(mega_block_acts_size(&s->bl, s->B, s->T), sizeof(rl));
-    rl *scr = calloc(mega_block_scratch_size(&s->bl, s->B, s->T, nt), sizeof(rl));
-    mega_block_acts A;
-    mega_block_acts_point(&s->bl, &A, acts, s->B, s->T);
-    mega_run run = {0, 0, 0, nt};
-    mega_status st = mega_block_forward(&s->bl, s->P.data, &A, out, s->x, NULL, s->B, s->T, &run, scr);
-    free(acts), free(scr);
-    TL_CHECK(st == MEGA_OK, "%s: eval forward (%s)", s->name, mega_last_error());
-    return st == MEGA_OK ? 0 : -1;
+static void run_config(const scfg *g, uint64_t seed) {
+    bt_ctx c;
+    if (open_cfg(&c, g, 2, 70, seed)) return;
+    const bt_stream_opts so = {.worst = &g_worst}; /* capacity T (a windowed mixer keeps only its window) */
+    bt_stream_check(&c, &so);
+    bt_close(&c);
 }
 
-/* stream in calls of the given sizes (0-terminated; then calls of `rest` tokens) */
-static mega_status stream(sctx *s, mega_block_state *S, rl *scr, const int *sizes, int rest, rl *out) {
-    const int B = s->B, T = s->T, D = s->c.D;
-    const int maxL = 1024;
-    rl *xt = malloc((size_t)B * maxL * D * sizeof(rl)), *ot = malloc((size_t)B * maxL * D * sizeof(rl));
-    mega_status st = MEGA_OK;
-    int a = 0, k = 0;
-    while (a < T) {
-        int L = sizes && sizes[k] ? sizes[k++] : rest;
-        if (L > T - a) L = T - a;
-        if (L > maxL) L = maxL;
-        for (int b = 0; b < B; b++)
-            memcpy(xt + (size_t)b * L * D, s->x + ((size_t)b * T + a) * D, (size_t)L * D * sizeof(rl));
-        st = mega_block_step(&s->bl, s->P.data, S, ot, xt, L, scr);
-        if (st != MEGA_OK) break;
-        for (int b = 0; b < B; b++)
-            memcpy(out + ((size_t)b * T + a) * D, ot + (size_t)b * L * D, (size_t)L * D * sizeof(rl));
-        a += L;
-    }
-    free(xt), free(ot);
-    return st;
+/* a full cache of 5: 4 tokens, then a 2-token call is refused with the state unchanged */
+static void run_capacity(void) {
+    const scfg g = {TW, MEGA_POS_ALIBI, 0, 0, 9, 1, 16, 2};
+    bt_ctx c;
+    if (open_cfg(&c, &g, 2, 9, 72)) return;
+    bt_stream s;
+    mega_status st = bt_stream_start(&c, &s, 5, 2, NULL, 4);
+    const mega_status st2 = st == MEGA_OK ? bt_stream_feed(&c, &s, &(bt_split){{2}, 0}, s.out, 4, 6) : st;
+    TL_CHECK(st == MEGA_OK && st2 == MEGA_ERR_INVALID && s.S.pos == 4,
+             "capacity: a 2-token call at 4 of 5 fails with MEGA_ERR_INVALID, state unchanged (got %d, pos %lld) (%s)", (int)st2,
+             (long long)s.S.pos, mega_last_error());
+    if (st == MEGA_OK) st = bt_stream_feed(&c, &s, NULL, s.out, 4, 5);
+    const double e = bt_stream_err(&c, &s, 0, 5);
+    TL_CHECK(st == MEGA_OK && e < BT_STOL, "capacity: 5 tokens into a cache of 5 match the full forward (%.2e)", e);
+    bt_stream_close(&s);
+    bt_close(&c);
 }
 
-static void run_config(const scfg *g, unsigned long long seed) {
-    mega_block_cfg c;
-    fill_cfg(&c, g);
-    const int B = 2, T = 70;
-    if (g->mixer == TW && c.max_len == 0) c.max_len = T;
-    sctx s;
-    if (setup(&s, &c, B, T, seed)) return;
-    const size_t RD = (size_t)B * T * c.D;
-    if (full_forward(&s, s.full)) {
-        teardown(&s);
-        return;
-    }
-    /* capacity T (a windowed mixer keeps only its window whatever the capacity); guard zones */
-    const int GUARD = 64, cap = T;
-    const size_t ssz = mega_block_state_size(&s.bl, B, cap), csz = mega_block_step_scratch(&s.bl, B, T, cap);
-    rl *mem = calloc(ssz + GUARD, sizeof(rl)), *scr = calloc(csz + GUARD, sizeof(rl));
-    for (int i = 0; i < GUARD; i++) mem[ssz + i] = scr[csz + i] = (rl)777;
-    rl *o1 = calloc(RD, sizeof(rl)), *o2 = calloc(RD, sizeof(rl));
-    mega_block_state S;
-    mega_status st = mega_block_state_init(&s.bl, s.P.data, &S, mem, B, cap);
-    TL_CHECK(st == MEGA_OK, "%s: state init (%s)", s.name, mega_last_error());
-    if (st == MEGA_OK) {
-        st = stream(&s, &S, scr, NULL, 1, o1);
-        double e = rel_diff(o1, s.full, RD);
-        g_worst = fmax(g_worst, e);
-        TL_CHECK(st == MEGA_OK && e < STOL, "%s: token-by-token step == full forward: rel err %.2e", s.name, e);
-        mega_block_state_reset(&s.bl, &S);
-        st = stream(&s, &S, scr, NULL, 1, o2);
-        TL_CHECK(st == MEGA_OK && !memcmp(o1, o2, RD * sizeof(rl)), "%s: reset + re-stream gives identical outputs", s.name);
-        int sz1[] = {4, 3, 5, 0}, sz2[] = {2, 5, 6, 0}, sz3[] = {T, 0}, sz4[] = {1, 7, 2, 2, 1, 0};
-        const int *all[] = {sz1, sz2, sz3, sz4}, rest[] = {T, 6, T, 9};
-        for (int k = 0; k < 4; k++) {
-            mega_block_state_reset(&s.bl, &S);
-            memset(o2, 0, RD * sizeof(rl));
-            st = stream(&s, &S, scr, all[k], rest[k], o2);
-            e = rel_diff(o2, s.full, RD);
-            g_worst = fmax(g_worst, e);
-            TL_CHECK(st == MEGA_OK && e < STOL, "%s: multi-token split #%d == full forward: rel err %.2e (%s)", s.name, k, e,
-                     st == MEGA_OK ? "ok" : mega_last_error());
-        }
-    }
-    int guard_ok = 1;
-    for (int i = 0; i < GUARD; i++) guard_ok &= mem[ssz + i] == (rl)777 && scr[csz + i] == (rl)777;
-    TL_CHECK(guard_ok, "%s: the step stays inside its state and scratch sizes", s.name);
-    free(mem), free(scr), free(o1), free(o2);
-    teardown(&s);
-}
-
-static void run_errors(void) {
-    /* bidirectional: no streaming state */
-    {
-        scfg g = {MHA, MEGA_POS_ROPE, 0, 0, 0, 1, 16, 2};
-        mega_block_cfg c;
-        fill_cfg(&c, &g);
-        c.bidir = 1;
-        sctx s;
-        if (!setup(&s, &c, 2, 9, 71)) {
-            rl *mem = calloc(mega_block_state_size(&s.bl, 2, 9) + 1, sizeof(rl));
-            mega_block_state S;
-            mega_status st = mega_block_state_init(&s.bl, s.P.data, &S, mem, 2, 9);
-            TL_CHECK(st == MEGA_ERR_UNSUPPORTED, "bidirectional mha: state init refused (got %d)", (int)st);
-            free(mem);
-            teardown(&s);
-        }
-    }
-    /* a full cache of 5: 4 tokens, then a 2-token call is refused with the state unchanged */
-    {
-        scfg g = {TW, MEGA_POS_ALIBI, 0, 0, 9, 1, 16, 2};
-        mega_block_cfg c;
-        fill_cfg(&c, &g);
-        sctx s;
-        const int B = 2, T = 9, cap = 5;
-        if (!setup(&s, &c, B, T, 72) && !full_forward(&s, s.full)) {
-            const size_t D = (size_t)c.D;
-            rl *mem = calloc(mega_block_state_size(&s.bl, B, cap), sizeof(rl));
-            rl *scr = calloc(mega_block_step_scratch(&s.bl, B, 2, cap), sizeof(rl));
-            rl *xt = calloc((size_t)B * 2 * D, sizeof(rl)), *ot = calloc((size_t)B * 2 * D, sizeof(rl));
-            mega_block_state S;
-            mega_status st = mega_block_state_init(&s.bl, s.P.data, &S, mem, B, cap);
-            double worst = 0;
-            for (int t = 0; t < 4 && st == MEGA_OK; t++) {
-                for (int b = 0; b < B; b++) memcpy(xt + b * D, s.x + ((size_t)b * T + t) * D, D * sizeof(rl));
-                st = mega_block_step(&s.bl, s.P.data, &S, ot, xt, 1, scr);
-                for (int b = 0; b < B; b++) worst = fmax(worst, rel_diff(ot + b * D, s.full + ((size_t)b * T + t) * D, D));
-            }
-            for (int b = 0; b < B; b++) memcpy(xt + b * 2 * D, s.x + ((size_t)b * T + 4) * D, 2 * D * sizeof(rl));
-            mega_status st2 = mega_block_step(&s.bl, s.P.data, &S, ot, xt, 2, scr);
-            TL_CHECK(st == MEGA_OK && st2 == MEGA_ERR_INVALID && S.pos == 4 && S.len == 4,
-                     "capacity: a 2-token call at 4 of 5 fails with MEGA_ERR_INVALID, state unchanged (got %d, pos %lld) (%s)",
-                     (int)st2, (long long)S.pos, mega_last_error());
-            for (int b = 0; b < B; b++) memcpy(xt + b * D, s.x + ((size_t)b * T + 4) * D, D * sizeof(rl));
-            st = mega_block_step(&s.bl, s.P.data, &S, ot, xt, 1, scr);
-            for (int b = 0; b < B; b++) worst = fmax(worst, rel_diff(ot + b * D, s.full + ((size_t)b * T + 4) * D, D));
-            TL_CHECK(st == MEGA_OK && worst < STOL, "capacity: 5 tokens into a cache of 5 match the full forward (%.2e)", worst);
-            free(mem), free(scr), free(xt), free(ot);
-        }
-        teardown(&s);
-    }
-    /* a windowed mixer streams far past its capacity argument: ring buffer of `window` slots */
-    {
-        scfg g = {LOC, MEGA_POS_XPOS, 5, 3, 0, 1, 16, 2};
-        mega_block_cfg c;
-        fill_cfg(&c, &g);
-        sctx s;
-        const int B = 2, T = 70, cap = 3;
-        if (!setup(&s, &c, B, T, 73) && !full_forward(&s, s.full)) {
-            const size_t RD = (size_t)B * T * c.D;
-            rl *mem = calloc(mega_block_state_size(&s.bl, B, cap), sizeof(rl));
-            rl *scr = calloc(mega_block_step_scratch(&s.bl, B, 4, cap), sizeof(rl)), *o = calloc(RD, sizeof(rl));
-            mega_block_state S;
-            mega_status st = mega_block_state_init(&s.bl, s.P.data, &S, mem, B, cap);
-            int sz[] = {0};
-            if (st == MEGA_OK) st = stream(&s, &S, scr, sz, 4, o);
-            const double e = rel_diff(o, s.full, RD);
-            g_worst = fmax(g_worst, e);
-            TL_CHECK(st == MEGA_OK && e < STOL && S.len == 5,
-                     "local window 5 with capacity 3: streams %d tokens (ring of %d slots) == full forward: rel err %.2e", T,
-                     S.len, e);
-            free(mem), free(scr), free(o);
-        }
-        teardown(&s);
-    }
+/* a windowed mixer streams far past its capacity argument: a ring buffer of `window` slots */
+static void run_ring(void) {
+    const scfg g = {LOC, MEGA_POS_XPOS, 5, 3, 0, 1, 16, 2};
+    const int T = 70, cap = 3;
+    bt_ctx c;
+    if (open_cfg(&c, &g, 2, T, 73)) return;
+    bt_stream s;
+    const mega_status st = bt_stream_start(&c, &s, cap, 4, &(bt_split){{0}, 4}, T);
+    const double e = bt_stream_err(&c, &s, 0, T);
+    const size_t nbig = mega_block_state_size(&c.bl, c.B, 100000);
+    bt_note(&g_worst, e, "%s", c.name);
+    TL_CHECK(st == MEGA_OK && e < BT_STOL && s.nmem == nbig && bt_stream_guards_ok(&s),
+             "local window 5 with capacity 3: streams %d tokens == full forward: rel err %.2e; state size %zu independent of "
+             "the capacity (%zu)", T, e, s.nmem, nbig);
+    bt_stream_close(&s);
+    bt_close(&c);
 }
 
 /* XPOS at 100k positions in pieces of 1000 (window 16) */
@@ -310,30 +107,20 @@ static void run_xpos_long(void) {
     TL_CHECK(isinf((float)pow(z0, -100000.0 / MEGA_XPOS_BASE)),
              "the un-centred XPOS key factor zeta_0^(-1e5/512) overflows float (%.3g): re-centring is needed",
              pow(z0, -100000.0 / MEGA_XPOS_BASE));
-    scfg g = {MHA, MEGA_POS_XPOS, 16, 0, 0, 1, 0, 2};
-    mega_block_cfg c;
-    fill_cfg(&c, &g);
-    const int B = 1, T = 100000;
-    sctx s;
-    if (setup(&s, &c, B, T, 74) || full_forward(&s, s.full)) {
-        teardown(&s);
-        return;
-    }
-    const size_t RD = (size_t)B * T * c.D;
-    rl *mem = calloc(mega_block_state_size(&s.bl, B, T), sizeof(rl));
-    rl *scr = calloc(mega_block_step_scratch(&s.bl, B, 1000, T), sizeof(rl)), *o = calloc(RD, sizeof(rl));
-    mega_block_state S;
-    mega_status st = mega_block_state_init(&s.bl, s.P.data, &S, mem, B, T);
-    int sz[] = {0};
-    if (st == MEGA_OK) st = stream(&s, &S, scr, sz, 1000, o);
+    const scfg g = {MHA, MEGA_POS_XPOS, 16, 0, 0, 1, 0, 2};
+    const int T = 100000;
+    bt_ctx c;
+    if (open_cfg(&c, &g, 1, T, 74)) return;
+    bt_stream s;
+    const mega_status st = bt_stream_start(&c, &s, T, 1000, &(bt_split){{0}, 1000}, T);
     int finite = 1;
-    for (size_t i = 0; i < RD; i++) finite &= isfinite((double)s.full[i]) && isfinite((double)o[i]);
-    const double e = rel_diff(o, s.full, RD);
-    g_worst = fmax(g_worst, e);
-    TL_CHECK(st == MEGA_OK && finite && e < STOL,
+    for (size_t i = 0; i < c.RD; i++) finite &= isfinite((double)s.full[i]) && isfinite((double)s.out[i]);
+    const double e = bt_stream_err(&c, &s, 0, T);
+    bt_note(&g_worst, e, "%s", c.name);
+    TL_CHECK(st == MEGA_OK && finite && e < BT_STOL,
              "XPOS + attn-window 16 over %d positions: forward and stream finite, stream == forward: rel err %.2e", T, e);
-    free(mem), free(scr), free(o);
-    teardown(&s);
+    bt_stream_close(&s);
+    bt_close(&c);
 }
 
 int main(int argc, char **argv) {
@@ -350,8 +137,23 @@ int main(int argc, char **argv) {
         {TW, PR, 0, 30, 40, 1, 16, 2}, {TW, PKL, 8, 0, 12, 1, 16, 2}, {TW, PX, 0, 0, 33, 1, 0, 4},
     };
     for (size_t i = 0; i < sizeof CF / sizeof CF[0]; i++) run_config(&CF[i], 500 + i);
-    run_errors();
+    /* a bidirectional attention block has no streaming state */
+    const scfg gb = {MHA, PR, 0, 0, 0, 1, 16, 2};
+    mega_block_config cb;
+    fill_cfg(&cb, &gb);
+    cb.bidirectional = 1;
+    const bt_opts ob = {.T = 9, .seed = 71};
+    bt_ctx c;
+    if (!bt_open(&c, &cb, &ob)) {
+        bt_stream s;
+        const mega_status st = bt_stream_start(&c, &s, 9, 1, NULL, 0);
+        TL_CHECK(st == MEGA_ERR_UNSUPPORTED, "bidirectional mha: state init refused (got %d)", (int)st);
+        bt_stream_close(&s);
+        bt_close(&c);
+    }
+    run_capacity();
+    run_ring();
     run_xpos_long();
-    printf("NOTE worst streaming rel err %.2e\n", g_worst);
+    printf("NOTE worst streaming rel err %.2e (%s)\n", g_worst.v, g_worst.where);
     return tl_finish();
 }

@@ -20,62 +20,6 @@ static void path_in(char *buf, size_t cap, const char *name) {
     snprintf(buf, cap, "%s/%s", g_dir, name);
 }
 
-static void rm_rf(const char *p) {
-    struct stat sb;
-    if (lstat(p, &sb) != 0) return;
-    if (S_ISDIR(sb.st_mode)) {
-        DIR *d = opendir(p);
-        if (d) {
-            struct dirent *e;
-            while ((e = readdir(d))) {
-                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-                char sub[1024];
-                snprintf(sub, sizeof sub, "%s/%s", p, e->d_name);
-                rm_rf(sub);
-            }
-            closedir(d);
-        }
-        rmdir(p);
-    } else {
-        unlink(p);
-    }
-}
-
-/* number of entries in dir whose name contains ".tmp." */
-static int count_temp_files(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strstr(e->d_name, ".tmp.")) n++;
-    closedir(d);
-    return n;
-}
-
-static unsigned char *read_all(const char *path, size_t *len) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    unsigned char *b = malloc(n > 0 ? (size_t)n : 1);
-    if (b && n > 0 && fread(b, 1, (size_t)n, fp) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(fp);
-    *len = (size_t)(n > 0 ? n : 0);
-    return b;
-}
-
-static int write_raw(const char *path, const void *buf, size_t len) {
-    FILE *fp = fopen(path, "wb");
-    if (!fp) return 0;
-    int ok = fwrite(buf, 1, len, fp) == len;
-    return fclose(fp) == 0 && ok;
-}
-
 /* image = u64 LE header length (hlen, or strlen(json) if hlen == UINT64_MAX) + json + data */
 static unsigned char *mk_image(const char *json, size_t jlen, uint64_t hlen, const void *data,
                                size_t dlen, size_t *outlen) {
@@ -220,10 +164,10 @@ static void test_round_trip(void) {
     mega_status st = mega_st_writer_write(w, path);
     TL_CHECK(st == MEGA_OK, "writer_write: %s", mega_last_error());
     mega_st_writer_free(w);
-    TL_CHECK(count_temp_files(g_dir) == 0, "no temporary file left after a write");
+    TL_CHECK(tl_count_entries(g_dir, ".tmp.") == 0, "no temporary file left after a write");
 
     size_t flen = 0;
-    unsigned char *raw = read_all(path, &flen);
+    unsigned char *raw = tl_read_file(path, &flen);
     TL_CHECK(raw && flen >= 8, "written file readable");
     if (raw && flen >= 8) {
         uint64_t hl = 0;
@@ -395,7 +339,7 @@ static void test_handmade(void) {
     unsigned char *img = mk_image(json, jl, jl, data, sizeof data, &len);
     char path[512];
     path_in(path, sizeof path, "handmade.safetensors");
-    TL_CHECK(write_raw(path, img, len), "write handmade file");
+    TL_CHECK(tl_write_file(path, img, len) == 0, "write handmade file");
     free(img);
 
     mega_st_file *f = NULL;
@@ -603,7 +547,7 @@ static void test_corrupt(void) {
              "directory -> MEGA_ERR_IO: %s", mega_last_error());
     /* a corrupt file on disk names the path */
     path_in(path, sizeof path, "corrupt.safetensors");
-    write_raw(path, "\x02\0\0\0\0\0\0\0{x", 10);
+    tl_write_file(path, "\x02\0\0\0\0\0\0\0{x", 10);
     mega_clear_error();
     TL_CHECK(mega_st_open(path, &f) == MEGA_ERR_FORMAT &&
                  strstr(mega_last_error(), "corrupt.safetensors"),
@@ -629,7 +573,7 @@ static unsigned char *small_image(size_t *len) {
     mega_status st = mega_st_writer_write(w, path);
     mega_st_writer_free(w);
     if (st != MEGA_OK) return NULL;
-    return read_all(path, len);
+    return tl_read_file(path, len);
 }
 
 static void test_truncation(void) {
@@ -665,7 +609,7 @@ static void test_truncation(void) {
     int fbad = 0;
     size_t cuts[] = {0, 4, 8, 9, len / 2, len - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
-        write_raw(path, img, cuts[i]);
+        tl_write_file(path, img, cuts[i]);
         f = NULL;
         mega_clear_error();
         if (mega_st_open(path, &f) != MEGA_ERR_FORMAT || f || !strstr(mega_last_error(), path))
@@ -748,7 +692,7 @@ static void test_atomic(void) {
              "write into a missing directory -> MEGA_ERR_IO: %s", mega_last_error());
     path_in(sub, sizeof sub, "no");
     struct stat sb;
-    TL_CHECK(stat(sub, &sb) != 0 && count_temp_files(g_dir) == 0,
+    TL_CHECK(stat(sub, &sb) != 0 && tl_count_entries(g_dir, ".tmp.") == 0,
              "no stray files after a failed write");
 
     /* replacing a directory fails and leaves it (and its contents) alone */
@@ -761,12 +705,12 @@ static void test_atomic(void) {
     TL_CHECK(st == MEGA_ERR_IO && strstr(mega_last_error(), "adir"),
              "writing over a directory -> MEGA_ERR_IO: %s", mega_last_error());
     size_t len = 0;
-    unsigned char *b = read_all(path, &len);
+    unsigned char *b = tl_read_file(path, &len);
     TL_CHECK(stat(sub, &sb) == 0 && S_ISDIR(sb.st_mode) && b && len == 5 &&
                  memcmp(b, "hello", 5) == 0,
              "directory and its contents untouched");
     free(b);
-    TL_CHECK(count_temp_files(g_dir) == 0 && count_temp_files(sub) == 0,
+    TL_CHECK(tl_count_entries(g_dir, ".tmp.") == 0 && tl_count_entries(sub, ".tmp.") == 0,
              "temporary file removed after the failed rename");
 
     /* an existing file survives a failed replacement */
@@ -775,12 +719,12 @@ static void test_atomic(void) {
     TL_CHECK(mega_st_writer_write(w, keep) == MEGA_OK, "write keep.safetensors");
     chmod(keep, 0640);
     size_t olen = 0;
-    unsigned char *old = read_all(keep, &olen);
+    unsigned char *old = tl_read_file(keep, &olen);
     snprintf(bad, sizeof bad, "%s/", keep); /* "file/" cannot be created */
     mega_clear_error();
     TL_CHECK(mega_write_file_atomic(bad, "junk", 4) == MEGA_ERR_IO && mega_last_error()[0],
              "write to 'file/' fails: %s", mega_last_error());
-    b = read_all(keep, &len);
+    b = tl_read_file(keep, &len);
     TL_CHECK(old && b && len == olen && memcmp(b, old, len) == 0, "old file kept intact");
     free(b);
 
@@ -798,17 +742,17 @@ static void test_atomic(void) {
     int st_rc = stat(keep, &sb);
     unsigned mode = st_rc == 0 ? (unsigned)(sb.st_mode & 0777) : 0u;
     TL_CHECK(st_rc == 0 && mode == 0640, "permissions of the replaced file kept (%o)", mode);
-    TL_CHECK(count_temp_files(g_dir) == 0, "no temporary files after replacement");
+    TL_CHECK(tl_count_entries(g_dir, ".tmp.") == 0, "no temporary files after replacement");
     free(old);
 
     /* raw atomic writes, including an empty file */
     path_in(path, sizeof path, "raw.bin");
     TL_CHECK(mega_write_file_atomic(path, "abc", 3) == MEGA_OK, "raw atomic write");
-    b = read_all(path, &len);
+    b = tl_read_file(path, &len);
     TL_CHECK(b && len == 3 && memcmp(b, "abc", 3) == 0, "raw atomic content");
     free(b);
     TL_CHECK(mega_write_file_atomic(path, NULL, 0) == MEGA_OK, "empty atomic write");
-    b = read_all(path, &len);
+    b = tl_read_file(path, &len);
     TL_CHECK(b && len == 0, "empty atomic content");
     free(b);
     TL_CHECK(mega_write_file_atomic("", "x", 1) == MEGA_ERR_INVALID, "empty path rejected");
@@ -817,12 +761,7 @@ static void test_atomic(void) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "-v") == 0) tl_verbose = 1;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/mega_st_XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir)) {
-        TL_CHECK(0, "mkdtemp %s: %s", g_dir, strerror(errno));
-        return tl_finish();
-    }
+    if (tl_mkdtemp(g_dir, sizeof g_dir, "mega_st_")) return tl_finish();
     test_dtypes();
     test_round_trip();
     test_handmade();
@@ -830,6 +769,6 @@ int main(int argc, char **argv) {
     test_truncation();
     test_fuzz();
     test_atomic();
-    rm_rf(g_dir);
+    tl_rm_rf(g_dir);
     return tl_finish();
 }

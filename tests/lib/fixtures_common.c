@@ -3,23 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-char *fx_read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (!s || fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        fclose(f);
-        return NULL;
-    }
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 int fx_open(fx_case *c, const char *dir) {
     char p[1200];
     memset(c, 0, sizeof *c);
@@ -27,7 +10,7 @@ int fx_open(fx_case *c, const char *dir) {
     const char *slash = strrchr(dir, '/');
     snprintf(c->name, sizeof c->name, "%s", slash ? slash + 1 : dir);
     snprintf(p, sizeof p, "%s/case.json", dir);
-    char *txt = fx_read_text(p);
+    char *txt = (char *)tl_read_file(p, NULL);
     if (!txt) {
         printf("FAIL %s: cannot read case.json\n", c->name);
         return -1;

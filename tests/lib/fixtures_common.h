@@ -1,4 +1,5 @@
-/* Shared helpers of the fixture runners (tests/test_fixtures.c, tests/t64_fixtures.c). */
+/* Shared helpers of the fixture runners (tests/test_fixtures.c, built as build/test_fixtures and
+ * build/t64_fixtures). */
 #ifndef MEGA_FIXTURES_COMMON_H
 #define MEGA_FIXTURES_COMMON_H
 #include "core/params.h"
@@ -21,7 +22,6 @@ typedef struct {
     double noise_abs;  /* absolute tolerance for noise gradients */
 } fx_case;
 
-char *fx_read_text(const char *path);
 int fx_open(fx_case *c, const char *dir);
 void fx_close(fx_case *c);
 int fx_cfg_int(const fx_case *c, const char *key, int dflt);

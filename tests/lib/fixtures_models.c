@@ -4,6 +4,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the model's hidden state i: [B, Tp, D] with Tp >= T its padded length */
+typedef const mega_real *(*hidden_fn)(void *m, int i, int *Tp);
+static const mega_real *lm_hidden(void *m, int i, int *Tp) {
+    *Tp = ((mega_lm *)m)->Tp;
+    return mega_lm_hidden(m, i);
+}
+static const mega_real *cls_hidden(void *m, int i, int *Tp) { return mega_cls_hidden(m, 0, i, Tp); }
+
+/* the training forward against the case: logits (n values), loss, hidden.<i> for i <= layers */
+static void compare_outputs(fx_case *c, const mega_real *logits, size_t n, double loss, int layers, int D, hidden_fn hidden,
+                            void *m) {
+    const int B = c->B, T = c->T;
+    mega_real *ref = fx_tensor(c, "logits", NULL);
+    fx_compare(c, "logits", logits, ref, n, 0);
+    free(ref);
+    ref = fx_tensor(c, "loss", NULL);
+    const mega_real l = (mega_real)loss;
+    fx_compare(c, "loss", &l, ref, 1, 0);
+    free(ref);
+    mega_real *h = malloc((size_t)B * T * D * sizeof(mega_real));
+    for (int i = 0; i <= layers; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "hidden.%d", i);
+        ref = fx_tensor(c, nm, NULL);
+        if (!ref) continue;
+        int Tp = 0;
+        const mega_real *hid = hidden(m, i, &Tp);
+        for (int b = 0; b < B; b++)
+            memcpy(h + (size_t)b * T * D, hid + (size_t)b * Tp * D, (size_t)T * D * sizeof(mega_real));
+        fx_compare(c, nm, h, ref, (size_t)B * T * D, 0);
+        free(ref);
+    }
+    free(h);
+}
+
 int mega_fixture_run_lm(fx_case *c) {
     char *cfgjs = cJSON_PrintUnformatted(c->cfg);
     mega_lm_config cfg;
@@ -26,27 +61,8 @@ int mega_fixture_run_lm(fx_case *c) {
         printf("FAIL %s: %s\n", c->name, mega_last_error());
         c->failed = 1;
     } else {
-        mega_real *ref = fx_tensor(c, "logits", NULL);
-        mega_real *got = malloc((size_t)B * T * V * sizeof(mega_real));
-        fx_compare(c, "logits", mega_lm_logits(m), ref, (size_t)B * T * V, 0); /* [B, T, V] */
-        free(ref);
-        ref = fx_tensor(c, "loss", NULL);
-        mega_real l = (mega_real)loss;
-        fx_compare(c, "loss", &l, ref, 1, 0);
-        free(ref);
-        mega_real *h = malloc((size_t)B * T * D * sizeof(mega_real));
-        for (int i = 0; i <= cfg.layers; i++) {
-            char nm[32];
-            snprintf(nm, sizeof nm, "hidden.%d", i);
-            ref = fx_tensor(c, nm, NULL);
-            if (!ref) continue;
-            const mega_real *hid = mega_lm_hidden(m, i);
-            for (int b = 0; b < B; b++)
-                memcpy(h + (size_t)b * T * D, hid + (size_t)b * m->Tp * D, (size_t)T * D * sizeof(mega_real));
-            fx_compare(c, nm, h, ref, (size_t)B * T * D, 0);
-            free(ref);
-        }
-        free(h);
+        compare_outputs(c, mega_lm_logits(m), (size_t)B * T * V, loss, cfg.layers, D, lm_hidden, m); /* [B, T, V] */
+        mega_real *got = malloc((size_t)B * T * V * sizeof(mega_real)), *ref;
         mega_lm_zero_grad(m);
         mega_lm_backward(m, 1.0);
         fx_compare_grads(c, &m->P, "");
@@ -120,27 +136,7 @@ int mega_fixture_run_cls(fx_case *c) {
         printf("FAIL %s: %s\n", c->name, mega_last_error());
         c->failed = 1;
     } else {
-        ref = fx_tensor(c, "logits", NULL);
-        fx_compare(c, "logits", mega_cls_logits(m), ref, (size_t)B * C, 0);
-        free(ref);
-        ref = fx_tensor(c, "loss", NULL);
-        mega_real l = (mega_real)loss;
-        fx_compare(c, "loss", &l, ref, 1, 0);
-        free(ref);
-        mega_real *h = malloc((size_t)B * T * D * sizeof(mega_real));
-        for (int i = 0; i <= cfg.layers; i++) {
-            char nm[32];
-            snprintf(nm, sizeof nm, "hidden.%d", i);
-            ref = fx_tensor(c, nm, NULL);
-            if (!ref) continue;
-            int Tp = 0;
-            const mega_real *hid = mega_cls_hidden(m, 0, i, &Tp);
-            for (int b = 0; b < B; b++)
-                memcpy(h + (size_t)b * T * D, hid + (size_t)b * Tp * D, (size_t)T * D * sizeof(mega_real));
-            fx_compare(c, nm, h, ref, (size_t)B * T * D, 0);
-            free(ref);
-        }
-        free(h);
+        compare_outputs(c, mega_cls_logits(m), (size_t)B * C, loss, cfg.layers, D, cls_hidden, m);
         mega_params *P = cls_params(m);
         for (int i = 0; i < mega_st_count(c->io); i++) {
             const mega_st_tensor *t = mega_st_at(c->io, i);

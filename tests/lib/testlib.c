@@ -1,7 +1,12 @@
 #include "testlib.h"
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int tl_passed, tl_failed;
 int tl_verbose;
@@ -50,4 +55,69 @@ double tl_randn(unsigned long long *s) {
     double u1 = tl_rand01(s), u2 = tl_rand01(s);
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+unsigned char *tl_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    const long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(n > 0 ? (size_t)n + 1 : 1);
+    if (b && n > 0 && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) b[n > 0 ? n : 0] = 0;
+    if (len) *len = (size_t)(n > 0 ? n : 0);
+    return b;
+}
+
+int tl_write_file(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    const size_t w = n ? fwrite(p, 1, n, f) : 0;
+    const int rc = fclose(f);
+    return w == n && rc == 0 ? 0 : -1;
+}
+
+int tl_mkdtemp(char *buf, size_t cap, const char *prefix) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(buf, cap, "%s/%sXXXXXX", tmp && *tmp ? tmp : "/tmp", prefix);
+    if (mkdtemp(buf)) return 0;
+    tl_check(0, "mkdtemp %s: %s", buf, strerror(errno));
+    return -1;
+}
+
+void tl_rm_rf(const char *p) {
+    struct stat sb;
+    if (lstat(p, &sb) != 0) return;
+    if (!S_ISDIR(sb.st_mode)) {
+        unlink(p);
+        return;
+    }
+    DIR *d = opendir(p);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char sub[1024];
+            snprintf(sub, sizeof sub, "%s/%s", p, e->d_name);
+            tl_rm_rf(sub);
+        }
+        closedir(d);
+    }
+    rmdir(p);
+}
+
+int tl_count_entries(const char *dir, const char *part) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (part ? strstr(e->d_name, part) != NULL : strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
 }

@@ -24,4 +24,16 @@ tl_err tl_compare(const double *got, const double *ref, size_t n);
 /* simple deterministic RNG for tests */
 double tl_randn(unsigned long long *state);
 double tl_rand01(unsigned long long *state);
+
+/* files: a whole file, NUL-terminated (NULL on failure; *len its size, may be NULL); write n
+ * bytes (0 on success) */
+unsigned char *tl_read_file(const char *path, size_t *len);
+int tl_write_file(const char *path, const void *p, size_t n);
+/* a new directory $TMPDIR/<prefix>XXXXXX (or under /tmp) into buf; 0 on success (else a failed
+ * check is recorded) */
+int tl_mkdtemp(char *buf, size_t cap, const char *prefix);
+/* remove a file or a directory tree */
+void tl_rm_rf(const char *path);
+/* entries of dir whose name contains `part` (NULL: every entry but . and ..); -1 if unreadable */
+int tl_count_entries(const char *dir, const char *part);
 #endif

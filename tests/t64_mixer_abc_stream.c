@@ -1,3 +1,0 @@
-/* The ABC streaming tests (tests/test_mixer_abc_stream.c) built in double precision (libmega64):
- * the step must match the full causal forward to 1e-12 of max |out|. */
-#include "test_mixer_abc_stream.c"

@@ -1,3 +1,0 @@
-/* The streaming tests (tests/test_stream.c) built in double precision (libmega64): the step
- * must match the full forward to 1e-12 of max |out|. */
-#include "test_stream.c"
