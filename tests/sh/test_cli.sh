@@ -11,19 +11,8 @@
 #     stderr, starting with "mega: error:".
 # Everything runs in a temporary directory (removed at exit) with --threads 1; deterministic.
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
-B=${1:-build}
-VERBOSE=${2:-}
-case "$B" in /*) ;; *) B="$(pwd)/$B" ;; esac
+. "$(dirname "$0")/lib.sh"
 MEGA="$B/mega"
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); [ -n "$VERBOSE" ] && echo "PASS $*"; return 0; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; return 0; }
-finish() {
-  echo "$pass passed, $fail failed"
-  [ "$fail" -eq 0 ] && exit 0
-  exit 1
-}
 if [ ! -x "$MEGA" ]; then
   bad "no executable $MEGA (build first)"
   finish

@@ -14,24 +14,9 @@
 #     seed, temperature and top-p (the sampler is the library's); greedy too;
 #   * a missing model or a directory without one: exit 1 and exactly one line on stderr.
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
-B=${1:-build}
-VERBOSE=${2:-}
-case "$B" in /*) ;; *) B="$(pwd)/$B" ;; esac
+. "$(dirname "$0")/lib.sh"
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 P="$B/install-test"
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); [ -n "$VERBOSE" ] && echo "PASS $*"; return 0; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; return 0; }
-check() { # check DESCRIPTION COMMAND...: pass when the command succeeds
-  d=$1; shift
-  if "$@"; then ok "$d"; else bad "$d"; fi
-}
-finish() {
-  echo "$pass passed, $fail failed"
-  [ "$fail" -eq 0 ] && exit 0
-  exit 1
-}
 if [ ! -f "$P/lib/pkgconfig/mega.pc" ] || [ ! -f "$P/build.env" ]; then
   bad "no installed copy in $P (make test installs it first: make MEGA_INNER=1 BUILD=... install-test)"
   finish

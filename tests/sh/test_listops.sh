@@ -2,13 +2,8 @@
 # `mega listops` from the command line: the three files, headers, counts, field format, lengths,
 # no duplicates, no temporaries, determinism in --seed, and every bad invocation rejected with
 # exit code 2 and exactly one "mega: error:" line. Usage: sh tests/sh/test_listops.sh [BUILD_DIR]
-B=${1:-build}
+. "$(dirname "$0")/lib.sh"
 M="$B/mega"
-pass=0
-fail=0
-ok() { # ok STATUS NAME
-    if [ "$1" -eq 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $2"; fi
-}
 T=$(mktemp -d "${TMPDIR:-/tmp}/mega_listops_XXXXXX") || exit 1
 trap 'rm -rf "$T"' EXIT INT TERM
 
@@ -21,19 +16,19 @@ fi
 small="--train 200 --valid 20 --test 20 --min-len 20 --max-len 100 --max-depth 4"
 # shellcheck disable=SC2086
 "$M" listops --out "$T/a" $small >"$T/out" 2>"$T/err"
-ok $? "mega listops $small exits 0"
+status $? "mega listops $small exits 0"
 for s in train valid test; do
     [ -f "$T/a/$s.tsv" ]
-    ok $? "$s.tsv written"
+    status $? "$s.tsv written"
     [ "$(head -n 1 "$T/a/$s.tsv")" = "$(printf 'Source\tTarget')" ]
-    ok $? "$s.tsv starts with the header Source<TAB>Target"
+    status $? "$s.tsv starts with the header Source<TAB>Target"
 done
 [ "$(wc -l <"$T/a/train.tsv")" -eq 201 ] && [ "$(wc -l <"$T/a/valid.tsv")" -eq 21 ] && [ "$(wc -l <"$T/a/test.tsv")" -eq 21 ]
-ok $? "200/20/20 examples (+ header)"
+status $? "200/20/20 examples (+ header)"
 [ "$(ls "$T/a" | wc -l)" -eq 3 ]
-ok $? "exactly three files, no temporaries left"
+status $? "exactly three files, no temporaries left"
 grep -q "200/20/20 examples" "$T/out"
-ok $? "summary on stdout"
+status $? "summary on stdout"
 # every line: 2 fields, target a digit, tokens from the ListOps alphabet, 20 < length < 100 (no parentheses)
 bad=$(tail -q -n +2 "$T/a/train.tsv" "$T/a/valid.tsv" "$T/a/test.tsv" | awk -F'\t' '
     NF != 2 || $2 !~ /^[0-9]$/ { print "fields: " NR; next }
@@ -44,29 +39,29 @@ bad=$(tail -q -n +2 "$T/a/train.tsv" "$T/a/valid.tsv" "$T/a/test.tsv" | awk -F'\
         len++ }
       if (len <= 20 || len >= 100) print "length " len }' | head -3)
 [ -z "$bad" ]
-ok $? "fields, tokens and lengths ($bad)"
+status $? "fields, tokens and lengths ($bad)"
 [ -z "$(tail -q -n +2 "$T/a/train.tsv" "$T/a/valid.tsv" "$T/a/test.tsv" | sort | uniq -d)" ]
-ok $? "no duplicate examples across the splits"
+status $? "no duplicate examples across the splits"
 # the first example opens like the published to_string: "( ( ... [OP"
 head -n 2 "$T/a/train.tsv" | tail -n 1 | grep -q '^( ( ( .*\[\(MIN\|MAX\|MED\|SM\) .* ] )	[0-9]$'
-ok $? "published formatting: nested parentheses, operator, ' ] )' before the target"
+status $? "published formatting: nested parentheses, operator, ' ] )' before the target"
 
 # determinism
 # shellcheck disable=SC2086
 "$M" listops --out "$T/b" $small --seed 0 >/dev/null 2>&1 && cmp -s "$T/a/train.tsv" "$T/b/train.tsv" && cmp -s "$T/a/test.tsv" "$T/b/test.tsv"
-ok $? "same seed (default 0), same files"
+status $? "same seed (default 0), same files"
 # shellcheck disable=SC2086
 "$M" listops --out "$T/c" $small --seed 9 >/dev/null 2>&1 && ! cmp -s "$T/a/train.tsv" "$T/c/train.tsv"
-ok $? "another seed, other data"
+status $? "another seed, other data"
 # rewriting an existing directory replaces the files
 # shellcheck disable=SC2086
 "$M" listops --out "$T/c" $small --train 30 >/dev/null 2>&1 && [ "$(wc -l <"$T/c/train.tsv")" -eq 31 ] && [ "$(ls "$T/c" | wc -l)" -eq 3 ]
-ok $? "regenerating into the same directory replaces the files"
+status $? "regenerating into the same directory replaces the files"
 
 "$M" listops --help >"$T/help" 2>&1 && grep -q -- "--max-depth" "$T/help" && grep -q "96000" "$T/help"
-ok $? "listops --help lists the flags and the published defaults"
+status $? "listops --help lists the flags and the published defaults"
 "$M" help | grep -q "listops"
-ok $? "mega help lists listops"
+status $? "mega help lists listops"
 
 # errors: exit 2 and exactly one "mega: error:" line
 err_case() { # err_case NAME ARGS...
@@ -75,9 +70,9 @@ err_case() { # err_case NAME ARGS...
     "$M" listops "$@" >"$T/eo" 2>"$T/ee"
     rc=$?
     if [ $rc -eq 2 ] && [ "$(wc -l <"$T/ee")" -eq 1 ] && grep -q '^mega: error: ' "$T/ee"; then
-        ok 0 "$name"
+        status 0 "$name"
     else
-        ok 1 "$name: exit $rc, stderr: $(cat "$T/ee")"
+        status 1 "$name: exit $rc, stderr: $(cat "$T/ee")"
     fi
 }
 touch "$T/file"
@@ -99,7 +94,6 @@ err_case "unreachable min-len" --out "$T/e" --max-depth 2 --max-args 3 --min-len
 err_case "no reachable length (lengths 2, 3)" --out "$T/e" --min-len 1 --max-len 4
 err_case "too few distinct examples" --out "$T/e" --max-depth 2 --max-args 2 --min-len 0 --max-len 50 --train 1000
 [ ! -e "$T/e/train.tsv" ] && [ -z "$(ls "$T/e" 2>/dev/null)" ]
-ok $? "a failed run leaves no file behind"
+status $? "a failed run leaves no file behind"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

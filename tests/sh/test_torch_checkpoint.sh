@@ -8,20 +8,9 @@
 # load_state_dict(strict=True) and compares its logits (tolerance 1e-4 of max |logit|).
 # A negative control (one weight of a checkpoint changed) must make the comparison fail.
 # Without /usr/bin/python3 + torch the test prints a NOTE and "0 passed, 0 failed" (no checks).
-B=${1:-build}
-VERBOSE=${2:-}
-case "$B" in /*) ;; *) B="$(pwd)/$B" ;; esac
+. "$(dirname "$0")/lib.sh"
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${MEGA_TEST_PYTHON:-/usr/bin/python3} # (override only to test the skip path)
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); [ -n "$VERBOSE" ] && echo "PASS $*"; return 0; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; return 0; }
-finish() {
-  echo "$pass passed, $fail failed"
-  [ "$fail" -eq 0 ] && exit 0
-  exit 1
-}
 if ! [ -x "$PY" ] || ! "$PY" -c 'import torch, numpy' > /dev/null 2>&1; then
   echo "NOTE test_torch_checkpoint.sh skipped: python3-torch not installed ($PY -c 'import torch' failed)"
   finish
