@@ -50,9 +50,11 @@ struct task {
 task *task_create(const task *proto, size_t impl_size);
 int lm_task_new(train_args *a, const char *model_path, task **out);
 int cls_task_new(train_args *a, const char *model_path, task **out);
-/* --resume with model flags: 1 (after printing the error) when the config JSON made from the
- * flags differs from the checkpoint's */
-int resume_config_differs(const char *flags_json, const char *model_json, const char *out);
+/* --resume with model flags: 1 (after printing the error naming the flag) when a field the user
+ * set (mine: the config from the flags, resolved) differs from the checkpoint's (ck); every field
+ * that applies to the mixer is compared when a --preset was given */
+int resume_config_differs(const train_args *a, const mega_field *mf, int nmf, const void *mine, const void *ck,
+                          size_t block_off);
 /* the classify task's defaults that differ from the language model's (before the flags) */
 void cls_apply_classify_defaults(train_args *a);
 /* apply --preset defaults to every flag the user did not set; returns non-zero on an unknown preset */

@@ -2,6 +2,7 @@
 #include "task.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -287,11 +288,10 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
         }
         mega_cls_init_params(C->m, (uint64_t)a->seed);
     } else if (a->model_flags_seen) {
+        int n;
+        const mega_field *f = mega_cls_config_fields(&n);
         mega_cls_config_resolve(&a->cls); /* as the model did */
-        char *x = mega_cls_config_to_json(&a->cls), *y = mega_cls_config_to_json(mega_cls_get_config(C->m));
-        int bad = resume_config_differs(x, y, a->out);
-        free(x), free(y);
-        if (bad) goto fail;
+        if (resume_config_differs(a, f, n, &a->cls, mega_cls_get_config(C->m), offsetof(mega_cls_config, block))) goto fail;
     }
     C->vocab_json = mega_vocab_to_json(&C->train.vocab);
     C->classes_json = mega_classes_to_json(&C->train.classes);

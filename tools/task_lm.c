@@ -2,6 +2,7 @@
 #include "task.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,11 +69,10 @@ int lm_task_new(train_args *a, const char *model_path, task **out) {
         if (mega_lm_load(model_path, &L->m) != MEGA_OK) goto fail_msg;
         /* model flags given with --resume must describe the checkpoint */
         if (a->model_flags_seen) {
+            int n;
+            const mega_field *f = mega_lm_config_fields(&n);
             mega_lm_config_resolve(&a->lm); /* as the model did */
-            char *x = mega_lm_config_to_json(&a->lm), *y = mega_lm_config_to_json(mega_lm_get_config(L->m));
-            int bad = resume_config_differs(x, y, a->out);
-            free(x), free(y);
-            if (bad) goto fail;
+            if (resume_config_differs(a, f, n, &a->lm, mega_lm_get_config(L->m), offsetof(mega_lm_config, block))) goto fail;
         }
     } else {
         if (mega_lm_create(&a->lm, &L->m) != MEGA_OK) goto fail_msg;

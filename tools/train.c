@@ -242,10 +242,34 @@ task *task_create(const task *proto, size_t impl_size) {
     return t;
 }
 
-int resume_config_differs(const char *flags_json, const char *model_json, const char *out) {
-    if (flags_json && model_json && !strcmp(flags_json, model_json)) return 0;
-    cli_error("--resume: the model flags differ from the checkpoint's config (see 'mega info --model %s')", out);
-    return 1;
+/* the fields of one table that the user set, compared with the checkpoint's */
+static int field_differs(const train_args *a, const mega_field *f, int n, const void *mine, const void *ck,
+                         mega_mixer_kind mixer, int all) {
+    for (int i = 0; i < n; i++) {
+        if ((f[i].flags & MEGA_FIELD_NOFLAG) || !mega_field_applies(&f[i], mixer)) continue;
+        const void *addr = (const char *)mine + f[i].offset;
+        int seen = all;
+        for (const cli_flag *g = a->flags; g->name && !seen; g++) seen = g->seen && g->dst == addr;
+        if (!seen) continue;
+        char x[64], y[64];
+        mega_field_format(&f[i], mine, x, sizeof x);
+        mega_field_format(&f[i], ck, y, sizeof y);
+        if (strcmp(x, y)) {
+            cli_error("--resume: --%s %s differs from the checkpoint's %s (see 'mega info --model %s')", f[i].name, x, y,
+                      a->out);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int resume_config_differs(const train_args *a, const mega_field *mf, int nmf, const void *mine, const void *ck,
+                          size_t block_off) {
+    const mega_block_config *bm = (const void *)((const char *)mine + block_off), *bc = (const void *)((const char *)ck + block_off);
+    const int all = a->preset != NULL; /* a preset sets many fields at once: all of them must agree */
+    int nb;
+    const mega_field *bf = mega_block_config_fields(&nb);
+    return field_differs(a, mf, nmf, mine, ck, bc->mixer, all) || field_differs(a, bf, nb, bm, bc, bc->mixer, all);
 }
 
 /* ---- the command: flags ------------------------------------------------------------------ */
