@@ -13,6 +13,7 @@
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
 MEGA="$B/mega"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 if [ ! -x "$MEGA" ]; then
   bad "no executable $MEGA (build first)"
   finish
@@ -291,6 +292,15 @@ expect_error "generate: negative --tokens" mega generate --model run --tokens -3
 expect_error "generate: --top-p 2" mega generate --model run --top-p 2
 expect_error "plot: directory without log.jsonl" mega plot emptydir
 expect_error "plot: missing directory" mega plot nodir
+
+# ---- a run written before the block-configuration refactor (tests/fixtures/runs/lm_v010) ------
+V0="$ROOT/tests/fixtures/runs/lm_v010"
+mkdir -p v0/run && cp "$V0/data.txt" v0/ && cp "$V0"/*.safetensors "$V0"/*.json* v0/run/
+(cd v0 && mega eval --model run --data data.txt --threads 1 --quiet > eval.out 2>&1)
+grep -q "^loss 5.817061 nats/byte" v0/eval.out && ok "0.1.0 run: eval gives that build's loss" || bad "0.1.0 run: eval: $(cat v0/eval.out)"
+(cd v0 && mega train --data data.txt --out run --resume --threads 1 > resume.out 2>&1) || bad "0.1.0 run: --resume: $(tail -n 2 v0/resume.out)"
+h=$(md5sum v0/run/train_state.safetensors | cut -d' ' -f1)
+[ "$h" = 675500c66f7051af4aa845f35444ebcd ] && ok "0.1.0 run: resumed state equals that build's straight run" || bad "0.1.0 run: resumed state md5 $h"
 
 echo "NOTE test_cli.sh: $(($(date +%s) - START)) s"
 finish
