@@ -72,7 +72,8 @@ class Reference:
 
     def __init__(self, generator, model, rules, notes, default_out, expected_noise=None, splits=None, prepare=None,
                  extra_checks=None, self_check=None):
-        self.generator, self.model, self.rules, self.notes, self.default_out = generator, model, rules, notes, default_out
+        self.generator, self.model, self.rules, self.notes = generator, model, rules, notes
+        self.default_out = default_out
         self.expected_noise = expected_noise or (lambda spec: spec.get("expected_noise", []))
         self.splits = splits or (lambda spec: [[0, 5, 6, 13, spec["L"]]])
         self.prepare, self.extra_checks, self.self_check = prepare, extra_checks, self_check
@@ -105,7 +106,9 @@ def leaf_is(*leaves):
 
 
 def _norm_value(p, leaf, d):
-    return {"weight": lambda: 1 + 0.2 * d.n(p), "bias": lambda: 0.1 * d.n(p), "scalar": lambda: 1 + 0.15 * d.n(p)}[leaf]()
+    if leaf == "weight":
+        return 1 + 0.2 * d.n(p)
+    return 0.1 * d.n(p) if leaf == "bias" else 1 + 0.15 * d.n(p)
 
 
 # the parameters of a normalisation module (its name ends with "norm": norm.norm.*, sgu_norm.*)
@@ -271,6 +274,18 @@ def streaming_check(ref, spec, W, io):
     return worst
 
 
+def layer_notes(spec, block):
+    """the first notes of the ref_attn / ref_aft cases: the case's note, the block, the mode, the
+    dtype, the loss"""
+    return [
+        spec["note"], block,
+        "training mode, every dropout 0; weights are the reference initialisation perturbed away from trivial values",
+        ("float64: every operation in float64" if spec["dtype"] == "float64"
+         else "float32 (checked against a float64 rerun)"),
+        "loss = sum(out * dout); dx and grad.* are its gradients",
+    ]
+
+
 def noise_note(noise):
     return "noise_gradients (exactly zero in exact arithmetic, stored values are rounding noise): " + ", ".join(noise)
 
@@ -279,7 +294,8 @@ def self_checks(ref, spec, W, io, ours, ref64, causal, decode):
     """the noise gradients and the self-checks; returns (noise, {check: error})"""
     name, kind = spec["name"], spec.get("kind", "layer")
     gmax = max(v.abs().max().item() for k, v in ref64.items() if k.startswith("grad."))
-    noise = sorted(k[5:] for k, v in ref64.items() if k.startswith("grad.") and v.abs().max().item() <= NOISE_REL * gmax)
+    noise = sorted(k[5:] for k, v in ref64.items()
+                   if k.startswith("grad.") and v.abs().max().item() <= NOISE_REL * gmax)
     if noise != ref.expected_noise(spec):
         raise RuntimeError(f"{name}: zero gradients {noise}, expected {ref.expected_noise(spec)}")
     worst32, at = 0.0, ""
@@ -316,7 +332,8 @@ def io_tensors(kind, io, ours, np_dt, batchnorm):
         order = ["out", "dx", "decode.out", "eval.out"]
     else:
         order = ["logits", "loss"] + [k for k in ours if k.startswith("hidden.")] + ["decode.logits", "eval.logits"]
-    order += [k for k in ours if k.startswith("buffer_after.") and batchnorm] + [k for k in ours if k.startswith("grad.")]
+    order += [k for k in ours if k.startswith("buffer_after.") and batchnorm]
+    order += [k for k in ours if k.startswith("grad.")]
     for k in order:
         if k in ours:
             a = ours[k].cpu().numpy()
@@ -359,7 +376,8 @@ def generate(ref, spec, out_dir):
     noise, checks = self_checks(ref, spec, W, io, ours, ref64, causal, want["want_decode"])
     out = io_tensors(kind, io, ours, np.float32 if dtype == "float32" else np.float64, batchnorm)
     size = write_case(ref, spec, out_dir, W, out, noise)
-    print(f"{spec['name']:62s} {size / 1024:5.1f} KB  noise={noise}  " + "  ".join(f"{k} {v:.1e}" for k, v in checks.items()))
+    cs = "  ".join(f"{k} {v:.1e}" for k, v in checks.items())
+    print(f"{spec['name']:62s} {size / 1024:5.1f} KB  noise={noise}  {cs}")
 
 
 def main(ref, cases, argv=None):

@@ -630,6 +630,23 @@ class MegaBlock(nn.Module):
 # causal LM
 
 
+def run_stack(layers, final_norm, x, pad):
+    """the glue of the official wrappers (MegaDecoderNoCrossAttn.extract_features_scriptable,
+    MegaLRAEncoder.forward): pad rows zeroed, the layers, the final norm (or None), pad rows zeroed
+    again; x [B, L, D]; returns (x, the hidden states: the input and every layer's output)"""
+    if pad is not None:
+        x = x * (~pad).unsqueeze(-1).to(x.dtype)
+    hidden = [x]
+    for layer in layers:
+        x = layer(x, pad)
+        hidden.append(x)
+    if final_norm is not None:
+        x = final_norm(x)
+    if pad is not None:
+        x = x * (~pad).unsqueeze(-1).to(x.dtype)
+    return x, hidden
+
+
 def layer_kwargs(cfg, side, bidirectional, max_positions):
     """the block settings of a model config whose keys start with `side` ("decoder" / "encoder")"""
     return dict(embed_dim=cfg[side + "_embed_dim"], zdim=cfg[side + "_z_dim"], hdim=cfg[side + "_hidden_dim"],
@@ -653,7 +670,8 @@ class MegaDecoder(nn.Module):
             nn.init.normal_(self.embed_tokens.weight, 0.0, D ** -0.5)
             if self.padding_idx is not None:
                 self.embed_tokens.weight[self.padding_idx].zero_()
-        self.layers = nn.ModuleList([MegaBlock(**layer_kwargs(cfg, "decoder", False, "max_target_positions")) for _ in range(cfg["decoder_layers"])])
+        lk = layer_kwargs(cfg, "decoder", False, "max_target_positions")
+        self.layers = nn.ModuleList([MegaBlock(**lk) for _ in range(cfg["decoder_layers"])])
         if cfg["normalize_before"]:
             self.final_norm = SequenceNorm(cfg["normalization_type"], D,
                                            affine=not cfg.get("no_affine_final_norm", False))
@@ -679,16 +697,7 @@ class MegaDecoder(nn.Module):
         pad = None if self.padding_idx is None else tokens.eq(self.padding_idx)
         if pad is not None and not bool(pad.any()):
             pad = None
-        if pad is not None:
-            x = x * (~pad).unsqueeze(-1).to(x.dtype)
-        hidden = [x]
-        for layer in self.layers:
-            x = layer(x, pad)
-            hidden.append(x)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        if pad is not None:
-            x = x * (~pad).unsqueeze(-1).to(x.dtype)
+        x, hidden = run_stack(self.layers, self.final_norm, x, pad)
         x = x[:, :L]
         return self.project(x), [h[:, :L] for h in hidden]
 
@@ -758,7 +767,8 @@ class MegaLRAEncoder(nn.Module):
             self.embed_tokens = RealNumberEmbedding(D)
         else:
             raise ValueError(f"unknown embedding_type {self.embedding_type!r}")
-        self.layers = nn.ModuleList([MegaBlock(**layer_kwargs(cfg, "encoder", True, "max_positions")) for _ in range(cfg["encoder_layers"])])
+        lk = layer_kwargs(cfg, "encoder", True, "max_positions")
+        self.layers = nn.ModuleList([MegaBlock(**lk) for _ in range(cfg["encoder_layers"])])
         self.final_norm = SequenceNorm(cfg["normalization_type"], D) if cfg["normalize_before"] else None
 
     def forward(self, inputs, lengths):
@@ -774,16 +784,7 @@ class MegaLRAEncoder(nn.Module):
             if not bool(pad.any()):
                 pad = None
         x = self.embed_tokens(inputs)
-        if pad is not None:
-            x = x * (~pad).unsqueeze(-1).to(x.dtype)
-        hidden = [x]
-        for layer in self.layers:
-            x = layer(x, pad)
-            hidden.append(x)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        if pad is not None:
-            x = x * (~pad).unsqueeze(-1).to(x.dtype)
+        x, hidden = run_stack(self.layers, self.final_norm, x, pad)
         if self.sen_rep_type == "mp":
             rep = x.sum(dim=1) / lengths.to(x.dtype).unsqueeze(1)
         elif self.sen_rep_type == "cls":

@@ -276,7 +276,8 @@ COMMON = {
 
 
 def make_mixer(cfg):
-    return ABCMixer(cfg["mixer"], cfg["embed_dim"], cfg["heads"], cfg["memory"], cfg.get("max_len", 0), cfg["bidirectional"])
+    return ABCMixer(cfg["mixer"], cfg["embed_dim"], cfg["heads"], cfg["memory"], cfg.get("max_len", 0),
+                    cfg["bidirectional"])
 
 
 RULES = [cw.NORM, cw.MATRIX, cw.BIAS]
@@ -325,7 +326,8 @@ def self_check():
 REFERENCE = cw.Reference(
     GENERATOR, lambda kind, cfg: mega_ref.MixerBlock(cfg, make_mixer), RULES, notes,
     default_out=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "mixers"),
-    expected_noise=expected_noise, splits=lambda spec: [[0, 5, 6, 13, spec["L"]], [0, spec["L"]]], self_check=self_check)
+    expected_noise=expected_noise, splits=lambda spec: [[0, 5, 6, 13, spec["L"]], [0, spec["L"]]],
+    self_check=self_check)
 
 if __name__ == "__main__":
     sys.exit(cw.main(REFERENCE, CASES))

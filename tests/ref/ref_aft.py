@@ -357,17 +357,14 @@ def self_check():
     return f"self-check: RNN running-max form vs direct sum (K up to +-300): {e:.1e}"
 
 
+BLOCK_NOTE = ("block: prenorm y = x + mixer(mixer_norm(x)), postnorm y = mixer_norm(x + mixer(x)); then nffn "
+             "(mega_ref.NormalizedFeedForwardNetwork); zdim/ndim are unused placeholders, hdim is the gMLP width F "
+             "(unused by the AFT mixers)")
+
+
 def notes(spec, noise):
-    cfg, dtype = spec["config"], spec["dtype"]
-    out = [
-        spec["note"],
-        "block: prenorm y = x + mixer(mixer_norm(x)), postnorm y = mixer_norm(x + mixer(x)); then nffn "
-        "(mega_ref.NormalizedFeedForwardNetwork); zdim/ndim are unused placeholders, hdim is the gMLP width F "
-        "(unused by the AFT mixers)",
-        "training mode, every dropout 0; weights are the reference initialisation perturbed away from trivial values",
-        "float64: every operation in float64" if dtype == "float64" else "float32 (checked against a float64 rerun)",
-        "loss = sum(out * dout); dx and grad.* are its gradients",
-    ]
+    cfg = spec["config"]
+    out = cw.layer_notes(spec, BLOCK_NOTE)
     if spec.get("lengths") is not None:
         out.append(f"padding_mask: 1 = pad (row lengths {spec['lengths']}); pad keys are dropped from both sums "
                    "(gmlp: their LN(Z2) rows are zeroed); outputs at pad positions are the formula's values, "

@@ -400,16 +400,13 @@ def expected_noise(spec):
     return [] if spec["config"].get("pos") in ("rope", "xpos") else ["mixer.k_proj.bias"]
 
 
+BLOCK_NOTE = ("block: prenorm y = x + mixer(mixer_norm(x)), postnorm y = mixer_norm(x + mixer(x)); then nffn "
+             "(mega_ref.NormalizedFeedForwardNetwork); zdim/hdim/ndim are unused placeholders")
+
+
 def notes(spec, noise):
-    cfg, dtype = spec["config"], spec["dtype"]
-    out = [
-        spec["note"],
-        "block: prenorm y = x + mixer(mixer_norm(x)), postnorm y = mixer_norm(x + mixer(x)); then nffn "
-        "(mega_ref.NormalizedFeedForwardNetwork); zdim/hdim/ndim are unused placeholders",
-        "training mode, every dropout 0; weights are the reference initialisation perturbed away from trivial values",
-        "float64: every operation in float64" if dtype == "float64" else "float32 (checked against a float64 rerun)",
-        "loss = sum(out * dout); dx and grad.* are its gradients",
-    ]
+    cfg = spec["config"]
+    out = cw.layer_notes(spec, BLOCK_NOTE)
     if spec.get("lengths") is not None:
         out.append(f"padding_mask: 1 = pad (row lengths {spec['lengths']}); pad keys are masked; outputs at pad "
                    "positions are the formula's values (a row with no visible key gives 0), compared like the others")
