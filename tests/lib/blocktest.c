@@ -166,7 +166,7 @@ int bt_open(bt_ctx *c, const mega_block_config *cfg, const bt_opts *o) {
     mega_rng_seed(&rng, o->seed);
     mega_block_init(&c->bl, c->P.data, &rng);
     unsigned long long ps = o->seed * 7919u + 1;
-    bt_perturb(&c->P, &ps);
+    if (!o->keep_init) bt_perturb(&c->P, &ps);
     c->RD = (size_t)B * T * c->cfg.embed_dim;
     /* scratch for this run's thread count and for mega_get_threads() (bt_threads_check) */
     const size_t scr = MEGA_MAX(mega_block_scratch_size(&c->bl, B, T, nt),

@@ -40,6 +40,7 @@ typedef struct {
     uint64_t seed;        /* initialisation, perturbation, x and R all derive from it */
     int nthreads;         /* of the forward/backward runs (0: mega_get_threads()) */
     int core;             /* forward/backward of the mixer core alone (not the Mega mixer) */
+    int keep_init;        /* leave the parameters at mega_block_init's values (default: bt_perturb) */
     const char *prefix;   /* parameter names (NULL: "") */
     const char *tag;      /* appended to the generated name */
     void (*setup)(void *layer, int arg); /* after declare: a mixer-specific setting */
@@ -73,8 +74,8 @@ void bt_note(bt_worst *w, double e, const char *fmt, ...)
     ;
 
 /* ---- building ----------------------------------------------------------------------------- */
-/* declare (validating), init, perturb, buffers, pads, random x and R; a failure is recorded as a
- * failed check and returns non-zero (the context is then closed) */
+/* declare (validating), init, perturb (unless keep_init), buffers, pads, random x and R; a failure
+ * is recorded as a failed check and returns non-zero (the context is then closed) */
 int bt_open(bt_ctx *c, const mega_block_config *cfg, const bt_opts *o);
 void bt_close(bt_ctx *c);
 /* status of declaring cfg (nothing recorded); *nparams: declared entries; *resolved: the config

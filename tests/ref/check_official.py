@@ -31,6 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mega_ref  # noqa: E402  (only the torch gelu workaround and the config-name mapping)
 import st  # noqa: E402
 
 FILES = ["fairseq/incremental_decoding_utils.py", "fairseq/logging/meters.py", "fairseq/utils.py",
@@ -64,17 +65,8 @@ def import_official(repo):
     from fairseq.modules.sequence_norm import SequenceNorm
     import fairseq.utils as futils
 
-    class _Gelu(torch.autograd.Function):  # torch 1.13 float32 gelu_backward bug: contiguous gradient
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return F.gelu(x)
-
-        @staticmethod
-        def backward(ctx, g):
-            return torch.ops.aten.gelu_backward(g.contiguous(), ctx.saved_tensors[0])
-
-    futils.gelu = lambda x: _Gelu.apply(x.float()).type_as(x)
+    # torch 1.13 float32 gelu_backward bug: the backward on a contiguous gradient (see mega_ref.gelu)
+    futils.gelu = lambda x: mega_ref.gelu(x.float()).type_as(x)
     return MovingAverageGatedAttention, NormalizedFeedForwardNetwork, SequenceNorm
 
 
@@ -169,14 +161,27 @@ def _sub(W, prefix):
     return {k[len(prefix):]: v for k, v in W.items() if k.startswith(prefix)}
 
 
+def run_stack(layers, fn, x, pad):
+    """the glue of the official wrappers (MegaDecoderNoCrossAttn / MegaLRAEncoder): pad rows zeroed,
+    the layers time-major, the final norm, pad rows zeroed again; returns (x [L, B, D], the
+    hidden states [B, L, D])"""
+    if pad is not None:
+        x = x * (~pad).unsqueeze(-1).to(x.dtype)
+    hidden = [x]
+    x = x.transpose(0, 1)
+    for l in layers:
+        x = l(x, pad)
+        hidden.append(x.transpose(0, 1))
+    if fn is not None:
+        x = fn(x)
+    if pad is not None:
+        x = x * (~pad).t().unsqueeze(-1).to(x.dtype)
+    return x, hidden
+
+
 def lm_case(O, case, W, io, dtype):
     cfg = case["config"]
-    lcfg = dict(embed_dim=cfg["decoder_embed_dim"], zdim=cfg["decoder_z_dim"], hdim=cfg["decoder_hidden_dim"],
-                ndim=cfg["decoder_n_dim"], ffn_hidden_dim=cfg["decoder_ffn_embed_dim"],
-                chunk_size=cfg["decoder_chunk_size"], attention_activation=cfg["attention_activation_fn"],
-                bidirectional=False, norm_type=cfg["normalization_type"], prenorm=cfg["normalize_before"],
-                rel_pos_bias=cfg["rel_pos_bias"], max_positions=cfg["max_target_positions"],
-                truncation=cfg["truncation_length"], activation=cfg["activation_fn"])
+    lcfg = mega_ref.layer_kwargs(cfg, "decoder", False, "max_target_positions")
     D, c, pidx = cfg["decoder_embed_dim"], cfg["decoder_chunk_size"], cfg["padding_idx"]
     scale = 1.0 if cfg["no_scale_embedding"] else math.sqrt(D)
 
@@ -201,17 +206,7 @@ def lm_case(O, case, W, io, dtype):
     pad = t.eq(pidx) if pidx is not None else None
     if pad is not None and not pad.any():
         pad = None
-    if pad is not None:
-        x = x * (~pad).unsqueeze(-1).to(x.dtype)
-    hidden = [x]
-    x = x.transpose(0, 1)
-    for l in layers:
-        x = l(x, pad)
-        hidden.append(x.transpose(0, 1))
-    if fn is not None:
-        x = fn(x)
-    if pad is not None:
-        x = x * (~pad).t().unsqueeze(-1).to(x.dtype)
+    x, hidden = run_stack(layers, fn, x, pad)
     logits = x[:L].transpose(0, 1) @ outw.t()
     loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), torch.from_numpy(io["targets"]).long().reshape(-1))
     loss.backward()
@@ -249,12 +244,7 @@ def lm_case(O, case, W, io, dtype):
 
 def cls_case(O, case, W, io, dtype):
     cfg = case["config"]
-    lcfg = dict(embed_dim=cfg["encoder_embed_dim"], zdim=cfg["encoder_z_dim"], hdim=cfg["encoder_hidden_dim"],
-                ndim=cfg["encoder_n_dim"], ffn_hidden_dim=cfg["encoder_ffn_embed_dim"],
-                chunk_size=cfg["encoder_chunk_size"], attention_activation=cfg["attention_activation_fn"],
-                bidirectional=True, norm_type=cfg["normalization_type"], prenorm=cfg["normalize_before"],
-                rel_pos_bias=cfg["rel_pos_bias"], max_positions=cfg["max_positions"],
-                truncation=cfg["truncation_length"], activation=cfg["activation_fn"])
+    lcfg = mega_ref.layer_kwargs(cfg, "encoder", True, "max_positions")
     D, c, pidx = cfg["encoder_embed_dim"], cfg["encoder_chunk_size"], cfg["padding_idx"]
     import fairseq.utils as futils
     acts = {"gelu": futils.gelu, "relu": F.relu, "silu": F.silu}
@@ -285,17 +275,7 @@ def cls_case(O, case, W, io, dtype):
         else:
             v = torch.from_numpy(io["values"])
             x = v.unsqueeze(-1) * P["encoder.encoder.embed_tokens.weight"] + P["encoder.encoder.embed_tokens.bias"]
-        if pad is not None:
-            x = x * (~pad).unsqueeze(-1).to(x.dtype)
-        hidden = [x]
-        x = x.transpose(0, 1)
-        for l in layers:
-            x = l(x, pad)
-            hidden.append(x.transpose(0, 1))
-        if fn is not None:
-            x = fn(x)
-        if pad is not None:
-            x = x * (~pad).t().unsqueeze(-1).to(x.dtype)
+        x, hidden = run_stack(layers, fn, x, pad)
         if cfg["sen_rep_type"] == "mp":
             rep = x.sum(0) / torch.from_numpy(io["lengths"]).to(x.dtype).unsqueeze(1)
         else:

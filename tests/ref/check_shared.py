@@ -34,17 +34,19 @@ def _t(a, dtype=None):
     return t if dtype is None else t.to(dtype)
 
 
-def run_reference(kind, cfg, dtype, W, io, want_eval=False, want_decode=False, **build_kw):
+def run_reference(kind, cfg, dtype, W, io, want_eval=False, want_decode=False, model=None, **build_kw):
     """Recompute a case from weights W and the input tensors in io (numpy dicts).
 
     Returns a dict name -> torch tensor with out/logits, loss, dx, hidden.*, grad.*, buffer_after.*
     and, if requested, eval.out/eval.logits and decode.out/decode.logits.
-    build_kw is passed to mega_ref.build (e.g. ragged_mode='native' for layers).
+    model(cfg) builds the module (default: mega_ref.build(kind, cfg, **build_kw), e.g.
+    ragged_mode='native' for layers); a layer module is called as m(x, padding_mask) and streams
+    with m.step(x, state).
     """
 
     def fresh():
         torch.manual_seed(0)
-        m = mega_ref.build(kind, cfg, **build_kw).to(dtype)
+        m = (model(cfg) if model else mega_ref.build(kind, cfg, **build_kw)).to(dtype)
         mega_ref.load_weights(m, W)
         return m
 
@@ -149,7 +151,8 @@ def compare(case, io, ours):
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("dirs", nargs="*", default=["/work/shared/fixtures"])
+    ap.add_argument("dirs", nargs="*", default=[os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures",
+                                                             "official")])
     ap.add_argument("-v", "--verbose", action="store_true", help="print every tensor's error")
     ap.add_argument("--case", action="append", help="only this case (repeatable)")
     args = ap.parse_args(argv)

@@ -1,24 +1,29 @@
 """Independent PyTorch reference implementation of Mega (moving-average equipped gated attention).
 
-Written from /work/shared/SPEC.md sections 0-2. Module and parameter names reproduce the official
-facebookresearch/mega state_dict names so that official checkpoints / the shared fixtures load with
-``load_state_dict``. Tensors are batch-first ([B, L, D]) everywhere in this file.
+Written from the Mega paper (Ma et al., arXiv 2209.10655) and the official facebookresearch/mega code
+(fairseq/modules/exponential_moving_average.py, moving_average_gated_attention.py,
+normalized_feedforward_network.py, relative_positional_bias.py, sequence_norm.py; docs/mega.md).
+Module and parameter names reproduce the official state_dict names so that official checkpoints and
+the official fixture cases load with ``load_state_dict``. Tensors are batch-first ([B, L, D]) everywhere in this file.
 
 Contents
   * SequenceNorm (layernorm | scalenorm | rmsnorm | batchnorm), eps 1e-5
   * MultiHeadEMA: damped multi-dimensional EMA, FFT convolution (causal / bidirectional layout of
-    SPEC 1.3 route B), truncation, and an incremental step (one or several tokens, carried state)
+    the official MultiHeadEMA.forward), truncation, and an incremental step (one or several
+    tokens, carried state)
   * SimpleRelativePositionalBias / RotaryRelativePositionalBias
   * MovingAverageGatedAttention: single-head gated attention, chunking, causal and padding masks,
     softmax / relu2 / laplace, streaming step with per-chunk cache reset
-  * NormalizedFeedForwardNetwork, MegaBlock (mega_layer + nffn)
+  * NormalizedFeedForwardNetwork, MegaBlock (mega_layer + nffn), MixerBlock (the block of the
+    library's other token mixers, used by ref_attn.py, ref_aft.py, ref_abc.py)
   * MegaLM (decoder.*) and MegaLRAClassifier (encoder.encoder.*, classifier.*, sentence_projection_layer)
 
 Extension (not in the official layer): a sequence length that is not a multiple of chunk_size
 ("ragged last chunk") is accepted by the layer and the block. Default route ('pad'): right-pad x with
 zeros to a multiple of the chunk, mark the added tail in the padding mask, run, drop the tail (what the
 official LM / LRA wrappers do with pad tokens). Route 'native' computes the shorter last chunk
-directly; it is used only to cross-check the equivalence (SPEC 2.6).
+directly; it is used only to cross-check the equivalence (a shorter last chunk is a project
+extension: docs/mega.md §5).
 """
 import math
 
@@ -82,40 +87,37 @@ def laplace(s):
 # norms
 
 
-class ScaleNorm(nn.Module):
-    """y = g * x / sqrt(mean(x^2) + eps), one scalar g (official name ``scalar``)."""
+class _RootMeanSquareNorm(nn.Module):
+    """y = g * x / sqrt(mean(x^2) + eps), the gain g stored as the parameter `name` of `shape`"""
+
+    def __init__(self, name, shape, eps, affine):
+        super().__init__()
+        self.eps, self._gain = eps, name
+        if affine:
+            setattr(self, name, nn.Parameter(torch.ones(shape)))
+        else:
+            self.register_parameter(name, None)
+
+    def forward(self, x):
+        inv_rms = torch.rsqrt(x.square().mean(dim=-1, keepdim=True) + self.eps)
+        g = getattr(self, self._gain)
+        if g is not None:
+            x = x * g
+        return x * inv_rms
+
+
+class ScaleNorm(_RootMeanSquareNorm):
+    """one scalar g (official scale_norm.py: ScaleNorm, parameter ``scalar``)"""
 
     def __init__(self, eps=NORM_EPS, affine=True):
-        super().__init__()
-        self.eps = eps
-        if affine:
-            self.scalar = nn.Parameter(torch.ones(1))
-        else:
-            self.register_parameter("scalar", None)
-
-    def forward(self, x):
-        inv_rms = torch.rsqrt(x.square().mean(dim=-1, keepdim=True) + self.eps)
-        if self.scalar is not None:
-            x = x * self.scalar
-        return x * inv_rms
+        super().__init__("scalar", 1, eps, affine)
 
 
-class RMSNorm(nn.Module):
-    """y = w * x / sqrt(mean(x^2) + eps), per-feature weight w."""
+class RMSNorm(_RootMeanSquareNorm):
+    """per-feature weight g (official root_mean_square_norm.py: RMSNorm, parameter ``weight``)"""
 
     def __init__(self, dim, eps=NORM_EPS, affine=True):
-        super().__init__()
-        self.eps = eps
-        if affine:
-            self.weight = nn.Parameter(torch.ones(dim))
-        else:
-            self.register_parameter("weight", None)
-
-    def forward(self, x):
-        inv_rms = torch.rsqrt(x.square().mean(dim=-1, keepdim=True) + self.eps)
-        if self.weight is not None:
-            x = x * self.weight
-        return x * inv_rms
+        super().__init__("weight", dim, eps, affine)
 
 
 class SequenceNorm(nn.Module):
@@ -160,7 +162,7 @@ def _fft_conv(x, k, n_fft):
 
 
 class MultiHeadEMA(nn.Module):
-    """Multi-dimensional damped EMA (SPEC section 1).
+    """Multi-dimensional damped EMA (Mega eq. (5); official exponential_moving_average.py: MultiHeadEMA).
 
     Parameters (official names): delta (D',N,1) -> p = sigmoid(delta); alpha (D',N,1) -> a =
     sigmoid(alpha); q = 1 - p*a; beta (D',N,1); gamma (D',N); omega (D). D' = 2D when
@@ -333,8 +335,20 @@ def _ragged_pad(x, padding_mask, chunk):
     return x, padding_mask, L
 
 
+def _ragged_forward(mod, x, padding_mask):
+    """mod.forward_core over x, with the ragged extension unless mod.ragged_mode is 'native': a
+    length that is not a chunk multiple is right-padded (_ragged_pad) and the tail dropped"""
+    if padding_mask is not None:
+        padding_mask = padding_mask.to(torch.bool)
+    if mod.ragged_mode == "native":
+        return mod.forward_core(x, padding_mask)
+    xp, mp, L = _ragged_pad(x, padding_mask, mod.chunk_size)
+    return mod.forward_core(xp, mp)[:, :L]
+
+
 class MovingAverageGatedAttention(nn.Module):
-    """Mega gated attention layer (SPEC 2.2-2.8). Causal iff not bidirectional."""
+    """Mega gated attention layer (Mega §3.2-§3.5; official MovingAverageGatedAttention). Causal iff not
+    bidirectional."""
 
     def __init__(self, embed_dim, zdim, hdim, ndim, chunk_size=-1, attention_activation="softmax",
                  bidirectional=False, norm_type="layernorm", prenorm=True, rel_pos_bias="simple",
@@ -470,12 +484,7 @@ class MovingAverageGatedAttention(nn.Module):
 
     def forward(self, x, padding_mask=None):
         """x [B, L, D]; padding_mask [B, L] (bool/uint8, 1 = pad, right padding) or None."""
-        if padding_mask is not None:
-            padding_mask = padding_mask.to(torch.bool)
-        if self.ragged_mode == "native":
-            return self.forward_core(x, padding_mask)
-        xp, mp, L = _ragged_pad(x, padding_mask, self.chunk_size)
-        return self.forward_core(xp, mp)[:, :L]
+        return _ragged_forward(self, x, padding_mask)
 
     # -- streaming -----------------------------------------------------------------------------
     def step(self, x, state):
@@ -544,6 +553,37 @@ LAYER_KEYS = ("embed_dim", "zdim", "hdim", "ndim", "ffn_hidden_dim", "chunk_size
               "activation")
 
 
+class MixerBlock(nn.Module):
+    """A block with a token mixer other than Mega (the library's src/layers/mixer.h): prenorm
+    y = x + mixer(mixer_norm(x)), postnorm y = mixer_norm(x + mixer(x)); then the normalized FFN
+    (none when ffn_hidden_dim <= 0). make_mixer(cfg) builds the core; it is built after the norm
+    and before the FFN, the order of the initialisation draws."""
+
+    def __init__(self, cfg, make_mixer):
+        super().__init__()
+        D, nt, aff = cfg["embed_dim"], cfg.get("norm_type", "layernorm"), cfg.get("norm_affine", True)
+        self.prenorm = cfg.get("prenorm", True)
+        self.mixer_norm = SequenceNorm(nt, D, affine=aff)
+        self.mixer = make_mixer(cfg)
+        F = cfg.get("ffn_hidden_dim", 0)
+        self.nffn = (NormalizedFeedForwardNetwork(D, F, activation=cfg.get("activation", "silu"), norm_type=nt,
+                                                  prenorm=self.prenorm, norm_affine=aff) if F and F > 0 else None)
+
+    def forward(self, x, padding_mask=None):
+        if self.prenorm:
+            y = x + self.mixer(self.mixer_norm(x), padding_mask)
+        else:
+            y = self.mixer_norm(x + self.mixer(x, padding_mask))
+        return y if self.nffn is None else self.nffn(y)
+
+    def step(self, x, state):
+        if self.prenorm:
+            y = x + self.mixer.step(self.mixer_norm(x), state)
+        else:
+            y = self.mixer_norm(x + self.mixer.step(x, state))
+        return y if self.nffn is None else self.nffn(y)
+
+
 class MegaBlock(nn.Module):
     """mega_layer (MovingAverageGatedAttention) followed by nffn (omitted when ffn_hidden_dim <= 0).
 
@@ -579,12 +619,7 @@ class MegaBlock(nn.Module):
         return x if self.nffn is None else self.nffn(x)
 
     def forward(self, x, padding_mask=None):
-        if padding_mask is not None:
-            padding_mask = padding_mask.to(torch.bool)
-        if self.ragged_mode == "native":
-            return self.forward_core(x, padding_mask)
-        xp, mp, L = _ragged_pad(x, padding_mask, self.chunk_size)
-        return self.forward_core(xp, mp)[:, :L]
+        return _ragged_forward(self, x, padding_mask)
 
     def step(self, x, state):
         x = self.mega_layer.step(x, state)
@@ -595,12 +630,30 @@ class MegaBlock(nn.Module):
 # causal LM
 
 
-def _lm_layer_kwargs(cfg):
-    return dict(embed_dim=cfg["decoder_embed_dim"], zdim=cfg["decoder_z_dim"], hdim=cfg["decoder_hidden_dim"],
-                ndim=cfg["decoder_n_dim"], ffn_hidden_dim=cfg["decoder_ffn_embed_dim"],
-                chunk_size=cfg["decoder_chunk_size"], attention_activation=cfg["attention_activation_fn"],
-                bidirectional=False, norm_type=cfg["normalization_type"], prenorm=cfg["normalize_before"],
-                rel_pos_bias=cfg["rel_pos_bias"], max_positions=cfg["max_target_positions"],
+def run_stack(layers, final_norm, x, pad):
+    """the glue of the official wrappers (MegaDecoderNoCrossAttn.extract_features_scriptable,
+    MegaLRAEncoder.forward): pad rows zeroed, the layers, the final norm (or None), pad rows zeroed
+    again; x [B, L, D]; returns (x, the hidden states: the input and every layer's output)"""
+    if pad is not None:
+        x = x * (~pad).unsqueeze(-1).to(x.dtype)
+    hidden = [x]
+    for layer in layers:
+        x = layer(x, pad)
+        hidden.append(x)
+    if final_norm is not None:
+        x = final_norm(x)
+    if pad is not None:
+        x = x * (~pad).unsqueeze(-1).to(x.dtype)
+    return x, hidden
+
+
+def layer_kwargs(cfg, side, bidirectional, max_positions):
+    """the block settings of a model config whose keys start with `side` ("decoder" / "encoder")"""
+    return dict(embed_dim=cfg[side + "_embed_dim"], zdim=cfg[side + "_z_dim"], hdim=cfg[side + "_hidden_dim"],
+                ndim=cfg[side + "_n_dim"], ffn_hidden_dim=cfg[side + "_ffn_embed_dim"],
+                chunk_size=cfg[side + "_chunk_size"], attention_activation=cfg["attention_activation_fn"],
+                bidirectional=bidirectional, norm_type=cfg["normalization_type"], prenorm=cfg["normalize_before"],
+                rel_pos_bias=cfg["rel_pos_bias"], max_positions=cfg[max_positions],
                 truncation=cfg["truncation_length"], activation=cfg["activation_fn"])
 
 
@@ -617,7 +670,8 @@ class MegaDecoder(nn.Module):
             nn.init.normal_(self.embed_tokens.weight, 0.0, D ** -0.5)
             if self.padding_idx is not None:
                 self.embed_tokens.weight[self.padding_idx].zero_()
-        self.layers = nn.ModuleList([MegaBlock(**_lm_layer_kwargs(cfg)) for _ in range(cfg["decoder_layers"])])
+        lk = layer_kwargs(cfg, "decoder", False, "max_target_positions")
+        self.layers = nn.ModuleList([MegaBlock(**lk) for _ in range(cfg["decoder_layers"])])
         if cfg["normalize_before"]:
             self.final_norm = SequenceNorm(cfg["normalization_type"], D,
                                            affine=not cfg.get("no_affine_final_norm", False))
@@ -643,16 +697,7 @@ class MegaDecoder(nn.Module):
         pad = None if self.padding_idx is None else tokens.eq(self.padding_idx)
         if pad is not None and not bool(pad.any()):
             pad = None
-        if pad is not None:
-            x = x * (~pad).unsqueeze(-1).to(x.dtype)
-        hidden = [x]
-        for layer in self.layers:
-            x = layer(x, pad)
-            hidden.append(x)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        if pad is not None:
-            x = x * (~pad).unsqueeze(-1).to(x.dtype)
+        x, hidden = run_stack(self.layers, self.final_norm, x, pad)
         x = x[:, :L]
         return self.project(x), [h[:, :L] for h in hidden]
 
@@ -708,15 +753,6 @@ class RealNumberEmbedding(nn.Module):
         return values.unsqueeze(-1) * self.weight + self.bias
 
 
-def _lra_layer_kwargs(cfg):
-    return dict(embed_dim=cfg["encoder_embed_dim"], zdim=cfg["encoder_z_dim"], hdim=cfg["encoder_hidden_dim"],
-                ndim=cfg["encoder_n_dim"], ffn_hidden_dim=cfg["encoder_ffn_embed_dim"],
-                chunk_size=cfg["encoder_chunk_size"], attention_activation=cfg["attention_activation_fn"],
-                bidirectional=True, norm_type=cfg["normalization_type"], prenorm=cfg["normalize_before"],
-                rel_pos_bias=cfg["rel_pos_bias"], max_positions=cfg["max_positions"],
-                truncation=cfg["truncation_length"], activation=cfg["activation_fn"])
-
-
 class MegaLRAEncoder(nn.Module):
     def __init__(self, cfg):
         super().__init__()
@@ -731,7 +767,8 @@ class MegaLRAEncoder(nn.Module):
             self.embed_tokens = RealNumberEmbedding(D)
         else:
             raise ValueError(f"unknown embedding_type {self.embedding_type!r}")
-        self.layers = nn.ModuleList([MegaBlock(**_lra_layer_kwargs(cfg)) for _ in range(cfg["encoder_layers"])])
+        lk = layer_kwargs(cfg, "encoder", True, "max_positions")
+        self.layers = nn.ModuleList([MegaBlock(**lk) for _ in range(cfg["encoder_layers"])])
         self.final_norm = SequenceNorm(cfg["normalization_type"], D) if cfg["normalize_before"] else None
 
     def forward(self, inputs, lengths):
@@ -747,16 +784,7 @@ class MegaLRAEncoder(nn.Module):
             if not bool(pad.any()):
                 pad = None
         x = self.embed_tokens(inputs)
-        if pad is not None:
-            x = x * (~pad).unsqueeze(-1).to(x.dtype)
-        hidden = [x]
-        for layer in self.layers:
-            x = layer(x, pad)
-            hidden.append(x)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        if pad is not None:
-            x = x * (~pad).unsqueeze(-1).to(x.dtype)
+        x, hidden = run_stack(self.layers, self.final_norm, x, pad)
         if self.sen_rep_type == "mp":
             rep = x.sum(dim=1) / lengths.to(x.dtype).unsqueeze(1)
         elif self.sen_rep_type == "cls":

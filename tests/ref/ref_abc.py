@@ -1,43 +1,42 @@
 #!/usr/bin/python3
-"""Own PyTorch reference for the ABC token mixers (SPEC.md §7) and fixture writer.
+"""Own PyTorch reference for the ABC token mixers and their fixture cases in tests/fixtures/mixers/
+(written by case_writer.py).
 
-Written from /work/shared/SPEC.md §3.1 (projections), §7 (ABC) and the block wrapper of
-src/layers/mixer.h; not from any ABC code. Batch-first tensors [B, T, D] everywhere.
+Written from the ABC paper (Peng et al., "ABC: Attention with Bounded-memory Control", arXiv
+2110.02488: the control vectors, the sliding-window, Linformer and ABC-MLP instances) and the
+block wrapper of src/layers/mixer.h; not from any ABC code (docs/mixers.md "ABC mixers").
+Projections as fairseq MultiheadAttention. Batch-first tensors [B, T, D] everywhere.
 
 The forward here is deliberately the *naive* form, independent of the C kernels:
   * abc-window: a [T, T] band mask (t - n < u <= t, valid u) on full scores, i.e. sliding-window
-    attention; the literal form adds one logit-0 entry per empty slot to the normaliser;
+    attention (empty slots masked, a project extension); the literal form adds one logit-0 entry
+    per empty slot to the normaliser;
   * abc-linformer: bidirectional K~ = E[:, :L] K (pad keys zeroed); causal K~_t materialised for
     every t through a lower-triangular mask, K~_t = sum_{i<=t} E[:, i] k_i^T;
   * abc-mlp: Phi = softmax over positions per slot of l = X W_phi^T; causal Phi^(t) = softmax over
     i <= t (a [T, T] mask per slot), K~_t materialised for every t.
 Gradients come from autograd. `step` is a separate recurrent implementation (ring buffer, running
-sums, logaddexp normaliser of §7.3); the generator checks step == forward before writing.
+sums, the logaddexp normaliser of the normalised cumulative form, as fla-org/flash-linear-attention
+fla/ops/abc/naive.py); case_writer checks step == forward before writing.
 
 Usage (from the repository root; deterministic output):
-    /usr/bin/python3 tests/ref/ref_abc.py --out tests/fixtures/mixers [--case NAME ...] [--list]
+    /usr/bin/python3 tests/ref/ref_abc.py [--out tests/fixtures/mixers] [--case NAME ...] [--list]
 Case format: as tests/fixtures/generated (kind "layer"; config names the mixer; weights use the
 library's parameter names mixer_norm.norm.*, mixer.*, nffn.*).
 """
-import argparse
-import json
 import math
 import os
 import sys
 
-import numpy as np
 import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mega_ref  # noqa: E402  (SequenceNorm, NormalizedFeedForwardNetwork)
-import st  # noqa: E402
+import case_writer as cw  # noqa: E402
+import mega_ref  # noqa: E402  (MixerBlock)
 
+# stored in the committed cases (case.json "generator"): kept verbatim
 GENERATOR = "tests/ref/ref_abc.py (own PyTorch implementation of SPEC.md §7)"
-FP32_VS_F64 = 5e-5
-FD_TOL = 1e-6
-STREAM_TOL = 1e-12
-MAX_CASE_BYTES = 100 * 1024
 
 
 # ----------------------------------------------------------------------------------------------
@@ -47,7 +46,7 @@ MAX_CASE_BYTES = 100 * 1024
 def _slot_softmax(s, present=None, empty=None):
     """softmax over the last axis; entries with present == False are masked (weight 0). `empty`
     (same shape as s without the last axis): count of literal empty slots, each a logit 0 with a
-    zero value (SPEC §7.1). A row with nothing present and no empty slot gives 0."""
+    zero value (the literal form of the ABC read). A row with nothing present and no empty slot gives 0."""
     if present is not None:
         s = s.masked_fill(~present, float("-inf"))
     if empty is not None:
@@ -63,7 +62,7 @@ def _slot_softmax(s, present=None, empty=None):
 
 
 class ABCMixer(nn.Module):
-    """The ABC core: projections (SPEC §3.1), memory (§7.2), read (§7.1), output projection."""
+    """The ABC core: projections, memory (the paper's instances), read (softmax over slots), output projection."""
 
     def __init__(self, kind, embed_dim, heads, memory, max_len=0, bidirectional=False, mask_empty=True):
         super().__init__()
@@ -72,7 +71,7 @@ class ABCMixer(nn.Module):
         self.d = embed_dim // heads
         self.bidir, self.mask_empty = bidirectional, mask_empty
         if kind == "abc-window" and bidirectional:
-            raise ValueError("abc-window has no bidirectional form (SPEC §7.2a)")
+            raise ValueError("abc-window has no bidirectional form (a project decision: docs/mixers.md)")
         for nm in ("q_proj", "k_proj", "v_proj", "out_proj"):
             setattr(self, nm, nn.Linear(embed_dim, embed_dim))
         with torch.no_grad():
@@ -214,36 +213,6 @@ class ABCMixer(nn.Module):
         return self.out_proj(torch.cat(outs, 1))
 
 
-class ABCBlock(nn.Module):
-    """Block with a non-Mega mixer (src/layers/mixer.h): prenorm y = x + core(norm(x)), postnorm
-    y = norm(x + core(x)); then the normalised FFN (omitted when ffn_hidden_dim <= 0)."""
-
-    def __init__(self, cfg, mask_empty=True):
-        super().__init__()
-        D = cfg["embed_dim"]
-        self.prenorm = cfg["prenorm"]
-        self.mixer_norm = mega_ref.SequenceNorm(cfg["norm_type"], D)
-        self.mixer = ABCMixer(cfg["mixer"], D, cfg["heads"], cfg["memory"], cfg.get("max_len", 0),
-                              cfg["bidirectional"], mask_empty)
-        F = cfg["ffn_hidden_dim"]
-        self.nffn = (mega_ref.NormalizedFeedForwardNetwork(D, F, cfg["activation"], cfg["norm_type"], cfg["prenorm"])
-                     if F > 0 else None)
-
-    def forward(self, x, pad=None):
-        if self.prenorm:
-            y = x + self.mixer(self.mixer_norm(x), pad)
-        else:
-            y = self.mixer_norm(x + self.mixer(x, pad))
-        return y if self.nffn is None else self.nffn(y)
-
-    def step(self, x, state):
-        if self.prenorm:
-            y = x + self.mixer.step(self.mixer_norm(x), state)
-        else:
-            y = self.mixer_norm(x + self.mixer.step(x, state))
-        return y if self.nffn is None else self.nffn(y)
-
-
 # ----------------------------------------------------------------------------------------------
 # cases
 
@@ -257,6 +226,7 @@ def cfg_of(**kw):
     return cfg
 
 
+# (the names, configs and notes are stored in the committed cases: kept verbatim)
 CASES = [
     dict(name="abc_window_causal_pre_n5_L24_pad", dtype="float32", seed=7101, L=24, lengths=[24, 17],
          config=cfg_of(mixer="abc-window", memory=5),
@@ -305,92 +275,12 @@ COMMON = {
 }
 
 
-@torch.no_grad()
-def perturb(model, gen):
-    for name, p in model.named_parameters():
-        leaf = name.split(".")[-1]
-        r = torch.randn(p.shape, generator=gen, dtype=torch.float64)
-        if "norm.norm." in name:
-            p.copy_({"weight": 1.0 + 0.2 * r, "bias": 0.1 * r, "scalar": 1.0 + 0.15 * r}[leaf])
-        elif leaf == "weight" and p.dim() == 2:
-            p.copy_(r * p.shape[1] ** -0.5)
-        elif leaf == "bias":
-            p.copy_(0.1 * r)
-        else:
-            raise KeyError(name)
+def make_mixer(cfg):
+    return ABCMixer(cfg["mixer"], cfg["embed_dim"], cfg["heads"], cfg["memory"], cfg.get("max_len", 0),
+                    cfg["bidirectional"])
 
 
-def build(cfg, dtype, W=None):
-    m = ABCBlock(cfg).to(dtype)
-    if W is not None:
-        m.load_state_dict({k: torch.from_numpy(np.asarray(v)).to(dtype) for k, v in W.items()})
-    return m
-
-
-def run(cfg, dtype, W, io, decode):
-    """outputs: out, dx, grad.*, decode.out (optional)"""
-    m = build(cfg, dtype, W)
-    m.train()
-    x = torch.from_numpy(io["x"]).to(dtype).requires_grad_(True)
-    pad = torch.from_numpy(io["padding_mask"]).bool() if "padding_mask" in io else None
-    out = m(x, pad)
-    (out * torch.from_numpy(io["dout"]).to(dtype)).sum().backward()
-    res = {"out": out.detach(), "dx": x.grad.detach()}
-    for k, p in m.named_parameters():
-        res["grad." + k] = p.grad.detach().clone()
-    if decode:
-        m.eval()
-        with torch.no_grad():
-            state = {}
-            res["decode.out"] = torch.cat([m.step(x.detach()[:, t:t + 1], state) for t in range(x.shape[1])], 1)
-    return res
-
-
-def rel_err(a, b):
-    a, b = a.double(), b.double()
-    s = b.abs().max().item()
-    d = (a - b).abs().max().item()
-    return d / s if s > 0 else d
-
-
-def fd_check(cfg, W, io, seed):
-    """directional derivative of the loss in float64 vs autograd (all parameters and x)"""
-    m = build(cfg, torch.float64, {k: v.astype(np.float64) for k, v in W.items()})
-    gen = torch.Generator().manual_seed(seed + 99)
-    x = torch.from_numpy(io["x"]).double().requires_grad_(True)
-    pad = torch.from_numpy(io["padding_mask"]).bool() if "padding_mask" in io else None
-    dout = torch.from_numpy(io["dout"]).double()
-    params = list(m.parameters())
-    dirs = [torch.randn(p.shape, generator=gen, dtype=torch.float64) for p in params]
-    dxd = torch.randn(x.shape, generator=gen, dtype=torch.float64)
-    (m(x, pad) * dout).sum().backward()
-    analytic = sum((p.grad * d).sum() for p, d in zip(params, dirs)).item() + (x.grad * dxd).sum().item()
-    eps, vals = 1e-6, []
-    with torch.no_grad():
-        for sg in (1.0, -1.0):
-            for p, d in zip(params, dirs):
-                p.add_(sg * eps * d)
-            vals.append((m(x.detach() + sg * eps * dxd, pad) * dout).sum().item())
-            for p, d in zip(params, dirs):
-                p.sub_(sg * eps * d)
-    numeric = (vals[0] - vals[1]) / (2 * eps)
-    return abs(numeric - analytic) / max(abs(analytic), 1e-300)
-
-
-def stream_check(cfg, W, io):
-    """eval: step one token at a time and in uneven pieces == the naive full causal forward (f64)"""
-    m = build(cfg, torch.float64, {k: v.astype(np.float64) for k, v in W.items()})
-    m.eval()
-    x = torch.from_numpy(io["x"]).double()
-    L = x.shape[1]
-    worst = 0.0
-    with torch.no_grad():
-        full = m(x)
-        for bounds in (list(range(L + 1)), [0, 5, 6, 13, L], [0, L]):
-            state = {}
-            got = torch.cat([m.step(x[:, a:b], state) for a, b in zip(bounds[:-1], bounds[1:])], 1)
-            worst = max(worst, rel_err(got, full))
-    return worst
+RULES = [cw.NORM, cw.MATRIX, cw.BIAS]
 
 
 def literal_check():
@@ -407,100 +297,37 @@ def literal_check():
         p = torch.softmax(s, 0)
         o.append(sum(p[i] * v[u] for i, u in enumerate(us)))
     ref = mx.out_proj(torch.stack(o)[None])
-    assert rel_err(y, ref) < 1e-14, rel_err(y, ref)
+    assert cw.rel_err(y, ref) < 1e-14, cw.rel_err(y, ref)
 
 
-def expected_noise(cfg):
+def expected_noise(spec):
     """k_proj.bias shifts every slot logit of a row by the same q.b_k when the slot weights of each
     memory row sum to one (masked window: one token per slot; ABC-MLP: phi is a softmax over
     positions), so the slot softmax ignores it: its gradient is 0 in exact arithmetic"""
-    return ["mixer.k_proj.bias"] if cfg["mixer"] in ("abc-window", "abc-mlp") else []
+    return ["mixer.k_proj.bias"] if spec["config"]["mixer"] in ("abc-window", "abc-mlp") else []
 
 
-def generate(spec, out_dir):
-    cfg, dtype, L, B = spec["config"], spec["dtype"], spec["L"], 2
-    tdt = torch.float32 if dtype == "float32" else torch.float64
-    np_dt = np.float32 if dtype == "float32" else np.float64
-    torch.manual_seed(spec["seed"])
-    m = build(cfg, torch.float64)
-    gen = torch.Generator().manual_seed(spec["seed"] * 7 + 3)
-    perturb(m, gen)
-    W = {k: v.numpy().astype(np_dt) for k, v in m.state_dict().items()}
-    io = {"x": torch.randn(B, L, cfg["embed_dim"], generator=gen, dtype=torch.float64).numpy().astype(np_dt)}
+def notes(spec, noise):
+    out = [spec["notes"][0], COMMON["block"], COMMON["train"], COMMON[spec["dtype"]], COMMON["loss"]]
     if spec["lengths"] is not None:
-        io["padding_mask"] = (np.arange(L)[None, :] >= np.array(spec["lengths"])[:, None]).astype(np.uint8)
-    io["dout"] = torch.randn(B, L, cfg["embed_dim"], generator=gen, dtype=torch.float64).numpy().astype(np_dt)
-    causal = not cfg["bidirectional"]
-
-    ours = run(cfg, tdt, W, io, causal)
-    ref64 = run(cfg, torch.float64, {k: v.astype(np.float64) for k, v in W.items()},
-                {k: (v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in io.items()}, causal)
-    gmax = max(v.abs().max().item() for k, v in ref64.items() if k.startswith("grad."))
-    noise = [k[5:] for k, v in ref64.items() if k.startswith("grad.") and v.abs().max().item() <= 1e-11 * gmax]
-    if noise != expected_noise(cfg):
-        raise RuntimeError(f"{spec['name']}: zero gradients {noise}, expected {expected_noise(cfg)}")
-    checks = {}
-    if dtype == "float32":
-        checks["fp32_vs_fp64"] = max(rel_err(ours[k], ref64[k]) for k in ours if k[5:] not in noise)
-        if checks["fp32_vs_fp64"] > FP32_VS_F64:
-            raise RuntimeError(f"{spec['name']}: float32 vs float64 {checks['fp32_vs_fp64']:.2e}")
-    checks["finite_diff"] = fd_check(cfg, W, io, spec["seed"])
-    if checks["finite_diff"] > FD_TOL:
-        raise RuntimeError(f"{spec['name']}: finite differences {checks['finite_diff']:.2e}")
-    if causal:
-        checks["streaming_vs_full(eval)"] = stream_check(cfg, W, io)
-        if checks["streaming_vs_full(eval)"] > STREAM_TOL:
-            raise RuntimeError(f"{spec['name']}: streaming mismatch {checks['streaming_vs_full(eval)']:.2e}")
-
-    out = dict(io)
-    for k in ["out", "dx", "decode.out"] + [k for k in ours if k.startswith("grad.")]:
-        if k in ours:
-            out[k] = ours[k].cpu().numpy().astype(np_dt)
-    first = [k for k in ("x", "padding_mask", "dout") if k in out]
-    out = {k: out[k] for k in first + [k for k in out if k not in first]}
-    notes = [spec["notes"][0], COMMON["block"], COMMON["train"], COMMON[dtype], COMMON["loss"]]
-    if spec["lengths"] is not None:
-        notes.append(COMMON["pad"].format(lengths=spec["lengths"]))
-    if causal:
-        notes.append(COMMON["decode"])
+        out.append(COMMON["pad"].format(lengths=spec["lengths"]))
+    if not spec["config"]["bidirectional"]:
+        out.append(COMMON["decode"])
     if noise:
-        notes.append("noise_gradients (exactly zero in exact arithmetic, stored values are rounding noise): "
-                     + ", ".join(noise) + " (" + expected_noise.__doc__.split(",")[0].strip() + ", ...)")
-    cdir = os.path.join(out_dir, spec["name"])
-    os.makedirs(cdir, exist_ok=True)
-    st.save(os.path.join(cdir, "weights.safetensors"), W, {"config": json.dumps(cfg, sort_keys=True)})
-    st.save(os.path.join(cdir, "io.safetensors"), out, {"case": spec["name"], "kind": "layer", "dtype": dtype})
-    names = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64", np.dtype(np.uint8): "uint8"}
-    case = {"kind": "layer", "config": cfg, "dtype": dtype, "batch": B, "seq_len": L, "seed": spec["seed"],
-            "generator": GENERATOR, "notes": notes, "noise_gradients": noise,
-            "tensors": {k: [names[v.dtype], list(v.shape)] for k, v in out.items()},
-            "torch_version": torch.__version__}
-    with open(os.path.join(cdir, "case.json"), "w") as f:
-        json.dump(case, f, indent=1)
-        f.write("\n")
-    size = sum(os.path.getsize(os.path.join(cdir, n)) for n in os.listdir(cdir))
-    if size > MAX_CASE_BYTES:
-        raise RuntimeError(f"{spec['name']}: {size} bytes > {MAX_CASE_BYTES}")
-    cs = "  ".join(f"{k} {v:.1e}" for k, v in checks.items())
-    print(f"{spec['name']:44s} {size / 1024:5.1f} KB  {cs}")
+        out.append(cw.noise_note(noise) + " (" + expected_noise.__doc__.split(",")[0].strip() + ", ...)")
+    return out
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "mixers"))
-    ap.add_argument("--case", action="append")
-    ap.add_argument("--list", action="store_true")
-    a = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    specs = [s for s in CASES if not a.case or s["name"] in a.case]
-    if a.list:
-        print("\n".join(s["name"] for s in specs))
-        return 0
+def self_check():
     literal_check()
-    for s in specs:
-        generate(s, a.out)
-    return 0
+    return "self-check: the literal window form equals a direct loop"
 
+
+REFERENCE = cw.Reference(
+    GENERATOR, lambda kind, cfg: mega_ref.MixerBlock(cfg, make_mixer), RULES, notes,
+    default_out=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "mixers"),
+    expected_noise=expected_noise, splits=lambda spec: [[0, 5, 6, 13, spec["L"]], [0, spec["L"]]],
+    self_check=self_check)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cw.main(REFERENCE, CASES))

@@ -1,26 +1,34 @@
 #!/usr/bin/python3
-"""Own PyTorch reference for the softmax-attention token mixers mha, local and mhatw, with the
-positional schemes of SPEC.md §8, and the fixture writer for tests/fixtures/mixers/.
+"""Own PyTorch reference for the softmax-attention token mixers mha, local and mhatw, with their
+positional schemes, and the fixture cases of tests/fixtures/mixers/ (written by case_writer.py).
 
-Written from /work/shared/SPEC.md §3 (MHA + RoPE), §4.1-§4.2 (MHATW, normalised form), §8
-(ALiBi, KERPLE, Sandwich, XPOS, local mask, log-n scaling) and the block wrapper of
-src/layers/mixer.h; not from the C code. Batch-first tensors [B, T, D].
+Written from the papers, not from the C code (docs/mixers.md "The mechanisms and their
+sources"): multi-head attention (Vaswani et al., arXiv 1706.03762) with RoPE (RoFormer, arXiv
+2104.09864 §3.2); MHATW, the normalised time-weighted attention of PENG Bo's article with the
+RWKV-v1 parameterisation (BlinkDL/RWKV-LM RWKV-v1/src/model.py: RWKV_TimeMix); ALiBi (arXiv
+2108.12409; slopes of ofirpress/attention_with_linear_biases get_slopes), KERPLE (arXiv
+2205.09921; chijames/KERPLE ParallelKerplePower / ParallelKerpleLog), Sandwich (arXiv 2212.10356;
+NVIDIA NeMo SandwichRelativePositionEmbedding), XPOS (arXiv 2212.10554; microsoft/torchscale
+xpos_relative_position.py), the local mask and log-n scaling (Su, kexue.fm/archives/9431 and
+8823; Chiang & Cholak, arXiv 2202.12172); and the block wrapper of src/layers/mixer.h.
+Batch-first tensors [B, T, D].
 
 The forward is the naive form, independent of the C kernels: the full [B, H, T, T] score tensor,
 an explicit boolean mask (causal / local window / pad keys), softmax with rows that see no key
 set to 0, biases evaluated per (t, u) pair. XPOS is applied *un-centred* in the forward, with the
 torchscale offset c0 = L // 2 (q * zeta^((t-c0)/512), k * zeta^(-(u-c0)/512)); the C library
-re-centres per query block, so the fixtures check that the two agree. `step` is a separate
-cached implementation (keys cached rotated, XPOS relative to the current query); the generator
-checks step == forward before writing. Gradients come from autograd.
+re-centres per query block (a project extension), so the fixtures check that the two agree.
+`step` is a separate cached implementation (keys cached rotated, XPOS relative to the current
+query); case_writer checks step == forward before writing. Gradients come from autograd.
 
-Conventions (the library's, SPEC §3.1-§3.2, §8):
+Conventions (the library's; docs/mixers.md):
   * q/k/v/out projections D -> D with biases (fairseq names q_proj, k_proj, v_proj, out_proj);
     H heads of dh = D / H; content score <q_t, k_u> / sqrt(dh);
-  * RoPE: half-split pairs (x_i, x_{i+dh/2}), r = dh, theta_i = 10000^(-2i/dh), angles in float64;
+  * RoPE: half-split pairs (x_i, x_{i+dh/2}) as RWKV-v1 rotate_half, r = dh,
+    theta_i = 10000^(-2i/dh), angles in float64 (project choice);
   * XPOS: interleaved pairs (x_2i, x_2i+1), theta_i as above, zeta_i = (2i + 0.4 dh)/(1.4 dh),
     base 512; causal only;
-  * ALiBi: -m_h |t - u| (SPEC §8.2 slopes; bidirectional: symmetric);
+  * ALiBi: -m_h |t - u| (get_slopes; bidirectional: symmetric, a project extension);
   * KERPLE: power -bias_a |d|^bias_p, log -bias_p log(1 + bias_a |d|); data clamped in place
     (>= 0.01, power exponent <= 2) on every forward, as the official module does;
   * Sandwich: (sum_{i=1}^{dh/2} cos(|d| 10000^(-2i/dh)) - dh/2) * H / (8 h), h = 1..H (NeMo);
@@ -32,28 +40,21 @@ Conventions (the library's, SPEC §3.1-§3.2, §8):
 Block: prenorm y = x + mixer(mixer_norm(x)); postnorm y = mixer_norm(x + mixer(x)); then nffn.
 
 Usage (from the repository root; deterministic output):
-    /usr/bin/python3 tests/ref/ref_attn.py --out tests/fixtures/mixers [--case NAME ...] [--list]
+    /usr/bin/python3 tests/ref/ref_attn.py [--out tests/fixtures/mixers] [--case NAME ...] [--list]
 """
-import argparse
-import json
 import math
 import os
 import sys
 
-import numpy as np
 import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mega_ref  # noqa: E402  (SequenceNorm, NormalizedFeedForwardNetwork)
-import st  # noqa: E402
+import case_writer as cw  # noqa: E402
+import mega_ref  # noqa: E402  (MixerBlock)
 
+# stored in the committed cases (case.json "generator"): kept verbatim
 GENERATOR = "tests/ref/ref_attn.py (own PyTorch implementation of SPEC.md §3, §4.2, §8)"
-FP32_VS_F64 = 5e-5
-FD_TOL = 1e-6
-STREAM_TOL = 1e-12
-NOISE_REL = 1e-11
-MAX_CASE_BYTES = 100 * 1024
 KERPLE_EPS = 0.01
 XPOS_BASE = 512.0
 
@@ -63,7 +64,8 @@ XPOS_BASE = 512.0
 
 
 def alibi_slopes(H):
-    """SPEC §8.2: powers of two 2^(-8h/H); otherwise the P = 2^floor(log2 H) list followed by
+    """ALiBi slopes as get_slopes (ofirpress/attention_with_linear_biases, fairseq/models/transformer.py):
+    powers of two 2^(-8h/H); otherwise the P = 2^floor(log2 H) list followed by
     every other entry of the 2P list."""
     def pow2(n):
         return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
@@ -281,33 +283,6 @@ class AttnMixer(nn.Module):
         return y
 
 
-class AttnBlock(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.prenorm = cfg.get("prenorm", True)
-        nt, aff = cfg.get("norm_type", "layernorm"), cfg.get("norm_affine", True)
-        self.mixer_norm = mega_ref.SequenceNorm(nt, cfg["embed_dim"], affine=aff)
-        self.mixer = AttnMixer(cfg)
-        F = cfg.get("ffn_hidden_dim", 0)
-        self.nffn = (mega_ref.NormalizedFeedForwardNetwork(cfg["embed_dim"], F, activation=cfg.get("activation", "silu"),
-                                                           norm_type=nt, prenorm=self.prenorm, norm_affine=aff)
-                     if F and F > 0 else None)
-
-    def forward(self, x, padding_mask=None):
-        if self.prenorm:
-            y = x + self.mixer(self.mixer_norm(x), padding_mask)
-        else:
-            y = self.mixer_norm(x + self.mixer(x, padding_mask))
-        return y if self.nffn is None else self.nffn(y)
-
-    def step(self, x, state):
-        if self.prenorm:
-            y = x + self.mixer.step(self.mixer_norm(x), state)
-        else:
-            y = self.mixer_norm(x + self.mixer.step(x, state))
-        return y if self.nffn is None else self.nffn(y)
-
-
 # ----------------------------------------------------------------------------------------------
 # cases
 
@@ -319,6 +294,7 @@ def cfg_of(**kw):
     return cfg
 
 
+# (the names, configs and notes are stored in the committed cases: kept verbatim)
 CASES = [
     dict(name="mha_causal_none_layernorm_pre_L20", dtype="float32", seed=8101, L=20,
          config=cfg_of(heads=4),
@@ -381,110 +357,23 @@ CASES = [
 ]
 
 
-def perturb(model, gen):
-    """Move every parameter away from its trivial initial value (the gen_fixtures.py rules, plus
-    KERPLE inside its clamp range, MHATW time weights)."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            leaf = name.rsplit(".", 1)[-1]
-            r = lambda: torch.randn(p.shape, generator=gen, dtype=torch.float64)  # noqa: E731
-            u = lambda: torch.rand(p.shape, generator=gen, dtype=torch.float64)  # noqa: E731
-            if "norm.norm." in name:
-                p.copy_(1 + 0.2 * r() if leaf in ("weight",) else (0.1 * r() if leaf == "bias" else 1 + 0.15 * r()))
-            elif name.endswith("kerple.bias_p"):
-                p.copy_(0.3 + 1.4 * u())
-            elif name.endswith("kerple.bias_a"):
-                p.copy_(0.2 + 0.7 * u())
-            elif leaf == "time_logw":
-                p.add_(0.3 * r())
-            elif leaf == "time_logbeta":
-                p.copy_(0.3 * r())
-            elif leaf == "time_gamma":
-                p.copy_(1 + 0.2 * r())
-            elif leaf == "weight" and p.dim() == 2:
-                p.copy_(r() / math.sqrt(p.shape[1]))
-            elif leaf == "bias":
-                p.copy_(0.1 * r())
-            else:
-                raise KeyError(f"no perturbation rule for {name}")
-
-
-def build(cfg, dtype, W=None):
-    torch.manual_seed(0)
-    m = AttnBlock(cfg).to(dtype)
-    if W is not None:
-        mega_ref.load_weights(m, W)
-    return m
-
-
-def run(cfg, dtype, W, io, decode):
-    m = build(cfg, dtype, W).train()
-    x = torch.from_numpy(io["x"]).to(dtype).requires_grad_(True)
-    pad = torch.from_numpy(io["padding_mask"]).bool() if "padding_mask" in io else None
-    out = m(x, pad)
-    (out * torch.from_numpy(io["dout"]).to(dtype)).sum().backward()
-    res = {"out": out.detach(), "dx": x.grad.detach()}
-    for n, p in m.named_parameters():
-        res["grad." + n] = p.grad.detach() if p.grad is not None else torch.zeros_like(p)
-    if decode:
-        m = build(cfg, dtype, W).eval()
-        state = {}
-        with torch.no_grad():
-            xs = torch.from_numpy(io["x"]).to(dtype)
-            res["decode.out"] = torch.cat([m.step(xs[:, t:t + 1], state) for t in range(xs.size(1))], 1)
-    return res
-
-
-def rel_err(a, b):
-    a, b = a.double(), b.double()
-    s = b.abs().max().item() if b.numel() else 0.0
-    d = (a - b).abs().max().item() if b.numel() else 0.0
-    return d / s if s > 0 else d
-
-
-def fd_check(cfg, W, io, seed):
-    """directional derivative of the loss w.r.t. all parameters and x, float64, vs autograd"""
-    W64 = {k: v.astype(np.float64) for k, v in W.items()}
-    m = build(cfg, torch.float64, W64).train()
-    gen = torch.Generator().manual_seed(seed + 99)
-    params = list(m.parameters())
-    dirs = [torch.randn(p.shape, generator=gen, dtype=torch.float64) for p in params]
-    x = torch.from_numpy(io["x"]).double().requires_grad_(True)
-    dxd = torch.randn(x.shape, generator=gen, dtype=torch.float64)
-    pad = torch.from_numpy(io["padding_mask"]).bool() if "padding_mask" in io else None
-    dout = torch.from_numpy(io["dout"]).double()
-    (m(x, pad) * dout).sum().backward()
-    an = sum((p.grad * d).sum() for p, d in zip(params, dirs)).item() + (x.grad * dxd).sum().item()
-    eps, vals = 1e-6, []
-    with torch.no_grad():
-        for sg in (1.0, -1.0):
-            for p, d in zip(params, dirs):
-                p.add_(sg * eps * d)
-            vals.append((m(x.detach() + sg * eps * dxd, pad) * dout).sum().item())
-            for p, d in zip(params, dirs):
-                p.sub_(sg * eps * d)
-    num = (vals[0] - vals[1]) / (2 * eps)
-    return abs(num - an) / max(abs(an), 1e-300)
-
-
-def stream_check(cfg, W, io):
-    """eval-mode step (one token, and uneven multi-token pieces) == full forward, float64"""
-    W64 = {k: v.astype(np.float64) for k, v in W.items()}
-    m = build(cfg, torch.float64, W64).eval()
-    x = torch.from_numpy(io["x"]).double()
-    L = x.size(1)
-    with torch.no_grad():
-        full = m(x)
-        st1 = {}
-        one = torch.cat([m.step(x[:, t:t + 1], st1) for t in range(L)], 1)
-        b = [0, 5, 6, 13, L]
-        st2 = {}
-        multi = torch.cat([m.step(x[:, a:c], st2) for a, c in zip(b[:-1], b[1:])], 1)
-    return max(rel_err(one, full), rel_err(multi, full))
+# perturbation: the shared rules, KERPLE inside its clamp range (away from its edges), the MHATW
+# time weights
+RULES = [
+    cw.NORM,
+    (cw.ends("kerple.bias_p"), lambda p, leaf, d: 0.3 + 1.4 * d.u(p)),
+    (cw.ends("kerple.bias_a"), lambda p, leaf, d: 0.2 + 0.7 * d.u(p)),
+    (cw.leaf_is("time_logw"), lambda p, leaf, d: p + 0.3 * d.n(p)),
+    (cw.leaf_is("time_logbeta"), lambda p, leaf, d: 0.3 * d.n(p)),
+    (cw.leaf_is("time_gamma"), lambda p, leaf, d: 1 + 0.2 * d.n(p)),
+    cw.MATRIX_DIV,
+    cw.BIAS,
+]
 
 
 def xpos_centring_check():
-    """the products <q~_t, k~_u> do not depend on the centre c0 (float64, SPEC §8.5)"""
+    """the products <q~_t, k~_u> do not depend on the centre c0 (float64; XPOS re-centring, a
+    project extension of torchscale's XPOS)"""
     torch.manual_seed(5)
     dh, L = 8, 50
     q, k = torch.randn(L, dh, dtype=torch.float64), torch.randn(L, dh, dtype=torch.float64)
@@ -494,119 +383,44 @@ def xpos_centring_check():
     for c0 in (0, L // 2, L - 1, 1000):
         s = (q * xpos_factor(dh, pos - c0, torch.float64)) @ (k * xpos_factor(dh, -(pos - c0), torch.float64)).T
         ref = s if ref is None else ref
-        worst = max(worst, rel_err(s, ref))
+        worst = max(worst, cw.rel_err(s, ref))
     return worst
 
 
-def expected_noise(cfg):
-    """gradients that are exactly 0 in exact arithmetic: without a rotation (RoPE/XPOS) the key
-    bias adds <q_t, b_k> to every score of row t, which the softmax cancels"""
-    return [] if cfg.get("pos") in ("rope", "xpos") else ["mixer.k_proj.bias"]
-
-
-def make_data(spec):
-    cfg, L, B = spec["config"], spec["L"], 2
-    np_dt = np.float32 if spec["dtype"] == "float32" else np.float64
-    torch.manual_seed(spec["seed"])
-    m = AttnBlock(cfg).double()
-    gen = torch.Generator().manual_seed(spec["seed"] * 7 + 3)
-    perturb(m, gen)
-    W = {k: v.numpy().astype(np_dt) for k, v in m.state_dict().items()}
-    io = {"x": torch.randn(B, L, cfg["embed_dim"], generator=gen, dtype=torch.float64).numpy().astype(np_dt)}
-    if spec.get("lengths") is not None:
-        io["padding_mask"] = (np.arange(L)[None, :] >= np.array(spec["lengths"])[:, None]).astype(np.uint8)
-    io["dout"] = torch.randn(B, L, cfg["embed_dim"], generator=gen, dtype=torch.float64).numpy().astype(np_dt)
-    return W, io
-
-
-def generate(spec, out_dir):
-    cfg, dtype = spec["config"], spec["dtype"]
-    tdt = torch.float32 if dtype == "float32" else torch.float64
-    causal = not cfg.get("bidirectional", False)
-    W, io = make_data(spec)
-    ours = run(cfg, tdt, W, io, decode=causal)
-    W64 = {k: v.astype(np.float64) for k, v in W.items()}
-    io64 = {k: (v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in io.items()}
-    ref64 = run(cfg, torch.float64, W64, io64, decode=causal)
-    gmax = max(v.abs().max().item() for k, v in ref64.items() if k.startswith("grad."))
-    noise = sorted(k[5:] for k, v in ref64.items() if k.startswith("grad.") and v.abs().max().item() <= NOISE_REL * gmax)
-    if noise != expected_noise(cfg):
-        raise RuntimeError(f"{spec['name']}: zero gradients {noise}, expected {expected_noise(cfg)}")
-    worst32 = 0.0
-    if dtype == "float32":
-        worst32 = max(rel_err(v, ref64[k]) for k, v in ours.items() if k[5:] not in noise)
-        if worst32 > FP32_VS_F64:
-            raise RuntimeError(f"{spec['name']}: float32 vs float64 {worst32:.2e}")
-    fd = fd_check(cfg, W, io, spec["seed"])
-    if fd > FD_TOL:
-        raise RuntimeError(f"{spec['name']}: finite differences {fd:.1e}")
-    checks = {"fp32_vs_fp64": worst32, "finite_diff": fd}
-    if causal:
-        checks["stream_vs_full"] = stream_check(cfg, W, io)
-        if checks["stream_vs_full"] > STREAM_TOL:
-            raise RuntimeError(f"{spec['name']}: streaming mismatch {checks['stream_vs_full']:.2e}")
-    np_dt = np.float32 if dtype == "float32" else np.float64
-    out = dict(io)
-    for k in ["out", "dx", "decode.out"] + [k for k in ours if k.startswith("grad.")]:
-        if k in ours:
-            out[k] = ours[k].cpu().numpy().astype(np_dt)
-    first = [k for k in ("x", "padding_mask", "dout") if k in io]
-    out = {k: out[k] for k in first + [k for k in out if k not in first]}
-    cdir = os.path.join(out_dir, spec["name"])
-    os.makedirs(cdir, exist_ok=True)
-    st.save(os.path.join(cdir, "weights.safetensors"), W, {"config": json.dumps(cfg, sort_keys=True)})
-    st.save(os.path.join(cdir, "io.safetensors"), out, {"case": spec["name"], "kind": "layer", "dtype": dtype})
-    dn = {np.dtype(np.float32): "float32", np.dtype(np.float64): "float64", np.dtype(np.uint8): "uint8"}
-    notes = [
-        spec["note"],
-        "block: prenorm y = x + mixer(mixer_norm(x)), postnorm y = mixer_norm(x + mixer(x)); then nffn "
-        "(mega_ref.NormalizedFeedForwardNetwork); zdim/hdim/ndim are unused placeholders",
-        "training mode, every dropout 0; weights are the reference initialisation perturbed away from trivial values",
-        "float64: every operation in float64" if dtype == "float64" else "float32 (checked against a float64 rerun)",
-        "loss = sum(out * dout); dx and grad.* are its gradients",
-    ]
-    if spec.get("lengths") is not None:
-        notes.append(f"padding_mask: 1 = pad (row lengths {spec['lengths']}); pad keys are masked; outputs at pad "
-                     "positions are the formula's values (a row with no visible key gives 0), compared like the others")
-    if causal:
-        notes.append("decode.out: eval-mode streaming one position per call from a separate cached step, no mask")
-    if noise:
-        notes.append("noise_gradients (exactly zero in exact arithmetic, stored values are rounding noise): "
-                     + ", ".join(noise))
-    case = {"kind": "layer", "config": cfg, "dtype": dtype, "batch": 2, "seq_len": spec["L"], "seed": spec["seed"],
-            "generator": GENERATOR, "notes": notes, "noise_gradients": noise,
-            "tensors": {k: [dn[v.dtype], list(v.shape)] for k, v in out.items()}, "torch_version": torch.__version__}
-    with open(os.path.join(cdir, "case.json"), "w") as f:
-        json.dump(case, f, indent=1)
-        f.write("\n")
-    size = sum(os.path.getsize(os.path.join(cdir, n)) for n in os.listdir(cdir))
-    if size > MAX_CASE_BYTES:
-        raise RuntimeError(f"{spec['name']}: {size} bytes > {MAX_CASE_BYTES}")
-    print(f"{spec['name']:44s} {size / 1024:5.1f} KB  noise={noise}  " + "  ".join(f"{k} {v:.1e}" for k, v in checks.items()))
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "mixers"))
-    ap.add_argument("--case", action="append")
-    ap.add_argument("--list", action="store_true")
-    a = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    specs = [s for s in CASES if not a.case or s["name"] in a.case]
-    if a.list:
-        for s in specs:
-            print(s["name"])
-        return 0
-    # self-checks of the reference pieces
+def self_check():
     assert alibi_slopes(12) == [2.0 ** -(h + 1) for h in range(8)] + [2.0 ** -(h + 0.5) for h in range(4)]
     c = xpos_centring_check()
     assert c < 1e-13, c
-    print(f"self-checks: ALiBi H=12 slopes ok; XPOS products independent of the centre ({c:.1e})")
-    os.makedirs(a.out, exist_ok=True)
-    for s in specs:
-        generate(s, a.out)
-    return 0
+    return f"self-checks: ALiBi H=12 slopes ok; XPOS products independent of the centre ({c:.1e})"
 
+
+def expected_noise(spec):
+    """gradients that are exactly 0 in exact arithmetic: without a rotation (RoPE/XPOS) the key
+    bias adds <q_t, b_k> to every score of row t, which the softmax cancels"""
+    return [] if spec["config"].get("pos") in ("rope", "xpos") else ["mixer.k_proj.bias"]
+
+
+BLOCK_NOTE = ("block: prenorm y = x + mixer(mixer_norm(x)), postnorm y = mixer_norm(x + mixer(x)); then nffn "
+             "(mega_ref.NormalizedFeedForwardNetwork); zdim/hdim/ndim are unused placeholders")
+
+
+def notes(spec, noise):
+    cfg = spec["config"]
+    out = cw.layer_notes(spec, BLOCK_NOTE)
+    if spec.get("lengths") is not None:
+        out.append(f"padding_mask: 1 = pad (row lengths {spec['lengths']}); pad keys are masked; outputs at pad "
+                   "positions are the formula's values (a row with no visible key gives 0), compared like the others")
+    if not cfg.get("bidirectional", False):
+        out.append("decode.out: eval-mode streaming one position per call from a separate cached step, no mask")
+    if noise:
+        out.append(cw.noise_note(noise))
+    return out
+
+
+REFERENCE = cw.Reference(
+    GENERATOR, lambda kind, cfg: mega_ref.MixerBlock(cfg, AttnMixer), RULES, notes,
+    default_out=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "mixers"),
+    expected_noise=expected_noise, self_check=self_check)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cw.main(REFERENCE, CASES))
