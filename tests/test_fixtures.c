@@ -1,8 +1,8 @@
 /*
  * Parity with the official Mega implementation: runs every reference case found in the fixture
- * directories (default: tests/fixtures/official and tests/fixtures/generated, plus
- * ../shared/fixtures when present; or the
- * directories given on the command line), driven only by each case's case.json.
+ * directories (default: tests/fixtures/official, cases produced by the official code, and our
+ * reference cases tests/fixtures/generated and tests/fixtures/mixers; or the directories given on
+ * the command line), driven only by each case's case.json.
  *
  *   build/test_fixtures [-v] [DIR ...]
  *
@@ -186,9 +186,9 @@ int main(int argc, char **argv) {
     static char names[512][1024];
     static char seen[1024][256];
     int nseen = 0;
-    const char *defaults[] = {"tests/fixtures/official", "tests/fixtures/generated", "tests/fixtures/mixers", "../shared/fixtures"};
+    const char *defaults[] = {"tests/fixtures/official", "tests/fixtures/generated", "tests/fixtures/mixers"};
     const char **roots = defaults;
-    int nroots = 4, explicit = 0;
+    int nroots = 3, explicit = 0;
     int a = 1;
     if (a < argc && !strcmp(argv[a], "-v")) tl_verbose = 1, a++;
     if (a < argc) roots = (const char **)(argv + a), nroots = argc - a, explicit = 1;

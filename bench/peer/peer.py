@@ -300,10 +300,8 @@ def run_check(dirs):
 
     torch.set_num_threads(1)
     if not dirs:
-        # the official cases (the shared copy when present) and our generated ones
-        shared = os.path.normpath(os.path.join(ROOT, "..", "shared", "fixtures"))
-        official = shared if os.path.isdir(shared) else os.path.join(ROOT, "tests", "fixtures", "official")
-        dirs = [official, os.path.join(ROOT, "tests", "fixtures", "generated")]
+        # the official cases and our generated ones
+        dirs = [os.path.join(ROOT, "tests", "fixtures", "official"), os.path.join(ROOT, "tests", "fixtures", "generated")]
     worst = {}
     ok_all, n_cases = True, 0
     for d in dirs:
