@@ -23,7 +23,7 @@ import check_shared  # noqa: E402
 import mega_ref  # noqa: E402
 
 # stored in the committed cases (case.json "generator"): kept verbatim
-GENERATOR = "tests/ref/gen_fixtures.py (own PyTorch implementation from SPEC.md)"
+GENERATOR = "tests/ref/gen_fixtures.py (own PyTorch implementation of Mega from the paper and the official code, docs/mega.md)"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ import case_writer as cw  # noqa: E402
 import mega_ref  # noqa: E402  (MixerBlock)
 
 # stored in the committed cases (case.json "generator"): kept verbatim
-GENERATOR = "tests/ref/ref_abc.py (own PyTorch implementation of SPEC.md §7)"
+GENERATOR = "tests/ref/ref_abc.py (own PyTorch implementation of ABC, docs/mixers.md)"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,7 +248,7 @@ CASES = [
     dict(name="abc_mlp_causal_pre_n4_L24_f64", dtype="float64", seed=7105, L=24, lengths=None,
          config=cfg_of(mixer="abc-mlp", memory=4),
          notes=["abc-mlp causal: phi = softmax over i <= t per slot of X W_phi^T (separate K and V controls), "
-                "the normalised cumulative form of SPEC §7.3; layernorm pre-norm, float64, decode.out"]),
+                "the normalised cumulative form (fla-org naive_cumsum_abc); layernorm pre-norm, float64, decode.out"]),
     dict(name="abc_mlp_causal_post_n3_L22_pad", dtype="float32", seed=7106, L=22, lengths=[22, 15],
          config=cfg_of(mixer="abc-mlp", memory=3, heads=1, prenorm=False, norm_type="rmsnorm"),
          notes=["abc-mlp causal, 1 head, n = 3, rmsnorm post-norm, right padding in row 1 (pads write nothing), "

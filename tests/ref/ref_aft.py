@@ -51,7 +51,7 @@ import case_writer as cw  # noqa: E402
 import mega_ref  # noqa: E402  (MixerBlock, NORM_EPS, gelu)
 
 # stored in the committed cases (case.json "generator"): kept verbatim
-GENERATOR = "tests/ref/ref_aft.py (own PyTorch implementation of SPEC.md §5, §6.1)"
+GENERATOR = "tests/ref/ref_aft.py (own PyTorch implementation of AFT, time-weighted AFT and gMLP, docs/mixers.md)"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ CASES = [
     dict(name="aft_tw_bidir_h2_maxlen12_pad", dtype="float32", seed=9108, L=18, lengths=[18, 13],
          config=cfg_of(mixer="aft-tw", heads=2, max_len=12, bidirectional=True, norm_type="rmsnorm"),
          note="aft-tw bidirectional (f_h(|t-u|), two scans in the library), 2 heads, max_len 12 < L = 18: beta and "
-              "gamma of positions >= 11 use entry 11 (clamped, SPEC §4.1 (c)), rmsnorm, right padding"),
+              "gamma of positions >= 11 use entry 11 (clamped to the last learned position, a project extension), rmsnorm, right padding"),
     dict(name="aft_tw_causal_h2_maxlen8_f64", dtype="float64", seed=9113, L=20,
          config=cfg_of(mixer="aft-tw", heads=2, max_len=8, ffn_hidden_dim=0, norm_type="scalenorm"),
          note="aft-tw causal, max_len 8 < L = 20 (beta/gamma clamped past position 7; streaming continues past "

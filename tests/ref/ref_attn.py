@@ -54,7 +54,7 @@ import case_writer as cw  # noqa: E402
 import mega_ref  # noqa: E402  (MixerBlock)
 
 # stored in the committed cases (case.json "generator"): kept verbatim
-GENERATOR = "tests/ref/ref_attn.py (own PyTorch implementation of SPEC.md §3, §4.2, §8)"
+GENERATOR = "tests/ref/ref_attn.py (own PyTorch implementation of the papers cited in docs/mixers.md: MHA, RoPE, MHATW, ALiBi, KERPLE, Sandwich, XPOS, local, log-n)"
 KERPLE_EPS = 0.01
 XPOS_BASE = 512.0
 
