@@ -482,8 +482,9 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw *
 }
 
 static int open_fresh(train_args *a, task **t, mega_adamw **opt, train_pos *pos) {
-    if (ensure_dir(a->out)) return 2;
+    /* the model and the data first: a bad flag or file leaves no directory behind */
     if (new_task(a, NULL, t, opt)) return 2;
+    if (ensure_dir(a->out)) return 2;
     pos->data_rng = mega_data_rng_seed((uint64_t)a->seed);
     pos->data_hash = (*t)->data_hash, pos->data_size = (*t)->data_size;
     return 0;
