@@ -16,7 +16,8 @@
  * Configurations: chunk 4 with T = 13 (cache cleared at chunk borders, ragged last chunk),
  * chunk 5, chunk = T, full attention; softmax / relu2 / laplace; simple / rotary; pre / post
  * norm; every norm, batchnorm with non-trivial running statistics (eval mode); with and
- * without the FFN; silu / gelu / relu; B = 2.
+ * without the FFN; silu / gelu / relu; B = 2; D = 8, and D = 20 and 36 (a partial last EMA
+ * channel block after one or more full ones).
  * Tolerance: 1e-5 of max |out| (float build), 1e-12 (double build, tests/t64_stream.c).
  */
 #include "layers/block.h"
@@ -100,9 +101,9 @@ static int setup(sctx *s, const mega_block_cfg *c, int B, int T, unsigned long l
     s->c = *c, s->B = B, s->T = T;
     s->cap = c->chunk > 0 ? c->chunk : T;
     static const char *nn[] = {"LN", "SN", "RN", "BN"};
-    snprintf(s->name, sizeof s->name, "%s/%s/%s/%s/%s/chunk%d/trunc%d/F%d", mega_attn_fn_name(c->attn_fn),
+    snprintf(s->name, sizeof s->name, "%s/%s/%s/%s/%s/chunk%d/trunc%d/F%d/D%d/N%d", mega_attn_fn_name(c->attn_fn),
              c->rotary ? "rotary" : "simple", c->prenorm ? "pre" : "post", nn[c->norm], mega_act_name(c->act),
-             c->chunk, c->trunc, c->F);
+             c->chunk, c->trunc, c->F, c->D, c->N);
     mega_params_init(&s->P);
     if (mega_block_declare(&s->bl, &s->P, "decoder.layers.0.", c) || mega_params_alloc(&s->P, 0)) {
         TL_CHECK(0, "%s: declare: %s", s->name, mega_last_error());
@@ -415,6 +416,18 @@ int main(int argc, char **argv) {
     }
     run_errors();
     run_scratch_bounds();
+    /* widths that are not a multiple of the EMA's channel block (MEGA_EMA_DB: 16 or 8 floats, 8 or
+     * 4 doubles): full blocks, read in place by the step, and a partial last block, which goes
+     * through the zero-padded copy; N = 5 is a group of the EMA kernel plus a remainder. (Last, so
+     * that the cases above keep their random inputs.) */
+    for (int k = 0; k < 2; k++) {
+        mega_block_cfg c;
+        memset(&c, 0, sizeof c);
+        c.D = k ? 36 : 20, c.Z = 6, c.E = 10, c.N = 5, c.F = 12, c.chunk = k ? -1 : 4, c.max_positions = 16;
+        c.attn_fn = k ? MEGA_ATTN_RELU2 : MEGA_ATTN_SOFTMAX, c.rotary = k, c.prenorm = !k;
+        c.norm = k ? MEGA_NORM_RMS : MEGA_NORM_LAYER, c.act = MEGA_ACT_SILU, c.norm_affine = 1;
+        run_config(&c, 300 + (unsigned long long)k);
+    }
     printf("NOTE %s: worst streaming rel err %.2e (tolerance %.0e)\n",
 #ifdef MEGA_F64
            "t64_stream",
