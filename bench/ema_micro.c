@@ -3,7 +3,8 @@
  * mega_ema_backward on the shapes of two `mega bench` workloads, called the way the Mega layer
  * calls them (forward, then backward; the backward needs no saved forward state), plus a check
  * of every output against a plain double-precision reference (the recurrence of docs/mega.md
- * section 1, and its reverse-mode adjoint).
+ * section 1, and its reverse-mode adjoint); and the decode step, mega_ema_layer_step with one
+ * token per sequence, at the lm-decode shape (D 256, N 16, B 1 and 8).
  *
  *   make MEGA_INNER=1 BUILD=/tmp/build-ema -j2 lib
  *   gcc -O3 -march=native -fopenmp -std=c11 -Iinclude -Isrc bench/ema_micro.c \
@@ -19,6 +20,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "core/internal.h"
+#include "layers/ema.h"
 #include "ops/ema.h"
 #include <time.h>
 
@@ -192,6 +194,49 @@ static int run(const shape *s, int reps, int nthreads, int check) {
     return bad;
 }
 
+static real *aalloc(size_t n) { /* 64-byte aligned */
+    void *p = NULL;
+    return posix_memalign(&p, 64, n * sizeof(real)) ? NULL : p;
+}
+
+/* the decode step: mega_ema_layer_step with T = 1 at the lm-decode shape (at B = 1 always on the
+ * calling thread: B*D*N is below the step's split threshold; at B = 8 over the threads given, in
+ * a parallel region per call as outside the decode's step team), buffers 64-byte aligned as the
+ * model's are (its bump allocator keeps 64-byte offsets); median and minimum ns per call over
+ * reps runs of 4000 calls */
+static void run_step(int B, int reps) {
+    const int D = 256, N = 16, calls = 4000;
+    const size_t S = (size_t)D * N;
+    real *W = aalloc(4 * S + D), *coef = aalloc(4 * S), *x = aalloc((size_t)B * D), *mpre = aalloc((size_t)B * D);
+    real *m = aalloc((size_t)B * D), *st = aalloc((size_t)B * S);
+    if (!W || !coef || !x || !mpre || !m || !st) {
+        printf("decode step: out of memory\n");
+        free(W), free(coef), free(x), free(mpre), free(m), free(st);
+        return;
+    }
+    mega_ema e;
+    memset(&e, 0, sizeof e);
+    e.D = D, e.N = N, e.delta = 0, e.alpha = S, e.beta = 2 * S, e.gamma = 3 * S, e.omega = 4 * S;
+    for (size_t i = 0; i < S; i++) { /* as in run() */
+        W[i] = (real)(0.2 * nrand()), W[S + i] = (real)(0.2 * nrand());
+        W[2 * S + i] = (real)(((i % N) % 2 ? -1 : 1) + 0.02 * nrand()), W[3 * S + i] = (real)nrand();
+    }
+    for (int d = 0; d < D; d++) W[4 * S + d] = (real)nrand();
+    for (size_t i = 0; i < (size_t)B * D; i++) x[i] = (real)nrand();
+    memset(st, 0, (size_t)B * S * sizeof(real));
+    mega_ema_layer_coef(&e, W, coef, 0);
+    double *t = malloc(sizeof(double) * reps);
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        for (int c = 0; c < calls; c++) mega_ema_layer_step(&e, W, coef, st, mpre, m, x, B, 1);
+        t[r] = 1e9 * (now() - t0) / calls;
+    }
+    qsort(t, reps, sizeof(double), cmp_d);
+    printf("%-22s B=%d T=1 D=%d N=%d causal: step %8.0f ns per call  (min %.0f)\n", "decode-step", B, D, N,
+           t[reps / 2], t[0]);
+    free(t), free(W), free(coef), free(x), free(mpre), free(m), free(st);
+}
+
 int main(int argc, char **argv) {
     int check_only = argc > 1 && !strcmp(argv[1], "check");
     int reps = (!check_only && argc > 1) ? atoi(argv[1]) : 9;
@@ -213,8 +258,10 @@ int main(int argc, char **argv) {
     const int check = !(argc > 3 && !strcmp(argv[3], "nocheck"));
     if (check)
         for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) bad += run(&small[i], 1, nthreads, 1);
-    if (!check_only)
+    if (!check_only) {
         for (size_t i = 0; i < 2; i++) bad += run(&big[i], reps, nthreads, check);
+        run_step(1, reps), run_step(8, reps);
+    }
     printf("%s\n", bad ? "CHECK FAILED" : "all checks ok");
     return bad != 0;
 }

@@ -21,7 +21,9 @@
  * Configurations: chunk 4 with T = 13 (cache cleared at chunk borders, ragged last chunk),
  * chunk 5, chunk = T, chunk > T, chunk 1, full attention; softmax / relu2 / laplace; simple /
  * rotary; pre / post norm; every norm, batchnorm with non-trivial running statistics (eval
- * mode); with and without the FFN; silu / gelu / relu; B = 2.
+ * mode); with and without the FFN; silu / gelu / relu; B = 2; D = 8, and D = 20 and 36 with N = 5
+ * (a partial last EMA channel block after full ones: the step reads full blocks in place and the
+ * partial one through the zero-padded copy).
  * Tolerance (BT_STOL): 1e-5 of max |out| (float build), 1e-12 (double build, build/t64_stream).
  */
 #include "blocktest.h"
@@ -170,6 +172,22 @@ int main(int argc, char **argv) {
         bt_ctx g;
         if (bt_open(&g, &c, &o)) continue;
         /* the tightest cache: one chunk when chunked */
+        const bt_stream_opts so = {.cap = c.chunk_size > 0 ? c.chunk_size : 0, .worst = &g_worst};
+        bt_stream_check(&g, &so);
+        bt_close(&g);
+    }
+    /* widths that are not a multiple of the EMA's channel block (MEGA_EMA_DB: 16 or 8 floats, 8
+     * or 4 doubles); N = 5 is a group of the EMA kernel plus a remainder */
+    for (int k = 0; k < 2; k++) {
+        mega_block_config c;
+        base_cfg(&c);
+        c.embed_dim = k ? 36 : 20, c.n_dim = 5, c.chunk_size = k ? -1 : 4;
+        c.attention_activation = k ? MEGA_ATTN_RELU2 : MEGA_ATTN_SOFTMAX;
+        c.rel_pos_bias = k ? MEGA_RELPOS_ROTARY : MEGA_RELPOS_SIMPLE, c.prenorm = !k;
+        c.norm_type = k ? MEGA_NORM_RMS : MEGA_NORM_LAYER;
+        const bt_opts o = {.B = 2, .T = 13, .seed = 300 + (uint64_t)k, .prefix = "decoder.layers.0."};
+        bt_ctx g;
+        if (bt_open(&g, &c, &o)) continue;
         const bt_stream_opts so = {.cap = c.chunk_size > 0 ? c.chunk_size : 0, .worst = &g_worst};
         bt_stream_check(&g, &so);
         bt_close(&g);

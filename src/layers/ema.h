@@ -1,5 +1,5 @@
 /*
- * MultiHeadEMA layer (official exponential_moving_average.py; SPEC §1): parameters
+ * MultiHeadEMA layer (official exponential_moving_average.py, Mega paper §3.1): parameters
  * move.{delta,alpha,beta,gamma,omega}, forward m = silu(EMA(x) + omega*x), backward, and the
  * streaming step (carried state [B, N, D], untruncated, as the official incremental path).
  */

@@ -1,4 +1,4 @@
-/* Damped EMA, route A (SPEC §1.3): forward recurrence and reverse-time adjoint. See ema.h.
+/* Damped EMA as a sequential recurrence: forward and reverse-time adjoint. See ema.h.
  *
  * How the work is laid out (forward and backward alike):
  *  - a channel block of DB channels is one vector `vreal` (one AVX-512 register of floats);
@@ -135,18 +135,22 @@ static inline int tix(int dir, int T, int i) { return dir == 0 ? i : T - 1 - i; 
 static inline int rlo(int nblk, int nr, int r) { return (int)((long)nblk * r / nr); }
 
 /* ------------------------------------------------------------------------------------------
- * Forward: one chunk of len steps for the ng components whose state and coefficient rows
- * ([n][DB]) start at h, q, pb, gs, qK:
- *     h = q*h + pb*(x~_i - qK*x~_{i-K})        e_i += gs*h        (SPEC §1.2/§1.3)
- * xb, xkb, eb: [len][DB] (x~_i, x~_{i-K}, e_i). ng and trunc are constants at every call.
+ * Forward: one chunk of len steps for the ng components whose first state and coefficient rows
+ * are h, q, pb, gs, qK, component k's rows k*hs (state) and k*cs (coefficients) further on:
+ *     h = q*h + pb*(x~_i - qK*x~_{i-K})        e_i += gs*h
+ * (the damped EMA of the Mega paper §3.1, in the official exponential_moving_average.py
+ * parametrisation; the qK term is the truncated kernel's window, see ema.h).
+ * xb, xkb, eb: [len][DB] (x~_i, x~_{i-K}, e_i). ng and trunc are constants at every call; the
+ * strides are read only when the group's registers are loaded and stored, once per chunk.
  * Per element these are the operations of the plain loop, in the same order (e summed over n in
  * order from 0), so the blocking does not change the forward's results. */
 KERNEL void fwd_group(const int ng, const int trunc, const int len, const real *xb, const real *xkb, real *eb,
-                      const real *q, const real *pb, const real *gs, const real *qK, real *h) {
+                      const real *q, const real *pb, const real *gs, const real *qK, size_t cs, real *h,
+                      size_t hs) {
     vreal vq[NG], vpb[NG], vgs[NG], vqK[NG], vh[NG];
     for (int k = 0; k < ng; k++) {
-        const int r = k * DB;
-        vq[k] = VLD(q + r), vpb[k] = VLD(pb + r), vgs[k] = VLD(gs + r), vh[k] = VLD(h + r);
+        const size_t r = (size_t)k * cs;
+        vq[k] = VLD(q + r), vpb[k] = VLD(pb + r), vgs[k] = VLD(gs + r), vh[k] = VLD(h + (size_t)k * hs);
         if (trunc)
             vqK[k] = VLD(qK + r);
         else /* unused; set so that no compiler sees it uninitialised */
@@ -168,25 +172,54 @@ KERNEL void fwd_group(const int ng, const int trunc, const int len, const real *
         }
         VST(eb + (size_t)i * DB, e);
     }
-    for (int k = 0; k < ng; k++) VST(h + k * DB, vh[k]);
+    for (int k = 0; k < ng; k++) VST(h + (size_t)k * hs, vh[k]);
 }
 
-/* all N components of one block and chunk: groups of NG, then the rest one at a time.
- * fa: the block's arrays [5][N][DB]: state h, then q, pb, gs, qK */
-static void fwd_chunk(int N, int trunc, int len, const real *xb, const real *xkb, real *eb, real *fa) {
-    const size_t NB = (size_t)N * DB;
-    real *h = fa;
-    const real *q = fa + NB, *pb = fa + 2 * NB, *gs = fa + 3 * NB, *qK = fa + 4 * NB;
-    int n = 0;
+/* where the kernels find one block's state and coefficient rows [n][.] and the rows' strides:
+ * the compact copy in the workspace (stride DB), or the caller's arrays read in place (the
+ * [B, N, D] state: stride D; the [n][D'] coefficients: stride D') */
+typedef struct {
+    real *h;
+    const real *q, *pb, *gs, *qK;
+    size_t hs, cs;
+    int h_ws; /* the state is the workspace copy (to be written back to a carried state) */
+} fwd_blk;
+
+/* one chunk of nb blocks (chunk rows xb, xkb, eb of block bi at bi*TC*DB), all N components:
+ * per block, groups of NG in order of n, then the rest one at a time. Either block by block (a
+ * block's chunk rows stay in L1 over its groups), or, when the blocks' state and coefficients are
+ * read in place (across), group by group over the blocks, so that successive loads walk each row
+ * of the [n][D'] arrays through adjacent blocks, contiguous memory the prefetchers follow, instead
+ * of jumping D' reals from row to row (measured: twice as slow at decode's B = 8). Each block's e
+ * is summed over n in the same order either way. */
+static void fwd_chunk(int N, int trunc, int len, int nb, int across, const real *xb, const real *xkb, real *eb,
+                      const fwd_blk *fb) {
+    const size_t CB = (size_t)TC * DB;
 #define FWD_GROUP(NGC, TR)                                                                                  \
-    fwd_group(NGC, TR, len, xb, xkb, eb, q + n * DB, pb + n * DB, gs + n * DB, qK + n * DB, h + n * DB)
-    if (trunc) {
-        for (; n + NG <= N; n += NG) FWD_GROUP(NG, 1);
-        for (; n < N; n++) FWD_GROUP(1, 1);
-    } else {
-        for (; n + NG <= N; n += NG) FWD_GROUP(NG, 0);
-        for (; n < N; n++) FWD_GROUP(1, 0);
-    }
+    fwd_group(NGC, TR, len, xb + bi * CB, xkb + bi * CB, eb + bi * CB, fb[bi].q + n * fb[bi].cs,               \
+              fb[bi].pb + n * fb[bi].cs, fb[bi].gs + n * fb[bi].cs, fb[bi].qK + n * fb[bi].cs, fb[bi].cs,       \
+              fb[bi].h + n * fb[bi].hs, fb[bi].hs)
+#define FWD_ALL(TR)                                                                                         \
+    do {                                                                                                    \
+        if (across) {                                                                                       \
+            int n = 0;                                                                                      \
+            for (; n + NG <= N; n += NG)                                                                    \
+                for (int bi = 0; bi < nb; bi++) FWD_GROUP(NG, TR);                                          \
+            for (; n < N; n++)                                                                              \
+                for (int bi = 0; bi < nb; bi++) FWD_GROUP(1, TR);                                           \
+        } else {                                                                                            \
+            for (int bi = 0; bi < nb; bi++) {                                                               \
+                int n = 0;                                                                                  \
+                for (; n + NG <= N; n += NG) FWD_GROUP(NG, TR);                                             \
+                for (; n < N; n++) FWD_GROUP(1, TR);                                                        \
+            }                                                                                               \
+        }                                                                                                   \
+    } while (0)
+    if (trunc)
+        FWD_ALL(1);
+    else
+        FWD_ALL(0);
+#undef FWD_ALL
 #undef FWD_GROUP
 }
 
@@ -194,8 +227,16 @@ static void fwd_chunk(int N, int trunc, int len, const real *xb, const real *xkb
  * state and the coefficients q, pb, gs, qK */
 static size_t fwd_ws(int N, int nb) { return (size_t)nb * (3 * TC + 5 * N) * DB; }
 
-/* forward of batch element b over channel blocks [blo, bhi), every direction; the omega skip and
- * silu are applied as the last direction's rows are written. ws: fwd_ws reals. */
+/* blocks per range whose workspace fits FWD_WS */
+static int fwd_gmax(int N) {
+    int G = 1;
+    while (G < GMAX && fwd_ws(N, G + 1) <= FWD_WS) G++;
+    return G;
+}
+
+/* forward of batch element b over channel blocks [blo, bhi) (at most fwd_gmax blocks), every
+ * direction; the omega skip and silu are applied as the last direction's rows are written.
+ * ws: fwd_ws reals. */
 static void fwd_range(const mega_ema_k *k, int b, int blo, int bhi, real *mpre, real *m, const real *x,
                       const uint8_t *pad, int T, real *state, real *ws) {
     const int D = k->D, N = k->N, Dp = k->bidir ? 2 * D : D, ndir = k->bidir ? 2 : 1;
@@ -203,30 +244,50 @@ static void fwd_range(const mega_ema_k *k, int b, int blo, int bhi, real *mpre, 
     const int cw = (nb - 1) * DB + nl; /* channels in the range */
     const int trunc = k->K > 0 && k->K < T, K = k->K;
     const size_t CB = (size_t)TC * DB, NB = (size_t)N * DB;
-    /* per block bi: state hb + bi*5*NB, then its coefficients q, pb, gs, qK [N][DB] (a compact
-     * copy: the rows of the [n][D'] arrays are D' apart, and N of them in one cache-set group
-     * would evict each other) */
+    /* Where the kernels read a block's state and coefficients. Over several chunks, a compact
+     * copy per block, hb + bi*5*NB: state, then q, pb, gs, qK [N][DB] (the rows of the [n][D']
+     * arrays are D' apart, and N of them in one cache-set group would evict each other between
+     * chunks). Within one chunk (T <= TC: the streaming step, decode's T = 1) each state and
+     * coefficient element is read once, so a copy would only add passes over them (at T = 1,
+     * D 256, N 16 the step measured 8 times slower with the copy): a full block then reads them
+     * in place. A partial block (D not a multiple of DB) always takes the copy, whose padded
+     * lanes are zero. */
+    const int inplace = T <= TC;
+    fwd_blk fb[GMAX];
     real *xb = ws, *xkb = xb + nb * CB, *eb = xkb + nb * CB, *hb = eb + nb * CB;
-    if (nl < DB) { /* the partial block's padded lanes stay 0 */
-        memset(xb + (nb - 1) * CB, 0, CB * sizeof(real));
-        memset(xkb + (nb - 1) * CB, 0, CB * sizeof(real));
+    if (nl < DB) { /* the partial block's padded lanes stay 0 (in the rows this call uses) */
+        const size_t rows = (size_t)MEGA_MIN(T, TC) * DB;
+        memset(xb + (nb - 1) * CB, 0, rows * sizeof(real));
+        memset(xkb + (nb - 1) * CB, 0, rows * sizeof(real));
     }
     for (int dir = 0; dir < ndir; dir++) {
         const int rowoff = dir ? D : 0, last = dir == ndir - 1;
         const real *src[4] = {k->q, k->pb, k->gs, k->qK};
         for (int bi = 0; bi < nb; bi++) {
-            const int w = bi == nb - 1 ? nl : DB;
-            real *h = hb + bi * 5 * NB;
+            const int w = bi == nb - 1 ? nl : DB, direct = inplace && w == DB;
+            real *hw = hb + bi * 5 * NB;
+            fwd_blk *f = &fb[bi];
             /* state: the carried [B, N, D] rows (direction 0) or zero */
-            const real *st = (dir == 0 && state) ? state + (size_t)b * N * D + c0 + bi * DB : NULL;
-            for (int n = 0; n < N; n++)
-                for (int j = 0; j < DB; j++) h[n * DB + j] = st && j < w ? st[(size_t)n * D + j] : 0;
-            for (int a = 0; a < 4; a++)
-                for (int n = 0; n < N; n++) {
-                    const real *cs = src[a] + (size_t)n * Dp + rowoff + c0 + bi * DB;
-                    real *cd = h + (1 + a) * NB + n * DB;
-                    for (int j = 0; j < DB; j++) cd[j] = j < w ? cs[j] : 0;
-                }
+            real *st = (dir == 0 && state) ? state + (size_t)b * N * D + c0 + bi * DB : NULL;
+            if (st && direct) {
+                f->h = st, f->hs = (size_t)D, f->h_ws = 0;
+            } else {
+                for (int n = 0; n < N; n++)
+                    for (int j = 0; j < DB; j++) hw[n * DB + j] = st && j < w ? st[(size_t)n * D + j] : 0;
+                f->h = hw, f->hs = DB, f->h_ws = 1;
+            }
+            if (direct) {
+                const size_t o = (size_t)rowoff + c0 + bi * DB;
+                f->q = k->q + o, f->pb = k->pb + o, f->gs = k->gs + o, f->qK = k->qK + o, f->cs = (size_t)Dp;
+            } else {
+                for (int a = 0; a < 4; a++)
+                    for (int n = 0; n < N; n++) {
+                        const real *cs = src[a] + (size_t)n * Dp + rowoff + c0 + bi * DB;
+                        real *cd = hw + (1 + a) * NB + n * DB;
+                        for (int j = 0; j < DB; j++) cd[j] = j < w ? cs[j] : 0;
+                    }
+                f->q = hw + NB, f->pb = hw + 2 * NB, f->gs = hw + 3 * NB, f->qK = hw + 4 * NB, f->cs = DB;
+            }
         }
         for (int i0 = 0; i0 < T; i0 += TC) {
             const int len = MEGA_MIN(TC, T - i0);
@@ -258,7 +319,7 @@ static void fwd_range(const mega_ema_k *k, int b, int blo, int bhi, real *mpre, 
                     }
                 }
             }
-            for (int bi = 0; bi < nb; bi++) fwd_chunk(N, trunc, len, xb + bi * CB, xkb + bi * CB, eb + bi * CB, hb + bi * 5 * NB);
+            fwd_chunk(N, trunc, len, nb, inplace, xb, xkb, eb, fb);
             /* bidirectional: e^f first, then mpre = (e^f + e^b) + omega*x; causal: e + omega*x
              * (the omega skip uses the un-zeroed input); m = silu(mpre) */
             for (int ii = 0; ii < len; ii++) {
@@ -284,29 +345,41 @@ static void fwd_range(const mega_ema_k *k, int b, int blo, int bhi, real *mpre, 
                 }
             }
         }
-        if (dir == 0 && state)
+        if (dir == 0 && state) /* the blocks whose state ran in the workspace copy */
             for (int bi = 0; bi < nb; bi++) {
+                if (!fb[bi].h_ws) continue;
                 const int w = bi == nb - 1 ? nl : DB;
                 real *st = state + (size_t)b * N * D + c0 + bi * DB;
                 for (int n = 0; n < N; n++)
-                    for (int j = 0; j < w; j++) st[(size_t)n * D + j] = hb[bi * 5 * NB + n * DB + j];
+                    for (int j = 0; j < w; j++) st[(size_t)n * D + j] = fb[bi].h[n * DB + j];
             }
     }
 }
 
+void mega_ema_forward_blocks(const mega_ema_k *k, int b, int blo, int bhi, real *mpre, real *m, const real *x,
+                             const uint8_t *pad, int T, real *state) {
+    MEGA_ASSERT(k->N >= 1 && k->N <= NMAX && !(state && k->bidir));
+    MEGA_ASSERT(0 <= blo && blo < bhi && bhi <= (k->D + DB - 1) / DB);
+    /* on the stack: the streaming step calls this once per token and piece, and must not
+     * allocate (tests/test_decode_alloc.c) */
+    _Alignas(64) real ws[FWD_WS];
+    const int G = fwd_gmax(k->N);
+    /* a block's results do not depend on the range it runs in, so splitting a long range into
+     * workspace-sized ones changes nothing (mega_ema_forward's ranges fit: one call) */
+    for (int lo = blo; lo < bhi; lo += G) fwd_range(k, b, lo, MEGA_MIN(bhi, lo + G), mpre, m, x, pad, T, state, ws);
+}
+
+/* unit u of mega_ema_forward: batch element u / nr, range u % nr of the nblk blocks */
 static void fwd_unit(const mega_ema_k *k, long u, int nr, int nblk, real *mpre, real *m, const real *x,
                      const uint8_t *pad, int T, real *state) {
-    _Alignas(64) real ws[FWD_WS];
     const int b = (int)(u / nr), r = (int)(u % nr);
-    fwd_range(k, b, rlo(nblk, nr, r), rlo(nblk, nr, r + 1), mpre, m, x, pad, T, state, ws);
+    mega_ema_forward_blocks(k, b, rlo(nblk, nr, r), rlo(nblk, nr, r + 1), mpre, m, x, pad, T, state);
 }
 
 void mega_ema_forward(const mega_ema_k *k, real *mpre, real *m, const real *x, const uint8_t *pad, int B,
                       int T, real *state) {
     MEGA_ASSERT(k->N >= 1 && k->N <= NMAX && !(state && k->bidir));
-    const int nblk = (k->D + DB - 1) / DB;
-    int G = 1; /* blocks per range that fit the workspace */
-    while (G < GMAX && fwd_ws(k->N, G + 1) <= FWD_WS) G++;
+    const int nblk = (k->D + DB - 1) / DB, G = fwd_gmax(k->N); /* blocks per range that fit the workspace */
     int nr = (nblk + G - 1) / G, nth = 1;
 #ifdef _OPENMP
     nth = omp_get_max_threads();
@@ -333,7 +406,7 @@ void mega_ema_forward(const mega_ema_k *k, real *mpre, real *m, const real *x, c
  * in q:
  *     mu_i  = q*mu_{i+1} + g_i                    (= sum_{u>=i} q^(u-i) g_u)
  *     mu'_i = q*mu'_{i+1} + mu_{i+1}              (= sum_{u>i} (u-i) q^(u-i-1) g_u = d mu_i/dq)
- * Then dL/ds_i = gs*pb*mu_i (the adjoint lambda_i of SPEC §1.3 is gs*mu_i), and since s_i is the
+ * Then dL/ds_i = gs*pb*mu_i (the plain adjoint lambda_i = dL/dh_i is gs*mu_i), and since s_i is the
  * sum of the x^_u, u <= i, with weights q^(i-u), exchanging the order of the double sums gives
  * every coefficient gradient from the reverse pass alone, without the forward states:
  *     A1 = sum_i mu_i x^_i,  A2 = sum_i mu'_i x^_i,  A3 = sum_{i>=K} mu_i x~_{i-K}
@@ -581,7 +654,7 @@ void mega_ema_coef_backward(const real *dcoef, const real *delta, const real *al
             double q = 1.0 - p * a;
             double d_pb = dcoef[o], d_q = dcoef[S + o], d_gs = dcoef[2 * S + o], d_qK = dcoef[3 * S + o];
             if (K > 0) d_q += d_qK * K * pow(q, K - 1); /* qK = q^K */
-            /* pb = p*beta, q = 1 - p*a, gs = gamma*scale (SPEC §1.5, route A) */
+            /* pb = p*beta, q = 1 - p*a, gs = gamma*scale (mega_ema_coef) */
             double dp = d_pb * beta[i] - d_q * a;
             double da = -d_q * p;
             dbeta[i] += (real)(d_pb * p);

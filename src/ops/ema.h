@@ -1,10 +1,13 @@
 /*
- * Multi-dimensional damped EMA kernels, route A of SPEC §1.3 (sequential recurrence).
+ * Multi-dimensional damped EMA kernels (Mega paper, arXiv 2209.10655, §3.1), computed as the
+ * sequential recurrence (not as a convolution with the materialised kernel).
  *
  * Per kernel row r (channel d for the forward direction, D+d for the backward direction of a
  * bidirectional EMA) and component n, with coefficients
  *     pb = p*beta,  q = 1 - p*a,  gs = gamma * N^-1/2,  qK = q^K (truncation window K)
- * the recurrence (SPEC §1.2, windowed form of §1.3 when K < T) is
+ * the recurrence (the official exponential_moving_average.py: p = sigmoid(delta),
+ * q = 1 - p*sigmoid(alpha), kernel_t = pb*q^t; with truncation K < T the kernel is cut after K
+ * taps, which the qK term removes from the state) is
  *     h_t = q*h_{t-1} + pb*x~_t - qK*pb*x~_{t-K}        x~ = x with pads zeroed
  *     e_t = sum_n gs*h_t
  * and the layer output is  m = silu(e + omega*x)  (official exponential_moving_average.py).
@@ -17,9 +20,10 @@
  * groups whose state stays in registers for a whole chunk (see ema.c).
  * Backward: a single reverse-time pass per direction that needs no forward state (ema.c
  * derives the coefficient gradients from the adjoint alone), so no checkpoints are kept.
- * Threads: forward over (batch element, range of channel blocks); backward over ranges of
- * channel blocks only, each thread owning its channels' parameter gradients (deterministic for
- * any thread count: a block's results do not depend on the ranges).
+ * Threads: forward over (batch element, range of channel blocks), each unit one call of
+ * mega_ema_forward_blocks, which the streaming step calls for its pieces too; backward over
+ * ranges of channel blocks only, each thread owning its channels' parameter gradients
+ * (deterministic for any thread count: a block's results do not depend on the ranges).
  */
 #ifndef MEGA_EMA_OPS_H
 #define MEGA_EMA_OPS_H
@@ -54,6 +58,15 @@ void mega_ema_coef(real *coef, const real *delta, const real *alpha, const real 
  * needs no forward state. */
 void mega_ema_forward(const mega_ema_k *k, real *mpre, real *m, const real *x, const uint8_t *pad, int B,
                       int T, real *state);
+/* the unit of mega_ema_forward: batch element b (x, mpre, m, pad, state: the whole [B, ...]
+ * arrays, as there), channel blocks [blo, bhi) of MEGA_EMA_DB channels (the last one partial when
+ * D is not a multiple), on the calling thread; every block's results are those of
+ * mega_ema_forward, bit for bit. The streaming step (mega_ema_layer_step) runs its pieces through
+ * it, so the recurrence has one implementation. Allocates nothing (its workspace is on the
+ * stack); with T <= 16 (one time chunk) full blocks read the coefficients and the carried state
+ * in place, so a decode step costs the recurrence only. */
+void mega_ema_forward_blocks(const mega_ema_k *k, int b, int blo, int bhi, real *mpre, real *m, const real *x,
+                             const uint8_t *pad, int T, real *state);
 
 /* scratch reals needed by mega_ema_backward (depends on k->N and nthreads only; T is unused) */
 size_t mega_ema_bwd_scratch(const mega_ema_k *k, int T, int nthreads);
@@ -62,7 +75,8 @@ size_t mega_ema_bwd_scratch(const mega_ema_k *k, int T, int nthreads);
 void mega_ema_backward(const mega_ema_k *k, real *dx, real *dcoef, real *domega, const real *g, const real *x,
                        const uint8_t *pad, int B, int T, real *scratch, int nthreads);
 
-/* chain rule from (d pb, d q, d gs) to the official parameters (SPEC §1.5); accumulates */
+/* chain rule from (d pb, d q, d gs, d qK) to the official parameters delta, alpha, beta, gamma
+ * (through the formulas of mega_ema_coef); accumulates */
 void mega_ema_coef_backward(const real *dcoef, const real *delta, const real *alpha, const real *beta,
                             const real *gamma, real *ddelta, real *dalpha, real *dbeta, real *dgamma, int Dp,
                             int N, int K);
