@@ -149,6 +149,17 @@ static void run_scratch_bounds(void) {
     }
 }
 
+/* one configuration through the shared streaming driver, with the tightest cache: one chunk when
+ * chunked */
+static void stream_one(const mega_block_config *c, uint64_t seed) {
+    const bt_opts o = {.B = 2, .T = 13, .seed = seed, .prefix = "decoder.layers.0."};
+    bt_ctx g;
+    if (bt_open(&g, c, &o)) return;
+    const bt_stream_opts so = {.cap = c->chunk_size > 0 ? c->chunk_size : 0, .worst = &g_worst};
+    bt_stream_check(&g, &so);
+    bt_close(&g);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     enum { S_ = MEGA_ATTN_SOFTMAX, R_ = MEGA_ATTN_RELU2, L_ = MEGA_ATTN_LAPLACE };
@@ -168,13 +179,7 @@ int main(int argc, char **argv) {
         c.attention_activation = (mega_attn_fn)cfgs[i][0], c.rel_pos_bias = cfgs[i][1] ? MEGA_RELPOS_ROTARY : MEGA_RELPOS_SIMPLE;
         c.prenorm = cfgs[i][2], c.norm_type = (mega_norm_type)cfgs[i][3], c.activation = (mega_act)cfgs[i][4];
         c.chunk_size = cfgs[i][5], c.ffn_dim = cfgs[i][6];
-        const bt_opts o = {.B = 2, .T = 13, .seed = 100 + (uint64_t)i, .prefix = "decoder.layers.0."};
-        bt_ctx g;
-        if (bt_open(&g, &c, &o)) continue;
-        /* the tightest cache: one chunk when chunked */
-        const bt_stream_opts so = {.cap = c.chunk_size > 0 ? c.chunk_size : 0, .worst = &g_worst};
-        bt_stream_check(&g, &so);
-        bt_close(&g);
+        stream_one(&c, 100 + (uint64_t)i);
     }
     /* widths that are not a multiple of the EMA's channel block (MEGA_EMA_DB: 16 or 8 floats, 8
      * or 4 doubles); N = 5 is a group of the EMA kernel plus a remainder */
@@ -185,12 +190,7 @@ int main(int argc, char **argv) {
         c.attention_activation = k ? MEGA_ATTN_RELU2 : MEGA_ATTN_SOFTMAX;
         c.rel_pos_bias = k ? MEGA_RELPOS_ROTARY : MEGA_RELPOS_SIMPLE, c.prenorm = !k;
         c.norm_type = k ? MEGA_NORM_RMS : MEGA_NORM_LAYER;
-        const bt_opts o = {.B = 2, .T = 13, .seed = 300 + (uint64_t)k, .prefix = "decoder.layers.0."};
-        bt_ctx g;
-        if (bt_open(&g, &c, &o)) continue;
-        const bt_stream_opts so = {.cap = c.chunk_size > 0 ? c.chunk_size : 0, .worst = &g_worst};
-        bt_stream_check(&g, &so);
-        bt_close(&g);
+        stream_one(&c, 300 + (uint64_t)k);
     }
     for (int k = 0; k < 2; k++) run_truncation(k); /* chunked and full attention */
     run_capacity();

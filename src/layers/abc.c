@@ -119,13 +119,9 @@ static mega_status declare(abc_layer *L, const mega_block_config *c, mega_params
     }
     return MEGA_OK;
 }
-#define ABC_DECLARE(fn, CTL)                                                                        \
-    static mega_status fn(void *L, const mega_block_config *c, mega_params *P, const char *prefix) { \
-        return declare(L, c, P, prefix, CTL);                                                       \
-    }
-ABC_DECLARE(win_declare, C_WIN)
-ABC_DECLARE(lin_declare, C_LIN)
-ABC_DECLARE(mlp_declare, C_MLP)
+MEGA_DECLARE_VARIANT(win_declare, declare, C_WIN)
+MEGA_DECLARE_VARIANT(lin_declare, declare, C_LIN)
+MEGA_DECLARE_VARIANT(mlp_declare, declare, C_MLP)
 
 static void abc_init(const void *layer, real *W, mega_rng *rng) {
     const abc_layer *L = layer;

@@ -131,14 +131,10 @@ static mega_status declare(aft_layer *L, const mega_block_config *c, mega_params
     }
     return MEGA_OK;
 }
-#define AFT_DECLARE(fn, V)                                                                          \
-    static mega_status fn(void *L, const mega_block_config *c, mega_params *P, const char *prefix) { \
-        return declare(L, c, P, prefix, V);                                                         \
-    }
-AFT_DECLARE(full_declare, V_FULL)
-AFT_DECLARE(local_declare, V_LOCAL)
-AFT_DECLARE(simple_declare, V_SIMPLE)
-AFT_DECLARE(tw_declare, V_TW)
+MEGA_DECLARE_VARIANT(full_declare, declare, V_FULL)
+MEGA_DECLARE_VARIANT(local_declare, declare, V_LOCAL)
+MEGA_DECLARE_VARIANT(simple_declare, declare, V_SIMPLE)
+MEGA_DECLARE_VARIANT(tw_declare, declare, V_TW)
 
 static void aft_init(const void *layer, real *W, mega_rng *rng) {
     const aft_layer *L = layer;

@@ -151,9 +151,11 @@ static mega_status mhatw_check(const mega_block_config *c) {
 
 /* ---- declaration and init --------------------------------------------------------------- */
 
-/* tw: the mhatw time weighting; local: the window is always on */
-static mega_status declare(mha_layer *L, const mega_block_config *c, mega_params *P, const char *prefix, int tw,
-                           int local) {
+/* the variants: mha; local (the window always on); mhatw (the time weighting) */
+enum { V_MHA, V_LOCAL, V_MHATW };
+
+static mega_status declare(mha_layer *L, const mega_block_config *c, mega_params *P, const char *prefix, int variant) {
+    const int tw = variant == V_MHATW, local = variant == V_LOCAL;
     memset(L, 0, sizeof *L);
     L->cfg = c, L->tw = tw;
     const int H = c->heads, D = c->embed_dim;
@@ -177,15 +179,9 @@ static mega_status declare(mha_layer *L, const mega_block_config *c, mega_params
     }
     return MEGA_OK;
 }
-static mega_status mha_declare(void *L, const mega_block_config *c, mega_params *P, const char *prefix) {
-    return declare(L, c, P, prefix, 0, 0);
-}
-static mega_status local_declare(void *L, const mega_block_config *c, mega_params *P, const char *prefix) {
-    return declare(L, c, P, prefix, 0, 1);
-}
-static mega_status mhatw_declare(void *L, const mega_block_config *c, mega_params *P, const char *prefix) {
-    return declare(L, c, P, prefix, 1, 0);
-}
+MEGA_DECLARE_VARIANT(mha_declare, declare, V_MHA)
+MEGA_DECLARE_VARIANT(local_declare, declare, V_LOCAL)
+MEGA_DECLARE_VARIANT(mhatw_declare, declare, V_MHATW)
 
 static void am_init(const void *layer, real *W, mega_rng *rng) {
     const mha_layer *L = layer;

@@ -107,6 +107,13 @@ typedef struct {
 mega_status mega_qkvo_declare(mega_qkvo *p, mega_params *P, const char *prefix, int D);
 void mega_qkvo_init(const mega_qkvo *p, real *W, int D, mega_rng *rng);
 
+/* fn: a registry entry's declare for one variant of a mixer family, calling the family's
+ * declare(L, c, P, prefix, variant), which records the variant in the layer struct */
+#define MEGA_DECLARE_VARIANT(fn, family_declare, variant)                                          \
+    static mega_status fn(void *L, const mega_block_config *c, mega_params *P, const char *prefix) { \
+        return family_declare(L, c, P, prefix, variant);                                            \
+    }
+
 /* a mixer file's check that its layer struct fits the block's reservation */
 #define MEGA_MIXER_LAYER_FITS(type) \
     _Static_assert(sizeof(type) <= MEGA_MIXER_LAYER_MAX, #type " must fit MEGA_MIXER_LAYER_MAX")
