@@ -286,7 +286,7 @@ static void run_case(int fn, int causal, int padmode, int T, int chunk, double p
 
     mega_attn_k k;
     memset(&k, 0, sizeof k);
-    k.Z = Z, k.E = E, k.chunk = chunk, k.causal = causal, k.fn = (mega_attn_fn)fn;
+    k.Z = Z, k.E = E, k.chunk_size = chunk, k.causal = causal, k.fn = (mega_attn_fn)fn;
     k.btab = r.btab, k.Mc = r.c.Mc, k.p_attn = p, k.key_attn = r.c.key;
     size_t per = mega_attn_scratch(&k, T);
     double *scr = calloc(per * (size_t)nthreads, sizeof(double));
@@ -345,7 +345,7 @@ static void run_query(int fn, int n, int Mextra, int E) {
     ref_forward(&r.c, r.q, r.k, r.v, NULL, r.O, r.lse, &r.st);
     mega_attn_k k;
     memset(&k, 0, sizeof k);
-    k.Z = Z, k.E = E, k.chunk = -1, k.causal = 1, k.fn = (mega_attn_fn)fn, k.btab = r.btab, k.Mc = r.c.Mc;
+    k.Z = Z, k.E = E, k.chunk_size = -1, k.causal = 1, k.fn = (mega_attn_fn)fn, k.btab = r.btab, k.Mc = r.c.Mc;
     double *o = calloc((size_t)E, sizeof(double)), *w = calloc((size_t)n, sizeof(double));
     double *kt = calloc((size_t)n * Z, sizeof(double));
     for (int j = 0; j < n; j++)
@@ -373,7 +373,7 @@ static void canaries(void) {
         randn_fill(r.btab, 199, 0.5);
         mega_attn_k k;
         memset(&k, 0, sizeof k);
-        k.Z = Z, k.E = E, k.chunk = chunk, k.causal = 0, k.fn = MEGA_ATTN_SOFTMAX, k.btab = r.btab, k.Mc = 100;
+        k.Z = Z, k.E = E, k.chunk_size = chunk, k.causal = 0, k.fn = MEGA_ATTN_SOFTMAX, k.btab = r.btab, k.Mc = 100;
         k.p_attn = r.c.p, k.key_attn = 7;
         if (which == 0) {
             ref_forward(&r.c, r.q, r.k, r.v, NULL, r.O, r.lse, &r.st);

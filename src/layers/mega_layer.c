@@ -103,7 +103,7 @@ size_t mega_mlayer_acts_view(const mega_mlayer *L, mega_mlayer_acts *A, real *ba
 static mega_attn_k attn_kernel(const mega_mlayer *L, const real *btab, int Mc, const mega_run *run) {
     const mega_block_config *c = L->cfg;
     mega_attn_k k;
-    k.Z = c->z_dim, k.E = c->hidden_dim, k.chunk = c->chunk_size, k.causal = !c->bidirectional, k.fn = c->attention_activation;
+    k.Z = c->z_dim, k.E = c->hidden_dim, k.chunk_size = c->chunk_size, k.causal = !c->bidirectional, k.fn = c->attention_activation;
     k.btab = btab, k.Mc = Mc;
     k.p_attn = run && run->training ? c->attention_dropout : 0;
     k.key_attn = run ? mega__subkey(run->key, SITE_ATTN) : 0;

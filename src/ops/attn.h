@@ -2,8 +2,8 @@
  * Single-head chunked attention of Mega (Mega eq. (11) and §3.5; official
  * moving_average_gated_attention.py softmax_attention / element_attention; docs/mega.md §3–§5).
  *
- * The sequence is cut into chunks of `chunk` positions (the last one may be shorter: the ragged
- * extension, equivalent to the official right-padding); chunk <= 0 means one chunk of T.
+ * The sequence is cut into chunks of `chunk_size` positions (the last one may be shorter: the ragged
+ * extension, equivalent to the official right-padding); chunk_size <= 0 means one chunk of T.
  * Inside a chunk (chunk-local indices i = query, j = key, n keys):
  *   softmax: S = scale*q.k + Bias[i,j]; causal keys j>i and pad keys get -inf, except that in a
  *            chunk whose keys are ALL pad nothing is pad-masked (official rule); A = softmax(S)
@@ -29,7 +29,7 @@
 
 typedef struct {
     int Z, E;
-    int chunk;  /* > 0 chunk length; <= 0: one chunk */
+    int chunk_size; /* > 0 chunk length; <= 0: one chunk (the block config's chunk_size) */
     int causal;
     mega_attn_fn fn;
     const real *btab; /* bias table, 2*Mc-1 entries, centre Mc-1 (distance 0) */
