@@ -123,6 +123,7 @@ mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out) {
     if (!m) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
     m->cfg = *c;
     mega_cls_config_resolve(&m->cfg);
+    c = &m->cfg; /* from here on the resolved config (classifier-dim 0 = 2 x embed-dim, the mixer's defaults) */
     mega_params_init(&m->P);
     mega_status st;
     const int64_t D = c->block.embed_dim;
@@ -132,11 +133,11 @@ mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out) {
         st = MEGA_PADD(&m->P, "encoder.encoder.", "embed_tokens.bias", 0, &m->emb_b, D);
     if (st) goto fail;
     if ((st = mega_stack_declare(&m->pass[0].st, &m->P, "encoder.encoder.layers.", "encoder.encoder.final_norm.norm.",
-                                 &m->cfg.block, c->layers, c->final_norm_affine)))
+                                 &c->block, c->layers, c->final_norm_affine)))
         goto fail;
     if (c->two_tower) mega_stack_share(&m->pass[1].st, &m->pass[0].st);
     m->in_dim = (c->two_tower ? 2 : 1) * c->block.embed_dim;
-    m->head_dim = c->classifier_layers > 0 ? m->cfg.classifier_dim : m->in_dim;
+    m->head_dim = c->classifier_layers > 0 ? c->classifier_dim : m->in_dim;
     m->hw = calloc((size_t)c->classifier_layers + 1, sizeof(size_t));
     m->hb = calloc((size_t)c->classifier_layers + 1, sizeof(size_t));
     if (!m->hw || !m->hb) {

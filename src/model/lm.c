@@ -75,11 +75,12 @@ mega_status mega_lm_create(const mega_lm_config *c, mega_lm **out) {
     if (!m) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
     m->cfg = *c;
     mega_lm_config_resolve(&m->cfg);
+    c = &m->cfg; /* from here on the resolved config (the mixer's defaults) */
     mega_params_init(&m->P);
     mega_status st;
     const int64_t V = c->vocab_size, D = c->block.embed_dim;
     if ((st = MEGA_PADD(&m->P, "decoder.", "embed_tokens.weight", MEGA_P_DECAY, &m->emb, V, D))) goto fail;
-    if ((st = mega_stack_declare(&m->st, &m->P, "decoder.layers.", "decoder.final_norm.norm.", &m->cfg.block, c->layers,
+    if ((st = mega_stack_declare(&m->st, &m->P, "decoder.layers.", "decoder.final_norm.norm.", &c->block, c->layers,
                                  c->final_norm_affine)))
         goto fail;
     if (!c->tie_embeddings && (st = MEGA_PADD(&m->P, "decoder.", "output_projection.weight", MEGA_P_DECAY, &m->out_w, V, D)))
