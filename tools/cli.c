@@ -135,10 +135,15 @@ const char *cli_find(int argc, char **argv, int i0, const char *name) {
     return v;
 }
 
-int cli_seen(const cli_flag *flags, const char *name) {
+cli_flag *cli_flag_named(const cli_flag *flags, const char *name) {
     for (const cli_flag *f = flags; f->name; f++)
-        if (!strcmp(f->name, name)) return f->seen;
-    return 0;
+        if (!strcmp(f->name, name)) return (cli_flag *)(uintptr_t)f;
+    return NULL;
+}
+
+int cli_seen(const cli_flag *flags, const char *name) {
+    const cli_flag *f = cli_flag_named(flags, name);
+    return f ? f->seen : 0;
 }
 
 static int parse_num(const cli_flag *f, const char *v, double *out) {
@@ -181,9 +186,7 @@ int cli_parse(const char *cmd, const char *usage, cli_flag *flags, int argc, cha
             name = nb;
             val = eq + 1;
         }
-        cli_flag *f = NULL;
-        for (cli_flag *g = flags; g->name; g++)
-            if (!strcmp(g->name, name)) f = g;
+        cli_flag *f = cli_flag_named(flags, name);
         if (!f) {
             cli_error("unknown flag --%s for 'mega %s' (see 'mega %s --help')", name, cmd, cmd);
             return 2;

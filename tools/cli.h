@@ -35,6 +35,9 @@ const char *cli_find(int argc, char **argv, int i0, const char *name);
 /* parse argv[i0..argc); returns 0, or 2 after printing the error (or 1 when --help was printed) */
 int cli_parse(const char *cmd, const char *usage, cli_flag *flags, int argc, char **argv, int i0);
 void cli_help(FILE *f, const char *cmd, const char *usage, const cli_flag *flags);
+/* the flag called name in a table (NULL if none; a table names each flag once); whether it was
+ * given on the command line */
+cli_flag *cli_flag_named(const cli_flag *flags, const char *name);
 int cli_seen(const cli_flag *flags, const char *name);
 /* "error: ..." on stderr, returns 1 */
 int cli_error(const char *fmt, ...)

@@ -44,6 +44,12 @@ int eval_windows(mega_lm *m, const uint8_t *text, size_t n, int B, int T, size_t
  * tokens; progress on stderr when verbose */
 int eval_stream(mega_lm *m, const uint8_t *text, size_t n, int seg, int verbose, double *loss, int64_t *count);
 
+/* a classifier's mean loss and correct count over examples idx[0..n) of d, in batches of at most
+ * `batch` (inputs cut to maxlen); pred (optional) receives the argmax per example; progress on
+ * stderr when verbose (defined in task_cls.c) */
+int cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
+                 int64_t *correct, int *pred, int verbose);
+
 /* print a model config as "key value" pairs (lines begin with indent): the model's fields, then
  * the block fields that apply to its mixer */
 void print_config(FILE *f, const mega_field *mf, int nmf, const void *cfg, const mega_block_config *block, const char *indent);

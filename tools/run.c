@@ -14,44 +14,43 @@ static const char *model_path(const char *m, char *buf, size_t n) { return mega_
 static int load_model_ex(const char *arg, int chunk_override, int attn_window, mega_lm **out);
 static int load_model(const char *arg, int chunk_override, mega_lm **out) { return load_model_ex(arg, chunk_override, -1, out); }
 
+/* *m rebuilt with config c and its weights reloaded from path (the evaluation-time options that
+ * change the layers' shapes or masks) */
+static mega_status rebuild_model(mega_lm **m, const mega_lm_config *c, const char *path) {
+    mega_lm_free(*m);
+    *m = NULL;
+    mega_status st = mega_lm_create(c, m);
+    if (!st) st = mega_lm_load_weights(*m, path);
+    if (st) mega_lm_free(*m), *m = NULL;
+    return st;
+}
+
 /* attn_window >= 0 replaces the model's evaluation-time local attention mask */
 static int load_model_ex(const char *arg, int chunk_override, int attn_window, mega_lm **out) {
     char p[4096];
     if (!model_path(arg, p, sizeof p) || mega_lm_load(p, out) != MEGA_OK) return cli_error("%s", mega_last_error());
     if (attn_window >= 0 && attn_window != mega_lm_get_config(*out)->block.attn_window) {
         mega_lm_config c = *mega_lm_get_config(*out);
-        mega_lm_free(*out);
-        *out = NULL;
         c.block.attn_window = attn_window;
-        if (mega_lm_create(&c, out) != MEGA_OK || mega_lm_load_weights(*out, p) != MEGA_OK) {
-            mega_lm_free(*out);
-            *out = NULL;
-            return cli_error("--attn-window: %s", mega_last_error());
-        }
+        if (rebuild_model(out, &c, p) != MEGA_OK) return cli_error("--attn-window: %s", mega_last_error());
     }
     if (chunk_override != 0 && chunk_override != mega_lm_get_config(*out)->block.chunk_size) {
         /* train short, test long: rebuild with another attention chunk and reload the weights */
         mega_lm_config c = *mega_lm_get_config(*out);
-        mega_lm_free(*out);
-        *out = NULL;
-        if (c.block.rel_pos_bias != MEGA_RELPOS_ROTARY)
+        if (c.block.rel_pos_bias != MEGA_RELPOS_ROTARY) {
+            mega_lm_free(*out);
+            *out = NULL;
             return cli_error("--chunk-size %d: this model has a simple relative-position bias, whose table is sized by the "
                              "training chunk (%d); only rotary-bias models can change the chunk at evaluation",
                              chunk_override, c.block.chunk_size);
-        c.block.chunk_size = chunk_override;
-        if (mega_lm_create(&c, out) != MEGA_OK || mega_lm_load_weights(*out, p) != MEGA_OK) {
-            mega_lm_free(*out);
-            *out = NULL;
-            return cli_error("%s", mega_last_error());
         }
+        c.block.chunk_size = chunk_override;
+        if (rebuild_model(out, &c, p) != MEGA_OK) return cli_error("%s", mega_last_error());
     }
     return 0;
 }
 
 /* ---- classifiers ---------------------------------------------------------------------- */
-
-int cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
-                 int64_t *correct, int *pred, int verbose);
 
 /* the kind of model stored at path: "mega_lm" or "mega_cls" (NULL if unreadable) */
 static const char *model_kind(const char *path, char *buf, size_t n) {
@@ -104,39 +103,62 @@ static int load_cls_data(const cls_model *cm, const char *data, const char *imag
     return 0;
 }
 
+/* a classifier run over every example of its data: the predictions, loss and accuracy */
+typedef struct {
+    cls_model cm;
+    mega_dataset d;
+    int *pred;
+    double loss, seconds;
+    int64_t correct;
+} cls_run;
+
+static void cls_run_free(cls_run *r) {
+    free(r->pred);
+    mega_dataset_free(&r->d);
+    free_cls_model(&r->cm);
+}
+
+/* 0, or 2 after the error (r is then still for cls_run_free) */
+static int cls_run_all(cls_run *r, const char *model, const char *data, const char *images, const char *labels,
+                       int seq_len, int batch, int verbose) {
+    memset(r, 0, sizeof *r);
+    if (load_cls_model(model, &r->cm) || load_cls_data(&r->cm, data, images, labels, seq_len, &r->d)) return 2;
+    int *idx = malloc((size_t)r->d.n * sizeof(int));
+    r->pred = malloc((size_t)r->d.n * sizeof(int));
+    if (!idx || !r->pred) return free(idx), cli_error("out of memory"), 2;
+    for (int i = 0; i < r->d.n; i++) idx[i] = i;
+    const double t0 = now_sec();
+    int rc = cls_evaluate(r->cm.m, &r->d, idx, r->d.n, batch, seq_len, &r->loss, &r->correct, r->pred, verbose);
+    r->seconds = now_sec() - t0;
+    free(idx);
+    return rc ? 2 : 0;
+}
+
 static int eval_classifier(const char *model, const char *data, const char *images, const char *labels, int seq_len,
                            int batch, int confusion, int quiet) {
-    cls_model cm;
-    if (load_cls_model(model, &cm)) return free_cls_model(&cm), 2;
-    mega_dataset d;
-    memset(&d, 0, sizeof d);
-    if (load_cls_data(&cm, data, images, labels, seq_len, &d)) return free_cls_model(&cm), 2;
-    const int C = mega_cls_get_config(cm.m)->classes;
-    int *idx = malloc((size_t)d.n * sizeof(int)), *pred = malloc((size_t)d.n * sizeof(int));
-    for (int i = 0; i < d.n; i++) idx[i] = i;
-    double loss, t0 = now_sec();
-    int64_t ok;
-    int rc = cls_evaluate(cm.m, &d, idx, d.n, batch, seq_len, &loss, &ok, pred, !quiet);
+    cls_run r;
+    int rc = cls_run_all(&r, model, data, images, labels, seq_len, batch, !quiet);
     if (!rc) {
-        printf("accuracy %.4f (%lld/%d) | loss %.4f | %d examples, %d classes, %.1f s\n", (double)ok / d.n, (long long)ok,
-               d.n, loss, d.n, C, now_sec() - t0);
-        if (confusion) {
-            int64_t *cm_ = calloc((size_t)C * C, sizeof(int64_t));
-            for (int i = 0; i < d.n; i++) cm_[(size_t)d.label[i] * C + pred[i]]++;
+        const int C = mega_cls_get_config(r.cm.m)->classes, n = r.d.n;
+        const mega_classes *cl = &r.cm.classes;
+        printf("accuracy %.4f (%lld/%d) | loss %.4f | %d examples, %d classes, %.1f s\n", (double)r.correct / n,
+               (long long)r.correct, n, r.loss, n, C, r.seconds);
+        int64_t *cm_ = confusion ? calloc((size_t)C * C, sizeof(int64_t)) : NULL;
+        if (confusion && !cm_) rc = cli_error("out of memory");
+        if (cm_) {
+            for (int i = 0; i < n; i++) cm_[(size_t)r.d.label[i] * C + r.pred[i]]++;
             printf("confusion matrix (rows: true label, columns: predicted)\n%10s", "");
-            for (int k = 0; k < C; k++) printf(" %8.8s", k < cm.classes.n ? cm.classes.names[k] : "?");
+            for (int k = 0; k < C; k++) printf(" %8.8s", k < cl->n ? cl->names[k] : "?");
             printf("\n");
-            for (int r = 0; r < C; r++) {
-                printf("%10.10s", r < cm.classes.n ? cm.classes.names[r] : "?");
-                for (int k = 0; k < C; k++) printf(" %8lld", (long long)cm_[(size_t)r * C + k]);
+            for (int row = 0; row < C; row++) {
+                printf("%10.10s", row < cl->n ? cl->names[row] : "?");
+                for (int k = 0; k < C; k++) printf(" %8lld", (long long)cm_[(size_t)row * C + k]);
                 printf("\n");
             }
             free(cm_);
         }
     }
-    free(idx), free(pred);
-    mega_dataset_free(&d);
-    free_cls_model(&cm);
+    cls_run_free(&r);
     return rc ? 2 : 0;
 }
 
@@ -160,22 +182,14 @@ int cmd_predict(int argc, char **argv) {
     if (!model_path(model, p, sizeof p)) return cli_error("%s", mega_last_error()), 2;
     if (!model_kind(p, kind, sizeof kind) || strcmp(kind, "mega_cls"))
         return cli_error("'%s' is not a classifier (predict is for --task classify models)", model), 2;
-    cls_model cm;
-    if (load_cls_model(model, &cm)) return free_cls_model(&cm), 2;
-    mega_dataset d;
-    memset(&d, 0, sizeof d);
-    if (load_cls_data(&cm, data, images, labels, seq_len, &d)) return free_cls_model(&cm), 2;
-    int *idx = malloc((size_t)d.n * sizeof(int)), *pred = malloc((size_t)d.n * sizeof(int));
-    for (int i = 0; i < d.n; i++) idx[i] = i;
-    double loss;
-    int64_t ok;
-    int rc = cls_evaluate(cm.m, &d, idx, d.n, batch, seq_len, &loss, &ok, pred, 0);
-    if (!rc)
-        for (int i = 0; i < d.n; i++) printf("%s\n", pred[i] < cm.classes.n ? cm.classes.names[pred[i]] : "?");
-    free(idx), free(pred);
-    mega_dataset_free(&d);
-    free_cls_model(&cm);
-    return rc ? 2 : 0;
+    cls_run run;
+    int rc = cls_run_all(&run, model, data, images, labels, seq_len, batch, 0);
+    if (!rc) {
+        const mega_classes *cl = &run.cm.classes;
+        for (int i = 0; i < run.d.n; i++) printf("%s\n", run.pred[i] < cl->n ? cl->names[run.pred[i]] : "?");
+    }
+    cls_run_free(&run);
+    return rc;
 }
 
 int cmd_eval(int argc, char **argv) {

@@ -43,11 +43,11 @@ struct task {
     void *impl;
 };
 
-/* build from flags, or (resume) from the checkpoint at model_path with its config; the data is
- * loaded in both cases. Print errors with cli_error and return non-zero on failure. */
 /* a task from its template with a zeroed implementation struct of impl_size bytes (NULL after
  * printing the error when out of memory) */
 task *task_create(const task *proto, size_t impl_size);
+/* build from flags, or (resume) from the checkpoint at model_path with its config; the data is
+ * loaded in both cases. Print errors with cli_error and return non-zero on failure. */
 int lm_task_new(train_args *a, const char *model_path, task **out);
 int cls_task_new(train_args *a, const char *model_path, task **out);
 /* --resume with model flags: 1 (after printing the error naming the flag) when a field the user

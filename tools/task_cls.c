@@ -144,9 +144,6 @@ static int cls_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, d
     return 0;
 }
 
-int cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
-                 int64_t *correct, int *pred, int verbose);
-
 static int cls_validate(task *t, const train_args *a, int64_t max_units, double *loss, double *metric, int64_t *count) {
     cls_task *C = t->impl;
     if (C->n_valid == 0) return 1;
@@ -215,10 +212,7 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     if (model_path) {
         /* resume: the vocabulary and the classes come from the checkpoint */
         mega_st_file *f;
-        if (mega_st_open(model_path, &f) != MEGA_OK) {
-            cli_error("%s", mega_last_error());
-            goto fail;
-        }
+        if (mega_st_open(model_path, &f) != MEGA_OK) goto fail_msg;
         const char *cj = mega_st_meta(f, "classes"), *vj = mega_st_meta(f, "vocab");
         int bad = !cj || !vj || mega_classes_from_json(cj, &prev) != MEGA_OK || mega_vocab_from_json(vj, &pv) != MEGA_OK;
         mega_st_close(f);
@@ -227,10 +221,7 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
             goto fail;
         }
         have_prev = 1;
-        if (mega_cls_load(model_path, &C->m) != MEGA_OK) {
-            cli_error("%s", mega_last_error());
-            goto fail;
-        }
+        if (mega_cls_load(model_path, &C->m) != MEGA_OK) goto fail_msg;
     }
     mega_data_opts o;
     memset(&o, 0, sizeof o);
@@ -282,10 +273,7 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     }
     config_from_data(a, &C->train, nclasses);
     if (!C->m) {
-        if (mega_cls_create(&a->cls, &C->m) != MEGA_OK) {
-            cli_error("%s", mega_last_error());
-            goto fail;
-        }
+        if (mega_cls_create(&a->cls, &C->m) != MEGA_OK) goto fail_msg;
         mega_cls_init_params(C->m, (uint64_t)a->seed);
     } else if (a->model_flags_seen) {
         int n;
@@ -313,7 +301,6 @@ fail:
     return 1;
 }
 
-/* evaluate examples idx[0..n) in batches; pred (optional) receives the argmax per example */
 int cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
                  int64_t *correct, int *pred, int verbose) {
     cls_task C;

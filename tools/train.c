@@ -45,16 +45,10 @@ static const char *const STORED[] = {"task", "steps", "batch", "seq-len", "lr", 
                                      "weight-decay", "decay-all", "clip", "beta1", "beta2", "eps", "seed", "valid-fraction"};
 #define NSTORED (sizeof STORED / sizeof *STORED)
 
-static const cli_flag *find_flag(const cli_flag *fl, const char *name) {
-    for (; fl->name; fl++)
-        if (!strcmp(fl->name, name)) return fl;
-    return NULL;
-}
-
 static char *train_json(const train_args *a) {
     cJSON *o = cJSON_CreateObject();
     for (size_t i = 0; o && i < NSTORED; i++) {
-        const cli_flag *f = find_flag(a->flags, STORED[i]);
+        const cli_flag *f = cli_flag_named(a->flags, STORED[i]);
         if (!f) continue;
         switch (f->kind) {
         case F_INT: cJSON_AddNumberToObject(o, f->name, *(const int *)f->dst); break;
@@ -74,7 +68,7 @@ static char *train_json(const train_args *a) {
 static void restore_train_json(train_args *a, const cJSON *tj) {
     static char strs[NSTORED][32]; /* string values outlive the JSON */
     for (size_t i = 0; i < NSTORED; i++) {
-        const cli_flag *f = find_flag(a->flags, STORED[i]);
+        const cli_flag *f = cli_flag_named(a->flags, STORED[i]);
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(tj, STORED[i]);
         if (!f || !v || !strcmp(f->name, "task")) continue;
         if (f->kind == F_INT && cJSON_IsNumber(v)) *(int *)f->dst = (int)v->valuedouble;
@@ -153,9 +147,8 @@ static int64_t st_i64(const mega_st_file *f, const char *name, int *ok) {
     return v;
 }
 
-static int load_state_file(const char *path, mega_paramset *ps, mega_adamw *opt, train_pos *pos, cJSON **train) {
+static int load_state_file(const char *path, mega_paramset *ps, mega_adamw *opt, train_pos *pos) {
     mega_st_file *f;
-    *train = NULL;
     if (mega_st_open(path, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
     int ok = 1;
     pos->step = st_i64(f, "step", &ok);
@@ -183,10 +176,7 @@ static int load_state_file(const char *path, mega_paramset *ps, mega_adamw *opt,
             }
         }
     }
-    const char *tj = mega_st_meta(f, "train");
-    *train = tj ? cJSON_Parse(tj) : NULL;
     mega_st_close(f);
-    if (!*train) return cli_error("%s: no training configuration in the metadata", path);
     return 0;
 }
 
@@ -378,8 +368,10 @@ static const char *task_of(int argc, char **argv, char *buf, size_t n) {
         if (!strcmp(argv[i], "--resume") || !strncmp(argv[i], "--resume=t", 10) || !strcmp(argv[i], "--resume=1")) {
             const char *out = cli_find(argc, argv, 2, "out");
             char p[4096];
-            if (out && model_step(path_join(p, sizeof p, out, "model.safetensors"), buf, n) >= -1 && file_exists(p))
+            if (out && file_exists(path_join(p, sizeof p, out, "model.safetensors"))) {
+                model_step(p, buf, n);
                 return !strcmp(buf, "classify") ? "classify" : "lm";
+            }
         }
     return cli_find(argc, argv, 2, "preset") ? "classify" : "lm";
 }
@@ -459,8 +451,9 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw *
         mega_st_close(f);
     }
     if (!spath[0]) return cli_error("--resume: no optimizer state in '%s' matches the model's step %lld", a->out, (long long)mstep), 2;
+    if (!tj) return cli_error("%s: no training configuration in the metadata", spath), 2;
     const int64_t steps_cli = a->steps;
-    if (tj) restore_train_json(a, tj);
+    restore_train_json(a, tj);
     cJSON_Delete(tj);
     if (cli_seen(fl, "steps")) a->steps = steps_cli;
     a->lm.block.train_len = a->cls.block.train_len = a->seq_len;
@@ -468,9 +461,7 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw *
     for (size_t i = 0; i < sizeof tf / sizeof *tf; i++)
         if (cli_seen(fl, tf[i])) fprintf(stderr, "mega: note: --resume keeps the checkpoint's --%s; the flag is ignored\n", tf[i]);
     if (new_task(a, path, t, opt)) return 2;
-    cJSON *tj2;
-    if (load_state_file(spath, (*t)->ps, *opt, pos, &tj2)) return 2;
-    cJSON_Delete(tj2);
+    if (load_state_file(spath, (*t)->ps, *opt, pos)) return 2;
     if (pos->data_hash != (*t)->data_hash || pos->data_size != (*t)->data_size)
         return cli_error("--resume: the data given is not the data this run was trained on (size or checksum differ)"), 2;
     if (pos->step >= a->steps) {
