@@ -449,11 +449,106 @@ const mega_real *mega_cls_logits(const mega_cls *m);
 const mega_real *mega_cls_hidden(const mega_cls *m, int which, int i, int *Tp);
 
 /* ---------------------------------------------------------------------------------------------
+ * Encoder–decoder (translation; official fairseq/models/mega.py MegaModel = MegaEncoder +
+ * MegaDecoder; docs/translation.md). A bidirectional encoder of `encoder_layers` blocks and a
+ * causal decoder whose layers run the block's mixer sublayer, then cross-attention over the
+ * encoder output (the gated cross-attention of the official GatedCrossAttention with the Mega
+ * mixer; standard multi-head cross-attention with any other mixer), then the normalized FFN.
+ * Names are those of the official MegaModel state dict: encoder.embed_tokens.weight,
+ * encoder.embed_norm.norm.*, encoder.layers.<i>.{mega_layer,nffn}.*, encoder.final_norm.norm.*,
+ * decoder.embed_tokens.weight, decoder.embed_norm.norm.*, decoder.layers.<i>.{mega_layer,
+ * cross_attn,nffn}.*, decoder.final_norm.norm.*, decoder.output_projection.weight (untied only).
+ * The encoder's max-positions is the official max_source_positions, the decoder's
+ * max_target_positions. Tokens: both sides are right-padded with padding_idx; the decoder input
+ * is eos followed by the target shifted right (fairseq's prev_output_tokens). */
+typedef struct {
+    int src_vocab_size, tgt_vocab_size; /* 258: the bytes, <pad> 256, </s> 257 */
+    int padding_idx;                    /* 256 */
+    int eos_idx;                        /* 257: ends every sentence, starts decoding */
+    int encoder_layers, decoder_layers;
+    mega_block_config encoder;          /* bidirectional */
+    mega_block_config decoder;          /* causal; embed-dim must equal the encoder's */
+    int final_norm_affine;              /* learned scale/shift in the final norms (pre-norm) */
+    int scale_embedding;                /* embeddings times sqrt(embed_dim) */
+    int normalize_embedding;            /* a norm after the embeddings (post-norm models only) */
+    int share_all_embeddings;           /* one table: source, target and output (joined vocabulary) */
+    int tie_embeddings;                 /* output projection = the target embedding */
+} mega_s2s_config;
+
+/* the defaults of `mega train --task translate` (a small byte-level model) */
+void mega_s2s_config_default(mega_s2s_config *c);
+void mega_s2s_config_resolve(mega_s2s_config *c);
+mega_status mega_s2s_config_check(const mega_s2s_config *c);
+/* JSON {"model":"mega_s2s", <fields>, "encoder":{block fields}, "decoder":{block fields}}; also
+ * reads the official MegaModel argument names (encoder_layers, decoder_z_dim, ...) */
+char *mega_s2s_config_to_json(const mega_s2s_config *c);
+mega_status mega_s2s_config_from_json(const char *json, mega_s2s_config *c);
+/* the model-level fields (src-vocab-size ... tie-embeddings) */
+const mega_field *mega_s2s_config_fields(int *count);
+
+typedef struct mega_s2s mega_s2s;
+mega_status mega_s2s_create(const mega_s2s_config *c, mega_s2s **out);
+void mega_s2s_free(mega_s2s *m);
+const mega_s2s_config *mega_s2s_get_config(const mega_s2s *m);
+void mega_s2s_init_params(mega_s2s *m, uint64_t seed);
+mega_status mega_s2s_save_ex(const mega_s2s *m, const char *path, const char *const *kv);
+mega_status mega_s2s_load(const char *path, mega_s2s **out); /* path: file or run directory */
+
+/* Teacher-forced forward: src [B,S], prev (decoder input) and tgt [B,L], right-padded with
+ * padding_idx. Logits [B,L,V] (0 at target pads). With tgt: the label-smoothed cross-entropy over
+ * the non-pad targets (fairseq label_smoothed_cross_entropy: (1-eps-eps/(V-1)) nll + eps/(V-1)
+ * sum_v -log p_v; eps = label_smoothing), its mean in *loss, the mean NLL in *nll, the number of
+ * counted targets in *count. */
+mega_status mega_s2s_forward(mega_s2s *m, const int32_t *src, int S, const int32_t *prev, const int32_t *tgt, int L,
+                             int B, const mega_lm_run *run, double label_smoothing, double *loss, double *nll,
+                             int64_t *count);
+/* gradients of `scale` x the mean loss, accumulated */
+mega_status mega_s2s_backward(mega_s2s *m, double scale);
+const mega_real *mega_s2s_logits(const mega_s2s *m);
+/* the last forward's hidden states: side 0 = encoder, 1 = decoder; i = 0 (embeddings) ..
+ * layers; [B, Tp, D] with Tp (written) the padded length */
+const mega_real *mega_s2s_hidden(const mega_s2s *m, int side, int i, int *Tp);
+/* the encoder output the cross-attention saw: [B, S, D], zero at source pads */
+const mega_real *mega_s2s_encoder_out(const mega_s2s *m);
+
+/* Incremental decoding (eval semantics): the encoder runs once per source batch, the decoder one
+ * token per row per step with its streaming state (EMA state, the current chunk's keys and
+ * values, the encoder output's cross-attention keys and values). */
+typedef struct mega_s2s_stream mega_s2s_stream;
+/* B rows, sources up to Smax tokens, up to tmax decoded positions */
+mega_status mega_s2s_stream_new(mega_s2s *m, int B, int Smax, int tmax, mega_s2s_stream **out);
+void mega_s2s_stream_free(mega_s2s_stream *s);
+/* encode src [B/rep, S] and restart decoding; row b of the stream decodes source row b / rep */
+mega_status mega_s2s_stream_start(mega_s2s_stream *s, const int32_t *src, int S, int rep);
+/* one token per row (tok [B]) -> logits [B, V] of the next token */
+mega_status mega_s2s_stream_step(mega_s2s_stream *s, const int32_t *tok, mega_real *logits);
+/* beam search: new row b continues old row idx[b] (rows of the same source only) */
+mega_status mega_s2s_stream_reorder(mega_s2s_stream *s, const int *idx);
+
+/* Search (fairseq SequenceGenerator): beam 1 is greedy. A hypothesis ends with eos; its score
+ * is the sum of its token log-probabilities (eos included) divided by len^lenpen (len counts
+ * eos). Decoding stops at max_len_a * S + max_len_b tokens (S: source tokens with eos), where eos
+ * is forced; pad is never produced. */
+typedef struct {
+    int beam;          /* 1 = greedy */
+    double lenpen;     /* length penalty (fairseq --lenpen; 1 = divide by the length) */
+    double max_len_a;  /* maximum length = a * source length + b */
+    int max_len_b;
+} mega_s2s_search;
+void mega_s2s_search_default(mega_s2s_search *p); /* beam 4, lenpen 1, a 1.2, b 10 */
+/* translate B sources (src [B, S] right-padded, eos-terminated): out [B, cap] receives each best
+ * hypothesis without its eos, out_len [B] its length, score [B] (may be NULL) its score. A
+ * hypothesis longer than cap is an error. */
+mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, const mega_s2s_search *p, int32_t *out,
+                               int *out_len, int cap, double *score);
+
+/* ---------------------------------------------------------------------------------------------
  * A model's parameter set: one flat buffer of values and one of gradients, described by a table
  * of named tensors. Shared by every model kind (optimizer, clipping, checkpoints). */
 typedef struct mega_paramset mega_paramset;
 mega_paramset *mega_lm_paramset(mega_lm *m);
 mega_paramset *mega_cls_paramset(mega_cls *m);
+mega_paramset *mega_s2s_paramset(mega_s2s *m);
 mega_real *mega_ps_data(mega_paramset *p);
 mega_real *mega_ps_grad(mega_paramset *p);
 size_t mega_ps_total(const mega_paramset *p);      /* reals in each buffer */

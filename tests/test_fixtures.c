@@ -1,6 +1,7 @@
 /*
  * Parity with the official Mega implementation: runs every reference case found in the fixture
- * directories (default: tests/fixtures/official, cases produced by the official code, and our
+ * directories (default: tests/fixtures/official and tests/fixtures/s2s, cases produced by the
+ * official code (the encoder-decoder's "s2s" cases are a copy of the official fixtures-s2s set), and our
  * reference cases tests/fixtures/generated and tests/fixtures/mixers; or the directories given on
  * the command line), driven only by each case's case.json.
  *
@@ -169,6 +170,8 @@ static int run_case(const char *dir) {
         ran = mega_fixture_run_lm(&c);
     else if (!strcmp(k, "cls"))
         ran = mega_fixture_run_cls(&c);
+    else if (!strcmp(k, "s2s"))
+        ran = mega_fixture_run_s2s(&c);
     else {
         printf("FAIL %s: unknown kind '%s'\n", c.name, k);
         c.failed = 1;
@@ -186,9 +189,10 @@ int main(int argc, char **argv) {
     static char names[512][1024];
     static char seen[1024][256];
     int nseen = 0;
-    const char *defaults[] = {"tests/fixtures/official", "tests/fixtures/generated", "tests/fixtures/mixers"};
+    const char *defaults[] = {"tests/fixtures/official", "tests/fixtures/s2s", "tests/fixtures/generated",
+                              "tests/fixtures/mixers"};
     const char **roots = defaults;
-    int nroots = 3, explicit = 0;
+    int nroots = 4, explicit = 0;
     int a = 1;
     if (a < argc && !strcmp(argv[a], "-v")) tl_verbose = 1, a++;
     if (a < argc) roots = (const char **)(argv + a), nroots = argc - a, explicit = 1;

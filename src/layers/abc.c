@@ -107,7 +107,7 @@ static mega_status declare(abc_layer *L, const mega_block_config *c, mega_params
     L->H = c->heads, L->n = c->memory_size, L->dh = c->embed_dim / c->heads;
     L->mask = 1; /* mask_empty_slots (project extension), on by default */
     L->nmax = is_lin(L) ? c->max_len : 0;
-    MEGA_TRY(mega_qkvo_declare(&L->proj, P, prefix, (int)D));
+    MEGA_TRY(mega_qkvo_declare(&L->proj, P, prefix, "mixer.", (int)D));
     char pre[MEGA_NAME_MAX];
     snprintf(pre, sizeof pre, "%smixer.", prefix);
     if (is_lin(L)) {

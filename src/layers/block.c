@@ -144,6 +144,13 @@ mega_status mega_block_state_init(const mega_block *bl, const real *W, mega_bloc
 
 void mega_block_state_reset(const mega_block *bl, mega_block_state *S) { bl->ops->state_reset(bl->mixer, S); }
 
+mega_status mega_block_state_reorder(const mega_block *bl, mega_block_state *S, const int *idx, real *tmp) {
+    if (!bl->ops->state_reorder)
+        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "beam search is not available with the %s mixer (use beam 1, greedy)", bl->ops->name);
+    bl->ops->state_reorder(bl->mixer, S, idx, tmp);
+    return MEGA_OK;
+}
+
 size_t mega_block_step_scratch(const mega_block *bl, int B, int T, int cap) {
     const size_t RD = rd(bl, B, T), R = (size_t)B * T;
     size_t s = bl->ops->step_scratch ? bl->ops->step_scratch(bl->mixer, B, T, cap) : 0;

@@ -59,6 +59,9 @@ void mega_block_backward(const mega_block *bl, const real *W, real *dW, const me
 size_t mega_block_state_size(const mega_block *bl, int B, int cap);
 mega_status mega_block_state_init(const mega_block *bl, const real *W, mega_block_state *S, real *mem, int B, int cap);
 void mega_block_state_reset(const mega_block *bl, mega_block_state *S);
+/* beam search: new row b = old row idx[b]; tmp: mega_block_state_size reals (MEGA_ERR_UNSUPPORTED
+ * for a mixer without a reorderable state) */
+mega_status mega_block_state_reorder(const mega_block *bl, mega_block_state *S, const int *idx, real *tmp);
 size_t mega_block_step_scratch(const mega_block *bl, int B, int T, int cap);
 /* T tokens per sequence through the block in streaming mode (eval semantics): equivalent to the
  * causal forward over the whole stream so far */

@@ -102,7 +102,7 @@ size_t mega_mlayer_acts_view(const mega_mlayer *L, mega_mlayer_acts *A, real *ba
 
 static mega_attn_k attn_kernel(const mega_mlayer *L, const real *btab, int Mc, const mega_run *run) {
     const mega_block_config *c = L->cfg;
-    mega_attn_k k;
+    mega_attn_k k = {0};
     k.Z = c->z_dim, k.E = c->hidden_dim, k.chunk_size = c->chunk_size, k.causal = !c->bidirectional, k.fn = c->attention_activation;
     k.btab = btab, k.Mc = Mc;
     k.p_attn = run && run->training ? c->attention_dropout : 0;
@@ -504,6 +504,16 @@ static void mg_state_reset(const void *layer, mega_mixer_state *S) {
     memset(v.h, 0, (size_t)S->B * L->cfg->n_dim * L->cfg->embed_dim * sizeof(real));
 }
 
+static void mg_state_reorder(const void *layer, mega_mixer_state *S, const int *idx, real *tmp) {
+    const mega_mlayer *L = layer;
+    const mega_block_config *c = L->cfg;
+    mg_state v;
+    state_view(L, S->mem, S->B, S->cap, S->pos, &v);
+    mega__rows_gather(v.h, (size_t)c->n_dim * c->embed_dim, S->B, idx, tmp);
+    mega__rows_gather(v.kc, (size_t)S->cap * c->z_dim, S->B, idx, tmp);
+    mega__rows_gather(v.vc, (size_t)S->cap * c->hidden_dim, S->B, idx, tmp);
+}
+
 static mega_status mg_state_init(const void *layer, const real *W, mega_mixer_state *S) {
     const mega_mlayer *L = layer;
     const mega_block_config *c = L->cfg;
@@ -532,6 +542,7 @@ const mega_mixer_ops mega_mixer_ops_mega = {
     .state_size = mg_state_size,
     .state_init = mg_state_init,
     .state_reset = mg_state_reset,
+    .state_reorder = mg_state_reorder,
     .step_scratch = mg_step_scratch,
     .step = mg_step,
 };

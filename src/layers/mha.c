@@ -165,7 +165,7 @@ static mega_status declare(mha_layer *L, const mega_block_config *c, mega_params
     L->win = win;
     if (tw) L->Tm = c->max_len, L->Lw = c->bidirectional ? 2 * c->max_len - 1 : c->max_len;
 
-    MEGA_TRY(mega_qkvo_declare(&L->proj, P, prefix, D));
+    MEGA_TRY(mega_qkvo_declare(&L->proj, P, prefix, "mixer.", D));
     char pre[MEGA_NAME_MAX];
     snprintf(pre, sizeof pre, "%smixer.", prefix);
     if (is_kerple(c)) {
@@ -426,6 +426,15 @@ static void am_state_reset(const void *L, mega_mixer_state *S) {
     S->pos = 0; /* the caches are written before they are read */
 }
 
+static void am_state_reorder(const void *layer, mega_mixer_state *St, const int *idx, real *tmp) {
+    const mha_layer *L = layer;
+    mha_state S;
+    state_view(L, &S, St->mem, St->B, St->cap);
+    const size_t per = (size_t)S.slots * L->cfg->embed_dim;
+    mega__rows_gather(S.kc, per, St->B, idx, tmp);
+    mega__rows_gather(S.vc, per, St->B, idx, tmp);
+}
+
 static mega_status am_state_init(const void *layer, const real *W, mega_mixer_state *St) {
     const mha_layer *L = layer;
     mha_state S;
@@ -494,7 +503,7 @@ static mega_status am_step(const void *layer, const real *W, mega_mixer_state *S
         .name = NAME, .flags = MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR, .layer_size = sizeof(mha_layer),              \
         .resolve = RESOLVE, .check = CHECK, .declare = DECLARE, .init = am_init, .acts_size = am_acts_size,  \
         .scratch_size = am_scratch, .forward = am_forward, .backward = am_backward, .state_size = am_state_size,   \
-        .state_init = am_state_init, .state_reset = am_state_reset, .step_scratch = am_step_scratch,              \
+        .state_init = am_state_init, .state_reset = am_state_reset, .state_reorder = am_state_reorder, .step_scratch = am_step_scratch,              \
         .step = am_step,                                                                                            \
     }
 const mega_mixer_ops mega_mixer_ops_mha = ATTN_OPS("mha", am_resolve, am_check, mha_declare);

@@ -7,10 +7,15 @@ static const mega_mixer_ops *const OPS[MEGA_MIXER_COUNT] = {MEGA_MIXER_LIST(OPS_
 const mega_mixer_ops *mega_mixer_ops_of(mega_mixer_kind k) { return (unsigned)k < MEGA_MIXER_COUNT ? OPS[k] : NULL; }
 int mega_mixer_available(mega_mixer_kind k) { return mega_mixer_ops_of(k) != NULL; }
 
-mega_status mega_qkvo_declare(mega_qkvo *p, mega_params *P, const char *prefix, int D) {
+void mega__rows_gather(real *a, size_t per, int B, const int *idx, real *tmp) {
+    memcpy(tmp, a, (size_t)B * per * sizeof(real));
+    for (int b = 0; b < B; b++) memcpy(a + (size_t)b * per, tmp + (size_t)idx[b] * per, per * sizeof(real));
+}
+
+mega_status mega_qkvo_declare(mega_qkvo *p, mega_params *P, const char *prefix, const char *sub, int D) {
     static const char *const lin[4] = {"q_proj", "k_proj", "v_proj", "out_proj"};
     char pre[MEGA_NAME_MAX];
-    snprintf(pre, sizeof pre, "%smixer.", prefix);
+    snprintf(pre, sizeof pre, "%s%s", prefix, sub);
     for (int i = 0; i < 4; i++) {
         char nw[64], nb[64];
         snprintf(nw, sizeof nw, "%s.weight", lin[i]);

@@ -78,7 +78,12 @@ typedef struct {
     size_t (*step_scratch)(const void *L, int B, int T, int cap);
     mega_status (*step)(const void *L, const real *W, mega_mixer_state *S, real *y, const real *x, int T,
                         real *scratch);
+    /* beam search (optional): new row b = old row idx[b]; tmp: state_size reals of scratch */
+    void (*state_reorder)(const void *L, mega_mixer_state *S, const int *idx, real *tmp);
 } mega_mixer_ops;
+
+/* rows of a [B, per] array: new row b = old row idx[b] (tmp: B*per reals) */
+void mega__rows_gather(real *a, size_t per, int B, const int *idx, real *tmp);
 
 /* the registry: the ops of a mixer kind (NULL for an invalid kind) */
 const mega_mixer_ops *mega_mixer_ops_of(mega_mixer_kind k);
@@ -98,13 +103,13 @@ int mega__default_max_len(const mega_block_config *c);
 
 /* The four projections of multi-head attention, shared by the attention and ABC mixers: fairseq
  * MultiheadAttention's q_proj, k_proj, v_proj, out_proj ([D, D] weights, [D] biases) under
- * "<prefix>mixer.", initialised as its reset_parameters (q/k/v xavier-uniform with gain 2^-1/2,
+ * "<prefix><sub>" (sub "mixer." for the self-attention mixers, "cross_attn." for cross-attention), initialised as its reset_parameters (q/k/v xavier-uniform with gain 2^-1/2,
  * out_proj gain 1; every bias zero). */
 enum { MEGA_Q, MEGA_K, MEGA_V, MEGA_O };
 typedef struct {
     size_t w[4], b[4];
 } mega_qkvo;
-mega_status mega_qkvo_declare(mega_qkvo *p, mega_params *P, const char *prefix, int D);
+mega_status mega_qkvo_declare(mega_qkvo *p, mega_params *P, const char *prefix, const char *sub, int D);
 void mega_qkvo_init(const mega_qkvo *p, real *W, int D, mega_rng *rng);
 
 /* fn: a registry entry's declare for one variant of a mixer family, calling the family's

@@ -22,31 +22,54 @@ size_t mega_attn_scratch(const mega_attn_k *k, int T) {
     return 4 * (size_t)block_rows(k, (int)c) * c + 2 * (size_t)k->Mc + 64;
 }
 
-/* Per-chunk geometry: t0 first position, n keys, pad pointer (or NULL), and whether every key is pad. */
+/* strides of q, k, v, O (0 in the kernel description = packed) */
+static inline size_t LQ(const mega_attn_k *k) { return (size_t)(k->ldq ? k->ldq : k->Z); }
+static inline size_t LK(const mega_attn_k *k) { return (size_t)(k->ldk ? k->ldk : k->Z); }
+static inline size_t LV(const mega_attn_k *k) { return (size_t)(k->ldv ? k->ldv : k->E); }
+static inline size_t LO(const mega_attn_k *k) { return (size_t)(k->ldo ? k->ldo : k->E); }
+
+/* One unit of work: nq query rows starting at row qrow0 against n key rows starting at krow0 (a
+ * chunk of a sequence: qrow0 = krow0 = b*T + t0, nq = n; a cross-attention sequence: the queries
+ * and keys of sequence b), the key pad mask (or NULL) and whether every key is pad. Query i sits
+ * at position qoff + i for the bias. */
 typedef struct {
-    size_t row0; /* b*T + t0 */
-    int n;
+    size_t qrow0, krow0;
+    int nq, n, qoff;
     const uint8_t *pad;
     int allpad, nvalid;
 } chunk_t;
+
+static void count_valid(chunk_t *c) {
+    c->nvalid = c->n;
+    if (c->pad) {
+        c->nvalid = 0;
+        for (int j = 0; j < c->n; j++) c->nvalid += !c->pad[j];
+    }
+    c->allpad = c->pad && c->nvalid == 0;
+}
 
 static chunk_t get_chunk(const mega_attn_k *k, const uint8_t *pad, int T, int b, int ci) {
     chunk_t c;
     int C = chunk_len(k, T);
     int t0 = ci * C;
-    c.row0 = (size_t)b * T + t0;
-    c.n = MEGA_MIN(C, T - t0);
-    c.pad = pad ? pad + c.row0 : NULL;
-    c.nvalid = c.n;
-    if (c.pad) {
-        c.nvalid = 0;
-        for (int j = 0; j < c.n; j++) c.nvalid += !c.pad[j];
-    }
-    c.allpad = c.pad && c.nvalid == 0;
+    c.qrow0 = c.krow0 = (size_t)b * T + t0;
+    c.n = c.nq = MEGA_MIN(C, T - t0);
+    c.qoff = 0;
+    c.pad = pad ? pad + c.qrow0 : NULL;
+    count_valid(&c);
     return c;
 }
 
-/* Scores for query rows [i0, i1) of a chunk against keys [0, nk) into S (ld = nk), turned into
+static chunk_t get_cross(const uint8_t *kpad, int Tq, int Tk, int qoff, int b) {
+    chunk_t c;
+    c.qrow0 = (size_t)b * Tq, c.krow0 = (size_t)b * Tk;
+    c.nq = Tq, c.n = Tk, c.qoff = qoff;
+    c.pad = kpad ? kpad + c.krow0 : NULL;
+    count_valid(&c);
+    return c;
+}
+
+/* Scores for query rows [i0, i1) of a unit against keys [0, nk) into S (ld = nk), turned into
  * attention weights A (pre-dropout) in place. For element attention the pre-activation scores
  * are kept in Sraw (if non-NULL). lse receives the softmax row normaliser. */
 static void block_weights(const mega_attn_k *k, const chunk_t *c, const real *q, const real *kk, int i0, int i1,
@@ -55,21 +78,22 @@ static void block_weights(const mega_attn_k *k, const chunk_t *c, const real *q,
     const int br = i1 - i0;
     const int soft = k->fn == MEGA_ATTN_SOFTMAX;
     const real scale = soft ? (real)1 / R_SQRT((real)Z) : (real)1;
-    mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)Z, scale, q + (c->row0 + i0) * Z, (size_t)Z,
-                     kk + c->row0 * Z, (size_t)Z, 0, S, (size_t)nk);
-    const real *bt = k->btab + (k->Mc - 1);
-    /* pad keys are masked unless the chunk is all pad (softmax rule); element attention always */
+    mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)Z, scale, q + (c->qrow0 + i0) * LQ(k), LQ(k),
+                     kk + c->krow0 * LK(k), LK(k), 0, S, (size_t)nk);
+    const real *bt = k->btab ? k->btab + (k->Mc - 1) : NULL;
+    /* pad keys are masked unless the unit is all pad (softmax rule); element attention always */
     const uint8_t *kpad = (c->pad && !(soft && c->allpad)) ? c->pad : NULL;
     for (int r = 0; r < br; r++) {
         const int i = i0 + r;
         real *s = S + (size_t)r * nk;
-        const real *bi = bt - i; /* bias(i, j) = bi[j] */
+        const real *bi = bt ? bt - (c->qoff + i) : NULL; /* bias(i, j) = bi[j] */
         /* causal rows see keys [0, i]; the loops below run over the visible prefix only so that
          * they vectorise, and the masked tail is written once */
         const int jm = k->causal ? MEGA_MIN(nk, i + 1) : nk;
         if (soft) {
             real mx = -INFINITY;
-            for (int j = 0; j < jm; j++) s[j] += bi[j];
+            if (bi)
+                for (int j = 0; j < jm; j++) s[j] += bi[j];
             if (kpad)
                 for (int j = 0; j < jm; j++) s[j] = kpad[j] ? -INFINITY : s[j];
             for (int j = 0; j < jm; j++) mx = s[j] > mx ? s[j] : mx;
@@ -80,7 +104,7 @@ static void block_weights(const mega_attn_k *k, const chunk_t *c, const real *q,
                 for (int j = 0; j < jm; j++) s[j] = 0;
                 l = INFINITY;
             } else if (lse_in) {
-                l = lse_in[c->row0 + i];
+                l = lse_in[c->qrow0 + i];
                 for (int j = 0; j < jm; j++) s[j] = mega_exp(s[j] - l);
             } else {
                 real sum = 0;
@@ -89,13 +113,16 @@ static void block_weights(const mega_attn_k *k, const chunk_t *c, const real *q,
                 for (int j = 0; j < jm; j++) s[j] *= inv;
                 l = mx + R_LOG(sum);
             }
-            if (lse_out) lse_out[c->row0 + i] = l;
+            if (lse_out) lse_out[c->qrow0 + i] = l;
         } else {
             /* length divisor: causal row count, else valid keys (>= 1) with a pad mask, else n */
             real len = k->causal ? (real)(i + 1) : (real)(c->pad ? MEGA_MAX(c->nvalid, 1) : c->n);
             real inv = (real)1 / len;
             real *sr = Sraw ? Sraw + (size_t)r * nk : NULL;
-            for (int j = 0; j < jm; j++) s[j] = s[j] * inv + bi[j];
+            if (bi)
+                for (int j = 0; j < jm; j++) s[j] = s[j] * inv + bi[j];
+            else
+                for (int j = 0; j < jm; j++) s[j] = s[j] * inv;
             if (sr) memcpy(sr, s, (size_t)jm * sizeof(real));
             for (int j = 0; j < jm; j++) s[j] = mega_attn_f(k->fn, s[j]);
             if (kpad)
@@ -105,14 +132,95 @@ static void block_weights(const mega_attn_k *k, const chunk_t *c, const real *q,
     }
 }
 
-/* apply attention dropout to rows [i0,i1) of a chunk: index = global query row * n + key */
+/* apply attention dropout to rows [i0,i1) of a unit: index = global query row * n + key */
 static void block_dropout(const mega_attn_k *k, const chunk_t *c, real *A, int i0, int i1, int nk) {
     if (k->p_attn <= 0) return;
     const real sc = (real)(1.0 / (1.0 - k->p_attn));
     for (int r = 0; r < i1 - i0; r++) {
-        uint64_t base = (uint64_t)(c->row0 + i0 + r) * (uint64_t)c->n;
+        uint64_t base = (uint64_t)(c->qrow0 + i0 + r) * (uint64_t)c->n;
         real *a = A + (size_t)r * nk;
         for (int j = 0; j < nk; j++) a[j] = mega__hash01(k->key_attn, base + j) >= k->p_attn ? a[j] * sc : 0;
+    }
+}
+
+/* the forward of one unit in blocks of BR query rows (S: BR x n scratch) */
+static void unit_forward(const mega_attn_k *k, const chunk_t *c, int BR, real *O, real *lse, const real *q,
+                         const real *kk, const real *v, real *S) {
+    for (int i0 = 0; i0 < c->nq; i0 += BR) {
+        int i1 = MEGA_MIN(c->nq, i0 + BR);
+        int nk = k->causal ? i1 : c->n; /* causal rows never see keys beyond i1 */
+        block_weights(k, c, q, kk, i0, i1, nk, S, NULL, lse, NULL);
+        block_dropout(k, c, S, i0, i1, nk);
+        mega_gemm_serial(0, 0, (size_t)(i1 - i0), (size_t)k->E, (size_t)nk, 1, S, (size_t)nk, v + c->krow0 * LV(k), LV(k),
+                         0, O + (c->qrow0 + i0) * LO(k), LO(k));
+    }
+}
+
+/* the backward of one unit; W: the thread's scratch (A, G, Sr blocks of BR x C, then the bias
+ * partial db of 2Mc-1) */
+static void unit_backward(const mega_attn_k *k, const chunk_t *c, int BR, size_t C, real *dq, real *dk, real *dv,
+                          const real *dO, const real *q, const real *kk, const real *v, const real *lse, real *Wk) {
+    const int Z = k->Z, E = k->E, Mc = k->Mc;
+    const int soft = k->fn == MEGA_ATTN_SOFTMAX;
+    const real scale = soft ? (real)1 / R_SQRT((real)Z) : (real)1;
+    real *A = Wk;                      /* BR x n: weights (pre-dropout) */
+    real *G = A + (size_t)BR * C;      /* BR x n: dA', then dS */
+    real *Sr = G + (size_t)BR * C;     /* BR x n: raw element scores */
+    real *db = Sr + 2 * (size_t)BR * C; /* 2Mc-1 bias-table gradient partial */
+    const size_t lq = LQ(k), lk = LK(k), lv = LV(k), lo = LO(k);
+    const real *vc = v + c->krow0 * lv;
+    for (int i0 = 0; i0 < c->nq; i0 += BR) {
+        const int i1 = MEGA_MIN(c->nq, i0 + BR), br = i1 - i0;
+        const int nk = k->causal ? i1 : c->n;
+        const real *dOb = dO + (c->qrow0 + i0) * lo;
+        block_weights(k, c, q, kk, i0, i1, nk, A, soft ? NULL : Sr, NULL, lse);
+        /* dA' = dO v^T */
+        mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)E, 1, dOb, lo, vc, lv, 0, G, (size_t)nk);
+        if (k->p_attn > 0) {
+            /* dv += A'^T dO with A' the dropped weights; then dA = dropout(dA') */
+            real *Ad = Sr + (size_t)BR * C;
+            memcpy(Ad, A, (size_t)br * nk * sizeof(real));
+            block_dropout(k, c, Ad, i0, i1, nk);
+            mega_gemm_serial(1, 0, (size_t)nk, (size_t)E, (size_t)br, 1, Ad, (size_t)nk, dOb, lo, 1, dv + c->krow0 * lv, lv);
+            block_dropout(k, c, G, i0, i1, nk);
+        } else {
+            mega_gemm_serial(1, 0, (size_t)nk, (size_t)E, (size_t)br, 1, A, (size_t)nk, dOb, lo, 1, dv + c->krow0 * lv, lv);
+        }
+        /* dS (rows see keys [0, jm); masked entries have A = 0 (softmax) or get 0 below) */
+        real *dbc = db + (Mc - 1);
+        const uint8_t *kpad = c->pad;
+        for (int r = 0; r < br; r++) {
+            const int i = i0 + r;
+            const int jm = k->causal ? MEGA_MIN(nk, i + 1) : nk;
+            real *g = G + (size_t)r * nk;
+            const real *a = A + (size_t)r * nk;
+            real rowscale;
+            if (soft) {
+                real dot = 0;
+                for (int j = 0; j < jm; j++) dot += g[j] * a[j];
+                for (int j = 0; j < jm; j++) g[j] = a[j] * (g[j] - dot);
+                rowscale = scale;
+            } else {
+                const real *sr = Sr + (size_t)r * nk;
+                for (int j = 0; j < jm; j++) g[j] *= mega_attn_fgrad(k->fn, sr[j]);
+                if (kpad)
+                    for (int j = 0; j < jm; j++) g[j] = kpad[j] ? 0 : g[j];
+                real len = k->causal ? (real)(i + 1) : (real)(c->pad ? MEGA_MAX(c->nvalid, 1) : c->n);
+                rowscale = (real)1 / len;
+            }
+            for (int j = jm; j < nk; j++) g[j] = 0;
+            /* bias gradient along the diagonals: d btab[Mc-1 + j - i] += dS[i,j] */
+            if (k->btab) {
+                real *dbi = dbc - (c->qoff + i);
+                for (int j = 0; j < jm; j++) dbi[j] += g[j];
+            }
+            for (int j = 0; j < jm; j++) g[j] *= rowscale;
+        }
+        /* dq += dS k ; dk += dS^T q */
+        mega_gemm_serial(0, 0, (size_t)br, (size_t)Z, (size_t)nk, 1, G, (size_t)nk, kk + c->krow0 * lk, lk, 1,
+                         dq + (c->qrow0 + i0) * lq, lq);
+        mega_gemm_serial(1, 0, (size_t)nk, (size_t)Z, (size_t)br, 1, G, (size_t)nk, q + (c->qrow0 + i0) * lq, lq, 1,
+                         dk + c->krow0 * lk, lk);
     }
 }
 
@@ -125,17 +233,21 @@ void mega_attn_forward(const mega_attn_k *k, real *O, real *lse, const real *q, 
     if (nthreads < 1) nthreads = 1;
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (units > 1 && (size_t)B * T * C * (k->Z + k->E) > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
-        const int tid = mega__thread_id();
-        real *S = scratch + per * (size_t)tid;
         chunk_t c = get_chunk(k, pad, T, (int)(u / nch), (int)(u % nch));
-        for (int i0 = 0; i0 < c.n; i0 += BR) {
-            int i1 = MEGA_MIN(c.n, i0 + BR);
-            int nk = k->causal ? i1 : c.n; /* causal rows never see keys beyond i1 */
-            block_weights(k, &c, q, kk, i0, i1, nk, S, NULL, lse, NULL);
-            block_dropout(k, &c, S, i0, i1, nk);
-            mega_gemm_serial(0, 0, (size_t)(i1 - i0), (size_t)k->E, (size_t)nk, 1, S, (size_t)nk,
-                             v + c.row0 * k->E, (size_t)k->E, 0, O + (c.row0 + i0) * k->E, (size_t)k->E);
-        }
+        unit_forward(k, &c, BR, O, lse, q, kk, v, scratch + per * (size_t)mega__thread_id());
+    }
+}
+
+/* zero the per-thread bias-gradient partials / reduce them in thread order (deterministic for a
+ * given thread count) */
+static void db_zero(const mega_attn_k *k, real *scratch, size_t per, size_t off, int nthreads) {
+    for (int t = 0; t < nthreads; t++) memset(scratch + per * (size_t)t + off, 0, (size_t)(2 * k->Mc - 1) * sizeof(real));
+}
+static void db_reduce(const mega_attn_k *k, real *dbtab, const real *scratch, size_t per, size_t off, int nthreads) {
+    if (!dbtab || !k->btab) return;
+    for (int t = 0; t < nthreads; t++) {
+        const real *db = scratch + per * (size_t)t + off;
+        for (int i = 0; i < 2 * k->Mc - 1; i++) dbtab[i] += db[i];
     }
 }
 
@@ -144,86 +256,53 @@ void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real
                         int T, real *scratch, int nthreads) {
     const int C = chunk_len(k, T), nch = (T + C - 1) / C;
     const size_t per = mega_attn_scratch(k, T);
-    const int Z = k->Z, E = k->E, Mc = k->Mc;
-    const int soft = k->fn == MEGA_ATTN_SOFTMAX;
-    const real scale = soft ? (real)1 / R_SQRT((real)Z) : (real)1;
     const long units = (long)B * nch;
     const int BR = block_rows(k, C);
+    const size_t off = 4 * (size_t)BR * C;
     if (nthreads < 1) nthreads = 1;
-    /* zero the per-thread bias-gradient partials */
-    for (int t = 0; t < nthreads; t++) {
-        real *db = scratch + per * (size_t)t + 4 * (size_t)BR * C;
-        for (int i = 0; i < 2 * Mc - 1; i++) db[i] = 0;
-    }
+    db_zero(k, scratch, per, off, nthreads);
 #pragma omp parallel for schedule(static) num_threads(nthreads) if (units > 1 && (size_t)B * T * C * (k->Z + k->E) > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
-        const int tid = mega__thread_id();
-        real *A = scratch + per * (size_t)tid;   /* BR x n: weights (pre-dropout) */
-        real *G = A + (size_t)BR * C;             /* BR x n: dA', then dS */
-        real *Sr = G + (size_t)BR * C;            /* BR x n: raw element scores */
-        real *db = Sr + 2 * (size_t)BR * C;       /* 2Mc-1 bias-table gradient partial (after dropped A) */
         chunk_t c = get_chunk(k, pad, T, (int)(u / nch), (int)(u % nch));
-        const real *vc = v + c.row0 * E;
-        for (int i0 = 0; i0 < c.n; i0 += BR) {
-            const int i1 = MEGA_MIN(c.n, i0 + BR), br = i1 - i0;
-            const int nk = k->causal ? i1 : c.n;
-            const real *dOb = dO + (c.row0 + i0) * E;
-            block_weights(k, &c, q, kk, i0, i1, nk, A, soft ? NULL : Sr, NULL, lse);
-            /* dA' = dO v^T */
-            mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)E, 1, dOb, (size_t)E, vc, (size_t)E, 0, G,
-                             (size_t)nk);
-            if (k->p_attn > 0) {
-                /* dv += A'^T dO with A' the dropped weights; then dA = dropout(dA') */
-                real *Ad = Sr + (size_t)BR * C;
-                memcpy(Ad, A, (size_t)br * nk * sizeof(real));
-                block_dropout(k, &c, Ad, i0, i1, nk);
-                mega_gemm_serial(1, 0, (size_t)nk, (size_t)E, (size_t)br, 1, Ad, (size_t)nk, dOb, (size_t)E, 1,
-                                 dv + c.row0 * E, (size_t)E);
-                block_dropout(k, &c, G, i0, i1, nk);
-            } else {
-                mega_gemm_serial(1, 0, (size_t)nk, (size_t)E, (size_t)br, 1, A, (size_t)nk, dOb, (size_t)E, 1,
-                                 dv + c.row0 * E, (size_t)E);
-            }
-            /* dS (rows see keys [0, jm); masked entries have A = 0 (softmax) or get 0 below) */
-            real *dbc = db + (Mc - 1);
-            const uint8_t *kpad = c.pad;
-            for (int r = 0; r < br; r++) {
-                const int i = i0 + r;
-                const int jm = k->causal ? MEGA_MIN(nk, i + 1) : nk;
-                real *g = G + (size_t)r * nk;
-                const real *a = A + (size_t)r * nk;
-                real rowscale;
-                if (soft) {
-                    real dot = 0;
-                    for (int j = 0; j < jm; j++) dot += g[j] * a[j];
-                    for (int j = 0; j < jm; j++) g[j] = a[j] * (g[j] - dot);
-                    rowscale = scale;
-                } else {
-                    const real *sr = Sr + (size_t)r * nk;
-                    for (int j = 0; j < jm; j++) g[j] *= mega_attn_fgrad(k->fn, sr[j]);
-                    if (kpad)
-                        for (int j = 0; j < jm; j++) g[j] = kpad[j] ? 0 : g[j];
-                    real len = k->causal ? (real)(i + 1) : (real)(c.pad ? MEGA_MAX(c.nvalid, 1) : c.n);
-                    rowscale = (real)1 / len;
-                }
-                for (int j = jm; j < nk; j++) g[j] = 0;
-                /* bias gradient along the diagonals: d btab[Mc-1 + j - i] += dS[i,j] */
-                real *dbi = dbc - i;
-                for (int j = 0; j < jm; j++) dbi[j] += g[j];
-                for (int j = 0; j < jm; j++) g[j] *= rowscale;
-            }
-            /* dq += dS k ; dk += dS^T q */
-            mega_gemm_serial(0, 0, (size_t)br, (size_t)Z, (size_t)nk, 1, G, (size_t)nk, kk + c.row0 * Z, (size_t)Z, 1,
-                             dq + (c.row0 + i0) * Z, (size_t)Z);
-            mega_gemm_serial(1, 0, (size_t)nk, (size_t)Z, (size_t)br, 1, G, (size_t)nk, q + (c.row0 + i0) * Z,
-                             (size_t)Z, 1, dk + c.row0 * Z, (size_t)Z);
-        }
+        unit_backward(k, &c, BR, (size_t)C, dq, dk, dv, dO, q, kk, v, lse, scratch + per * (size_t)mega__thread_id());
     }
-    /* reduce bias partials in thread order (deterministic for a given thread count) */
-    for (int t = 0; t < nthreads; t++) {
-        const real *db = scratch + per * (size_t)t + 4 * (size_t)BR * C;
-        for (int i = 0; i < 2 * Mc - 1; i++) dbtab[i] += db[i];
+    db_reduce(k, dbtab, scratch, per, off, nthreads);
+}
+
+/* ---- cross-attention: one unit per sequence, all its queries against all its keys ---------- */
+
+size_t mega_attn_cross_scratch(const mega_attn_k *k, int Tk) {
+    return 4 * (size_t)MEGA_ATTN_BR * (size_t)Tk + 2 * (size_t)k->Mc + 64;
+}
+
+void mega_attn_cross_forward(const mega_attn_k *k, real *O, real *lse, const real *q, const real *kk, const real *v,
+                             const uint8_t *kpad, int B, int Tq, int Tk, int qoff, real *scratch, int nthreads) {
+    mega_attn_k kc = *k;
+    kc.causal = 0;
+    const size_t per = mega_attn_cross_scratch(k, Tk);
+    if (nthreads < 1) nthreads = 1;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (B > 1 && (size_t)B * Tq * Tk * (k->Z + k->E) > MEGA_PAR_MIN)
+    for (int b = 0; b < B; b++) {
+        chunk_t c = get_cross(kpad, Tq, Tk, qoff, b);
+        unit_forward(&kc, &c, MEGA_ATTN_BR, O, lse, q, kk, v, scratch + per * (size_t)mega__thread_id());
     }
+}
+
+void mega_attn_cross_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real *dbtab, const real *dO,
+                              const real *q, const real *kk, const real *v, const real *lse, const uint8_t *kpad,
+                              int B, int Tq, int Tk, int qoff, real *scratch, int nthreads) {
+    mega_attn_k kc = *k;
+    kc.causal = 0;
+    const size_t per = mega_attn_cross_scratch(k, Tk), off = 4 * (size_t)MEGA_ATTN_BR * Tk;
+    if (nthreads < 1) nthreads = 1;
+    db_zero(k, scratch, per, off, nthreads);
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (B > 1 && (size_t)B * Tq * Tk * (k->Z + k->E) > MEGA_PAR_MIN)
+    for (int b = 0; b < B; b++) {
+        chunk_t c = get_cross(kpad, Tq, Tk, qoff, b);
+        unit_backward(&kc, &c, MEGA_ATTN_BR, (size_t)Tk, dq, dk, dv, dO, q, kk, v, lse,
+                      scratch + per * (size_t)mega__thread_id());
+    }
+    db_reduce(k, dbtab, scratch, per, off, nthreads);
 }
 
 /* One query against the streaming cache. Keys are stored transposed, kt [Z, ldk] (cached key j

@@ -36,6 +36,10 @@ typedef struct {
     int Mc;
     double p_attn;    /* attention dropout (on A) */
     uint64_t key_attn;
+    /* row strides of q, k, v, O (and of their gradients); 0 = packed (Z, Z, E, E). Strides let
+     * a caller attend with a slice of a wider matrix: the q part of a fused projection, or one
+     * head of a multi-head layout */
+    int ldq, ldk, ldv, ldo;
 } mega_attn_k;
 
 /* element attention functions (official utils.relu2 / utils.laplace) */
@@ -62,6 +66,21 @@ void mega_attn_forward(const mega_attn_k *k, real *O, real *lse, const real *q, 
 void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real *dbtab, const real *dO,
                         const real *q, const real *kk, const real *v, const real *lse, const uint8_t *pad, int B,
                         int T, real *scratch, int nthreads);
+
+/* Cross-attention (official gated_cross_attention.py; fairseq MultiheadAttention with an
+ * encoder's keys): Tq queries of sequence b against its Tk keys, no chunking, no causal mask.
+ * q, O [B,Tq,*], k, v [B,Tk,*]; kpad [B,Tk] (1 = pad key) or NULL. Query i is at position
+ * qoff + i (the bias row, so a decoder step t passes qoff = t with Tq = 1); bias(i, j) =
+ * btab[Mc - 1 + j - (qoff + i)] (btab NULL: no bias). The rules of the chunked form hold with the
+ * whole key sequence as the chunk: softmax masks pad keys (unless all are pad), element attention
+ * divides by the valid-key count (Tk without a mask). k->chunk_size and k->causal are ignored.
+ * Scratch: mega_attn_cross_scratch per thread. lse [B,Tq] (softmax). */
+size_t mega_attn_cross_scratch(const mega_attn_k *k, int Tk);
+void mega_attn_cross_forward(const mega_attn_k *k, real *O, real *lse, const real *q, const real *kk, const real *v,
+                             const uint8_t *kpad, int B, int Tq, int Tk, int qoff, real *scratch, int nthreads);
+void mega_attn_cross_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real *dbtab, const real *dO,
+                              const real *q, const real *kk, const real *v, const real *lse, const uint8_t *kpad,
+                              int B, int Tq, int Tk, int qoff, real *scratch, int nthreads);
 
 /* One query against n cached keys (streaming step; docs/mega.md §9): no causal mask, bias row n-1,
  * element attention divides by n. o [E] = sum_j A_j v_j. w: scratch of n reals. The keys are

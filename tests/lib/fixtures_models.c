@@ -1,6 +1,8 @@
-/* Fixture runners for the model kinds: "lm" (causal language model) and "cls" (classifier). */
+/* Fixture runners for the model kinds: "lm" (causal language model), "cls" (classifier) and "s2s"
+ * (encoder-decoder). */
 #include "fixtures_models.h"
 #include "model/lm.h"
+#include "model/s2s.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,5 +159,92 @@ int mega_fixture_run_cls(fx_case *c) {
     }
     free(tok), free(len), free(tgt), free(vals);
     mega_cls_free(m);
+    return 1;
+}
+
+/* a hidden state [B, Tp, D] of the model against a reference [B, T, D] (the first T positions) */
+static void compare_hidden(fx_case *c, const char *name, const mega_real *hid, int Tp, int T, int D) {
+    mega_real *ref = fx_tensor(c, name, NULL);
+    if (!ref) return;
+    const int B = c->B;
+    mega_real *h = malloc((size_t)B * T * D * sizeof(mega_real));
+    for (int b = 0; b < B; b++) memcpy(h + (size_t)b * T * D, hid + (size_t)b * Tp * D, (size_t)T * D * sizeof(mega_real));
+    fx_compare(c, name, h, ref, (size_t)B * T * D, 0);
+    free(h), free(ref);
+}
+
+int mega_fixture_run_s2s(fx_case *c) {
+    char *cfgjs = cJSON_PrintUnformatted(c->cfg);
+    mega_s2s_config cfg;
+    mega_s2s *m = NULL;
+    if (mega_s2s_config_from_json(cfgjs, &cfg) || mega_s2s_create(&cfg, &m) ||
+        mega_params_load(&m->P, m->P.data, c->w, "", (const char *const[]){"_float_tensor", NULL}, 0)) {
+        printf("FAIL %s: %s\n", c->name, mega_last_error());
+        c->failed = 1;
+        free(cfgjs);
+        mega_s2s_free(m);
+        return 1;
+    }
+    free(cfgjs);
+    const cJSON *sl = cJSON_GetObjectItemCaseSensitive(c->json, "src_len");
+    const int B = c->B, L = c->T, S = cJSON_IsNumber(sl) ? sl->valueint : 0, V = cfg.tgt_vocab_size, D = cfg.decoder.embed_dim;
+    int32_t *src = fx_ints(c, "src_tokens", NULL), *prev = fx_ints(c, "prev_output_tokens", NULL);
+    int32_t *tgt = fx_ints(c, "targets", NULL);
+    double loss = 0, nll = 0;
+    int64_t cnt = 0;
+    mega_lm_run run = {1, 0};
+    if (!src || !prev || !tgt || S < 1) {
+        printf("FAIL %s: the case lacks src_tokens, prev_output_tokens, targets or src_len\n", c->name);
+        c->failed = 1;
+    } else if (mega_s2s_forward(m, src, S, prev, tgt, L, B, &run, 0.0, &loss, &nll, &cnt)) {
+        printf("FAIL %s: %s\n", c->name, mega_last_error());
+        c->failed = 1;
+    } else {
+        mega_real *ref = fx_tensor(c, "logits", NULL);
+        fx_compare(c, "logits", mega_s2s_logits(m), ref, (size_t)B * L * V, 0);
+        free(ref);
+        ref = fx_tensor(c, "loss", NULL);
+        const mega_real l = (mega_real)loss;
+        fx_compare(c, "loss", &l, ref, 1, 0);
+        free(ref);
+        char nm[48];
+        for (int side = 0; side < 2; side++)
+            for (int i = 0; i <= (side ? cfg.decoder_layers : cfg.encoder_layers); i++) {
+                int Tp = 0;
+                const mega_real *h = mega_s2s_hidden(m, side, i, &Tp);
+                snprintf(nm, sizeof nm, "%s.hidden.%d", side ? "dec" : "enc", i);
+                compare_hidden(c, nm, h, Tp, side ? L : S, D);
+            }
+        compare_hidden(c, "encoder_out", mega_s2s_encoder_out(m), S, S, D);
+        mega_params_zero_grad(&m->P);
+        mega_s2s_backward(m, 1.0);
+        fx_compare_grads(c, &m->P, "");
+        /* incremental decoding: the encoder once, then one target token per call */
+        ref = fx_tensor(c, "decode.logits", NULL);
+        if (ref) {
+            mega_s2s_stream *s = NULL;
+            mega_real *got = calloc((size_t)B * L * V, sizeof(mega_real)), *lg = malloc((size_t)B * V * sizeof(mega_real));
+            int32_t *col = malloc((size_t)B * sizeof(int32_t));
+            if (mega_s2s_stream_new(m, B, S, L, &s) || mega_s2s_stream_start(s, src, S, 1)) {
+                printf("FAIL %s: %s\n", c->name, mega_last_error());
+                c->failed = 1;
+            } else {
+                for (int t = 0; t < L && !c->failed; t++) {
+                    for (int b = 0; b < B; b++) col[b] = prev[(size_t)b * L + t];
+                    if (mega_s2s_stream_step(s, col, lg)) {
+                        printf("FAIL %s: step %d: %s\n", c->name, t, mega_last_error());
+                        c->failed = 1;
+                    }
+                    for (int b = 0; b < B; b++)
+                        memcpy(got + ((size_t)b * L + t) * V, lg + (size_t)b * V, (size_t)V * sizeof(mega_real));
+                }
+                fx_compare(c, "decode.logits", got, ref, (size_t)B * L * V, 0);
+            }
+            mega_s2s_stream_free(s);
+            free(got), free(lg), free(col), free(ref);
+        }
+    }
+    free(src), free(prev), free(tgt);
+    mega_s2s_free(m);
     return 1;
 }

@@ -4,4 +4,5 @@
 #include "fixtures_common.h"
 int mega_fixture_run_lm(fx_case *c);
 int mega_fixture_run_cls(fx_case *c);
+int mega_fixture_run_s2s(fx_case *c);
 #endif

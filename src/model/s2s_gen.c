@@ -1,0 +1,298 @@
+/*
+ * Incremental decoding and search for the encoder–decoder (official incremental_state path of
+ * MegaDecoder, fairseq SequenceGenerator/BeamSearch; docs/translation.md).
+ *
+ * The stream runs the encoder once per source batch and keeps, per decoder layer, the mixer's
+ * streaming state (Mega: the EMA state and the current chunk's keys and values, cleared at each
+ * chunk border as the official incremental state is) and the cross-attention's keys and values
+ * of the encoder output (the official static_kv cache). A step feeds one token per row. Rows whose
+ * token is padding produce zero logits (the official decoder multiplies its features by the
+ * inverse pad mask). Nothing allocates after mega_s2s_stream_new.
+ */
+#include "model/s2s.h"
+
+mega_status mega_s2s_stream_new(mega_s2s *m, int B, int Smax, int tmax, mega_s2s_stream **out) {
+    *out = NULL;
+    const mega_s2s_config *c = &m->cfg;
+    if (B < 1 || Smax < 1 || tmax < 1)
+        MEGA_FAIL(MEGA_ERR_INVALID, "stream rows, source length and decoding length must be positive (got %d, %d, %d)", B,
+                  Smax, tmax);
+    const int Ld = c->decoder_layers;
+    const size_t D = (size_t)c->decoder.embed_dim;
+    /* chunked Mega keeps one chunk of keys; every other case the whole decoded stream */
+    const int cap = (c->decoder.mixer == MEGA_MIXER_MEGA && c->decoder.chunk_size > 0) ? c->decoder.chunk_size : tmax;
+    mega_s2s_stream *s = calloc(1, sizeof *s);
+    if (!s) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    s->m = m, s->B = B, s->Smax = Smax, s->tmax = tmax;
+    s->sper = mega_block_state_size(&m->dl[0].self, B, cap);
+    s->xper = mega_xattn_state_size(&m->dl[0].x, B, Smax, tmax);
+    size_t scr = mega_block_step_scratch(&m->dl[0].self, B, 1, cap);
+    scr = MEGA_MAX(scr, mega_xattn_step_scratch(&m->dl[0].x, B, Smax));
+    if (c->decoder.ffn_dim > 0) scr = MEGA_MAX(scr, mega_nffn_step_scratch(&m->dl[0].ffn, (size_t)B));
+    s->SS = calloc((size_t)Ld, sizeof *s->SS);
+    s->XS = calloc((size_t)Ld, sizeof *s->XS);
+    s->smem = mega__calloc(s->sper * (size_t)Ld + 1, sizeof(real));
+    s->xmem = mega__calloc(s->xper * (size_t)Ld + 1, sizeof(real));
+    s->E = mega__calloc((size_t)B * Smax * D, sizeof(real));
+    s->pad = calloc((size_t)B * Smax, 1);
+    s->x = mega__calloc((size_t)B * D * 2 + 2 * (size_t)B + 2 * D + 32, sizeof(real));
+    s->scratch = mega__calloc(scr, sizeof(real));
+    s->tmp = mega__calloc(s->sper + 1, sizeof(real));
+    if (!s->SS || !s->XS || !s->smem || !s->xmem || !s->E || !s->pad || !s->x || !s->scratch || !s->tmp) {
+        mega_s2s_stream_free(s);
+        MEGA_FAIL(MEGA_ERR_OOM, "out of memory allocating the decoding state for %d rows", B);
+    }
+    s->y = s->x + (size_t)B * D, s->st = s->y + (size_t)B * D;
+    for (int l = 0; l < Ld; l++) {
+        mega_status st = mega_block_state_init(&m->dl[l].self, m->P.data, &s->SS[l], s->smem + (size_t)l * s->sper, B, cap);
+        if (st) {
+            mega_s2s_stream_free(s);
+            return st;
+        }
+        mega_xattn_state_view(&m->dl[l].x, &s->XS[l], s->xmem + (size_t)l * s->xper, B, Smax, tmax);
+    }
+    *out = s;
+    return MEGA_OK;
+}
+
+void mega_s2s_stream_free(mega_s2s_stream *s) {
+    if (!s) return;
+    free(s->SS), free(s->XS), free(s->pad);
+    mega__free(s->smem), mega__free(s->xmem), mega__free(s->E), mega__free(s->x), mega__free(s->scratch);
+    mega__free(s->tmp);
+    free(s);
+}
+
+mega_status mega_s2s_stream_start(mega_s2s_stream *s, const int32_t *src, int S, int rep) {
+    mega_s2s *m = s->m;
+    const mega_s2s_config *c = &m->cfg;
+    if (rep < 1 || s->B % rep) MEGA_FAIL(MEGA_ERR_INVALID, "%d stream rows are not a multiple of %d", s->B, rep);
+    if (S < 1 || S > s->Smax) MEGA_FAIL(MEGA_ERR_INVALID, "source length %d is outside the stream's [1, %d]", S, s->Smax);
+    const int Bs = s->B / rep;
+    const size_t D = (size_t)c->encoder.embed_dim;
+    MEGA_TRY(mega__s2s_reserve(m, Bs, S, 1));
+    MEGA_TRY(mega__s2s_encode(m, src, Bs, S, 0, 0));
+    for (int b = 0; b < s->B; b++) {
+        memcpy(s->E + (size_t)b * S * D, m->E + (size_t)(b / rep) * S * D, (size_t)S * D * sizeof(real));
+        memcpy(s->pad + (size_t)b * S, m->spadc + (size_t)(b / rep) * S, (size_t)S);
+    }
+    for (int l = 0; l < c->decoder_layers; l++) {
+        /* the states are built from the current weights (the bias tables), so a start after a
+         * parameter update sees the new ones */
+        MEGA_TRY(mega_block_state_init(&m->dl[l].self, m->P.data, &s->SS[l], s->SS[l].mem, s->B, s->SS[l].cap));
+        MEGA_TRY(mega_xattn_state_init(&m->dl[l].x, m->P.data, &s->XS[l], s->E, m->src_any_pad ? s->pad : NULL, S,
+                                       s->scratch));
+    }
+    s->S = S, s->rep = rep, s->pos = 0;
+    return MEGA_OK;
+}
+
+mega_status mega_s2s_stream_step(mega_s2s_stream *s, const int32_t *tok, mega_real *logits) {
+    mega_s2s *m = s->m;
+    const mega_s2s_config *c = &m->cfg;
+    const int B = s->B, t = (int)s->pos;
+    const size_t D = (size_t)c->decoder.embed_dim, V = (size_t)c->tgt_vocab_size;
+    if (!s->S) MEGA_FAIL(MEGA_ERR_INVALID, "decoding step before mega_s2s_stream_start");
+    if (t >= s->tmax) MEGA_FAIL(MEGA_ERR_INVALID, "decoding beyond the stream's %d positions", s->tmax);
+    const real *W = m->P.data;
+    int32_t *tk = (int32_t *)s->tmp; /* the reorder scratch is free between calls */
+    uint8_t *pd = (uint8_t *)(tk + B);
+    for (int b = 0; b < B; b++) {
+        if (tok[b] < 0 || tok[b] >= (int32_t)V) MEGA_FAIL(MEGA_ERR_INVALID, "token %d is outside the vocabulary of %zu", tok[b], V);
+        tk[b] = tok[b];
+        pd[b] = tok[b] == c->padding_idx;
+    }
+    const real scale = c->scale_embedding ? (real)sqrt((double)D) : (real)1;
+    real *x = s->x, *y = s->y;
+    mega_embedding_forward(x, W + m->tgt_emb, tk, pd, (size_t)B, D, scale);
+    if (c->normalize_embedding) mega_seqnorm_forward(&m->dec_enorm, (real *)W, x, s->st, x, (size_t)B, 0, 0);
+    for (size_t b = 0; b < (size_t)B; b++)
+        if (pd[b]) memset(x + b * D, 0, D * sizeof(real));
+    for (int l = 0; l < c->decoder_layers; l++) {
+        MEGA_TRY(mega_block_step(&m->dl[l].self, W, &s->SS[l], y, x, 1, s->scratch));
+        MEGA_TRY(mega_xattn_step(&m->dl[l].x, W, &s->XS[l], x, y, t, s->scratch));
+        if (c->decoder.ffn_dim > 0) mega_nffn_step(&m->dl[l].ffn, W, x, x, (size_t)B, s->scratch);
+    }
+    if (m->has_dfnorm) mega_seqnorm_forward(&m->dfnorm, (real *)W, x, s->st, x, (size_t)B, 0, 0);
+    for (size_t b = 0; b < (size_t)B; b++)
+        if (pd[b]) memset(x + b * D, 0, D * sizeof(real));
+    if (logits) mega_linear_step(logits, x, W + (c->tie_embeddings ? m->tgt_emb : m->out_w), NULL, (size_t)B, D, V);
+    s->pos++;
+    return MEGA_OK;
+}
+
+mega_status mega_s2s_stream_reorder(mega_s2s_stream *s, const int *idx) {
+    for (int b = 0; b < s->B; b++)
+        if (idx[b] < 0 || idx[b] >= s->B || (s->rep && idx[b] / s->rep != b / s->rep))
+            MEGA_FAIL(MEGA_ERR_INVALID, "reorder: row %d cannot continue row %d (another source)", b, idx[b]);
+    for (int l = 0; l < s->m->cfg.decoder_layers; l++)
+        MEGA_TRY(mega_block_state_reorder(&s->m->dl[l].self, &s->SS[l], idx, s->tmp));
+    return MEGA_OK;
+}
+
+/* ---- search ------------------------------------------------------------------------------- */
+
+void mega_s2s_search_default(mega_s2s_search *p) {
+    p->beam = 4, p->lenpen = 1.0, p->max_len_a = 1.2, p->max_len_b = 10;
+}
+
+/* the longest target the model can decode: the decoder's simple bias covers max-positions
+ * positions under full attention, the cross-attention's covers max(max positions) */
+static int model_max_len(const mega_s2s *m) {
+    const mega_block_config *d = &m->cfg.decoder;
+    int lim = 1 << 20;
+    if (d->mixer == MEGA_MIXER_MEGA) {
+        if (d->rel_pos_bias == MEGA_RELPOS_SIMPLE) lim = m->Mx;
+        if (d->rel_pos_bias == MEGA_RELPOS_SIMPLE && d->chunk_size <= 0) lim = MEGA_MIN(lim, d->max_positions);
+    }
+    return lim;
+}
+
+typedef struct {
+    double score; /* the hypothesis' cumulative log-probability */
+    int row, tok;
+} cand;
+
+mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, const mega_s2s_search *p, int32_t *out,
+                               int *out_len, int cap, double *score) {
+    const mega_s2s_config *c = &m->cfg;
+    const int K = p->beam, V = c->tgt_vocab_size, eos = c->eos_idx, pad = c->padding_idx;
+    if (K < 1 || K > 1024) MEGA_FAIL(MEGA_ERR_INVALID, "beam size must be in [1, 1024] (got %d)", K);
+    if (B < 1 || S < 1) MEGA_FAIL(MEGA_ERR_INVALID, "nothing to translate (%d sources of %d tokens)", B, S);
+    if (!(p->max_len_a >= 0) || p->max_len_b < 0) MEGA_FAIL(MEGA_ERR_INVALID, "max-len-a and max-len-b must be >= 0");
+    const int R = B * K, lim = model_max_len(m) - 1;
+    /* each sentence's own length limit (its true source length, so that a translation does not
+     * depend on the other sentences of the batch) */
+    int tmax = 1;
+    int *maxlen = calloc((size_t)B, sizeof(int));
+    if (!maxlen) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    for (int b = 0; b < B; b++) {
+        int n = 0;
+        while (n < S && src[(size_t)b * S + n] != pad) n++;
+        double ml = p->max_len_a * n + p->max_len_b;
+        maxlen[b] = (int)MEGA_MIN(ml, (double)lim);
+        if (maxlen[b] < 1) maxlen[b] = 1;
+        tmax = MEGA_MAX(tmax, maxlen[b] + 1);
+    }
+    mega_s2s_stream *st = NULL;
+    mega_status rc = mega_s2s_stream_new(m, R, S, tmax, &st);
+    real *lg = NULL;
+    double *bscore = NULL, *fin_score = NULL, *lp = NULL;
+    int32_t *hist = NULL, *hist2 = NULL, *prev = NULL, *fin_tok = NULL;
+    int *idx = NULL, *fin_n = NULL, *fin_len = NULL, *done = NULL;
+    cand *cd = NULL;
+    if (rc) goto out;
+    lg = mega__calloc((size_t)R * V, sizeof(real));
+    lp = calloc((size_t)V, sizeof(double));
+    bscore = calloc((size_t)R, sizeof(double));
+    hist = calloc((size_t)R * tmax, sizeof(int32_t)), hist2 = calloc((size_t)R * tmax, sizeof(int32_t));
+    prev = calloc((size_t)R, sizeof(int32_t));
+    idx = calloc((size_t)R, sizeof(int));
+    /* finalized hypotheses: K per sentence */
+    fin_score = calloc((size_t)R, sizeof(double)), fin_len = calloc((size_t)R, sizeof(int));
+    fin_tok = calloc((size_t)R * tmax, sizeof(int32_t));
+    fin_n = calloc((size_t)B, sizeof(int)), done = calloc((size_t)B, sizeof(int));
+    cd = calloc((size_t)2 * K * V + 1, sizeof(cand));
+    if (!lg || !lp || !bscore || !hist || !hist2 || !prev || !idx || !fin_score || !fin_len || !fin_tok || !fin_n ||
+        !done || !cd) {
+        rc = mega__error(MEGA_ERR_OOM, "out of memory for the search of %d sentences x beam %d", B, K);
+        goto out;
+    }
+    if ((rc = mega_s2s_stream_start(st, src, S, K))) goto out;
+    for (int r = 0; r < R; r++) prev[r] = eos, idx[r] = r;
+    int ndone = 0;
+    for (int t = 0; t < tmax && ndone < B; t++) {
+        if ((rc = mega_s2s_stream_step(st, prev, lg))) goto out;
+        for (int b = 0; b < B; b++) {
+            if (done[b]) {
+                for (int k = 0; k < K; k++) idx[b * K + k] = b * K + k;
+                continue;
+            }
+            const int force_eos = t >= maxlen[b];
+            int nc = 0;
+            for (int k = 0; k < (t == 0 ? 1 : K); k++) { /* step 0: the beams are identical */
+                const int r = b * K + k;
+                const real *l = lg + (size_t)r * V;
+                double mx = -INFINITY, sum = 0;
+                for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+                for (int v = 0; v < V; v++) sum += exp((double)l[v] - mx);
+                const double lse = mx + log(sum);
+                for (int v = 0; v < V; v++) {
+                    if (v == pad || (force_eos && v != eos)) continue;
+                    cd[nc++] = (cand){bscore[r] + ((double)l[v] - lse), r, v};
+                }
+            }
+            /* the best 2K candidates, best first (ties: lower row, then lower token) */
+            const int top = MEGA_MIN(2 * K, nc);
+            for (int i = 0; i < top; i++) {
+                int bi = i;
+                for (int j = i + 1; j < nc; j++)
+                    if (cd[j].score > cd[bi].score ||
+                        (cd[j].score == cd[bi].score && (cd[j].row < cd[bi].row || (cd[j].row == cd[bi].row && cd[j].tok < cd[bi].tok))))
+                        bi = j;
+                cand tmp = cd[i];
+                cd[i] = cd[bi], cd[bi] = tmp;
+            }
+            /* eos among the first K candidates ends a hypothesis (fairseq: eos_mask[:, :beam]) */
+            for (int i = 0; i < MEGA_MIN(K, top) && fin_n[b] < K; i++) {
+                if (cd[i].tok != eos) continue;
+                const int f = b * K + fin_n[b]++;
+                fin_len[f] = t; /* tokens before eos */
+                fin_score[f] = cd[i].score / pow((double)(t + 1), p->lenpen);
+                memcpy(fin_tok + (size_t)f * tmax, hist + (size_t)cd[i].row * tmax, (size_t)t * sizeof(int32_t));
+            }
+            if (fin_n[b] >= K || force_eos) {
+                done[b] = 1, ndone++;
+                for (int k = 0; k < K; k++) idx[b * K + k] = b * K + k;
+                continue;
+            }
+            /* the next beams: the best K candidates that do not end */
+            int k = 0;
+            for (int i = 0; i < top && k < K; i++) {
+                if (cd[i].tok == eos) continue;
+                const int r = b * K + k++;
+                idx[r] = cd[i].row;
+                prev[r] = cd[i].tok;
+                bscore[r] = cd[i].score;
+            }
+            for (; k < K; k++) { /* fewer live candidates than beams (tiny vocabularies): repeat the last */
+                const int r = b * K + k;
+                idx[r] = idx[r - 1], prev[r] = prev[r - 1], bscore[r] = -INFINITY;
+            }
+        }
+        if (ndone == B) break;
+        /* the token histories and the decoder states follow the chosen rows */
+        for (int r = 0; r < R; r++) {
+            memcpy(hist2 + (size_t)r * tmax, hist + (size_t)idx[r] * tmax, (size_t)t * sizeof(int32_t));
+            hist2[(size_t)r * tmax + t] = prev[r];
+        }
+        int32_t *sw = hist;
+        hist = hist2, hist2 = sw;
+        if (K > 1 && (rc = mega_s2s_stream_reorder(st, idx))) goto out;
+    }
+    /* the best finalized hypothesis of each sentence */
+    for (int b = 0; b < B; b++) {
+        int best = -1;
+        for (int f = 0; f < fin_n[b]; f++)
+            if (best < 0 || fin_score[b * K + f] > fin_score[b * K + best]) best = f;
+        if (best < 0) { /* cannot happen: eos is forced at the length limit */
+            rc = mega__error(MEGA_ERR_INVALID, "sentence %d: no finished hypothesis", b);
+            goto out;
+        }
+        const int f = b * K + best;
+        if (fin_len[f] > cap) {
+            rc = mega__error(MEGA_ERR_INVALID, "sentence %d: translation of %d tokens exceeds the output capacity %d", b,
+                             fin_len[f], cap);
+            goto out;
+        }
+        memcpy(out + (size_t)b * cap, fin_tok + (size_t)f * tmax, (size_t)fin_len[f] * sizeof(int32_t));
+        out_len[b] = fin_len[f];
+        if (score) score[b] = fin_score[f];
+    }
+out:
+    mega_s2s_stream_free(st);
+    mega__free(lg);
+    free(lp), free(bscore), free(hist), free(hist2), free(prev), free(idx), free(fin_score), free(fin_len);
+    free(fin_tok), free(fin_n), free(done), free(cd), free(maxlen);
+    return rc;
+}

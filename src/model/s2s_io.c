@@ -1,0 +1,168 @@
+/* Encoder–decoder config JSON (ours and the official MegaModel arguments) and model file I/O. */
+#include "model/modelio.h"
+#include "model/s2s.h"
+
+#include <stddef.h>
+
+char *mega_s2s_config_to_json(const mega_s2s_config *c) {
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_CreateObject(), *d = cJSON_CreateObject();
+    if (!o || !e || !d) {
+        cJSON_Delete(o), cJSON_Delete(e), cJSON_Delete(d);
+        return NULL;
+    }
+    int n, nb;
+    const mega_field *f = mega_s2s_config_fields(&n), *bf = mega_block_config_fields(&nb);
+    cJSON_AddStringToObject(o, "model", "mega_s2s");
+    mega__fields_to_json(o, f, n, c);
+    mega__fields_to_json(e, bf, nb, &c->encoder);
+    mega__fields_to_json(d, bf, nb, &c->decoder);
+    cJSON_AddItemToObject(o, "encoder", e);
+    cJSON_AddItemToObject(o, "decoder", d);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* the official arguments of one side (prefix "encoder_" or "decoder_") and the shared ones */
+static void official_side(mega_json_reader *r, const char *side, mega_block_config *b) {
+    char k[64];
+    static const struct {
+        const char *arg;
+        size_t off;
+    } DIMS[] = {{"embed_dim", offsetof(mega_block_config, embed_dim)},   {"z_dim", offsetof(mega_block_config, z_dim)},
+                {"hidden_dim", offsetof(mega_block_config, hidden_dim)}, {"n_dim", offsetof(mega_block_config, n_dim)},
+                {"ffn_embed_dim", offsetof(mega_block_config, ffn_dim)}, {"chunk_size", offsetof(mega_block_config, chunk_size)}};
+    for (size_t i = 0; i < sizeof DIMS / sizeof *DIMS; i++) {
+        snprintf(k, sizeof k, "%s%s", side, DIMS[i].arg);
+        mega_json_int(r, k, (int *)((char *)b + DIMS[i].off));
+    }
+    mega_json_choice(r, "attention_activation_fn", mega__names_attn, MEGA_ATTN_COUNT, (int *)&b->attention_activation);
+    mega_json_choice(r, "normalization_type", mega__names_norm, MEGA_NORM_COUNT, (int *)&b->norm_type);
+    mega_json_bool(r, "normalize_before", &b->prenorm, 0);
+    mega_json_choice(r, "rel_pos_bias", mega__names_relpos, MEGA_RELPOS_COUNT, (int *)&b->rel_pos_bias);
+    mega_json_int(r, "truncation_length", &b->truncation);
+    mega_json_flt(r, "dropout", &b->dropout);
+    mega_json_flt(r, "attention_dropout", &b->attention_dropout);
+    mega_json_flt(r, "hidden_dropout", &b->hidden_dropout);
+    mega_json_flt(r, "activation_dropout", &b->activation_dropout);
+    /* "swish" is the official alias of silu */
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(r->o, "activation_fn");
+    if (cJSON_IsString(a) && !strcmp(a->valuestring, "swish"))
+        b->activation = MEGA_ACT_SILU;
+    else
+        mega_json_choice(r, "activation_fn", mega__names_act, MEGA_ACT_COUNT, (int *)&b->activation);
+}
+
+static mega_status from_official(const cJSON *o, mega_s2s_config *c) {
+    mega_json_reader r = {o, MEGA_OK};
+    /* the official defaults (base_architecture) where they differ from ours */
+    c->encoder.prenorm = c->decoder.prenorm = 0;
+    c->encoder.truncation = c->decoder.truncation = 1024;
+    c->encoder.max_positions = c->decoder.max_positions = 1024;
+    c->encoder.chunk_size = -1;
+    c->tie_embeddings = 0, c->share_all_embeddings = 0;
+    c->padding_idx = 1, c->eos_idx = 2; /* fairseq dictionary: <s> <pad> </s> <unk> */
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "truncation_length");
+    if (t && cJSON_IsNull(t)) c->encoder.truncation = c->decoder.truncation = 0; /* null = none */
+    mega_json_int(&r, "encoder_layers", &c->encoder_layers);
+    mega_json_int(&r, "decoder_layers", &c->decoder_layers);
+    official_side(&r, "encoder_", &c->encoder);
+    /* decoder dimensions default to the encoder's (base_architecture) */
+    mega_block_config enc = c->encoder;
+    c->decoder = enc;
+    c->decoder.bidirectional = 0;
+    if (!cJSON_GetObjectItemCaseSensitive(o, "decoder_chunk_size")) c->decoder.chunk_size = enc.chunk_size;
+    official_side(&r, "decoder_", &c->decoder);
+    mega_json_int(&r, "max_source_positions", &c->encoder.max_positions);
+    mega_json_int(&r, "max_target_positions", &c->decoder.max_positions);
+    mega_json_bool(&r, "normalize_embedding", &c->normalize_embedding, 0);
+    mega_json_bool(&r, "no_scale_embedding", &c->scale_embedding, 1);
+    mega_json_bool(&r, "share_decoder_input_output_embed", &c->tie_embeddings, 0);
+    mega_json_bool(&r, "share_all_embeddings", &c->share_all_embeddings, 0);
+    mega_json_int(&r, "src_vocab_size", &c->src_vocab_size);
+    mega_json_int(&r, "tgt_vocab_size", &c->tgt_vocab_size);
+    mega_json_int(&r, "padding_idx", &c->padding_idx);
+    mega_json_int(&r, "eos_idx", &c->eos_idx);
+    return r.st;
+}
+
+mega_status mega_s2s_config_from_json(const char *json, mega_s2s_config *c) {
+    mega_s2s_config_default(c);
+    cJSON *o = cJSON_Parse(json);
+    if (!o || !cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        MEGA_FAIL(MEGA_ERR_FORMAT, "model config is not a JSON object");
+    }
+    mega_status st = MEGA_OK;
+    if (cJSON_GetObjectItemCaseSensitive(o, "encoder_layers")) {
+        st = from_official(o, c);
+    } else {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "model");
+        if (m && (!cJSON_IsString(m) || strcmp(m->valuestring, "mega_s2s"))) {
+            st = mega__error(MEGA_ERR_FORMAT, "config describes a '%s' model, not an encoder-decoder (mega_s2s)",
+                             cJSON_IsString(m) ? m->valuestring : "?");
+        } else {
+            int n, nb;
+            const mega_field *f = mega_s2s_config_fields(&n), *bf = mega_block_config_fields(&nb);
+            mega_json_reader r = {o, MEGA_OK};
+            mega__fields_from_json(&r, f, n, c);
+            const char *side[2] = {"encoder", "decoder"};
+            mega_block_config *b[2] = {&c->encoder, &c->decoder};
+            for (int i = 0; i < 2 && !r.st; i++) {
+                const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, side[i]);
+                if (!cJSON_IsObject(s)) {
+                    r.st = mega__error(MEGA_ERR_FORMAT, "encoder-decoder config has no '%s' object", side[i]);
+                    break;
+                }
+                mega_json_reader rs = {s, MEGA_OK};
+                mega__fields_from_json(&rs, bf, nb, b[i]);
+                r.st = rs.st;
+            }
+            st = r.st;
+        }
+    }
+    cJSON_Delete(o);
+    MEGA_TRY(st);
+    c->encoder.bidirectional = 1, c->decoder.bidirectional = 0;
+    return mega_s2s_config_check(c);
+}
+
+mega_status mega_s2s_save_ex(const mega_s2s *m, const char *path, const char *const *kv) {
+    char *cfg = mega_s2s_config_to_json(&m->cfg);
+    if (!cfg) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    mega_status st = mega__model_save(&m->P, path, cfg, kv);
+    free(cfg);
+    return st;
+}
+
+/* official state dicts also list the shared matrices under their other names */
+static mega_status load_into(mega_s2s *m, const mega_st_file *f) {
+    static const char *const ignore[] = {"_float_tensor", "encoder.version", "decoder.version", NULL};
+    static const char *const tied[] = {"_float_tensor", "encoder.version", "decoder.version",
+                                       "decoder.output_projection.weight", NULL};
+    static const char *const all[] = {"_float_tensor", "encoder.version", "decoder.version",
+                                      "decoder.output_projection.weight", "decoder.embed_tokens.weight", NULL};
+    const char *const *ig = m->cfg.share_all_embeddings ? all : m->cfg.tie_embeddings ? tied : ignore;
+    return mega_params_load(&m->P, m->P.data, f, "", ig, 0);
+}
+
+mega_status mega_s2s_load(const char *path, mega_s2s **out) {
+    *out = NULL;
+    mega_st_file *f;
+    const char *cfgs;
+    MEGA_TRY(mega__model_open(path, &f, &cfgs));
+    mega_s2s_config c;
+    mega_status st = mega_s2s_config_from_json(cfgs, &c);
+    if (st)
+        st = mega__error_prefix(st, path);
+    else if (!(st = mega_s2s_create(&c, out))) {
+        st = load_into(*out, f);
+        if (st) {
+            st = mega__error_prefix(st, path);
+            mega_s2s_free(*out);
+            *out = NULL;
+        }
+    }
+    mega_st_close(f);
+    return st;
+}
