@@ -56,6 +56,8 @@ endif
 CFLAGS_BASE := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Wshadow \
 	-Wno-unused-parameter -fno-math-errno -Iinclude -Isrc $(OPT)
 LDLIBS := -lm
+# zlib: the FreeDict dictionaries (dictzip = gzip) of `mega freedict` (src/data/freedict.c)
+LDLIBS += -lz
 
 # try = compiles and links scripts/probe/$(2).c with flags $(1)
 try = $(shell $(CC) scripts/probe/$(2).c -o /dev/null $(1) >/dev/null 2>&1 && echo yes)
@@ -129,7 +131,7 @@ HDRS := $(LIB_HDRS) $(wildcard tests/*.h tests/lib/*.h)
 # double-precision build (finite differences and float64 fixtures). The tests named in T64_FROM
 # are built twice from the same source: $(BUILD)/test_X (float) and $(BUILD)/t64_X (double)
 # from tests/test_X.c.
-T64_FROM := fixtures lm stream mixer_attn_stream mixer_aft_stream mixer_abc_stream
+T64_FROM := fixtures lm s2s stream mixer_attn_stream mixer_aft_stream mixer_abc_stream
 TEST32_SRC := $(wildcard tests/test_*.c)
 TEST64_SRC := $(wildcard tests/t64_*.c)
 TEST_BINS := $(TEST32_SRC:tests/%.c=$(BUILD)/%) $(TEST64_SRC:tests/%.c=$(BUILD)/%) $(T64_FROM:%=$(BUILD)/t64_%)

@@ -153,6 +153,26 @@ typedef struct {
     int row, tok;
 } cand;
 
+/* log-softmax of a row of logits into lp (double) */
+static void log_softmax(const real *l, int V, double *lp) {
+    double mx = -INFINITY, sum = 0;
+    for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+    for (int v = 0; v < V; v++) sum += exp((double)l[v] - mx);
+    const double lse = mx + log(sum);
+    for (int v = 0; v < V; v++) lp[v] = (double)l[v] - lse;
+}
+
+/*
+ * Beam search as fairseq's SequenceGenerator/BeamSearch does it: at step t every live beam of a
+ * sentence proposes every token (step 0: beam 0 only, the beams being identical); the best 2K
+ * candidates are ranked; eos candidates among the first K end a hypothesis (score / (t+1)^lenpen);
+ * the first K candidates that do not end are the next beams; a sentence is done when K hypotheses
+ * have ended (or at its length limit, where eos is forced).
+ * Project rule: with K > 1 each sentence also decodes its greedy hypothesis in one extra row, and
+ * that hypothesis competes in the final choice, so that a beam never returns a translation
+ * scoring below greedy decoding (plain beam search can: it may prune the greedy path and then
+ * stop on K worse hypotheses). Cost: one row in K+1.
+ */
 mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, const mega_s2s_search *p, int32_t *out,
                                int *out_len, int cap, double *score) {
     const mega_s2s_config *c = &m->cfg;
@@ -160,7 +180,9 @@ mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, co
     if (K < 1 || K > 1024) MEGA_FAIL(MEGA_ERR_INVALID, "beam size must be in [1, 1024] (got %d)", K);
     if (B < 1 || S < 1) MEGA_FAIL(MEGA_ERR_INVALID, "nothing to translate (%d sources of %d tokens)", B, S);
     if (!(p->max_len_a >= 0) || p->max_len_b < 0) MEGA_FAIL(MEGA_ERR_INVALID, "max-len-a and max-len-b must be >= 0");
-    const int R = B * K, lim = model_max_len(m) - 1;
+    if (!(p->lenpen >= 0)) MEGA_FAIL(MEGA_ERR_INVALID, "the length penalty must be >= 0 (got %g)", p->lenpen);
+    const int G = K > 1 ? K + 1 : 1; /* rows per sentence: the beams, then the greedy row */
+    const int R = B * G, lim = model_max_len(m) - 1;
     /* each sentence's own length limit (its true source length, so that a translation does not
      * depend on the other sentences of the batch) */
     int tmax = 1;
@@ -188,38 +210,48 @@ mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, co
     hist = calloc((size_t)R * tmax, sizeof(int32_t)), hist2 = calloc((size_t)R * tmax, sizeof(int32_t));
     prev = calloc((size_t)R, sizeof(int32_t));
     idx = calloc((size_t)R, sizeof(int));
-    /* finalized hypotheses: K per sentence */
+    /* ended hypotheses: K per sentence, then the greedy one (slot b*G + K) */
     fin_score = calloc((size_t)R, sizeof(double)), fin_len = calloc((size_t)R, sizeof(int));
     fin_tok = calloc((size_t)R * tmax, sizeof(int32_t));
-    fin_n = calloc((size_t)B, sizeof(int)), done = calloc((size_t)B, sizeof(int));
+    fin_n = calloc((size_t)B, sizeof(int)), done = calloc((size_t)R, sizeof(int));
     cd = calloc((size_t)2 * K * V + 1, sizeof(cand));
     if (!lg || !lp || !bscore || !hist || !hist2 || !prev || !idx || !fin_score || !fin_len || !fin_tok || !fin_n ||
         !done || !cd) {
         rc = mega__error(MEGA_ERR_OOM, "out of memory for the search of %d sentences x beam %d", B, K);
         goto out;
     }
-    if ((rc = mega_s2s_stream_start(st, src, S, K))) goto out;
+    if ((rc = mega_s2s_stream_start(st, src, S, G))) goto out;
     for (int r = 0; r < R; r++) prev[r] = eos, idx[r] = r;
-    int ndone = 0;
-    for (int t = 0; t < tmax && ndone < B; t++) {
+    /* done[b*G] = the beams of sentence b have ended; done[b*G + K] = its greedy row has */
+    int open = B * (G > 1 ? 2 : 1);
+    for (int t = 0; t < tmax && open > 0; t++) {
         if ((rc = mega_s2s_stream_step(st, prev, lg))) goto out;
+        for (int r = 0; r < R; r++) idx[r] = r;
         for (int b = 0; b < B; b++) {
-            if (done[b]) {
-                for (int k = 0; k < K; k++) idx[b * K + k] = b * K + k;
-                continue;
+            const int force_eos = t >= maxlen[b], r0 = b * G;
+            if (G > 1 && !done[r0 + K]) { /* the greedy row */
+                const int r = r0 + K;
+                log_softmax(lg + (size_t)r * V, V, lp);
+                int best = -1;
+                for (int v = 0; v < V; v++)
+                    if (v != pad && (!force_eos || v == eos) && (best < 0 || lp[v] > lp[best])) best = v;
+                bscore[r] += lp[best];
+                if (best == eos) {
+                    fin_len[r] = t, fin_score[r] = bscore[r] / pow((double)(t + 1), p->lenpen);
+                    memcpy(fin_tok + (size_t)r * tmax, hist + (size_t)r * tmax, (size_t)t * sizeof(int32_t));
+                    done[r] = 1, open--;
+                } else {
+                    prev[r] = best;
+                }
             }
-            const int force_eos = t >= maxlen[b];
+            if (done[r0]) continue;
             int nc = 0;
             for (int k = 0; k < (t == 0 ? 1 : K); k++) { /* step 0: the beams are identical */
-                const int r = b * K + k;
-                const real *l = lg + (size_t)r * V;
-                double mx = -INFINITY, sum = 0;
-                for (int v = 0; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-                for (int v = 0; v < V; v++) sum += exp((double)l[v] - mx);
-                const double lse = mx + log(sum);
+                const int r = r0 + k;
+                log_softmax(lg + (size_t)r * V, V, lp);
                 for (int v = 0; v < V; v++) {
                     if (v == pad || (force_eos && v != eos)) continue;
-                    cd[nc++] = (cand){bscore[r] + ((double)l[v] - lse), r, v};
+                    cd[nc++] = (cand){bscore[r] + lp[v], r, v};
                 }
             }
             /* the best 2K candidates, best first (ties: lower row, then lower token) */
@@ -236,31 +268,30 @@ mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, co
             /* eos among the first K candidates ends a hypothesis (fairseq: eos_mask[:, :beam]) */
             for (int i = 0; i < MEGA_MIN(K, top) && fin_n[b] < K; i++) {
                 if (cd[i].tok != eos) continue;
-                const int f = b * K + fin_n[b]++;
+                const int f = r0 + fin_n[b]++;
                 fin_len[f] = t; /* tokens before eos */
                 fin_score[f] = cd[i].score / pow((double)(t + 1), p->lenpen);
                 memcpy(fin_tok + (size_t)f * tmax, hist + (size_t)cd[i].row * tmax, (size_t)t * sizeof(int32_t));
             }
             if (fin_n[b] >= K || force_eos) {
-                done[b] = 1, ndone++;
-                for (int k = 0; k < K; k++) idx[b * K + k] = b * K + k;
+                done[r0] = 1, open--;
                 continue;
             }
             /* the next beams: the best K candidates that do not end */
             int k = 0;
             for (int i = 0; i < top && k < K; i++) {
                 if (cd[i].tok == eos) continue;
-                const int r = b * K + k++;
+                const int r = r0 + k++;
                 idx[r] = cd[i].row;
                 prev[r] = cd[i].tok;
                 bscore[r] = cd[i].score;
             }
             for (; k < K; k++) { /* fewer live candidates than beams (tiny vocabularies): repeat the last */
-                const int r = b * K + k;
+                const int r = r0 + k;
                 idx[r] = idx[r - 1], prev[r] = prev[r - 1], bscore[r] = -INFINITY;
             }
         }
-        if (ndone == B) break;
+        if (open == 0) break;
         /* the token histories and the decoder states follow the chosen rows */
         for (int r = 0; r < R; r++) {
             memcpy(hist2 + (size_t)r * tmax, hist + (size_t)idx[r] * tmax, (size_t)t * sizeof(int32_t));
@@ -270,16 +301,17 @@ mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, co
         hist = hist2, hist2 = sw;
         if (K > 1 && (rc = mega_s2s_stream_reorder(st, idx))) goto out;
     }
-    /* the best finalized hypothesis of each sentence */
+    /* the best ended hypothesis of each sentence (the greedy one only when strictly better) */
     for (int b = 0; b < B; b++) {
         int best = -1;
         for (int f = 0; f < fin_n[b]; f++)
-            if (best < 0 || fin_score[b * K + f] > fin_score[b * K + best]) best = f;
+            if (best < 0 || fin_score[b * G + f] > fin_score[b * G + best]) best = f;
+        if (G > 1 && done[b * G + K] && (best < 0 || fin_score[b * G + K] > fin_score[b * G + best])) best = K;
         if (best < 0) { /* cannot happen: eos is forced at the length limit */
             rc = mega__error(MEGA_ERR_INVALID, "sentence %d: no finished hypothesis", b);
             goto out;
         }
-        const int f = b * K + best;
+        const int f = b * G + best;
         if (fin_len[f] > cap) {
             rc = mega__error(MEGA_ERR_INVALID, "sentence %d: translation of %d tokens exceeds the output capacity %d", b,
                              fin_len[f], cap);

@@ -124,6 +124,7 @@ mega_status mega_s2s_config_from_json(const char *json, mega_s2s_config *c) {
     cJSON_Delete(o);
     MEGA_TRY(st);
     c->encoder.bidirectional = 1, c->decoder.bidirectional = 0;
+    if (c->share_all_embeddings) c->tie_embeddings = 1; /* official build_model */
     return mega_s2s_config_check(c);
 }
 

@@ -1,0 +1,497 @@
+/*
+ * The encoder–decoder (mega.h mega_s2s_*; src/model/s2s*.c, src/layers/xattn.c):
+ *   (1) double build only: finite differences of the cross-attention alone (gated: softmax /
+ *       relu2 / laplace, simple / rotary, pre / post norm, with and without source padding;
+ *       multi-head) with respect to its parameters, its input x and the encoder output e; and of
+ *       the whole encoder–decoder's label-smoothed loss with respect to every parameter (Mega with
+ *       chunked / ragged / full attention, shared and separate embeddings, embedding norm, source
+ *       and target padding; the mha mixer's Transformer encoder–decoder; an AFT decoder);
+ *   (2) incremental decoding == the teacher-forced forward at every non-pad position, for Mega
+ *       (chunked, so cache resets are crossed; full attention) and mha, with beam-style rows
+ *       (each source replicated) and a reorder that swaps equal rows;
+ *   (3) search: beam 1 == a greedy decode written here on the stream; beam 4 never ends with a
+ *       lower score than greedy (the score the search maximises) on random models;
+ *   (4) save / load round trip (bit-identical logits), config JSON round trip, the official
+ *       argument names, and bad inputs (tokens outside the vocabulary, targets beyond the
+ *       relative-bias length, beam 0) failing with a message.
+ * build/t64_s2s is this file built against the double-precision library (Makefile T64_FROM).
+ */
+#include "testlib.h"
+#ifdef MEGA_F64
+#include "fd.h"
+#endif
+#include "layers/xattn.h"
+#include "model/s2s.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef mega_real rl;
+#ifdef MEGA_F64
+#define TOL 1e-9
+#else
+#define TOL 2e-4
+#endif
+
+static unsigned long long g_seed = 0x5e25eedull;
+
+#ifdef MEGA_F64
+static void randn(rl *x, size_t n, double s) {
+    for (size_t i = 0; i < n; i++) x[i] = (rl)(s * tl_randn(&g_seed));
+}
+#endif
+
+/* move every parameter away from its initial value (norm weights 1, biases 0, 0.02 weights) */
+static void perturb(mega_params *P) {
+    for (int i = 0; i < P->n; i++) {
+        size_t off, n;
+        unsigned fl;
+        const char *nm = mega_params_info(P, i, &off, &n, &fl);
+        if (fl & 2) continue;
+        rl *w = P->data + off;
+        const int norm = strstr(nm, "norm.") != NULL, emb = strstr(nm, "embed_tokens") != NULL;
+        for (size_t j = 0; j < n; j++) {
+            if (norm && (strstr(nm, "weight") || strstr(nm, "scalar")))
+                w[j] = (rl)(1 + 0.2 * tl_randn(&g_seed));
+            else if (emb)
+                w[j] = (rl)(0.5 * tl_randn(&g_seed));
+            else
+                w[j] += (rl)(0.15 * tl_randn(&g_seed));
+        }
+    }
+}
+
+/* a batch: B rows, source lengths slen[b] <= S, target lengths tlen[b] <= L, eos-terminated and
+ * right-padded; prev = eos + target shifted */
+typedef struct {
+    int B, S, L;
+    int32_t *src, *prev, *tgt;
+} batch;
+
+static batch make_batch(const mega_s2s_config *c, int B, int S, int L, const int *slen, const int *tlen) {
+    batch b = {B, S, L, malloc((size_t)B * S * 4), malloc((size_t)B * L * 4), malloc((size_t)B * L * 4)};
+    const int Vs = c->src_vocab_size, Vt = c->tgt_vocab_size, P = c->padding_idx, E = c->eos_idx;
+    for (int r = 0; r < B; r++) {
+        for (int t = 0; t < S; t++) {
+            int v;
+            do v = (int)(tl_rand01(&g_seed) * Vs) % Vs;
+            while (v == P || v == E);
+            b.src[r * S + t] = t < slen[r] - 1 ? v : t == slen[r] - 1 ? E : P;
+        }
+        for (int t = 0; t < L; t++) {
+            int v;
+            do v = (int)(tl_rand01(&g_seed) * Vt) % Vt;
+            while (v == P || v == E);
+            b.tgt[r * L + t] = t < tlen[r] - 1 ? v : t == tlen[r] - 1 ? E : P;
+        }
+        for (int t = 0; t < L; t++) b.prev[r * L + t] = t == 0 ? E : t < tlen[r] ? b.tgt[r * L + t - 1] : P;
+    }
+    return b;
+}
+static void free_batch(batch *b) { free(b->src), free(b->prev), free(b->tgt); }
+
+/* a small model: D 16, Z 8, E 24, N 2, F 24, two layers a side, vocabulary 20 (pad 1, eos 2) */
+static void small_cfg(mega_s2s_config *c, mega_mixer_kind mixer) {
+    mega_s2s_config_default(c);
+    c->src_vocab_size = c->tgt_vocab_size = 20, c->padding_idx = 1, c->eos_idx = 2;
+    mega_block_config *b = &c->encoder;
+    b->mixer = mixer, b->embed_dim = 16, b->z_dim = 8, b->hidden_dim = 24, b->n_dim = 2, b->ffn_dim = 24;
+    b->chunk_size = -1, b->max_positions = 40, b->heads = mixer == MEGA_MIXER_MEGA ? 0 : 4;
+    c->decoder = *b;
+    c->decoder.bidirectional = 0;
+}
+
+/* ---- (1) finite differences (double) ----------------------------------------------------- */
+#ifdef MEGA_F64
+typedef struct {
+    mega_s2s *m;
+    batch *b;
+    double eps;
+} s2s_arg;
+static double s2s_loss(void *a) {
+    s2s_arg *s = a;
+    double l = 0;
+    mega_lm_run run = {1, 0};
+    mega_s2s_forward(s->m, s->b->src, s->b->S, s->b->prev, s->b->tgt, s->b->L, s->b->B, &run, s->eps, &l, NULL, NULL);
+    return l;
+}
+
+typedef struct {
+    const char *name;
+    mega_mixer_kind mixer;
+    mega_attn_fn fn;
+    int rotary, prenorm, enc_chunk, dec_chunk, share_all, tie, enorm, pad;
+    double eps;
+} fdcase;
+
+static void fd_model(const fdcase *fc) {
+    mega_s2s_config c;
+    small_cfg(&c, fc->mixer);
+    mega_block_config *sides[2] = {&c.encoder, &c.decoder};
+    for (int i = 0; i < 2; i++) {
+        sides[i]->attention_activation = fc->fn;
+        sides[i]->rel_pos_bias = fc->rotary ? MEGA_RELPOS_ROTARY : MEGA_RELPOS_SIMPLE;
+        sides[i]->prenorm = fc->prenorm;
+        sides[i]->chunk_size = i ? fc->dec_chunk : fc->enc_chunk;
+    }
+    c.decoder.z_dim = 6, c.decoder.n_dim = 3; /* the decoder's own dimensions */
+    c.share_all_embeddings = fc->share_all, c.tie_embeddings = fc->tie, c.normalize_embedding = fc->enorm;
+    if (!fc->share_all) c.tgt_vocab_size = 23;
+    mega_s2s *m = NULL;
+    if (mega_s2s_create(&c, &m)) {
+        tl_check(0, "fd %s: create: %s", fc->name, mega_last_error());
+        return;
+    }
+    perturb(&m->P);
+    const int B = 2, S = 11, L = 9;
+    const int slen[2] = {S, fc->pad ? 6 : S}, tlen[2] = {fc->pad ? 5 : L, L};
+    batch b = make_batch(&c, B, S, L, slen, tlen);
+    s2s_arg a = {m, &b, fc->eps};
+    double l0 = s2s_loss(&a);
+    mega_params_zero_grad(&m->P);
+    mega_s2s_backward(m, 1.0);
+    rl *grad = malloc(m->P.total * sizeof(rl));
+    memcpy(grad, m->P.grad, m->P.total * sizeof(rl));
+    fd_opts o = {s2s_loss, &a, fc->fn == MEGA_ATTN_RELU2, 0, 64, 24, 7};
+    double gmax = 0;
+    for (size_t i = 0; i < m->P.total; i++) gmax = fmax(gmax, fabs(grad[i]));
+    double worst = 0;
+    const char *wn = "";
+    for (int i = 0; i < m->P.n; i++) {
+        size_t off, n;
+        unsigned fl;
+        const char *nm = mega_params_info(&m->P, i, &off, &n, &fl);
+        if (fl & 2) continue;
+        double e = fd_tensor_err(&o, m->P.data + off, grad + off, n, 1e-3 * gmax);
+        if (e > worst) worst = e, wn = nm;
+    }
+    double dir = fd_directional(&o, m->P.data, grad, m->P.total, NULL);
+    const double tol = fc->fn == MEGA_ATTN_RELU2 ? 1e-5 : 1e-6;
+    tl_check(isfinite(l0) && worst < tol && dir < tol, "fd encoder-decoder %s: loss %.4f, worst tensor %.2e (%s), directional %.2e",
+             fc->name, l0, worst, wn, dir);
+    if (tl_verbose) printf("  fd %s: worst %.2e (%s) dir %.2e\n", fc->name, worst, wn, dir);
+    free(grad);
+    free_batch(&b);
+    mega_s2s_free(m);
+}
+
+/* the cross-attention alone: loss = sum(y * dy) with y = xattn(x, e) */
+typedef struct {
+    const mega_xattn *X;
+    mega_params *P;
+    mega_xattn_acts *A;
+    rl *x, *e, *y, *dy, *scr;
+    const uint8_t *kpad;
+    int B, Tq, Tk;
+} xa_arg;
+static double xa_loss(void *p) {
+    xa_arg *a = p;
+    mega_run run = {1, 0, 0, 1};
+    mega_xattn_forward(a->X, a->P->data, a->A, a->y, a->x, a->e, a->kpad, a->B, a->Tq, a->Tk, &run, a->scr);
+    double s = 0;
+    for (size_t i = 0; i < (size_t)a->B * a->Tq * a->X->cfg->embed_dim; i++) s += a->y[i] * a->dy[i];
+    return s;
+}
+
+static void fd_xattn(const char *name, mega_mixer_kind mixer, mega_attn_fn fn, int rotary, int prenorm, int pad) {
+    mega_block_config c;
+    mega_block_config_default(&c);
+    c.mixer = mixer, c.embed_dim = 12, c.z_dim = 6, c.heads = 3, c.attention_activation = fn, c.prenorm = prenorm;
+    c.rel_pos_bias = rotary ? MEGA_RELPOS_ROTARY : MEGA_RELPOS_SIMPLE, c.activation = MEGA_ACT_GELU;
+    const int B = 2, Tq = 5, Tk = 7, D = 12;
+    mega_params P;
+    mega_params_init(&P);
+    mega_xattn X;
+    if (mega_xattn_declare(&X, &P, "", &c, 9) || mega_params_alloc(&P, 1)) {
+        tl_check(0, "fd xattn %s: declare: %s", name, mega_last_error());
+        mega_params_free(&P);
+        return;
+    }
+    mega_rng rng;
+    mega_rng_seed(&rng, 3);
+    mega_xattn_init(&X, P.data, &rng);
+    perturb(&P);
+    mega_xattn_acts A;
+    size_t na = mega_xattn_acts_view(&X, &A, NULL, B, Tq, Tk), ns = mega_xattn_scratch_size(&X, B, Tq, Tk, 1);
+    rl *acts = calloc(na, sizeof(rl)), *scr = calloc(ns, sizeof(rl));
+    mega_xattn_acts_view(&X, &A, acts, B, Tq, Tk);
+    const size_t R = (size_t)B * Tq * D, Rs = (size_t)B * Tk * D;
+    rl *x = malloc(R * sizeof(rl)), *e = malloc(Rs * sizeof(rl)), *y = malloc(R * sizeof(rl)), *dy = malloc(R * sizeof(rl));
+    rl *dx = malloc(R * sizeof(rl)), *dE = calloc(Rs, sizeof(rl));
+    randn(x, R, 1), randn(e, Rs, 1), randn(dy, R, 1);
+    uint8_t kpad[2 * 7] = {0};
+    for (int j = 4; j < Tk; j++) kpad[Tk + j] = 1; /* row 1: 4 valid keys */
+    xa_arg a = {&X, &P, &A, x, e, y, dy, scr, pad ? kpad : NULL, B, Tq, Tk};
+    xa_loss(&a);
+    mega_params_zero_grad(&P);
+    mega_run run = {1, 0, 0, 1};
+    mega_xattn_backward(&X, P.data, P.grad, &A, dx, dE, dy, x, e, a.kpad, B, Tq, Tk, &run, scr);
+    fd_opts o = {xa_loss, &a, fn == MEGA_ATTN_RELU2, 0, 0, 0, 11};
+    double gmax = 0;
+    for (size_t i = 0; i < P.total; i++) gmax = fmax(gmax, fabs(P.grad[i]));
+    double worst = 0;
+    const char *wn = "";
+    for (int i = 0; i < P.n; i++) {
+        size_t off, n;
+        unsigned fl;
+        const char *nm = mega_params_info(&P, i, &off, &n, &fl);
+        double er = fd_tensor_err(&o, P.data + off, P.grad + off, n, 1e-3 * gmax);
+        if (er > worst) worst = er, wn = nm;
+    }
+    double ex = fd_tensor_err(&o, x, dx, R, 1e-6), ee = fd_tensor_err(&o, e, dE, Rs, 1e-6);
+    const double tol = fn == MEGA_ATTN_RELU2 ? 1e-5 : 1e-7;
+    tl_check(worst < tol && ex < tol && ee < tol, "fd cross-attention %s: params %.2e (%s), dx %.2e, dE %.2e", name, worst, wn, ex,
+             ee);
+    free(acts), free(scr), free(x), free(e), free(y), free(dy), free(dx), free(dE);
+    mega_params_free(&P);
+}
+
+static void test_fd(void) {
+    fd_xattn("gated softmax simple prenorm pad", MEGA_MIXER_MEGA, MEGA_ATTN_SOFTMAX, 0, 1, 1);
+    fd_xattn("gated softmax rotary postnorm", MEGA_MIXER_MEGA, MEGA_ATTN_SOFTMAX, 1, 0, 0);
+    fd_xattn("gated laplace simple postnorm pad", MEGA_MIXER_MEGA, MEGA_ATTN_LAPLACE, 0, 0, 1);
+    fd_xattn("gated relu2 rotary prenorm pad", MEGA_MIXER_MEGA, MEGA_ATTN_RELU2, 1, 1, 1);
+    fd_xattn("multi-head prenorm pad", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 1, 1);
+    fd_xattn("multi-head postnorm", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 0, 0);
+    static const fdcase CASES[] = {
+        {"mega softmax simple pre, enc chunk 4 (ragged), dec full, separate, pads, ls 0.1", MEGA_MIXER_MEGA,
+         MEGA_ATTN_SOFTMAX, 0, 1, 4, -1, 0, 0, 0, 1, 0.1},
+        {"mega laplace rotary post, dec chunk 4 (ragged), share-all, embed norm, pads", MEGA_MIXER_MEGA, MEGA_ATTN_LAPLACE,
+         1, 0, -1, 4, 1, 1, 1, 1, 0.0},
+        {"mega relu2 simple pre, chunk 3 both, tied, no pads, ls 0.2", MEGA_MIXER_MEGA, MEGA_ATTN_RELU2, 0, 1, 3, 3, 0, 1,
+         0, 0, 0.2},
+        {"mha pre (Transformer encoder-decoder), separate, pads, ls 0.1", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 1, -1, -1,
+         0, 0, 0, 1, 0.1},
+        {"mha post, share-all, pads", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 0, -1, -1, 1, 1, 0, 1, 0.0},
+        {"aft-full pre, tied, pads", MEGA_MIXER_AFT_FULL, MEGA_ATTN_SOFTMAX, 0, 1, -1, -1, 0, 1, 0, 1, 0.1},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) fd_model(&CASES[i]);
+}
+#endif
+
+/* ---- (2) incremental decoding == teacher forcing ------------------------------------------ */
+
+static void test_incremental(const char *name, mega_mixer_kind mixer, int dec_chunk, mega_attn_fn fn, int prenorm) {
+    mega_s2s_config c;
+    small_cfg(&c, mixer);
+    c.decoder.chunk_size = dec_chunk, c.decoder.attention_activation = fn, c.encoder.attention_activation = fn;
+    c.encoder.prenorm = c.decoder.prenorm = prenorm;
+    c.encoder.chunk_size = mixer == MEGA_MIXER_MEGA ? 4 : -1;
+    mega_s2s *m = NULL;
+    if (mega_s2s_create(&c, &m)) {
+        tl_check(0, "incremental %s: %s", name, mega_last_error());
+        return;
+    }
+    perturb(&m->P);
+    const int B = 3, S = 10, L = 13, K = 2, V = c.tgt_vocab_size;
+    const int slen[3] = {10, 7, 3}, tlen[3] = {13, 9, 5};
+    batch b = make_batch(&c, B, S, L, slen, tlen);
+    mega_lm_run run = {0, 0};
+    double loss;
+    mega_status st = mega_s2s_forward(m, b.src, S, b.prev, b.tgt, L, B, &run, 0, &loss, NULL, NULL);
+    rl *full = malloc((size_t)B * L * V * sizeof(rl));
+    if (!st) memcpy(full, mega_s2s_logits(m), (size_t)B * L * V * sizeof(rl));
+    /* K rows per source (beam layout); rows of a source get the same tokens, and a reorder that
+     * swaps them (equal states) must change nothing */
+    mega_s2s_stream *s = NULL;
+    if (!st) st = mega_s2s_stream_new(m, B * K, S, L, &s);
+    if (!st) st = mega_s2s_stream_start(s, b.src, S, K);
+    rl *lg = malloc((size_t)B * K * V * sizeof(rl));
+    int32_t tok[6];
+    int idx[6];
+    double worst = 0, lmax = 0;
+    for (int t = 0; t < L && !st; t++) {
+        for (int r = 0; r < B * K; r++) tok[r] = b.prev[(r / K) * L + t], idx[r] = (r / K) * K + (K - 1 - r % K);
+        st = mega_s2s_stream_step(s, tok, lg);
+        if (!st && mixer != MEGA_MIXER_AFT_FULL) st = mega_s2s_stream_reorder(s, idx);
+        for (int r = 0; r < B * K && !st; r++) {
+            const int bb = r / K;
+            if (t >= tlen[bb]) continue; /* target pads: the paths differ there by design */
+            for (int v = 0; v < V; v++) {
+                double f = full[((size_t)bb * L + t) * V + v], g = lg[(size_t)r * V + v];
+                worst = fmax(worst, fabs(f - g)), lmax = fmax(lmax, fabs(f));
+            }
+        }
+    }
+    tl_check(!st && worst <= TOL * fmax(lmax, 1), "incremental decoding == teacher forcing, %s: max diff %.2e of %.2e%s%s", name,
+             worst, lmax, st ? ": " : "", st ? mega_last_error() : "");
+    mega_s2s_stream_free(s);
+    free(full), free(lg);
+    free_batch(&b);
+    mega_s2s_free(m);
+}
+
+/* ---- (3) search ------------------------------------------------------------------------------ */
+
+/* greedy written out on the stream: argmax over the non-pad tokens until eos or the limit */
+static void greedy(mega_s2s *m, const int32_t *src, int S, int slen, const mega_s2s_search *p, int32_t *out, int *n,
+                   double *score) {
+    const mega_s2s_config *c = &m->cfg;
+    const int V = c->tgt_vocab_size;
+    int maxlen = (int)(p->max_len_a * slen + p->max_len_b);
+    mega_s2s_stream *s = NULL;
+    rl *lg = malloc((size_t)V * sizeof(rl));
+    mega_s2s_stream_new(m, 1, S, maxlen + 1, &s);
+    mega_s2s_stream_start(s, src, S, 1);
+    int32_t tok = c->eos_idx;
+    double sc = 0;
+    *n = 0;
+    for (int t = 0; t <= maxlen; t++) {
+        mega_s2s_stream_step(s, &tok, lg);
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < V; v++) mx = fmax(mx, lg[v]);
+        for (int v = 0; v < V; v++) sum += exp(lg[v] - mx);
+        int best = -1;
+        for (int v = 0; v < V; v++)
+            if (v != c->padding_idx && (t < maxlen || v == c->eos_idx) && (best < 0 || lg[v] > lg[best])) best = v;
+        sc += lg[best] - mx - log(sum);
+        if (best == c->eos_idx) break;
+        out[(*n)++] = best;
+        tok = best;
+    }
+    *score = sc / pow(*n + 1, p->lenpen);
+    mega_s2s_stream_free(s);
+    free(lg);
+}
+
+static void test_search(mega_mixer_kind mixer, double lenpen) {
+    mega_s2s_config c;
+    small_cfg(&c, mixer);
+    c.decoder.chunk_size = mixer == MEGA_MIXER_MEGA ? 4 : -1;
+    mega_s2s *m = NULL;
+    if (mega_s2s_create(&c, &m)) {
+        tl_check(0, "search: %s", mega_last_error());
+        return;
+    }
+    const int N = 12, S = 8, cap = 64;
+    int same = 0, below = 0, better = 0;
+    double worst_gap = 0;
+    for (int trial = 0; trial < 4; trial++) {
+        mega_s2s_init_params(m, 100 + trial);
+        perturb(&m->P);
+        /* sharpen the output distribution so that hypotheses end at varied lengths */
+        int slen[12], tlen[12];
+        for (int i = 0; i < N; i++) slen[i] = 2 + (i * 5 + trial) % (S - 1), tlen[i] = 1;
+        batch b = make_batch(&c, N, S, 1, slen, tlen);
+        mega_s2s_search p;
+        mega_s2s_search_default(&p);
+        p.lenpen = lenpen, p.max_len_a = 1, p.max_len_b = 3;
+        int32_t out1[12 * 64], out4[12 * 64], g[64];
+        int n1[12], n4[12], ng;
+        double s1[12], s4[12], sg;
+        p.beam = 1;
+        mega_status st = mega_s2s_translate(m, b.src, N, S, &p, out1, n1, cap, s1);
+        p.beam = 4;
+        if (!st) st = mega_s2s_translate(m, b.src, N, S, &p, out4, n4, cap, s4);
+        if (st) {
+            tl_check(0, "search: %s", mega_last_error());
+            free_batch(&b);
+            break;
+        }
+        for (int i = 0; i < N; i++) {
+            greedy(m, b.src + i * S, S, slen[i], &p, g, &ng, &sg);
+            same += ng == n1[i] && !memcmp(g, out1 + i * cap, (size_t)ng * 4) && fabs(sg - s1[i]) < 1e-4;
+            if (s4[i] < s1[i] - 1e-9) below++, worst_gap = fmax(worst_gap, s1[i] - s4[i]);
+            better += s4[i] > s1[i] + 1e-9;
+        }
+        free_batch(&b);
+    }
+    tl_check(same == 4 * N, "%s lenpen %g: beam 1 == greedy on %d/%d sentences", mega_mixer_name(mixer), lenpen, same, 4 * N);
+    tl_check(below == 0, "%s lenpen %g: beam 4 never scores below greedy (%d below, worst gap %.3g; %d strictly better)",
+             mega_mixer_name(mixer), lenpen, below, worst_gap, better);
+    mega_s2s_free(m);
+}
+
+/* ---- (4) files, configs, errors ---------------------------------------------------------------- */
+
+static void test_io(void) {
+    char dir[256], path[300];
+    if (tl_mkdtemp(dir, sizeof dir, "mega_s2s_")) return;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    mega_s2s_config c;
+    small_cfg(&c, MEGA_MIXER_MEGA);
+    c.decoder.chunk_size = 4;
+    mega_s2s *m = NULL, *m2 = NULL;
+    mega_status st = mega_s2s_create(&c, &m);
+    if (!st) perturb(&m->P), st = mega_s2s_save_ex(m, path, NULL);
+    if (!st) st = mega_s2s_load(path, &m2);
+    tl_check(!st, "s2s save/load: %s", st ? mega_last_error() : "ok");
+    if (!st) {
+        const int slen[2] = {6, 4}, tlen[2] = {5, 3};
+        batch b = make_batch(&c, 2, 6, 5, slen, tlen);
+        mega_lm_run run = {0, 0};
+        double l1, l2;
+        mega_s2s_forward(m, b.src, 6, b.prev, b.tgt, 5, 2, &run, 0, &l1, NULL, NULL);
+        mega_s2s_forward(m2, b.src, 6, b.prev, b.tgt, 5, 2, &run, 0, &l2, NULL, NULL);
+        tl_check(!memcmp(mega_s2s_logits(m), mega_s2s_logits(m2), 2 * 5 * 20 * sizeof(rl)) && l1 == l2,
+                 "s2s logits bit-identical after a save/load round trip");
+        /* bad inputs */
+        int32_t bad = b.src[0];
+        b.src[0] = 99;
+        tl_check(mega_s2s_forward(m, b.src, 6, b.prev, b.tgt, 5, 2, &run, 0, &l1, NULL, NULL) == MEGA_ERR_INVALID &&
+                     strstr(mega_last_error(), "outside the vocabulary"),
+                 "a source token outside the vocabulary is an error: %s", mega_last_error());
+        b.src[0] = bad;
+        tl_check(mega_s2s_forward(m, b.src, 6, b.prev, b.tgt, 5, 2, &run, 1.5, &l1, NULL, NULL) == MEGA_ERR_INVALID,
+                 "label smoothing 1.5 is an error: %s", mega_last_error());
+        mega_s2s_search p;
+        mega_s2s_search_default(&p);
+        p.beam = 0;
+        int32_t o[2 * 32];
+        int n[2];
+        tl_check(mega_s2s_translate(m, b.src, 2, 6, &p, o, n, 32, NULL) == MEGA_ERR_INVALID, "beam 0 is an error: %s",
+                 mega_last_error());
+        free_batch(&b);
+        /* a target longer than the simple relative bias allows (full-attention encoder, 40) */
+        const int sl2[1] = {45}, tl2[1] = {3};
+        batch lb = make_batch(&c, 1, 45, 3, sl2, tl2);
+        tl_check(mega_s2s_forward(m, lb.src, 45, lb.prev, lb.tgt, 3, 1, &run, 0, &l1, NULL, NULL) == MEGA_ERR_INVALID,
+                 "a source beyond max-positions is an error: %s", mega_last_error());
+        free_batch(&lb);
+    }
+    /* config JSON round trip and the official argument names */
+    char *js = mega_s2s_config_to_json(&c);
+    mega_s2s_config c2;
+    st = mega_s2s_config_from_json(js, &c2);
+    mega_s2s_config_resolve(&c);
+    tl_check(!st && !memcmp(&c.encoder, &c2.encoder, sizeof c.encoder) && !memcmp(&c.decoder, &c2.decoder, sizeof c.decoder) &&
+                 c2.tgt_vocab_size == c.tgt_vocab_size && c2.decoder_layers == c.decoder_layers,
+             "s2s config JSON round trip");
+    free(js);
+    st = mega_s2s_config_from_json("{\"encoder_layers\":3,\"encoder_embed_dim\":32,\"decoder_z_dim\":12,"
+                                   "\"share_all_embeddings\":true,\"src_vocab_size\":50,\"tgt_vocab_size\":50,"
+                                   "\"max_source_positions\":64,\"activation_fn\":\"swish\",\"truncation_length\":null}",
+                                   &c2);
+    tl_check(!st && c2.encoder_layers == 3 && c2.decoder.embed_dim == 32 && c2.decoder.z_dim == 12 &&
+                 c2.encoder.z_dim == 64 /* ours: absent keys keep our defaults */ && c2.tie_embeddings && c2.encoder.max_positions == 64 &&
+                 c2.decoder.max_positions == 1024 && c2.padding_idx == 1 && c2.eos_idx == 2 && !c2.encoder.prenorm &&
+                 c2.encoder.truncation == 0,
+             "official MegaModel arguments are read (%s)", st ? mega_last_error() : "ok");
+    st = mega_s2s_config_from_json("{\"encoder_layers\":2,\"encoder_embed_dim\":32,\"decoder_embed_dim\":48}", &c2);
+    tl_check(st == MEGA_ERR_INVALID && strstr(mega_last_error(), "embed-dim"), "different encoder/decoder widths: %s",
+             mega_last_error());
+    st = mega_s2s_config_from_json("{\"model\":\"mega_lm\"}", &c2);
+    tl_check(st == MEGA_ERR_FORMAT, "a language-model config is not an encoder-decoder: %s", mega_last_error());
+    mega_s2s_free(m), mega_s2s_free(m2);
+    tl_rm_rf(dir);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
+    mega_set_threads(2);
+#ifdef MEGA_F64
+    test_fd();
+#endif
+    test_incremental("mega softmax, decoder chunk 4", MEGA_MIXER_MEGA, 4, MEGA_ATTN_SOFTMAX, 1);
+    test_incremental("mega laplace post-norm, full attention", MEGA_MIXER_MEGA, -1, MEGA_ATTN_LAPLACE, 0);
+    test_incremental("mega relu2, decoder chunk 5", MEGA_MIXER_MEGA, 5, MEGA_ATTN_RELU2, 1);
+    test_incremental("mha (Transformer)", MEGA_MIXER_MHA, -1, MEGA_ATTN_SOFTMAX, 1);
+    test_incremental("mha post-norm", MEGA_MIXER_MHA, -1, MEGA_ATTN_SOFTMAX, 0);
+    test_incremental("aft-full", MEGA_MIXER_AFT_FULL, -1, MEGA_ATTN_SOFTMAX, 1);
+    test_search(MEGA_MIXER_MEGA, 1.0);
+    test_search(MEGA_MIXER_MEGA, 0.0);
+    test_search(MEGA_MIXER_MHA, 1.0);
+    test_io();
+    return tl_finish();
+}
