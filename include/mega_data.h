@@ -7,7 +7,9 @@
  *  - long-sequence classification (Long Range Arena style): vocabularies, class lists, dataset
  *    loaders (ListOps TSV, byte-level text TSV, text pairs TSV, IDX images), format detection,
  *    padded batches;
- *  - ListOps: the evaluator and a bit-exact copy of the published generator.
+ *  - ListOps: the evaluator and a bit-exact copy of the published generator;
+ *  - parallel text for translation: "source<TAB>target" TSV with per-reason counts of the lines
+ *    skipped, batching by length (fairseq --max-tokens) in a reproducible order, padded batches.
  *
  * Errors: as everywhere in the library (include/mega.h), a failing function returns a negative
  * mega_status and leaves one line in mega_last_error(); nothing here prints or exits. Messages
@@ -32,6 +34,10 @@
  * Bytes (text, pairs): ids 0..255 are the bytes, 256 is <pad>, size 257, no <unk>.
  * Pixels (IDX): ids 0..255 are the grey levels, 256 is <pad>, size 257; as real inputs a pixel x
  * becomes (x/255 - mean)/std (the official LRA pixel pipeline; defaults 0.5/0.5), padding 0.
+ * Parallel text (sequence to sequence, MEGA_S2S_*): one byte vocabulary shared by the source
+ * and the target side: ids 0..255 are the bytes, 256 is <pad>, 257 is </s> (end of sentence),
+ * size 258, no <unk>. A sentence of n bytes is n + 1 tokens, its bytes then </s> (fairseq
+ * appends eos to both sides); the decoder's input is </s> followed by the target shifted right.
  *
  * Class labels: the classes of a file are its distinct label strings, sorted numerically when
  * every label is a number (so "0".."K-1" map to themselves, "1.0" sorts after "0.0"), otherwise
@@ -300,6 +306,367 @@ void mega_listops_gen_free(mega_listops_gen *g);
 mega_status mega_listops_gen_next(mega_listops_gen *g, const char **src, int *length, int *target);
 /* draws made so far (accepted or not) */
 int64_t mega_listops_gen_attempts(const mega_listops_gen *g);
+
+/* ---------------------------------------------------------------------------------------------
+ * parallel text (sequence to sequence, translation; src/data/pairs.c)
+ *
+ * A TSV of "source<TAB>target" lines, UTF-8, in the shared byte vocabulary (MEGA_S2S_*, see the
+ * top of this file): a sentence of n bytes is n + 1 tokens, its bytes then </s>. Lengths and
+ * limits are always in tokens, </s> included. The data functions are mega_s2s_data_load/free,
+ * mega_s2s_tokenize, mega_s2s_batches and mega_s2s_fill (the model, mega_s2s, is in mega.h). */
+
+enum { MEGA_S2S_PAD = 256, MEGA_S2S_EOS = 257, MEGA_S2S_VOCAB = 258 };
+
+/* Whether s[0..n) is well-formed UTF-8 (Unicode table 3-7: no overlong forms, no surrogates
+ * U+D800..DFFF, nothing above U+10FFFF, no sequence cut short by the end): returns n when it is,
+ * else the offset of the first byte of the first bad sequence. */
+size_t mega_utf8_check(const void *s, size_t n);
+
+/* Why a line is not used; checked in this order, a line counts under the first reason only. */
+typedef enum {
+    MEGA_S2S_BAD_NO_TAB = 0,    /* no TAB on the line */
+    MEGA_S2S_BAD_EXTRA_TAB,     /* more than one TAB */
+    MEGA_S2S_BAD_EMPTY_SRC,     /* nothing before the TAB */
+    MEGA_S2S_BAD_EMPTY_TGT,     /* nothing after it */
+    MEGA_S2S_BAD_UTF8,          /* the source or the target is not valid UTF-8 (mega_utf8_check) */
+    MEGA_S2S_BAD_SRC_LONG,      /* source tokens > opts.max_src_len */
+    MEGA_S2S_BAD_TGT_LONG,      /* target tokens > opts.max_tgt_len */
+    MEGA_S2S_BAD_N
+} mega_s2s_bad;
+
+/* "no-tab", "extra-tab", "empty-source", "empty-target", "bad-utf8", "source-too-long",
+ * "target-too-long" ("?" out of range) */
+const char *mega_s2s_bad_name(int reason);
+
+typedef struct {
+    int max_src_len;  /* longest usable source in tokens, </s> included (0 = no limit; 1 is invalid) */
+    int max_tgt_len;  /* the same for targets */
+    int max_examples; /* stop reading after this many usable lines (0 = all) */
+    int strict;       /* a bad line is an error "file:LINE: reason" instead of skipped */
+    const char *what; /* names the file in messages ("--train" gives "--train file 'x' is empty");
+                         NULL: "parallel text" */
+} mega_s2s_opts;
+
+typedef struct {
+    int n;                   /* examples (usable lines, in file order) */
+    size_t *off;             /* [n] pool offset of example i: its source, then its target */
+    int *src_len, *tgt_len;  /* [n] tokens, </s> included (>= 2) */
+    int *line;               /* [n] 1-based line number */
+    uint16_t *pool;          /* every example's source and target tokens */
+    size_t pool_n;
+    int src_max, tgt_max;    /* longest source / target stored */
+    int64_t n_src_tokens, n_tgt_tokens;
+    int n_lines;             /* lines read (all of them, or up to the max_examples-th usable one) */
+    int n_blank;             /* empty lines (also "\r" alone): skipped, never an error */
+    int n_crlf;              /* lines that ended in "\r\n" (the "\r" is stripped) */
+    int n_skipped;           /* bad lines skipped: the sum of n_bad */
+    int n_bad[MEGA_S2S_BAD_N];     /* bad lines per reason (mega_s2s_bad) */
+    int first_bad[MEGA_S2S_BAD_N]; /* 1-based line of the first of each, 0 = none */
+    uint64_t fingerprint;    /* mega_fnv1a64 of the whole file as read (before any option) */
+    char *path;
+} mega_s2s_data;
+
+/* the tokens of example i: src_len[i] source tokens, then tgt_len[i] target tokens */
+static inline const uint16_t *mega_s2s_data_src(const mega_s2s_data *d, int i) { return d->pool + d->off[i]; }
+static inline const uint16_t *mega_s2s_data_tgt(const mega_s2s_data *d, int i) { return d->pool + d->off[i] + d->src_len[i]; }
+
+/* Read the TSV at path into *d (overwritten; free it with mega_s2s_data_free). Lines end in "\n" or
+ * "\r\n"; the last one may lack it; a UTF-8 byte-order mark at the start of the file is dropped.
+ * Blank lines are skipped. A bad line (mega_s2s_bad) is skipped and counted in n_bad /
+ * first_bad (mega_s2s_skip_summary words them for a log), or with opts.strict fails with
+ * MEGA_ERR_FORMAT "file:LINE: reason" (e.g. "x.tsv:7: invalid UTF-8 in the target at column 12
+ * (byte 0xc0)"; columns are 1-based bytes of the line). Other failures, with *d empty:
+ * MEGA_ERR_NOT_FOUND / MEGA_ERR_IO (missing, a directory, unreadable: mega_read_file),
+ * MEGA_ERR_FORMAT (empty file; no usable line, the message says why each line was skipped),
+ * MEGA_ERR_INVALID (NULL path, negative options or a limit of 1), MEGA_ERR_OOM.
+ * opts may be NULL (all zero). */
+mega_status mega_s2s_data_load(const char *path, const mega_s2s_opts *opts, mega_s2s_data *d);
+/* frees everything and empties *d (NULL allowed; safe on a zeroed or failed load) */
+void mega_s2s_data_free(mega_s2s_data *d);
+/* "2 without a tab (first at line 3), 1 with invalid UTF-8 (at line 7)" (reasons in mega_s2s_bad
+ * order; "" when nothing was skipped) into buf (cap bytes, cut to fit); returns n_skipped. */
+int mega_s2s_skip_summary(const mega_s2s_data *d, char *buf, size_t cap);
+
+/* One source sentence as the model's input (`mega translate` on stdin lines): one final "\n" or
+ * "\r\n" of s[0..n) is dropped, the rest must be non-empty valid UTF-8 (else MEGA_ERR_FORMAT
+ * "source: empty" / "source: invalid UTF-8 at column C (byte 0xXX)") and at most max_len tokens
+ * with its </s> (0 = no limit; else MEGA_ERR_INVALID "source: N tokens (N-1 bytes + </s>), more
+ * than the limit of M"). tok (room for n + 1 values) receives the bytes then MEGA_S2S_EOS, *len
+ * their count (0 on failure). */
+mega_status mega_s2s_tokenize(const char *s, size_t n, int max_len, int32_t *tok, int *len);
+
+/* The batches of one epoch: example indices in idx, batch b = idx[off[b] .. off[b] + count[b]). */
+typedef struct {
+    int n;          /* batches */
+    int *off;       /* [n] */
+    int *count;     /* [n] examples in each (>= 1) */
+    int *idx;       /* [n_idx] every example exactly once, sorted by (source len, target len, index) */
+    int n_idx;      /* = the dataset's n */
+    int max_count;  /* largest batch */
+    int n_oversize; /* single-example batches whose max(source, target) tokens exceed max_tokens */
+} mega_s2s_plan;
+
+/* Batching by length, as fairseq's --max-tokens / --batch-size: sort the examples by (source
+ * tokens, target tokens, index) and cut that order greedily into consecutive batches of B
+ * examples with B * max(longest source, longest target) <= max_tokens and B <= max_sentences
+ * (0 = no limit of that kind, not both; one example longer than max_tokens is a batch alone,
+ * counted in n_oversize). shuffle = 0 (evaluation) keeps the batches in sorted order; else the
+ * ORDER of the batches (not their contents) is shuffled from (seed, epoch) only:
+ *     st = mega_data_rng_seed(seed ^ (0x9E3779B97F4A7C15 * (uint64_t)epoch));
+ *     for (i = n - 1; i > 0; i--) swap batches i and mega_data_rng_below(&st, i + 1);
+ * so a run resumes mid-epoch from (epoch, batch index) alone. *p is overwritten (free it with
+ * mega_s2s_plan_free). MEGA_ERR_INVALID (no examples, bad limits), MEGA_ERR_OOM (*p empty). */
+mega_status mega_s2s_batches(const mega_s2s_data *d, int max_tokens, int max_sentences, uint64_t seed, int64_t epoch,
+                             int shuffle, mega_s2s_plan *p);
+void mega_s2s_plan_free(mega_s2s_plan *p); /* NULL allowed */
+
+/* S = longest source and L = longest target (tokens) among examples idx[0..B) (either pointer
+ * may be NULL). MEGA_ERR_INVALID for B < 1 or an index out of range. */
+mega_status mega_s2s_batch_shape(const mega_s2s_data *d, const int *idx, int B, int *S, int *L);
+/* Fill B rows with examples idx[0..B), everything right-padded with MEGA_S2S_PAD:
+ *   src  [B, S]  source bytes, </s>
+ *   tgt  [B, L]  target bytes, </s>                        (the labels of the decoder)
+ *   prev [B, L]  </s>, then tgt shifted right by one:      (fairseq prev_output_tokens, the
+ *                prev[t] = tgt[t-1] for 0 < t < tgt_len,     decoder input)
+ *                padded exactly where tgt is
+ *   src_len, tgt_len [B]  the tokens of each row (</s> included)
+ * Any output may be NULL (not written). Nothing is cut: MEGA_ERR_INVALID when an example is longer
+ * than S or L (size them with mega_s2s_batch_shape), an index is out of range or B, S, L < 1. */
+mega_status mega_s2s_fill(const mega_s2s_data *d, const int *idx, int B, int32_t *src, int S, int32_t *prev, int32_t *tgt,
+                          int L, int32_t *src_len, int32_t *tgt_len);
+
+/* ---------------------------------------------------------------------------------------------
+ * translation metrics: corpus BLEU, chrF and exact match (src/data/metrics.c, docs/metrics.md)
+ *
+ * Computed as sacreBLEU 2.6.0 computes them (mjpost/sacrebleu tag v2.6.0, commit 2277cacc):
+ * with mega_metrics_defaults(), BLEU is sacrebleu.metrics.BLEU() (tokenizer 13a, mixed case,
+ * exp smoothing, 4-grams, no effective order) and chrF is CHRF() (chrF2: 6 character orders,
+ * no word n-grams, beta 2, whitespace removed, effective-order averaging, eps_smoothing=False),
+ * both corpus-level (statistics summed over the sentences, then one score). Not supported:
+ * lowercasing (case:lc) and the tokenizers other than 13a and none.
+ *
+ * Strings are UTF-8 bytes. Where sacreBLEU works on characters (chrF n-grams, str.split() and
+ * str.rstrip() with Python's Unicode whitespace) each byte of an invalid UTF-8 sequence counts as
+ * one character of its own (what Python's "surrogateescape" decoding gives); nothing fails on
+ * bad input. Usage: new, add every (hypothesis, references) pair, then read the scores; adding
+ * more afterwards and reading again is allowed. One accumulator must not be used by two threads
+ * at once; different accumulators are independent. */
+
+#define MEGA_METRICS_SACREBLEU_VERSION "2.6.0"
+#define MEGA_METRICS_MAX_ORDER 16 /* largest BLEU n-gram order, chrF character or word order */
+
+typedef enum { MEGA_BLEU_TOK_13A = 0, MEGA_BLEU_TOK_NONE = 1 } mega_bleu_tok;
+typedef enum {
+    MEGA_BLEU_SMOOTH_EXP = 0, /* sacreBLEU "exp" (mteval-v13a) */
+    MEGA_BLEU_SMOOTH_NONE,
+    MEGA_BLEU_SMOOTH_FLOOR,
+    MEGA_BLEU_SMOOTH_ADD_K
+} mega_bleu_smooth;
+
+typedef struct {
+    /* BLEU (sacrebleu.metrics.BLEU arguments) */
+    mega_bleu_tok tokenize;         /* 13a */
+    mega_bleu_smooth smooth_method; /* exp */
+    double smooth_value;            /* floor / add-k value; < 0: sacreBLEU's default (0.1 / 1) */
+    int max_ngram_order;            /* 4 (1..MEGA_METRICS_MAX_ORDER) */
+    int effective_order;            /* 0 */
+    /* chrF (sacrebleu.metrics.CHRF arguments) */
+    int char_order;    /* 6 (0..MAX) */
+    int word_order;    /* 0 (0..MAX; 2 is chrF++); char_order + word_order >= 1 */
+    int beta;          /* 2 (0..1000) */
+    int whitespace;    /* 0: whitespace is removed before extracting character n-grams */
+    int eps_smoothing; /* 0: effective-order averaging (sacreBLEU's default) */
+} mega_metrics_options;
+
+/* sacreBLEU's defaults (above). A zeroed struct is not valid (max_ngram_order 0). */
+mega_metrics_options mega_metrics_defaults(void);
+
+typedef struct mega_metrics mega_metrics;
+
+/* *out = a new, empty accumulator (opts NULL: mega_metrics_defaults()). MEGA_ERR_INVALID for an
+ * option out of range (the message names it), MEGA_ERR_OOM; *out is NULL on failure. */
+mega_status mega_metrics_new(const mega_metrics_options *opts, mega_metrics **out);
+void mega_metrics_free(mega_metrics *m); /* NULL allowed */
+/* forget every sentence added (the options and the scratch memory stay) */
+void mega_metrics_reset(mega_metrics *m);
+const mega_metrics_options *mega_metrics_get_options(const mega_metrics *m);
+
+/* Add one segment: the hypothesis and its nrefs >= 1 references (sacreBLEU's references for
+ * this segment, one from each reference stream; "" is a valid, empty reference). Strings are
+ * taken whole, with no trimming (BLEU itself applies sacreBLEU's rstrip() before tokenizing);
+ * _n takes explicit byte lengths (NUL bytes are then ordinary characters), the other
+ * NUL-terminated strings. MEGA_ERR_INVALID (NULL strings, nrefs < 1, a sentence of 2^31 words
+ * or characters), MEGA_ERR_OOM; on failure nothing is added. */
+mega_status mega_metrics_add(mega_metrics *m, const char *hyp, const char *const *refs, int nrefs);
+mega_status mega_metrics_add_n(mega_metrics *m, const char *hyp, size_t hyp_len, const char *const *refs,
+                               const size_t *ref_lens, int nrefs);
+int64_t mega_metrics_sentences(const mega_metrics *m); /* segments added */
+
+/* sacreBLEU's BLEUScore: orders 1..order are used in the arrays */
+typedef struct {
+    double score;                                  /* 0..100 (0 when nothing matched, e.g. sys_len 0) */
+    double precisions[MEGA_METRICS_MAX_ORDER];     /* percent, after smoothing (BLEUScore.precisions) */
+    int64_t counts[MEGA_METRICS_MAX_ORDER];        /* clipped n-gram matches (before add-k) */
+    int64_t totals[MEGA_METRICS_MAX_ORDER];        /* hypothesis n-grams (before add-k) */
+    double bp;                                     /* brevity penalty (0 when sys_len is 0 < ref_len) */
+    double ratio;                                  /* sys_len / ref_len, 0 when ref_len is 0 */
+    int64_t sys_len, ref_len;                      /* tokens; ref_len sums the closest reference lengths */
+    int order;                                     /* max_ngram_order */
+} mega_bleu_score;
+
+/* sacreBLEU's CHRFScore, with the summed statistics: index i < char_order is the character
+ * (i+1)-grams, then word_order entries for the word n-grams */
+typedef struct {
+    double score; /* 0..100 */
+    int64_t hyp[2 * MEGA_METRICS_MAX_ORDER], ref[2 * MEGA_METRICS_MAX_ORDER], match[2 * MEGA_METRICS_MAX_ORDER];
+    int char_order, word_order, beta;
+    char name[48]; /* "chrF2", "chrF2++" (f'chrF{beta}' + '+' * word_order) */
+} mega_chrf_score;
+
+typedef struct {
+    double score;      /* 100 * matches / sentences (0 with no sentences) */
+    int64_t matches;   /* hypotheses byte-equal to one of their references */
+    int64_t sentences;
+} mega_exact_score;
+
+/* The corpus scores of everything added so far (with nothing added: every field 0; sacreBLEU
+ * refuses an empty corpus). MEGA_ERR_INVALID for NULL arguments only. */
+mega_status mega_metrics_bleu(const mega_metrics *m, mega_bleu_score *out);
+mega_status mega_metrics_chrf(const mega_metrics *m, mega_chrf_score *out);
+mega_status mega_metrics_exact_match(const mega_metrics *m, mega_exact_score *out);
+
+/* sacreBLEU's signature strings (format as snprintf: returns the full length, -1 for m NULL):
+ *   BLEU  "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
+ *   chrF  "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0"
+ * nrefs is "var" when segments had different numbers of references (0 before any was added);
+ * floor and add-k smoothing print their value as sacreBLEU does ("smooth:floor[0.10]"). */
+int mega_metrics_bleu_signature(const mega_metrics *m, char *buf, size_t cap);
+int mega_metrics_chrf_signature(const mega_metrics *m, char *buf, size_t cap);
+
+/* sacreBLEU's Tokenizer13a()(line) (mteval-v13a: "<skipped>" dropped, "-\n" joined, "\n" to a
+ * space, &quot; &amp; &lt; &gt; decoded; punctuation split off, "." and "," unless between
+ * digits, "-" after a digit; words joined by single spaces) of line[0..n), written to out as a
+ * NUL-terminated string cut to fit cap bytes. Returns the full length (as snprintf), or
+ * (size_t)-1 when out of memory (out then ""). */
+size_t mega_tokenize_13a(const char *line, size_t n, char *out, size_t cap);
+
+/* ---------------------------------------------------------------------------------------------
+ * FreeDict bilingual dictionaries as parallel phrases (src/data/freedict.c; `mega freedict`)
+ *
+ * A dictd database is X.dict.dz (dictzip: gzip with random-access chunks; a plain X.dict is
+ * read too) and X.index, one line per headword: "headword<TAB>offset<TAB>length", offset and
+ * length of the entry's text in the uncompressed .dict written in dictd's base64 (digits
+ * "A-Za-z0-9+/", most significant first). Several index lines may point at one entry; the
+ * entries whose headword starts with "00-database" or "00database" describe the database.
+ *
+ * An entry of a FreeDict dictionary (tei2c5 layout) is a headword line
+ *     "Aal /ˈɑːl/ <masc, n, sg>"            headword, pronunciation, grammar
+ * followed by body lines: senses ("1. ..."), each with its translations separated by ", ",
+ * domain labels "[cook.]", grammar "<n>", and indented "Note:", "Synonym(s):", "see:" lines and
+ * '"example" - translation' lines. mega_freedict_clean turns one entry into one pair, the
+ * headword phrase and its first translation; docs/freedict.md gives the rule with examples. */
+
+typedef struct mega_dictd mega_dictd;
+
+typedef struct {
+    const char *headword; /* the index's headword (NUL-terminated; dictd's normalised form) */
+    const char *text;     /* the entry: len bytes of the uncompressed .dict, not NUL-terminated */
+    size_t len;
+    uint64_t offset;      /* where text starts in the uncompressed .dict */
+    int line;             /* 1-based line of the index */
+} mega_dictd_entry;
+
+/* Open a dictionary: dict_path is X.dict.dz or X.dict (decompressed whole into memory); the
+ * index is index_path, or with index_path NULL, X.index next to it. Fails with *out = NULL:
+ * MEGA_ERR_INVALID (no path; a dict path not ending in .dict.dz or .dict with no index given),
+ * MEGA_ERR_NOT_FOUND / MEGA_ERR_IO (missing, a directory, unreadable), MEGA_ERR_FORMAT (a .dz
+ * that is not gzip, corrupt or truncated compressed data, an empty dictionary, an index line
+ * that is not "headword<TAB>base64<TAB>base64": "X.index:LINE: reason", an index without
+ * entries), MEGA_ERR_OOM. */
+mega_status mega_dictd_open(const char *dict_path, const char *index_path, mega_dictd **out);
+void mega_dictd_free(mega_dictd *d); /* NULL allowed */
+/* index lines (entries in index order, 0-based) and the uncompressed size of the .dict */
+size_t mega_dictd_count(const mega_dictd *d);
+size_t mega_dictd_size(const mega_dictd *d);
+/* Entry i in index order. MEGA_ERR_INVALID for i out of range; MEGA_ERR_FORMAT when its offset
+ * and length lie outside the .dict ("X.index:LINE: ..."): *e then still names the headword and
+ * line, with text NULL and len 0. */
+mega_status mega_dictd_get(const mega_dictd *d, size_t i, mega_dictd_entry *e);
+/* whether a headword names a database description entry (00-database-*, 00database*) */
+int mega_dictd_is_meta(const char *headword);
+/* dictd's base64 number in s[0..n) (1 to 10 digits) into *v; 0 on success, -1 when malformed */
+int mega_dictd_b64(const char *s, size_t n, uint64_t *v);
+
+/* Why an entry gives no pair. mega_freedict_clean returns one of the first five; the counts of
+ * mega_freedict_read use them all, an entry counting under the first that applies. */
+typedef enum {
+    MEGA_FREEDICT_KEPT = 0,    /* a pair */
+    MEGA_FREEDICT_BAD_UTF8,    /* the entry is not valid UTF-8 */
+    MEGA_FREEDICT_NO_SOURCE,   /* nothing left of the headword line */
+    MEGA_FREEDICT_NO_TARGET,   /* no translation line, or nothing left of it */
+    MEGA_FREEDICT_GLUED,       /* the first translation has an abbreviation glued to it */
+    MEGA_FREEDICT_BAD_OFFSET,  /* the index points outside the .dict */
+    MEGA_FREEDICT_TOO_LONG,    /* source or target longer than opts.max_len bytes */
+    MEGA_FREEDICT_IDENTICAL,   /* source == target, with opts.drop_identical */
+    MEGA_FREEDICT_DUPLICATE,   /* the same (source, target) as an earlier entry */
+    MEGA_FREEDICT_NREASONS
+} mega_freedict_reason;
+
+/* "kept", "bad-utf8", "no-source", "no-target", "glued-abbreviation", "bad-offset", "too-long",
+ * "identical", "duplicate" ("?" out of range) */
+const char *mega_freedict_reason_name(int reason);
+
+/* Clean one entry (text[0..len), as mega_dictd_get gives it) into its source phrase and first
+ * translation: NUL-terminated, UTF-8, no TAB, newline or other control byte, single spaces,
+ * trimmed. src and tgt each need room for len + 1 bytes. Returns MEGA_FREEDICT_KEPT, or why
+ * there is no pair (src and tgt are then "" or partial). */
+mega_freedict_reason mega_freedict_clean(const char *text, size_t len, char *src, char *tgt);
+
+typedef struct {
+    int max_len;        /* drop pairs whose source or target is longer, in bytes (0 = no limit) */
+    int drop_identical; /* drop pairs whose source and target are the same string */
+} mega_freedict_opts;
+
+typedef struct {
+    size_t index_lines; /* lines of the index */
+    size_t meta;        /* of those, database description lines (skipped, not entries) */
+    size_t entries;     /* distinct entries of the other lines (one text read once) */
+    size_t kept;        /* pairs in the result */
+    size_t identical;   /* of the kept pairs, those whose source and target are the same */
+    size_t dropped[MEGA_FREEDICT_NREASONS]; /* entries per reason ([MEGA_FREEDICT_KEPT] is 0);
+                                               kept + the sum of dropped = entries */
+} mega_freedict_stats;
+
+typedef struct {
+    size_t n;         /* pairs, sorted by (source, target) bytewise, all distinct */
+    const char **src; /* [n] NUL-terminated */
+    const char **tgt; /* [n] */
+    char *pool;       /* storage (internal) */
+} mega_freedict_pairs;
+
+/* Every pair of a dictionary (mega_dictd_open's paths): each distinct entry cleaned
+ * (mega_freedict_clean), then the length and identity options, then exact duplicate pairs
+ * removed. *p is overwritten (free it with mega_freedict_pairs_free); *st (may be NULL) gets
+ * the counts. Fails as mega_dictd_open, or MEGA_ERR_FORMAT when no pair is left ("...: no
+ * usable entry (N entries: ...)"), or MEGA_ERR_INVALID (negative max_len), *p empty. opts may be
+ * NULL (no limit, identical pairs kept). */
+mega_status mega_freedict_read(const char *dict_path, const char *index_path, const mega_freedict_opts *opts,
+                               mega_freedict_pairs *p, mega_freedict_stats *st);
+/* the same from an open dictionary */
+mega_status mega_freedict_pairs_from(const mega_dictd *d, const mega_freedict_opts *opts, mega_freedict_pairs *p,
+                                     mega_freedict_stats *st);
+void mega_freedict_pairs_free(mega_freedict_pairs *p); /* NULL allowed */
+
+/* Split the pairs into train / valid / test without leaking a source phrase: the pairs with one
+ * source (a group; consecutive in p) always go to one split. The groups are shuffled
+ * (Fisher-Yates, st = mega_data_rng_seed(seed), j = mega_data_rng_below(&st, i + 1) for
+ * i = G-1..1); walking that order, groups go to test until it holds round(test_frac * n) pairs
+ * or more, then to valid likewise, then the rest to train. order (room for p->n) receives the
+ * pair indices, train then valid then test, each in the shuffled group order; count[3] the pairs
+ * and groups[3] (may be NULL) the source phrases of each split. MEGA_ERR_INVALID when a fraction
+ * is outside [0, 1) or their sum is not below 1; MEGA_ERR_OOM. */
+mega_status mega_freedict_split(const mega_freedict_pairs *p, uint64_t seed, double valid_frac, double test_frac,
+                                size_t *order, size_t count[3], size_t groups[3]);
 
 #ifdef __cplusplus
 }

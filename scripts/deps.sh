@@ -1,17 +1,17 @@
 #!/bin/sh
 # Installs the Debian packages the build and the tests need, only when missing.
 # Usage: scripts/deps.sh [build|run|bench]
-#   build (default): compiler toolchain, OpenBLAS, cJSON
+#   build (default): compiler toolchain, OpenBLAS, cJSON, zlib
 #   run:             build + the default corpus (dict-gcide)
 #   bench:           build + the PyTorch peer (python3-torch)
 # Quiet when everything is present. Needs root (or sudo) only when something is missing.
 set -e
 what=${1:-build}
-pkgs="make gcc libopenblas-dev libopenblas-openmp-dev libcjson-dev pkg-config"
+pkgs="make gcc libopenblas-dev libopenblas-openmp-dev libcjson-dev pkg-config zlib1g-dev"
 case "$what" in
   run) pkgs="$pkgs dict-gcide" ;;
   bench) pkgs="$pkgs python3-torch python3-numpy" ;;
-  test) pkgs="$pkgs" ;;
+  test) pkgs="$pkgs dict-freedict-deu-eng" ;;
   build) ;;
   *) echo "deps.sh: unknown target '$what' (build|run|bench|test)" >&2; exit 2 ;;
 esac

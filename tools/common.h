@@ -55,6 +55,11 @@ int cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int 
 void print_config(FILE *f, const mega_field *mf, int nmf, const void *cfg, const mega_block_config *block, const char *indent);
 void print_lm_config(FILE *f, const mega_lm_config *c, const char *indent);
 void print_cls_config(FILE *f, const mega_cls_config *c, const char *indent);
+void print_s2s_config(FILE *f, const mega_s2s_config *c, const char *indent); /* task_s2s.c */
+/* an encoder-decoder's mean NLL per target token (nats) and teacher-forced token accuracy over
+ * examples sel[0..n) of d, in length-sorted batches of at most max_tokens (task_s2s.c) */
+int s2s_evaluate(mega_s2s *m, const mega_s2s_data *d, const int *sel, int n, int max_tokens, double *nll, double *acc,
+                 int64_t *tokens);
 
 /* subcommands */
 int cmd_train(int argc, char **argv);
@@ -65,4 +70,9 @@ int cmd_plot(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_listops(int argc, char **argv);
+int cmd_translate(int argc, char **argv);
+/* mega eval on a translation model (translate.c) */
+int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
+                   int group, int max_tokens, const char *hyp_out, int quiet);
+int cmd_freedict(int argc, char **argv);
 #endif

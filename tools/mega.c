@@ -8,13 +8,16 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: mega <command> [options]     ('mega <command> --help' lists every flag and default)\n\n"
                "commands:\n"
-               "  train      train a byte-level Mega language model, or a classifier (--task classify)\n"
+               "  train      train a byte-level Mega language model, a classifier (--task classify) or a\n"
+               "             translation model (--task translate)\n"
                "  eval       bits per byte of a language model (streaming), or a classifier's accuracy\n"
                "  generate   sample text from a model, token by token\n"
                "  predict    print one predicted label per input (classifiers)\n"
+               "  translate  translate lines with an encoder-decoder (mega train --task translate)\n"
                "  info       print a model's config and parameter count\n"
                "  plot       write an SVG of the training and validation curves of a run\n"
                "  listops    generate the ListOps task of the Long Range Arena (--out DIR)\n"
+               "  freedict   parallel phrases (train/valid/test TSV) from a FreeDict dictionary (--dict, --out)\n"
                "  bench      performance workloads (tokens/s, GFLOP/s, peak memory; 'mega bench --list')\n"
                "  version    version and build description\n"
                "  help       this text\n");
@@ -58,6 +61,8 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "plot")) return cmd_plot(argc, argv);
     if (!strcmp(c, "predict")) return cmd_predict(argc, argv);
     if (!strcmp(c, "listops")) return cmd_listops(argc, argv);
+    if (!strcmp(c, "translate")) return cmd_translate(argc, argv);
+    if (!strcmp(c, "freedict")) return cmd_freedict(argc, argv);
     if (!strcmp(c, "bench")) return cmd_bench(argc, argv);
     fprintf(stderr, "mega: error: unknown command '%s' (see 'mega help')\n", c);
     return 2;

@@ -59,6 +59,8 @@ static const char *model_kind(const char *path, char *buf, size_t n) {
     const char *cfg = mega_st_meta(f, "config");
     snprintf(buf, n, "%s", cfg && strstr(cfg, "\"mega_cls\"") ? "mega_cls" : "mega_lm");
     if (cfg && strstr(cfg, "encoder_layers")) snprintf(buf, n, "mega_cls");
+    if (cfg && (strstr(cfg, "\"mega_s2s\"") || (strstr(cfg, "encoder_layers") && strstr(cfg, "decoder_layers"))))
+        snprintf(buf, n, "mega_s2s");
     mega_st_close(f);
     return buf;
 }
@@ -196,15 +198,27 @@ int cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL;
     int seq_len = 0, chunk = 0, threads = 0, quiet = 0, confusion = 0, batch = 32, attn_window = -1;
     int64_t max_bytes = 0;
-    const char *task = "auto", *images = NULL, *labels = NULL, *lengths = NULL;
+    const char *task = "auto", *images = NULL, *labels = NULL, *lengths = NULL, *hyp_out = NULL;
+    mega_s2s_search sp;
+    mega_s2s_search_default(&sp);
+    int64_t max_examples = 0;
+    int no_group = 0, max_tokens = 4096;
     cli_flag fl[] = {
         {"lengths", F_STR, &lengths, "lm: bits per byte at several lengths in one call (e.g. 512,1024,2048,4096): full forward over non-overlapping windows of each length (train short, test long)", NULL, 1, 0, 0},
         {"attn-window", F_INT, &attn_window, "lm, attention mixers: apply a local attention mask of this width (-1 = as trained)", NULL, -1, 1 << 24, 0},
-        {"task", F_ENUM, &task, "lm or classify (auto: from the model)", "auto|lm|classify", 1, 0, 0},
+        {"task", F_ENUM, &task, "lm, classify or translate (auto: from the model)", "auto|lm|classify|translate", 1, 0, 0},
+        {"beam", F_INT, &sp.beam, "translate: beam size (1 = greedy)", NULL, 1, 1024, 0},
+        {"lenpen", F_DBL, &sp.lenpen, "translate: length penalty (log P / length^lenpen)", NULL, 0, 100, 0},
+        {"max-len-a", F_DBL, &sp.max_len_a, "translate: longest output = a * source tokens + b", NULL, 0, 1000, 0},
+        {"max-len-b", F_INT, &sp.max_len_b, "translate: see --max-len-a", NULL, 0, 1 << 20, 0},
+        {"max-examples", F_I64, &max_examples, "translate: the first N usable pairs only (0 = all)", NULL, 0, 1e12, 0},
+        {"max-tokens", F_INT, &max_tokens, "translate: tokens per teacher-forced batch", NULL, 2, 1 << 30, 0},
+        {"no-group", F_SET, &no_group, "translate: score every line as its own segment (default: lines with the same source are one segment with several references)", NULL, 1, 0, 0},
+        {"hyp-out", F_STR, &hyp_out, "translate: write source<TAB>translation per segment to this file", NULL, 1, 0, 0},
         {"images", F_STR, &images, "classify: IDX images (with --labels)", NULL, 1, 0, 0},
         {"labels", F_STR, &labels, "classify: IDX labels", NULL, 1, 0, 0},
         {"confusion", F_SET, &confusion, "classify: print the confusion matrix", NULL, 1, 0, 0},
-        {"batch", F_INT, &batch, "classify: examples per forward pass", NULL, 1, 1 << 16, 0},
+        {"batch", F_INT, &batch, "classify: examples per forward pass; translate: sentences per search", NULL, 1, 1 << 16, 0},
         {"model", F_STR, &model, "checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
         {"data", F_STR, &data, "text to score (bytes)", NULL, 1, 0, 0},
         {"seq-len", F_INT, &seq_len, "segment length fed per call, state carried across segments (0 = the chunk size, or 2048 for full attention, where each segment restarts)", NULL, 0, 1 << 24, 0},
@@ -221,7 +235,11 @@ int cmd_eval(int argc, char **argv) {
         char p[4096], kind[16];
         if (!model_path(model, p, sizeof p)) return cli_error("%s", mega_last_error()), 2;
         if (!model_kind(p, kind, sizeof kind)) return cli_error("%s", mega_last_error()), 2;
-        int is_cls = !strcmp(kind, "mega_cls");
+        int is_cls = !strcmp(kind, "mega_cls"), is_s2s = !strcmp(kind, "mega_s2s");
+        if (!strcmp(task, "translate") && !is_s2s) return cli_error("'%s' is not a translation model (mega train --task translate)", model), 2;
+        if (is_s2s && strcmp(task, "auto") && strcmp(task, "translate"))
+            return cli_error("'%s' is a translation model (use --task translate)", model), 2;
+        if (is_s2s) return eval_translate(model, data, &sp, batch, max_examples, !no_group, max_tokens, hyp_out, quiet);
         if (!strcmp(task, "classify") && !is_cls) return cli_error("'%s' is a language model, not a classifier", model), 2;
         if (!strcmp(task, "lm") && is_cls) return cli_error("'%s' is a classifier, not a language model", model), 2;
         if (is_cls) return eval_classifier(model, data, images, labels, seq_len > 0 ? seq_len : 1 << 20, batch, confusion, quiet);

@@ -1,6 +1,6 @@
 /*
- * A training task for `mega train`: the language model (task "lm") or the classifier (task
- * "classify"). The generic loop in train.c owns the optimizer, the schedule, checkpoints, resume,
+ * A training task for `mega train`: the language model (task "lm"), the classifier (task
+ * "classify") or the encoder-decoder (task "translate"). The generic loop in train.c owns the optimizer, the schedule, checkpoints, resume,
  * logging and progress; a task owns its model, data, batches and validation metric.
  */
 #ifndef MEGA_TASK_H
@@ -16,6 +16,9 @@ typedef struct train_args {
     /* the model: the model flags write straight into the config of the task's kind */
     mega_lm_config lm;   /* task lm */
     mega_cls_config cls; /* task classify */
+    mega_s2s_config s2s; /* task translate (the block flags set the encoder; the decoder copies it) */
+    int max_tokens;      /* translate: tokens per batch (fairseq --max-tokens) */
+    double label_smoothing;
     int classes;         /* classify: --classes (0 = from the training labels) */
     /* training */
     int64_t steps, warmup, seed, eval_every, save_every, log_every, eval_tokens, stop_after;
@@ -50,6 +53,9 @@ task *task_create(const task *proto, size_t impl_size);
  * loaded in both cases. Print errors with cli_error and return non-zero on failure. */
 int lm_task_new(train_args *a, const char *model_path, task **out);
 int cls_task_new(train_args *a, const char *model_path, task **out);
+int s2s_task_new(train_args *a, const char *model_path, task **out);
+/* the translate task's defaults that differ from the language model's (before the flags) */
+void s2s_apply_translate_defaults(train_args *a);
 /* --resume with model flags: 1 (after printing the error naming the flag) when a field the user
  * set (mine: the config from the flags, resolved) differs from the checkpoint's (ck); every field
  * that applies to the mixer is compared when a --preset was given */

@@ -1,5 +1,5 @@
 /*
- * mega train: the training loop shared by every task (language model, classifier).
+ * mega train: the training loop shared by every task (language model, classifier, translation).
  *
  * Checkpoint directory (--out DIR):
  *   model.safetensors        weights by official name; __metadata__: config (JSON), step, and
@@ -42,7 +42,8 @@ static double lr_at(const train_args *a, int64_t step) {
 /* The training hyper-parameters stored in a checkpoint and restored by --resume: these flags of
  * the command's table (their JSON keys are the flag names). */
 static const char *const STORED[] = {"task", "steps", "batch", "seq-len", "lr", "min-lr", "warmup", "schedule",
-                                     "weight-decay", "decay-all", "clip", "beta1", "beta2", "eps", "seed", "valid-fraction"};
+                                     "weight-decay", "decay-all", "clip", "beta1", "beta2", "eps", "seed", "valid-fraction",
+                                     "max-tokens", "label-smoothing"};
 #define NSTORED (sizeof STORED / sizeof *STORED)
 
 static char *train_json(const train_args *a) {
@@ -192,6 +193,7 @@ static int64_t model_step(const char *path, char *task_out, size_t n) {
         const char *cfg = mega_st_meta(f, "config");
         if (task_out && tk) snprintf(task_out, n, "%s", tk);
         else if (task_out && cfg && strstr(cfg, "\"mega_cls\"")) snprintf(task_out, n, "classify");
+        else if (task_out && cfg && strstr(cfg, "\"mega_s2s\"")) snprintf(task_out, n, "translate");
         mega_st_close(f);
     }
     return s;
@@ -273,6 +275,8 @@ static void set_defaults(train_args *a) {
     a->valid_fraction = 0.05, a->pixel_mean = 0.5, a->pixel_std = 0.5;
     mega_lm_config_default(&a->lm);
     mega_cls_config_default(&a->cls);
+    mega_s2s_config_default(&a->s2s);
+    a->max_tokens = 4096, a->label_smoothing = 0.1;
     a->steps = 1000, a->batch = 16, a->seq_len = 256;
     a->lr = 2e-3, a->min_lr = 1e-4, a->warmup = 100, a->schedule = "cosine";
     a->weight_decay = 0.01, a->clip = 1.0, a->beta1 = 0.9, a->beta2 = 0.98, a->eps = 1e-8;
@@ -281,18 +285,22 @@ static void set_defaults(train_args *a) {
 }
 
 static const cli_flag DATA_FLAGS[] = {
-    {"task", F_ENUM, NULL, "what to train", "lm|classify", 1, 0, 0},
+    {"task", F_ENUM, NULL, "what to train", "lm|classify|translate", 1, 0, 0},
     {"preset", F_ENUM, NULL, "classify: the paper's LRA configuration (Table 8) and training defaults; explicit flags override",
      "lra-listops|lra-text|lra-retrieval|lra-image|lra-pathfinder", 1, 0, 0},
-    {"data", F_STR, NULL, "training data: text (lm); a TSV (classify: ListOps, label<TAB>text, label<TAB>text1<TAB>text2)", NULL, 1, 0, 0},
+    {"data", F_STR, NULL, "training data: text (lm); a TSV (classify: ListOps, label<TAB>text, label<TAB>text1<TAB>text2; "
+     "translate: source<TAB>target)", NULL, 1, 0, 0},
     {"valid", F_STR, NULL, "validation data (default: the last --valid-fraction of --data)", NULL, 1, 0, 0},
     {"valid-fraction", F_DBL, NULL, "fraction of --data held out when --valid is not given", NULL, 0, 0.9, 0},
     {"out", F_STR, NULL, "checkpoint directory", NULL, 1, 0, 0},
     {"resume", F_SET, NULL, "continue the run in --out exactly where it stopped", NULL, 1, 0, 0},
 };
 
+enum { K_LM = 0, K_CLS, K_S2S };
+
 /* the command's flags for the task: data, model (straight into the task's config), training */
-static int build_flags(cli_flag *fl, train_args *a, int classify) {
+static int build_flags(cli_flag *fl, train_args *a, int kind) {
+    const int classify = kind == K_CLS;
     int n = 0;
     void *const data_dst[] = {&a->task, &a->preset, &a->data, &a->valid, &a->valid_fraction, &a->out, &a->resume};
     for (size_t i = 0; i < sizeof DATA_FLAGS / sizeof *DATA_FLAGS; i++) {
@@ -314,6 +322,14 @@ static int build_flags(cli_flag *fl, train_args *a, int classify) {
             {"no-affine-final-norm", F_CLEAR, &a->cls.final_norm_affine, "= --final-norm-affine=false", NULL, 1, 0, 0},
         };
         for (size_t i = 0; i < sizeof cf / sizeof *cf; i++) fl[n++] = cf[i];
+    } else if (kind == K_S2S) {
+        const cli_flag sf[] = {
+            {"max-tokens", F_INT, &a->max_tokens, "tokens per batch: sentences x their longest side (fairseq --max-tokens)", NULL, 2, 1 << 30, 0},
+            {"label-smoothing", F_DBL, &a->label_smoothing, "label smoothing of the cross-entropy (fairseq; 0 = none)", NULL, 0, 0.99, 0},
+            {"postnorm", F_CLEAR, &a->s2s.encoder.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
+            {"no-scale-embedding", F_CLEAR, &a->s2s.scale_embedding, "= --scale-embedding=false", NULL, 1, 0, 0},
+        };
+        for (size_t i = 0; i < sizeof sf / sizeof *sf; i++) fl[n++] = sf[i];
     } else {
         const cli_flag lf[] = {
             {"postnorm", F_CLEAR, &a->lm.block.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
@@ -324,14 +340,17 @@ static int build_flags(cli_flag *fl, train_args *a, int classify) {
     }
     /* the model: one flag per config field */
     int nm, nb;
-    const mega_field *mf = classify ? mega_cls_config_fields(&nm) : mega_lm_config_fields(&nm);
+    const mega_field *mf = kind == K_S2S ? mega_s2s_config_fields(&nm) : classify ? mega_cls_config_fields(&nm) : mega_lm_config_fields(&nm);
     const mega_field *bf = mega_block_config_fields(&nb);
-    n = cli_add_fields(fl, n, MAX_FLAGS, mf, nm, classify ? (void *)&a->cls : (void *)&a->lm);
-    if (n >= 0) n = cli_add_fields(fl, n, MAX_FLAGS, bf, nb, classify ? &a->cls.block : &a->lm.block);
+    void *mc = kind == K_S2S ? (void *)&a->s2s : classify ? (void *)&a->cls : (void *)&a->lm;
+    mega_block_config *bc = kind == K_S2S ? &a->s2s.encoder : classify ? &a->cls.block : &a->lm.block;
+    n = cli_add_fields(fl, n, MAX_FLAGS, mf, nm, mc);
+    if (n >= 0) n = cli_add_fields(fl, n, MAX_FLAGS, bf, nb, bc);
     const cli_flag tf[] = {
         {"steps", F_I64, &a->steps, "optimizer steps (total, including resumed ones)", NULL, 1, 1e12, 0},
-        {"batch", F_INT, &a->batch, "sequences per step", NULL, 1, 1 << 20, 0},
-        {"seq-len", F_INT, &a->seq_len, "lm: bytes per sequence; classify: maximum length (longer inputs are truncated)", NULL, 2, 1 << 24, 0},
+        {"batch", F_INT, &a->batch, "sequences per step (translate: at most, with --max-tokens)", NULL, 1, 1 << 20, 0},
+        {"seq-len", F_INT, &a->seq_len, "lm: bytes per sequence; classify: maximum length (longer inputs are truncated); "
+         "translate: longest source/target in tokens (longer pairs are skipped and counted)", NULL, 2, 1 << 24, 0},
         {"lr", F_DBL, &a->lr, "peak learning rate", NULL, 0, 10, 0},
         {"min-lr", F_DBL, &a->min_lr, "final learning rate", NULL, 0, 10, 0},
         {"warmup", F_I64, &a->warmup, "linear warm-up steps", NULL, 0, 1e12, 0},
@@ -370,7 +389,7 @@ static const char *task_of(int argc, char **argv, char *buf, size_t n) {
             char p[4096];
             if (out && file_exists(path_join(p, sizeof p, out, "model.safetensors"))) {
                 model_step(p, buf, n);
-                return !strcmp(buf, "classify") ? "classify" : "lm";
+                return !strcmp(buf, "classify") ? "classify" : !strcmp(buf, "translate") ? "translate" : "lm";
             }
         }
     return cli_find(argc, argv, 2, "preset") ? "classify" : "lm";
@@ -383,7 +402,8 @@ static int model_flags_seen(const train_args *a, const cli_flag *fl) {
         const char *d = f->dst;
         const int in_lm = d >= (const char *)&a->lm && d < (const char *)(&a->lm + 1);
         const int in_cls = d >= (const char *)&a->cls && d < (const char *)(&a->cls + 1);
-        if (f->seen && (in_lm || in_cls || f->dst == &a->preset || f->dst == &a->classes)) return 1;
+        const int in_s2s = d >= (const char *)&a->s2s && d < (const char *)(&a->s2s + 1);
+        if (f->seen && (in_lm || in_cls || in_s2s || f->dst == &a->preset || f->dst == &a->classes)) return 1;
     }
     return 0;
 }
@@ -392,10 +412,12 @@ static int model_flags_seen(const train_args *a, const cli_flag *fl) {
 static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
     char tbuf[32];
     set_defaults(a);
-    const int classify = !strcmp(task_of(argc, argv, tbuf, sizeof tbuf), "classify");
-    if (build_flags(fl, a, classify) < 0) return cli_error("internal: too many flags for 'mega train'"), 2;
+    const char *tk = task_of(argc, argv, tbuf, sizeof tbuf);
+    const int classify = !strcmp(tk, "classify"), kind = classify ? K_CLS : !strcmp(tk, "translate") ? K_S2S : K_LM;
+    if (build_flags(fl, a, kind) < 0) return cli_error("internal: too many flags for 'mega train'"), 2;
     if (classify) cls_apply_classify_defaults(a);
-    const char *usage = "[--task lm|classify] --data FILE [--valid FILE | --valid-fraction F] --out DIR [options]";
+    if (kind == K_S2S) s2s_apply_translate_defaults(a);
+    const char *usage = "[--task lm|classify|translate] --data FILE [--valid FILE | --valid-fraction F] --out DIR [options]";
     int r = cli_parse("train", usage, fl, argc, argv, 2);
     if (r) return r;
     a->flags = fl;
@@ -409,14 +431,19 @@ static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
     if (!a->data && !a->images) return cli_error("--data FILE is required (see 'mega train --help')"), 2;
     if (a->min_lr > a->lr) return cli_error("--min-lr (%g) is larger than --lr (%g)", a->min_lr, a->lr), 2;
     /* the training length: log-n scaling, and the default context of absolute positions */
-    a->lm.block.train_len = a->cls.block.train_len = a->seq_len;
+    a->lm.block.train_len = a->cls.block.train_len = a->s2s.encoder.train_len = a->seq_len;
+    /* translate: the block flags describe both sides; the decoder is causal */
+    a->s2s.decoder = a->s2s.encoder;
+    a->s2s.encoder.bidirectional = 1, a->s2s.decoder.bidirectional = 0;
     return 0;
 }
 
 /* ---- the command: starting and resuming ----------------------------------------------------- */
 
 static int new_task(train_args *a, const char *model_path, task **t, mega_adamw **opt) {
-    if ((!strcmp(a->task, "lm") ? lm_task_new : cls_task_new)(a, model_path, t)) return 2;
+    int (*fn)(train_args *, const char *, task **) =
+        !strcmp(a->task, "translate") ? s2s_task_new : !strcmp(a->task, "classify") ? cls_task_new : lm_task_new;
+    if (fn(a, model_path, t)) return 2;
     if (mega_adamw_new(mega_ps_total((*t)->ps), opt) != MEGA_OK) {
         (*t)->destroy(*t), *t = NULL;
         return cli_error("%s", mega_last_error()), 2;
@@ -433,7 +460,7 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw *
     int64_t mstep = model_step(path, ck_task, sizeof ck_task);
     if (cli_seen(fl, "task") && strcmp(ck_task, a->task))
         return cli_error("--resume: the checkpoint in '%s' is a '%s' run, not '%s'", a->out, ck_task, a->task), 2;
-    a->task = !strcmp(ck_task, "classify") ? "classify" : "lm";
+    a->task = !strcmp(ck_task, "classify") ? "classify" : !strcmp(ck_task, "translate") ? "translate" : "lm";
     const char *cands[] = {"train_state.safetensors", "train_state.prev.safetensors"};
     cJSON *tj = NULL;
     char spath[4096] = "";
@@ -456,7 +483,7 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw *
     restore_train_json(a, tj);
     cJSON_Delete(tj);
     if (cli_seen(fl, "steps")) a->steps = steps_cli;
-    a->lm.block.train_len = a->cls.block.train_len = a->seq_len;
+    a->lm.block.train_len = a->cls.block.train_len = a->s2s.encoder.train_len = a->s2s.decoder.train_len = a->seq_len;
     const char *tf[] = {"batch", "seq-len", "lr", "min-lr", "warmup", "weight-decay", "clip", "seed", "schedule"};
     for (size_t i = 0; i < sizeof tf / sizeof *tf; i++)
         if (cli_seen(fl, tf[i])) fprintf(stderr, "mega: note: --resume keeps the checkpoint's --%s; the flag is ignored\n", tf[i]);
@@ -536,7 +563,9 @@ static int validate_now(train_progress *p, const train_args *a, task *t, const t
     if (v == 0) {
         progress_break(&p->bar);
         printf("valid step %6lld | loss %.4f | %s %.4f | %lld %s (%.1fs)\n", (long long)pos->step, vl,
-               t->metric, vm, (long long)vc, !strcmp(t->kind, "lm") ? "bytes in windows" : "examples", now_sec() - te);
+               t->metric, vm, (long long)vc,
+               !strcmp(t->kind, "lm") ? "bytes in windows" : !strcmp(t->kind, "translate") ? "target tokens" : "examples",
+               now_sec() - te);
         fprintf(p->log, "{\"step\": %lld, \"valid_loss\": %.6f, \"valid_%s\": %.6f, \"valid_count\": %lld}\n",
                 (long long)pos->step, vl, t->metric, vm, (long long)vc);
         fflush(p->log);

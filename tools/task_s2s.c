@@ -1,0 +1,263 @@
+/* `mega train --task translate`: the Mega encoder–decoder on parallel text (source<TAB>target). */
+#include "task.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXI(a, b) ((a) > (b) ? (a) : (b))
+
+typedef struct {
+    mega_s2s *m;
+    mega_s2s_data train, valid;
+    int n_total, valid_from_train; /* valid = the last examples of --data (train.n cut to the rest) */
+    int *vidx, n_valid;
+    mega_s2s_plan plan;
+    int64_t plan_epoch;
+    uint64_t base; /* the data position: *rng - base batches have been drawn */
+    int32_t *src, *prev, *tgt;
+    size_t cap;
+} s2s_task;
+
+/* the byte vocabulary of the checkpoint's metadata */
+#define S2S_VOCAB_JSON "{\"kind\":\"bytes\",\"size\":258,\"pad\":256,\"eos\":257}"
+
+static int ensure_cap(s2s_task *C, size_t n) {
+    if (n <= C->cap) return 0;
+    free(C->src), free(C->prev), free(C->tgt);
+    C->src = malloc(n * sizeof(int32_t)), C->prev = malloc(n * sizeof(int32_t)), C->tgt = malloc(n * sizeof(int32_t));
+    C->cap = n;
+    if (!C->src || !C->prev || !C->tgt) {
+        C->cap = 0;
+        return cli_error("out of memory for a batch of %zu tokens", n);
+    }
+    return 0;
+}
+
+/* examples idx[0..B) of d through the model; *acc = correct argmax predictions of the counted
+ * targets (teacher forcing) */
+static int s2s_run_batch(mega_s2s *m, s2s_task *C, const mega_s2s_data *d, const int *idx, int B, const mega_lm_run *run,
+                         double eps, double *loss, double *nll, int64_t *count, int64_t *correct, int64_t *units) {
+    int S, L;
+    if (mega_s2s_batch_shape(d, idx, B, &S, &L) != MEGA_OK) return cli_error("%s", mega_last_error());
+    if (ensure_cap(C, (size_t)B * (size_t)MAXI(S, L))) return 1;
+    if (mega_s2s_fill(d, idx, B, C->src, S, C->prev, C->tgt, L, NULL, NULL) != MEGA_OK) return cli_error("%s", mega_last_error());
+    if (mega_s2s_forward(m, C->src, S, C->prev, C->tgt, L, B, run, eps, loss, nll, count) != MEGA_OK)
+        return cli_error("%s", mega_last_error());
+    if (correct) {
+        const int V = mega_s2s_get_config(m)->tgt_vocab_size;
+        const mega_real *lg = mega_s2s_logits(m);
+        int64_t ok = 0;
+        for (size_t r = 0; r < (size_t)B * L; r++) {
+            if (C->tgt[r] == MEGA_S2S_PAD) continue;
+            int am = 0;
+            for (int v = 1; v < V; v++)
+                if (lg[r * V + v] > lg[r * V + am]) am = v;
+            ok += am == C->tgt[r];
+        }
+        *correct = ok;
+    }
+    if (units) {
+        *units = 0;
+        for (int i = 0; i < B; i++) *units += d->src_len[idx[i]] + d->tgt_len[idx[i]];
+    }
+    return 0;
+}
+
+static int s2s_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, double *loss, double *metric, int64_t *units) {
+    s2s_task *C = t->impl;
+    const uint64_t pos = *rng - C->base;
+    const int64_t epoch = (int64_t)(pos / (uint64_t)C->plan.n);
+    if (epoch != C->plan_epoch) {
+        mega_s2s_plan_free(&C->plan);
+        if (mega_s2s_batches(&C->train, a->max_tokens, a->batch, (uint64_t)a->seed, epoch, 1, &C->plan) != MEGA_OK)
+            return cli_error("%s", mega_last_error());
+        C->plan_epoch = epoch;
+    }
+    const int b = (int)(pos % (uint64_t)C->plan.n);
+    const int *idx = C->plan.idx + C->plan.off[b];
+    const int B = C->plan.count[b];
+    mega_lm_run run = {1, key};
+    double nll = 0;
+    int64_t cnt = 0, ok = 0;
+    if (s2s_run_batch(C->m, C, &C->train, idx, B, &run, a->label_smoothing, loss, &nll, &cnt, &ok, units)) return 1;
+    *rng += 1;
+    if (!isfinite(*loss)) return 0;
+    if (mega_s2s_backward(C->m, 1.0) != MEGA_OK) return cli_error("%s", mega_last_error());
+    *metric = cnt ? (double)ok / (double)cnt : 0;
+    return 0;
+}
+
+static const mega_s2s_data *vset(const s2s_task *C) { return C->valid_from_train ? &C->train : &C->valid; }
+
+/* mean NLL per target token (nats) and token accuracy over the validation examples, in length-
+ * sorted batches of max_tokens */
+int s2s_evaluate(mega_s2s *m, const mega_s2s_data *d, const int *sel, int n, int max_tokens, double *nll_out,
+                 double *acc_out, int64_t *tokens) {
+    s2s_task C;
+    memset(&C, 0, sizeof C);
+    /* sort the selection by length (the batches then waste little padding) */
+    int *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+    if (!idx) return cli_error("out of memory");
+    memcpy(idx, sel, (size_t)n * sizeof(int));
+    for (int i = 1; i < n; i++) { /* insertion sort by (source, target) length: n is a validation set */
+        int v = idx[i], j = i - 1;
+        while (j >= 0 && (d->src_len[idx[j]] > d->src_len[v] ||
+                          (d->src_len[idx[j]] == d->src_len[v] && d->tgt_len[idx[j]] > d->tgt_len[v])))
+            idx[j + 1] = idx[j], j--;
+        idx[j + 1] = v;
+    }
+    double tot = 0;
+    int64_t cnt = 0, ok = 0;
+    mega_lm_run run = {0, 0};
+    int rc = 0;
+    for (int i = 0; i < n && !rc;) {
+        int B = 1, mx = MAXI(d->src_len[idx[i]], d->tgt_len[idx[i]]);
+        while (i + B < n) {
+            int w = MAXI(mx, MAXI(d->src_len[idx[i + B]], d->tgt_len[idx[i + B]]));
+            if ((int64_t)(B + 1) * w > max_tokens) break;
+            mx = w, B++;
+        }
+        double l = 0, nll = 0;
+        int64_t c = 0, k = 0;
+        rc = s2s_run_batch(m, &C, d, idx + i, B, &run, 0.0, &l, &nll, &c, &k, NULL);
+        tot += nll * (double)c, cnt += c, ok += k;
+        i += B;
+    }
+    free(idx);
+    free(C.src), free(C.prev), free(C.tgt);
+    if (rc) return rc;
+    *nll_out = cnt ? tot / (double)cnt : 0;
+    *acc_out = cnt ? (double)ok / (double)cnt : 0;
+    if (tokens) *tokens = cnt;
+    return 0;
+}
+
+static int s2s_validate(task *t, const train_args *a, int64_t max_units, double *loss, double *metric, int64_t *count) {
+    s2s_task *C = t->impl;
+    if (C->n_valid == 0) return 1;
+    int n = C->n_valid;
+    if (max_units > 0 && max_units < n) n = (int)max_units;
+    return s2s_evaluate(C->m, vset(C), C->vidx, n, a->max_tokens, loss, metric, count) ? -1 : 0;
+}
+
+static mega_status s2s_save(task *t, const char *path, const char *const *kv) {
+    s2s_task *C = t->impl;
+    const char *all[16];
+    int k = 0;
+    for (; kv && kv[k] && k < 12; k++) all[k] = kv[k];
+    all[k++] = "vocab", all[k++] = S2S_VOCAB_JSON;
+    all[k] = NULL;
+    return mega_s2s_save_ex(C->m, path, all);
+}
+
+void print_s2s_config(FILE *f, const mega_s2s_config *c, const char *indent) {
+    int n;
+    const mega_field *mf = mega_s2s_config_fields(&n);
+    print_config(f, mf, n, c, &c->encoder, indent);
+    const mega_block_config *e = &c->encoder, *d = &c->decoder;
+    if (d->z_dim != e->z_dim || d->hidden_dim != e->hidden_dim || d->n_dim != e->n_dim || d->ffn_dim != e->ffn_dim ||
+        d->chunk_size != e->chunk_size || d->max_positions != e->max_positions)
+        fprintf(f, "%sdecoder: z-dim %d hidden-dim %d n-dim %d ffn-dim %d chunk-size %d max-positions %d\n", indent,
+                d->z_dim, d->hidden_dim, d->n_dim, d->ffn_dim, d->chunk_size, d->max_positions);
+}
+
+static void s2s_describe(task *t, const train_args *a, FILE *f) {
+    s2s_task *C = t->impl;
+    const mega_s2s_config *c = mega_s2s_get_config(C->m);
+    fprintf(f, "  task      translation (encoder-decoder, %s cross-attention)\n",
+            c->decoder.mixer == MEGA_MIXER_MEGA ? "gated" : "multi-head");
+    fprintf(f, "  model     %zu parameters\n", mega_ps_trainable(t->ps));
+    print_s2s_config(f, c, "            ");
+    char sk[512];
+    fprintf(f, "  data      %s: %d training pairs (longest source %d, target %d tokens), %d validation pairs%s\n",
+            C->train.path, C->train.n, C->train.src_max, C->train.tgt_max, C->n_valid,
+            C->valid_from_train ? " (held-out tail)" : "");
+    if (mega_s2s_skip_summary(&C->train, sk, sizeof sk)) fprintf(f, "            skipped in %s: %s\n", C->train.path, sk);
+    if (!C->valid_from_train && C->n_valid && mega_s2s_skip_summary(&C->valid, sk, sizeof sk))
+        fprintf(f, "            skipped in %s: %s\n", C->valid.path, sk);
+    fprintf(f, "  batches   up to %d tokens and %d sentences each (%d batches per epoch), label smoothing %g\n",
+            a->max_tokens, a->batch, C->plan.n, a->label_smoothing);
+}
+
+static void s2s_destroy(task *t) {
+    s2s_task *C = t->impl;
+    mega_s2s_free(C->m);
+    if (C->valid_from_train) C->train.n = C->n_total; /* the arrays hold every example */
+    mega_s2s_data_free(&C->train);
+    mega_s2s_data_free(&C->valid);
+    mega_s2s_plan_free(&C->plan);
+    free(C->vidx), free(C->src), free(C->prev), free(C->tgt);
+    free(C);
+    free(t);
+}
+
+/* the translate task's defaults (before the flags) */
+void s2s_apply_translate_defaults(train_args *a) {
+    a->seq_len = 256, a->batch = 512, a->steps = 2000, a->warmup = 200, a->lr = 2e-3, a->min_lr = 1e-4;
+    a->eval_tokens = 1000; /* validation pairs per evaluation */
+}
+
+int s2s_task_new(train_args *a, const char *model_path, task **out) {
+    *out = NULL;
+    static const task S2S = {.kind = "translate", .metric = "acc", .unit = "tok/s", .step = s2s_step,
+                             .validate = s2s_validate, .save = s2s_save, .describe = s2s_describe, .destroy = s2s_destroy};
+    task *t = task_create(&S2S, sizeof(s2s_task));
+    if (!t) return 1;
+    s2s_task *C = t->impl;
+    C->plan_epoch = -1;
+    if (model_path && mega_s2s_load(model_path, &C->m) != MEGA_OK) goto fail_msg;
+    mega_s2s_opts o = {a->seq_len, a->seq_len, 0, 0, "--data"};
+    if (mega_s2s_data_load(a->data, &o, &C->train) != MEGA_OK) goto fail_msg;
+    C->n_total = C->train.n;
+    if (a->valid) {
+        o.what = "--valid";
+        if (mega_s2s_data_load(a->valid, &o, &C->valid) != MEGA_OK) goto fail_msg;
+        C->n_valid = C->valid.n;
+        C->vidx = malloc((size_t)C->n_valid * sizeof(int));
+        for (int i = 0; C->vidx && i < C->n_valid; i++) C->vidx[i] = i;
+    } else if (a->valid_fraction > 0 && C->train.n >= 2) {
+        int nv = (int)(C->train.n * a->valid_fraction);
+        if (nv < 1) nv = 1;
+        C->n_valid = nv, C->valid_from_train = 1;
+        C->train.n -= nv; /* batches are drawn from the first examples only */
+        C->vidx = malloc((size_t)nv * sizeof(int));
+        for (int i = 0; C->vidx && i < nv; i++) C->vidx[i] = C->train.n + i;
+    }
+    if (C->n_valid && !C->vidx) {
+        cli_error("out of memory");
+        goto fail;
+    }
+    if (!C->m) {
+        mega_s2s_config *c = &a->s2s;
+        if (c->encoder.max_positions < a->seq_len) c->encoder.max_positions = a->seq_len;
+        if (mega_s2s_create(c, &C->m) != MEGA_OK) goto fail_msg;
+        mega_s2s_init_params(C->m, (uint64_t)a->seed);
+    } else if (a->model_flags_seen) {
+        int n;
+        const mega_field *f = mega_s2s_config_fields(&n);
+        mega_s2s_config_resolve(&a->s2s);
+        if (resume_config_differs(a, f, n, &a->s2s, mega_s2s_get_config(C->m), offsetof(mega_s2s_config, encoder))) goto fail;
+    }
+    /* the data must fit the model: its positions and its vocabulary (bytes, pad, eos) */
+    const mega_s2s_config *mc = mega_s2s_get_config(C->m);
+    if (mc->src_vocab_size != MEGA_S2S_VOCAB || mc->tgt_vocab_size != MEGA_S2S_VOCAB || mc->padding_idx != MEGA_S2S_PAD ||
+        mc->eos_idx != MEGA_S2S_EOS) {
+        cli_error("the model's vocabulary (%d/%d, pad %d, eos %d) is not the byte vocabulary of parallel text (258, pad 256, "
+                  "eos 257)", mc->src_vocab_size, mc->tgt_vocab_size, mc->padding_idx, mc->eos_idx);
+        goto fail;
+    }
+    if (mega_s2s_batches(&C->train, a->max_tokens, a->batch, (uint64_t)a->seed, 0, 1, &C->plan) != MEGA_OK) goto fail_msg;
+    C->plan_epoch = 0;
+    C->base = mega_data_rng_seed((uint64_t)a->seed);
+    t->data_hash = C->train.fingerprint, t->data_size = (uint64_t)C->n_total;
+    t->ps = mega_s2s_paramset(C->m);
+    *out = t;
+    return 0;
+fail_msg:
+    cli_error("%s", mega_last_error());
+fail:
+    s2s_destroy(t);
+    return 1;
+}

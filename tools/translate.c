@@ -1,0 +1,380 @@
+/*
+ * mega translate: one translation per input line with a trained encoder–decoder; and the
+ * evaluation of such a model on parallel text (mega eval --task translate): corpus BLEU and chrF
+ * as sacreBLEU computes them, exact match, the teacher-forced loss, and the copy baseline.
+ */
+#include "common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Model output bytes as one line of text: valid UTF-8 sequences are copied, every byte of an
+ * invalid one becomes U+FFFD, and line breaks and tabs become spaces (one line per input).
+ * out needs 3n + 1 bytes. Returns the length. */
+static size_t tokens_to_line(const int32_t *tok, int n, char *out) {
+    uint8_t *b = (uint8_t *)out + 2 * (size_t)n; /* the raw bytes at the end of the buffer */
+    for (int i = 0; i < n; i++) b[i] = (uint8_t)(tok[i] & 0xff);
+    size_t o = 0;
+    for (int i = 0; i < n;) {
+        size_t ok = mega_utf8_check(b + i, (size_t)(n - i));
+        /* copy the valid prefix, then one replacement per invalid byte */
+        for (size_t k = 0; k < ok; k++) {
+            uint8_t c = b[i + k];
+            out[o++] = (char)(c == '\n' || c == '\r' || c == '\t' ? ' ' : c);
+        }
+        i += (int)ok;
+        if (i < n) {
+            out[o++] = (char)0xEF, out[o++] = (char)0xBF, out[o++] = (char)0xBD;
+            i++;
+        }
+    }
+    out[o] = 0;
+    return o;
+}
+
+static int load_s2s(const char *arg, mega_s2s **m) {
+    char p[4096];
+    if (mega_model_file(arg, p, sizeof p) != MEGA_OK || mega_s2s_load(p, m) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const mega_s2s_config *c = mega_s2s_get_config(*m);
+    if (c->src_vocab_size != MEGA_S2S_VOCAB || c->tgt_vocab_size != MEGA_S2S_VOCAB || c->eos_idx != MEGA_S2S_EOS ||
+        c->padding_idx != MEGA_S2S_PAD) {
+        mega_s2s_free(*m), *m = NULL;
+        return cli_error("'%s' does not use the byte vocabulary (258, pad 256, eos 257) of parallel text", arg);
+    }
+    return 0;
+}
+
+/* the longest source the model accepts (its simple relative bias under full attention) */
+static int max_source(const mega_s2s *m) {
+    const mega_block_config *e = &mega_s2s_get_config(m)->encoder;
+    if (e->mixer == MEGA_MIXER_MEGA && e->rel_pos_bias == MEGA_RELPOS_SIMPLE && e->chunk_size <= 0) return e->max_positions;
+    return 1 << 20;
+}
+
+/* translate n sources (tok rows of width S, right-padded) into out (rows of cap), lengths */
+static int translate_batch(mega_s2s *m, const int32_t *src, int n, int S, const mega_s2s_search *p, int32_t *out,
+                           int *len, int cap) {
+    if (mega_s2s_translate(m, src, n, S, p, out, len, cap, NULL) != MEGA_OK) return cli_error("%s", mega_last_error());
+    return 0;
+}
+
+/* ---- mega translate ------------------------------------------------------------------------ */
+
+int cmd_translate(int argc, char **argv) {
+    const char *model = NULL, *input = NULL;
+    int threads = 0, batch = 32, strict = 0;
+    mega_s2s_search sp;
+    mega_s2s_search_default(&sp);
+    cli_flag fl[] = {
+        {"model", F_STR, &model, "checkpoint directory of a `mega train --task translate` run (or its model.safetensors)", NULL, 1, 0, 0},
+        {"input", F_STR, &input, "source sentences, one per line (default: standard input)", NULL, 1, 0, 0},
+        {"beam", F_INT, &sp.beam, "beam size (1 = greedy)", NULL, 1, 1024, 0},
+        {"lenpen", F_DBL, &sp.lenpen, "length penalty: a hypothesis scores log P / length^lenpen (fairseq --lenpen)", NULL, 0, 100, 0},
+        {"max-len-a", F_DBL, &sp.max_len_a, "longest output = a * source tokens + b (fairseq --max-len-a)", NULL, 0, 1000, 0},
+        {"max-len-b", F_INT, &sp.max_len_b, "see --max-len-a", NULL, 0, 1 << 20, 0},
+        {"batch", F_INT, &batch, "sentences translated together", NULL, 1, 1 << 16, 0},
+        {"strict", F_SET, &strict, "stop at the first bad input line (default: print an empty line, report it, exit 1 at the end)", NULL, 1, 0, 0},
+        {"threads", F_INT, &threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
+        FL_END};
+    int r = cli_parse("translate", "--model DIR [--input FILE] [--beam K] [--lenpen A] [--max-len-a A --max-len-b B]", fl,
+                      argc, argv, 2);
+    if (r) return r == 1 ? 0 : 2;
+    if (!model) return cli_error("--model DIR is required (see 'mega translate --help')"), 2;
+    mega_set_threads(threads);
+    FILE *in = stdin;
+    if (input && !(in = fopen(input, "rb"))) return cli_error("--input '%s': %s", input, strerror(errno)), 2;
+    mega_s2s *m = NULL;
+    if (load_s2s(model, &m)) {
+        if (in != stdin) fclose(in);
+        return 2;
+    }
+    const int maxS = max_source(m);
+    int capS = 256, capL = 64, nb = 0, rc = 0, bad = 0;
+    long lineno = 0, first = 0;
+    int32_t *src = malloc((size_t)batch * capS * sizeof(int32_t)), *one = malloc((size_t)capS * sizeof(int32_t));
+    int *slen = calloc((size_t)batch, sizeof(int)), *ok = calloc((size_t)batch, sizeof(int)), *olen = calloc((size_t)batch, sizeof(int));
+    int32_t *out = NULL;
+    char *text = NULL, *line = NULL;
+    size_t lcap = 0;
+    if (!src || !one || !slen || !ok || !olen) rc = cli_error("out of memory");
+    for (int eof = 0; !rc && !eof;) {
+        ssize_t n = getline(&line, &lcap, in);
+        if (n < 0) eof = 1;
+        else {
+            lineno++;
+            if (nb == 0) first = lineno;
+            /* tokenize into a row of the batch (the row grows with the longest source) */
+            if ((size_t)n + 2 > (size_t)capS) {
+                int ncap = (int)n + 2;
+                int32_t *ns = malloc((size_t)batch * ncap * sizeof(int32_t)), *no = realloc(one, (size_t)ncap * sizeof(int32_t));
+                if (!ns || !no) {
+                    free(ns);
+                    if (no) one = no;
+                    rc = cli_error("out of memory for a line of %zd bytes", n);
+                    break;
+                }
+                one = no;
+                for (int i = 0; i < nb; i++) memcpy(ns + (size_t)i * ncap, src + (size_t)i * capS, (size_t)capS * sizeof(int32_t));
+                free(src), src = ns, capS = ncap;
+            }
+            int len = 0;
+            mega_status st = mega_s2s_tokenize(line, (size_t)n, maxS, one, &len);
+            ok[nb] = st == MEGA_OK;
+            if (!ok[nb]) {
+                bad++;
+                fprintf(stderr, "mega translate: %s line %ld: %s%s\n", input ? input : "stdin", lineno, mega_last_error(),
+                        strict ? "" : " (empty output line)");
+                if (strict) {
+                    rc = 1;
+                    break;
+                }
+                one[0] = MEGA_S2S_EOS, len = 1; /* a placeholder row, its output is not printed */
+            }
+            memcpy(src + (size_t)nb * capS, one, (size_t)len * sizeof(int32_t));
+            slen[nb++] = len;
+        }
+        if (nb == batch || (eof && nb > 0)) {
+            int S = 0;
+            for (int i = 0; i < nb; i++) S = slen[i] > S ? slen[i] : S;
+            /* compact to width S, right-padded */
+            for (int i = 0; i < nb; i++) {
+                memmove(src + (size_t)i * S, src + (size_t)i * capS, (size_t)slen[i] * sizeof(int32_t));
+                for (int t = slen[i]; t < S; t++) src[(size_t)i * S + t] = MEGA_S2S_PAD;
+            }
+            int need = (int)(sp.max_len_a * S + sp.max_len_b) + 2;
+            if (need > capL || !out) {
+                capL = need > capL ? need : capL;
+                free(out), free(text);
+                out = malloc((size_t)batch * capL * sizeof(int32_t));
+                text = malloc(3 * (size_t)capL + 1);
+                if (!out || !text) {
+                    rc = cli_error("out of memory");
+                    break;
+                }
+            }
+            if (translate_batch(m, src, nb, S, &sp, out, olen, capL)) {
+                rc = cli_error("lines %ld-%ld", first, first + nb - 1);
+                break;
+            }
+            for (int i = 0; i < nb; i++) {
+                if (ok[i]) tokens_to_line(out + (size_t)i * capL, olen[i], text);
+                else text[0] = 0;
+                fputs(text, stdout);
+                fputc('\n', stdout);
+            }
+            fflush(stdout);
+            /* back to the wide layout for the next batch */
+            nb = 0;
+        }
+    }
+    if (!rc && bad) {
+        fprintf(stderr, "mega translate: %d of %ld lines could not be translated (see above)\n", bad, lineno);
+        rc = 1;
+    }
+    free(line), free(src), free(one), free(slen), free(ok), free(olen), free(out), free(text);
+    if (in != stdin) fclose(in);
+    mega_s2s_free(m);
+    return rc ? (rc == 2 ? 2 : 1) : 0;
+}
+
+/* ---- mega eval --task translate --------------------------------------------------------------- */
+
+typedef struct {
+    int first, n; /* examples first .. first+n-1 of the grouped order share a source */
+} group_t;
+
+static int cmp_src(const mega_s2s_data *d, int a, int b) {
+    int la = d->src_len[a], lb = d->src_len[b];
+    if (la != lb) return la < lb ? -1 : 1;
+    int c = memcmp(mega_s2s_data_src(d, a), mega_s2s_data_src(d, b), (size_t)la * sizeof(uint16_t));
+    return c ? c : (a < b ? -1 : a > b);
+}
+static const mega_s2s_data *g_sort_d;
+static int qcmp(const void *x, const void *y) { return cmp_src(g_sort_d, *(const int *)x, *(const int *)y); }
+
+/* the bytes of a token row as a string (tokens < 256; the eos ends it) */
+static size_t row_text(const uint16_t *t, int n, char *out) {
+    size_t o = 0;
+    for (int i = 0; i < n && t[i] < 256; i++) out[o++] = (char)t[i];
+    out[o] = 0;
+    return o;
+}
+
+/* corpus scores of hypotheses against the groups' references into a fresh accumulator */
+static int score_all(const mega_s2s_data *d, const int *order, const group_t *g, int ng, char **hyp, const size_t *hl,
+                     mega_bleu_score *bleu, mega_chrf_score *chrf, mega_exact_score *ex, char *sigb, char *sigc) {
+    mega_metrics *mt = NULL;
+    if (mega_metrics_new(NULL, &mt) != MEGA_OK) return cli_error("%s", mega_last_error());
+    int maxr = 1;
+    for (int i = 0; i < ng; i++) maxr = g[i].n > maxr ? g[i].n : maxr;
+    char **refs = calloc((size_t)maxr, sizeof(char *));
+    size_t *rl = calloc((size_t)maxr, sizeof(size_t));
+    int rc = !refs || !rl ? cli_error("out of memory") : 0;
+    for (int i = 0; i < ng && !rc; i++) {
+        for (int k = 0; k < g[i].n; k++) {
+            int e = order[g[i].first + k];
+            refs[k] = malloc((size_t)d->tgt_len[e] + 1);
+            if (!refs[k]) {
+                rc = cli_error("out of memory");
+                break;
+            }
+            rl[k] = row_text(mega_s2s_data_tgt(d, e), d->tgt_len[e], refs[k]);
+        }
+        if (!rc && mega_metrics_add_n(mt, hyp[i], hl[i], (const char *const *)refs, rl, g[i].n) != MEGA_OK)
+            rc = cli_error("%s", mega_last_error());
+        for (int k = 0; k < g[i].n; k++) free(refs[k]), refs[k] = NULL;
+    }
+    if (!rc) {
+        mega_metrics_bleu(mt, bleu), mega_metrics_chrf(mt, chrf), mega_metrics_exact_match(mt, ex);
+        mega_metrics_bleu_signature(mt, sigb, 128), mega_metrics_chrf_signature(mt, sigc, 128);
+    }
+    free(refs), free(rl);
+    mega_metrics_free(mt);
+    return rc;
+}
+
+int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
+                   int group, int max_tokens, const char *hyp_out, int quiet) {
+    mega_s2s *m = NULL;
+    if (load_s2s(model, &m)) return 2;
+    mega_s2s_opts o = {max_source(m), 0, (int)(max_examples > 0 && max_examples < (1 << 30) ? max_examples : 0), 0, "--data"};
+    mega_s2s_data d;
+    if (mega_s2s_data_load(data, &o, &d) != MEGA_OK) {
+        cli_error("%s", mega_last_error());
+        mega_s2s_free(m);
+        return 2;
+    }
+    char sk[512];
+    if (mega_s2s_skip_summary(&d, sk, sizeof sk)) fprintf(stderr, "mega eval: skipped in %s: %s\n", data, sk);
+    int rc = 0, ng = 0;
+    const int n = d.n;
+    int *order = malloc((size_t)n * sizeof(int));
+    group_t *g = malloc((size_t)n * sizeof(group_t));
+    char **hyp = calloc((size_t)n, sizeof(char *)), **cp = calloc((size_t)n, sizeof(char *));
+    size_t *hl = calloc((size_t)n, sizeof(size_t)), *cl = calloc((size_t)n, sizeof(size_t));
+    if (!order || !g || !hyp || !cp || !hl || !cl) rc = cli_error("out of memory");
+    /* segments: the examples with the same source, its translations the references (--no-group:
+     * every line its own segment) */
+    for (int i = 0; !rc && i < n; i++) order[i] = i;
+    if (!rc && group) {
+        g_sort_d = &d;
+        qsort(order, (size_t)n, sizeof(int), qcmp);
+    }
+    for (int i = 0; !rc && i < n;) {
+        int k = 1;
+        while (group && i + k < n && d.src_len[order[i + k]] == d.src_len[order[i]] &&
+               !memcmp(mega_s2s_data_src(&d, order[i + k]), mega_s2s_data_src(&d, order[i]), (size_t)d.src_len[order[i]] * 2))
+            k++;
+        g[ng++] = (group_t){i, k};
+        i += k;
+    }
+    /* the teacher-forced loss */
+    double nll = 0, acc = 0;
+    int64_t ntok = 0;
+    const double t0 = now_sec();
+    if (!rc) rc = s2s_evaluate(m, &d, order, n, max_tokens, &nll, &acc, &ntok);
+    /* translations, one per segment, in batches of sources of similar length (sorted) */
+    int *sel = malloc((size_t)(ng > 0 ? ng : 1) * sizeof(int));
+    int32_t *src = NULL, *out = NULL;
+    int *olen = malloc((size_t)batch * sizeof(int));
+    progress_t pr;
+    progress_init(&pr, stderr, quiet, 10);
+    if (!sel || !olen) rc = rc ? rc : cli_error("out of memory");
+    for (int i = 0; !rc && i < ng; i++) sel[i] = i;
+    const double t1 = now_sec();
+    int64_t out_tokens = 0;
+    for (int i = 0; !rc && i < ng; i += batch) {
+        const int nb = ng - i < batch ? ng - i : batch;
+        int S = 0;
+        for (int k = 0; k < nb; k++) {
+            int e = order[g[sel[i + k]].first];
+            S = d.src_len[e] > S ? d.src_len[e] : S;
+        }
+        const int cap = (int)(sp->max_len_a * S + sp->max_len_b) + 2;
+        free(src), free(out);
+        src = malloc((size_t)nb * S * sizeof(int32_t)), out = malloc((size_t)nb * cap * sizeof(int32_t));
+        if (!src || !out) {
+            rc = cli_error("out of memory");
+            break;
+        }
+        for (int k = 0; k < nb; k++) {
+            int e = order[g[sel[i + k]].first];
+            const uint16_t *s = mega_s2s_data_src(&d, e);
+            for (int t = 0; t < S; t++) src[(size_t)k * S + t] = t < d.src_len[e] ? s[t] : MEGA_S2S_PAD;
+        }
+        if (translate_batch(m, src, nb, S, sp, out, olen, cap)) {
+            rc = 1;
+            break;
+        }
+        for (int k = 0; k < nb && !rc; k++) {
+            const int gi = sel[i + k], e = order[g[gi].first];
+            hyp[gi] = malloc(3 * (size_t)olen[k] + 1);
+            cp[gi] = malloc((size_t)d.src_len[e] + 1);
+            if (!hyp[gi] || !cp[gi]) {
+                rc = cli_error("out of memory");
+                break;
+            }
+            /* the hypothesis as the bytes the model produced (invalid UTF-8 counts per byte) */
+            int32_t *ot = out + (size_t)k * cap;
+            for (int t = 0; t < olen[k]; t++) hyp[gi][t] = (char)(ot[t] & 0xff);
+            hyp[gi][olen[k]] = 0, hl[gi] = (size_t)olen[k];
+            cl[gi] = row_text(mega_s2s_data_src(&d, e), d.src_len[e], cp[gi]);
+            out_tokens += olen[k] + 1;
+        }
+        if (progress_due(&pr, i + nb >= ng)) progress_print(&pr, "  translating %d/%d segments", i + nb, ng);
+    }
+    progress_break(&pr);
+    const double t2 = now_sec();
+    mega_bleu_score bl, cb;
+    mega_chrf_score cf, cc;
+    mega_exact_score ex, ce;
+    char sigb[128] = "", sigc[128] = "";
+    if (!rc) rc = score_all(&d, order, g, ng, hyp, hl, &bl, &cf, &ex, sigb, sigc);
+    if (!rc) rc = score_all(&d, order, g, ng, cp, cl, &cb, &cc, &ce, sigb, sigc);
+    if (!rc) {
+        printf("data        %s: %d pairs, %d segments (%s), %d lines skipped\n", data, n, ng,
+               group ? "lines with the same source share one segment, its targets the references" : "one per line",
+               d.n_skipped);
+        printf("loss        %.4f nats/token (teacher forcing, %lld target tokens), token accuracy %.4f\n", nll,
+               (long long)ntok, acc);
+        printf("search      beam %d, lenpen %g, max length %g * source + %d\n", sp->beam, sp->lenpen, sp->max_len_a,
+               sp->max_len_b);
+        printf("%-12s %8s %8s %12s\n", "", "BLEU", "chrF2", "exact match");
+        printf("%-12s %8.2f %8.2f %11.2f%%\n", "model", bl.score, cf.score, ex.score);
+        printf("%-12s %8.2f %8.2f %11.2f%%\n", "copy source", cb.score, cc.score, ce.score);
+        printf("BLEU signature  %s\nchrF signature  %s\n", sigb, sigc);
+        printf("speed       %.1f s teacher-forced, %.1f s search (%.0f output tokens/s)\n", t1 - t0, t2 - t1,
+               (double)out_tokens / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
+        if (hyp_out) {
+            FILE *f = fopen(hyp_out, "w");
+            if (!f) rc = cli_error("--hyp-out '%s': %s", hyp_out, strerror(errno));
+            char *tx = NULL;
+            for (int i = 0; f && !rc && i < ng; i++) {
+                free(tx);
+                tx = malloc(3 * hl[i] + 1);
+                int32_t *tk = malloc((hl[i] + 1) * sizeof(int32_t));
+                if (!tx || !tk) {
+                    free(tk);
+                    rc = cli_error("out of memory");
+                    break;
+                }
+                for (size_t t = 0; t < hl[i]; t++) tk[t] = (uint8_t)hyp[i][t];
+                tokens_to_line(tk, (int)hl[i], tx);
+                free(tk);
+                fprintf(f, "%s\t%s\n", cp[i], tx);
+            }
+            free(tx);
+            if (f && fclose(f)) rc = cli_error("--hyp-out '%s': write failed", hyp_out);
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (hyp) free(hyp[i]);
+        if (cp) free(cp[i]);
+    }
+    free(order), free(g), free(hyp), free(cp), free(hl), free(cl), free(sel), free(src), free(out), free(olen);
+    mega_s2s_data_free(&d);
+    mega_s2s_free(m);
+    return rc ? 2 : 0;
+}
