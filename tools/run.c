@@ -401,6 +401,20 @@ int cmd_info(int argc, char **argv) {
     if (!model) return cli_error("--model is required (see 'mega info --help')"), 2;
     char p[4096], kind[16];
     if (!model_path(model, p, sizeof p)) return cli_error("%s", mega_last_error()), 2;
+    if (model_kind(p, kind, sizeof kind) && !strcmp(kind, "mega_s2s")) {
+        mega_s2s *sm;
+        if (mega_s2s_load(p, &sm) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
+        const mega_s2s_config *sc = mega_s2s_get_config(sm);
+        char *js = mega_s2s_config_to_json(sc);
+        printf("model      %s\nkind       mega_s2s (encoder-decoder, %s mixer, %s cross-attention)\nparameters %zu\n", p,
+               mega_mixer_name(sc->encoder.mixer), sc->decoder.mixer == MEGA_MIXER_MEGA ? "gated" : "multi-head",
+               mega_ps_trainable(mega_s2s_paramset(sm)));
+        print_s2s_config(stdout, sc, "           ");
+        printf("config     %s\n", js ? js : "");
+        free(js);
+        mega_s2s_free(sm);
+        return 0;
+    }
     if (model_kind(p, kind, sizeof kind) && !strcmp(kind, "mega_cls")) {
         cls_model cm;
         if (load_cls_model(model, &cm)) return free_cls_model(&cm), 2;

@@ -22,6 +22,7 @@ typedef struct train_args {
     int classes;         /* classify: --classes (0 = from the training labels) */
     /* training */
     int64_t steps, warmup, seed, eval_every, save_every, log_every, eval_tokens, stop_after;
+    double time_limit; /* seconds of this invocation (0 = none) */
     int batch, seq_len, threads, resume, decay_all, quiet;
     const cli_flag *flags; /* the command's flag table (what a checkpoint stores of the training setup) */
     int model_flags_seen; /* some model flag was given explicitly (checked against a resumed checkpoint) */

@@ -368,6 +368,7 @@ static int build_flags(cli_flag *fl, train_args *a, int kind) {
         {"save-every", F_I64, &a->save_every, "checkpoint every N steps (0 = only at the end)", NULL, 0, 1e12, 0},
         {"log-every", F_I64, &a->log_every, "print a progress line every N steps (0 = about 50 lines)", NULL, 0, 1e12, 0},
         {"stop-after", F_I64, &a->stop_after, "stop (with a checkpoint) after N steps of this invocation; the schedule still targets --steps", NULL, 0, 1e12, 0},
+        {"time-limit", F_DBL, &a->time_limit, "stop (with a checkpoint and a final validation) once this invocation has trained for S seconds; the schedule still targets --steps", NULL, 0, 1e9, 0},
         {"quiet", F_SET, &a->quiet, "no live progress bar", NULL, 1, 0, 0},
     };
     for (size_t i = 0; n >= 0 && i < sizeof tf / sizeof *tf; i++) {
@@ -593,8 +594,10 @@ static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *
         mega_adamw_step(opt, t->ps, &hp, lr);
         pos->step = step + 1;
         progress_step(&p, a, t, pos, loss, met, units, lr, gn);
-        const int stop = a->stop_after > 0 && pos->step - p.start >= a->stop_after && pos->step < a->steps;
+        const int out_of_time = a->time_limit > 0 && now_sec() - p.t_start >= a->time_limit && pos->step < a->steps;
+        const int stop = (a->stop_after > 0 && pos->step - p.start >= a->stop_after && pos->step < a->steps) || out_of_time;
         const int last = pos->step == a->steps;
+        if (out_of_time && !(a->eval_every > 0 && pos->step % a->eval_every == 0) && validate_now(&p, a, t, pos)) return 2;
         if (((a->eval_every > 0 && pos->step % a->eval_every == 0) || last) && validate_now(&p, a, t, pos)) return 2;
         if ((a->save_every > 0 && pos->step % a->save_every == 0) || last || stop) {
             if (save_checkpoint(a, t, opt, pos)) return 2;
@@ -603,8 +606,8 @@ static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *
         }
         if (stop) {
             progress_break(&p.bar);
-            printf("stopped after %lld steps (--stop-after); continue with: mega train ... --out %s --resume\n",
-                   (long long)(pos->step - p.start), a->out);
+            printf("stopped after %lld steps (%s); continue with: mega train ... --out %s --resume\n",
+                   (long long)(pos->step - p.start), out_of_time ? "--time-limit" : "--stop-after", a->out);
             break;
         }
     }

@@ -295,7 +295,7 @@ struct mega_metrics {
     size_t cntcap;
     uint64_t *hk;                /* hash table: keys (UINT64_MAX = empty) and values */
     int32_t *hv;
-    size_t hcap;
+    size_t hcap, hsize;          /* allocated, in use (a power of two) */
     int64_t *ref_stats;          /* chrF: statistics per reference */
     size_t rscap;
 };
@@ -383,13 +383,14 @@ static int ht_reset(mega_metrics *m, size_t entries) {
         m->hv = v;
         m->hcap = need;
     }
-    memset(m->hk, 0xFF, m->hcap * sizeof *m->hk);
+    m->hsize = need;
+    memset(m->hk, 0xFF, need * sizeof *m->hk);
     return 0;
 }
 
 /* the id of key (a new id, *k, if the key is new) */
 static int32_t ht_id(mega_metrics *m, uint64_t key, int32_t *k) {
-    size_t mask = m->hcap - 1, h = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & mask;
+    size_t mask = m->hsize - 1, h = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & mask;
     while (m->hk[h] != UINT64_MAX) {
         if (m->hk[h] == key) return m->hv[h];
         h = (h + 1) & mask;
@@ -458,7 +459,7 @@ static int64_t level1_words(mega_metrics *m, size_t npos) {
     /* intern words by content: the table maps a hash to the first word with it; collisions of
      * the 64-bit hash between different words are resolved by probing on (hash, index). */
     int32_t k = 0;
-    size_t mask = m->hcap - 1;
+    size_t mask = m->hsize - 1;
     for (size_t i = 0; i < npos; i++) {
         const char *s = m->text.p + m->w[i].off;
         size_t len = m->w[i].len;

@@ -243,7 +243,7 @@ static mega_status encode(mega_cls *m, int k, const mega_cls_input *in, int B) {
     const int T = in->T, Tp = padded_len(m, T);
     const size_t D = (size_t)c->block.embed_dim, R = (size_t)B * Tp;
     MEGA_TRY(mega_stack_reserve(&p->st, B, Tp));
-    const size_t cap = (size_t)p->st.Bmax * p->st.Tmax;
+    const size_t cap = p->st.Rcap;
     if (p->tokcap < cap) {
         free(p->tok), free(p->pad);
         p->tok = calloc(cap, sizeof(int32_t));

@@ -105,7 +105,7 @@ static void free_buffers(mega_s2s *m) {
     free(m->BA), free(m->XA), free(m->FA);
     m->stok = m->ttok = m->tgt = NULL, m->spad = m->spadc = m->tpad = NULL;
     m->BA = NULL, m->XA = NULL, m->FA = NULL;
-    m->Bmax = m->Spmax = m->Lpmax = 0;
+    m->Rs_cap = m->R_cap = m->bper = m->xper = m->fper = m->scr_cap = 0;
 }
 
 mega_status mega_s2s_create(const mega_s2s_config *config, mega_s2s **out) {
@@ -221,27 +221,31 @@ int mega__s2s_padded(const mega_block_config *c, int T) {
     return (k > 0 && k < T && T % k) ? (T + k - 1) / k * k : T;
 }
 
+/* Capacities, not shapes (as mega_stack_reserve): batches by tokens vary B, S and L together */
 mega_status mega__s2s_reserve(mega_s2s *m, int B, int S, int L) {
     const mega_s2s_config *c = &m->cfg;
     if (B < 1 || S < 1 || L < 1)
         MEGA_FAIL(MEGA_ERR_INVALID, "batch, source and target lengths must be positive (got %d, %d, %d)", B, S, L);
     const int Sp = mega__s2s_padded(&c->encoder, S), Lp = mega__s2s_padded(&c->decoder, L);
     MEGA_TRY(mega_stack_reserve(&m->enc, B, Sp));
-    if (B <= m->Bmax && Sp <= m->Spmax && Lp <= m->Lpmax) return MEGA_OK;
-    B = MEGA_MAX(B, m->Bmax), S = MEGA_MAX(Sp, m->Spmax), L = MEGA_MAX(Lp, m->Lpmax);
-    free_buffers(m);
-    const int Ld = c->decoder_layers;
-    const size_t D = (size_t)c->encoder.embed_dim, Rs = (size_t)B * S, R = (size_t)B * L;
-    const size_t V = (size_t)MEGA_MAX(c->tgt_vocab_size, 1);
-    const int nt = mega_get_threads();
+    const int Ld = c->decoder_layers, nt = mega_get_threads();
+    const size_t D = (size_t)c->encoder.embed_dim;
     mega_xattn_acts xa;
     mega_nffn_acts fa;
-    m->bper = mega_block_acts_size(&m->dl[0].self, B, L);
-    m->xper = mega_xattn_acts_view(&m->dl[0].x, &xa, NULL, B, L, S);
-    m->fper = c->decoder.ffn_dim > 0 ? mega_nffn_acts_point(&m->dl[0].ffn, &fa, NULL, B, L) : 0;
-    size_t scr = mega_block_scratch_size(&m->dl[0].self, B, L, nt);
-    scr = MEGA_MAX(scr, mega_xattn_scratch_size(&m->dl[0].x, B, L, S, nt));
-    if (c->decoder.ffn_dim > 0) scr = MEGA_MAX(scr, mega_nffn_scratch(&m->dl[0].ffn, B, L));
+    size_t Rs = (size_t)B * Sp, R = (size_t)B * Lp;
+    size_t bper = mega_block_acts_size(&m->dl[0].self, B, Lp);
+    size_t xper = mega_xattn_acts_view(&m->dl[0].x, &xa, NULL, B, Lp, S);
+    size_t fper = c->decoder.ffn_dim > 0 ? mega_nffn_acts_point(&m->dl[0].ffn, &fa, NULL, B, Lp) : 0;
+    size_t scr = mega_block_scratch_size(&m->dl[0].self, B, Lp, nt);
+    scr = MEGA_MAX(scr, mega_xattn_scratch_size(&m->dl[0].x, B, Lp, S, nt));
+    if (c->decoder.ffn_dim > 0) scr = MEGA_MAX(scr, mega_nffn_scratch(&m->dl[0].ffn, B, Lp));
+    if (m->H && Rs <= m->Rs_cap && R <= m->R_cap && bper <= m->bper && xper <= m->xper && fper <= m->fper &&
+        scr <= m->scr_cap)
+        return MEGA_OK;
+    Rs = MEGA_MAX(Rs, m->Rs_cap), R = MEGA_MAX(R, m->R_cap), bper = MEGA_MAX(bper, m->bper);
+    xper = MEGA_MAX(xper, m->xper), fper = MEGA_MAX(fper, m->fper), scr = MEGA_MAX(scr, m->scr_cap);
+    free_buffers(m);
+    const size_t V = (size_t)MEGA_MAX(c->tgt_vocab_size, 1);
     const size_t nst = 2 * MEGA_MAX(Rs, R) + 2 * D + 16;
     m->stok = calloc(Rs, sizeof(int32_t)), m->ttok = calloc(R, sizeof(int32_t)), m->tgt = calloc(R, sizeof(int32_t));
     m->spad = calloc(Rs, 1), m->spadc = calloc(Rs, 1), m->tpad = calloc(R, 1);
@@ -250,9 +254,9 @@ mega_status mega__s2s_reserve(mega_s2s *m, int B, int S, int L) {
     m->E = mega__calloc(Rs * D, sizeof(real)), m->dE = mega__calloc(Rs * D, sizeof(real));
     m->H = mega__calloc(R * D * (size_t)(Ld + 1), sizeof(real));
     m->Y1 = mega__calloc(R * D * (size_t)Ld, sizeof(real)), m->Y2 = mega__calloc(R * D * (size_t)Ld, sizeof(real));
-    m->bacts = mega__calloc(m->bper * (size_t)Ld, sizeof(real));
-    m->xacts = mega__calloc(m->xper * (size_t)Ld, sizeof(real));
-    m->facts = m->fper ? mega__calloc(m->fper * (size_t)Ld, sizeof(real)) : NULL;
+    m->bacts = mega__calloc(bper * (size_t)Ld, sizeof(real));
+    m->xacts = mega__calloc(xper * (size_t)Ld, sizeof(real));
+    m->facts = fper ? mega__calloc(fper * (size_t)Ld, sizeof(real)) : NULL;
     m->BA = calloc((size_t)Ld, sizeof *m->BA), m->XA = calloc((size_t)Ld, sizeof *m->XA);
     m->FA = calloc((size_t)Ld, sizeof *m->FA);
     m->xf = mega__calloc(R * D, sizeof(real)), m->fstat = mega__calloc(nst, sizeof(real));
@@ -261,17 +265,17 @@ mega_status mega__s2s_reserve(mega_s2s *m, int B, int S, int L) {
     for (int i = 0; i < 3; i++) m->g[i] = mega__calloc(MEGA_MAX(R, Rs) * D, sizeof(real));
     m->logits = mega__calloc(R * V + R, sizeof(real));
     int ok = m->stok && m->ttok && m->tgt && m->spad && m->spadc && m->tpad && m->enpre && m->enstat && m->dnpre &&
-             m->dnstat && m->E && m->dE && m->H && m->Y1 && m->Y2 && m->bacts && m->xacts && (m->facts || !m->fper) &&
+             m->dnstat && m->E && m->dE && m->H && m->Y1 && m->Y2 && m->bacts && m->xacts && (m->facts || !fper) &&
              m->BA && m->XA && m->FA && m->xf && m->fstat && m->xfc && m->scratch && m->g[0] && m->g[1] && m->g[2] &&
              m->logits;
     if (!ok) {
-        size_t mb = ((m->bper + m->xper + m->fper) * Ld + R * D * (3 * Ld + 8) + R * V + scr) * sizeof(real) >> 20;
+        size_t mb = ((bper + xper + fper) * Ld + R * D * (3 * Ld + 8) + R * V + scr) * sizeof(real) >> 20;
         free_buffers(m);
         MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving buffers for %d sentences of %d -> %d tokens (about %zu MiB)", B, S,
                   L, mb);
     }
     m->lse = m->logits + R * V;
-    m->Bmax = B, m->Spmax = S, m->Lpmax = L;
+    m->Rs_cap = Rs, m->R_cap = R, m->bper = bper, m->xper = xper, m->fper = fper, m->scr_cap = scr;
     return MEGA_OK;
 }
 

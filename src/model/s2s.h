@@ -23,15 +23,16 @@ struct mega_s2s {
     mega_seqnorm dfnorm;
     int has_dfnorm;
     int Mx; /* the gated cross-attention's max positions */
-    /* buffers for batches up to Bmax rows, Spmax source and Lpmax target positions (padded) */
-    int Bmax, Spmax, Lpmax;
+    /* buffer capacities: source and target rows (B x padded length), activation reals per
+     * decoder layer (block, cross-attention, FFN), scratch reals */
+    size_t Rs_cap, R_cap, scr_cap;
     int32_t *stok, *ttok, *tgt;
     uint8_t *spad, *spadc, *tpad;
     real *enpre, *enstat, *dnpre, *dnstat; /* embeddings before their norm, and its statistics */
     real *E, *dE;                      /* encoder output [B, S, D] and its gradient */
     real *H, *Y1, *Y2;                 /* decoder: layer inputs [(Ld+1)][R][D], after self / cross */
     real *bacts, *xacts, *facts;
-    size_t bper, xper, fper;
+    size_t bper, xper, fper; /* capacities of one layer's activations */
     mega_block_acts *BA;
     mega_xattn_acts *XA;
     mega_nffn_acts *FA;

@@ -36,6 +36,7 @@ static void free_buffers(mega_stack *s) {
     s->acts = s->H = s->xf = s->scratch = s->dx = s->dy = NULL;
     s->A = NULL;
     s->Bmax = s->Tmax = 0;
+    s->Rcap = s->scr_cap = s->acts_per = 0;
 }
 
 void mega_stack_free(mega_stack *s) {
@@ -50,16 +51,19 @@ void mega_stack_share(mega_stack *dst, const mega_stack *src) {
     dst->fnorm = src->fnorm, dst->has_fnorm = src->has_fnorm, dst->nthreads = src->nthreads;
 }
 
+/* Capacities, not shapes: a batch fits when its rows, activations and scratch fit what is
+ * allocated, whatever its B x T (batches by tokens vary both; sizing by the largest B and the
+ * largest T seen separately would allocate for their product). */
 mega_status mega_stack_reserve(mega_stack *s, int B, int T) {
     if (B < 1 || T < 1) MEGA_FAIL(MEGA_ERR_INVALID, "batch and sequence length must be positive (got %d x %d)", B, T);
-    if (B <= s->Bmax && T <= s->Tmax) return MEGA_OK;
-    B = MEGA_MAX(B, s->Bmax);
-    T = MEGA_MAX(T, s->Tmax);
-    free_buffers(s);
-    const size_t R = (size_t)B * T, D = (size_t)s->cfg->embed_dim;
-    const int L = s->L;
+    size_t R = (size_t)B * T;
     size_t per = mega_block_acts_size(&s->blocks[0], B, T);
     size_t scr = mega_block_scratch_size(&s->blocks[0], B, T, s->nthreads);
+    if (s->H && R <= s->Rcap && per <= s->acts_per && scr <= s->scr_cap) return MEGA_OK;
+    R = MEGA_MAX(R, s->Rcap), per = MEGA_MAX(per, s->acts_per), scr = MEGA_MAX(scr, s->scr_cap);
+    free_buffers(s);
+    const size_t D = (size_t)s->cfg->embed_dim;
+    const int L = s->L;
     s->acts = mega__calloc(per * (size_t)L, sizeof(real));
     s->A = calloc((size_t)L, sizeof *s->A);
     s->H = mega__calloc(R * D * (size_t)(L + 1), sizeof(real));
@@ -70,10 +74,10 @@ mega_status mega_stack_reserve(mega_stack *s, int B, int T) {
     if (!s->acts || !s->A || !s->H || !s->xf || !s->scratch || !s->dx || !s->dy) {
         size_t mb = (per * L + R * D * (L + 4) + scr) * sizeof(real) >> 20;
         free_buffers(s);
-        MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving buffers for %d x %d tokens (about %zu MiB)", B, T, mb);
+        MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving buffers for %zu tokens (about %zu MiB)", R, mb);
     }
     s->fstat = s->xf + R * D;
-    s->Bmax = B, s->Tmax = T, s->acts_per = per;
+    s->Bmax = B, s->Tmax = T, s->acts_per = per, s->Rcap = R, s->scr_cap = scr;
     return MEGA_OK;
 }
 

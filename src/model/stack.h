@@ -21,8 +21,9 @@ typedef struct {
     int has_fnorm;
     int nthreads;
     /* buffers */
-    int Bmax, Tmax;
-    size_t acts_per;
+    int Bmax, Tmax;    /* the batch that set the capacities (for information) */
+    size_t Rcap, scr_cap; /* rows (B*T) and scratch reals the buffers hold */
+    size_t acts_per;   /* activation reals per block */
     real *acts;
     mega_block_acts *A;
     real *H;           /* [(L+1)][R][D] */
