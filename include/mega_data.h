@@ -534,6 +534,12 @@ typedef struct {
 mega_status mega_metrics_bleu(const mega_metrics *m, mega_bleu_score *out);
 mega_status mega_metrics_chrf(const mega_metrics *m, mega_chrf_score *out);
 mega_status mega_metrics_exact_match(const mega_metrics *m, mega_exact_score *out);
+/* BLEU from summed statistics (sacreBLEU's BLEU.compute_bleu): counts[n-1] clipped matches and
+ * totals[n-1] hypothesis n-grams for n = 1..opts->max_ngram_order, with opts' smoothing and
+ * effective order (opts NULL: defaults; the other options are not used). MEGA_ERR_INVALID for
+ * NULL arrays or invalid options. */
+mega_status mega_bleu_compute(const int64_t *counts, const int64_t *totals, int64_t sys_len, int64_t ref_len,
+                              const mega_metrics_options *opts, mega_bleu_score *out);
 
 /* sacreBLEU's signature strings (format as snprintf: returns the full length, -1 for m NULL):
  *   BLEU  "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"

@@ -25,8 +25,10 @@
  * mega_linear_forward / mega_gemm to rounding. (The step's attention query is checked against a
  * double-precision reference in t64_attn.)
  */
+#include "mega_data.h"
 #include "ops/ops.h"
 #include "testlib.h"
+#define MEGA_S2S_EOS_ID MEGA_S2S_EOS
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -158,6 +160,45 @@ static void check_decode(mega_lm *m, int B, int threads) {
              B, threads, got[0], win[0], got[1], win[1]);
     free(logits), free(tok);
     mega_lm_stream_free(s);
+}
+/* The encoder-decoder's decoding (mega_s2s_stream_step with gated cross-attention and a chunked
+ * Mega decoder; beam-style reorders between steps): no allocation per generated token either */
+static void check_s2s_decode(int B, int threads) {
+    mega_set_threads(threads);
+    mega_s2s_config c;
+    mega_s2s_config_default(&c);
+    c.encoder.chunk_size = 16;
+    c.decoder = c.encoder;
+    c.decoder.bidirectional = 0;
+    mega_s2s *m = NULL;
+    mega_s2s_stream *s = NULL;
+    const int S = 24, V = c.tgt_vocab_size, K = 2;
+    int32_t *src = malloc((size_t)B * S * sizeof(int32_t)), *tok = malloc((size_t)B * K * sizeof(int32_t));
+    int *idx = malloc((size_t)B * K * sizeof(int));
+    mega_real *logits = malloc((size_t)B * K * V * sizeof *logits);
+    for (int i = 0; i < B * S; i++) src[i] = i % S == S - 1 ? MEGA_S2S_EOS_ID : 'a' + i % 26;
+    if (mega_s2s_create(&c, &m) != MEGA_OK || mega_s2s_stream_new(m, B * K, S, 200, &s) != MEGA_OK ||
+        mega_s2s_stream_start(s, src, S, K) != MEGA_OK) {
+        TL_CHECK(0, "s2s decode B=%d threads=%d: setup: %s", B, threads, mega_last_error());
+    } else {
+        for (int r = 0; r < B * K; r++) tok[r] = MEGA_S2S_EOS_ID, idx[r] = (r / K) * K + (K - 1 - r % K);
+        int rc = 0;
+        unsigned long got = 0;
+        for (int t = 0; t < 100 && !rc; t++) {
+            unsigned long a0 = allocs();
+            if (t >= 40) counting(1); /* after a warm-up past two chunk borders */
+            rc = mega_s2s_stream_step(s, tok, logits) || mega_s2s_stream_reorder(s, idx);
+            counting(0);
+            if (t >= 40) got += allocs() - a0;
+            for (int r = 0; r < B * K; r++) tok[r] = 'a' + (t + r) % 26;
+        }
+        TL_CHECK(!rc, "s2s decode B=%d threads=%d: step failed: %s", B, threads, mega_last_error());
+        printf("NOTE s2s decode B=%d (x beam %d) threads=%d: %lu allocations over 60 steps\n", B, K, threads, got);
+        TL_CHECK(got == 0, "s2s decode B=%d threads=%d allocates in steady state: %lu over 60 steps", B, threads, got);
+    }
+    mega_s2s_stream_free(s);
+    mega_s2s_free(m);
+    free(src), free(tok), free(idx), free(logits);
 }
 #endif /* !NO_INTERPOSE */
 
@@ -300,7 +341,7 @@ int main(int argc, char **argv) {
     free(p);
     TL_CHECK(allocs() - a0 == 1, "the interposed malloc counts (%lu)", allocs() - a0);
     for (int B = 1; B <= 8; B += 7)
-        for (int th = 2; th >= 1; th--) check_decode(m, B, th);
+        for (int th = 2; th >= 1; th--) check_decode(m, B, th), check_s2s_decode(B, th);
 #endif
     mega_lm_free(m);
     return tl_finish();

@@ -107,21 +107,32 @@ typedef struct {
     size_t n, cap;
 } sbuf;
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
+/* p with room for need elements of elem bytes (capacity *cap, doubling); on failure p itself,
+ * unchanged, and *fail = 1. Use through GROW, which assigns the result back. */
+static void *grow_to(void *p, size_t *cap, size_t need, size_t elem, int *fail) {
+    if (need <= *cap) return p;
     size_t c = *cap ? *cap : 64;
     while (c < need) {
-        if (c > SIZE_MAX / 2 / elem) return -1;
+        if (c > SIZE_MAX / 2 / elem) {
+            *fail = 1;
+            return p;
+        }
         c *= 2;
     }
-    void *q = realloc(*p, c * elem);
-    if (!q) return -1;
-    *p = q, *cap = c;
-    return 0;
+    void *q = realloc(p, c * elem);
+    if (!q) {
+        *fail = 1;
+        return p;
+    }
+    *cap = c;
+    return q;
 }
+#define GROW(p, cap, need, fail) ((p) = grow_to((p), &(cap), (need), sizeof *(p), &(fail)))
 
 static int sb_put(sbuf *b, const char *s, size_t n) {
-    if (n > SIZE_MAX - b->n - 1 || grow((void **)&b->p, &b->cap, b->n + n + 1, 1)) return -1;
+    int fail = n > SIZE_MAX - b->n - 1;
+    if (!fail) GROW(b->p, b->cap, b->n + n + 1, fail);
+    if (fail) return -1;
     if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     b->p[b->n] = 0;
@@ -288,11 +299,12 @@ struct mega_metrics {
     size_t nw, wcap;
     uint32_t *cp;                /* code points of every sequence */
     size_t ncp, cpcap;
-    size_t *seq_off, *seq_len, seqcap; /* sequence s: symbols [seq_off[s], +seq_len[s]) */
+    size_t *seq_off, *seq_len;   /* sequence s (0 the hypothesis, then the references): */
+    size_t offcap, lencap;       /*   symbols [seq_off[s], seq_off[s] + seq_len[s]) */
     int32_t *sym, *lvl;          /* level-1 ids, current level ids, per position */
     size_t symcap, lvlcap;
-    int32_t *hc, *rc, *rm, *stamp; /* counts by id */
-    size_t cntcap;
+    int32_t *hc, *rc, *rm, *stamp; /* by id: hypothesis counts, reference counts, their maximum */
+    size_t hccap, rccap, rmcap, stampcap;
     uint64_t *hk;                /* hash table: keys (UINT64_MAX = empty) and values */
     int32_t *hv;
     size_t hcap, hsize;          /* allocated, in use (a power of two) */
@@ -403,7 +415,9 @@ static int32_t ht_id(mega_metrics *m, uint64_t key, int32_t *k) {
 /* ---- words ---- */
 
 static int add_word(mega_metrics *m, const char *s, size_t len) {
-    if (grow((void **)&m->w, &m->wcap, m->nw + 1, sizeof *m->w)) return -1;
+    int fail = 0;
+    GROW(m->w, m->wcap, m->nw + 1, fail);
+    if (fail) return -1;
     m->w[m->nw].off = m->text.n;
     m->w[m->nw].len = len;
     if (sb_put(&m->text, s, len)) return -1;
@@ -440,22 +454,23 @@ static int on_word(void *ctx, size_t off, size_t len) {
 /* ---- sequences and n-gram levels ---- */
 
 static int seq_room(mega_metrics *m, int nseq) {
-    size_t c1 = m->seqcap, c2 = m->seqcap;
-    if (grow((void **)&m->seq_off, &c1, (size_t)nseq, sizeof *m->seq_off)) return -1;
-    if (grow((void **)&m->seq_len, &c2, (size_t)nseq, sizeof *m->seq_len)) {
-        m->seqcap = c1 < c2 ? c1 : c2;
-        return -1;
-    }
-    m->seqcap = c1 < c2 ? c1 : c2;
-    return 0;
+    int fail = 0;
+    GROW(m->seq_off, m->offcap, (size_t)nseq, fail);
+    GROW(m->seq_len, m->lencap, (size_t)nseq, fail);
+    return fail ? -1 : 0;
 }
 
-/* Room for npos positions and ids; fills sym with dense level-1 ids of the symbols key[i]
- * (keys: word index -> interned by content, or code point). Returns the number of ids, -1 on OOM. */
+/* room for npos symbols and their ids, and a hash table for npos keys */
+static int pos_room(mega_metrics *m, size_t npos) {
+    int fail = 0;
+    GROW(m->sym, m->symcap, npos ? npos : 1, fail);
+    GROW(m->lvl, m->lvlcap, npos ? npos : 1, fail);
+    return fail || ht_reset(m, npos) ? -1 : 0;
+}
+
+/* sym[i] = the dense id of word i by content (level 1); returns the number of ids, -1 on OOM */
 static int64_t level1_words(mega_metrics *m, size_t npos) {
-    if (grow((void **)&m->sym, &m->symcap, npos ? npos : 1, sizeof *m->sym) ||
-        grow((void **)&m->lvl, &m->lvlcap, npos ? npos : 1, sizeof *m->lvl) || ht_reset(m, npos))
-        return -1;
+    if (pos_room(m, npos)) return -1;
     /* intern words by content: the table maps a hash to the first word with it; collisions of
      * the 64-bit hash between different words are resolved by probing on (hash, index). */
     int32_t k = 0;
@@ -485,10 +500,9 @@ static int64_t level1_words(mega_metrics *m, size_t npos) {
     return k;
 }
 
+/* sym[i] = the dense id of code point cp[i]; returns the number of ids, -1 on OOM */
 static int64_t level1_chars(mega_metrics *m, size_t npos) {
-    if (grow((void **)&m->sym, &m->symcap, npos ? npos : 1, sizeof *m->sym) ||
-        grow((void **)&m->lvl, &m->lvlcap, npos ? npos : 1, sizeof *m->lvl) || ht_reset(m, npos))
-        return -1;
+    if (pos_room(m, npos)) return -1;
     int32_t k = 0;
     for (size_t i = 0; i < npos; i++) m->sym[i] = ht_id(m, m->cp[i], &k);
     return k;
@@ -520,15 +534,12 @@ static int64_t next_level(mega_metrics *m, int n, int nseq, int64_t k1) {
 
 static int count_room(mega_metrics *m, int64_t k) {
     size_t c = (size_t)(k > 0 ? k : 1);
-    size_t c1 = m->cntcap, c2 = m->cntcap, c3 = m->cntcap, c4 = m->cntcap;
-    int bad = grow((void **)&m->hc, &c1, c, sizeof *m->hc) || grow((void **)&m->rc, &c2, c, sizeof *m->rc) ||
-              grow((void **)&m->rm, &c3, c, sizeof *m->rm) || grow((void **)&m->stamp, &c4, c, sizeof *m->stamp);
-    size_t lo = c1;
-    if (c2 < lo) lo = c2;
-    if (c3 < lo) lo = c3;
-    if (c4 < lo) lo = c4;
-    m->cntcap = lo;
-    return bad ? -1 : 0;
+    int fail = 0;
+    GROW(m->hc, m->hccap, c, fail);
+    GROW(m->rc, m->rccap, c, fail);
+    GROW(m->rm, m->rmcap, c, fail);
+    GROW(m->stamp, m->stampcap, c, fail);
+    return fail ? -1 : 0;
 }
 
 /* counts of the n-grams of sequence s by id (cnt zeroed first over [0, k)) */
@@ -678,9 +689,9 @@ static mega_status chrf_orders(mega_metrics *m, int nseq, int64_t k1, int norder
 static mega_status chrf_segment(mega_metrics *m, const char *hyp, size_t hyp_n, const char *const *refs,
                                 const size_t *ref_n, int nrefs) {
     int nseq = nrefs + 1, C = m->o.char_order, W = m->o.word_order, order = C + W;
-    if (seq_room(m, nseq) ||
-        grow((void **)&m->ref_stats, &m->rscap, (size_t)nrefs * 3 * (size_t)order, sizeof *m->ref_stats))
-        MEGA_FAIL(MEGA_ERR_OOM, "metrics: out of memory");
+    int fail = seq_room(m, nseq);
+    GROW(m->ref_stats, m->rscap, (size_t)nrefs * 3 * (size_t)order, fail);
+    if (fail) MEGA_FAIL(MEGA_ERR_OOM, "metrics: out of memory");
     if (C > 0) {
         /* extract_all_char_ngrams: line = ''.join(line.split()) unless whitespace is kept */
         m->ncp = 0;
@@ -688,8 +699,8 @@ static mega_status chrf_segment(mega_metrics *m, const char *hyp, size_t hyp_n, 
             const unsigned char *u = (const unsigned char *)(s ? refs[s - 1] : hyp);
             size_t n = s ? ref_n[s - 1] : hyp_n, i = 0;
             m->seq_off[s] = m->ncp;
-            if (grow((void **)&m->cp, &m->cpcap, m->ncp + n + 1, sizeof *m->cp))
-                MEGA_FAIL(MEGA_ERR_OOM, "metrics: out of memory");
+            GROW(m->cp, m->cpcap, m->ncp + n + 1, fail);
+            if (fail) MEGA_FAIL(MEGA_ERR_OOM, "metrics: out of memory");
             while (i < n) {
                 uint32_t c = utf8_next(u, n, &i);
                 if (m->o.whitespace || !py_isspace(c)) m->cp[m->ncp++] = c;
@@ -781,21 +792,23 @@ mega_status mega_metrics_add(mega_metrics *m, const char *hyp, const char *const
 /* utils.my_log: log(num) floored to a very low number */
 static double my_log(double x) { return x == 0.0 ? -9999999999.0 : log(x); }
 
-mega_status mega_metrics_bleu(const mega_metrics *m, mega_bleu_score *out) {
-    if (!m || !out) MEGA_FAIL(MEGA_ERR_INVALID, "mega_metrics_bleu: NULL argument");
+mega_status mega_bleu_compute(const int64_t *counts, const int64_t *totals, int64_t sys_len, int64_t ref_len,
+                              const mega_metrics_options *opts, mega_bleu_score *out) {
+    if (!counts || !totals || !out) MEGA_FAIL(MEGA_ERR_INVALID, "mega_bleu_compute: NULL argument");
+    mega_metrics_options d = mega_metrics_defaults();
+    const mega_metrics_options *o = opts ? opts : &d;
+    MEGA_TRY(check_options(o));
     memset(out, 0, sizeof *out);
-    const mega_metrics_options *o = &m->o;
     int N = o->max_ngram_order;
     double smooth_value = o->smooth_value;
     /* smooth_value = BLEU.SMOOTH_DEFAULTS[smooth_method] when None */
     if (smooth_value < 0) smooth_value = o->smooth_method == MEGA_BLEU_SMOOTH_ADD_K ? 1.0 : 0.1;
-    int64_t sys_len = m->sys_len, ref_len = m->ref_len;
     out->order = N;
     out->sys_len = sys_len;
     out->ref_len = ref_len;
     /* self.ratio = self.sys_len / self.ref_len if self.ref_len else 0 */
     out->ratio = ref_len ? (double)sys_len / (double)ref_len : 0.0;
-    for (int n = 0; n < N; n++) out->counts[n] = m->correct[n], out->totals[n] = m->total[n];
+    for (int n = 0; n < N; n++) out->counts[n] = counts[n], out->totals[n] = totals[n];
     /* bp = 1.0
      * if sys_len < ref_len:
      *     bp = math.exp(1 - ref_len / sys_len) if sys_len > 0 else 0.0 */
@@ -804,13 +817,10 @@ mega_status mega_metrics_bleu(const mega_metrics *m, mega_bleu_score *out) {
     out->bp = bp;
     /* Early stop if there are no matches (#141) */
     int any = 0;
-    for (int n = 0; n < N; n++) any |= m->correct[n] != 0;
-    if (!any) {
-        out->score = 0.0;
-        return MEGA_OK;
-    }
+    for (int n = 0; n < N; n++) any |= counts[n] != 0;
+    if (!any) return MEGA_OK;
     double correct[N_ORD], total[N_ORD];
-    for (int n = 0; n < N; n++) correct[n] = (double)m->correct[n], total[n] = (double)m->total[n];
+    for (int n = 0; n < N; n++) correct[n] = (double)counts[n], total[n] = (double)totals[n];
     double smooth_mteval = 1.0;
     int eff_order = N;
     for (int n = 1; n <= N; n++) {
@@ -836,6 +846,11 @@ mega_status mega_metrics_bleu(const mega_metrics *m, mega_bleu_score *out) {
     for (int n = 0; n < eff_order; n++) sum += my_log(out->precisions[n]);
     out->score = bp * exp(sum / eff_order);
     return MEGA_OK;
+}
+
+mega_status mega_metrics_bleu(const mega_metrics *m, mega_bleu_score *out) {
+    if (!m || !out) MEGA_FAIL(MEGA_ERR_INVALID, "mega_metrics_bleu: NULL argument");
+    return mega_bleu_compute(m->correct, m->total, m->sys_len, m->ref_len, &m->o, out);
 }
 
 mega_status mega_metrics_chrf(const mega_metrics *m, mega_chrf_score *out) {

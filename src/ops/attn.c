@@ -281,10 +281,19 @@ void mega_attn_cross_forward(const mega_attn_k *k, real *O, real *lse, const rea
     kc.causal = 0;
     const size_t per = mega_attn_cross_scratch(k, Tk);
     if (nthreads < 1) nthreads = 1;
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (B > 1 && (size_t)B * Tq * Tk * (k->Z + k->E) > MEGA_PAR_MIN)
+    /* a decoding step (Tq = 1) is small: no OpenMP region at all then (libgomp allocates a team
+     * even for a region that runs on one thread, and the step must not allocate) */
+    if (B > 1 && nthreads > 1 && (size_t)B * Tq * Tk * (k->Z + k->E) > MEGA_PAR_MIN) {
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+        for (int b = 0; b < B; b++) {
+            chunk_t c = get_cross(kpad, Tq, Tk, qoff, b);
+            unit_forward(&kc, &c, MEGA_ATTN_BR, O, lse, q, kk, v, scratch + per * (size_t)mega__thread_id());
+        }
+        return;
+    }
     for (int b = 0; b < B; b++) {
         chunk_t c = get_cross(kpad, Tq, Tk, qoff, b);
-        unit_forward(&kc, &c, MEGA_ATTN_BR, O, lse, q, kk, v, scratch + per * (size_t)mega__thread_id());
+        unit_forward(&kc, &c, MEGA_ATTN_BR, O, lse, q, kk, v, scratch);
     }
 }
 

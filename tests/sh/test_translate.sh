@@ -89,6 +89,16 @@ printf 'abc\n\nde\n' | "$M" translate --model A --strict >strict.out 2>strict.er
 [ $? -ne 0 ] && [ "$(wc -l <strict.out)" -eq 0 ]
 status $? "--strict stops at the first bad line"
 
+# every token mixer trains as the encoder and decoder self-attention (2 steps each; the decoder
+# of a mixer other than mega uses multi-head cross-attention) and decodes a line
+for mx in mega mha mhatw local aft-full aft-local aft-simple aft-tw gmlp abc-window abc-linformer abc-mlp; do
+    # shellcheck disable=SC2086
+    "$M" train --task translate --data train.tsv --valid valid.tsv --max-tokens 256 --threads 1 --quiet $model --heads 2 \
+        --mixer "$mx" --steps 2 --eval-tokens 20 --out "X_$mx" >"X_$mx.out" 2>&1 &&
+        echo abc | "$M" translate --model "X_$mx" --beam 1 --max-len-b 5 >/dev/null 2>>"X_$mx.out"
+    status $? "--mixer $mx trains and translates ($(grep -m1 'error' "X_$mx.out"))"
+done
+
 # bad data
 printf 'abc\tcba\nno tab here\n\tempty source\nempty target\t\n\377bad\tutf8\nde\ted\n' >mixed.tsv
 # shellcheck disable=SC2086
