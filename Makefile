@@ -42,6 +42,30 @@ deps:
 	@sh scripts/deps.sh build
 clean:
 	rm -rf build build-san build-*
+# ---- fuzzing (fuzz/README.md) -------------------------------------------------------------
+# make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS="safetensors cli ..."]: builds the libFuzzer targets
+# fuzz/fuzz_<name>.c with clang against an ASan + UBSan + libFuzzer build of the library
+# (build-fuzz: portable, no OpenMP), then runs each for FUZZ_SECONDS on a copy of
+# fuzz/corpus/<name>; crashes go to build-fuzz/crashes/. make fuzz-build only builds them.
+FUZZ_BUILD := build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_SAN := -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_NAMES := $(patsubst fuzz/fuzz_%.c,%,$(wildcard fuzz/fuzz_*.c))
+.PHONY: fuzz fuzz-build fuzz-bins
+fuzz: fuzz-build
+	@sh fuzz/run.sh run $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+fuzz-build: deps
+	@sh fuzz/run.sh deps
+	@$(MAKE) --no-print-directory MEGA_INNER=1 CC=clang BUILD=$(FUZZ_BUILD) NO_OMP=1 NO_BLAS=1 NATIVE=0 \
+	  EXTRA_CFLAGS="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" lib
+	@$(MAKE) --no-print-directory fuzz-bins
+fuzz-bins: $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
+$(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(FUZZ_BUILD)/libmega.a
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra -Wno-unused-parameter -Iinclude -Isrc \
+	  $(FUZZ_SAN) -fsanitize=fuzzer $(filter %.c,$^) $(FUZZ_BUILD)/libmega.a -lcjson -lz -lm -o $@
+# the CLI's flag parser is part of the tool, not of the library
+$(FUZZ_BUILD)/fuzz_cli: tools/cli.c tools/cli.h
+# ---- end of fuzzing ---------------------------------------------------------------------------
 else
 # ---------------------------------------------------------------------------------------------
 # inner level: detection and rules

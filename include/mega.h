@@ -304,6 +304,36 @@ int mega_field_applies(const mega_field *f, mega_mixer_kind k);
 void mega_field_format(const mega_field *f, const void *config, char *buf, size_t n);
 
 /* ---------------------------------------------------------------------------------------------
+ * Creating and loading models (every model kind), and the memory they need.
+ *
+ * Loads check the file before allocating: the config in its metadata is validated, the model's
+ * parameter table is declared (names and shapes, no memory yet) and compared with the file's
+ * tensors (every name, shape and dtype: floating point for weights, no silent int -> float), and
+ * only then are the parameters allocated and read. A file whose config describes a model larger
+ * than its tensors fails naming the first tensor that differs, having allocated nothing large. */
+typedef struct {
+    int inference; /* no gradient buffer: forward, evaluation and streaming only (backward fails
+                      with MEGA_ERR_INVALID, mega_*_grads / mega_ps_grad return NULL; gradient
+                      norms and optimizer steps are for training models only) */
+    int no_init;   /* mega_*_create_ex: leave the weights at zero instead of drawing the official
+                      initialisation, for a caller that sets or loads them next (loads never draw) */
+} mega_load_opts;  /* NULL or all zero: a model for training, with gradients */
+
+/* Bytes a model allocates, computed from the sizes the allocations use, without allocating:
+ * its parameters; when training, their gradients and the AdamW moments (2 x the parameters,
+ * mega_adamw_new); and the buffers of forward (and backward) for a batch (mega_*_reserve: the
+ * activations saved per layer, hidden states, scratch, logits). */
+typedef struct {
+    size_t params, grads, optimizer, buffers;
+    size_t total; /* the sum */
+} mega_memory;
+
+/* The memory available to this process now, in bytes: MemAvailable of /proc/meminfo (else the
+ * free physical pages), lowered to what a cgroup memory limit leaves. Files read whole (models,
+ * data) must fit in it. */
+size_t mega_memory_available(void);
+
+/* ---------------------------------------------------------------------------------------------
  * causal language model (official fairseq mega_lm / MegaDecoderNoCrossAttn; docs/mega.md §10).
  * Weight names follow the official state dict: decoder.embed_tokens.weight,
  * decoder.layers.<i>.mega_layer.*, decoder.layers.<i>.nffn.*, decoder.final_norm.norm.*,
@@ -335,6 +365,12 @@ const mega_field *mega_lm_config_fields(int *count);
 typedef struct mega_lm mega_lm;
 
 mega_status mega_lm_create(const mega_lm_config *c, mega_lm **out);
+/* the same with options (NULL = mega_lm_create: gradients, the initialisation of seed 0) */
+mega_status mega_lm_create_ex(const mega_lm_config *c, const mega_load_opts *o, mega_lm **out);
+/* what a model of config c needs: training (gradients, AdamW) or not, forward buffers for B x T
+ * (mega_lm_reserve; B = 0: none). Streams (mega_lm_stream_new) need less than a forward of one
+ * segment. */
+mega_status mega_lm_memory(const mega_lm_config *c, int training, int B, int T, mega_memory *out);
 void mega_lm_free(mega_lm *m);
 const mega_lm_config *mega_lm_get_config(const mega_lm *m);
 /* official initialisation (reset_parameters distributions), deterministic in seed */
@@ -348,7 +384,10 @@ mega_status mega_lm_save_ex(const mega_lm *m, const char *path, const char *cons
  * with a config in the metadata); path is the file or the run directory holding it
  * (mega_model_file) */
 mega_status mega_lm_load(const char *path, mega_lm **out);
-/* load weights by official name into an existing model (the config must match); path as above */
+/* the same with options: o->inference loads without gradients (`mega eval`, `mega generate`) */
+mega_status mega_lm_load_ex(const char *path, const mega_load_opts *o, mega_lm **out);
+/* load weights by official name into an existing model (the config must match: every tensor is
+ * checked before any is read, so a failure leaves the weights unchanged); path as above */
 mega_status mega_lm_load_weights(mega_lm *m, const char *path);
 
 typedef struct {
@@ -425,11 +464,15 @@ const mega_field *mega_cls_config_fields(int *count);
 
 typedef struct mega_cls mega_cls;
 mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out);
+mega_status mega_cls_create_ex(const mega_cls_config *c, const mega_load_opts *o, mega_cls **out);
+/* as mega_lm_memory: forward (and backward) buffers for B inputs of T tokens (two towers: pairs) */
+mega_status mega_cls_memory(const mega_cls_config *c, int training, int B, int T, mega_memory *out);
 void mega_cls_free(mega_cls *m);
 const mega_cls_config *mega_cls_get_config(const mega_cls *m);
 void mega_cls_init_params(mega_cls *m, uint64_t seed);
 mega_status mega_cls_save_ex(const mega_cls *m, const char *path, const char *const *kv);
 mega_status mega_cls_load(const char *path, mega_cls **out); /* path: file or run directory */
+mega_status mega_cls_load_ex(const char *path, const mega_load_opts *o, mega_cls **out);
 
 /* One input of a batch: tokens [B,T] (token embedding) or values [B,T] (real embedding), and the
  * true lengths [B] (positions >= length are padding; tokens there should be padding_idx). */
@@ -488,11 +531,16 @@ const mega_field *mega_s2s_config_fields(int *count);
 
 typedef struct mega_s2s mega_s2s;
 mega_status mega_s2s_create(const mega_s2s_config *c, mega_s2s **out);
+mega_status mega_s2s_create_ex(const mega_s2s_config *c, const mega_load_opts *o, mega_s2s **out);
+/* as mega_lm_memory: teacher-forced forward (and backward) buffers for B pairs of S source and L
+ * target tokens (mega_s2s_forward) */
+mega_status mega_s2s_memory(const mega_s2s_config *c, int training, int B, int S, int L, mega_memory *out);
 void mega_s2s_free(mega_s2s *m);
 const mega_s2s_config *mega_s2s_get_config(const mega_s2s *m);
 void mega_s2s_init_params(mega_s2s *m, uint64_t seed);
 mega_status mega_s2s_save_ex(const mega_s2s *m, const char *path, const char *const *kv);
 mega_status mega_s2s_load(const char *path, mega_s2s **out); /* path: file or run directory */
+mega_status mega_s2s_load_ex(const char *path, const mega_load_opts *o, mega_s2s **out);
 
 /* Teacher-forced forward: src [B,S], prev (decoder input) and tgt [B,L], right-padded with
  * padding_idx. Logits [B,L,V] (0 at target pads). With tgt: the label-smoothed cross-entropy over
@@ -541,6 +589,9 @@ void mega_s2s_search_default(mega_s2s_search *p); /* beam 4, lenpen 1, a 1.2, b 
  * hypothesis longer than cap is an error. */
 mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, const mega_s2s_search *p, int32_t *out,
                                int *out_len, int cap, double *score);
+/* the bytes mega_s2s_translate allocates for B sources of S tokens (its decoding stream, the
+ * search's arrays, the sources' encoding), computed from the sizes the allocations use */
+mega_status mega_s2s_search_memory(const mega_s2s_config *c, int B, int S, const mega_s2s_search *p, size_t *bytes);
 
 /* ---------------------------------------------------------------------------------------------
  * A model's parameter set: one flat buffer of values and one of gradients, described by a table
@@ -593,7 +644,7 @@ void mega_lm_scale_grads(mega_lm *m, double s);
 typedef struct {
     double temperature; /* 0 = greedy argmax */
     int top_k;          /* sample among the k most likely tokens (0 = all) */
-    double top_p;       /* nucleus mass in (0, 1); 1 (or 0) = off */
+    double top_p;       /* nucleus mass in (0, 1]; 1 = off (0 is refused: greedy is temperature 0) */
     uint64_t seed;      /* the random stream */
 } mega_sample_params;
 /* the defaults of `mega generate`: temperature 0.8, top_k 0, top_p 0.95, seed 0 */

@@ -73,6 +73,12 @@ typedef struct {
  * (MEGA_ERR_NOT_FOUND), a directory, unreadable (MEGA_ERR_IO), empty (MEGA_ERR_FORMAT), or on
  * MEGA_ERR_OOM. */
 mega_status mega_read_file(const char *path, const char *what, mega_bytes *out);
+/* The same, reading at most max bytes (0 = the whole file): `mega eval --max-bytes` reads the
+ * start of a large file without the rest. Only regular files are opened (a FIFO, a device or a
+ * directory fails at once with MEGA_ERR_IO: "--data file '/dev/zero' is not a regular file (a
+ * character device)"), and what is read must fit the memory available (mega_memory_available;
+ * MEGA_ERR_IO naming the size otherwise); mega_read_file applies the same rules. */
+mega_status mega_read_file_max(const char *path, const char *what, uint64_t max, mega_bytes *out);
 void mega_bytes_free(mega_bytes *b);
 
 /* 64-bit FNV-1a of n bytes (prime 1099511628211): the fingerprint a checkpoint stores of its

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int cli_error(const char *fmt, ...) {
     va_list ap;
@@ -45,6 +46,7 @@ static void fmt_default(char *buf, size_t n, const cli_flag *f) {
     case F_BOOL:
     case F_SET: snprintf(buf, n, "%s", *(int *)f->dst ? "on" : "off"); break;
     case F_CLEAR: snprintf(buf, n, "%s", *(int *)f->dst ? "off" : "on"); break;
+    case F_SIZE: snprintf(buf, n, "%lld", (long long)*(int64_t *)f->dst); break;
     }
 }
 
@@ -68,6 +70,7 @@ void cli_help(FILE *out, const char *cmd, const char *usage, const cli_flag *fla
         switch (f->kind) {
         case F_INT:
         case F_I64: arg = " N"; break;
+        case F_SIZE: arg = " BYTES"; break;
         case F_DBL:
         case F_FLT: arg = " X"; break;
         case F_STR: arg = " S"; break;
@@ -95,16 +98,25 @@ void cli_help(FILE *out, const char *cmd, const char *usage, const cli_flag *fla
     fprintf(out, "  %-*s %s\n", COL, "--help", "this text");
 }
 
-/* "a|b|c" of a choice field, kept for the life of the program */
+/* "a|b|c" of a choice field, kept for the life of the program (made once per list of names, so
+ * that building a flag table again does not use up the pool) */
 static const char *choices_of(const mega_field *f) {
     static char pool[8192];
     static size_t used;
+    static const char *const *made_for[64];
+    static const char *made[64];
+    static int nmade;
+    for (int i = 0; i < nmade; i++)
+        if (made_for[i] == f->choices) return made[i];
+    if (used >= sizeof pool) return "?";
     char *s = pool + used;
     size_t o = 0;
     for (int i = 0; i < f->nchoices && used + o < sizeof pool; i++)
         o += (size_t)snprintf(s + o, sizeof pool - used - o, "%s%s", i ? "|" : "", f->choices[i]);
     used += o + 1;
-    return used <= sizeof pool ? s : "?";
+    if (used > sizeof pool) return "?";
+    if (nmade < 64) made_for[nmade] = f->choices, made[nmade++] = s;
+    return s;
 }
 
 int cli_add_fields(cli_flag *fl, int n, int cap, const mega_field *f, int nf, void *base) {
@@ -154,10 +166,55 @@ static int parse_num(const cli_flag *f, const char *v, double *out) {
     if ((f->kind == F_INT || f->kind == F_I64) && x != floor(x))
         return cli_error("--%s expects an integer, got '%s'", f->name, v);
     if (f->kind == F_INT && (x > 2147483647.0 || x < -2147483648.0)) return cli_error("--%s value %s is out of range", f->name, v);
+    if (f->kind == F_I64 && !(x >= -9223372036854775808.0 && x < 9223372036854775808.0))
+        return cli_error("--%s value %s is out of range", f->name, v);
     if (f->lo <= f->hi && (x < f->lo || x > f->hi))
         return cli_error("--%s must be in [%g, %g], got %s", f->name, f->lo, f->hi, v);
     *out = x;
     return 0;
+}
+
+/* "123", "64K", "512M", "1.5G", "2T" (powers of 1024) */
+static int parse_size(const cli_flag *f, const char *v, int64_t *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0, end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024, end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024, end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024, end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b') end++;
+    if (!*v || *end || errno || !isfinite(x) || x < 0 || x * mul > 9e18)
+        return cli_error("--%s expects a size in bytes (e.g. 123456, 512M, 8G), got '%s'", f->name, v);
+    *out = (int64_t)(x * mul);
+    return 0;
+}
+
+/* the value a boolean flag writes (SET/BOOL: on, CLEAR: the opposite) */
+static int bool_value(const cli_flag *f, int on) { return f->kind == F_CLEAR ? !on : on; }
+
+/* a flag's value given with another flag that writes the same variable (--postnorm after
+ * --prenorm): 0 when they agree, else 2 after the error */
+static int contradicts(const cli_flag *flags, const cli_flag *f, int value, const char *given) {
+    for (const cli_flag *g = flags; g->name; g++)
+        if (g != f && g->seen && g->dst == f->dst && *(int *)f->dst != value) {
+            cli_error("--%s%s%s contradicts --%s, given before it (they set the same option)", f->name, given ? "=" : "",
+                      given ? given : "", g->name);
+            return 2;
+        }
+    return 0;
+}
+
+/* the most threads worth starting: 4 x the online CPUs (more only adds switching; OpenBLAS spins
+ * in each) */
+static int thread_cap(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    return n > 1024 ? 4096 : (int)(4 * n);
 }
 
 int cli_parse(const char *cmd, const char *usage, cli_flag *flags, int argc, char **argv, int i0) {
@@ -191,20 +248,22 @@ int cli_parse(const char *cmd, const char *usage, cli_flag *flags, int argc, cha
             cli_error("unknown flag --%s for 'mega %s' (see 'mega %s --help')", name, cmd, cmd);
             return 2;
         }
-        f->seen = 1;
         if (f->kind == F_SET || f->kind == F_CLEAR || f->kind == F_BOOL) {
-            int on = f->kind != F_CLEAR;
+            int on = 1;
             if (val) {
-                if (!strcmp(val, "1") || !strcmp(val, "true") || !strcmp(val, "on")) on = f->kind != F_CLEAR;
-                else if (!strcmp(val, "0") || !strcmp(val, "false") || !strcmp(val, "off")) on = f->kind == F_CLEAR;
+                if (!strcmp(val, "1") || !strcmp(val, "true") || !strcmp(val, "on")) on = 1;
+                else if (!strcmp(val, "0") || !strcmp(val, "false") || !strcmp(val, "off")) on = 0;
                 else {
                     cli_error("--%s takes no value (or true/false), got '%s'", f->name, val);
                     return 2;
                 }
             }
-            *(int *)f->dst = on;
+            if (contradicts(flags, f, bool_value(f, on), val)) return 2;
+            f->seen = 1;
+            *(int *)f->dst = bool_value(f, on);
             continue;
         }
+        f->seen = 1;
         if (!val) {
             if (i + 1 >= argc) {
                 cli_error("--%s needs a value", f->name);
@@ -230,6 +289,9 @@ int cli_parse(const char *cmd, const char *usage, cli_flag *flags, int argc, cha
             if (parse_num(f, val, &x)) return 2;
             *(float *)f->dst = (float)x;
             break;
+        case F_SIZE:
+            if (parse_size(f, val, (int64_t *)f->dst)) return 2;
+            break;
         case F_STR: *(const char **)f->dst = val; break;
         case F_ENUM:
         case F_CHOICE: {
@@ -254,6 +316,13 @@ int cli_parse(const char *cmd, const char *usage, cli_flag *flags, int argc, cha
         }
         default: break;
         }
+    }
+    cli_flag *t = cli_flag_named(flags, "threads");
+    if (t && t->kind == F_INT && t->seen && *(int *)t->dst > thread_cap()) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        fprintf(stderr, "mega: note: --threads %d is more than 4 x the %ld online CPUs; using %d\n", *(int *)t->dst,
+                cpus > 0 ? cpus : 1, thread_cap());
+        *(int *)t->dst = thread_cap();
     }
     return 0;
 }

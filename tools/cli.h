@@ -8,8 +8,9 @@
 #include <stdio.h>
 
 /* F_ENUM: a string among choices "a|b|c" (dst const char **); F_CHOICE: the index of the value in
- * choices (dst int *: the config fields' enums); F_FLT: a float */
-typedef enum { F_INT, F_I64, F_DBL, F_FLT, F_STR, F_BOOL, F_SET, F_CLEAR, F_ENUM, F_CHOICE } flag_kind;
+ * choices (dst int *: the config fields' enums); F_FLT: a float; F_SIZE: a number of bytes, with
+ * an optional K, M, G or T suffix (powers of 1024; "1.5G"), into an int64_t */
+typedef enum { F_INT, F_I64, F_DBL, F_FLT, F_STR, F_BOOL, F_SET, F_CLEAR, F_ENUM, F_CHOICE, F_SIZE } flag_kind;
 
 typedef struct {
     const char *name;    /* without the leading -- */
@@ -32,7 +33,9 @@ int cli_add_fields(cli_flag *fl, int n, int cap, const mega_field *f, int nf, vo
  * choosing the flags of a command before parsing it */
 const char *cli_find(int argc, char **argv, int i0, const char *name);
 
-/* parse argv[i0..argc); returns 0, or 2 after printing the error (or 1 when --help was printed) */
+/* parse argv[i0..argc); returns 0, or 2 after printing the error (or 1 when --help was printed).
+ * Two flags that set one variable (--prenorm and --postnorm) given with contradicting values are
+ * an error. A --threads above 4 x the online CPUs is lowered to that, with a note on stderr. */
 int cli_parse(const char *cmd, const char *usage, cli_flag *flags, int argc, char **argv, int i0);
 void cli_help(FILE *f, const char *cmd, const char *usage, const cli_flag *flags);
 /* the flag called name in a table (NULL if none; a table names each flag once); whether it was

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,4 +218,83 @@ void print_cls_config(FILE *f, const mega_cls_config *c, const char *ind) {
     int n;
     const mega_field *mf = mega_cls_config_fields(&n);
     print_config(f, mf, n, c, &c->block, ind);
+}
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+int64_t tool_max_memory;
+
+const char *fmt_bytes(char *buf, size_t n, uint64_t b) {
+    static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+    if (b < 1024) {
+        snprintf(buf, n, "%llu bytes", (unsigned long long)b);
+        return buf;
+    }
+    double v = (double)b / 1024;
+    int u = 0;
+    while (v >= 1024 && u < 4) v /= 1024, u++;
+    snprintf(buf, n, v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v, unit[u]);
+    return buf;
+}
+
+uint64_t file_size(const char *path) {
+    struct stat st;
+    if (!path || stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0) return 0;
+    return (uint64_t)st.st_size;
+}
+
+void fmt_run_memory(char *buf, size_t n, const run_memory *r, const char *how) {
+    char t[32], w[32], g[32], o[32], b[32], d[32], l[32];
+    const mega_memory *m = &r->model;
+    size_t k = (size_t)snprintf(buf, n, "about %s: weights %s", fmt_bytes(t, sizeof t, r->total), fmt_bytes(w, sizeof w, m->params));
+    if (m->grads && k < n) k += (size_t)snprintf(buf + k, n - k, ", gradients %s", fmt_bytes(g, sizeof g, m->grads));
+    if (m->optimizer && k < n) k += (size_t)snprintf(buf + k, n - k, ", AdamW moments %s", fmt_bytes(o, sizeof o, m->optimizer));
+    if (k < n)
+        k += (size_t)snprintf(buf + k, n - k, ", buffers %s%s%s%s", fmt_bytes(b, sizeof b, m->buffers), how ? " (" : "",
+                              how ? how : "", how ? ")" : "");
+    if (r->data && k < n) k += (size_t)snprintf(buf + k, n - k, ", data %s", fmt_bytes(d, sizeof d, r->data));
+    if (r->save && k < n) k += (size_t)snprintf(buf + k, n - k, ", checkpoint saves %s", fmt_bytes(d, sizeof d, r->save));
+    if (k < n)
+        snprintf(buf + k, n - k, "; limit %s (%s)", fmt_bytes(l, sizeof l, r->limit),
+                 r->limit_given ? "--max-memory" : "the memory available");
+}
+
+int memory_guard(const char *what, const char *how, const char *advice, const mega_memory *model, uint64_t data,
+                 uint64_t resident, int64_t max_memory, run_memory *r) {
+    memset(r, 0, sizeof *r);
+    r->model = *model, r->data = data;
+    r->save = 2 * (uint64_t)model->optimizer; /* 0 without an optimizer (evaluation) */
+    r->total = (uint64_t)model->total + data + r->save;
+    r->limit_given = max_memory > 0;
+    /* the memory available now no longer holds what is already allocated: add it back */
+    const uint64_t avail = (uint64_t)mega_memory_available();
+    r->limit = r->limit_given ? (uint64_t)max_memory : avail + resident;
+    if (r->total <= r->limit) return 0;
+    char msg[512];
+    fmt_run_memory(msg, sizeof msg, r, how);
+    return cli_error("%s would need %s; %s%s", what, msg, advice ? advice : "",
+                     r->limit_given ? "raise --max-memory to run anyway" : "set --max-memory to run anyway");
+}
+
+FILE *open_input(const char *path, const char *what) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return cli_error("%s '%s': %s", what, path, strerror(errno)), NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return cli_error("%s '%s': %s", what, path, strerror(e)), NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return cli_error("%s '%s' is %s", what, path, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file"), NULL;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return cli_error("%s '%s': %s", what, path, strerror(errno)), NULL;
+    }
+    return f;
 }

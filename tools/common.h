@@ -61,6 +61,41 @@ void print_s2s_config(FILE *f, const mega_s2s_config *c, const char *indent); /*
 int s2s_evaluate(mega_s2s *m, const mega_s2s_data *d, const int *sel, int n, int max_tokens, double *nll, double *acc,
                  int64_t *tokens);
 
+/* ---- memory: what a run needs, and --max-memory ---- */
+
+/* "12.3 MiB" into buf */
+const char *fmt_bytes(char *buf, size_t n, uint64_t bytes);
+/* the size of a regular file (0 when it cannot be read: the loader reports that) */
+uint64_t file_size(const char *path);
+/* `mega train --max-memory`: the limit in bytes, 0 = the memory available (set by the flag table
+ * of train.c; read by the tasks when they build their model) */
+extern int64_t tool_max_memory;
+/* What a run needs: the model (mega_*_memory) and its data in memory (bytes). */
+typedef struct {
+    mega_memory model;
+    uint64_t data;
+    uint64_t save;     /* training: a checkpoint save (the safetensors writer copies the tensors and
+                          builds the file in memory: 2 x the optimizer state, the larger file) */
+    uint64_t total;
+    uint64_t limit;    /* the limit it was checked against */
+    int limit_given;   /* --max-memory (else the memory available) */
+} run_memory;
+/* Check a run's needs against --max-memory (max_memory > 0) or the memory available now, and fill
+ * r. `what` names the run ("this training run"), `how` the batch it was sized for ("batch 16 x
+ * 256"), `advice` what would lower it ("lower --batch or --seq-len, or "; NULL = none).
+ * resident: the bytes of it already allocated (the weights of a loaded model, data read), which
+ * count in the total but are no longer in the memory available now. Returns 0, or 1 after one
+ * "mega: error:" line stating the memory needed, its parts and the limit. */
+int memory_guard(const char *what, const char *how, const char *advice, const mega_memory *model, uint64_t data,
+                 uint64_t resident, int64_t max_memory, run_memory *r);
+/* "about 41.2 MiB: weights 3.5 MiB, gradients 3.5 MiB, AdamW moments 7.0 MiB, buffers 20.1 MiB
+ * (batch 16 x 256), data 7.0 MiB, checkpoint saves 14.2 MiB; limit 22.9 GiB (the memory
+ * available)" */
+void fmt_run_memory(char *buf, size_t n, const run_memory *r, const char *how);
+/* open a user's input file for reading: regular files only (a FIFO or a device is refused at once,
+ * without blocking); NULL after "mega: error: <what> '<path>' ..." */
+FILE *open_input(const char *path, const char *what);
+
 /* subcommands */
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
@@ -73,6 +108,6 @@ int cmd_listops(int argc, char **argv);
 int cmd_translate(int argc, char **argv);
 /* mega eval on a translation model (translate.c) */
 int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
-                   int group, int max_tokens, const char *hyp_out, int quiet);
+                   int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory);
 int cmd_freedict(int argc, char **argv);
 #endif

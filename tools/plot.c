@@ -39,9 +39,17 @@ static void nice_axis(double *lo, double *hi, int n, double *step, int *decimals
 
 typedef struct {
     series tr, va;
-    const char *metric; /* "bpb" (language models) or "acc" (classifiers) */
-    int bad;
+    const char *metric; /* "bpb" (language models) or "acc" (classifiers, translation) */
+    int bad;            /* malformed lines */
+    int skipped;        /* points with a non-finite or out-of-range value (never drawn) */
 } plot_log;
+
+/* values beyond this are not drawn: a diverged run's 1e30 would flatten every other point, and
+ * the axes' arithmetic must stay finite */
+#define PLOT_MAX 1e9
+
+/* a point worth drawing: finite, in range (steps are not negative) */
+static int drawable(double x, double y) { return isfinite(x) && isfinite(y) && x >= 0 && x <= 1e15 && fabs(y) <= PLOT_MAX; }
 
 /* the training and validation points of DIR/log.jsonl */
 static int read_log(const char *path, plot_log *g) {
@@ -62,14 +70,20 @@ static int read_log(const char *path, plot_log *g) {
         const cJSON *l = j ? cJSON_GetObjectItemCaseSensitive(j, g->metric ? g->metric : "bpb") : NULL;
         const cJSON *v = j ? cJSON_GetObjectItemCaseSensitive(j, vkey) : NULL;
         if (e > pos && !cJSON_IsNumber(st)) g->bad++;
-        else if (cJSON_IsNumber(l)) push(&g->tr, st->valuedouble, l->valuedouble);
-        else if (cJSON_IsNumber(v)) push(&g->va, st->valuedouble, v->valuedouble);
+        else if (cJSON_IsNumber(l) || cJSON_IsNumber(v)) {
+            const double x = st->valuedouble, y = cJSON_IsNumber(l) ? l->valuedouble : v->valuedouble;
+            if (!drawable(x, y)) g->skipped++;
+            else if (push(cJSON_IsNumber(l) ? &g->tr : &g->va, x, y)) g->bad++;
+        }
         cJSON_Delete(j);
         pos = e + 1;
     }
     free(b.data);
-    if (!g->tr.n && !g->va.n) return cli_error("%s holds no training records", path), 2;
     if (g->bad) fprintf(stderr, "mega: warning: %d malformed line(s) in %s were skipped\n", g->bad, path);
+    if (g->skipped)
+        fprintf(stderr, "mega: warning: %d point(s) of %s with a non-finite value or one beyond %g were not drawn\n",
+                g->skipped, path, PLOT_MAX);
+    if (!g->tr.n && !g->va.n) return cli_error("%s holds no training records to draw", path), 2;
     return 0;
 }
 
@@ -104,7 +118,29 @@ static void emit(sbuf *b, const char *fmt, ...) {
     b->len += (size_t)w;
 }
 
-static void write_svg(sbuf *o, const plot_log *g, const char *dir) {
+/* s as SVG text: & < > " ' escaped, control characters dropped */
+static void emit_text(sbuf *o, const char *s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '&': emit(o, "&amp;"); break;
+        case '<': emit(o, "&lt;"); break;
+        case '>': emit(o, "&gt;"); break;
+        case '"': emit(o, "&quot;"); break;
+        case '\'': emit(o, "&apos;"); break;
+        default:
+            if ((unsigned char)*s >= 0x20) emit(o, "%c", *s);
+        }
+    }
+}
+
+/* ticks lo, lo + step, ... up to hi, counted (never an endless loop when step is below the
+ * resolution of lo) */
+static int tick_count(double lo, double hi, double step) {
+    double n = floor((hi - lo) / step + 0.5);
+    return !(n >= 0) ? 0 : n > 50 ? 50 : (int)n;
+}
+
+static void write_svg(sbuf *o, const plot_log *g, const char *dir, const char *what) {
     double x0 = 0, x1 = 1, y0 = INFINITY, y1 = -INFINITY, xs, ys;
     const series *all[2] = {&g->tr, &g->va};
     for (int k = 0; k < 2; k++)
@@ -120,14 +156,18 @@ static void write_svg(sbuf *o, const plot_log *g, const char *dir) {
 #define PY(y) (T + (y1 - (y)) / (y1 - y0) * (H - T - Bm))
     emit(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
     emit(o, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    const int acc = g->metric && !strcmp(g->metric, "acc");
-    emit(o, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">%s: %s</text>\n", L, dir, acc ? "accuracy" : "bits per byte");
-    for (double y = y0; y <= y1 + ys / 2; y += ys) {
+    emit(o, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">", L);
+    emit_text(o, dir);
+    emit(o, ": %s</text>\n", what);
+    for (int i = 0, nt = tick_count(y0, y1, ys); i <= nt; i++) {
+        const double y = y0 + i * ys;
         emit(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, PY(y), W - R, PY(y));
         emit(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.*f</text>\n", L - 6, PY(y) + 4, yd, y);
     }
-    for (double x = x0; x <= x1 + xs / 2; x += xs)
+    for (int i = 0, nt = tick_count(x0, x1, xs); i <= nt; i++) {
+        const double x = x0 + i * xs;
         emit(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.*f</text>\n", PX(x), H - Bm + 18, xd, x);
+    }
     emit(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">step</text>\n", (L + W - R) / 2, H - 12);
     emit(o, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#333\"/>\n", L, T, W - L - R, H - T - Bm);
     const char *col[2] = {"#1f77b4", "#d62728"}, *lab[2] = {"train", "validation"};
@@ -147,6 +187,24 @@ static void write_svg(sbuf *o, const plot_log *g, const char *dir) {
 #undef PY
 }
 
+/* what the curves measure: the run's task (checkpoint.json), else the metric of the log */
+static const char *metric_title(const char *dir, const char *metric) {
+    char p[4096];
+    path_join(p, sizeof p, dir, "checkpoint.json");
+    mega_bytes b;
+    const char *t = NULL;
+    if (file_exists(p) && mega_read_file_max(p, "checkpoint", 1 << 16, &b) == MEGA_OK) {
+        cJSON *j = cJSON_ParseWithLength((const char *)b.data, b.n);
+        const cJSON *k = j ? cJSON_GetObjectItemCaseSensitive(j, "task") : NULL;
+        if (cJSON_IsString(k) && !strcmp(k->valuestring, "translate")) t = "token accuracy (teacher forcing)";
+        else if (cJSON_IsString(k) && !strcmp(k->valuestring, "classify")) t = "accuracy";
+        cJSON_Delete(j);
+        mega_bytes_free(&b);
+    }
+    if (t && metric && !strcmp(metric, "acc")) return t;
+    return metric && !strcmp(metric, "acc") ? "accuracy" : "bits per byte";
+}
+
 int cmd_plot(int argc, char **argv) {
     const char *out = NULL;
     const char *dir = NULL;
@@ -164,7 +222,7 @@ int cmd_plot(int argc, char **argv) {
     if (read_log(p, &g)) return free(g.tr.x), free(g.tr.y), free(g.va.x), free(g.va.y), 2;
     if (!out) out = path_join(o, sizeof o, dir, "curves.svg");
     sbuf svg = {NULL, 0, 0, 0};
-    write_svg(&svg, &g, dir);
+    write_svg(&svg, &g, dir, metric_title(dir, g.metric));
     /* built in memory, written atomically */
     mega_status st = svg.oom ? MEGA_ERR_OOM : mega_write_file_atomic(out, svg.s, svg.len);
     free(svg.s), free(g.tr.x), free(g.tr.y), free(g.va.x), free(g.va.y);

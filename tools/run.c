@@ -11,6 +11,9 @@
  * mega_model_file); NULL with mega_last_error() set when it names no model file */
 static const char *model_path(const char *m, char *buf, size_t n) { return mega_model_file(m, buf, n) ? NULL : buf; }
 
+/* every model these commands load is for inference: no gradient buffer */
+static const mega_load_opts INFERENCE = {1, 0};
+
 static int load_model_ex(const char *arg, int chunk_override, int attn_window, mega_lm **out);
 static int load_model(const char *arg, int chunk_override, mega_lm **out) { return load_model_ex(arg, chunk_override, -1, out); }
 
@@ -19,7 +22,8 @@ static int load_model(const char *arg, int chunk_override, mega_lm **out) { retu
 static mega_status rebuild_model(mega_lm **m, const mega_lm_config *c, const char *path) {
     mega_lm_free(*m);
     *m = NULL;
-    mega_status st = mega_lm_create(c, m);
+    const mega_load_opts o = {1, 1}; /* no gradients; the weights are loaded next, not drawn */
+    mega_status st = mega_lm_create_ex(c, &o, m);
     if (!st) st = mega_lm_load_weights(*m, path);
     if (st) mega_lm_free(*m), *m = NULL;
     return st;
@@ -28,7 +32,7 @@ static mega_status rebuild_model(mega_lm **m, const mega_lm_config *c, const cha
 /* attn_window >= 0 replaces the model's evaluation-time local attention mask */
 static int load_model_ex(const char *arg, int chunk_override, int attn_window, mega_lm **out) {
     char p[4096];
-    if (!model_path(arg, p, sizeof p) || mega_lm_load(p, out) != MEGA_OK) return cli_error("%s", mega_last_error());
+    if (!model_path(arg, p, sizeof p) || mega_lm_load_ex(p, &INFERENCE, out) != MEGA_OK) return cli_error("%s", mega_last_error());
     if (attn_window >= 0 && attn_window != mega_lm_get_config(*out)->block.attn_window) {
         mega_lm_config c = *mega_lm_get_config(*out);
         c.block.attn_window = attn_window;
@@ -75,7 +79,7 @@ typedef struct {
 static int load_cls_model(const char *arg, cls_model *cm) {
     char p[4096];
     memset(cm, 0, sizeof *cm);
-    if (!model_path(arg, p, sizeof p) || mega_cls_load(p, &cm->m) != MEGA_OK) return cli_error("%s", mega_last_error());
+    if (!model_path(arg, p, sizeof p) || mega_cls_load_ex(p, &INFERENCE, &cm->m) != MEGA_OK) return cli_error("%s", mega_last_error());
     mega_st_file *f;
     if (mega_st_open(p, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
     const char *cj = mega_st_meta(f, "classes"), *vj = mega_st_meta(f, "vocab"), *fm = mega_st_meta(f, "data-format");
@@ -85,6 +89,10 @@ static int load_cls_model(const char *arg, cls_model *cm) {
     else if (mega_data_format_parse(fm, &cm->format)) cm->format = MEGA_DATA_TEXT;
     mega_st_close(f);
     if (bad) return cli_error("%s: no readable vocabulary/classes in the metadata (was it written by mega train --task classify?)", p);
+    /* mega_cls_load refuses more names than outputs; fewer is what --classes N writes (N above
+     * the labels of the training data: the extra outputs have no name) */
+    const int C = mega_cls_get_config(cm->m)->classes;
+    if (cm->classes.n > C) return cli_error("%s: %d class names but the head has %d outputs", p, cm->classes.n, C);
     return 0;
 }
 
@@ -122,9 +130,23 @@ static void cls_run_free(cls_run *r) {
 
 /* 0, or 2 after the error (r is then still for cls_run_free) */
 static int cls_run_all(cls_run *r, const char *model, const char *data, const char *images, const char *labels,
-                       int seq_len, int batch, int verbose) {
+                       int seq_len, int batch, int verbose, int64_t max_memory) {
     memset(r, 0, sizeof *r);
     if (load_cls_model(model, &r->cm) || load_cls_data(&r->cm, data, images, labels, seq_len, &r->d)) return 2;
+    {
+        /* the forward buffers of the longest batch, with the weights and the data already in memory */
+        const int T = r->d.max_len > r->d.max_len2 ? r->d.max_len : r->d.max_len2, B = batch < r->d.n ? batch : r->d.n;
+        mega_memory mm;
+        run_memory rm;
+        char how[64];
+        snprintf(how, sizeof how, "batch %d x %d", B, T);
+        const uint64_t data_b = (uint64_t)r->d.n_tokens * 2 + (uint64_t)r->d.n * 48;
+        if (mega_cls_memory(mega_cls_get_config(r->cm.m), 0, B > 0 ? B : 1, T > 0 ? T : 1, &mm) != MEGA_OK)
+            return cli_error("%s", mega_last_error()), 2;
+        if (memory_guard("this evaluation", how, "lower --batch or --seq-len, or ", &mm, data_b, mm.params + data_b,
+                         max_memory, &rm))
+            return 2;
+    }
     int *idx = malloc((size_t)r->d.n * sizeof(int));
     r->pred = malloc((size_t)r->d.n * sizeof(int));
     if (!idx || !r->pred) return free(idx), cli_error("out of memory"), 2;
@@ -137,9 +159,9 @@ static int cls_run_all(cls_run *r, const char *model, const char *data, const ch
 }
 
 static int eval_classifier(const char *model, const char *data, const char *images, const char *labels, int seq_len,
-                           int batch, int confusion, int quiet) {
+                           int batch, int confusion, int quiet, int64_t max_memory) {
     cls_run r;
-    int rc = cls_run_all(&r, model, data, images, labels, seq_len, batch, !quiet);
+    int rc = cls_run_all(&r, model, data, images, labels, seq_len, batch, !quiet, max_memory);
     if (!rc) {
         const int C = mega_cls_get_config(r.cm.m)->classes, n = r.d.n;
         const mega_classes *cl = &r.cm.classes;
@@ -185,7 +207,7 @@ int cmd_predict(int argc, char **argv) {
     if (!model_kind(p, kind, sizeof kind) || strcmp(kind, "mega_cls"))
         return cli_error("'%s' is not a classifier (predict is for --task classify models)", model), 2;
     cls_run run;
-    int rc = cls_run_all(&run, model, data, images, labels, seq_len, batch, 0);
+    int rc = cls_run_all(&run, model, data, images, labels, seq_len, batch, 0, 0);
     if (!rc) {
         const mega_classes *cl = &run.cm.classes;
         for (int i = 0; i < run.d.n; i++) printf("%s\n", run.pred[i] < cl->n ? cl->names[run.pred[i]] : "?");
@@ -197,7 +219,7 @@ int cmd_predict(int argc, char **argv) {
 int cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL;
     int seq_len = 0, chunk = 0, threads = 0, quiet = 0, confusion = 0, batch = 32, attn_window = -1;
-    int64_t max_bytes = 0;
+    int64_t max_bytes = 0, max_memory = 0;
     const char *task = "auto", *images = NULL, *labels = NULL, *lengths = NULL, *hyp_out = NULL;
     mega_s2s_search sp;
     mega_s2s_search_default(&sp);
@@ -223,7 +245,8 @@ int cmd_eval(int argc, char **argv) {
         {"data", F_STR, &data, "text to score (bytes)", NULL, 1, 0, 0},
         {"seq-len", F_INT, &seq_len, "segment length fed per call, state carried across segments (0 = the chunk size, or 2048 for full attention, where each segment restarts)", NULL, 0, 1 << 24, 0},
         {"chunk-size", F_INT, &chunk, "attention chunk at evaluation (0 = as trained; rotary models only)", NULL, -1, 1 << 20, 0},
-        {"max-bytes", F_I64, &max_bytes, "score only the first N bytes (0 = all)", NULL, 0, 1e15, 0},
+        {"max-bytes", F_I64, &max_bytes, "score only the first N bytes, reading only those (0 = all)", NULL, 0, 1e15, 0},
+        {"max-memory", F_SIZE, &max_memory, "refuse to run when the expected memory (weights, buffers, data) exceeds this (bytes, or with K/M/G/T; 0 = the memory available)", NULL, 1, 0, 0},
         {"threads", F_INT, &threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
         {"quiet", F_SET, &quiet, "no progress output", NULL, 1, 0, 0},
         FL_END};
@@ -239,22 +262,59 @@ int cmd_eval(int argc, char **argv) {
         if (!strcmp(task, "translate") && !is_s2s) return cli_error("'%s' is not a translation model (mega train --task translate)", model), 2;
         if (is_s2s && strcmp(task, "auto") && strcmp(task, "translate"))
             return cli_error("'%s' is a translation model (use --task translate)", model), 2;
-        if (is_s2s) return eval_translate(model, data, &sp, batch, max_examples, !no_group, max_tokens, hyp_out, quiet);
+        if (is_s2s)
+            return eval_translate(model, data, &sp, batch, max_examples, !no_group, max_tokens, hyp_out, quiet, max_memory);
         if (!strcmp(task, "classify") && !is_cls) return cli_error("'%s' is a language model, not a classifier", model), 2;
         if (!strcmp(task, "lm") && is_cls) return cli_error("'%s' is a classifier, not a language model", model), 2;
-        if (is_cls) return eval_classifier(model, data, images, labels, seq_len > 0 ? seq_len : 1 << 20, batch, confusion, quiet);
+        if (is_cls)
+            return eval_classifier(model, data, images, labels, seq_len > 0 ? seq_len : 1 << 20, batch, confusion, quiet,
+                                   max_memory);
     }
     mega_lm *m;
     if (load_model_ex(model, chunk, attn_window, &m)) return 2;
+    const mega_lm_config *c = mega_lm_get_config(m);
+    if (seq_len <= 0) /* Mega: the chunk (state carried) or 2048; other mixers: their trained context */
+        seq_len = c->block.mixer == MEGA_MIXER_MEGA ? (c->block.chunk_size > 0 ? c->block.chunk_size : 2048)
+                                                    : (c->block.max_len > 0 ? c->block.max_len : 2048);
+    {
+        /* the memory: the weights (loaded), a forward of one segment (more than a stream holds) or
+         * of the largest --lengths batch, and the text read */
+        uint64_t text = file_size(data);
+        if (max_bytes > 0 && (uint64_t)max_bytes < text) text = (uint64_t)max_bytes;
+        int B = 1, T = seq_len;
+        for (const char *q = lengths; q && *q;) {
+            char *end;
+            long L = strtol(q, &end, 10);
+            if (end == q) break;
+            if (L >= 2 && L <= (1L << 24) && (uint64_t)L + 1 <= text) { /* longer: no window is run */
+                int b = (int)(65536 / L > 0 ? 65536 / L : 1);
+                b = b > 16 ? 16 : b;
+                if ((double)b * L > (double)B * T) B = b, T = (int)L;
+            }
+            q = *end ? end + 1 : end;
+        }
+        mega_memory mm;
+        run_memory rm;
+        char how[64];
+        snprintf(how, sizeof how, "%s %d x %d", lengths ? "windows" : "segments", B, T);
+        if (mega_lm_memory(c, 0, B, T, &mm) != MEGA_OK) {
+            mega_lm_free(m);
+            return cli_error("%s", mega_last_error()), 2;
+        }
+        const char *advice = lengths ? "use shorter --lengths or --max-bytes, or " : "use a shorter --seq-len or --max-bytes, or ";
+        if (memory_guard("this evaluation", how, advice, &mm, text, mm.params, max_memory, &rm)) {
+            mega_lm_free(m);
+            return 2;
+        }
+    }
     mega_bytes txt;
-    if (mega_read_file(data, "--data", &txt) != MEGA_OK) {
+    /* --max-bytes: only that much of the file is read */
+    if (mega_read_file_max(data, "--data", max_bytes > 0 ? (uint64_t)max_bytes : 0, &txt) != MEGA_OK) {
         cli_error("%s", mega_last_error());
         mega_lm_free(m);
         return 2;
     }
     size_t n = txt.n;
-    if (max_bytes > 0 && (size_t)max_bytes < n) n = (size_t)max_bytes;
-    const mega_lm_config *c = mega_lm_get_config(m);
     if (lengths) {
         /* extrapolation table: one row per length */
         const char *p = lengths;
@@ -287,9 +347,6 @@ int cmd_eval(int argc, char **argv) {
         mega_lm_free(m);
         return rc ? 2 : 0;
     }
-    if (seq_len <= 0) /* Mega: the chunk (state carried) or 2048; other mixers: their trained context */
-        seq_len = c->block.mixer == MEGA_MIXER_MEGA ? (c->block.chunk_size > 0 ? c->block.chunk_size : 2048)
-                                                    : (c->block.max_len > 0 ? c->block.max_len : 2048);
     double t0 = now_sec(), loss;
     int64_t cnt;
     if (!quiet)
@@ -318,7 +375,7 @@ int cmd_generate(int argc, char **argv) {
         {"tokens", F_INT, &tokens, "bytes to generate", NULL, 0, 1 << 30, 0},
         {"temperature", F_DBL, &temp, "sampling temperature (0 = greedy argmax)", NULL, 0, 100, 0},
         {"top-k", F_INT, &topk, "sample among the k most likely bytes (0 = all)", NULL, 0, 1 << 20, 0},
-        {"top-p", F_DBL, &topp, "nucleus sampling mass (1 = off)", NULL, 0, 1, 0},
+        {"top-p", F_DBL, &topp, "nucleus sampling: sample among the most likely bytes whose probabilities add up to P, in (0, 1] (1 = off; greedy is --temperature 0)", NULL, 0, 1, 0},
         {"seed", F_I64, &seed, "sampling seed (-1 = a new one each run, printed so the text can be drawn again)", NULL, -1, 9e15, 0},
         {"threads", F_INT, &threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
         {"quiet", F_SET, &quiet, "print only the generated text (no prompt, no statistics)", NULL, 1, 0, 0},
@@ -328,6 +385,7 @@ int cmd_generate(int argc, char **argv) {
     if (r) return r == 1 ? 0 : 2;
     if (!model) return cli_error("--model is required (see 'mega generate --help')"), 2;
     if (!*prompt) return cli_error("--prompt must not be empty (Mega has no start token; use e.g. a newline)"), 2;
+    if (!(topp > 0)) return cli_error("--top-p must be in (0, 1], got %g (1 = off; for greedy decoding use --temperature 0)", topp), 2;
     mega_set_threads(threads);
     mega_lm *m;
     if (load_model(model, 0, &m)) return 2;
@@ -342,7 +400,7 @@ int cmd_generate(int argc, char **argv) {
     if (seed < 0) seed = (int64_t)(((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid()) >> 12);
     if (!quiet)
         fprintf(stderr, "[sampling: temperature %g%s, top-k %d%s, top-p %g%s, seed %lld]\n", temp, temp <= 0 ? " (greedy)" : "",
-                topk, topk ? "" : " (all)", topp, topp >= 1 || topp <= 0 ? " (off)" : "", (long long)seed);
+                topk, topk ? "" : " (all)", topp, topp >= 1 ? " (off)" : "", (long long)seed);
     mega_sample_params sp = {temp, topk, topp, (uint64_t)seed};
     mega_sampler *smp;
     if (mega_sampler_new(V, &sp, &smp) != MEGA_OK) {
@@ -403,7 +461,7 @@ int cmd_info(int argc, char **argv) {
     if (!model_path(model, p, sizeof p)) return cli_error("%s", mega_last_error()), 2;
     if (model_kind(p, kind, sizeof kind) && !strcmp(kind, "mega_s2s")) {
         mega_s2s *sm;
-        if (mega_s2s_load(p, &sm) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
+        if (mega_s2s_load_ex(p, &INFERENCE, &sm) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
         const mega_s2s_config *sc = mega_s2s_get_config(sm);
         char *js = mega_s2s_config_to_json(sc);
         printf("model      %s\nkind       mega_s2s (encoder-decoder, %s mixer, %s cross-attention)\nparameters %zu\n", p,

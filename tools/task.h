@@ -24,6 +24,11 @@ typedef struct train_args {
     int64_t steps, warmup, seed, eval_every, save_every, log_every, eval_tokens, stop_after;
     double time_limit; /* seconds of this invocation (0 = none) */
     int batch, seq_len, threads, resume, decay_all, quiet;
+    int force, reschedule, keep; /* the run directory: --force, --reschedule, --keep */
+    /* a --reschedule at step sched_from (0 = never): from there the learning rate decays from
+     * sched_lr (the rate the schedule had reached) to min_lr by step `steps` */
+    int64_t sched_from;
+    double sched_lr;
     const cli_flag *flags; /* the command's flag table (what a checkpoint stores of the training setup) */
     int model_flags_seen; /* some model flag was given explicitly (checked against a resumed checkpoint) */
     double lr, min_lr, weight_decay, clip, beta1, beta2, eps;

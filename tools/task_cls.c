@@ -94,6 +94,8 @@ typedef struct {
     int *idx;
     char *vocab_json, *classes_json;
     const char *format;
+    run_memory mem; /* what the run needs (printed by describe) */
+    char how[64];
 } cls_task;
 
 static const mega_dataset *vset(const cls_task *C) { return C->valid_from_train ? &C->train : &C->valid; }
@@ -176,6 +178,32 @@ static void cls_describe(task *t, const train_args *a, FILE *f) {
     fprintf(f, "  data      %s (%s): %d training examples (longest %d, %d truncated to %d), %d validation examples%s\n",
             C->train.path, C->format, C->n_train, C->train.max_len, C->train.n_truncated, a->seq_len, C->n_valid,
             C->valid_from_train ? " (held-out tail)" : "");
+    char mb[512];
+    fmt_run_memory(mb, sizeof mb, &C->mem, C->how);
+    fprintf(f, "  memory    %s\n", mb);
+}
+
+static int imax(int a, int b) { return a > b ? a : b; }
+
+/* bytes a dataset holds: its token pool and the per-example arrays */
+static uint64_t dataset_bytes(const mega_dataset *d) {
+    return (uint64_t)d->n_tokens * sizeof(uint16_t) + (uint64_t)d->n * (2 * sizeof(void *) + 4 * sizeof(int));
+}
+
+/* the run's memory from the model's config (the data is read: it sizes the batches): mega_cls_memory
+ * (weights, gradients, AdamW moments, the forward/backward buffers of the longest batch, computed as
+ * the reserve functions size them) and the datasets. resident: bytes already allocated (the data, a
+ * resumed model's weights and gradients). */
+static int cls_memory(cls_task *C, const train_args *a, const mega_cls_config *c, uint64_t resident) {
+    int T = imax(C->train.max_len, C->train.max_len2);
+    if (C->valid.n) T = imax(T, imax(C->valid.max_len, C->valid.max_len2));
+    T = T < a->seq_len ? T : a->seq_len;
+    mega_memory mm;
+    if (mega_cls_memory(c, 1, a->batch, T > 0 ? T : 1, &mm) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const uint64_t data = dataset_bytes(&C->train) + dataset_bytes(&C->valid);
+    snprintf(C->how, sizeof C->how, "batch %d x %d", a->batch, T);
+    return memory_guard("this training run", C->how, "lower --batch, --seq-len or the model's size, or ", &mm, data,
+                        resident + data, tool_max_memory, &C->mem);
 }
 
 static void cls_destroy(task *t) {
@@ -273,9 +301,15 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     }
     config_from_data(a, &C->train, nclasses);
     if (!C->m) {
-        if (mega_cls_create(&a->cls, &C->m) != MEGA_OK) goto fail_msg;
+        /* refuse a configuration that does not fit before allocating it */
+        if (cls_memory(C, a, &a->cls, 0)) goto fail;
+        const mega_load_opts lo = {0, 1}; /* gradients; drawn once below, with the run's seed */
+        if (mega_cls_create_ex(&a->cls, &lo, &C->m) != MEGA_OK) goto fail_msg;
         mega_cls_init_params(C->m, (uint64_t)a->seed);
-    } else if (a->model_flags_seen) {
+    } else if (cls_memory(C, a, mega_cls_get_config(C->m), 2 * (uint64_t)mega_ps_total(mega_cls_paramset(C->m)) * sizeof(mega_real))) {
+        goto fail;
+    }
+    if (have_prev && a->model_flags_seen) {
         int n;
         const mega_field *f = mega_cls_config_fields(&n);
         mega_cls_config_resolve(&a->cls); /* as the model did */

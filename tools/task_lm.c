@@ -12,6 +12,8 @@ typedef struct {
     const uint8_t *train_txt, *val_txt;
     size_t ntrain, nval;
     int32_t *tok, *tgt;
+    run_memory mem; /* what the run needs (printed by describe) */
+    char how[64];
 } lm_task;
 
 static int lm_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, double *loss, double *metric, int64_t *units) {
@@ -48,6 +50,23 @@ static void lm_describe(task *t, const train_args *a, FILE *f) {
     print_lm_config(f, mega_lm_get_config(L->m), "            ");
     fprintf(f, "  data      %s: %zu training bytes, %zu validation bytes%s\n", a->data, L->ntrain, L->nval,
             a->valid ? " (--valid)" : L->val_txt ? " (held-out tail)" : "");
+    char mb[512];
+    fmt_run_memory(mb, sizeof mb, &L->mem, L->how);
+    fprintf(f, "  memory    %s\n", mb);
+}
+
+/* the run's memory from the model's config (before its buffers are reserved and the data read):
+ * mega_lm_memory (weights, gradients, AdamW moments, the forward/backward buffers of a batch,
+ * computed as mega_lm_reserve sizes them), the text files and the batch's token arrays.
+ * resident: bytes of it already allocated (a resumed model's weights and gradients). */
+static int lm_memory(lm_task *L, const train_args *a, const mega_lm_config *c, uint64_t resident) {
+    mega_memory mm;
+    if (mega_lm_memory(c, 1, a->batch, a->seq_len, &mm) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const uint64_t data = file_size(a->data) + (a->valid ? file_size(a->valid) : 0) +
+                          2ull * (uint64_t)a->batch * a->seq_len * sizeof(int32_t); /* the batch's tokens */
+    snprintf(L->how, sizeof L->how, "batch %d x %d", a->batch, a->seq_len);
+    return memory_guard("this training run", L->how, "lower --batch, --seq-len or the model's size, or ", &mm, data,
+                        resident, tool_max_memory, &L->mem);
 }
 
 static void lm_destroy(task *t) {
@@ -66,6 +85,7 @@ int lm_task_new(train_args *a, const char *model_path, task **out) {
     if (!t) return 1;
     lm_task *L = t->impl;
     if (model_path) {
+        /* the file is checked against its config before anything large is allocated */
         if (mega_lm_load(model_path, &L->m) != MEGA_OK) goto fail_msg;
         /* model flags given with --resume must describe the checkpoint */
         if (a->model_flags_seen) {
@@ -74,8 +94,13 @@ int lm_task_new(train_args *a, const char *model_path, task **out) {
             mega_lm_config_resolve(&a->lm); /* as the model did */
             if (resume_config_differs(a, f, n, &a->lm, mega_lm_get_config(L->m), offsetof(mega_lm_config, block))) goto fail;
         }
+        const size_t w = mega_lm_param_total(L->m) * sizeof(mega_real);
+        if (lm_memory(L, a, mega_lm_get_config(L->m), 2 * (uint64_t)w)) goto fail;
     } else {
-        if (mega_lm_create(&a->lm, &L->m) != MEGA_OK) goto fail_msg;
+        /* refuse a configuration that does not fit before allocating it */
+        if (lm_memory(L, a, &a->lm, 0)) goto fail;
+        const mega_load_opts o = {0, 1}; /* gradients; drawn once below, with the run's seed */
+        if (mega_lm_create_ex(&a->lm, &o, &L->m) != MEGA_OK) goto fail_msg;
         mega_lm_init_params(L->m, (uint64_t)a->seed);
     }
     if (mega_read_file(a->data, "--data", &L->data) != MEGA_OK) goto fail_msg;

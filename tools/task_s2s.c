@@ -18,6 +18,8 @@ typedef struct {
     uint64_t base; /* the data position: *rng - base batches have been drawn */
     int32_t *src, *prev, *tgt;
     size_t cap;
+    run_memory mem; /* what the run needs (printed by describe) */
+    char how[96];
 } s2s_task;
 
 /* the byte vocabulary of the checkpoint's metadata */
@@ -139,7 +141,11 @@ static int s2s_validate(task *t, const train_args *a, int64_t max_units, double 
     if (C->n_valid == 0) return 1;
     int n = C->n_valid;
     if (max_units > 0 && max_units < n) n = (int)max_units;
-    return s2s_evaluate(C->m, vset(C), C->vidx, n, a->max_tokens, loss, metric, count) ? -1 : 0;
+    /* a held-out tail lies beyond train.n (the batches' range): visible for the evaluation only */
+    if (C->valid_from_train) C->train.n = C->n_total;
+    int rc = s2s_evaluate(C->m, vset(C), C->vidx, n, a->max_tokens, loss, metric, count);
+    if (C->valid_from_train) C->train.n = C->n_total - C->n_valid;
+    return rc ? -1 : 0;
 }
 
 static mega_status s2s_save(task *t, const char *path, const char *const *kv) {
@@ -179,6 +185,32 @@ static void s2s_describe(task *t, const train_args *a, FILE *f) {
         fprintf(f, "            skipped in %s: %s\n", C->valid.path, sk);
     fprintf(f, "  batches   up to %d tokens and %d sentences each (%d batches per epoch), label smoothing %g\n",
             a->max_tokens, a->batch, C->plan.n, a->label_smoothing);
+    char mb[512];
+    fmt_run_memory(mb, sizeof mb, &C->mem, C->how);
+    fprintf(f, "  memory    %s\n", mb);
+}
+
+/* bytes a parallel dataset holds: its token pool and the per-pair arrays */
+static uint64_t pairs_bytes(const mega_s2s_data *d) {
+    return (uint64_t)d->pool_n * sizeof(uint16_t) + (uint64_t)d->n * (sizeof(size_t) + 2 * sizeof(int));
+}
+
+/* the run's memory from the model's config (the data is read: it sizes the batches): mega_s2s_memory
+ * (weights, gradients, AdamW moments, the buffers of the largest batch: --max-tokens over the longest
+ * pair, at most --batch pairs, computed as the reserve functions size them) and the pairs.
+ * resident: bytes already allocated (the data, a resumed model's weights and gradients). */
+static int s2s_memory(s2s_task *C, const train_args *a, const mega_s2s_config *c, uint64_t resident) {
+    int S = C->train.src_max, L = C->train.tgt_max;
+    if (C->valid.n) S = S > C->valid.src_max ? S : C->valid.src_max, L = L > C->valid.tgt_max ? L : C->valid.tgt_max;
+    S = S > 0 ? S : 1, L = L > 0 ? L : 1;
+    int B = a->max_tokens / (S > L ? S : L);
+    B = B < 1 ? 1 : B > a->batch ? a->batch : B;
+    mega_memory mm;
+    if (mega_s2s_memory(c, 1, B, S, L, &mm) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const uint64_t data = pairs_bytes(&C->train) + pairs_bytes(&C->valid);
+    snprintf(C->how, sizeof C->how, "%d pairs of %d -> %d tokens", B, S, L);
+    return memory_guard("this training run", C->how, "lower --max-tokens, --batch or the model's size, or ", &mm, data,
+                        resident + data, tool_max_memory, &C->mem);
 }
 
 static void s2s_destroy(task *t) {
@@ -232,9 +264,16 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
     if (!C->m) {
         mega_s2s_config *c = &a->s2s;
         if (c->encoder.max_positions < a->seq_len) c->encoder.max_positions = a->seq_len;
-        if (mega_s2s_create(c, &C->m) != MEGA_OK) goto fail_msg;
+        /* refuse a configuration that does not fit before allocating it */
+        if (s2s_memory(C, a, c, 0)) goto fail;
+        const mega_load_opts lo = {0, 1}; /* gradients; drawn once below, with the run's seed */
+        if (mega_s2s_create_ex(c, &lo, &C->m) != MEGA_OK) goto fail_msg;
         mega_s2s_init_params(C->m, (uint64_t)a->seed);
-    } else if (a->model_flags_seen) {
+    } else if (s2s_memory(C, a, mega_s2s_get_config(C->m),
+                          2 * (uint64_t)mega_ps_total(mega_s2s_paramset(C->m)) * sizeof(mega_real))) {
+        goto fail;
+    }
+    if (model_path && a->model_flags_seen) {
         int n;
         const mega_field *f = mega_s2s_config_fields(&n);
         mega_s2s_config_resolve(&a->s2s);

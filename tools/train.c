@@ -1,22 +1,28 @@
 /*
  * mega train: the training loop shared by every task (language model, classifier, translation).
  *
- * Checkpoint directory (--out DIR):
- *   model.safetensors        weights by official name; __metadata__: config (JSON), step, and
- *                            the task's data description (classifier vocabulary and classes)
- *   train_state.safetensors  AdamW moments (exp_avg.<name>, exp_avg_sq.<name>), step, RNG and
- *                            data fingerprint; __metadata__: train (JSON), step
- *   log.jsonl                the training curve, one JSON object per line
- *   checkpoint.json          {"step", "task", "config"}: what the directory holds, in plain JSON
- * Every file is replaced atomically. A save renames the previous train_state to
- * train_state.prev.safetensors first, so after a crash at any point one of the two state files
- * matches model.safetensors' step, and --resume picks that one.
+ * Checkpoint directory (--out DIR; the protocol is in ckpt.h and docs/checkpoints.md):
+ *   step-<N>.model.safetensors   weights by official name; __metadata__: config (JSON), step, and
+ *                                the task's data description (classifier vocabulary and classes)
+ *   step-<N>.state.safetensors   AdamW moments (exp_avg.<name>, exp_avg_sq.<name>), step, RNG and
+ *                                data fingerprint; __metadata__: train (JSON), step
+ *   step-<N>.manifest.json       written last: both files' sizes and checksums
+ *   model.safetensors, train_state.safetensors   copies of the newest complete generation
+ *   log.jsonl                    the training curve, one JSON object per line
+ *   checkpoint.json              {"step", "task", "model", "state", "manifest"}
+ *   train.lock                   held by the one mega train writing the directory
+ * --resume continues from the newest complete generation. SIGINT / SIGTERM save a checkpoint at
+ * the end of the current step and exit 130 / 143; a second signal ends the process at once.
  */
+#include "ckpt.h"
 #include "task.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -29,7 +35,15 @@ static uint64_t dropout_key(uint64_t seed, int64_t step) { return mix64(seed * 0
 
 
 static double lr_at(const train_args *a, int64_t step) {
-    /* step is 0-based: linear warm-up to lr, then cosine / linear decay to min_lr, or constant */
+    /* step is 0-based: linear warm-up to lr, then cosine / linear decay to min_lr, or constant;
+     * after a --reschedule at sched_from, the decay restarts there from the rate reached then */
+    if (a->sched_from > 0 && step >= a->sched_from && strcmp(a->schedule, "constant")) {
+        int64_t span = a->steps - a->sched_from;
+        double p = span > 0 ? (double)(step - a->sched_from) / (double)span : 1.0;
+        if (p > 1) p = 1;
+        if (!strcmp(a->schedule, "cosine")) return a->min_lr + 0.5 * (a->sched_lr - a->min_lr) * (1 + cos(M_PI * p));
+        return a->sched_lr + (a->min_lr - a->sched_lr) * p;
+    }
     if (a->warmup > 0 && step < a->warmup) return a->lr * (double)(step + 1) / (double)a->warmup;
     int64_t span = a->steps - a->warmup;
     double p = span > 0 ? (double)(step - a->warmup) / (double)span : 1.0;
@@ -60,6 +74,10 @@ static char *train_json(const train_args *a) {
         default: break;
         }
     }
+    if (o && a->sched_from > 0) { /* only after a --reschedule: older runs' files stay as they were */
+        cJSON_AddNumberToObject(o, "schedule-from", (double)a->sched_from);
+        cJSON_AddNumberToObject(o, "schedule-from-lr", a->sched_lr);
+    }
     char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return s;
@@ -81,6 +99,10 @@ static void restore_train_json(train_args *a, const cJSON *tj) {
             *(const char **)f->dst = strs[i];
         }
     }
+    const cJSON *from = cJSON_GetObjectItemCaseSensitive(tj, "schedule-from");
+    const cJSON *from_lr = cJSON_GetObjectItemCaseSensitive(tj, "schedule-from-lr");
+    a->sched_from = cJSON_IsNumber(from) && cJSON_IsNumber(from_lr) ? (int64_t)from->valuedouble : 0;
+    a->sched_lr = a->sched_from > 0 ? from_lr->valuedouble : 0;
 }
 
 /* ---- checkpoint ------------------------------------------------------------------------- */
@@ -90,13 +112,14 @@ typedef struct {
     uint64_t data_rng, data_hash, data_size;
 } train_pos;
 
+/* one checkpoint generation (ckpt.h): the model, the optimizer state, then the commit */
 static int save_checkpoint(const train_args *a, task *t, mega_adamw *opt, const train_pos *pos) {
-    char p[4096], q[4096], stepstr[32];
+    char mp[4096], sp[4096], stepstr[32];
     snprintf(stepstr, sizeof stepstr, "%lld", (long long)pos->step);
-    /* 1. keep the previous optimizer state until the new pair is complete */
-    path_join(p, sizeof p, a->out, "train_state.safetensors");
-    path_join(q, sizeof q, a->out, "train_state.prev.safetensors");
-    if (file_exists(p) && rename(p, q) != 0) return cli_error("cannot rotate '%s'", p);
+    ckpt_paths(a->out, pos->step, mp, sp, sizeof mp);
+    /* 1. the model, with its step in the metadata */
+    const char *kv[] = {"step", stepstr, "task", t->kind, NULL};
+    if (t->save(t, mp, kv) != MEGA_OK) return cli_error("saving the model: %s", mega_last_error());
     /* 2. the optimizer state */
     mega_st_writer *w = mega_st_writer_new();
     if (!w) return cli_error("out of memory");
@@ -121,20 +144,16 @@ static int save_checkpoint(const train_args *a, task *t, mega_adamw *opt, const 
     if (!st) st = mega_st_writer_meta(w, "train", tjs ? tjs : "{}");
     if (!st) st = mega_st_writer_meta(w, "step", stepstr);
     if (!st) st = mega_st_writer_meta(w, "data", a->data ? a->data : a->images ? a->images : "");
-    free(tjs);
-    if (!st) st = mega_st_writer_write(w, p);
+    if (!st) st = mega_st_writer_write(w, sp);
     mega_st_writer_free(w);
-    if (st) return cli_error("saving optimizer state: %s", mega_last_error());
-    /* 3. the model, with its step in the metadata */
-    path_join(p, sizeof p, a->out, "model.safetensors");
-    const char *kv[] = {"step", stepstr, "task", t->kind, NULL};
-    if (t->save(t, p, kv) != MEGA_OK) return cli_error("saving model: %s", mega_last_error());
-    char side[256];
-    int len = snprintf(side, sizeof side, "{\"step\": %lld, \"task\": \"%s\", \"model\": \"model.safetensors\"}\n",
-                       (long long)pos->step, t->kind);
-    path_join(p, sizeof p, a->out, "checkpoint.json");
-    if (mega_write_file_atomic(p, side, (size_t)len) != MEGA_OK) return cli_error("%s", mega_last_error());
-    return 0;
+    if (st) {
+        free(tjs);
+        return cli_error("saving the optimizer state: %s", mega_last_error());
+    }
+    /* 3. the manifest, the stable copies, and the older generations beyond --keep */
+    int rc = ckpt_commit(a->out, pos->step, t->kind, tjs, a->keep);
+    free(tjs);
+    return rc;
 }
 
 static int64_t st_i64(const mega_st_file *f, const char *name, int *ok) {
@@ -199,14 +218,20 @@ static int64_t model_step(const char *path, char *task_out, size_t n) {
     return s;
 }
 
+/* the log, opened for appending (NULL after the error) */
 static FILE *open_log(const train_args *a, int64_t keep_upto) {
     char p[4096];
     path_join(p, sizeof p, a->out, "log.jsonl");
+    FILE *f = NULL;
     if (a->resume && file_exists(p)) {
         /* drop entries written after the checkpoint we resume from, so the curve stays one line */
-        mega_bytes b;
-        if (mega_read_file(p, "log", &b) != MEGA_OK) cli_error("%s", mega_last_error());
-        else {
+        mega_bytes b = {NULL, 0};
+        struct stat sb;
+        if (stat(p, &sb) == 0 && sb.st_size == 0) {
+            /* an empty log: nothing to drop */
+        } else if (mega_read_file(p, "log", &b) != MEGA_OK) {
+            return cli_error("%s", mega_last_error()), NULL;
+        } else {
             size_t o = 0, keep = 0;
             while (o < b.n) {
                 size_t e = o;
@@ -217,12 +242,16 @@ static FILE *open_log(const train_args *a, int64_t keep_upto) {
                 keep = e < b.n ? e + 1 : e;
                 o = e + 1;
             }
-            mega_write_file_atomic(p, b.data, keep);
+            mega_status st = keep < b.n ? mega_write_file_atomic(p, b.data, keep) : MEGA_OK;
             free(b.data);
+            if (st) return cli_error("%s", mega_last_error()), NULL;
         }
-        return fopen(p, "a");
+        f = fopen(p, "a");
+    } else {
+        f = fopen(p, "w");
     }
-    return fopen(p, "w");
+    if (!f) cli_error("cannot write the log '%s'", p);
+    return f;
 }
 
 task *task_create(const task *proto, size_t impl_size) {
@@ -282,6 +311,7 @@ static void set_defaults(train_args *a) {
     a->weight_decay = 0.01, a->clip = 1.0, a->beta1 = 0.9, a->beta2 = 0.98, a->eps = 1e-8;
     a->seed = 1, a->threads = 0;
     a->eval_every = 200, a->save_every = 500, a->log_every = 0, a->eval_tokens = 65536;
+    a->keep = 2;
 }
 
 static const cli_flag DATA_FLAGS[] = {
@@ -293,7 +323,11 @@ static const cli_flag DATA_FLAGS[] = {
     {"valid", F_STR, NULL, "validation data (default: the last --valid-fraction of --data)", NULL, 1, 0, 0},
     {"valid-fraction", F_DBL, NULL, "fraction of --data held out when --valid is not given", NULL, 0, 0.9, 0},
     {"out", F_STR, NULL, "checkpoint directory", NULL, 1, 0, 0},
-    {"resume", F_SET, NULL, "continue the run in --out exactly where it stopped", NULL, 1, 0, 0},
+    {"resume", F_SET, NULL, "continue the run in --out exactly where it stopped (from its newest complete checkpoint)", NULL, 1, 0, 0},
+    {"force", F_SET, NULL, "replace the run in --out (its checkpoints and log) instead of refusing", NULL, 1, 0, 0},
+    {"keep", F_INT, NULL, "checkpoint generations kept in --out (the newest N)", NULL, 1, 1000000, 0},
+    {"reschedule", F_SET, NULL, "with --resume: accept a new --steps (and --min-lr, --schedule); the learning rate decays from "
+     "its current value to --min-lr over the new length", NULL, 1, 0, 0},
 };
 
 enum { K_LM = 0, K_CLS, K_S2S };
@@ -302,7 +336,8 @@ enum { K_LM = 0, K_CLS, K_S2S };
 static int build_flags(cli_flag *fl, train_args *a, int kind) {
     const int classify = kind == K_CLS;
     int n = 0;
-    void *const data_dst[] = {&a->task, &a->preset, &a->data, &a->valid, &a->valid_fraction, &a->out, &a->resume};
+    void *const data_dst[] = {&a->task,   &a->preset, &a->data, &a->valid,     &a->valid_fraction,
+                              &a->out,    &a->resume, &a->force, &a->keep, &a->reschedule};
     for (size_t i = 0; i < sizeof DATA_FLAGS / sizeof *DATA_FLAGS; i++) {
         fl[n] = DATA_FLAGS[i];
         fl[n++].dst = data_dst[i];
@@ -363,6 +398,7 @@ static int build_flags(cli_flag *fl, train_args *a, int kind) {
         {"eps", F_DBL, &a->eps, "AdamW epsilon", NULL, 1e-30, 1, 0},
         {"seed", F_I64, &a->seed, "seed (initialisation, data sampling, dropout)", NULL, 0, 9e15, 0},
         {"threads", F_INT, &a->threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
+        {"max-memory", F_SIZE, &tool_max_memory, "refuse a run whose expected memory (printed at the start: weights, gradients, AdamW moments, buffers, data, checkpoint saves) exceeds this: bytes, or with K/M/G/T (0 = the memory available)", NULL, 1, 0, 0},
         {"eval-every", F_I64, &a->eval_every, "validate every N steps (0 = only at the end)", NULL, 0, 1e12, 0},
         {"eval-tokens", F_I64, &a->eval_tokens, "lm: validation bytes per evaluation; classify: examples (0 = the whole split)", NULL, 0, 1e15, 0},
         {"save-every", F_I64, &a->save_every, "checkpoint every N steps (0 = only at the end)", NULL, 0, 1e12, 0},
@@ -388,7 +424,9 @@ static const char *task_of(int argc, char **argv, char *buf, size_t n) {
         if (!strcmp(argv[i], "--resume") || !strncmp(argv[i], "--resume=t", 10) || !strcmp(argv[i], "--resume=1")) {
             const char *out = cli_find(argc, argv, 2, "out");
             char p[4096];
-            if (out && file_exists(path_join(p, sizeof p, out, "model.safetensors"))) {
+            struct stat sb;
+            /* the newest complete generation's model (mega_model_file) */
+            if (out && stat(out, &sb) == 0 && S_ISDIR(sb.st_mode) && mega_model_file(out, p, sizeof p) == MEGA_OK) {
                 model_step(p, buf, n);
                 return !strcmp(buf, "classify") ? "classify" : !strcmp(buf, "translate") ? "translate" : "lm";
             }
@@ -429,6 +467,8 @@ static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
     }
     if (classify && cls_apply_preset(a, fl)) return 2;
     if (!a->out) return cli_error("--out DIR is required (see 'mega train --help')"), 2;
+    if (a->force && a->resume) return cli_error("--force replaces the run in --out and --resume continues it: give one of them"), 2;
+    if (a->reschedule && !a->resume) return cli_error("--reschedule changes the schedule of a resumed run: it needs --resume"), 2;
     if (!a->data && !a->images) return cli_error("--data FILE is required (see 'mega train --help')"), 2;
     if (a->min_lr > a->lr) return cli_error("--min-lr (%g) is larger than --lr (%g)", a->min_lr, a->lr), 2;
     /* the training length: log-n scaling, and the default context of absolute positions */
@@ -452,61 +492,174 @@ static int new_task(train_args *a, const char *model_path, task **t, mega_adamw 
     return 0;
 }
 
-/* --resume: the training hyper-parameters and the optimizer state from the state file that
- * matches the model's step; *done when the checkpoint is already at --steps */
-static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw **opt, train_pos *pos, int *done) {
-    char path[4096], ck_task[32];
-    path_join(path, sizeof path, a->out, "model.safetensors");
-    if (!file_exists(path)) return cli_error("--resume: no checkpoint in '%s' (%s is missing)", a->out, path), 2;
-    int64_t mstep = model_step(path, ck_task, sizeof ck_task);
-    if (cli_seen(fl, "task") && strcmp(ck_task, a->task))
-        return cli_error("--resume: the checkpoint in '%s' is a '%s' run, not '%s'", a->out, ck_task, a->task), 2;
-    a->task = !strcmp(ck_task, "classify") ? "classify" : !strcmp(ck_task, "translate") ? "translate" : "lm";
+/* what a --reschedule did, for describe_run ("" = nothing) */
+static char g_resched[320];
+
+/* --resume with schedule flags: --steps may change only with --reschedule (a constant schedule
+ * excepted: its rates do not depend on --steps), and then --min-lr and --schedule may too; the
+ * decay restarts at step `at` from the rate the old schedule had reached. cli: the flags' values. */
+static int resume_schedule(train_args *a, const train_args *cli, const cli_flag *fl, int64_t at) {
+    const int steps = cli_seen(fl, "steps") && cli->steps != a->steps;
+    const int minlr = a->reschedule && cli_seen(fl, "min-lr") && cli->min_lr != a->min_lr;
+    const int sched = a->reschedule && cli_seen(fl, "schedule") && strcmp(cli->schedule, a->schedule);
+    if (steps && !a->reschedule && strcmp(a->schedule, "constant")) {
+        train_args stretched = *a;
+        stretched.steps = cli->steps;
+        return cli_error("--resume: --steps %lld differs from the run's %lld, which would stretch its %s schedule (the learning "
+                         "rate at step %lld would jump from %.3g to %.3g); add --reschedule to decay from the current rate "
+                         "over the new length, or leave out --steps",
+                         (long long)cli->steps, (long long)a->steps, a->schedule, (long long)at, lr_at(a, at),
+                         lr_at(&stretched, at));
+    }
+    if (!steps && !minlr && !sched) return 0;
+    if (!a->reschedule) { /* a constant schedule: only the length changes */
+        a->steps = cli->steps;
+        return 0;
+    }
+    const double lr0 = lr_at(a, at); /* the rate reached, under the schedule so far */
+    if (steps) a->steps = cli->steps;
+    if (minlr) a->min_lr = cli->min_lr;
+    if (sched) a->schedule = cli->schedule;
+    if (a->min_lr > a->lr) return cli_error("--min-lr (%g) is larger than the run's --lr (%g)", a->min_lr, a->lr);
+    if (at > a->warmup) {
+        a->sched_from = at, a->sched_lr = lr0;
+        snprintf(g_resched, sizeof g_resched, "from step %lld the learning rate goes from %.3g to %g by step %lld (%s)",
+                 (long long)at, lr0, a->min_lr, (long long)a->steps, a->schedule);
+    } else { /* still warming up: the new schedule simply applies */
+        a->sched_from = 0, a->sched_lr = 0;
+        snprintf(g_resched, sizeof g_resched, "the warm-up continues to step %lld, then a %s decay to %g by step %lld",
+                 (long long)a->warmup, a->schedule, a->min_lr, (long long)a->steps);
+    }
+    return 0;
+}
+
+/* the checkpoint --resume continues from: the newest complete generation, or the files of a run
+ * written by mega 0.1 (model.safetensors and the train_state file of the same step); 0, or 1
+ * after the error */
+static int find_checkpoint(const char *dir, ckpt_gen *g, int *is_gen) {
+    int nman;
+    *is_gen = ckpt_latest(dir, g, &nman) == 0;
+    if (*is_gen) return 0;
+    memset(g, 0, sizeof *g);
+    path_join(g->model, sizeof g->model, dir, "model.safetensors");
+    if (!file_exists(g->model))
+        return cli_error("--resume: no %scheckpoint in '%s'%s", nman ? "complete " : "", dir,
+                         nman ? "" : " (start the run without --resume)");
+    g->step = model_step(g->model, NULL, 0);
     const char *cands[] = {"train_state.safetensors", "train_state.prev.safetensors"};
-    cJSON *tj = NULL;
-    char spath[4096] = "";
-    for (int i = 0; i < 2 && !spath[0]; i++) {
+    for (int i = 0; i < 2; i++) {
         char sp[4096];
-        path_join(sp, sizeof sp, a->out, cands[i]);
+        path_join(sp, sizeof sp, dir, cands[i]);
         mega_st_file *f;
         if (!file_exists(sp) || mega_st_open(sp, &f) != MEGA_OK) continue;
         const char *ss = mega_st_meta(f, "step");
-        if (ss && (mstep < 0 || atoll(ss) == mstep)) {
-            const char *tjs = mega_st_meta(f, "train");
-            tj = tjs ? cJSON_Parse(tjs) : NULL;
-            snprintf(spath, sizeof spath, "%s", sp);
-        }
+        const int match = ss && (g->step < 0 || atoll(ss) == g->step);
         mega_st_close(f);
+        if (match) {
+            snprintf(g->state, sizeof g->state, "%s", sp);
+            return 0;
+        }
     }
-    if (!spath[0]) return cli_error("--resume: no optimizer state in '%s' matches the model's step %lld", a->out, (long long)mstep), 2;
-    if (!tj) return cli_error("%s: no training configuration in the metadata", spath), 2;
-    const int64_t steps_cli = a->steps;
+    return cli_error("--resume: no optimizer state in '%s' matches the model's step %lld", dir, (long long)g->step);
+}
+
+/* --resume: the training hyper-parameters and the optimizer state of the newest complete
+ * checkpoint; *done when it is already at --steps */
+static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw **opt, train_pos *pos, int *done) {
+    struct stat sb;
+    if (stat(a->out, &sb) != 0 || !S_ISDIR(sb.st_mode) || !run_has_checkpoint(a->out))
+        return cli_error("--resume: no checkpoint in '%s' (start the run without --resume)", a->out), 2;
+    if (run_lock(a->out)) return 2;
+    run_clean_temps(a->out);
+    ckpt_gen g;
+    int is_gen;
+    if (find_checkpoint(a->out, &g, &is_gen)) return 2;
+    char ck_task[32];
+    model_step(g.model, ck_task, sizeof ck_task);
+    if (cli_seen(fl, "task") && strcmp(ck_task, a->task))
+        return cli_error("--resume: the checkpoint in '%s' is a '%s' run, not '%s'", a->out, ck_task, a->task), 2;
+    a->task = !strcmp(ck_task, "classify") ? "classify" : !strcmp(ck_task, "translate") ? "translate" : "lm";
+    /* the training setup stored with the state */
+    mega_st_file *f;
+    if (mega_st_open(g.state, &f) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
+    const char *tjs = mega_st_meta(f, "train"), *ss = mega_st_meta(f, "step");
+    cJSON *tj = tjs ? cJSON_Parse(tjs) : NULL;
+    const int64_t at = ss ? atoll(ss) : 0;
+    mega_st_close(f);
+    if (!tj) return cli_error("%s: no training configuration in the metadata", g.state), 2;
+    const train_args cli = *a;
     restore_train_json(a, tj);
     cJSON_Delete(tj);
-    if (cli_seen(fl, "steps")) a->steps = steps_cli;
+    if (resume_schedule(a, &cli, fl, at)) return 2;
     a->lm.block.train_len = a->cls.block.train_len = a->s2s.encoder.train_len = a->s2s.decoder.train_len = a->seq_len;
     const char *tf[] = {"batch", "seq-len", "lr", "min-lr", "warmup", "weight-decay", "clip", "seed", "schedule"};
     for (size_t i = 0; i < sizeof tf / sizeof *tf; i++)
-        if (cli_seen(fl, tf[i])) fprintf(stderr, "mega: note: --resume keeps the checkpoint's --%s; the flag is ignored\n", tf[i]);
-    if (new_task(a, path, t, opt)) return 2;
-    if (load_state_file(spath, (*t)->ps, *opt, pos)) return 2;
+        if (cli_seen(fl, tf[i]) && !(a->reschedule && (!strcmp(tf[i], "min-lr") || !strcmp(tf[i], "schedule"))))
+            fprintf(stderr, "mega: note: --resume keeps the checkpoint's --%s; the flag is ignored\n", tf[i]);
+    if (new_task(a, g.model, t, opt)) return 2;
+    if (load_state_file(g.state, (*t)->ps, *opt, pos)) return 2;
     if (pos->data_hash != (*t)->data_hash || pos->data_size != (*t)->data_size)
         return cli_error("--resume: the data given is not the data this run was trained on (size or checksum differ)"), 2;
+    /* the directory now follows this checkpoint: newer incomplete generations go, the stable
+     * names are restored */
+    if (is_gen && ckpt_adopt(a->out, &g, a->keep)) return 2;
     if (pos->step >= a->steps) {
-        printf("checkpoint in %s is already at step %lld of %lld; pass a larger --steps to continue\n", a->out,
-               (long long)pos->step, (long long)a->steps);
+        printf("checkpoint in %s is already at step %lld of %lld; pass a larger --steps with --reschedule to continue\n",
+               a->out, (long long)pos->step, (long long)a->steps);
         *done = 1;
     }
     return 0;
 }
 
 static int open_fresh(train_args *a, task **t, mega_adamw **opt, train_pos *pos) {
-    /* the model and the data first: a bad flag or file leaves no directory behind */
+    const char *exists = "'%s' already holds a training run; continue it with --resume, or replace it with --force";
+    int locked = 0;
+    if (run_has_checkpoint(a->out)) { /* a run is there: is it running? */
+        if (run_lock(a->out)) return 2;
+        locked = 1;
+        if (!a->force) return cli_error(exists, a->out), 2;
+    }
+    /* the model and the data first: a bad flag or file leaves no directory behind (and --force
+     * destroys nothing) */
     if (new_task(a, NULL, t, opt)) return 2;
     if (ensure_dir(a->out)) return 2;
+    if (!locked && run_lock(a->out)) return 2;
+    if (!a->force && run_has_checkpoint(a->out)) return cli_error(exists, a->out), 2; /* made meanwhile */
+    if (a->force && run_wipe(a->out)) return 2;
+    run_clean_temps(a->out);
     pos->data_rng = mega_data_rng_seed((uint64_t)a->seed);
     pos->data_hash = (*t)->data_hash, pos->data_size = (*t)->data_size;
     return 0;
+}
+
+/* ---- signals ----------------------------------------------------------------------------------- */
+
+/* SIGINT / SIGTERM: the first asks the loop to save at the end of the step and stop; the handler
+ * restores the default action, so a second one ends the process at once (the checkpoint protocol
+ * makes that safe at any point). */
+static volatile sig_atomic_t g_signal;
+
+static void on_stop_signal(int sig) {
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGINT, &dfl, NULL);
+    sigaction(SIGTERM, &dfl, NULL);
+    g_signal = sig;
+    static const char msg[] = "\nmega: stopping: a checkpoint is saved at the end of this step (signal again to quit now)\n";
+    ssize_t r = write(2, msg, sizeof msg - 1);
+    (void)r;
+}
+
+static void catch_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 /* ---- the command: the loop ------------------------------------------------------------------ */
@@ -599,10 +752,19 @@ static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *
         const int last = pos->step == a->steps;
         if (out_of_time && !(a->eval_every > 0 && pos->step % a->eval_every == 0) && validate_now(&p, a, t, pos)) return 2;
         if (((a->eval_every > 0 && pos->step % a->eval_every == 0) || last) && validate_now(&p, a, t, pos)) return 2;
-        if ((a->save_every > 0 && pos->step % a->save_every == 0) || last || stop) {
+        const int save = (a->save_every > 0 && pos->step % a->save_every == 0) || last || stop;
+        if (save) {
             if (save_checkpoint(a, t, opt, pos)) return 2;
             progress_break(&p.bar);
             if (!last) printf("saved checkpoint at step %lld\n", (long long)pos->step);
+        }
+        if (g_signal && !last) { /* SIGINT / SIGTERM: a checkpoint at this step, then stop */
+            if (!save && save_checkpoint(a, t, opt, pos)) return 2;
+            progress_break(&p.bar);
+            printf("stopped by %s at step %lld with a checkpoint; continue with: mega train ... --out %s --resume\n",
+                   g_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)pos->step, a->out);
+            fflush(stdout);
+            return 128 + g_signal;
         }
         if (stop) {
             progress_break(&p.bar);
@@ -625,6 +787,7 @@ static void describe_run(const train_args *a, task *t, int64_t start) {
            (long long)a->steps, a->batch, a->seq_len, a->lr, a->min_lr, a->schedule, (long long)a->warmup, a->weight_decay,
            a->clip, (long long)a->seed, mega_get_threads());
     if (a->resume) printf("  resuming  from step %lld in %s\n", (long long)start, a->out);
+    if (g_resched[0]) printf("  reschedule %s\n", g_resched);
     printf("  output    %s\n", a->out);
     fflush(stdout);
 }
@@ -642,15 +805,20 @@ int cmd_train(int argc, char **argv) {
     int rc = a.resume ? open_resume(&a, fl, &t, &opt, &pos, &done) : open_fresh(&a, &t, &opt, &pos);
     if (!rc && !done) {
         if (a.log_every <= 0) a.log_every = a.steps >= 50 ? a.steps / 50 : 1;
+        if ((!a.resume || g_resched[0]) && a.warmup > 0 && a.warmup >= a.steps)
+            fprintf(stderr, "mega: warning: --warmup %lld >= --steps %lld: the learning rate only warms up (to %.3g at the last "
+                            "step) and never decays\n",
+                    (long long)a.warmup, (long long)a.steps, a.lr * (double)a.steps / (double)a.warmup);
         describe_run(&a, t, pos.step);
         FILE *log = open_log(&a, pos.step);
-        if (!log) rc = cli_error("cannot write the log in '%s'", a.out);
+        if (!log) rc = 2;
         else {
+            catch_stop_signals();
             rc = train_loop(&a, t, opt, &pos, log);
             fclose(log);
         }
     }
     if (t) t->destroy(t);
     mega_adamw_free(opt);
-    return rc ? 2 : 0;
+    return rc == 0 ? 0 : rc >= 128 ? rc : 2; /* 130 / 143: stopped by SIGINT / SIGTERM with a checkpoint */
 }

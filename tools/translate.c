@@ -36,7 +36,9 @@ static size_t tokens_to_line(const int32_t *tok, int n, char *out) {
 
 static int load_s2s(const char *arg, mega_s2s **m) {
     char p[4096];
-    if (mega_model_file(arg, p, sizeof p) != MEGA_OK || mega_s2s_load(p, m) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const mega_load_opts inference = {1, 0}; /* no gradient buffer */
+    if (mega_model_file(arg, p, sizeof p) != MEGA_OK || mega_s2s_load_ex(p, &inference, m) != MEGA_OK)
+        return cli_error("%s", mega_last_error());
     const mega_s2s_config *c = mega_s2s_get_config(*m);
     if (c->src_vocab_size != MEGA_S2S_VOCAB || c->tgt_vocab_size != MEGA_S2S_VOCAB || c->eos_idx != MEGA_S2S_EOS ||
         c->padding_idx != MEGA_S2S_PAD) {
@@ -62,6 +64,34 @@ static int translate_batch(mega_s2s *m, const int32_t *src, int n, int S, const 
 
 /* ---- mega translate ------------------------------------------------------------------------ */
 
+/* One line of `in` into *buf: at most lim bytes are kept (the rest of a longer line is read and
+ * dropped, so one enormous line cannot exhaust the memory); *full receives the line's whole
+ * length (its newline included). Returns the bytes kept, -1 at the end of input, -2 when out of
+ * memory, -3 for a line beyond LINE_HARD_MAX bytes (not worth reading to its end). */
+#define LINE_HARD_MAX ((size_t)64 << 20)
+static long read_line_bounded(FILE *in, char **buf, size_t *cap, size_t lim, size_t *full) {
+    size_t n = 0, all = 0;
+    int c = EOF;
+    while ((c = getc(in)) != EOF) {
+        if (++all > LINE_HARD_MAX) return -3;
+        if (n < lim) {
+            if (n + 2 > *cap) {
+                size_t nc = *cap ? 2 * *cap : 256;
+                if (nc > lim + 2) nc = lim + 2;
+                char *nb = realloc(*buf, nc);
+                if (!nb) return -2;
+                *buf = nb, *cap = nc;
+            }
+            (*buf)[n++] = (char)c;
+        }
+        if (c == '\n') break;
+    }
+    if (all == 0 && c == EOF) return -1;
+    if (*buf) (*buf)[n] = 0;
+    *full = all;
+    return (long)n;
+}
+
 int cmd_translate(int argc, char **argv) {
     const char *model = NULL, *input = NULL;
     int threads = 0, batch = 32, strict = 0;
@@ -84,7 +114,7 @@ int cmd_translate(int argc, char **argv) {
     if (!model) return cli_error("--model DIR is required (see 'mega translate --help')"), 2;
     mega_set_threads(threads);
     FILE *in = stdin;
-    if (input && !(in = fopen(input, "rb"))) return cli_error("--input '%s': %s", input, strerror(errno)), 2;
+    if (input && !(in = open_input(input, "--input"))) return 2; /* regular files only; stdin when absent */
     mega_s2s *m = NULL;
     if (load_s2s(model, &m)) {
         if (in != stdin) fclose(in);
@@ -99,8 +129,22 @@ int cmd_translate(int argc, char **argv) {
     char *text = NULL, *line = NULL;
     size_t lcap = 0;
     if (!src || !one || !slen || !ok || !olen) rc = cli_error("out of memory");
+    /* a line longer than the model accepts is reported, never held whole */
+    const size_t lim = (size_t)(maxS < (1 << 20) ? maxS : (1 << 20)) + 8;
     for (int eof = 0; !rc && !eof;) {
-        ssize_t n = getline(&line, &lcap, in);
+        size_t full = 0;
+        long n = read_line_bounded(in, &line, &lcap, lim, &full);
+        if (n == -2) {
+            cli_error("out of memory reading line %ld", lineno + 1);
+            rc = 2;
+            break;
+        }
+        if (n == -3) {
+            cli_error("%s line %ld is longer than %zu MiB (not a line of text); stopping", input ? input : "stdin",
+                      lineno + 1, LINE_HARD_MAX >> 20);
+            rc = 2;
+            break;
+        }
         if (n < 0) eof = 1;
         else {
             lineno++;
@@ -112,7 +156,7 @@ int cmd_translate(int argc, char **argv) {
                 if (!ns || !no) {
                     free(ns);
                     if (no) one = no;
-                    rc = cli_error("out of memory for a line of %zd bytes", n);
+                    rc = cli_error("out of memory for a line of %ld bytes", n);
                     break;
                 }
                 one = no;
@@ -120,11 +164,16 @@ int cmd_translate(int argc, char **argv) {
                 free(src), src = ns, capS = ncap;
             }
             int len = 0;
-            mega_status st = mega_s2s_tokenize(line, (size_t)n, maxS, one, &len);
+            char why[256] = "";
+            mega_status st = MEGA_ERR_INVALID;
+            if (full > (size_t)n)
+                snprintf(why, sizeof why, "source: a line of %zu bytes, more than the limit of %d", full, maxS);
+            else if ((st = mega_s2s_tokenize(line, (size_t)n, maxS, one, &len)) != MEGA_OK)
+                snprintf(why, sizeof why, "%s", mega_last_error());
             ok[nb] = st == MEGA_OK;
             if (!ok[nb]) {
                 bad++;
-                fprintf(stderr, "mega translate: %s line %ld: %s%s\n", input ? input : "stdin", lineno, mega_last_error(),
+                fprintf(stderr, "mega translate: %s line %ld: %s%s\n", input ? input : "stdin", lineno, why,
                         strict ? "" : " (empty output line)");
                 if (strict) {
                     rc = 1;
@@ -236,7 +285,7 @@ static int score_all(const mega_s2s_data *d, const int *order, const group_t *g,
 }
 
 int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
-                   int group, int max_tokens, const char *hyp_out, int quiet) {
+                   int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory) {
     mega_s2s *m = NULL;
     if (load_s2s(model, &m)) return 2;
     mega_s2s_opts o = {max_source(m), 0, (int)(max_examples > 0 && max_examples < (1 << 30) ? max_examples : 0), 0, "--data"};
@@ -245,6 +294,32 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
         cli_error("%s", mega_last_error());
         mega_s2s_free(m);
         return 2;
+    }
+    if (d.n > 0) {
+        /* the memory: the weights and the pairs (in memory), the buffers of the largest
+         * teacher-forced batch (--max-tokens over the longest pair) and of the search (--batch
+         * sources of the longest length, --beam rows each) */
+        const int S = d.src_max, L = d.tgt_max, mx = S > L ? S : L;
+        int B = mx > 0 ? max_tokens / mx : 1;
+        B = B < 1 ? 1 : B > d.n ? d.n : B;
+        mega_memory mm;
+        run_memory rm;
+        char how[64];
+        snprintf(how, sizeof how, "%d pairs of %d -> %d tokens", B, S, L);
+        const uint64_t data_b = (uint64_t)d.pool_n * sizeof(uint16_t) + (uint64_t)d.n * 32; /* tokens, per-pair arrays */
+        size_t search = 0;
+        const int Bs = batch < d.n ? batch : d.n;
+        int bad = mega_s2s_memory(mega_s2s_get_config(m), 0, B, S > 0 ? S : 1, L > 0 ? L : 1, &mm) != MEGA_OK ||
+                  mega_s2s_search_memory(mega_s2s_get_config(m), Bs, S + 1, sp, &search) != MEGA_OK;
+        if (bad) cli_error("%s", mega_last_error());
+        mm.buffers += search, mm.total += search;
+        snprintf(how, sizeof how, "%d pairs of %d -> %d tokens; search %d x %d", B, S, L, Bs, sp->beam);
+        if (bad || memory_guard("this evaluation", how, "lower --max-tokens or --batch, or ", &mm, data_b,
+                                   mm.params + data_b, max_memory, &rm)) {
+            mega_s2s_data_free(&d);
+            mega_s2s_free(m);
+            return 2;
+        }
     }
     char sk[512];
     if (mega_s2s_skip_summary(&d, sk, sizeof sk)) fprintf(stderr, "mega eval: skipped in %s: %s\n", data, sk);

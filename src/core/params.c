@@ -21,8 +21,9 @@ mega_status mega_params_add(mega_params *P, const char *prefix, const char *name
     memset(s, 0, sizeof *s);
     int w = snprintf(s->name, sizeof s->name, "%s%s", prefix ? prefix : "", name);
     if (w < 0 || (size_t)w >= sizeof s->name) MEGA_FAIL(MEGA_ERR_INVALID, "parameter name too long: %s%s", prefix, name);
-    for (int i = 0; i < P->n; i++)
-        if (!strcmp(P->specs[i].name, s->name)) MEGA_FAIL(MEGA_ERR_INVALID, "internal: duplicate parameter '%s'", s->name);
+    /* (names are checked for duplicates once, by mega_params_alloc: a check here against every
+     * earlier name made declaring n tensors cost n^2 / 2 string compares, seconds for a 1024-layer
+     * config read from a small file) */
     s->ndim = ndim;
     size_t numel = 1;
     for (int i = 0; i < ndim; i++) {
@@ -40,7 +41,27 @@ mega_status mega_params_add(mega_params *P, const char *prefix, const char *name
     return MEGA_OK;
 }
 
+static int cmp_name_ptr(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* every declared name once (an internal check of the layers' declarations), in O(n log n) */
+static mega_status check_unique_names(const mega_params *P) {
+    if (P->n < 2) return MEGA_OK;
+    const char **v = malloc((size_t)P->n * sizeof *v);
+    if (!v) MEGA_FAIL(MEGA_ERR_OOM, "out of memory declaring parameters");
+    for (int i = 0; i < P->n; i++) v[i] = P->specs[i].name;
+    qsort(v, (size_t)P->n, sizeof *v, cmp_name_ptr);
+    for (int i = 1; i < P->n; i++)
+        if (!strcmp(v[i - 1], v[i])) {
+            mega_status st = mega__error(MEGA_ERR_INVALID, "internal: duplicate parameter '%s'", v[i]);
+            free(v);
+            return st;
+        }
+    free(v);
+    return MEGA_OK;
+}
+
 mega_status mega_params_alloc(mega_params *P, int with_grad) {
+    MEGA_TRY(check_unique_names(P));
     P->total = (P->total + 15) & ~(size_t)15;
     P->data = mega__calloc(P->total ? P->total : 1, sizeof(real));
     if (!P->data) MEGA_FAIL(MEGA_ERR_OOM, "out of memory allocating %zu parameters", P->total);
@@ -84,8 +105,25 @@ static void fmt_shape(char *buf, size_t n, int ndim, const int64_t *shape) {
     if (o < n) snprintf(buf + o, n - o, "]");
 }
 
-mega_status mega_params_load(mega_params *P, real *dst, const mega_st_file *f, const char *prefix,
-                             const char *const *ignore, int allow_extra) {
+static int is_float(mega_dtype t) {
+    return t == MEGA_DT_F32 || t == MEGA_DT_F64 || t == MEGA_DT_F16 || t == MEGA_DT_BF16;
+}
+
+static int is_int(mega_dtype t) {
+    return t == MEGA_DT_I64 || t == MEGA_DT_I32 || t == MEGA_DT_I16 || t == MEGA_DT_I8 || t == MEGA_DT_U8;
+}
+
+/* whether t is the ignore list's (a full name or a name suffix) */
+static int ignored(const char *name, const char *const *ignore) {
+    for (const char *const *g = ignore; g && *g; g++) {
+        size_t gl = strlen(*g), nl = strlen(name);
+        if (nl >= gl && !strcmp(name + nl - gl, *g)) return 1;
+    }
+    return 0;
+}
+
+mega_status mega_params_check(const mega_params *P, const mega_st_file *f, const char *prefix,
+                              const char *const *ignore, int allow_extra) {
     char name[2 * MEGA_NAME_MAX];
     size_t plen = prefix ? strlen(prefix) : 0;
     for (int i = 0; i < P->n; i++) {
@@ -99,30 +137,45 @@ mega_status mega_params_load(mega_params *P, real *dst, const mega_st_file *f, c
             fmt_shape(b, sizeof b, t->ndim, t->shape);
             MEGA_FAIL(MEGA_ERR_SHAPE, "tensor '%s' has shape %s in the checkpoint but the model expects %s", name, b, a);
         }
+        /* no silent conversions: weights are floating point, integer buffers integers */
+        if (s->flags & MEGA_P_I64) {
+            if (!is_int(t->dtype))
+                MEGA_FAIL(MEGA_ERR_SHAPE, "tensor '%s' has dtype %s in the checkpoint but the model expects an integer (I64)",
+                          name, mega_dtype_name(t->dtype));
+        } else if (!is_float(t->dtype)) {
+            MEGA_FAIL(MEGA_ERR_SHAPE, "tensor '%s' has dtype %s in the checkpoint but the model expects floating point "
+                      "(F32, F64, F16 or BF16)", name, mega_dtype_name(t->dtype));
+        }
+    }
+    if (allow_extra) return MEGA_OK;
+    for (int i = 0; i < mega_st_count(f); i++) {
+        const mega_st_tensor *t = mega_st_at(f, i);
+        const int in_prefix = !plen || !strncmp(t->name, prefix, plen);
+        if (in_prefix && (mega_params_find(P, t->name + plen) || ignored(t->name, ignore))) continue;
+        MEGA_FAIL(MEGA_ERR_SHAPE, "checkpoint tensor '%s' does not belong to this model config", t->name);
+    }
+    return MEGA_OK;
+}
+
+mega_status mega_params_read(const mega_params *P, real *dst, const mega_st_file *f, const char *prefix) {
+    char name[2 * MEGA_NAME_MAX];
+    for (int i = 0; i < P->n; i++) {
+        const mega_pspec *s = &P->specs[i];
+        snprintf(name, sizeof name, "%s%s", prefix ? prefix : "", s->name);
+        const mega_st_tensor *t = mega_st_get(f, name);
+        if (!t) MEGA_FAIL(MEGA_ERR_NOT_FOUND, "checkpoint has no tensor '%s' (the model config expects it)", name);
         MEGA_TRY(mega_st_read_real(t, dst + s->offset, s->numel));
         for (size_t j = 0; j < s->numel; j++)
             if (!isfinite((double)dst[s->offset + j]))
                 MEGA_FAIL(MEGA_ERR_NUMERIC, "tensor '%s' in the checkpoint holds non-finite values", name);
     }
-    if (allow_extra) return MEGA_OK;
-    for (int i = 0; i < mega_st_count(f); i++) {
-        const mega_st_tensor *t = mega_st_at(f, i);
-        if (plen && strncmp(t->name, prefix, plen)) goto unexpected;
-        if (mega_params_find(P, t->name + plen)) continue;
-        if (ignore) {
-            int skip = 0;
-            for (const char *const *g = ignore; *g; g++) {
-                size_t gl = strlen(*g);
-                size_t nl = strlen(t->name);
-                /* an ignore entry matches a full name or a name suffix */
-                if (nl >= gl && !strcmp(t->name + nl - gl, *g)) skip = 1;
-            }
-            if (skip) continue;
-        }
-    unexpected:
-        MEGA_FAIL(MEGA_ERR_SHAPE, "checkpoint tensor '%s' does not belong to this model config", t->name);
-    }
     return MEGA_OK;
+}
+
+mega_status mega_params_load(mega_params *P, real *dst, const mega_st_file *f, const char *prefix,
+                             const char *const *ignore, int allow_extra) {
+    MEGA_TRY(mega_params_check(P, f, prefix, ignore, allow_extra));
+    return mega_params_read(P, dst, f, prefix);
 }
 
 mega_status mega_params_save(const mega_params *P, const real *src, mega_st_writer *w, const char *prefix) {

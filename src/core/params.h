@@ -58,12 +58,18 @@ size_t mega_params_count_trainable(const mega_params *P);
     mega_params_add((P), (prefix), (name), (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
                     (int64_t[]){__VA_ARGS__}, (flags), (off))
 
-#endif
-
-/* Load every declared tensor from a safetensors file by name (after prepending `prefix` to the
- * declared name... i.e. file name = prefix + spec name). Shapes must match exactly (a 1-element
- * tensor matches shape [] and [1]). Tensors in the file that are not declared are an error unless
- * listed in `ignore` (NULL-terminated) or allow_extra is set. Missing tensors are an error. */
+/* Compare the declared tensors with a safetensors file before anything is allocated: every
+ * declared tensor is in the file (prefix + name) with the declared shape (a 1-element tensor
+ * matches [] and [1]) and a dtype that reads without a silent conversion (floating point for
+ * weights; an integer type for MEGA_P_I64 buffers); tensors of the file that are not declared are
+ * an error unless listed in `ignore` (NULL-terminated; full names or name suffixes) or allow_extra
+ * is set. The file's reader has already checked that every tensor lies within the file, so after
+ * this the values need at most twice the file's size (F16/BF16 read as F32). */
+mega_status mega_params_check(const mega_params *P, const mega_st_file *f, const char *prefix,
+                              const char *const *ignore, int allow_extra);
+/* Read every declared tensor into dst (checked by mega_params_check); non-finite values fail. */
+mega_status mega_params_read(const mega_params *P, real *dst, const mega_st_file *f, const char *prefix);
+/* mega_params_check, then mega_params_read into dst (P->data or a buffer of the same layout). */
 mega_status mega_params_load(mega_params *P, real *dst, const mega_st_file *f, const char *prefix,
                              const char *const *ignore, int allow_extra);
 /* Add every tensor (values, or gradients when `use_grad`) to a writer, under prefix + name;
@@ -71,3 +77,5 @@ mega_status mega_params_load(mega_params *P, real *dst, const mega_st_file *f, c
 mega_status mega_params_save(const mega_params *P, const real *src, mega_st_writer *w, const char *prefix);
 /* name, offset, numel and public flags (1 decay, 2 non-trainable buffer) of tensor i; NULL if out of range */
 const char *mega_params_info(const mega_params *P, int i, size_t *offset, size_t *numel, unsigned *flags);
+
+#endif

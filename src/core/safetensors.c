@@ -15,11 +15,13 @@
  * one-line message naming the file.
  */
 #include "core/internal.h"
+#include "core/limits.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define ST_MAX_HEADER 100000000ull /* 100 MB, the reference implementation's cap */
 #define ST_METADATA_KEY "__metadata__"
@@ -511,43 +513,55 @@ mega_status mega_st_open_mem(const void *buf, size_t len, mega_st_file **out) {
     return st_finish_open(img, len, "<memory>", out);
 }
 
+/* Only regular files are read (open without blocking, then fstat: a FIFO named like a model
+ * fails at once instead of waiting for a writer), and only when they fit the memory available. */
 mega_status mega_st_open(const char *path, mega_st_file **out) {
     if (!out) MEGA_FAIL(MEGA_ERR_INVALID, "mega_st_open: out is NULL");
     *out = NULL;
     if (!path || !*path) MEGA_FAIL(MEGA_ERR_INVALID, "mega_st_open: empty path");
-    FILE *fp = fopen(path, "rb");
-    if (!fp) MEGA_FAIL(MEGA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0) {
-        int e = errno;
-        fclose(fp);
-        MEGA_FAIL(MEGA_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
+    int e = mega__open_nonblock(path, &fd, &sb);
+    if (e) MEGA_FAIL(MEGA_ERR_IO, "%s: cannot open: %s", path, strerror(e));
     if (!S_ISREG(sb.st_mode)) {
-        fclose(fp);
-        MEGA_FAIL(MEGA_ERR_IO, "%s: not a regular file", path);
+        close(fd);
+        MEGA_FAIL(MEGA_ERR_IO, "'%s' is not a regular file (%s)", path, mega__file_kind(sb.st_mode));
     }
-    if (sb.st_size < 0 || (uint64_t)sb.st_size > (uint64_t)SIZE_MAX - 64) {
-        fclose(fp);
-        MEGA_FAIL(MEGA_ERR_IO, "%s: file too large", path);
+    const uint64_t cap = mega__read_cap();
+    if (sb.st_size < 0 || (uint64_t)sb.st_size > (uint64_t)SIZE_MAX - 64 || (uint64_t)sb.st_size > cap) {
+        char a[32], b[32];
+        close(fd);
+        MEGA_FAIL(MEGA_ERR_IO, "%s: the file is %s, more than the %s of memory available to read it", path,
+                  mega__fmt_bytes(a, sizeof a, (uint64_t)sb.st_size), mega__fmt_bytes(b, sizeof b, cap));
     }
     size_t len = (size_t)sb.st_size;
     unsigned char *img = mega__calloc(len ? len : 1, 1);
     if (!img) {
-        fclose(fp);
+        close(fd);
         MEGA_FAIL(MEGA_ERR_OOM, "%s: out of memory reading %zu bytes", path, len);
     }
-    size_t got = len ? fread(img, 1, len, fp) : 0;
-    int rd_err = ferror(fp);
-    int e = errno;
+    size_t got = 0;
+    int rd_err = 0;
+    while (got < len) {
+        ssize_t k = read(fd, img + got, len - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) rd_err = errno ? errno : EIO;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
     /* the file must not have grown or shrunk while reading */
-    int extra = (got == len) ? fgetc(fp) : EOF;
-    fclose(fp);
+    unsigned char extra;
+    ssize_t more = 0;
+    if (!rd_err && got == len) {
+        do more = read(fd, &extra, 1);
+        while (more < 0 && errno == EINTR);
+    }
+    close(fd);
     if (rd_err) {
         mega__free(img);
-        MEGA_FAIL(MEGA_ERR_IO, "%s: read error: %s", path, strerror(e));
+        MEGA_FAIL(MEGA_ERR_IO, "%s: read error: %s", path, strerror(rd_err));
     }
-    if (got != len || extra != EOF) {
+    if (got != len || more > 0) {
         mega__free(img);
         MEGA_FAIL(MEGA_ERR_IO, "%s: file changed size while reading (%zu of %zu bytes)", path,
                   got, len);

@@ -243,8 +243,8 @@ int mega_data_format_parse(const char *s, mega_data_format *f) {
 }
 
 mega_data_format mega_data_detect(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return MEGA_DATA_TEXT;
+    FILE *f; /* regular files only (never blocks on a FIFO); the loader reports what is wrong */
+    if (mega__data_open(path, "data", &f) != MEGA_OK) return MEGA_DATA_TEXT;
     char line[8192];
     mega_data_format fmt = MEGA_DATA_TEXT;
     if (fgets(line, sizeof line, f)) {

@@ -2,66 +2,125 @@
  * data-order sampler and the language model's random byte windows. */
 #include "data/data.h"
 
+#include "core/limits.h"
 #include "core/rng.h"
 
 #include <errno.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 mega_status mega__data_given(const char *path, const char *what) {
     if (!path || !*path) MEGA_FAIL(MEGA_ERR_INVALID, "%s: no file given", what);
     return MEGA_OK;
 }
 
-mega_status mega__data_open(const char *path, const char *what, FILE **f) {
+/* "<what> file 'x' is 60.0 GiB, more than the 7.50 GiB of memory available" */
+static mega_status too_large(const char *path, const char *what, uint64_t n, uint64_t cap) {
+    char a[32], b[32];
+    MEGA_FAIL(MEGA_ERR_IO, "%s file '%s' is %s, more than the %s of memory available to read it", what, path,
+              mega__fmt_bytes(a, sizeof a, n), mega__fmt_bytes(b, sizeof b, cap));
+}
+
+/* Only regular files are opened: the open does not block (a FIFO without a writer fails at once,
+ * as does /dev/zero), and fstat says what the path is; what will be read (the file, or its first
+ * max bytes when max > 0) must fit the memory available. 0 with *fd and *size, or the error. */
+static mega_status data_open_fd(const char *path, const char *what, uint64_t max, int *fd, uint64_t *size) {
     struct stat st;
-    *f = NULL;
-    if (stat(path, &st) != 0)
-        MEGA_FAIL(errno == ENOENT ? MEGA_ERR_NOT_FOUND : MEGA_ERR_IO, "%s file '%s': %s", what, path, strerror(errno));
-    if (S_ISDIR(st.st_mode)) MEGA_FAIL(MEGA_ERR_IO, "%s file '%s' is a directory", what, path);
-    *f = fopen(path, "rb");
-    if (!*f) MEGA_FAIL(MEGA_ERR_IO, "%s file '%s': %s", what, path, strerror(errno));
+    int e = mega__open_nonblock(path, fd, &st);
+    if (e) MEGA_FAIL(e == ENOENT ? MEGA_ERR_NOT_FOUND : MEGA_ERR_IO, "%s file '%s': %s", what, path, strerror(e));
+    if (!S_ISREG(st.st_mode)) {
+        close(*fd);
+        *fd = -1;
+        if (S_ISDIR(st.st_mode)) MEGA_FAIL(MEGA_ERR_IO, "%s file '%s' is a directory", what, path);
+        MEGA_FAIL(MEGA_ERR_IO, "%s file '%s' is not a regular file (%s)", what, path, mega__file_kind(st.st_mode));
+    }
+    *size = st.st_size > 0 ? (uint64_t)st.st_size : 0;
+    const uint64_t want = max ? MEGA_MIN(*size, max) : *size, cap = mega__read_cap();
+    if (want > cap || want >= (uint64_t)SIZE_MAX / 2) {
+        close(*fd);
+        *fd = -1;
+        return too_large(path, what, want, cap);
+    }
     return MEGA_OK;
 }
 
-mega_status mega__data_read_all(const char *path, const char *what, uint8_t **buf, size_t *n) {
+mega_status mega__data_open(const char *path, const char *what, FILE **f) {
+    *f = NULL;
+    int fd;
+    uint64_t size = 0;
+    MEGA_TRY(data_open_fd(path, what, 0, &fd, &size));
+    *f = fdopen(fd, "rb");
+    if (!*f) {
+        int e = errno;
+        close(fd);
+        MEGA_FAIL(MEGA_ERR_OOM, "%s file '%s': %s", what, path, strerror(e));
+    }
+    return MEGA_OK;
+}
+
+static mega_status data_read_max(const char *path, const char *what, uint64_t max, uint8_t **buf, size_t *n) {
     *buf = NULL, *n = 0;
-    FILE *f;
-    MEGA_TRY(mega__data_open(path, what, &f));
-    /* the size from fstat is a hint only (the file may grow or shrink while we read) */
-    struct stat st;
-    size_t cap = 1 << 16, len = 0;
-    if (fstat(fileno(f), &st) == 0 && st.st_size > 0) cap = (size_t)st.st_size + 1;
-    uint8_t *b = malloc(cap + 1);
+    int fd;
+    uint64_t size = 0;
+    MEGA_TRY(data_open_fd(path, what, max, &fd, &size));
+    /* the size from fstat is a hint only (the file may grow or shrink while we read); the cap
+     * bounds what is read whatever happens */
+    const uint64_t cap = mega__read_cap(), want = max ? MEGA_MIN(size, max) : size;
+    /* never read more than `limit` bytes: max, or one past the cap (which proves the file too large) */
+    const uint64_t limit = max ? max : cap + 1;
+    size_t cap_b = (size_t)MEGA_MIN(want + 1, limit), len = 0; /* size + 1: EOF is seen without growing */
+    if (cap_b < 1) cap_b = 1;
+    uint8_t *b = malloc(cap_b + 1);
+    mega_status st = MEGA_OK;
     for (;;) {
         if (!b) {
-            fclose(f);
-            MEGA_FAIL(MEGA_ERR_OOM, "%s file '%s': out of memory", what, path);
+            st = mega__error(MEGA_ERR_OOM, "%s file '%s': out of memory", what, path);
+            break;
         }
-        len += fread(b + len, 1, cap - len, f);
-        if (len < cap) break;
-        uint8_t *nb = cap < ((size_t)1 << 40) ? realloc(b, cap * 2 + 1) : NULL;
+        ssize_t k = len < cap_b ? read(fd, b + len, cap_b - len) : 0;
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) {
+            st = mega__error(MEGA_ERR_IO, "%s file '%s': read error: %s", what, path, strerror(errno));
+            break;
+        }
+        if (k == 0 && len < cap_b) break; /* end of file */
+        len += (size_t)k;
+        if (len < cap_b) continue;
+        if (len >= limit) {
+            if (!max) st = too_large(path, what, len, cap);
+            break; /* max: the bounded read is complete */
+        }
+        size_t nc = (size_t)MEGA_MIN((uint64_t)cap_b * 2, limit);
+        uint8_t *nb = realloc(b, nc + 1);
         if (!nb) free(b);
-        b = nb, cap *= 2;
+        b = nb, cap_b = nc;
     }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
+    close(fd);
+    if (st) {
         free(b);
-        MEGA_FAIL(MEGA_ERR_IO, "%s file '%s': read error", what, path);
+        return st;
     }
     b[len] = 0;
     *buf = b, *n = len;
     return MEGA_OK;
 }
 
-mega_status mega_read_file(const char *path, const char *what, mega_bytes *out) {
+mega_status mega__data_read_all(const char *path, const char *what, uint8_t **buf, size_t *n) {
+    return data_read_max(path, what, 0, buf, n);
+}
+
+mega_status mega_read_file_max(const char *path, const char *what, uint64_t max, mega_bytes *out) {
     out->data = NULL, out->n = 0;
-    MEGA_TRY(mega__data_read_all(path, what, &out->data, &out->n));
+    MEGA_TRY(data_read_max(path, what, max, &out->data, &out->n));
     if (out->n == 0) {
         mega_bytes_free(out);
         MEGA_FAIL(MEGA_ERR_FORMAT, "%s file '%s' is empty", what, path);
     }
     return MEGA_OK;
+}
+
+mega_status mega_read_file(const char *path, const char *what, mega_bytes *out) {
+    return mega_read_file_max(path, what, 0, out);
 }
 
 void mega_bytes_free(mega_bytes *b) {

@@ -116,7 +116,7 @@ static void free_buffers(mega_cls *m) {
     m->Bmax = 0;
 }
 
-mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out) {
+mega_status mega__cls_declare(const mega_cls_config *c, mega_cls **out) {
     *out = NULL;
     MEGA_TRY(mega_cls_config_check(c));
     mega_cls *m = calloc(1, sizeof *m);
@@ -154,14 +154,26 @@ mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out) {
     }
     if ((st = MEGA_PADD(&m->P, "", "sentence_projection_layer.weight", MEGA_P_DECAY, &m->proj, c->classes, m->head_dim)))
         goto fail;
-    if ((st = mega_params_alloc(&m->P, 1))) goto fail;
-    mega_cls_init_params(m, 0);
     *out = m;
     return MEGA_OK;
 fail:
     mega_cls_free(m);
     return st;
 }
+
+mega_status mega_cls_create_ex(const mega_cls_config *c, const mega_load_opts *o, mega_cls **out) {
+    MEGA_TRY(mega__cls_declare(c, out));
+    mega_status st = mega_params_alloc(&(*out)->P, !(o && o->inference));
+    if (st) {
+        mega_cls_free(*out);
+        *out = NULL;
+        return st;
+    }
+    if (!(o && o->no_init)) mega_cls_init_params(*out, 0);
+    return MEGA_OK;
+}
+
+mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out) { return mega_cls_create_ex(c, NULL, out); }
 
 void mega_cls_free(mega_cls *m) {
     if (!m) return;
@@ -231,6 +243,27 @@ static mega_status reserve(mega_cls *m, int B) {
     }
     m->dlog = m->logits + (size_t)B * c->classes;
     m->Bmax = B;
+    return MEGA_OK;
+}
+
+/* the bytes of reserve(B) and of the stacks' reserve for B x T (what a forward allocates) */
+static size_t forward_bytes(const mega_cls *m, int B, int T) {
+    const mega_cls_config *c = &m->cfg;
+    const int Tp = padded_len(m, T);
+    const size_t D = (size_t)c->block.embed_dim, HW = head_width(m), R = (size_t)B * Tp;
+    size_t head = (2 * ((size_t)c->classifier_layers + 2) * (size_t)B * HW + 2 * (size_t)B * c->classes + 2 * (size_t)B * D) *
+                      sizeof(real) + (size_t)B * sizeof(int32_t);
+    const int towers = c->two_tower ? 2 : 1;
+    return head + (size_t)towers * (mega__stack_bytes(&m->pass[0].st, B, Tp) + R * (sizeof(int32_t) + 1));
+}
+
+mega_status mega_cls_memory(const mega_cls_config *c, int training, int B, int T, mega_memory *out) {
+    memset(out, 0, sizeof *out);
+    if (B < 0 || T < 0 || (B > 0 && T < 1)) MEGA_FAIL(MEGA_ERR_INVALID, "mega_cls_memory: bad batch %d x %d", B, T);
+    mega_cls *m;
+    MEGA_TRY(mega__cls_declare(c, &m));
+    mega__memory_fill(out, &m->P, training, B > 0 ? forward_bytes(m, B, T) : 0);
+    mega_cls_free(m);
     return MEGA_OK;
 }
 
@@ -421,6 +454,7 @@ static void decode_back(mega_cls *m, int k, const real *drep, size_t ld) {
 
 mega_status mega_cls_backward(mega_cls *m, double scale) {
     const mega_cls_config *c = &m->cfg;
+    if (!m->P.grad) MEGA_FAIL(MEGA_ERR_INVALID, "backward: this model was loaded for inference (no gradients)");
     if (!m->has_targets) MEGA_FAIL(MEGA_ERR_INVALID, "backward needs a forward with targets");
     m->has_targets = 0;
     const int B = m->B;
@@ -509,23 +543,27 @@ mega_status mega_cls_save_ex(const mega_cls *m, const char *path, const char *co
     return st;
 }
 
-mega_status mega_cls_load(const char *path, mega_cls **out) {
+/* the config of the file, the parameter table declared from it and compared with the file's
+ * tensors (and the class list of the metadata with the head), and only then the memory */
+mega_status mega_cls_load_ex(const char *path, const mega_load_opts *o, mega_cls **out) {
     *out = NULL;
+    static const char *const ignore[] = {"_float_tensor", NULL};
     mega_st_file *f;
     const char *cfgs;
     MEGA_TRY(mega__model_open(path, &f, &cfgs));
     mega_cls_config c;
+    mega_cls *m = NULL;
     mega_status st = mega_cls_config_from_json(cfgs, &c);
-    if (st) st = mega__error_prefix(st, path);
-    else if (!(st = mega_cls_create(&c, out))) {
-        static const char *const ignore[] = {"_float_tensor", NULL};
-        st = mega_params_load(&(*out)->P, (*out)->P.data, f, "", ignore, 0);
-        if (st) {
-            st = mega__error_prefix(st, path);
-            mega_cls_free(*out);
-            *out = NULL;
-        }
-    }
+    if (!st) st = mega__check_class_names(f, c.classes);
+    if (!st) st = mega__cls_declare(&c, &m);
+    if (!st) st = mega__model_fill(&m->P, f, ignore, o);
     mega_st_close(f);
-    return st;
+    if (st) {
+        mega_cls_free(m);
+        return mega__error_prefix(st, path);
+    }
+    *out = m;
+    return MEGA_OK;
 }
+
+mega_status mega_cls_load(const char *path, mega_cls **out) { return mega_cls_load_ex(path, NULL, out); }

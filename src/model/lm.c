@@ -68,7 +68,8 @@ static void free_buffers(mega_lm *m) {
     m->Bmax = m->Tmax = 0;
 }
 
-mega_status mega_lm_create(const mega_lm_config *c, mega_lm **out) {
+/* the model with its parameter table declared: names, shapes and offsets, no memory for them */
+mega_status mega__lm_declare(const mega_lm_config *c, mega_lm **out) {
     *out = NULL;
     MEGA_TRY(mega_lm_config_check(c));
     mega_lm *m = calloc(1, sizeof *m);
@@ -85,14 +86,26 @@ mega_status mega_lm_create(const mega_lm_config *c, mega_lm **out) {
         goto fail;
     if (!c->tie_embeddings && (st = MEGA_PADD(&m->P, "decoder.", "output_projection.weight", MEGA_P_DECAY, &m->out_w, V, D)))
         goto fail;
-    if ((st = mega_params_alloc(&m->P, 1))) goto fail;
-    mega_lm_init_params(m, 0);
     *out = m;
     return MEGA_OK;
 fail:
     mega_lm_free(m);
     return st;
 }
+
+mega_status mega_lm_create_ex(const mega_lm_config *c, const mega_load_opts *o, mega_lm **out) {
+    MEGA_TRY(mega__lm_declare(c, out));
+    mega_status st = mega_params_alloc(&(*out)->P, !(o && o->inference));
+    if (st) {
+        mega_lm_free(*out);
+        *out = NULL;
+        return st;
+    }
+    if (!(o && o->no_init)) mega_lm_init_params(*out, 0);
+    return MEGA_OK;
+}
+
+mega_status mega_lm_create(const mega_lm_config *c, mega_lm **out) { return mega_lm_create_ex(c, NULL, out); }
 
 void mega_lm_free(mega_lm *m) {
     if (!m) return;
@@ -159,6 +172,23 @@ mega_status mega_lm_reserve(mega_lm *m, int B, int T) {
 }
 
 int mega_lm_padded_len(const mega_lm *m) { return m->Tp; }
+
+/* the bytes mega_lm_reserve allocates for B x T (the stack's buffers, the logits, the tokens) */
+static size_t reserve_bytes(const mega_lm *m, int B, int T) {
+    const int Tp = padded_len(m, T);
+    const size_t R = (size_t)B * Tp, V = (size_t)m->cfg.vocab_size;
+    return mega__stack_bytes(&m->st, B, Tp) + (R * V + R) * sizeof(real) + R + 2 * R * sizeof(int32_t);
+}
+
+mega_status mega_lm_memory(const mega_lm_config *c, int training, int B, int T, mega_memory *out) {
+    memset(out, 0, sizeof *out);
+    if (B < 0 || T < 0 || (B > 0 && T < 1)) MEGA_FAIL(MEGA_ERR_INVALID, "mega_lm_memory: bad batch %d x %d", B, T);
+    mega_lm *m;
+    MEGA_TRY(mega__lm_declare(c, &m));
+    mega__memory_fill(out, &m->P, training, B > 0 ? reserve_bytes(m, B, T) : 0);
+    mega_lm_free(m);
+    return MEGA_OK;
+}
 
 const mega_real *mega_lm_hidden(const mega_lm *m, int i) {
     if (i < 0 || i > m->cfg.layers || !m->st.H) return NULL;
@@ -233,6 +263,7 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
 
 mega_status mega_lm_backward(mega_lm *m, double scale) {
     const mega_lm_config *c = &m->cfg;
+    if (!m->P.grad) MEGA_FAIL(MEGA_ERR_INVALID, "backward: this model was loaded for inference (no gradients)");
     if (!m->has_targets) MEGA_FAIL(MEGA_ERR_INVALID, "backward needs a forward with targets");
     const size_t R = (size_t)m->B * m->Tp, D = (size_t)c->block.embed_dim, V = (size_t)c->vocab_size;
     const real *W = m->P.data;

@@ -58,39 +58,43 @@ mega_status mega_lm_save_ex(const mega_lm *m, const char *path, const char *cons
     return st;
 }
 
-static const char *const LM_IGNORE[] = {"_float_tensor", "decoder.version", NULL};
-
-static mega_status load_into(mega_lm *m, const mega_st_file *f) {
+/* what an official state dict holds besides the declared tensors */
+static const char *const *lm_ignore(const mega_lm *m) {
+    static const char *const plain[] = {"_float_tensor", "decoder.version", NULL};
     /* official state dicts of tied models also list output_projection.weight (same tensor) */
-    static const char *const tied_ignore[] = {"_float_tensor", "decoder.version", "decoder.output_projection.weight", NULL};
-    return mega_params_load(&m->P, m->P.data, f, "", m->cfg.tie_embeddings ? tied_ignore : LM_IGNORE, 0);
+    static const char *const tied[] = {"_float_tensor", "decoder.version", "decoder.output_projection.weight", NULL};
+    return m->cfg.tie_embeddings ? tied : plain;
 }
 
 mega_status mega_lm_load_weights(mega_lm *m, const char *path) {
     mega_st_file *f;
     MEGA_TRY(mega__model_st_open(path, &f));
-    mega_status st = load_into(m, f);
+    mega_status st = mega_params_check(&m->P, f, "", lm_ignore(m), 0);
+    if (!st) st = mega_params_read(&m->P, m->P.data, f, "");
     mega_st_close(f);
     if (st) return mega__error_prefix(st, path);
     return MEGA_OK;
 }
 
-mega_status mega_lm_load(const char *path, mega_lm **out) {
+/* the config of the file, the parameter table declared from it and compared with the file's
+ * tensors, and only then the memory (docs/library.md) */
+mega_status mega_lm_load_ex(const char *path, const mega_load_opts *o, mega_lm **out) {
     *out = NULL;
     mega_st_file *f;
     const char *cfgs;
     MEGA_TRY(mega__model_open(path, &f, &cfgs));
     mega_lm_config c;
+    mega_lm *m = NULL;
     mega_status st = mega_lm_config_from_json(cfgs, &c);
-    if (st) st = mega__error_prefix(st, path);
-    else if (!(st = mega_lm_create(&c, out))) {
-        st = load_into(*out, f);
-        if (st) {
-            st = mega__error_prefix(st, path);
-            mega_lm_free(*out);
-            *out = NULL;
-        }
-    }
+    if (!st) st = mega__lm_declare(&c, &m);
+    if (!st) st = mega__model_fill(&m->P, f, lm_ignore(m), o);
     mega_st_close(f);
-    return st;
+    if (st) {
+        mega_lm_free(m);
+        return mega__error_prefix(st, path);
+    }
+    *out = m;
+    return MEGA_OK;
 }
+
+mega_status mega_lm_load(const char *path, mega_lm **out) { return mega_lm_load_ex(path, NULL, out); }

@@ -97,3 +97,41 @@ mega_status mega__model_open(const char *path, mega_st_file **f, const char **co
     }
     return MEGA_OK;
 }
+
+mega_status mega__model_fill(mega_params *P, const mega_st_file *f, const char *const *ignore, const mega_load_opts *o) {
+    MEGA_TRY(mega_params_check(P, f, "", ignore, 0));
+    MEGA_TRY(mega_params_alloc(P, !(o && o->inference)));
+    return mega_params_read(P, P->data, f, "");
+}
+
+size_t mega__stack_bytes(const mega_stack *s, int B, int T) {
+    /* the sizes of mega_stack_reserve (stack.c): acts per block x L, H [(L+1)][R][D], xf and the
+     * final-norm statistics, scratch, dx and dy, the activation views */
+    const size_t R = (size_t)B * T, D = (size_t)s->cfg->embed_dim, L = (size_t)s->L;
+    const size_t per = mega_block_acts_size(&s->blocks[0], B, T);
+    const size_t scr = mega_block_scratch_size(&s->blocks[0], B, T, s->nthreads);
+    const size_t reals = per * L + R * D * (L + 1) + (R * D + 2 * R + 2 * D) + scr + 2 * R * D;
+    return reals * sizeof(real) + L * sizeof(mega_block_acts);
+}
+
+void mega__memory_fill(mega_memory *out, const mega_params *P, int training, size_t buffers) {
+    memset(out, 0, sizeof *out);
+    out->params = ((P->total + 15) & ~(size_t)15) * sizeof(real); /* as mega_params_alloc rounds */
+    out->grads = training ? out->params : 0;
+    out->optimizer = training ? 2 * out->params : 0;
+    out->buffers = buffers;
+    out->total = out->params + out->grads + out->optimizer + out->buffers;
+}
+
+mega_status mega__check_class_names(const mega_st_file *f, int classes) {
+    const char *cj = mega_st_meta(f, "classes");
+    if (!cj) return MEGA_OK; /* not written by mega train: nothing to compare */
+    cJSON *a = cJSON_Parse(cj);
+    const int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    cJSON_Delete(a);
+    if (n < 0) MEGA_FAIL(MEGA_ERR_FORMAT, "the class list in the metadata ('classes') is not a JSON array");
+    if (n > classes)
+        MEGA_FAIL(MEGA_ERR_FORMAT, "%d class names but the head has %d outputs (the metadata 'classes' does not match "
+                  "the config's classes)", n, classes);
+    return MEGA_OK;
+}

@@ -50,6 +50,7 @@ void mega_adamw_step_lm(mega_adamw *o, mega_lm *m, const mega_adamw_hp *hp, doub
 
 void mega_adamw_step(mega_adamw *o, mega_paramset *ps, const mega_adamw_hp *hp, double lr) {
     mega_params *P = (mega_params *)ps;
+    if (!P->grad) return; /* an inference model (mega_load_opts.inference) has no gradients */
     o->t++;
     const double b1 = hp->beta1, b2 = hp->beta2;
     const double c1 = 1.0 - pow(b1, (double)o->t), c2 = 1.0 - pow(b2, (double)o->t);
@@ -79,6 +80,7 @@ void mega_lm_scale_grads(mega_lm *lm, double sc) { mega_ps_scale_grad((mega_para
 double mega_ps_grad_norm(const mega_paramset *ps) {
     const mega_params *P = (const mega_params *)ps;
     double s = 0;
+    if (!P->grad) return 0;
     for (int i = 0; i < P->n; i++) {
         const mega_pspec *sp = &P->specs[i];
         if (sp->flags & MEGA_P_BUFFER) continue;
@@ -93,5 +95,6 @@ double mega_ps_grad_norm(const mega_paramset *ps) {
 void mega_ps_scale_grad(mega_paramset *ps, double sc) {
     mega_params *P = (mega_params *)ps;
     real f = (real)sc;
+    if (!P->grad) return;
     for (size_t i = 0; i < P->total; i++) P->grad[i] *= f;
 }

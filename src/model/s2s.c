@@ -108,7 +108,7 @@ static void free_buffers(mega_s2s *m) {
     m->Rs_cap = m->R_cap = m->bper = m->xper = m->fper = m->scr_cap = 0;
 }
 
-mega_status mega_s2s_create(const mega_s2s_config *config, mega_s2s **out) {
+mega_status mega__s2s_declare(const mega_s2s_config *config, mega_s2s **out) {
     *out = NULL;
     MEGA_TRY(mega_s2s_config_check(config));
     mega_s2s *m = calloc(1, sizeof *m);
@@ -156,14 +156,26 @@ mega_status mega_s2s_create(const mega_s2s_config *config, mega_s2s **out) {
         goto fail;
     if (!c->tie_embeddings && (st = MEGA_PADD(&m->P, "decoder.", "output_projection.weight", MEGA_P_DECAY, &m->out_w, Vt, D)))
         goto fail;
-    if ((st = mega_params_alloc(&m->P, 1))) goto fail;
-    mega_s2s_init_params(m, 0);
     *out = m;
     return MEGA_OK;
 fail:
     mega_s2s_free(m);
     return st;
 }
+
+mega_status mega_s2s_create_ex(const mega_s2s_config *c, const mega_load_opts *o, mega_s2s **out) {
+    MEGA_TRY(mega__s2s_declare(c, out));
+    mega_status st = mega_params_alloc(&(*out)->P, !(o && o->inference));
+    if (st) {
+        mega_s2s_free(*out);
+        *out = NULL;
+        return st;
+    }
+    if (!(o && o->no_init)) mega_s2s_init_params(*out, 0);
+    return MEGA_OK;
+}
+
+mega_status mega_s2s_create(const mega_s2s_config *c, mega_s2s **out) { return mega_s2s_create_ex(c, NULL, out); }
 
 void mega_s2s_free(mega_s2s *m) {
     if (!m) return;
@@ -221,24 +233,51 @@ int mega__s2s_padded(const mega_block_config *c, int T) {
     return (k > 0 && k < T && T % k) ? (T + k - 1) / k * k : T;
 }
 
+/* the capacities a batch B x S -> L needs: rows of each side, activation reals per decoder layer
+ * (block, cross-attention, FFN), scratch reals */
+typedef struct {
+    size_t Rs, R, bper, xper, fper, scr;
+} s2s_caps;
+
+static s2s_caps caps_for(const mega_s2s *m, int B, int S, int L) {
+    const mega_s2s_config *c = &m->cfg;
+    const int Lp = mega__s2s_padded(&c->decoder, L), nt = mega_get_threads();
+    mega_xattn_acts xa;
+    mega_nffn_acts fa;
+    s2s_caps k;
+    k.Rs = (size_t)B * mega__s2s_padded(&c->encoder, S), k.R = (size_t)B * Lp;
+    k.bper = mega_block_acts_size(&m->dl[0].self, B, Lp);
+    k.xper = mega_xattn_acts_view(&m->dl[0].x, &xa, NULL, B, Lp, S);
+    k.fper = c->decoder.ffn_dim > 0 ? mega_nffn_acts_point(&m->dl[0].ffn, &fa, NULL, B, Lp) : 0;
+    k.scr = mega_block_scratch_size(&m->dl[0].self, B, Lp, nt);
+    k.scr = MEGA_MAX(k.scr, mega_xattn_scratch_size(&m->dl[0].x, B, Lp, S, nt));
+    if (c->decoder.ffn_dim > 0) k.scr = MEGA_MAX(k.scr, mega_nffn_scratch(&m->dl[0].ffn, B, Lp));
+    return k;
+}
+
+/* the bytes free_buffers releases for capacities k: every buffer mega__s2s_reserve allocates */
+static size_t caps_bytes(const mega_s2s *m, const s2s_caps *k) {
+    const mega_s2s_config *c = &m->cfg;
+    const size_t Ld = (size_t)c->decoder_layers, D = (size_t)c->encoder.embed_dim;
+    const size_t V = (size_t)MEGA_MAX(c->tgt_vocab_size, 1), Rs = k->Rs, R = k->R;
+    const size_t nst = 2 * MEGA_MAX(Rs, R) + 2 * D + 16;
+    const size_t reals = Rs * D * 3 + R * D * 3 + 3 * nst + R * D * (Ld + 1) + 2 * R * D * Ld +
+                         (k->bper + k->xper + k->fper) * Ld + k->scr + 3 * MEGA_MAX(R, Rs) * D + R * V + R;
+    return reals * sizeof(real) + (Rs + 2 * R) * sizeof(int32_t) + 2 * Rs + R +
+           Ld * (sizeof(mega_block_acts) + sizeof(mega_xattn_acts) + sizeof(mega_nffn_acts));
+}
+
 /* Capacities, not shapes (as mega_stack_reserve): batches by tokens vary B, S and L together */
 mega_status mega__s2s_reserve(mega_s2s *m, int B, int S, int L) {
     const mega_s2s_config *c = &m->cfg;
     if (B < 1 || S < 1 || L < 1)
         MEGA_FAIL(MEGA_ERR_INVALID, "batch, source and target lengths must be positive (got %d, %d, %d)", B, S, L);
-    const int Sp = mega__s2s_padded(&c->encoder, S), Lp = mega__s2s_padded(&c->decoder, L);
+    const int Sp = mega__s2s_padded(&c->encoder, S);
     MEGA_TRY(mega_stack_reserve(&m->enc, B, Sp));
-    const int Ld = c->decoder_layers, nt = mega_get_threads();
+    const int Ld = c->decoder_layers;
     const size_t D = (size_t)c->encoder.embed_dim;
-    mega_xattn_acts xa;
-    mega_nffn_acts fa;
-    size_t Rs = (size_t)B * Sp, R = (size_t)B * Lp;
-    size_t bper = mega_block_acts_size(&m->dl[0].self, B, Lp);
-    size_t xper = mega_xattn_acts_view(&m->dl[0].x, &xa, NULL, B, Lp, S);
-    size_t fper = c->decoder.ffn_dim > 0 ? mega_nffn_acts_point(&m->dl[0].ffn, &fa, NULL, B, Lp) : 0;
-    size_t scr = mega_block_scratch_size(&m->dl[0].self, B, Lp, nt);
-    scr = MEGA_MAX(scr, mega_xattn_scratch_size(&m->dl[0].x, B, Lp, S, nt));
-    if (c->decoder.ffn_dim > 0) scr = MEGA_MAX(scr, mega_nffn_scratch(&m->dl[0].ffn, B, Lp));
+    const s2s_caps k = caps_for(m, B, S, L);
+    size_t Rs = k.Rs, R = k.R, bper = k.bper, xper = k.xper, fper = k.fper, scr = k.scr;
     if (m->H && Rs <= m->Rs_cap && R <= m->R_cap && bper <= m->bper && xper <= m->xper && fper <= m->fper &&
         scr <= m->scr_cap)
         return MEGA_OK;
@@ -269,13 +308,59 @@ mega_status mega__s2s_reserve(mega_s2s *m, int B, int S, int L) {
              m->BA && m->XA && m->FA && m->xf && m->fstat && m->xfc && m->scratch && m->g[0] && m->g[1] && m->g[2] &&
              m->logits;
     if (!ok) {
-        size_t mb = ((bper + xper + fper) * Ld + R * D * (3 * Ld + 8) + R * V + scr) * sizeof(real) >> 20;
+        const s2s_caps kk = {Rs, R, bper, xper, fper, scr};
+        size_t mb = caps_bytes(m, &kk) >> 20;
         free_buffers(m);
         MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving buffers for %d sentences of %d -> %d tokens (about %zu MiB)", B, S,
                   L, mb);
     }
     m->lse = m->logits + R * V;
     m->Rs_cap = Rs, m->R_cap = R, m->bper = bper, m->xper = xper, m->fper = fper, m->scr_cap = scr;
+    return MEGA_OK;
+}
+
+mega_status mega_s2s_memory(const mega_s2s_config *c, int training, int B, int S, int L, mega_memory *out) {
+    memset(out, 0, sizeof *out);
+    if (B < 0 || (B > 0 && (S < 1 || L < 1)))
+        MEGA_FAIL(MEGA_ERR_INVALID, "mega_s2s_memory: bad batch %d x (%d -> %d)", B, S, L);
+    mega_s2s *m;
+    MEGA_TRY(mega__s2s_declare(c, &m));
+    size_t buffers = 0;
+    if (B > 0) {
+        const s2s_caps k = caps_for(m, B, S, L);
+        buffers = caps_bytes(m, &k) + mega__stack_bytes(&m->enc, B, mega__s2s_padded(&c->encoder, S));
+    }
+    mega__memory_fill(out, &m->P, training, buffers);
+    mega_s2s_free(m);
+    return MEGA_OK;
+}
+
+mega_status mega_s2s_search_memory(const mega_s2s_config *c, int B, int S, const mega_s2s_search *p, size_t *bytes) {
+    *bytes = 0;
+    if (B < 1 || S < 1 || !p || p->beam < 1) MEGA_FAIL(MEGA_ERR_INVALID, "mega_s2s_search_memory: bad arguments");
+    mega_s2s *m;
+    MEGA_TRY(mega__s2s_declare(c, &m));
+    const mega_block_config *d = &m->cfg.decoder;
+    const int K = p->beam, G = K > 1 ? K + 1 : 1, R = B * G, Ld = m->cfg.decoder_layers;
+    const size_t D = (size_t)d->embed_dim, V = (size_t)m->cfg.tgt_vocab_size;
+    /* the sizes of mega_s2s_translate (s2s_gen.c): the decoded length, the stream's state
+     * (mega_s2s_stream_new: self-attention state, cross-attention keys and values, the encoder
+     * output per row, scratch) and the search's arrays; the sources' encoding (mega__s2s_reserve) */
+    int lim = 1 << 20;
+    if (d->mixer == MEGA_MIXER_MEGA && d->rel_pos_bias == MEGA_RELPOS_SIMPLE)
+        lim = d->chunk_size <= 0 ? MEGA_MIN(m->Mx, d->max_positions) : m->Mx;
+    const double ml = MEGA_MIN(p->max_len_a * S + p->max_len_b, (double)(lim - 1));
+    const int tmax = MEGA_MAX((int)ml, 1) + 1;
+    const int cap = d->mixer == MEGA_MIXER_MEGA && d->chunk_size > 0 ? d->chunk_size : tmax;
+    const size_t sper = mega_block_state_size(&m->dl[0].self, R, cap), xper = mega_xattn_state_size(&m->dl[0].x, R, S, tmax);
+    size_t scr = MEGA_MAX(mega_block_step_scratch(&m->dl[0].self, R, 1, cap), mega_xattn_step_scratch(&m->dl[0].x, R, S));
+    if (d->ffn_dim > 0) scr = MEGA_MAX(scr, mega_nffn_step_scratch(&m->dl[0].ffn, (size_t)R));
+    const size_t stream = (sper * Ld + xper * Ld + (size_t)R * S * D + 2 * (size_t)R * D + 2 * (size_t)R + 2 * D + scr + sper) *
+                              sizeof(real) + (size_t)R * S;
+    const size_t search = (size_t)R * V * sizeof(real) + 3 * (size_t)R * tmax * sizeof(int32_t) + 2 * (size_t)K * V * 16;
+    const s2s_caps k = caps_for(m, B, S, 1);
+    *bytes = stream + search + caps_bytes(m, &k) + mega__stack_bytes(&m->enc, B, mega__s2s_padded(&m->cfg.encoder, S));
+    mega_s2s_free(m);
     return MEGA_OK;
 }
 
@@ -449,6 +534,7 @@ mega_status mega_s2s_forward(mega_s2s *m, const int32_t *src, int S, const int32
 
 mega_status mega_s2s_backward(mega_s2s *m, double scale) {
     const mega_s2s_config *c = &m->cfg;
+    if (!m->P.grad) MEGA_FAIL(MEGA_ERR_INVALID, "backward: this model was loaded for inference (no gradients)");
     if (!m->has_targets) MEGA_FAIL(MEGA_ERR_INVALID, "backward needs a forward with targets");
     const int B = m->B, S = m->S, Sp = m->Sp, L = m->L, Lp = m->Lp, Ld = c->decoder_layers;
     const size_t D = (size_t)c->decoder.embed_dim, R = (size_t)B * Lp, RL = (size_t)B * L, V = (size_t)c->tgt_vocab_size;

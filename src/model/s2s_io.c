@@ -137,33 +137,34 @@ mega_status mega_s2s_save_ex(const mega_s2s *m, const char *path, const char *co
 }
 
 /* official state dicts also list the shared matrices under their other names */
-static mega_status load_into(mega_s2s *m, const mega_st_file *f) {
+static const char *const *s2s_ignore(const mega_s2s *m) {
     static const char *const ignore[] = {"_float_tensor", "encoder.version", "decoder.version", NULL};
     static const char *const tied[] = {"_float_tensor", "encoder.version", "decoder.version",
                                        "decoder.output_projection.weight", NULL};
     static const char *const all[] = {"_float_tensor", "encoder.version", "decoder.version",
                                       "decoder.output_projection.weight", "decoder.embed_tokens.weight", NULL};
-    const char *const *ig = m->cfg.share_all_embeddings ? all : m->cfg.tie_embeddings ? tied : ignore;
-    return mega_params_load(&m->P, m->P.data, f, "", ig, 0);
+    return m->cfg.share_all_embeddings ? all : m->cfg.tie_embeddings ? tied : ignore;
 }
 
-mega_status mega_s2s_load(const char *path, mega_s2s **out) {
+/* the config of the file, the parameter table declared from it and compared with the file's
+ * tensors, and only then the memory (docs/library.md) */
+mega_status mega_s2s_load_ex(const char *path, const mega_load_opts *o, mega_s2s **out) {
     *out = NULL;
     mega_st_file *f;
     const char *cfgs;
     MEGA_TRY(mega__model_open(path, &f, &cfgs));
     mega_s2s_config c;
+    mega_s2s *m = NULL;
     mega_status st = mega_s2s_config_from_json(cfgs, &c);
-    if (st)
-        st = mega__error_prefix(st, path);
-    else if (!(st = mega_s2s_create(&c, out))) {
-        st = load_into(*out, f);
-        if (st) {
-            st = mega__error_prefix(st, path);
-            mega_s2s_free(*out);
-            *out = NULL;
-        }
-    }
+    if (!st) st = mega__s2s_declare(&c, &m);
+    if (!st) st = mega__model_fill(&m->P, f, s2s_ignore(m), o);
     mega_st_close(f);
-    return st;
+    if (st) {
+        mega_s2s_free(m);
+        return mega__error_prefix(st, path);
+    }
+    *out = m;
+    return MEGA_OK;
 }
+
+mega_status mega_s2s_load(const char *path, mega_s2s **out) { return mega_s2s_load_ex(path, NULL, out); }

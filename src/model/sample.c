@@ -5,7 +5,8 @@
  *   greedy (temperature 0): the first index of the largest logit;
  *   otherwise: the candidates sorted by logit, descending (ties by index), cut to the k best,
  *   p_i = exp((l_i - l_max) / temperature) normalised, cut to the shortest prefix whose mass
- *   reaches top_p and renormalised; then u ~ U[0,1) from the seed's splitmix64 stream picks the
+ *   reaches top_p (in (0, 1]; 1 = no cut; a tiny top_p keeps the best candidate only) and
+ *   renormalised; then u ~ U[0,1) from the seed's splitmix64 stream picks the
  *   first candidate whose cumulative probability exceeds u.
  *
  * The random stream and every floating-point step are those of the sampler `mega generate` had
@@ -35,7 +36,9 @@ static mega_status check_params(const mega_sample_params *p) {
     if (!(p->temperature >= 0 && p->temperature <= 1e6))
         MEGA_FAIL(MEGA_ERR_INVALID, "sampler: temperature must be in [0, 1e6] (got %g)", p->temperature);
     if (p->top_k < 0) MEGA_FAIL(MEGA_ERR_INVALID, "sampler: top_k must be >= 0 (got %d)", p->top_k);
-    if (!(p->top_p >= 0 && p->top_p <= 1)) MEGA_FAIL(MEGA_ERR_INVALID, "sampler: top_p must be in [0, 1] (got %g)", p->top_p);
+    /* (0, 1]: 1 keeps every candidate; a mass of 0 would keep none (greedy is temperature 0) */
+    if (!(p->top_p > 0 && p->top_p <= 1))
+        MEGA_FAIL(MEGA_ERR_INVALID, "sampler: top_p must be in (0, 1] (got %g; 1 = off, greedy is temperature 0)", p->top_p);
     return MEGA_OK;
 }
 
@@ -119,7 +122,7 @@ int mega_sampler_next(mega_sampler *s, const mega_real *lg, int exclude) {
     double mx = lg[idx[0]], sum = 0;
     for (int i = 0; i < n; i++) sum += (prob[i] = exp(((double)lg[idx[i]] - mx) / temp));
     for (int i = 0; i < n; i++) prob[i] /= sum;
-    if (topp > 0 && topp < 1) {
+    if (topp < 1) {
         double c = 0;
         int k = 0;
         while (k < n && c < topp) c += prob[k++];

@@ -4,9 +4,9 @@
 #     generate, info and plot on it;
 #   * exact resume: 40 steps straight == 17 steps, --stop-after, then --resume (loss lines of
 #     log.jsonl without the timing fields, model.safetensors and train_state byte-identical);
-#   * crash safety: a crash between writing train_state and model.safetensors (simulated by
-#     putting the older model back, or by removing the newest state) resumes from the matching
-#     state file and ends byte-identical to the straight run; with no matching state it refuses;
+#   * crash safety: two saves leave two checkpoint generations; a crash before the newest one's
+#     manifest, or a damaged newest generation, resumes from the one before and ends
+#     byte-identical to the straight run; a model and a state of different steps are refused;
 #   * bad input: every case must exit non-zero (below 128: no crash) with exactly one line on
 #     stderr, starting with "mega: error:".
 # Everything runs in a temporary directory (removed at exit) with --threads 1; deterministic.
@@ -167,46 +167,55 @@ mega train --data corpus.txt --out A0 $MODEL --steps 40 --warmup 5 --lr 3e-3 $RU
 if ! cmp -s A/model.safetensors A0/model.safetensors; then ok "dropout 0.1 changes the trained model"; else bad "dropout had no effect"; fi
 
 # ---- 3. crash safety of checkpoints ---------------------------------------------------------
+# (every fault point of two saves in a row is in tests/sh/test_checkpoint_faults.sh; here the
+# states a crash leaves are made by hand)
 mega train --data corpus.txt --out C $R $RUNF --stop-after 10 > C1.out 2>&1 || bad "run C (to 10): $(tail -n 3 C1.out)"
-cp C/model.safetensors model10.safetensors
 mega train --data corpus.txt --out C --resume $RUNF --stop-after 10 > C2.out 2>&1 || bad "run C (to 20): $(tail -n 3 C2.out)"
-if [ -s C/train_state.prev.safetensors ] && ! cmp -s C/model.safetensors model10.safetensors; then
-  ok "a save keeps the previous train_state as train_state.prev"
+g10=C/step-00000010
+g20=C/step-00000020
+if [ -s $g10.manifest.json ] && [ -s $g20.manifest.json ] && cmp -s C/model.safetensors $g20.model.safetensors &&
+  cmp -s C/train_state.safetensors $g20.state.safetensors && grep -q '"step": 20' C/checkpoint.json; then
+  ok "two saves leave generations 10 and 20 (manifests), and model.safetensors / train_state are step 20's"
 else
-  bad "no train_state.prev.safetensors after the second save"
+  bad "after two saves: $(ls C | tr '\n' ' ')"
 fi
-# crash after the new train_state (step 20) was written but before model.safetensors: the model
-# on disk is still the step-10 one
-cp model10.safetensors C/model.safetensors
 cp -r C D
 cp -r C E
+# a crash inside the step-20 save, before its manifest: generation 20 is incomplete (and the
+# stable names still hold step 10)
+rm -f C/step-00000020.manifest.json
+cp $g10.model.safetensors C/model.safetensors
+echo "junk of a killed writer" > C/model.safetensors.tmp.999999999
 mega train --data corpus.txt --out C --resume $RUNF > C3.out 2> C3.err
 rc=$?
-if [ $rc -eq 0 ] && grep -q 'resuming *from step 10' C3.out; then
-  ok "crash (state 20, model 10): --resume picks train_state.prev (step 10)"
+if [ $rc -eq 0 ] && grep -q 'resuming *from step 10' C3.out && [ ! -e C/model.safetensors.tmp.999999999 ]; then
+  ok "crash before the step-20 manifest: --resume continues from step 10 (stale temporary removed)"
 else
-  bad "crash (state 20, model 10): exit $rc, $(head -n 2 C3.err) $(grep resuming C3.out)"
+  bad "crash before the step-20 manifest: exit $rc, $(head -n 2 C3.err) $(grep resuming C3.out)"
 fi
 if cmp -s A/model.safetensors C/model.safetensors; then ok "after the crash, the resumed run ends byte-identical to the straight run"; else bad "crash-resumed model differs from the straight run"; fi
 notime C/log.jsonl > C.log
 if cmp -s A.log C.log; then ok "after the crash, log.jsonl == straight run"; else bad "crash-resumed log differs: $(diff A.log C.log | head -n 4)"; fi
-# crash after train_state was rotated to .prev but before the new one was written
-rm -f E/train_state.safetensors
+# a damaged newest generation (one byte of its state changed): skipped with a note, step 10 used
+printf 'X' | dd of=E/step-00000020.state.safetensors bs=1 seek=1000 conv=notrunc 2> /dev/null
 mega train --data corpus.txt --out E --resume $RUNF > E.out 2> E.err
 rc=$?
-if [ $rc -eq 0 ] && grep -q 'resuming *from step 10' E.out && cmp -s A/model.safetensors E/model.safetensors; then
-  ok "crash (only train_state.prev): resumes from step 10, ends byte-identical"
+if [ $rc -eq 0 ] && grep -q 'resuming *from step 10' E.out && grep -q 'skipping the checkpoint at step 20: .*checksum' E.err &&
+  cmp -s A/model.safetensors E/model.safetensors; then
+  ok "a checksum error in generation 20: resumes from step 10, ends byte-identical"
 else
-  bad "crash (only train_state.prev): exit $rc $(head -n 2 E.err)"
+  bad "damaged generation 20: exit $rc $(head -n 2 E.err)"
 fi
-# no state file matches the model: refuse (one clear line), never mix
-rm -f D/train_state.prev.safetensors
+# the files of mega 0.1 only (no generation), with a state of another step than the model:
+# refused in one line, never mixed
+rm -f D/step-*
+cp $g10.state.safetensors D/train_state.safetensors
 cp D/model.safetensors D.model.before
 mega train --data corpus.txt --out D --resume $RUNF > D.out 2> D.err
 rc=$?
 if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(wc -l < D.err)" -eq 1 ] && grep -q '^mega: error: .*step' D.err &&
   cmp -s D/model.safetensors D.model.before; then
-  ok "state 20 with model 10 and no .prev: refused ($(cat D.err))"
+  ok "model 20 with state 10 and no generation: refused ($(cat D.err))"
 else
   bad "mismatched state/model: exit $rc, stderr '$(cat D.err)'"
 fi

@@ -91,13 +91,25 @@ status $? "--strict stops at the first bad line"
 
 # every token mixer trains as the encoder and decoder self-attention (2 steps each; the decoder
 # of a mixer other than mega uses multi-head cross-attention) and decodes a line
-for mx in mega mha mhatw local aft-full aft-local aft-simple aft-tw gmlp abc-window abc-linformer abc-mlp; do
+for mx in mega mha mhatw local aft-full aft-local aft-simple aft-tw gmlp abc-linformer abc-mlp; do
     # shellcheck disable=SC2086
     "$M" train --task translate --data train.tsv --valid valid.tsv --max-tokens 256 --threads 1 --quiet $model --heads 2 \
         --mixer "$mx" --steps 2 --eval-tokens 20 --out "X_$mx" >"X_$mx.out" 2>&1 &&
         echo abc | "$M" translate --model "X_$mx" --beam 1 --max-len-b 5 >/dev/null 2>>"X_$mx.out"
     status $? "--mixer $mx trains and translates ($(grep -m1 'error' "X_$mx.out"))"
 done
+
+# without --valid: the last --valid-fraction of the pairs are held out and validated
+# shellcheck disable=SC2086
+"$M" train --task translate --data train.tsv $model --steps 3 --threads 1 --quiet --out V >V.out 2>&1 &&
+    grep -q "(held-out tail)" V.out && grep -q "^valid step      3" V.out
+status $? "training without --valid validates on the held-out tail"
+
+# abc-window has no bidirectional form (a window memory is per query): it cannot be the encoder
+expect_error "--mixer abc-window cannot encode (no bidirectional form)" "$M" train --task translate --data train.tsv \
+    --valid valid.tsv --mixer abc-window --out X_abcw
+grep -q "no bidirectional form" err.out
+status $? "the abc-window error says why"
 
 # bad data
 printf 'abc\tcba\nno tab here\n\tempty source\nempty target\t\n\377bad\tutf8\nde\ted\n' >mixed.tsv

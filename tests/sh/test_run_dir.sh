@@ -1,0 +1,182 @@
+#!/bin/sh
+# The run directory of mega train: sh tests/sh/test_run_dir.sh BUILD_DIR
+#   * --out of an existing run without --resume is refused in one line naming --resume and
+#     --force, and changes nothing; --force replaces the run (no file of the old one is left and
+#     the new run is byte-identical to the same run in a new directory);
+#   * one writer: while a training runs, a second mega train on its directory (--resume, or a new
+#     run) exits 2 with "... is in use by another mega train (pid N)", N the first one's pid;
+#   * SIGTERM to a running training: exit 143 after "stopped by SIGTERM at step S", a complete
+#     checkpoint at step S, and --resume to S + 20 ends byte-identical to a straight run of S + 20
+#     steps (a constant schedule: its rates do not depend on --steps); two SIGTERMs in a row end
+#     the process at once or after the save, and the run still resumes byte-identically;
+#   * the schedule: --resume with another --steps is refused (cosine), --reschedule accepts it
+#     and the learning rate goes on from the rate reached (the first resumed step has the old
+#     schedule's rate), falling (cosine) to --min-lr at the new length; --warmup >= --steps warns;
+#     --reschedule without --resume and --force with --resume are refused.
+# Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
+. "$(dirname "$0")/lib.sh"
+MEGA="$B/mega"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+if [ ! -x "$MEGA" ]; then
+  bad "no executable $MEGA (build first)"
+  finish
+fi
+T=$(mktemp -d "${TMPDIR:-/tmp}/mega_rundir.XXXXXX") || { bad "mktemp -d"; finish; }
+PIDS=""
+trap 'for p in $PIDS; do kill -9 $p 2>/dev/null; done; rm -rf "$T"' EXIT
+trap 'exit 2' INT TERM HUP
+cd "$T" || { bad "cd $T"; finish; }
+START=$(date +%s)
+TO=""
+command -v timeout >/dev/null 2>&1 && TO="timeout -k 5 120"
+mega() { $TO "$MEGA" "$@"; }
+cp "$ROOT/tests/fixtures/runs/lm_v010/data.txt" data.txt || { bad "no data"; finish; }
+
+F="--data data.txt --threads 1 --quiet --log-every 1 --eval-every 0"
+M="$F --layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 16 --n-dim 2 --ffn-dim 16 --chunk-size 16 --seq-len 32 --batch 2"
+notime() { sed -e 's/, *"tok_s": *[-0-9.eE+]*//' -e 's/, *"time": *[-0-9.eE+]*//' "$1"; }
+# one_error FILE: exactly one line on stderr, a "mega: error:" one
+one_error() { [ "$(wc -l < "$1")" -eq 1 ] && grep -q '^mega: error: ' "$1"; }
+# same_run D1 D2: the same final checkpoint and log
+same_run() {
+  cmp -s "$1/model.safetensors" "$2/model.safetensors" && cmp -s "$1/train_state.safetensors" "$2/train_state.safetensors" &&
+    [ "$(notime "$1/log.jsonl")" = "$(notime "$2/log.jsonl")" ]
+}
+# wait_step DIR N: until DIR/log.jsonl has a step >= N (about 20 s at most)
+wait_step() {
+  k=0
+  while [ $k -lt 400 ]; do
+    s=$(tail -n 1 "$1/log.jsonl" 2>/dev/null | sed -n 's/^{"step": \([0-9]*\),.*/\1/p')
+    [ -n "$s" ] && [ "$s" -ge "$2" ] && return 0
+    sleep 0.05
+    k=$((k + 1))
+  done
+  return 1
+}
+
+# ---- 1. an existing run: refused without --resume, replaced with --force ---------------------
+mega train $M --out R --steps 12 --save-every 4 > R.out 2>&1 || bad "first run: $(tail -n 2 R.out)"
+before=$(cd R && md5sum * | grep -v ' train.lock$')
+mega train $M --out R --steps 6 > R2.out 2> R2.err
+rc=$?
+if [ $rc -eq 2 ] && one_error R2.err && grep -q -- '--resume' R2.err && grep -q -- '--force' R2.err &&
+  [ "$(cd R && md5sum * | grep -v ' train.lock$')" = "$before" ]; then
+  ok "--out of an existing run without --resume: refused, nothing changed ($(cat R2.err))"
+else
+  bad "--out of an existing run: exit $rc, $(cat R2.err)"
+fi
+mega train $M --out R --steps 6 --seed 5 --force > R3.out 2> R3.err
+rc=$?
+mega train $M --out R5 --steps 6 --seed 5 > R5.out 2>&1
+if [ $rc -eq 0 ] && same_run R R5 && [ "$(ls R | grep step- | tr '\n' ' ')" = "$(ls R5 | grep step- | tr '\n' ' ')" ]; then
+  ok "--force replaces the run: the same files and bytes as the run in a new directory"
+else
+  bad "--force: exit $rc, $(head -n 2 R3.err) files: $(ls R | tr '\n' ' ')"
+fi
+mega train $M --out R --resume --force > R6.out 2> R6.err
+rc=$?
+if [ $rc -eq 2 ] && one_error R6.err; then ok "--force with --resume: refused ($(cat R6.err))"; else bad "--force --resume: exit $rc, $(cat R6.err)"; fi
+mega train $M --out R7 --steps 6 --reschedule > R7.out 2> R7.err
+rc=$?
+if [ $rc -eq 2 ] && one_error R7.err && [ ! -e R7 ]; then ok "--reschedule without --resume: refused ($(cat R7.err))"; else bad "--reschedule alone: exit $rc, $(cat R7.err)"; fi
+
+# ---- 2. one writer, SIGTERM ------------------------------------------------------------------
+# a long constant-schedule run (checkpoints every 50 steps)
+LONG="$M --schedule constant --warmup 2 --save-every 50"
+"$MEGA" train $LONG --out S --steps 1000000 > S.out 2> S.err &
+pid=$!
+PIDS="$pid"
+if wait_step S 30 && [ "$(cat S/train.lock 2>/dev/null)" = "$pid" ]; then
+  ok "a long run is training (pid $pid in S/train.lock)"
+else
+  bad "the long run did not start: $(tail -n 2 S.err)"
+fi
+mega train $F --out S --resume > S2.out 2> S2.err
+rc=$?
+if [ $rc -eq 2 ] && one_error S2.err && grep -q "in use by another mega train (pid $pid)" S2.err; then
+  ok "a second writer (--resume) is refused: $(cat S2.err)"
+else
+  bad "second writer (--resume): exit $rc, $(cat S2.err)"
+fi
+mega train $LONG --out S --steps 10 > S3.out 2> S3.err
+rc=$?
+if [ $rc -eq 2 ] && one_error S3.err && grep -q "in use by another mega train (pid $pid)" S3.err; then
+  ok "a second writer (a new run) is refused: $(cat S3.err)"
+else
+  bad "second writer (new run): exit $rc, $(cat S3.err)"
+fi
+kill -TERM $pid
+wait $pid
+rc=$?
+PIDS=""
+step=$(sed -n 's/^stopped by SIGTERM at step \([0-9]*\) with a checkpoint.*/\1/p' S.out)
+man=S/step-$(printf '%08d' "${step:-0}").manifest.json
+if [ $rc -eq 143 ] && [ -n "$step" ] && [ -s "$man" ] && grep -q "\"step\": $step," S/checkpoint.json &&
+  cmp -s S/model.safetensors "S/step-$(printf '%08d' "$step").model.safetensors" && ! ls S | grep -q '\.tmp\.'; then
+  ok "SIGTERM: exit 143, a complete checkpoint at step $step"
+else
+  bad "SIGTERM: exit $rc, step '$step', $(tail -n 2 S.out) $(ls S | tr '\n' ' ')"
+fi
+target=$((${step:-0} + 20))
+mega train $F --out S --resume --steps $target --save-every 50 > S4.out 2> S4.err
+rc=$?
+mega train $LONG --out Sref --steps $target > Sref.out 2>&1
+if [ $rc -eq 0 ] && grep -q "resuming *from step $step" S4.out && same_run S Sref; then
+  ok "--resume after SIGTERM ends byte-identical to a straight run of $target steps"
+else
+  bad "--resume after SIGTERM: exit $rc, $(head -n 2 S4.err)"
+fi
+# two signals in a row
+"$MEGA" train $LONG --out D --steps 1000000 > D.out 2> D.err &
+pid=$!
+PIDS="$pid"
+wait_step D 30 || bad "the second long run did not start"
+kill -TERM $pid
+kill -TERM $pid
+wait $pid
+rc=$?
+PIDS=""
+dstep=$(mega train $F --out D --resume --steps 1 2>/dev/null | sed -n 's/^checkpoint in D is already at step \([0-9]*\).*/\1/p')
+dtarget=$((${dstep:-0} + 20))
+mega train $F --out D --resume --steps $dtarget --save-every 50 > D2.out 2> D2.err
+rc2=$?
+mega train $LONG --out Dref --steps $dtarget > Dref.out 2>&1
+if [ $rc -eq 143 ] && [ -n "$dstep" ] && [ $rc2 -eq 0 ] && same_run D Dref; then
+  ok "two SIGTERMs: exit 143 ($(grep -c 'stopped by' D.out) stop message), resumes from step $dstep byte-identically"
+else
+  bad "two SIGTERMs: exit $rc, checkpoint step '$dstep', resume exit $rc2 $(head -n 2 D2.err)"
+fi
+
+# ---- 3. the schedule ---------------------------------------------------------------------------
+C="$M --schedule cosine --warmup 4 --lr 4e-3 --min-lr 1e-4 --save-every 0"
+mega train $C --out K --steps 20 --stop-after 10 > K1.out 2>&1 || bad "cosine run to 10: $(tail -n 2 K1.out)"
+cp -r K K0
+mega train $F --out K --resume --steps 40 > K2.out 2> K2.err
+rc=$?
+if [ $rc -eq 2 ] && one_error K2.err && grep -q -- '--reschedule' K2.err && cmp -s K/model.safetensors K0/model.safetensors; then
+  ok "--resume with another --steps: refused ($(cut -c1-110 K2.err)...)"
+else
+  bad "--steps changed on resume: exit $rc, $(cat K2.err)"
+fi
+mega train $C --out K20 --steps 20 > K20.out 2>&1
+mega train $F --out K --resume --steps 40 --reschedule > K3.out 2> K3.err
+rc=$?
+lr_at() { sed -n "s/^{\"step\": $2, \"loss\": [^,]*, \"bpb\": [^,]*, \"lr\": \([^,]*\),.*/\1/p" "$1"; }
+l11=$(lr_at K/log.jsonl 11)
+l11ref=$(lr_at K20/log.jsonl 11)
+l40=$(lr_at K/log.jsonl 40)
+mono=$(for s in $(seq 11 40); do lr_at K/log.jsonl "$s"; done | awk 'NR > 1 && $1 > p + 1e-12 { bad = 1 } { p = $1 } END { print bad ? "no" : "yes" }')
+# the last step's rate: cosine from the rate reached at step 10 to --min-lr over steps 10..40
+want40=$(awk -v l="$l11" 'BEGIN { printf "%.6g", 1e-4 + 0.5 * (l - 1e-4) * (1 + cos(3.141592653589793 * 29 / 30)) }')
+if [ $rc -eq 0 ] && grep -q 'reschedule *from step 10' K3.out && [ -n "$l11" ] && [ "$l11" = "$l11ref" ] &&
+  [ "$l40" = "$want40" ] && [ "$mono" = yes ]; then
+  ok "--reschedule: step 11 keeps the old schedule's rate ($l11), then a cosine to --min-lr by step 40 ($l40 at the last)"
+else
+  bad "--reschedule: exit $rc, lr step 11 '$l11' (old schedule '$l11ref'), step 40 '$l40', monotone $mono; $(cat K3.err)"
+fi
+mega train $M --out W --steps 4 --warmup 10 > W.out 2> W.err
+rc=$?
+if [ $rc -eq 0 ] && grep -q '^mega: warning: --warmup 10 >= --steps 4' W.err; then ok "--warmup >= --steps warns: $(cat W.err)"; else bad "no warning for --warmup >= --steps: exit $rc, $(cat W.err)"; fi
+
+echo "NOTE test_run_dir.sh: $(($(date +%s) - START)) s"
+finish
