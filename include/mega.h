@@ -83,6 +83,9 @@ void mega_set_log(mega_log_fn fn, void *user);
 /* Threads used by the library's OpenMP regions started from the calling thread (OpenMP keeps
  * the count per thread) and by OpenBLAS (process-wide); 0 = OMP_NUM_THREADS when set, else all
  * cores. */
+/* "512 bytes", "3.50 MiB", "12.3 GiB": a byte count for messages, into buf; returns buf */
+const char *mega_fmt_bytes(char *buf, size_t n, uint64_t bytes);
+
 void mega_set_threads(int n);
 int mega_get_threads(void); /* the calling thread's count */
 /* One line describing the build: precision, SIMD, OpenMP, BLAS. */

@@ -224,18 +224,7 @@ void print_cls_config(FILE *f, const mega_cls_config *c, const char *ind) {
 
 int64_t tool_max_memory;
 
-const char *fmt_bytes(char *buf, size_t n, uint64_t b) {
-    static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-    if (b < 1024) {
-        snprintf(buf, n, "%llu bytes", (unsigned long long)b);
-        return buf;
-    }
-    double v = (double)b / 1024;
-    int u = 0;
-    while (v >= 1024 && u < 4) v /= 1024, u++;
-    snprintf(buf, n, v >= 100 ? "%.0f %s" : v >= 10 ? "%.1f %s" : "%.2f %s", v, unit[u]);
-    return buf;
-}
+const char *fmt_bytes(char *buf, size_t n, uint64_t b) { return mega_fmt_bytes(buf, n, b); }
 
 uint64_t file_size(const char *path) {
     struct stat st;

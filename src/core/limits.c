@@ -80,7 +80,7 @@ const char *mega__file_kind(mode_t m) {
     return "not a regular file";
 }
 
-const char *mega__fmt_bytes(char *buf, size_t n, uint64_t b) {
+const char *mega_fmt_bytes(char *buf, size_t n, uint64_t b) {
     static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
     if (b < 1024) {
         snprintf(buf, n, "%llu bytes", (unsigned long long)b);

@@ -18,5 +18,5 @@ const char *mega__file_kind(mode_t mode);
 /* the most bytes the library reads into memory at once: the memory available now */
 uint64_t mega__read_cap(void);
 /* "17 bytes", "64.0 KiB", "2.16 GiB" into buf */
-const char *mega__fmt_bytes(char *buf, size_t n, uint64_t bytes);
+/* mega_fmt_bytes is public (mega.h) */
 #endif

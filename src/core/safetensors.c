@@ -532,7 +532,7 @@ mega_status mega_st_open(const char *path, mega_st_file **out) {
         char a[32], b[32];
         close(fd);
         MEGA_FAIL(MEGA_ERR_IO, "%s: the file is %s, more than the %s of memory available to read it", path,
-                  mega__fmt_bytes(a, sizeof a, (uint64_t)sb.st_size), mega__fmt_bytes(b, sizeof b, cap));
+                  mega_fmt_bytes(a, sizeof a, (uint64_t)sb.st_size), mega_fmt_bytes(b, sizeof b, cap));
     }
     size_t len = (size_t)sb.st_size;
     unsigned char *img = mega__calloc(len ? len : 1, 1);

@@ -18,7 +18,7 @@ mega_status mega__data_given(const char *path, const char *what) {
 static mega_status too_large(const char *path, const char *what, uint64_t n, uint64_t cap) {
     char a[32], b[32];
     MEGA_FAIL(MEGA_ERR_IO, "%s file '%s' is %s, more than the %s of memory available to read it", what, path,
-              mega__fmt_bytes(a, sizeof a, n), mega__fmt_bytes(b, sizeof b, cap));
+              mega_fmt_bytes(a, sizeof a, n), mega_fmt_bytes(b, sizeof b, cap));
 }
 
 /* Only regular files are opened: the open does not block (a FIFO without a writer fails at once,
