@@ -567,9 +567,12 @@ static int find_checkpoint(const char *dir, ckpt_gen *g, int *is_gen) {
  * checkpoint; *done when it is already at --steps */
 static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw **opt, train_pos *pos, int *done) {
     struct stat sb;
-    if (stat(a->out, &sb) != 0 || !S_ISDIR(sb.st_mode) || !run_has_checkpoint(a->out))
+    if (stat(a->out, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return cli_error("--resume: no checkpoint in '%s' (start the run without --resume)", a->out), 2;
+    /* the lock first: a run still training (and not yet saved) is "in use", not "empty" */
     if (run_lock(a->out)) return 2;
+    if (!run_has_checkpoint(a->out))
+        return cli_error("--resume: no checkpoint in '%s' (start the run without --resume)", a->out), 2;
     run_clean_temps(a->out);
     ckpt_gen g;
     int is_gen;

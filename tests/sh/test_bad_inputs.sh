@@ -485,8 +485,7 @@ while [ $k -lt 200 ] && [ "$(cat busy/train.lock 2>/dev/null)" != "$BGPID" ]; do
   sleep 0.05
   k=$((k + 1))
 done
-# KNOWN (misleading): "no checkpoint ... start the run without --resume", which would then be refused as "in use"
-known "R11 --resume of a run in progress before its first save" 2 "--resume: no checkpoint in 'busy' (start the run without --resume)" \
+expect_error "R11 --resume of a run in progress before its first save" "'busy' is in use by another mega train (pid $BGPID)" \
   "$M" train --data corpus.txt --out busy --resume
 # shellcheck disable=SC2086
 expect_error "R11 a new run on a run in progress" "'busy' is in use by another mega train (pid $BGPID)" "$M" train --data corpus.txt --out busy $LMF --steps 3

@@ -43,6 +43,17 @@ same_run() {
     [ "$(notime "$1/log.jsonl")" = "$(notime "$2/log.jsonl")" ]
 }
 # wait_step DIR N: until DIR/log.jsonl has a step >= N (about 20 s at most)
+# wait_ckpt DIR: until DIR holds a committed checkpoint (checkpoint.json), at most ~60 s
+wait_ckpt() {
+  k=0
+  while [ $k -lt 1200 ]; do
+    [ -s "$1/checkpoint.json" ] && return 0
+    sleep 0.05
+    k=$((k + 1))
+  done
+  return 1
+}
+
 wait_step() {
   k=0
   while [ $k -lt 400 ]; do
@@ -131,6 +142,7 @@ fi
 pid=$!
 PIDS="$pid"
 wait_step D 30 || bad "the second long run did not start"
+wait_ckpt D || bad "the second long run saved no checkpoint"   # slow builds (sanitizers) take longer
 kill -TERM $pid
 kill -TERM $pid
 wait $pid
