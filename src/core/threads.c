@@ -37,7 +37,7 @@ void mega_set_threads(int n) {
     if (n <= 0) n = default_threads();
     omp_set_num_threads(n);
 #else
-    if (n <= 0) n = 1;
+    if (n <= 0) n = default_threads(); /* OMP_NUM_THREADS, else 1 (no OpenMP: our loops are serial) */
 #endif
 #ifdef MEGA_USE_BLAS
     while (atomic_flag_test_and_set_explicit(&g_blas_lock, memory_order_acquire)) {
