@@ -87,6 +87,14 @@ static inline int mega__thread_id(void) {
     return 0;
 #endif
 }
+/* the number of threads in the current OpenMP team (1 outside a region or without OpenMP) */
+static inline int mega__num_threads(void) {
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
 
 #define MEGA_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MEGA_MAX(a, b) ((a) > (b) ? (a) : (b))

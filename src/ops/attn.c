@@ -281,13 +281,19 @@ void mega_attn_cross_forward(const mega_attn_k *k, real *O, real *lse, const rea
     kc.causal = 0;
     const size_t per = mega_attn_cross_scratch(k, Tk);
     if (nthreads < 1) nthreads = 1;
-    /* a decoding step (Tq = 1) is small: no OpenMP region at all then (libgomp allocates a team
-     * even for a region that runs on one thread, and the step must not allocate) */
+    /* Small work (a decoding step of a few sentences) runs without an OpenMP region: libgomp
+     * allocates a team even for a region that runs on one thread, and the step must not
+     * allocate. Larger work takes one region with contiguous pieces per thread rather than a
+     * worksharing loop, because LLVM's libomp allocates in a loop's setup (__kmpc_for_static_init)
+     * and a beam-search step over many sentences lands here. */
     if (B > 1 && nthreads > 1 && (size_t)B * Tq * Tk * (k->Z + k->E) > MEGA_PAR_MIN) {
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-        for (int b = 0; b < B; b++) {
-            chunk_t c = get_cross(kpad, Tq, Tk, qoff, b);
-            unit_forward(&kc, &c, MEGA_ATTN_BR, O, lse, q, kk, v, scratch + per * (size_t)mega__thread_id());
+#pragma omp parallel num_threads(nthreads)
+        {
+            const int t = mega__thread_id(), nt = mega__num_threads();
+            for (int b = (int)((long)B * t / nt); b < (int)((long)B * (t + 1) / nt); b++) {
+                chunk_t c = get_cross(kpad, Tq, Tk, qoff, b);
+                unit_forward(&kc, &c, MEGA_ATTN_BR, O, lse, q, kk, v, scratch + per * (size_t)t);
+            }
         }
         return;
     }
