@@ -5,6 +5,8 @@
 #   make run        the main job: train a small byte-level Mega LM on the default corpus
 #   make bench      benchmarks against the PyTorch peer (see docs/performance.md)
 #   make asan       the test suite built with AddressSanitizer + UndefinedBehaviorSanitizer
+#   make check-valgrind  train/eval/generate/classify/translate runs under valgrind --leak-check=full
+#                   (build-vg, without -march=native: valgrind does not emulate AVX-512)
 #   make install    install the headers, libmega.a, libmega.so, mega.pc (pkg-config) and the mega
 #                   tool under PREFIX (default /usr/local; DESTDIR is honoured); make uninstall
 #
@@ -21,7 +23,7 @@ export BUILD
 ifeq ($(MEGA_INNER),)
 # ---------------------------------------------------------------------------------------------
 # outer level
-.PHONY: all test run bench asan clean deps lib f64 tests shared install uninstall
+.PHONY: all test run bench asan check-valgrind clean deps lib f64 tests shared install uninstall
 all: deps
 	@$(MAKE) --no-print-directory MEGA_INNER=1 all
 test: deps
@@ -34,6 +36,10 @@ bench:
 	@$(MAKE) --no-print-directory MEGA_INNER=1 bench
 asan: deps
 	@$(MAKE) --no-print-directory MEGA_INNER=1 SAN=1 BUILD=build-san NATIVE=0 test
+check-valgrind:
+	@sh scripts/deps.sh valgrind
+	@$(MAKE) --no-print-directory MEGA_INNER=1 BUILD=build-vg NATIVE=0 all
+	@sh tests/valgrind.sh build-vg
 lib tests f64 shared install: deps
 	@$(MAKE) --no-print-directory MEGA_INNER=1 $@
 uninstall:

@@ -1,9 +1,11 @@
 #!/bin/sh
 # Installs the Debian packages the build and the tests need, only when missing.
-# Usage: scripts/deps.sh [build|run|bench]
+# Usage: scripts/deps.sh [build|run|bench|test|valgrind]
 #   build (default): compiler toolchain, OpenBLAS, cJSON, zlib
 #   run:             build + the default corpus (dict-gcide)
 #   bench:           build + the PyTorch peer (python3-torch)
+#   test:            build + the FreeDict deu-eng dictionary (the translation data tests)
+#   valgrind:        build + valgrind (make check-valgrind)
 # Quiet when everything is present. Needs root (or sudo) only when something is missing.
 set -e
 what=${1:-build}
@@ -12,6 +14,7 @@ case "$what" in
   run) pkgs="$pkgs dict-gcide" ;;
   bench) pkgs="$pkgs python3-torch python3-numpy" ;;
   test) pkgs="$pkgs dict-freedict-deu-eng" ;;
+  valgrind) pkgs="$pkgs valgrind" ;;
   build) ;;
   *) echo "deps.sh: unknown target '$what' (build|run|bench|test)" >&2; exit 2 ;;
 esac
