@@ -8,7 +8,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int B = 1 + (int)(fz_byte(&in) % 8), T = (int)fz_byte(&in) % 130; /* T = 0 is invalid */
     const uint64_t seed = fz_byte(&in);
     const char *path = fz_write("text.txt", in.p, in.n);
-    mega_bytes text = {0, 0};
+    mega_bytes text = {0, 0, 0};
     mega_status st = mega_read_file(path, "--data", &text);
     if (st != MEGA_OK) {
         FZ_CHECK(in.n == 0 && st == MEGA_ERR_FORMAT && text.data == NULL);
@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FZ_CHECK(mega_fnv1a64(text.data, text.n) == mega_fnv1a64(in.p, in.n));
     /* the start of the file only (`mega eval --max-bytes`) */
     const uint64_t max = 1 + seed % 64;
-    mega_bytes head = {0, 0};
+    mega_bytes head = {0, 0, 0};
     FZ_CHECK(mega_read_file_max(path, "--data", max, &head) == MEGA_OK);
     FZ_CHECK(head.n == (in.n < max ? in.n : max) && !memcmp(head.data, in.p, head.n) && head.data[head.n] == 0);
     mega_bytes_free(&head);

@@ -62,10 +62,12 @@ extern "C" {
  * files, fingerprints, data order, language-model windows */
 
 /* A whole file: n bytes, followed by a NUL byte that n does not count (so text files can be
- * used as C strings). Owned by the caller: mega_bytes_free. */
+ * used as C strings). Owned by the caller: mega_bytes_free. The bytes are writable either way
+ * (a mapped file is mapped copy-on-write: writing changes this copy, never the file). */
 typedef struct {
     uint8_t *data;
     size_t n;
+    size_t mapped; /* bytes of the mapping when data maps the file (mega_bytes_free unmaps it), 0 on the heap */
 } mega_bytes;
 
 /* Read the file at path into *out. `what` names the file in messages ("--data" gives
@@ -77,7 +79,14 @@ mega_status mega_read_file(const char *path, const char *what, mega_bytes *out);
  * start of a large file without the rest. Only regular files are opened (a FIFO, a device or a
  * directory fails at once with MEGA_ERR_IO: "--data file '/dev/zero' is not a regular file (a
  * character device)"), and what is read must fit the memory available (mega_memory_available;
- * MEGA_ERR_IO naming the size otherwise); mega_read_file applies the same rules. */
+ * MEGA_ERR_IO naming the size otherwise); mega_read_file applies the same rules.
+ * A whole file of MEGA_MAP_MIN bytes or more is mapped (mmap, private copy-on-write) rather than
+ * copied onto the heap: its pages are the kernel's page cache, read on first touch, shared with
+ * other readers and dropped under memory pressure instead of swapped. The price of a mapping: if
+ * another process truncates the file while it is mapped, touching the lost pages raises SIGBUS,
+ * so a data file must not be shortened under a running job (appending is harmless). Where mmap
+ * fails the file is read as before. */
+#define MEGA_MAP_MIN ((size_t)1 << 16)
 mega_status mega_read_file_max(const char *path, const char *what, uint64_t max, mega_bytes *out);
 void mega_bytes_free(mega_bytes *b);
 

@@ -928,6 +928,30 @@ static void test_text_helpers(void) {
     write_file(tpath("big.bin"), bb, big);
     r = mega_read_file(tpath("big.bin"), "--data", &b);
     TL_CHECK(r == MEGA_OK && b.n == big && !memcmp(b.data, bb, big) && b.data[big] == 0, "mega_read_file: 200000 bytes");
+    /* a file of MEGA_MAP_MIN bytes or more is mapped, copy-on-write: writing changes the copy only */
+    TL_CHECK(r == MEGA_OK && b.mapped >= big + 1, "mega_read_file maps a 200000-byte file (mapped %zu)", b.mapped);
+    const uint8_t first = (uint8_t)bb[0], flipped = (uint8_t)(first ^ 0xffu);
+    if (r == MEGA_OK) b.data[0] = flipped;
+    mega_bytes c = {0};
+    r = mega_read_file(tpath("big.bin"), "--data", &c);
+    TL_CHECK(r == MEGA_OK && c.n == big && c.data[0] == first && b.data[0] == flipped,
+             "a write into a mapped file's bytes does not reach the file");
+    mega_bytes_free(&b), mega_bytes_free(&c);
+    TL_CHECK(b.data == NULL && b.n == 0 && b.mapped == 0, "mega_bytes_free unmaps and empties it");
+    /* a file of exactly whole pages still ends with a NUL (the page after it is anonymous) */
+    write_file(tpath("pages.bin"), bb, (size_t)1 << 17);
+    r = mega_read_file(tpath("pages.bin"), "--data", &b);
+    TL_CHECK(r == MEGA_OK && b.n == (size_t)1 << 17 && b.mapped > b.n && b.data[b.n] == 0 && !memcmp(b.data, bb, b.n),
+             "a mapped file of 131072 bytes: its bytes, then a NUL");
+    mega_bytes_free(&b);
+    /* a prefix (--max-bytes) is read onto the heap, NUL-terminated; so is a small file */
+    r = mega_read_file_max(tpath("big.bin"), "--data", 100000, &b);
+    TL_CHECK(r == MEGA_OK && b.n == 100000 && b.mapped == 0 && b.data[b.n] == 0 && !memcmp(b.data, bb, b.n),
+             "mega_read_file_max 100000 of a 200000-byte file: read, not mapped");
+    mega_bytes_free(&b);
+    write_file(tpath("small.bin"), bb, 1000);
+    r = mega_read_file(tpath("small.bin"), "--data", &b);
+    TL_CHECK(r == MEGA_OK && b.n == 1000 && b.mapped == 0 && b.data[b.n] == 0, "a 1000-byte file is read, not mapped");
     mega_bytes_free(&b);
     free(bb);
 }

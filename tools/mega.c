@@ -2,8 +2,10 @@
 #include "common.h"
 /* the git commit of the build (Makefile: $(BUILD)/gen/commit.h), "unknown" outside a checkout */
 #include "commit.h"
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *f) {
     fprintf(f, "usage: mega <command> [options]     ('mega <command> --help' lists every flag and default)\n\n"
@@ -23,7 +25,24 @@ static void usage(FILE *f) {
                "  help       this text\n");
 }
 
+/* Large data files are mapped (mega_read_file_max), and touching a page that another process cut
+ * off the file raises SIGBUS: turn that into the tool's usual one-line error and exit code 2
+ * instead of a core dump. Only async-signal-safe calls here. */
+static void on_sigbus(int sig) {
+    static const char msg[] = "mega: error: an input file was truncated or became unreadable while in use "
+                              "(SIGBUS on its mapped pages)\n";
+    (void)sig;
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    _exit(2);
+}
+
 int main(int argc, char **argv) {
+    struct sigaction sb;
+    memset(&sb, 0, sizeof sb);
+    sb.sa_handler = on_sigbus;
+    sigemptyset(&sb.sa_mask);
+    sigaction(SIGBUS, &sb, NULL);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -78,7 +78,7 @@ static int read_log(const char *path, plot_log *g) {
         cJSON_Delete(j);
         pos = e + 1;
     }
-    free(b.data);
+    mega_bytes_free(&b);
     if (g->bad) fprintf(stderr, "mega: warning: %d malformed line(s) in %s were skipped\n", g->bad, path);
     if (g->skipped)
         fprintf(stderr, "mega: warning: %d point(s) of %s with a non-finite value or one beyond %g were not drawn\n",

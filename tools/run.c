@@ -343,7 +343,7 @@ int cmd_eval(int argc, char **argv) {
             printf("%-10ld %-12.4f %-12lld\n", L, loss / M_LN2, (long long)cnt);
             fflush(stdout);
         }
-        free(txt.data);
+        mega_bytes_free(&txt);
         mega_lm_free(m);
         return rc ? 2 : 0;
     }
@@ -359,7 +359,7 @@ int cmd_eval(int argc, char **argv) {
         printf("loss %.6f nats/byte | bits per byte %.6f | %lld bytes scored | %.1f s (%.0f tok/s)\n", loss, loss / M_LN2,
                (long long)cnt, dt, (double)cnt / (dt > 0 ? dt : 1e-9));
     }
-    free(txt.data);
+    mega_bytes_free(&txt);
     mega_lm_free(m);
     return rc ? 2 : 0;
 }

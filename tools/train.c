@@ -225,7 +225,7 @@ static FILE *open_log(const train_args *a, int64_t keep_upto) {
     FILE *f = NULL;
     if (a->resume && file_exists(p)) {
         /* drop entries written after the checkpoint we resume from, so the curve stays one line */
-        mega_bytes b = {NULL, 0};
+        mega_bytes b = {NULL, 0, 0};
         struct stat sb;
         if (stat(p, &sb) == 0 && sb.st_size == 0) {
             /* an empty log: nothing to drop */
@@ -243,7 +243,7 @@ static FILE *open_log(const train_args *a, int64_t keep_upto) {
                 o = e + 1;
             }
             mega_status st = keep < b.n ? mega_write_file_atomic(p, b.data, keep) : MEGA_OK;
-            free(b.data);
+            mega_bytes_free(&b);
             if (st) return cli_error("%s", mega_last_error()), NULL;
         }
         f = fopen(p, "a");

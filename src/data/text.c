@@ -6,6 +6,7 @@
 #include "core/rng.h"
 
 #include <errno.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -109,8 +110,37 @@ mega_status mega__data_read_all(const char *path, const char *what, uint8_t **bu
     return data_read_max(path, what, 0, buf, n);
 }
 
+/* Map the whole regular file fd of `size` bytes, with a NUL after it: an anonymous zeroed region
+ * of size + 1 bytes rounded up to pages is reserved first and the file mapped over its start
+ * (MAP_FIXED), so the byte after the file is either the zero fill of the file's last page (POSIX:
+ * the rest of a partial page reads as zeros) or the first byte of the anonymous page after it.
+ * Private and writable: writes are copy-on-write. 0 when mapped, -1 (nothing mapped) otherwise. */
+static int data_map(int fd, uint64_t size, mega_bytes *out) {
+    const long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || size >= (uint64_t)SIZE_MAX / 2) return -1;
+    const size_t total = (size_t)((size + 1 + (uint64_t)pg - 1) / (uint64_t)pg * (uint64_t)pg);
+    void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return -1;
+    void *f = mmap(base, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    if (f == MAP_FAILED) {
+        munmap(base, total);
+        return -1;
+    }
+    out->data = base, out->n = (size_t)size, out->mapped = total;
+    return 0;
+}
+
 mega_status mega_read_file_max(const char *path, const char *what, uint64_t max, mega_bytes *out) {
-    out->data = NULL, out->n = 0;
+    out->data = NULL, out->n = 0, out->mapped = 0;
+    {
+        /* the whole of a large file: mapped (see mega_data.h); small files and prefixes are read */
+        int fd;
+        uint64_t size = 0;
+        MEGA_TRY(data_open_fd(path, what, max, &fd, &size));
+        const int mapped = (max == 0 || max >= size) && size >= MEGA_MAP_MIN && data_map(fd, size, out) == 0;
+        close(fd);
+        if (mapped) return MEGA_OK;
+    }
     MEGA_TRY(data_read_max(path, what, max, &out->data, &out->n));
     if (out->n == 0) {
         mega_bytes_free(out);
@@ -125,8 +155,11 @@ mega_status mega_read_file(const char *path, const char *what, mega_bytes *out) 
 
 void mega_bytes_free(mega_bytes *b) {
     if (!b) return;
-    free(b->data);
-    b->data = NULL, b->n = 0;
+    if (b->mapped)
+        munmap(b->data, b->mapped);
+    else
+        free(b->data);
+    b->data = NULL, b->n = 0, b->mapped = 0;
 }
 
 uint64_t mega_fnv1a64(const void *p, size_t n) {

@@ -276,4 +276,16 @@ status $? "plot of values below the axis resolution ends"
 status $? "a classifier's curves are accuracy"
 "$M" plot s2s >/dev/null 2>&1 && grep -q ": token accuracy" s2s/curves.svg
 status $? "a translation run's curves are token accuracy"
+# a mapped data file cut short while eval reads it: the SIGBUS becomes the one-line error, exit 2
+# (4 MB takes ~20 s to score with this model on one core; the file is emptied after 1 s)
+awk 'BEGIN { for (i = 0; i < 52000; i++) print "the quick brown fox jumps over the lazy dog again and again" }' >cut.txt
+( "$M" eval --model lm --data cut.txt --quiet --threads 1 >cut.out 2>cut.err; echo $? >cut.rc ) &
+sleep 1
+: >cut.txt
+wait
+if [ "$(cat cut.rc)" = 2 ] && [ "$(wc -l <cut.err)" -eq 1 ] && grep -q "^mega: error: an input file was truncated" cut.err; then
+  ok "a data file truncated under eval: one error line, exit 2"
+else
+  bad "a data file truncated under eval: exit $(cat cut.rc), $(head -c 300 cut.err) $(head -c 200 cut.out)"
+fi
 finish
