@@ -1,0 +1,558 @@
+"""mega: Mega sequence models from Python, over the C library libmega (ctypes; numpy in and out).
+
+    import mega
+    lm = mega.load("runs/gcide")                       # a run directory or a model .safetensors
+    lm.generate(b"The ", 200, temperature=0.8, top_p=0.95, seed=1)   # bytes, as `mega generate`
+    lm.logits(np.array([[84, 104, 101]]))              # float32 [B, T, V]
+
+See docs/python.md. The library is found through MEGA_LIB, else build/libmega.so of this source
+tree, else the installed libmega.so.0. Failures raise MegaError with the library's message.
+"""
+import ctypes
+import json
+import math
+import os
+from ctypes import byref, c_double, c_int32, c_int64, c_size_t, c_uint, c_void_p
+
+import numpy as np
+
+from . import _lib
+from ._lib import MegaError, lib
+
+__all__ = ["MegaError", "load", "create_lm", "LM", "Classifier", "AdamW", "set_threads", "get_threads",
+           "build_info", "LIB_PATH"]
+__version__ = "0.1.0"
+LIB_PATH = _lib.LIB_PATH
+_I32P = ctypes.POINTER(c_int32)
+_F32P = ctypes.POINTER(ctypes.c_float)
+
+
+def set_threads(n):
+    """threads of the library's parallel regions started from this thread (0 = all cores)"""
+    lib.mega_set_threads(int(n))
+
+
+def get_threads():
+    return lib.mega_get_threads()
+
+
+def build_info():
+    return lib.mega_build_info().decode()
+
+
+def _path(p):
+    return os.fsencode(os.fspath(p))
+
+
+def _model_file(path):
+    """the .safetensors a path names (the file, or model.safetensors of a run directory)"""
+    buf = ctypes.create_string_buffer(4096)
+    _lib.check(lib.mega_model_file(_path(path), buf, len(buf)))
+    return buf.value
+
+
+def _metadata(file, keys):
+    """__metadata__ values of a safetensors file (None when absent)"""
+    f = c_void_p()
+    _lib.check(lib.mega_st_open(file, byref(f)))
+    try:
+        out = {}
+        for k in keys:
+            v = lib.mega_st_meta(f, k.encode())
+            out[k] = v.decode() if v is not None else None
+        return out
+    finally:
+        lib.mega_st_close(f)
+
+
+def _kind(cfg):
+    """the model kind of a config JSON, by the rule of the tool (tools/run.c model_kind)"""
+    cfg = cfg or ""
+    if '"mega_s2s"' in cfg or ("encoder_layers" in cfg and "decoder_layers" in cfg):
+        return "mega_s2s"
+    if '"mega_cls"' in cfg or "encoder_layers" in cfg:
+        return "mega_cls"
+    return "mega_lm"
+
+
+def load(path, training=False):
+    """Load a model: a run directory of `mega train` or a model .safetensors file.
+
+    Returns an LM (causal language model) or a Classifier, from the kind stored in the file.
+    training=False loads without gradient buffers (half the memory; forward, logits, generate,
+    predict); training=True allows backward / train_step. Encoder-decoder (translation) models
+    raise NotImplementedError."""
+    file = _model_file(path)
+    meta = _metadata(file, ["config", "vocab", "classes", "data-format"])
+    kind = _kind(meta["config"])
+    if kind == "mega_s2s":
+        raise NotImplementedError(f"{os.fsdecode(file)}: encoder-decoder (translation) models are not supported by "
+                                  "the Python binding; use `mega translate`")
+    opts = _lib.LoadOpts(0 if training else 1, 0)
+    h = c_void_p()
+    if kind == "mega_cls":
+        _lib.check(lib.mega_cls_load_ex(file, byref(opts), byref(h)))
+        return Classifier(h, training, meta)
+    _lib.check(lib.mega_lm_load_ex(file, byref(opts), byref(h)))
+    return LM(h, training)
+
+
+def create_lm(config=None, seed=0, **fields):
+    """A new language model with the official initialisation (seed), for training.
+
+    config: a dict (or JSON text) of the checkpoint config's fields; keyword arguments add to it
+    with '_' for '-' (create_lm(layers=2, embed_dim=32, chunk_size=16)). Fields left out take
+    the defaults of `mega train`."""
+    cfg = json.loads(config) if isinstance(config, str) else dict(config or {})
+    cfg.update({k.replace("_", "-"): v for k, v in fields.items()})
+    # the library's JSON reader skips keys it does not know (checkpoints of other versions); a
+    # new model's config is the user's typing, so an unknown name is refused here
+    known = {n for n, _ in _lib._fields(lib.mega_lm_config_fields, 0) + _lib._fields(lib.mega_block_config_fields, 0)}
+    unknown = sorted(set(cfg) - known - {"model"})
+    if unknown:
+        raise MegaError(f"unknown config field {unknown[0]!r} (the fields are those of `mega train --help`: "
+                        f"{', '.join(sorted(known))})", -1, "invalid argument")
+    c = _lib.LMConfig()
+    _lib.check(lib.mega_lm_config_from_json(json.dumps(cfg).encode(), byref(c)))
+    opts = _lib.LoadOpts(0, 1)  # gradients; the weights are drawn next with the seed
+    h = c_void_p()
+    _lib.check(lib.mega_lm_create_ex(byref(c), byref(opts), byref(h)))
+    lib.mega_lm_init_params(h, int(seed) & (2**64 - 1))
+    return LM(h, True)
+
+
+def _ptr(a, typ):
+    return a.ctypes.data_as(typ) if a is not None else None
+
+
+def _mix64(x):
+    """splitmix64's finaliser (as the tool's mix64): dropout keys from (seed, step)"""
+    M = 2**64 - 1
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & M
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & M
+    return x ^ (x >> 31)
+
+
+class _Model:
+    """What every model kind shares: the C handle, its parameter set, training steps."""
+    _free = None
+
+    def __init__(self, handle, training):
+        self._h = handle
+        self.training = bool(training)
+        self._ps = None
+        self._steps = 0  # train_step calls: the dropout key of each
+        self.dropout_seed = 0
+
+    # ---- lifetime
+    def close(self):
+        """free the C model (also done when the object is collected); idempotent"""
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            type(self)._free(h)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down the module
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _handle(self):
+        if not self._h:
+            raise MegaError("the model is closed", -1, "invalid argument")
+        return self._h
+
+    def _paramset(self):
+        return self._paramset_fn(self._handle())
+
+    # ---- parameters
+    @property
+    def num_params(self):
+        """trainable parameters"""
+        return lib.mega_ps_trainable(self._paramset())
+
+    def parameters(self):
+        """{official name: float32 array} (copies of the weights, non-trainable buffers included)"""
+        ps = self._paramset()
+        data = lib.mega_ps_data(ps)
+        out = {}
+        off, n, fl = c_size_t(), c_size_t(), c_uint()
+        for i in range(lib.mega_ps_count(ps)):
+            name = lib.mega_ps_info(ps, i, byref(off), byref(n), byref(fl)).decode()
+            out[name] = np.ctypeslib.as_array(data, shape=(off.value + n.value,))[off.value:].copy()
+        return out
+
+    # ---- training
+    def _need_grads(self):
+        if not self.training:
+            raise MegaError("this model was loaded for inference (no gradients); use mega.load(path, training=True)",
+                            -1, "invalid argument")
+
+    def zero_grad(self):
+        self._need_grads()
+        lib.mega_ps_zero_grad(self._paramset())
+
+    def grad_norm(self):
+        """global L2 norm of the trainable gradients"""
+        self._need_grads()
+        return lib.mega_ps_grad_norm(self._paramset())
+
+    def clip_grad_norm(self, max_norm):
+        """scale the gradients to a global norm of at most max_norm (as `mega train --clip`);
+        returns the norm before clipping"""
+        gn = self.grad_norm()
+        if max_norm > 0 and gn > max_norm:
+            lib.mega_ps_scale_grad(self._paramset(), max_norm / (gn + 1e-12))
+        return gn
+
+    def backward(self, scale=1.0):
+        """gradients of scale x the last forward's mean loss, accumulated (zero_grad first)"""
+        self._need_grads()
+        _lib.check(self._backward_fn(self._handle(), float(scale)))
+
+    def train_step(self, inputs, targets, optimizer, lr, clip=1.0, **kw):
+        """One step of `mega train`: zero the gradients, forward with dropout on, backward, clip
+        the global gradient norm (0 = off), AdamW update. Returns the loss before the update."""
+        self.zero_grad()
+        key = _mix64((self.dropout_seed * 0x9E3779B97F4A7C15 + self._steps + 0x1234567) & (2**64 - 1))
+        loss = self.forward(inputs, targets, train=True, key=key, **kw)
+        if not math.isfinite(loss):
+            raise MegaError(f"the loss is not finite ({loss}); lower the learning rate", -8, "non-finite values")
+        self.backward()
+        self.clip_grad_norm(clip)
+        optimizer.step(lr)
+        self._steps += 1
+        return loss
+
+    def config_json(self):
+        return json.loads(_lib.take_string(self._to_json(self._cfg_ptr())))
+
+    @property
+    def config(self):
+        """the model's config as a dict (the checkpoint's config JSON)"""
+        return self.config_json()
+
+    def _cfg_ptr(self):
+        return self._get_config(self._handle())
+
+
+def _tokens2d(tokens, V, what="tokens"):
+    """int32 C-contiguous [B, T] from an integer array, checked against the vocabulary [0, V)"""
+    a = np.asarray(tokens)
+    if a.dtype.kind not in "iu":
+        raise MegaError(f"{what} must be integers, got dtype {a.dtype}", -4, "shape mismatch")
+    if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
+        raise MegaError(f"{what} must be a non-empty [B, T] array, got shape {a.shape}", -4, "shape mismatch")
+    if a.size and (a.min() < 0 or a.max() >= V):
+        bad = np.argwhere((a < 0) | (a >= V))[0]
+        raise MegaError(f"{what}: token {a[tuple(bad)]} at {list(bad)} is outside the vocabulary [0, {V})", -1,
+                        "invalid argument")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+class LM(_Model):
+    """A causal language model (mega_lm). Made by mega.load or mega.create_lm."""
+    _free = lib.mega_lm_free
+    _paramset_fn = lib.mega_lm_paramset
+    _backward_fn = lib.mega_lm_backward
+    _to_json = lib.mega_lm_config_to_json
+    _get_config = lib.mega_lm_get_config
+    kind = "mega_lm"
+
+    @property
+    def vocab_size(self):
+        return self._cfg_ptr().contents.vocab_size
+
+    @property
+    def padding_idx(self):
+        return self._cfg_ptr().contents.padding_idx
+
+    def forward(self, tokens, targets=None, train=False, key=0):
+        """Full forward over tokens [B, T]. With targets [B, T] (negative entries ignored) returns
+        the mean cross-entropy (nats) and keeps what backward needs; else None. train: dropout on
+        (with dropout key `key`). The logits are then available from last_logits()."""
+        V = self.vocab_size
+        tok = _tokens2d(tokens, V)
+        tgt = None
+        if targets is not None:
+            t = np.asarray(targets)
+            if t.shape != tok.shape or t.dtype.kind not in "iu":
+                raise MegaError(f"targets must be an integer array of the tokens' shape {tok.shape}, got "
+                                f"{t.dtype} {t.shape}", -4, "shape mismatch")
+            if t.size and t.max() >= V:
+                raise MegaError(f"targets: {t.max()} is outside the vocabulary [0, {V})", -1, "invalid argument")
+            tgt = np.ascontiguousarray(t, dtype=np.int32)
+        B, T = tok.shape
+        run = _lib.Run(1 if train else 0, int(key) & (2**64 - 1))
+        loss, cnt = c_double(), c_int64()
+        _lib.check(lib.mega_lm_forward(self._handle(), _ptr(tok, _I32P), _ptr(tgt, _I32P), B, T, byref(run),
+                                       byref(loss), byref(cnt)))
+        self._last = (B, T)
+        return loss.value if tgt is not None else None
+
+    def last_logits(self):
+        """float32 [B, T, V] copy of the last forward's logits"""
+        B, T = self._last
+        p = lib.mega_lm_logits(self._handle())
+        return np.ctypeslib.as_array(p, shape=(B, T, self.vocab_size)).copy()
+
+    def logits(self, tokens):
+        """float32 [B, T, V]: the next-token logits at every position of tokens [B, T] (evaluation
+        mode: no dropout). A 1-D sequence gives [T, V]."""
+        a = np.asarray(tokens)
+        one = a.ndim == 1
+        self.forward(a[None] if one else a)
+        out = self.last_logits()
+        return out[0] if one else out
+
+    def loss(self, tokens, targets):
+        """mean cross-entropy (nats) of targets given tokens, evaluation mode"""
+        return self.forward(tokens, targets)
+
+    def generate(self, prompt, tokens, temperature=1.0, top_p=1.0, top_k=0, seed=0):
+        """Continue prompt (bytes, non-empty) by `tokens` sampled tokens, as `mega generate --quiet`
+        does with the same settings (the same bytes): the prompt is streamed in chunk-sized
+        blocks, then each token is drawn by the library's sampler (temperature 0 = greedy; top_k 0
+        = all; top_p in (0, 1], 1 = off; the padding token is never drawn) and fed back.
+        Returns the generated bytes (without the prompt)."""
+        if isinstance(prompt, str):
+            prompt = prompt.encode()
+        prompt = bytes(prompt)
+        if not prompt:
+            raise MegaError("the prompt must not be empty (Mega has no start token; use e.g. b'\\n')", -1,
+                            "invalid argument")
+        tokens = int(tokens)
+        if tokens < 0:
+            raise MegaError(f"tokens must be >= 0, got {tokens}", -1, "invalid argument")
+        if not (0 < top_p <= 1):
+            raise MegaError(f"top_p must be in (0, 1], got {top_p} (1 = off; greedy is temperature 0)", -1,
+                            "invalid argument")
+        c = self._cfg_ptr().contents
+        V, pad = c.vocab_size, c.padding_idx
+        if V < 256:
+            raise MegaError(f"generate works on bytes; this model's vocabulary has {V} tokens", -7, "unsupported")
+        h = self._handle()
+        stream, smp = c_void_p(), c_void_p()
+        try:
+            _lib.check(lib.mega_lm_stream_new(h, 1, len(prompt) + tokens + 1, byref(stream)))
+            sp = _lib.SampleParams(float(temperature), int(top_k), float(top_p), int(seed) & (2**64 - 1))
+            _lib.check(lib.mega_sampler_new(V, byref(sp), byref(smp)))
+            blk = c.block.chunk_size if c.block.chunk_size > 0 else 256  # the CLI's prompt blocks
+            pt = np.frombuffer(prompt, dtype=np.uint8).astype(np.int32)
+            lg = np.empty((blk, V), dtype=np.float32)
+            for p in range(0, len(pt), blk):
+                piece = np.ascontiguousarray(pt[p:p + blk])
+                _lib.check(lib.mega_lm_stream_feed(stream, _ptr(piece, _I32P), len(piece), _ptr(lg, _F32P)))
+                last = lg[len(piece) - 1].copy()
+            out = bytearray()
+            tok = np.zeros(1, dtype=np.int32)
+            for i in range(tokens):
+                b = _lib.check(lib.mega_sampler_next(smp, _ptr(last, _F32P), pad))
+                out.append(b & 0xFF)  # byte models: ids 0..255 are the bytes (the pad is excluded)
+                if i + 1 < tokens:
+                    tok[0] = b
+                    _lib.check(lib.mega_lm_stream_feed(stream, _ptr(tok, _I32P), 1, _ptr(last, _F32P)))
+            return bytes(out)
+        finally:
+            lib.mega_sampler_free(smp)
+            lib.mega_lm_stream_free(stream)
+
+    def save(self, path):
+        """write the model (model.safetensors with its config) atomically; a directory gets
+        model.safetensors inside it. `mega eval/generate/info` read it."""
+        if os.path.isdir(path):
+            path = os.path.join(path, "model.safetensors")
+        _lib.check(lib.mega_lm_save(self._handle(), _path(path)))
+
+
+class Classifier(_Model):
+    """A sequence classifier (mega_cls, the LRA model). Made by mega.load.
+
+    Inputs are either a list of texts (str or bytes; encoded with the vocabulary stored in the
+    checkpoint: ListOps tokens or bytes) or an integer array [B, T] of token ids with optional
+    lengths [B] (positions past a row's length are padding). Two-tower (pairs) models take the
+    second documents as inputs2."""
+    _free = lib.mega_cls_free
+    _paramset_fn = lib.mega_cls_paramset
+    _backward_fn = lib.mega_cls_backward
+    _to_json = lib.mega_cls_config_to_json
+    _get_config = lib.mega_cls_get_config
+    kind = "mega_cls"
+
+    def __init__(self, handle, training, meta):
+        super().__init__(handle, training)
+        self._meta = {k: v for k, v in meta.items() if k != "config" and v is not None}
+        c = self._cfg_ptr().contents
+        try:
+            names = json.loads(meta["classes"]) if meta.get("classes") else None
+            self.vocab = json.loads(meta["vocab"]) if meta.get("vocab") else None
+        except ValueError as e:
+            raise MegaError(f"unreadable classes/vocabulary in the metadata: {e}", -3, "malformed file") from e
+        # without stored names (not written by `mega train --task classify`) the classes are their ids
+        self.classes = [str(x) for x in names] if names else [str(i) for i in range(c.classes)]
+        self.classes += [str(i) for i in range(len(self.classes), c.classes)]  # unnamed extra outputs
+
+    @property
+    def num_classes(self):
+        return self._cfg_ptr().contents.classes
+
+    def encode(self, text):
+        """token ids of one input text with the checkpoint's vocabulary (as the data loaders)"""
+        v = self.vocab or {"kind": "bytes"}
+        if isinstance(text, str):
+            text = text.encode()
+        if v.get("kind") == "listops":
+            ids = {t: i for i, t in enumerate(v["tokens"])}
+            keep = v.get("keep_parens", False)
+            out = []
+            for w in text.split():  # bytes.split(): C isspace, as the loader
+                i = ids.get(w.decode(errors="replace"), v.get("unk", 1))
+                if not keep and w in (b"(", b")"):
+                    continue
+                out.append(i)
+            return out
+        return list(text)  # bytes and pixels: the values are the ids
+
+    def _batch(self, inputs, lengths):
+        """(ids [B, T] int32, lengths [B] int32) from texts or an id array"""
+        c = self._cfg_ptr().contents
+        if isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], (str, bytes, bytearray)):
+            seqs = [self.encode(t) for t in inputs]
+            if any(len(s) == 0 for s in seqs):
+                raise MegaError("an input has no tokens", -1, "invalid argument")
+            L = max(len(s) for s in seqs)
+            pad = c.padding_idx if c.embedding == 0 else 0
+            a = np.full((len(seqs), L), pad, dtype=np.int32)
+            for i, s in enumerate(seqs):
+                a[i, :len(s)] = s
+            lens = np.array([len(s) for s in seqs], dtype=np.int32)
+        else:
+            V = c.vocab_size if c.embedding == 0 else 256
+            a = _tokens2d(inputs, V, "inputs")
+            lens = np.full(a.shape[0], a.shape[1], dtype=np.int32) if lengths is None else np.asarray(lengths)
+            if lens.shape != (a.shape[0],) or lens.dtype.kind not in "iu" or lens.min() < 1 or lens.max() > a.shape[1]:
+                raise MegaError(f"lengths must be [B] = [{a.shape[0]}] integers in [1, {a.shape[1]}]", -4,
+                                "shape mismatch")
+            lens = np.ascontiguousarray(lens, dtype=np.int32)
+        return a, lens
+
+    def _input(self, a, lens, keep):
+        c = self._cfg_ptr().contents
+        if c.embedding == 1:  # real-valued inputs (pixels): (x/255 - mean)/std, padding 0
+            v = self.vocab or {}
+            mean, std = v.get("mean", 0.5) or 0.5, v.get("std", 0.5) or 0.5
+            vals = ((a / 255.0 - mean) / std).astype(np.float32)
+            vals[np.arange(a.shape[1])[None, :] >= lens[:, None]] = 0
+            keep.append(vals)
+            return _lib.ClsInput(None, _ptr(vals, _F32P), _ptr(lens, _I32P), a.shape[1])
+        return _lib.ClsInput(_ptr(a, _I32P), None, _ptr(lens, _I32P), a.shape[1])
+
+    def forward(self, inputs, targets=None, train=False, key=0, lengths=None, inputs2=None, lengths2=None):
+        """Forward over one batch. With targets [B] (class ids) returns the mean cross-entropy
+        and keeps what backward needs; else None. last_logits() gives [B, C]."""
+        c = self._cfg_ptr().contents
+        a, lens = self._batch(inputs, lengths)
+        keep = [a, lens]
+        in1 = self._input(a, lens, keep)
+        in2 = None
+        if c.two_tower:
+            if inputs2 is None:
+                raise MegaError("this is a two-tower (pairs) model: give the second inputs as inputs2", -1,
+                                "invalid argument")
+            a2, l2 = self._batch(inputs2, lengths2)
+            if a2.shape[0] != a.shape[0]:
+                raise MegaError("inputs and inputs2 have different batch sizes", -4, "shape mismatch")
+            keep += [a2, l2]
+            in2 = self._input(a2, l2, keep)
+        B = a.shape[0]
+        tgt = None
+        if targets is not None:
+            t = np.asarray(targets)
+            if t.shape != (B,) or t.dtype.kind not in "iu" or t.min() < 0 or t.max() >= c.classes:
+                raise MegaError(f"targets must be [B] = [{B}] class ids in [0, {c.classes})", -4, "shape mismatch")
+            tgt = np.ascontiguousarray(t, dtype=np.int32)
+        run = _lib.Run(1 if train else 0, int(key) & (2**64 - 1))
+        loss, correct = c_double(), c_int64()
+        _lib.check(lib.mega_cls_forward(self._handle(), byref(in1), byref(in2) if in2 is not None else None, B,
+                                        _ptr(tgt, _I32P), byref(run), byref(loss), byref(correct)))
+        self._last = B
+        return loss.value if tgt is not None else None
+
+    def last_logits(self):
+        p = lib.mega_cls_logits(self._handle())
+        return np.ctypeslib.as_array(p, shape=(self._last, self.num_classes)).copy()
+
+    def logits(self, inputs, lengths=None, inputs2=None, lengths2=None, batch=32):
+        """float32 [N, C] class logits, evaluation mode, in batches of `batch` inputs (each padded
+        to its longest, as `mega predict`)"""
+        if isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], (str, bytes, bytearray)):
+            n = len(inputs)
+            parts = [(inputs[i:i + batch], None, inputs2[i:i + batch] if inputs2 is not None else None, None)
+                     for i in range(0, n, batch)]
+        else:
+            a = np.asarray(inputs)
+            n = a.shape[0] if a.ndim else 0
+            sl = lambda x, i: None if x is None else np.asarray(x)[i:i + batch]  # noqa: E731
+            parts = [(a[i:i + batch], sl(lengths, i), sl(inputs2, i), sl(lengths2, i)) for i in range(0, n, batch)]
+        if not parts:
+            raise MegaError("no inputs", -1, "invalid argument")
+        out = []
+        for x, lx, x2, l2 in parts:
+            self.forward(x, lengths=lx, inputs2=x2, lengths2=l2)
+            out.append(self.last_logits())
+        return np.concatenate(out)
+
+    def predict(self, inputs, **kw):
+        """int array [N]: the class id of each input (the first largest logit)"""
+        return np.argmax(self.logits(inputs, **kw), axis=1)
+
+    def predict_labels(self, inputs, **kw):
+        """the class names of predict(), as `mega predict` prints them"""
+        return [self.classes[i] for i in self.predict(inputs, **kw)]
+
+    def save(self, path):
+        """write the model with its vocabulary/classes metadata (so `mega predict` reads it)"""
+        if os.path.isdir(path):
+            path = os.path.join(path, "model.safetensors")
+        kv = []
+        for k, v in self._meta.items():
+            kv += [k.encode(), v.encode()]
+        arr = (ctypes.c_char_p * (len(kv) + 1))(*kv, None)
+        _lib.check(lib.mega_cls_save_ex(self._handle(), _path(path), arr))
+
+
+class AdamW:
+    """AdamW over a model's parameters (the library's mega_adamw; decoupled weight decay on the
+    matrices and embeddings, or on everything with decay_all). Defaults: those of `mega train`."""
+
+    def __init__(self, model, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01, decay_all=False):
+        model._need_grads()
+        self.model = model  # kept alive: the step reads its parameter set
+        self.hp = _lib.AdamWHP(float(betas[0]), float(betas[1]), float(eps), float(weight_decay), int(bool(decay_all)))
+        self._h = None
+        h = c_void_p()
+        _lib.check(lib.mega_adamw_new(lib.mega_ps_total(model._paramset()), byref(h)))
+        self._h = h
+
+    def step(self, lr):
+        """one update from the accumulated gradients with learning rate lr"""
+        if not self._h:
+            raise MegaError("the optimizer is closed", -1, "invalid argument")
+        lib.mega_adamw_step(self._h, self.model._paramset(), byref(self.hp), float(lr))
+
+    def close(self):
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            _lib.lib.mega_adamw_free(h)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down the module
+            pass
