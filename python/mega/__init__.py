@@ -20,7 +20,7 @@ from . import _lib
 from ._lib import MegaError, lib
 
 __all__ = ["MegaError", "load", "create_lm", "LM", "Classifier", "AdamW", "set_threads", "get_threads",
-           "build_info", "LIB_PATH"]
+           "build_info", "data_rng_seed", "text_windows", "lr_schedule", "LIB_PATH"]
 __version__ = "0.1.0"
 LIB_PATH = _lib.LIB_PATH
 _I32P = ctypes.POINTER(c_int32)
@@ -118,7 +118,43 @@ def create_lm(config=None, seed=0, **fields):
     h = c_void_p()
     _lib.check(lib.mega_lm_create_ex(byref(c), byref(opts), byref(h)))
     lib.mega_lm_init_params(h, int(seed) & (2**64 - 1))
-    return LM(h, True)
+    m = LM(h, True)
+    m.dropout_seed = int(seed)  # `mega train --seed` seeds the initialisation and the dropout keys
+    return m
+
+
+def data_rng_seed(seed):
+    """the initial data-order state of `mega train --seed seed`"""
+    return lib.mega_data_rng_seed(int(seed) & (2**64 - 1))
+
+
+def text_windows(text, batch, seq_len, state):
+    """B random windows of T bytes of text, as `mega train --task lm` draws them (the library's
+    mega_text_windows): returns (tokens [B, T] int32, targets [B, T] int32 = the next bytes, the
+    new state). Start from data_rng_seed(seed) to get the tool's data order for that seed."""
+    buf = np.frombuffer(bytes(text), dtype=np.uint8)
+    tok = np.empty((int(batch), int(seq_len)), dtype=np.int32)
+    tgt = np.empty_like(tok)
+    st = ctypes.c_uint64(int(state) & (2**64 - 1))
+    _lib.check(lib.mega_text_windows(buf.ctypes.data, len(buf), int(batch), int(seq_len), byref(st),
+                                     _ptr(tok, _I32P), _ptr(tgt, _I32P)))
+    return tok, tgt, st.value
+
+
+def lr_schedule(step, steps, lr, min_lr=1e-4, warmup=100, schedule="cosine"):
+    """the learning rate of 0-based step `step` under `mega train`'s schedule: linear warm-up
+    to lr over `warmup` steps, then cosine or linear decay to min_lr at `steps`, or constant"""
+    if warmup > 0 and step < warmup:
+        return lr * (step + 1) / warmup
+    span = steps - warmup
+    p = min((step - warmup) / span if span > 0 else 1.0, 1.0)
+    if schedule == "constant":
+        return lr
+    if schedule == "cosine":
+        return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * p))
+    if schedule == "linear":
+        return lr + (min_lr - lr) * p
+    raise MegaError(f"schedule must be cosine, linear or constant, got {schedule!r}", -1, "invalid argument")
 
 
 def _ptr(a, typ):
@@ -141,7 +177,7 @@ class _Model:
         self._h = handle
         self.training = bool(training)
         self._ps = None
-        self._steps = 0  # train_step calls: the dropout key of each
+        self.steps = 0  # train_step calls: the dropout key of each (as `mega train`)
         self.dropout_seed = 0
 
     # ---- lifetime
@@ -216,18 +252,21 @@ class _Model:
         self._need_grads()
         _lib.check(self._backward_fn(self._handle(), float(scale)))
 
-    def train_step(self, inputs, targets, optimizer, lr, clip=1.0, **kw):
+    def train_step(self, inputs, targets, optimizer, lr, clip=1.0, key=None, **kw):
         """One step of `mega train`: zero the gradients, forward with dropout on, backward, clip
-        the global gradient norm (0 = off), AdamW update. Returns the loss before the update."""
+        the global gradient norm (0 = off), AdamW update. Returns the loss before the update.
+        key: the dropout key; None = the tool's key for step number self.steps (counted by this
+        method) and seed self.dropout_seed, so a loop can reproduce `mega train` exactly."""
         self.zero_grad()
-        key = _mix64((self.dropout_seed * 0x9E3779B97F4A7C15 + self._steps + 0x1234567) & (2**64 - 1))
+        if key is None:
+            key = _mix64((self.dropout_seed * 0x9E3779B97F4A7C15 + self.steps + 0x1234567) & (2**64 - 1))
         loss = self.forward(inputs, targets, train=True, key=key, **kw)
         if not math.isfinite(loss):
             raise MegaError(f"the loss is not finite ({loss}); lower the learning rate", -8, "non-finite values")
         self.backward()
         self.clip_grad_norm(clip)
         optimizer.step(lr)
-        self._steps += 1
+        self.steps += 1
         return loss
 
     def config_json(self):

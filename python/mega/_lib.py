@@ -127,6 +127,9 @@ PROTOTYPES = {
     "mega_cls_backward": (c_int, [P, c_double]),
     "mega_cls_logits": (F32P, [P]),
     "mega_cls_paramset": (P, [P]),
+    # the data order of `mega train --task lm` (mega_data.h)
+    "mega_data_rng_seed": (c_uint64, [c_uint64]),
+    "mega_text_windows": (c_int, [c_void_p, c_size_t, c_int, c_int, POINTER(c_uint64), I32P, I32P]),
     # parameter sets and AdamW
     "mega_ps_data": (F32P, [P]),
     "mega_ps_grad": (F32P, [P]),

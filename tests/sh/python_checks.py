@@ -159,6 +159,23 @@ for _ in range(30):
 l1 = a.loss(xs, ys)
 check(f"a new model learns a pattern ({l0:.3f} -> {l1:.3f})", l1 < 0.5 * l0)
 
+# `mega train` reproduced from Python: the same config, initialisation (seed), data order
+# (text_windows from data_rng_seed), schedule (lr_schedule), dropout keys, clipping and AdamW give
+# bit-identical weights
+ref = mega.load("repro")
+rm = mega.create_lm(ref.config, seed=9)
+ro = mega.AdamW(rm)
+st = mega.data_rng_seed(9)
+text = cli("corpus.txt")
+for step in range(12):
+    tok, tgt, st = mega.text_windows(text, 4, 32, st)
+    rm.train_step(tok, tgt, ro, mega.lr_schedule(step, 12, 5e-3, min_lr=1e-4, warmup=3))
+pa, pb = rm.parameters(), ref.parameters()
+diff = max(float(np.abs(pa[k] - pb[k]).max()) for k in pb)
+check(f"12 train_steps from Python reproduce `mega train` (dropout 0.1) bit for bit (max diff {diff:g})",
+      pa.keys() == pb.keys() and diff == 0.0)
+raises("text_windows on a text shorter than a window: MegaError", lambda: mega.text_windows(b"abc", 1, 8, 0), "")
+
 # ---- classifier -----------------------------------------------------------------------------------
 cls = mega.load("cls")
 check("load(classifier run) gives a Classifier", isinstance(cls, mega.Classifier), type(cls).__name__)

@@ -55,6 +55,11 @@ gen greedy --temperature 0
 gen t0.9_p0.9_s5 --temperature 0.9 --top-p 0.9 --seed 5
 gen t1.2_k5_s11 --temperature 1.2 --top-k 5 --top-p 1 --seed 11
 head -c 3000 lm/model.safetensors >truncated.safetensors
+# the run python_checks.py reproduces step by step (dropout on, cosine schedule with warm-up)
+$TO "$M" train --data corpus.txt --out repro --steps 12 --lr 5e-3 --warmup 3 --dropout 0.1 --seed 9 --valid-fraction 0 \
+  --eval-every 0 --layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 32 --ffn-dim 32 --chunk-size 16 --batch 4 --seq-len 32 \
+  --threads 1 --quiet >repro.out 2>&1
+status $? "mega train: the run to reproduce from Python"
 
 "$M" listops --out lo --train 240 --valid 30 --test 40 --min-len 10 --max-len 60 --max-depth 3 --seed 3 >/dev/null 2>&1
 $TO "$M" train --task classify --data lo/train.tsv --valid lo/valid.tsv --steps 40 --batch 8 --threads 1 --quiet \
