@@ -4,7 +4,8 @@
 #   build (default): compiler toolchain, OpenBLAS, cJSON, zlib
 #   run:             build + the default corpus (dict-gcide)
 #   bench:           build + the PyTorch peer (python3-torch)
-#   test:            build + the FreeDict deu-eng dictionary (the translation data tests)
+#   test:            build + the FreeDict deu-eng dictionary (the translation data tests), python3-numpy
+#                    (the Python package's test, tests/sh/test_python.sh)
 #   valgrind:        build + valgrind (make check-valgrind)
 # Quiet when everything is present. Needs root (or sudo) only when something is missing.
 set -e
@@ -13,7 +14,7 @@ pkgs="make gcc libopenblas-dev libopenblas-openmp-dev libcjson-dev pkg-config zl
 case "$what" in
   run) pkgs="$pkgs dict-gcide" ;;
   bench) pkgs="$pkgs python3-torch python3-numpy" ;;
-  test) pkgs="$pkgs dict-freedict-deu-eng" ;;
+  test) pkgs="$pkgs dict-freedict-deu-eng python3 python3-numpy" ;;
   valgrind) pkgs="$pkgs valgrind" ;;
   build) ;;
   *) echo "deps.sh: unknown target '$what' (build|run|bench|test)" >&2; exit 2 ;;

@@ -102,6 +102,15 @@ raises("negative temperature: the library's sampler refuses it", lambda: lm.gene
 raises("backward on an inference model: MegaError", lm.backward, "inference")
 raises("a bad config: the library's message", lambda: mega.create_lm(layers=0), "layers")
 raises("an unknown config field: the library's message", lambda: mega.create_lm(no_such_field=3), "no-such-field")
+# a file whose config names an encoder-decoder (no tensors needed: the kind is read first)
+hdr = json.dumps({"__metadata__": {"config": json.dumps({"model": "mega_s2s"})}}).encode()
+with open("s2s.safetensors", "wb") as f:
+    f.write(len(hdr).to_bytes(8, "little") + hdr)
+try:
+    mega.load("s2s.safetensors")
+    check("an encoder-decoder raises NotImplementedError", False, "no exception")
+except NotImplementedError as e:
+    check("an encoder-decoder raises NotImplementedError", "encoder-decoder" in str(e), str(e))
 closed = mega.load("lm")
 closed.close()
 raises("a closed model: MegaError", lambda: closed.logits(np.zeros((1, 2), np.int32)), "closed")

@@ -69,7 +69,7 @@ status $? "mega train --task classify: a tiny ListOps classifier"
 status $? "mega predict"
 
 # ---- the package's checks -------------------------------------------------------------------------
-MEGA_LIB="$B/libmega.so" PYTHONPATH="$HERE/python" OMP_NUM_THREADS=1 $TO "$PY" "$HERE/tests/sh/python_checks.py" "$T" \
+MEGA_LIB="$B/libmega.so" PYTHONPATH="$HERE/python" PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1 $TO "$PY" "$HERE/tests/sh/python_checks.py" "$T" \
   >py.out 2>&1
 rc=$?
 while IFS= read -r line; do
