@@ -177,6 +177,7 @@ class _Model:
         self._h = handle
         self.training = bool(training)
         self._ps = None
+        self._last = None  # the batch shape of the last forward (for last_logits)
         self.steps = 0  # train_step calls: the dropout key of each (as `mega train`)
         self.dropout_seed = 0
 
@@ -336,7 +337,10 @@ class LM(_Model):
         return loss.value if tgt is not None else None
 
     def last_logits(self):
-        """float32 [B, T, V] copy of the last forward's logits"""
+        """float32 [B, T, V] copy of the last forward's logits (valid until backward, which reuses
+        their buffer)"""
+        if self._last is None:
+            raise MegaError("no forward yet", -1, "invalid argument")
         B, T = self._last
         p = lib.mega_lm_logits(self._handle())
         return np.ctypeslib.as_array(p, shape=(B, T, self.vocab_size)).copy()
@@ -393,7 +397,9 @@ class LM(_Model):
             tok = np.zeros(1, dtype=np.int32)
             for i in range(tokens):
                 b = _lib.check(lib.mega_sampler_next(smp, _ptr(last, _F32P), pad))
-                out.append(b & 0xFF)  # byte models: ids 0..255 are the bytes (the pad is excluded)
+                if b > 255:  # byte models: ids 0..255 are the bytes (the pad is never drawn)
+                    raise MegaError(f"generated token {b} is not a byte (vocabulary of {V})", -7, "unsupported")
+                out.append(b)
                 if i + 1 < tokens:
                     tok[0] = b
                     _lib.check(lib.mega_lm_stream_feed(stream, _ptr(tok, _I32P), 1, _ptr(last, _F32P)))
@@ -447,7 +453,8 @@ class Classifier(_Model):
         if isinstance(text, str):
             text = text.encode()
         if v.get("kind") == "listops":
-            ids = {t: i for i, t in enumerate(v["tokens"])}
+            # as mega_listops_id: the table's tokens after <pad> and <unk>; anything else is <unk>
+            ids = {t: i for i, t in enumerate(v["tokens"]) if i not in (v.get("pad", 0), v.get("unk", 1))}
             keep = v.get("keep_parens", False)
             out = []
             for w in text.split():  # bytes.split(): C isspace, as the loader
@@ -524,6 +531,9 @@ class Classifier(_Model):
         return loss.value if tgt is not None else None
 
     def last_logits(self):
+        """float32 [B, C] copy of the last forward's logits"""
+        if self._last is None:
+            raise MegaError("no forward yet", -1, "invalid argument")
         p = lib.mega_cls_logits(self._handle())
         return np.ctypeslib.as_array(p, shape=(self._last, self.num_classes)).copy()
 

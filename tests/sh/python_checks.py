@@ -195,6 +195,8 @@ got = cls.predict_labels(texts)
 check(f"predict_labels equals `mega predict` ({len(set(want))} distinct labels)", got == want, f"{got[:8]} vs {want[:8]}")
 lgc = cls.logits(texts)
 check("classifier logits: float32 [N, C]", lgc.dtype == np.float32 and lgc.shape == (40, 10), f"{lgc.shape}")
+check("encode as the ListOps loader: parentheses dropped, <pad> and unknown words are <unk>",
+      cls.encode("( [SM 3 <pad> ) x ]") == [15, 5, 1, 1, 16], str(cls.encode("( [SM 3 <pad> ) x ]")))
 ids = [cls.encode(t) for t in texts]
 L = max(map(len, ids))
 arr = np.full((40, L), cls.vocab["pad"], dtype=np.int64)
