@@ -133,15 +133,22 @@ static int run_batch(cls_task *C, const mega_dataset *d, const int *idx, int n, 
     return 0;
 }
 
-static int cls_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, double *loss, double *metric, int64_t *units) {
+static int cls_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, int shard, int nshards, double *loss,
+                    double *metric, int64_t *units) {
     cls_task *C = t->impl;
     int B = a->batch < C->n_train ? a->batch : C->n_train;
     for (int i = 0; i < B; i++) C->idx[i] = (int)mega_data_rng_below(rng, (uint64_t)C->n_train);
+    int r0, r1;
+    task_shard_rows(B, shard, nshards, &r0, &r1);
+    *loss = *metric = 0, *units = 0;
+    if (r1 == r0) return 0;
     int64_t ok;
     mega_lm_run run = {1, key};
-    if (run_batch(C, &C->train, C->idx, B, a->seq_len, &run, loss, &ok, units)) return 1;
+    if (run_batch(C, &C->train, C->idx + r0, r1 - r0, a->seq_len, &run, loss, &ok, units)) return 1;
     if (!isfinite(*loss)) return 0;
-    mega_cls_backward(C->m, 1.0);
+    const double part = (double)(r1 - r0) / (double)B; /* the loss is a mean over examples */
+    mega_cls_backward(C->m, part);
+    *loss *= part;
     *metric = (double)ok / B;
     return 0;
 }
@@ -324,6 +331,7 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     }
     t->data_hash = mega_dataset_fingerprint(&C->train), t->data_size = (uint64_t)C->train.n;
     t->ps = mega_cls_paramset(C->m);
+    t->batchnorm = mega_cls_get_config(C->m)->block.norm_type == MEGA_NORM_BATCH;
     mega_classes_free(&prev);
     *out = t;
     return 0;
