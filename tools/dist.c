@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-static double g_comm; /* seconds in the sums */
+static double g_comm, g_wait; /* seconds in the sums: transfer, and waiting for the slowest rank */
 
 #ifdef MEGA_USE_MPI
 #include <mpi.h>
@@ -111,9 +111,18 @@ static void allreduce(void *buf, size_t n, MPI_Datatype ty, MPI_Op op, const cha
 }
 
 int dist_sum_real(mega_real *buf, size_t n) {
+    if (g_size <= 1) return 0;
+    /* a barrier first (one latency) separates the time spent waiting for the slowest rank (load
+     * imbalance, co-tenants) from the transfer itself, which the cost model describes */
     const double t0 = MPI_Wtime();
+    MPI_Request rq;
+    int rc = MPI_Ibarrier(MPI_COMM_WORLD, &rq);
+    if (rc != MPI_SUCCESS) fail("barrier before the allreduce", rc);
+    wait_for(&rq, "barrier before the allreduce of the gradients");
+    const double t1 = MPI_Wtime();
     allreduce(buf, n, sizeof(mega_real) == 4 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, "allreduce of the gradients");
-    g_comm += MPI_Wtime() - t0;
+    g_wait += t1 - t0;
+    g_comm += MPI_Wtime() - t1;
     return 0;
 }
 
@@ -160,3 +169,4 @@ int dist_same_u64(uint64_t v) {
 }
 
 double dist_comm_seconds(void) { return g_comm; }
+double dist_wait_seconds(void) { return g_wait; }

@@ -39,6 +39,8 @@ int dist_same_u64(uint64_t v);
 /* end every rank of the job now with this exit code (after the error was printed) */
 void dist_abort(int code);
 
-/* seconds spent in dist_sum_* so far (waiting included): the allreduce share of a step */
+/* seconds spent so far in the transfers of dist_sum_* (the allreduce share of a step), and in
+ * dist_sum_real waiting for the slowest rank to arrive (load imbalance) */
 double dist_comm_seconds(void);
+double dist_wait_seconds(void);
 #endif

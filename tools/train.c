@@ -688,6 +688,7 @@ typedef struct {
     progress_t bar; /* live on a terminal; a plain line every 30 s otherwise */
     double t_start, t_last, loss_acc, met_acc;
     double comm, comm_last; /* seconds in the allreduce since the start, at the last log line */
+    double wait, wait_last; /* seconds waiting for the slowest rank, likewise */
     int64_t unit_acc, n_acc, start;
 } train_progress;
 
@@ -719,12 +720,12 @@ static void progress_step(train_progress *p, const train_args *a, const task *t,
     fmt_duration(es, sizeof es, eta);
     fmt_duration(els, sizeof els, el);
     /* with several ranks: the share of the interval spent in the allreduce (waiting included) */
-    char cs[48] = "", cj[48] = "";
+    char cs[64] = "", cj[80] = "";
     if (dist_size() > 1) {
-        const double share = (p->comm - p->comm_last) / (dt > 0 ? dt : 1e-9);
-        snprintf(cs, sizeof cs, " | allreduce %.1f%%", 100 * share);
-        snprintf(cj, sizeof cj, ", \"allreduce_share\": %.4f", share);
-        p->comm_last = p->comm;
+        const double share = (p->comm - p->comm_last) / (dt > 0 ? dt : 1e-9), wait = (p->wait - p->wait_last) / (dt > 0 ? dt : 1e-9);
+        snprintf(cs, sizeof cs, " | allreduce %.1f%% wait %.1f%%", 100 * share, 100 * wait);
+        snprintf(cj, sizeof cj, ", \"allreduce_share\": %.4f, \"wait_share\": %.4f", share, wait);
+        p->comm_last = p->comm, p->wait_last = p->wait;
     }
     printf("step %6lld/%lld | loss %.4f | %s %.4f | lr %.2e | gnorm %.2f | %s %s%s | %s elapsed | ETA %s\n",
            (long long)pos->step, (long long)a->steps, ml, t->metric, mm, lr, gn, rs, t->unit, cs, els, es);
@@ -785,7 +786,7 @@ static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *
     p.log = log, p.t_start = p.t_last = now_sec(), p.start = pos->step;
     progress_init(&p.bar, stdout, !lead, 30);
     if (a->quiet && p.bar.tty) p.bar.quiet = 1; /* --quiet: no live bar (log lines stay) */
-    const double comm0 = dist_comm_seconds();
+    const double comm0 = dist_comm_seconds(), wait0 = dist_wait_seconds();
     for (int64_t step = pos->step; step < a->steps; step++) {
         double lr = lr_at(a, step);
         double ag[AG_N] = {0};
@@ -819,7 +820,7 @@ static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *
         mega_adamw_step(opt, t->ps, &hp, lr);
         pos->step = step + 1;
         if (lead) {
-            p.comm = dist_comm_seconds() - comm0;
+            p.comm = dist_comm_seconds() - comm0, p.wait = dist_wait_seconds() - wait0;
             progress_step(&p, a, t, pos, loss, met, units, lr, gn);
         }
         const int sig = K > 1 ? (ag[AG_SIGINT] > 0 ? SIGINT : ag[AG_SIGTERM] > 0 ? SIGTERM : 0) : g_signal;
@@ -856,7 +857,9 @@ static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *
         const double el = now_sec() - p.t_start;
         fmt_duration(els, sizeof els, el);
         printf("done: %lld steps in %s", (long long)(pos->step - p.start), els);
-        if (K > 1) printf(" on %d ranks (allreduce %.1f%% of the time)", K, 100 * (dist_comm_seconds() - comm0) / (el > 0 ? el : 1));
+        if (K > 1)
+            printf(" on %d ranks (allreduce %.1f%% of the time, waiting for the slowest rank %.1f%%)", K,
+                   100 * (dist_comm_seconds() - comm0) / (el > 0 ? el : 1), 100 * (dist_wait_seconds() - wait0) / (el > 0 ? el : 1));
         printf("; checkpoint in %s\n", a->out);
     }
     return 0;
