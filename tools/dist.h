@@ -36,6 +36,8 @@ int dist_max_f64(double *buf, size_t n);
 int dist_agree(int code);
 /* 1 when v is the same on every rank */
 int dist_same_u64(uint64_t v);
+/* a mega_sum_fn for the library: synchronized batchnorm statistics over the ranks (ctx unused) */
+void dist_sum_cb(double *buf, size_t n, void *ctx);
 /* end every rank of the job now with this exit code (after the error was printed) */
 void dist_abort(int code);
 

@@ -1,4 +1,5 @@
 /* `mega train` task "lm": byte-level causal language model on random contiguous windows. */
+#include "dist.h"
 #include "task.h"
 
 #include <math.h>
@@ -137,6 +138,8 @@ int lm_task_new(train_args *a, const char *model_path, task **out) {
     if (mega_lm_reserve(L->m, a->batch, a->seq_len) != MEGA_OK) goto fail_msg;
     t->ps = mega_lm_paramset(L->m);
     t->batchnorm = mega_lm_get_config(L->m)->block.norm_type == MEGA_NORM_BATCH;
+    /* batchnorm: the statistics of the whole batch, over the ranks' shards */
+    if (dist_size() > 1) mega_lm_set_batch_sync(L->m, dist_sum_cb, NULL);
     *out = t;
     return 0;
 fail_msg:

@@ -927,9 +927,12 @@ int cmd_train(int argc, char **argv) {
             fprintf(stderr, "mega: warning: --warmup %lld >= --steps %lld: the learning rate only warms up (to %.3g at the last "
                             "step) and never decays\n",
                     (long long)a.warmup, (long long)a.steps, a.lr * (double)a.steps / (double)a.warmup);
-        if (lead && t->batchnorm && shards > 1)
-            fprintf(stderr, "mega: warning: batchnorm statistics are computed per shard (%d ranks x --grad-accum %d), not "
-                            "synchronized over the whole batch\n", K, a.grad_accum);
+        /* batchnorm: the ranks' shards share their statistics (lm, classify); micro-batches,
+         * computed one after the other, cannot, nor can translate's uneven shards */
+        const int per_shard = a.grad_accum > 1 || (K > 1 && !strcmp(a.task, "translate"));
+        if (lead && t->batchnorm && per_shard)
+            fprintf(stderr, "mega: warning: batchnorm statistics are those of each %s, not of the whole batch\n",
+                    a.grad_accum > 1 ? "micro-batch (--grad-accum)" : "rank's shard (translate)");
         if (lead) describe_run(&a, t, pos.step);
         FILE *log = lead ? open_log(&a, pos.step) : NULL;
         if (lead && !log) rc = 2;

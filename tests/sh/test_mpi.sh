@@ -5,6 +5,8 @@
 #     steps with dropout 0: every logged loss and gradient norm within a relative 1e-4 (fp32
 #     round-off of summing the shards' gradients in another order); the comparison itself is
 #     checked to fail on a run with another seed;
+#   * batchnorm (lm, classify): 2 ranks share their batch statistics and equal 1 process;
+#     --grad-accum 2 (statistics per micro-batch) differs and says so;
 #   * with dropout, 2 ranks and --grad-accum 2 (the same 2 shards, the same dropout keys) agree;
 #   * only rank 0 writes: one progress line per step on stdout, one log line per step;
 #   * kill -9 of one rank mid-run: mpirun exits non-zero within 30 s; the last checkpoint is
@@ -103,6 +105,22 @@ mega train $LM --seed 2 --out lm.seed2 >/dev/null 2>&1
 m=$(maxrel lm.1 lm.seed2)
 if [ "$m" = inf ] || awk -v m="$m" 'BEGIN { exit !(m > 1e-3) }'; then ok "the comparison sees another seed ($m)"; else
   bad "the comparison does not see another seed ($m)"; fi
+
+# batchnorm: the ranks' statistics are synchronized (the whole batch's, as one process);
+# --grad-accum's micro-batches are not (each its own): that it differs shows the batch statistics
+# matter at this size
+for t in lm cls; do
+  case $t in lm) F="$LM --norm-type batchnorm" ;; cls) F="$CLS --norm-type batchnorm" ;; esac
+  # shellcheck disable=SC2086
+  mega train $F --out $t.bn1 >/dev/null 2>&1 && mpi2 train $F --out $t.bn2 >/dev/null 2>&1 &&
+    mega train $F --grad-accum 2 --out $t.bnacc >/dev/null 2>$t.bnacc.err
+  status $? "$t batchnorm: 1 process, 2 ranks and --grad-accum 2 exit 0"
+  same_traj "$t batchnorm: 2 ranks (synchronized statistics) == 1 process" $t.bn1 $t.bn2
+  m=$(maxrel $t.bn1 $t.bnacc)
+  if [ "$m" = inf ] || awk -v m="$m" 'BEGIN { exit !(m > 1e-3) }'; then ok "$t batchnorm: --grad-accum 2 (per micro-batch statistics) differs ($m)"
+  else bad "$t batchnorm: --grad-accum 2 does not differ from 1 process ($m)"; fi
+  check "$t batchnorm: --grad-accum 2 warns about per-micro-batch statistics" grep -q 'warning: batchnorm statistics are those of each micro-batch' $t.bnacc.err
+done
 
 # with dropout: 2 ranks and --grad-accum 2 draw the same masks (shard keys)
 DROP=$(echo "$LM" | sed "s/$NODROP/--dropout 0.2 --hidden-dropout 0.1/")
