@@ -242,6 +242,8 @@ $(BUILD)/test_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega.a $(HDRS) $(wild
 # test_cls_data also runs `mega listops` (the program next to it)
 $(BUILD)/test_cls_data: $(BUILD)/mega
 $(BUILD)/test_threads: LDLIBS += -pthread
+# two threads play two processes
+$(BUILD)/test_batch_sync: LDLIBS += -pthread
 $(BUILD)/t64_%: tests/t64_%.c $(TEST_COMMON) $(BUILD)/libmega64.a $(HDRS) $(wildcard tests/*.c)
 	$(CC) $(CFLAGS) -DMEGA_F64 -Itests/lib $< $(TEST_COMMON) $(BUILD)/libmega64.a $(LDLIBS) -o $@
 $(T64_FROM:%=$(BUILD)/t64_%): $(BUILD)/t64_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega64.a $(HDRS) $(wildcard tests/*.c)
