@@ -910,8 +910,8 @@ int cmd_train(int argc, char **argv) {
      * have varying sentence counts: their shards may differ by one sentence) */
     if (strcmp(a.task, "translate") && a.batch % shards) {
         if (lead)
-            cli_error("--batch %d is not a multiple of %d ranks x --grad-accum %d: every shard of a batch must have the same "
-                      "number of sequences", a.batch, K, a.grad_accum);
+            cli_error("--batch %d cannot be split into %d equal shards (%d rank%s x --grad-accum %d): give a multiple of %d",
+                      a.batch, shards, K, K > 1 ? "s" : "", a.grad_accum, shards);
         dist_finalize();
         return 2;
     }

@@ -14,8 +14,10 @@
 #   * a rank that hangs (SIGSTOP): the others stop with "no answer from the other ranks" within
 #     --dist-timeout plus a margin, exit non-zero;
 #   * a 1-process run resumed on 2 ranks continues on the same trajectory;
-#   * a --batch that the ranks x --grad-accum do not divide is refused in one line.
-# Skipped (a NOTE, 0 checks) when mpirun is missing or the build has no MPI (NO_MPI=1, SAN=1).
+#   * a --batch that the ranks x --grad-accum do not divide is refused in one line (F40 with one
+#     process, in every build; F41 with 2 ranks).
+# The MPI checks are skipped (a NOTE) when mpirun is missing or the build has no MPI (NO_MPI=1,
+# SAN=1).
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
 MEGA="$B/mega"
@@ -24,6 +26,14 @@ if [ ! -x "$MEGA" ]; then
   bad "no executable $MEGA (build first)"
   finish
 fi
+# F40 (docs/bad-inputs.md), in every build: one process, --grad-accum not dividing --batch
+"$MEGA" train --data "$ROOT/tests/fixtures/runs/lm_v010/data.txt" --out /nonexistent/o --batch 3 --grad-accum 2 >/dev/null 2>"${TMPDIR:-/tmp}/mega_ga.$$"
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l < "${TMPDIR:-/tmp}/mega_ga.$$")" -eq 1 ] &&
+  grep -q '^mega: error: --batch 3 cannot be split into 2 equal shards (1 rank x --grad-accum 2): give a multiple of 2$' "${TMPDIR:-/tmp}/mega_ga.$$"; then
+  ok "F40 --batch 3 --grad-accum 2 is refused in one line"
+else bad "F40 --batch 3 --grad-accum 2 (exit $rc: $(head -n 2 "${TMPDIR:-/tmp}/mega_ga.$$"))"; fi
+rm -f "${TMPDIR:-/tmp}/mega_ga.$$"
 if ! command -v mpirun >/dev/null 2>&1; then
   echo "NOTE test_mpi.sh: no mpirun (apt-get install openmpi-bin): the MPI tests are skipped"
   finish
@@ -133,7 +143,7 @@ same_traj "dropout 0.2: 2 ranks == --grad-accum 2" drop.acc drop.2
 # shellcheck disable=SC2086
 mpi2 train $LM --grad-accum 3 --out bad >bad.out 2>bad.err
 rc=$?
-if [ $rc -ne 0 ] && [ "$(grep -c '^mega: error: --batch 4 is not a multiple of 2 ranks x --grad-accum 3' bad.err)" -eq 1 ]; then
+if [ $rc -ne 0 ] && [ "$(grep -c '^mega: error: --batch 4 cannot be split into 6 equal shards (2 ranks x --grad-accum 3)' bad.err)" -eq 1 ]; then
   ok "--batch 4 on 2 ranks x --grad-accum 3 is refused in one line"
 else bad "--batch 4 on 2 ranks x --grad-accum 3 (exit $rc: $(head -n 3 bad.err))"; fi
 
