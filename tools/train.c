@@ -895,6 +895,18 @@ static int open_run(train_args *a, const cli_flag *fl, task **t, mega_adamw **op
     return ranks_in_sync(*t, *opt, pos) ? 0 : 2;
 }
 
+/* the ranks and micro-batches split each batch evenly (translate's token-bucketed batches have
+ * varying sentence counts: their shards may differ by one sentence); 0, or 1 after the error
+ * (printed by rank 0) */
+static int check_shards(const train_args *a) {
+    const int K = dist_size(), shards = K * a->grad_accum;
+    if (!strcmp(a->task, "translate") || a->batch % shards == 0) return 0;
+    if (dist_rank() == 0)
+        cli_error("--batch %d cannot be split into %d equal shards (%d rank%s x --grad-accum %d): give a multiple of %d",
+                  a->batch, shards, K, K > 1 ? "s" : "", a->grad_accum, shards);
+    return 1;
+}
+
 int cmd_train(int argc, char **argv) {
     static train_args a;
     cli_flag fl[MAX_FLAGS];
@@ -905,13 +917,10 @@ int cmd_train(int argc, char **argv) {
         return r == 1 ? 0 : 2;
     }
     dist_set_timeout(a.dist_timeout);
-    const int K = dist_size(), lead = dist_rank() == 0, shards = K * a.grad_accum;
-    /* the ranks and micro-batches split each batch evenly (translate's token-bucketed batches
-     * have varying sentence counts: their shards may differ by one sentence) */
-    if (strcmp(a.task, "translate") && a.batch % shards) {
-        if (lead)
-            cli_error("--batch %d cannot be split into %d equal shards (%d rank%s x --grad-accum %d): give a multiple of %d",
-                      a.batch, shards, K, K > 1 ? "s" : "", a.grad_accum, shards);
+    const int K = dist_size(), lead = dist_rank() == 0;
+    /* a new run's batch is the flag's (checked before the directory is touched); a resumed
+     * run's is the checkpoint's (checked once it is read) */
+    if (!a.resume && check_shards(&a)) {
         dist_finalize();
         return 2;
     }
@@ -921,6 +930,7 @@ int cmd_train(int argc, char **argv) {
     task *t = NULL;
     int done = 0, in_loop = 0;
     int rc = open_run(&a, fl, &t, &opt, &pos, &done);
+    if (!rc && !done && a.resume && check_shards(&a)) rc = 2;
     if (!rc && !done) {
         if (a.log_every <= 0) a.log_every = a.steps >= 50 ? a.steps / 50 : 1;
         if (lead && (!a.resume || g_resched[0]) && a.warmup > 0 && a.warmup >= a.steps)

@@ -147,6 +147,15 @@ if [ $rc -ne 0 ] && [ "$(grep -c '^mega: error: --batch 4 cannot be split into 6
   ok "--batch 4 on 2 ranks x --grad-accum 3 is refused in one line"
 else bad "--batch 4 on 2 ranks x --grad-accum 3 (exit $rc: $(head -n 3 bad.err))"; fi
 
+# a resumed run splits the checkpoint's batch (6), not the flag's default: 2 ranks x 2 refused
+# shellcheck disable=SC2086
+mega train $(echo "$LM" | sed 's/--batch 4/--batch 6/') --stop-after 4 --out six >/dev/null 2>&1 &&
+  mpi2 train --data data.txt --out six --resume --grad-accum 2 >six.out 2>six.err
+rc=$?
+if [ $rc -ne 0 ] && [ "$(grep -c '^mega: error: --batch 6 cannot be split into 4 equal shards' six.err)" -eq 1 ]; then
+  ok "a resumed run's batch 6 on 2 ranks x --grad-accum 2 is refused in one line"
+else bad "a resumed run's batch 6 on 2 ranks x --grad-accum 2 (exit $rc: $(head -n 3 six.err))"; fi
+
 # rank_pid MPIRUN_PID RANK: the pid of a rank (Open MPI's OMPI_COMM_WORLD_RANK in its environment;
 # else the youngest child for rank 1)
 rank_pid() {
