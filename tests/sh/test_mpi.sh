@@ -13,6 +13,7 @@
 #     complete, resumes on 1 process and continues on the trajectory of an uninterrupted run;
 #   * a rank that hangs (SIGSTOP): the others stop with "no answer from the other ranks" within
 #     --dist-timeout plus a margin, exit non-zero;
+#   * SIGTERM to one rank: all stop after the same step, rank 0 saves it, exit 143, it resumes;
 #   * a 1-process run resumed on 2 ranks continues on the same trajectory;
 #   * a --batch that the ranks x --grad-accum do not divide is refused in one line (F40 with one
 #     process, in every build; F41 with 2 ranks).
@@ -234,6 +235,28 @@ if wait_step hung 20 && R1=$(rank_pid $MP 1) && [ -n "$R1" ]; then
   fi
 else
   bad "the 2-rank run did not save step 20 in time: $(tail -n 3 hung.out)"
+  kill -9 $MP 2>/dev/null
+fi
+
+# SIGTERM to one rank: every rank stops after the same step, rank 0 saves it, exit 143
+# shellcheck disable=SC2086
+$MPIRUN "$MEGA" train $SLOW --save-every 100000 --out termed >termed.out 2>termed.err &
+MP=$!
+PIDS="$PIDS $MP"
+k=0
+while [ $k -lt 600 ] && ! grep -q '"step": 5,' termed/log.jsonl 2>/dev/null; do sleep 0.1; k=$((k + 1)); done
+if R1=$(rank_pid $MP 1) && [ -n "$R1" ]; then
+  kill -TERM "$R1"
+  wait $MP
+  rc=$?
+  s=$(sed -n 's/^stopped by SIGTERM at step \([0-9]*\) with a checkpoint.*/\1/p' termed.out)
+  c=$(sed -n 's/^{"step": \([0-9]*\),.*/\1/p' termed/checkpoint.json 2>/dev/null)
+  if [ $rc -eq 143 ] && [ -n "$s" ] && [ "$s" = "$c" ]; then ok "SIGTERM to rank 1: exit 143, rank 0 saved step $s"; else
+    bad "SIGTERM to rank 1: exit $rc, stopped at '$s', checkpoint '$c'"; fi
+  mega train --data data.txt --out termed --resume --quiet --threads 1 --stop-after 2 >/dev/null 2>&1
+  status $? "the SIGTERM checkpoint resumes on 1 process"
+else
+  bad "SIGTERM: no rank 1 pid"
   kill -9 $MP 2>/dev/null
 fi
 
