@@ -52,6 +52,9 @@ TO=""
 command -v timeout >/dev/null 2>&1 && TO="timeout -k 5 120"
 # Open MPI refuses root without these; --oversubscribe: more ranks than cores is fine here
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# containers often forbid the cross-process reads (CMA, ptrace rules) of Open MPI's shared-memory
+# single copy: plain copies through the shared segment work everywhere
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
 MPIRUN="mpirun -np 2"
 mega() { $TO "$MEGA" "$@"; }
 mpi2() { $TO $MPIRUN "$MEGA" "$@"; }
