@@ -46,9 +46,13 @@ int dist_init(int *argc, char ***argv) {
     int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) return cli_error("MPI_Init failed (error %d)", rc);
     g_mpi = 1;
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    /* errors come back as codes (the default handler would end the job without a word from us) */
+    if ((rc = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN)) != MPI_SUCCESS ||
+        (rc = MPI_Comm_rank(MPI_COMM_WORLD, &g_rank)) != MPI_SUCCESS || (rc = MPI_Comm_size(MPI_COMM_WORLD, &g_size)) != MPI_SUCCESS)
+        fail("setting up MPI_COMM_WORLD", rc);
+    if (provided < MPI_THREAD_FUNNELED && g_rank == 0)
+        fprintf(stderr, "mega: warning: this MPI gives no thread support (MPI_THREAD_FUNNELED asked): the OpenMP threads never "
+                        "call MPI, which most implementations accept\n");
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
     int n = 0;
     MPI_Get_library_version(lib, &n);
