@@ -11,7 +11,8 @@
 #                   tool under PREFIX (default /usr/local; DESTDIR is honoured); make uninstall
 #
 # Options: CC=clang, NO_OMP=1 (no OpenMP), NO_BLAS=1 (portable GEMM), NATIVE=0 (no -march=native),
-#          SAN=1 (sanitizers), BUILD=dir (output directory), DEBUG=1 (-O0 -g),
+#          SAN=1 (sanitizers), BUILD=dir (output directory), DEBUG=1 (-O0 -g), NO_MPI=1 (no MPI:
+#          mega train runs one rank; docs/distributed.md),
 #          PREFIX=/usr/local, DESTDIR=, LIBDIR=$(PREFIX)/lib, INCLUDEDIR=$(PREFIX)/include.
 #
 # The outer targets install missing packages (scripts/deps.sh) and then re-invoke make with
@@ -147,6 +148,34 @@ CFLAGS_BASE += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitiz
 LDLIBS += -fsanitize=address,undefined
 endif
 
+# MPI (docs/distributed.md): tools/dist.c is compiled with MPI's flags and the tool linked with
+# its libraries; without MPI (or with NO_MPI=1) dist.c is the single-rank stub. The flags come from
+# pkg-config (mpi-c: Debian's name for the default implementation, then ompi-c, mpich), else from
+# the mpicc wrapper (Open MPI's --showme, MPICH's -compile_info/-link_info), and must compile and
+# link the probe with $(CC). Sanitizer builds use the stub: MPI runtimes keep memory to the end
+# that LeakSanitizer would report in every rank.
+ifeq ($(NO_MPI),1)
+MSG_MPI := ✗ MPI (NO_MPI=1): single rank
+else ifeq ($(SAN),1)
+MSG_MPI := ✗ MPI (SAN=1 uses the single-rank stub)
+else
+MPI_PC := $(firstword $(foreach p,mpi-c ompi-c mpich,$(shell pkg-config --exists $(p) 2>/dev/null && echo $(p))))
+ifneq ($(MPI_PC),)
+MPI_CFLAGS := $(shell pkg-config --cflags $(MPI_PC))
+MPI_LIBS := $(shell pkg-config --libs $(MPI_PC))
+else ifneq ($(shell command -v mpicc 2>/dev/null),)
+MPI_CFLAGS := $(or $(shell mpicc --showme:compile 2>/dev/null),$(shell mpicc -compile_info 2>/dev/null | cut -d' ' -f2- | tr ' ' '\n' | grep -E '^-[ID]' | tr '\n' ' '))
+MPI_LIBS := $(or $(shell mpicc --showme:link 2>/dev/null),$(shell mpicc -link_info 2>/dev/null | cut -d' ' -f2- | tr ' ' '\n' | grep -E '^-[lLW]' | tr '\n' ' '))
+endif
+ifeq ($(if $(MPI_LIBS),$(call try,$(MPI_CFLAGS) $(MPI_LIBS),mpi)),yes)
+MSG_MPI := ✓ MPI$(if $(MPI_PC), ($(MPI_PC)),  (mpicc))
+else
+MPI_CFLAGS :=
+MPI_LIBS :=
+MSG_MPI := ✗ MPI (not found: apt-get install libopenmpi-dev openmpi-bin): single rank
+endif
+endif
+
 CFLAGS := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
 
 LIB_SRC := $(wildcard src/core/*.c src/ops/*.c src/layers/*.c src/model/*.c src/data/*.c)
@@ -173,7 +202,7 @@ f64: $(BUILD)/libmega64.a
 tests: all $(BUILD)/libmega64.a $(TEST_BINS)
 
 banner:
-	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)"
+	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)  $(MSG_MPI)"
 
 $(BUILD)/obj/%.o: %.c $(LIB_HDRS)
 	@mkdir -p $(dir $@)
@@ -202,8 +231,16 @@ FORCE:
 
 # the CLI's objects also depend on its own headers
 $(TOOL_OBJ): $(wildcard tools/*.h)
+# only the MPI layer sees mpi.h; the flags are part of its object's dependencies (a build that
+# gains or loses MPI recompiles it)
+$(BUILD)/obj/tools/dist.o: CFLAGS += $(if $(MPI_LIBS),-DMEGA_USE_MPI $(MPI_CFLAGS))
+$(BUILD)/obj/tools/dist.o: $(BUILD)/gen/mpi.flags
+$(BUILD)/gen/mpi.flags: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(MPI_CFLAGS) $(MPI_LIBS)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
 $(BUILD)/mega: $(TOOL_OBJ) $(BUILD)/libmega.a
-	$(CC) $(CFLAGS) $(TOOL_OBJ) $(BUILD)/libmega.a $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(TOOL_OBJ) $(BUILD)/libmega.a $(LDLIBS) $(MPI_LIBS) -o $@
 
 TEST_COMMON := $(wildcard tests/lib/*.c)
 $(BUILD)/test_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega.a $(HDRS) $(wildcard tests/*.c)
@@ -211,6 +248,8 @@ $(BUILD)/test_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega.a $(HDRS) $(wild
 # test_cls_data also runs `mega listops` (the program next to it)
 $(BUILD)/test_cls_data: $(BUILD)/mega
 $(BUILD)/test_threads: LDLIBS += -pthread
+# two threads play two processes
+$(BUILD)/test_batch_sync: LDLIBS += -pthread
 $(BUILD)/t64_%: tests/t64_%.c $(TEST_COMMON) $(BUILD)/libmega64.a $(HDRS) $(wildcard tests/*.c)
 	$(CC) $(CFLAGS) -DMEGA_F64 -Itests/lib $< $(TEST_COMMON) $(BUILD)/libmega64.a $(LDLIBS) -o $@
 $(T64_FROM:%=$(BUILD)/t64_%): $(BUILD)/t64_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega64.a $(HDRS) $(wildcard tests/*.c)

@@ -398,6 +398,18 @@ typedef struct {
     uint64_t key;      /* dropout key for this step */
 } mega_lm_run;
 
+/* Synchronized batch statistics (data parallelism, docs/distributed.md). When one batch is split
+ * over several processes, each calling forward and backward on its own rows, a batchnorm model
+ * given `sum` computes its batch statistics (forward) and their gradients' means (backward) over
+ * the rows of all the processes, as one process with the whole batch would: `sum` must add
+ * buf[0..n) in place over the processes (MPI_Allreduce with MPI_SUM), ctx is passed through. It
+ * is called from the thread calling forward/backward, the same number of times with the same n
+ * on every process (so every process must run every forward/backward, each with its rows, which
+ * must be padded to the same shape). The running statistics then stay identical everywhere.
+ * NULL (the default): the statistics of the rows given. Models without batchnorm never call it. */
+typedef void (*mega_sum_fn)(double *buf, size_t n, void *ctx);
+void mega_lm_set_batch_sync(mega_lm *m, mega_sum_fn sum, void *ctx);
+
 /* Reserve buffers for batches up to B x T (called implicitly by forward when needed). */
 mega_status mega_lm_reserve(mega_lm *m, int B, int T);
 /* Forward over tokens [B,T]. With targets (NULL = none; negative entries are ignored) computes
@@ -490,6 +502,8 @@ typedef struct {
 mega_status mega_cls_forward(mega_cls *m, const mega_cls_input *in, const mega_cls_input *in2, int B,
                              const int32_t *targets, const mega_lm_run *run, double *loss, int64_t *correct);
 mega_status mega_cls_backward(mega_cls *m, double scale);
+/* synchronized batch statistics over processes (mega_lm_set_batch_sync) */
+void mega_cls_set_batch_sync(mega_cls *m, mega_sum_fn sum, void *ctx);
 const mega_real *mega_cls_logits(const mega_cls *m);
 /* hidden state i of the last forward ([B, Tp, D], Tp = padded length) of input `which` (0/1) */
 const mega_real *mega_cls_hidden(const mega_cls *m, int which, int i, int *Tp);
@@ -555,6 +569,8 @@ mega_status mega_s2s_forward(mega_s2s *m, const int32_t *src, int S, const int32
                              int64_t *count);
 /* gradients of `scale` x the mean loss, accumulated */
 mega_status mega_s2s_backward(mega_s2s *m, double scale);
+/* synchronized batch statistics over processes (mega_lm_set_batch_sync) */
+void mega_s2s_set_batch_sync(mega_s2s *m, mega_sum_fn sum, void *ctx);
 const mega_real *mega_s2s_logits(const mega_s2s *m);
 /* the last forward's hidden states: side 0 = encoder, 1 = decoder; i = 0 (embeddings) ..
  * layers; [B, Tp, D] with Tp (written) the padded length */

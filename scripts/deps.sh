@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs the Debian packages the build and the tests need, only when missing.
 # Usage: scripts/deps.sh [build|run|bench|test|valgrind]
-#   build (default): compiler toolchain, OpenBLAS, cJSON, zlib
+#   build (default): compiler toolchain, OpenBLAS, cJSON, zlib, MPI (Open MPI: data-parallel
+#                    training; the build works without it, as a single rank)
 #   run:             build + the default corpus (dict-gcide)
 #   bench:           build + the PyTorch peer (python3-torch)
 #   test:            build + the FreeDict deu-eng dictionary (the translation data tests), python3-numpy
@@ -10,7 +11,7 @@
 # Quiet when everything is present. Needs root (or sudo) only when something is missing.
 set -e
 what=${1:-build}
-pkgs="make gcc libopenblas-dev libopenblas-openmp-dev libcjson-dev pkg-config zlib1g-dev"
+pkgs="make gcc libopenblas-dev libopenblas-openmp-dev libcjson-dev pkg-config zlib1g-dev libopenmpi-dev openmpi-bin"
 case "$what" in
   run) pkgs="$pkgs dict-gcide" ;;
   bench) pkgs="$pkgs python3-torch python3-numpy" ;;

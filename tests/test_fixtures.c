@@ -81,12 +81,12 @@ static void run_layer(fx_case *c) {
     mega_real *out = calloc(R * D, sizeof(mega_real)), *dx = calloc(R * D, sizeof(mega_real));
     mega_block_acts A;
     mega_block_acts_point(&bl, &A, acts, B, T);
-    mega_run run = {1, 1, 0, nt};
+    mega_run run = {1, 1, 0, nt, NULL};
 
     /* eval-mode forward with the stored running statistics (batchnorm cases) */
     mega_real *ref = fx_tensor(c, "eval.out", NULL);
     if (ref) {
-        mega_run ev = {0, 0, 0, nt};
+        mega_run ev = {0, 0, 0, nt, NULL};
         if (mega_block_forward(&bl, P.data, &A, out, x, pad, B, T, &ev, scr) != MEGA_OK) {
             printf("FAIL %s: %s\n", c->name, mega_last_error());
             c->failed = 1;

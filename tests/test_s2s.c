@@ -187,7 +187,7 @@ typedef struct {
 } xa_arg;
 static double xa_loss(void *p) {
     xa_arg *a = p;
-    mega_run run = {1, 0, 0, 1};
+    mega_run run = {1, 0, 0, 1, NULL};
     mega_xattn_forward(a->X, a->P->data, a->A, a->y, a->x, a->e, a->kpad, a->B, a->Tq, a->Tk, &run, a->scr);
     double s = 0;
     for (size_t i = 0; i < (size_t)a->B * a->Tq * a->X->cfg->embed_dim; i++) s += a->y[i] * a->dy[i];
@@ -225,7 +225,7 @@ static void fd_xattn(const char *name, mega_mixer_kind mixer, mega_attn_fn fn, i
     xa_arg a = {&X, &P, &A, x, e, y, dy, scr, pad ? kpad : NULL, B, Tq, Tk};
     xa_loss(&a);
     mega_params_zero_grad(&P);
-    mega_run run = {1, 0, 0, 1};
+    mega_run run = {1, 0, 0, 1, NULL};
     mega_xattn_backward(&X, P.data, P.grad, &A, dx, dE, dy, x, e, a.kpad, B, Tq, Tk, &run, scr);
     fd_opts o = {xa_loss, &a, fn == MEGA_ATTN_RELU2, 0, 0, 0, 11};
     double gmax = 0;

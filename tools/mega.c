@@ -1,5 +1,6 @@
 /* The mega command-line tool: train, evaluate and run Mega language models. */
 #include "common.h"
+#include "dist.h"
 /* the git commit of the build (Makefile: $(BUILD)/gen/commit.h), "unknown" outside a checkout */
 #include "commit.h"
 #include <signal.h>
@@ -62,7 +63,7 @@ int main(int argc, char **argv) {
         }
     }
     if (!strcmp(c, "version") || !strcmp(c, "--version")) {
-        printf("%s\ncommit %s\ncompiler %s\n", mega_build_info(), MEGA_COMMIT,
+        printf("%s\ncommit %s\ndistributed %s\ncompiler %s\n", mega_build_info(), MEGA_COMMIT, dist_describe(),
 #if defined(__clang__)
                "clang " __clang_version__
 #elif defined(__GNUC__)

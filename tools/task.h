@@ -24,6 +24,8 @@ typedef struct train_args {
     int64_t steps, warmup, seed, eval_every, save_every, log_every, eval_tokens, stop_after;
     double time_limit; /* seconds of this invocation (0 = none) */
     int batch, seq_len, threads, resume, decay_all, quiet;
+    int grad_accum;      /* micro-batches per step and rank (--grad-accum) */
+    double dist_timeout; /* seconds a rank waits for the others (--dist-timeout) */
     int force, reschedule, keep; /* the run directory: --force, --reschedule, --keep */
     /* a --reschedule at step sched_from (0 = never): from there the learning rate decays from
      * sched_lr (the rate the schedule had reached) to min_lr by step `steps` */
@@ -42,8 +44,16 @@ struct task {
     const char *unit;        /* throughput unit: "tok/s" */
     mega_paramset *ps;
     uint64_t data_hash, data_size; /* fingerprint of the training data (resume check) */
-    /* gradients of one training batch drawn with *rng (accumulated; the caller zeroes them) */
-    int (*step)(task *t, const train_args *a, uint64_t *rng, uint64_t key, double *loss, double *metric, int64_t *units);
+    int batchnorm;                 /* the model normalises with batch statistics (per shard) */
+    /* One shard of one training batch (docs/distributed.md): the task draws the WHOLE batch with
+     * *rng (so every rank and micro-batch advances it alike) and runs forward/backward on rows
+     * [shard*B/nshards, (shard+1)*B/nshards) of its B rows (task_shard_rows) only. Gradients are
+     * accumulated (the caller zeroes them) scaled so that their sum over the nshards shards is
+     * the gradient of the mean loss of the whole batch; *loss and *metric are likewise this
+     * shard's parts of the batch's mean (their sum over the shards is the batch's value),
+     * *units its tokens. nshards = 1: the whole batch, exactly as a single process. */
+    int (*step)(task *t, const train_args *a, uint64_t *rng, uint64_t key, int shard, int nshards, double *loss,
+                double *metric, int64_t *units);
     /* validation loss and metric (bits per byte, accuracy); max_units caps the work (0 = all) */
     int (*validate)(task *t, const train_args *a, int64_t max_units, double *loss, double *metric, int64_t *count);
     mega_status (*save)(task *t, const char *path, const char *const *kv);
@@ -51,6 +61,13 @@ struct task {
     void (*destroy)(task *t);
     void *impl;
 };
+
+/* the rows [*r0, *r1) of shard `shard` of `nshards` in a batch of B rows (empty when B < nshards
+ * leaves it none) */
+static inline void task_shard_rows(int B, int shard, int nshards, int *r0, int *r1) {
+    *r0 = (int)((int64_t)B * shard / nshards);
+    *r1 = (int)((int64_t)B * (shard + 1) / nshards);
+}
 
 /* a task from its template with a zeroed implementation struct of impl_size bytes (NULL after
  * printing the error when out of memory) */

@@ -1,4 +1,5 @@
 /* `mega train --task classify`: long-sequence classification (LRA style). */
+#include "dist.h"
 #include "task.h"
 
 #include <math.h>
@@ -101,10 +102,13 @@ typedef struct {
 static const mega_dataset *vset(const cls_task *C) { return C->valid_from_train ? &C->train : &C->valid; }
 
 /* run examples idx[0..n) through the model (forward only or with targets); the batch is shaped
- * n x (longest example, at most maxlen) inside buffers kept at their largest capacity */
-static int run_batch(cls_task *C, const mega_dataset *d, const int *idx, int n, int maxlen, const mega_lm_run *run,
-                     double *loss, int64_t *correct, int64_t *units) {
+ * n x (longest example, at least minL / minL2, at most maxlen) inside buffers kept at their
+ * largest capacity */
+static int run_batch(cls_task *C, const mega_dataset *d, const int *idx, int n, int maxlen, int minL, int minL2,
+                     const mega_lm_run *run, double *loss, int64_t *correct, int64_t *units) {
     int L = mega_batch_max_len(d, idx, n, 0), L2 = d->pairs ? mega_batch_max_len(d, idx, n, 1) : 0;
+    if (L < minL) L = minL;
+    if (L2 < minL2) L2 = minL2;
     if (L > maxlen) L = maxlen;
     if (L2 > maxlen) L2 = maxlen;
     if (L < 1) L = 1;
@@ -133,15 +137,27 @@ static int run_batch(cls_task *C, const mega_dataset *d, const int *idx, int n, 
     return 0;
 }
 
-static int cls_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, double *loss, double *metric, int64_t *units) {
+static int cls_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, int shard, int nshards, double *loss,
+                    double *metric, int64_t *units) {
     cls_task *C = t->impl;
     int B = a->batch < C->n_train ? a->batch : C->n_train;
     for (int i = 0; i < B; i++) C->idx[i] = (int)mega_data_rng_below(rng, (uint64_t)C->n_train);
+    int r0, r1;
+    task_shard_rows(B, shard, nshards, &r0, &r1);
+    *loss = *metric = 0, *units = 0;
+    if (r1 == r0) return 0;
+    /* batchnorm's statistics include the pads (official BatchNorm1d): a shard is then padded to
+     * the whole batch's length, so that the synchronized statistics are the batch's */
+    const mega_dataset *d = &C->train;
+    const int minL = t->batchnorm && nshards > 1 ? mega_batch_max_len(d, C->idx, B, 0) : 0;
+    const int minL2 = t->batchnorm && nshards > 1 && d->pairs ? mega_batch_max_len(d, C->idx, B, 1) : 0;
     int64_t ok;
     mega_lm_run run = {1, key};
-    if (run_batch(C, &C->train, C->idx, B, a->seq_len, &run, loss, &ok, units)) return 1;
+    if (run_batch(C, d, C->idx + r0, r1 - r0, a->seq_len, minL, minL2, &run, loss, &ok, units)) return 1;
     if (!isfinite(*loss)) return 0;
-    mega_cls_backward(C->m, 1.0);
+    const double part = (double)(r1 - r0) / (double)B; /* the loss is a mean over examples */
+    mega_cls_backward(C->m, part);
+    *loss *= part;
     *metric = (double)ok / B;
     return 0;
 }
@@ -324,6 +340,9 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     }
     t->data_hash = mega_dataset_fingerprint(&C->train), t->data_size = (uint64_t)C->train.n;
     t->ps = mega_cls_paramset(C->m);
+    t->batchnorm = mega_cls_get_config(C->m)->block.norm_type == MEGA_NORM_BATCH;
+    /* batchnorm: the statistics of the whole batch, over the ranks' shards */
+    if (dist_size() > 1) mega_cls_set_batch_sync(C->m, dist_sum_cb, NULL);
     mega_classes_free(&prev);
     *out = t;
     return 0;
@@ -350,7 +369,7 @@ int cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int 
         int nb = n - i < batch ? n - i : batch;
         double l;
         int64_t c;
-        if (run_batch(&C, d, idx + i, nb, maxlen, &run, &l, &c, NULL)) {
+        if (run_batch(&C, d, idx + i, nb, maxlen, 0, 0, &run, &l, &c, NULL)) {
             mega_batch_free(&C.batch);
             return 1;
         }

@@ -1,4 +1,5 @@
 /* `mega train` task "lm": byte-level causal language model on random contiguous windows. */
+#include "dist.h"
 #include "task.h"
 
 #include <math.h>
@@ -16,16 +17,25 @@ typedef struct {
     char how[64];
 } lm_task;
 
-static int lm_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, double *loss, double *metric, int64_t *units) {
+static int lm_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, int shard, int nshards, double *loss,
+                   double *metric, int64_t *units) {
     lm_task *L = t->impl;
     if (mega_text_windows(L->train_txt, L->ntrain, a->batch, a->seq_len, rng, L->tok, L->tgt) != MEGA_OK)
         return cli_error("%s", mega_last_error());
+    int r0, r1;
+    task_shard_rows(a->batch, shard, nshards, &r0, &r1);
+    *loss = *metric = 0, *units = 0;
+    if (r1 == r0) return 0;
     int64_t cnt;
     mega_lm_run run = {1, key};
-    if (mega_lm_forward(L->m, L->tok, L->tgt, a->batch, a->seq_len, &run, loss, &cnt) != MEGA_OK)
+    const size_t o = (size_t)r0 * a->seq_len;
+    if (mega_lm_forward(L->m, L->tok + o, L->tgt + o, r1 - r0, a->seq_len, &run, loss, &cnt) != MEGA_OK)
         return cli_error("%s", mega_last_error());
     if (!isfinite(*loss)) return 0; /* the loop reports it */
-    mega_lm_backward(L->m, 1.0);
+    /* every window counts seq_len targets: the shard's share of the batch's targets */
+    const double part = (double)(r1 - r0) / (double)a->batch;
+    mega_lm_backward(L->m, part);
+    *loss *= part;
     *metric = *loss / M_LN2;
     *units = cnt;
     return 0;
@@ -127,6 +137,9 @@ int lm_task_new(train_args *a, const char *model_path, task **out) {
     }
     if (mega_lm_reserve(L->m, a->batch, a->seq_len) != MEGA_OK) goto fail_msg;
     t->ps = mega_lm_paramset(L->m);
+    t->batchnorm = mega_lm_get_config(L->m)->block.norm_type == MEGA_NORM_BATCH;
+    /* batchnorm: the statistics of the whole batch, over the ranks' shards */
+    if (dist_size() > 1) mega_lm_set_batch_sync(L->m, dist_sum_cb, NULL);
     *out = t;
     return 0;
 fail_msg:

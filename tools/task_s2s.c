@@ -67,7 +67,8 @@ static int s2s_run_batch(mega_s2s *m, s2s_task *C, const mega_s2s_data *d, const
     return 0;
 }
 
-static int s2s_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, double *loss, double *metric, int64_t *units) {
+static int s2s_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, int shard, int nshards, double *loss,
+                    double *metric, int64_t *units) {
     s2s_task *C = t->impl;
     const uint64_t pos = *rng - C->base;
     const int64_t epoch = (int64_t)(pos / (uint64_t)C->plan.n);
@@ -80,14 +81,24 @@ static int s2s_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, d
     const int b = (int)(pos % (uint64_t)C->plan.n);
     const int *idx = C->plan.idx + C->plan.off[b];
     const int B = C->plan.count[b];
+    *rng += 1;
+    *loss = *metric = 0, *units = 0;
+    int r0, r1;
+    task_shard_rows(B, shard, nshards, &r0, &r1);
+    if (r1 == r0) return 0; /* a token-bucketed batch may have fewer sentences than shards */
+    /* the loss is a mean over the batch's target tokens (</s> included): the whole batch's count
+     * is known from the lengths, so each shard scales its own mean by its share of the tokens */
+    int64_t total = 0;
+    for (int i = 0; i < B; i++) total += C->train.tgt_len[idx[i]];
     mega_lm_run run = {1, key};
     double nll = 0;
     int64_t cnt = 0, ok = 0;
-    if (s2s_run_batch(C->m, C, &C->train, idx, B, &run, a->label_smoothing, loss, &nll, &cnt, &ok, units)) return 1;
-    *rng += 1;
+    if (s2s_run_batch(C->m, C, &C->train, idx + r0, r1 - r0, &run, a->label_smoothing, loss, &nll, &cnt, &ok, units)) return 1;
     if (!isfinite(*loss)) return 0;
-    if (mega_s2s_backward(C->m, 1.0) != MEGA_OK) return cli_error("%s", mega_last_error());
-    *metric = cnt ? (double)ok / (double)cnt : 0;
+    const double part = nshards == 1 ? 1.0 : (double)cnt / (double)total;
+    if (mega_s2s_backward(C->m, part) != MEGA_OK) return cli_error("%s", mega_last_error());
+    *loss *= part;
+    *metric = total ? (double)ok / (double)total : 0;
     return 0;
 }
 
@@ -292,6 +303,8 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
     C->base = mega_data_rng_seed((uint64_t)a->seed);
     t->data_hash = C->train.fingerprint, t->data_size = (uint64_t)C->n_total;
     t->ps = mega_s2s_paramset(C->m);
+    t->batchnorm = mega_s2s_get_config(C->m)->encoder.norm_type == MEGA_NORM_BATCH ||
+                   mega_s2s_get_config(C->m)->decoder.norm_type == MEGA_NORM_BATCH;
     *out = t;
     return 0;
 fail_msg:

@@ -15,6 +15,7 @@
  * the end of the current step and exit 130 / 143; a second signal ends the process at once.
  */
 #include "ckpt.h"
+#include "dist.h"
 #include "task.h"
 
 #include <math.h>
@@ -32,6 +33,10 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 static uint64_t dropout_key(uint64_t seed, int64_t step) { return mix64(seed * 0x9E3779B97F4A7C15ull + (uint64_t)step + 0x1234567ull); }
+/* the dropout key of shard s of a step's batch: shard 0 keeps the step's key (a single process
+ * draws exactly as before); the others get their own, so K ranks and --grad-accum K (the same K
+ * shards) drop the same units */
+static uint64_t shard_key(uint64_t key, int shard) { return shard ? mix64(key ^ (0xD1B54A32D192ED03ull * (uint64_t)shard)) : key; }
 
 
 static double lr_at(const train_args *a, int64_t step) {
@@ -312,6 +317,7 @@ static void set_defaults(train_args *a) {
     a->seed = 1, a->threads = 0;
     a->eval_every = 200, a->save_every = 500, a->log_every = 0, a->eval_tokens = 65536;
     a->keep = 2;
+    a->grad_accum = 1, a->dist_timeout = 300;
 }
 
 static const cli_flag DATA_FLAGS[] = {
@@ -406,6 +412,10 @@ static int build_flags(cli_flag *fl, train_args *a, int kind) {
         {"stop-after", F_I64, &a->stop_after, "stop (with a checkpoint) after N steps of this invocation; the schedule still targets --steps", NULL, 0, 1e12, 0},
         {"time-limit", F_DBL, &a->time_limit, "stop (with a checkpoint and a final validation) once this invocation has trained for S seconds; the schedule still targets --steps", NULL, 0, 1e9, 0},
         {"quiet", F_SET, &a->quiet, "no live progress bar", NULL, 1, 0, 0},
+        {"grad-accum", F_INT, &a->grad_accum, "split each rank's part of the batch into N micro-batches accumulated before "
+         "the update (the same update as N ranks; docs/distributed.md)", NULL, 1, 1 << 20, 0},
+        {"dist-timeout", F_DBL, &a->dist_timeout, "under mpirun: seconds a rank waits for the others in a collective before "
+         "the job is aborted (a rank died or hangs; 0 = forever)", NULL, 0, 1e9, 0},
     };
     for (size_t i = 0; n >= 0 && i < sizeof tf / sizeof *tf; i++) {
         if (n + 1 >= MAX_FLAGS) return -1;
@@ -564,16 +574,18 @@ static int find_checkpoint(const char *dir, ckpt_gen *g, int *is_gen) {
 }
 
 /* --resume: the training hyper-parameters and the optimizer state of the newest complete
- * checkpoint; *done when it is already at --steps */
-static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw **opt, train_pos *pos, int *done) {
+ * checkpoint; *done when it is already at --steps. lead: the process that writes the directory
+ * (rank 0: the lock, the clean-up, the adoption of the generation); the other ranks only read
+ * the checkpoint, after rank 0 has adopted it. */
+static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw **opt, train_pos *pos, int *done, int lead) {
     struct stat sb;
     if (stat(a->out, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return cli_error("--resume: no checkpoint in '%s' (start the run without --resume)", a->out), 2;
     /* the lock first: a run still training (and not yet saved) is "in use", not "empty" */
-    if (run_lock(a->out)) return 2;
+    if (lead && run_lock(a->out)) return 2;
     if (!run_has_checkpoint(a->out))
         return cli_error("--resume: no checkpoint in '%s' (start the run without --resume)", a->out), 2;
-    run_clean_temps(a->out);
+    if (lead) run_clean_temps(a->out);
     ckpt_gen g;
     int is_gen;
     if (find_checkpoint(a->out, &g, &is_gen)) return 2;
@@ -596,7 +608,7 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw *
     if (resume_schedule(a, &cli, fl, at)) return 2;
     a->lm.block.train_len = a->cls.block.train_len = a->s2s.encoder.train_len = a->s2s.decoder.train_len = a->seq_len;
     const char *tf[] = {"batch", "seq-len", "lr", "min-lr", "warmup", "weight-decay", "clip", "seed", "schedule"};
-    for (size_t i = 0; i < sizeof tf / sizeof *tf; i++)
+    for (size_t i = 0; lead && i < sizeof tf / sizeof *tf; i++)
         if (cli_seen(fl, tf[i]) && !(a->reschedule && (!strcmp(tf[i], "min-lr") || !strcmp(tf[i], "schedule"))))
             fprintf(stderr, "mega: note: --resume keeps the checkpoint's --%s; the flag is ignored\n", tf[i]);
     if (new_task(a, g.model, t, opt)) return 2;
@@ -605,19 +617,22 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw *
         return cli_error("--resume: the data given is not the data this run was trained on (size or checksum differ)"), 2;
     /* the directory now follows this checkpoint: newer incomplete generations go, the stable
      * names are restored */
-    if (is_gen && ckpt_adopt(a->out, &g, a->keep)) return 2;
+    if (lead && is_gen && ckpt_adopt(a->out, &g, a->keep)) return 2;
     if (pos->step >= a->steps) {
-        printf("checkpoint in %s is already at step %lld of %lld; pass a larger --steps with --reschedule to continue\n",
+        if (lead)
+            printf("checkpoint in %s is already at step %lld of %lld; pass a larger --steps with --reschedule to continue\n",
                a->out, (long long)pos->step, (long long)a->steps);
         *done = 1;
     }
     return 0;
 }
 
-static int open_fresh(train_args *a, task **t, mega_adamw **opt, train_pos *pos) {
+/* a new run; lead: the process that writes the directory (rank 0), the other ranks only build the
+ * task */
+static int open_fresh(train_args *a, task **t, mega_adamw **opt, train_pos *pos, int lead) {
     const char *exists = "'%s' already holds a training run; continue it with --resume, or replace it with --force";
     int locked = 0;
-    if (run_has_checkpoint(a->out)) { /* a run is there: is it running? */
+    if (lead && run_has_checkpoint(a->out)) { /* a run is there: is it running? */
         if (run_lock(a->out)) return 2;
         locked = 1;
         if (!a->force) return cli_error(exists, a->out), 2;
@@ -625,13 +640,14 @@ static int open_fresh(train_args *a, task **t, mega_adamw **opt, train_pos *pos)
     /* the model and the data first: a bad flag or file leaves no directory behind (and --force
      * destroys nothing) */
     if (new_task(a, NULL, t, opt)) return 2;
+    pos->data_rng = mega_data_rng_seed((uint64_t)a->seed);
+    pos->data_hash = (*t)->data_hash, pos->data_size = (*t)->data_size;
+    if (!lead) return 0;
     if (ensure_dir(a->out)) return 2;
     if (!locked && run_lock(a->out)) return 2;
     if (!a->force && run_has_checkpoint(a->out)) return cli_error(exists, a->out), 2; /* made meanwhile */
     if (a->force && run_wipe(a->out)) return 2;
     run_clean_temps(a->out);
-    pos->data_rng = mega_data_rng_seed((uint64_t)a->seed);
-    pos->data_hash = (*t)->data_hash, pos->data_size = (*t)->data_size;
     return 0;
 }
 
@@ -671,6 +687,8 @@ typedef struct {
     FILE *log;
     progress_t bar; /* live on a terminal; a plain line every 30 s otherwise */
     double t_start, t_last, loss_acc, met_acc;
+    double comm, comm_last; /* seconds in the allreduce since the start, at the last log line */
+    double wait, wait_last; /* seconds waiting for the slowest rank, likewise */
     int64_t unit_acc, n_acc, start;
 } train_progress;
 
@@ -701,10 +719,18 @@ static void progress_step(train_progress *p, const train_args *a, const task *t,
     fmt_rate(rs, sizeof rs, rate);
     fmt_duration(es, sizeof es, eta);
     fmt_duration(els, sizeof els, el);
-    printf("step %6lld/%lld | loss %.4f | %s %.4f | lr %.2e | gnorm %.2f | %s %s | %s elapsed | ETA %s\n",
-           (long long)pos->step, (long long)a->steps, ml, t->metric, mm, lr, gn, rs, t->unit, els, es);
-    fprintf(p->log, "{\"step\": %lld, \"loss\": %.6f, \"%s\": %.6f, \"lr\": %.6g, \"grad_norm\": %.4f, \"tok_s\": %.1f, \"time\": %.2f}\n",
-            (long long)pos->step, ml, t->metric, mm, lr, gn, rate, el);
+    /* with several ranks: the share of the interval spent in the allreduce (waiting included) */
+    char cs[64] = "", cj[80] = "";
+    if (dist_size() > 1) {
+        const double share = (p->comm - p->comm_last) / (dt > 0 ? dt : 1e-9), wait = (p->wait - p->wait_last) / (dt > 0 ? dt : 1e-9);
+        snprintf(cs, sizeof cs, " | allreduce %.1f%% wait %.1f%%", 100 * share, 100 * wait);
+        snprintf(cj, sizeof cj, ", \"allreduce_share\": %.4f, \"wait_share\": %.4f", share, wait);
+        p->comm_last = p->comm, p->wait_last = p->wait;
+    }
+    printf("step %6lld/%lld | loss %.4f | %s %.4f | lr %.2e | gnorm %.2f | %s %s%s | %s elapsed | ETA %s\n",
+           (long long)pos->step, (long long)a->steps, ml, t->metric, mm, lr, gn, rs, t->unit, cs, els, es);
+    fprintf(p->log, "{\"step\": %lld, \"loss\": %.6f, \"%s\": %.6f, \"lr\": %.6g, \"grad_norm\": %.4f, \"tok_s\": %.1f, \"time\": %.2f%s}\n",
+            (long long)pos->step, ml, t->metric, mm, lr, gn, rate, el, cj);
     fflush(p->log);
     fflush(stdout);
     p->bar.next = now + (p->bar.tty ? 0.25 : p->bar.every); /* a log line counts as progress */
@@ -717,7 +743,7 @@ static int validate_now(train_progress *p, const train_args *a, task *t, const t
     int64_t vc;
     int v = t->validate(t, a, a->eval_tokens, &vl, &vm, &vc);
     if (v < 0) return -1;
-    if (v == 0) {
+    if (v == 0 && p->log) { /* every rank validates (none waits for another); rank 0 reports */
         progress_break(&p->bar);
         printf("valid step %6lld | loss %.4f | %s %.4f | %lld %s (%.1fs)\n", (long long)pos->step, vl,
                t->metric, vm, (long long)vc,
@@ -731,54 +757,111 @@ static int validate_now(train_progress *p, const train_args *a, task *t, const t
     return 0;
 }
 
+/* The model, the optimizer moments and the data position are the same on every rank: checked
+ * (a hash, one small reduction) after the start and at each checkpoint, so a divergence, which
+ * would make the checkpoint of rank 0 describe only one of the runs, stops the job at once. */
+static int ranks_in_sync(const task *t, const mega_adamw *opt, const train_pos *pos) {
+    if (dist_size() == 1) return 1;
+    const size_t n = mega_ps_total(t->ps) * sizeof(mega_real);
+    uint64_t h = mega_fnv1a64(mega_ps_data(t->ps), n);
+    h = mix64(h ^ mega_fnv1a64(mega_adamw_m((mega_adamw *)opt), n));
+    h = mix64(h ^ (uint64_t)pos->step ^ mix64(pos->data_rng));
+    if (dist_same_u64(h)) return 1;
+    cli_error("rank %d: the ranks' models differ at step %lld (the reduction of the gradients was not the same on "
+              "every rank)", dist_rank(), (long long)pos->step);
+    return 0;
+}
+
+/* the stop requests of a step, as every rank sees them: [SIGINT, SIGTERM, --time-limit] */
+enum { AG_LOSS, AG_METRIC, AG_UNITS, AG_SIGINT, AG_SIGTERM, AG_TIME, AG_N };
+
 static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *pos, FILE *log) {
     const mega_adamw_hp hp = {a->beta1, a->beta2, a->eps, a->weight_decay, a->decay_all};
+    const int K = dist_size(), rank = dist_rank(), lead = rank == 0;
+    const int N = a->grad_accum, shards = K * N;
+    mega_real *grad = mega_ps_grad(t->ps);
+    const size_t ngrad = mega_ps_total(t->ps);
     train_progress p;
     memset(&p, 0, sizeof p);
     p.log = log, p.t_start = p.t_last = now_sec(), p.start = pos->step;
-    progress_init(&p.bar, stdout, 0, 30);
+    progress_init(&p.bar, stdout, !lead, 30);
     if (a->quiet && p.bar.tty) p.bar.quiet = 1; /* --quiet: no live bar (log lines stay) */
+    const double comm0 = dist_comm_seconds(), wait0 = dist_wait_seconds();
     for (int64_t step = pos->step; step < a->steps; step++) {
-        double lr = lr_at(a, step), loss = 0, met = 0;
-        int64_t units = 0;
+        double lr = lr_at(a, step);
+        double ag[AG_N] = {0};
         mega_ps_zero_grad(t->ps);
-        if (t->step(t, a, &pos->data_rng, dropout_key((uint64_t)a->seed, step), &loss, &met, &units)) return 2;
+        /* this rank's shards of the global batch, one micro-batch at a time: each draws the
+         * whole batch from the same data position, so the position after the step is the same
+         * on every rank and for every --grad-accum */
+        const uint64_t key = dropout_key((uint64_t)a->seed, step), rng0 = pos->data_rng;
+        for (int j = 0; j < N; j++) {
+            uint64_t rng = rng0;
+            double l = 0, m = 0;
+            int64_t u = 0;
+            const int shard = rank * N + j;
+            if (t->step(t, a, &rng, shard_key(key, shard), shard, shards, &l, &m, &u)) return 2;
+            ag[AG_LOSS] += l, ag[AG_METRIC] += m, ag[AG_UNITS] += (double)u;
+            pos->data_rng = rng;
+        }
+        if (K > 1) {
+            /* the stop requests travel with the loss, so every rank stops at the same step */
+            ag[AG_SIGINT] = g_signal == SIGINT, ag[AG_SIGTERM] = g_signal == SIGTERM;
+            ag[AG_TIME] = lead && a->time_limit > 0 && now_sec() - p.t_start >= a->time_limit;
+            dist_sum_real(grad, ngrad);
+            dist_sum_f64(ag, AG_N);
+        }
+        const double loss = ag[AG_LOSS], met = ag[AG_METRIC];
+        const int64_t units = (int64_t)ag[AG_UNITS];
         if (!isfinite(loss))
             return cli_error("step %lld: the loss is not finite (%g); lower --lr or raise --warmup", (long long)step + 1, loss), 2;
         double gn = mega_ps_grad_norm(t->ps);
         if (a->clip > 0 && gn > a->clip) mega_ps_scale_grad(t->ps, a->clip / (gn + 1e-12));
         mega_adamw_step(opt, t->ps, &hp, lr);
         pos->step = step + 1;
-        progress_step(&p, a, t, pos, loss, met, units, lr, gn);
-        const int out_of_time = a->time_limit > 0 && now_sec() - p.t_start >= a->time_limit && pos->step < a->steps;
+        if (lead) {
+            p.comm = dist_comm_seconds() - comm0, p.wait = dist_wait_seconds() - wait0;
+            progress_step(&p, a, t, pos, loss, met, units, lr, gn);
+        }
+        const int sig = K > 1 ? (ag[AG_SIGINT] > 0 ? SIGINT : ag[AG_SIGTERM] > 0 ? SIGTERM : 0) : g_signal;
+        const int out_of_time = (K > 1 ? ag[AG_TIME] > 0 : a->time_limit > 0 && now_sec() - p.t_start >= a->time_limit) &&
+                                pos->step < a->steps;
         const int stop = (a->stop_after > 0 && pos->step - p.start >= a->stop_after && pos->step < a->steps) || out_of_time;
         const int last = pos->step == a->steps;
         if (out_of_time && !(a->eval_every > 0 && pos->step % a->eval_every == 0) && validate_now(&p, a, t, pos)) return 2;
         if (((a->eval_every > 0 && pos->step % a->eval_every == 0) || last) && validate_now(&p, a, t, pos)) return 2;
-        const int save = (a->save_every > 0 && pos->step % a->save_every == 0) || last || stop;
+        const int save = (a->save_every > 0 && pos->step % a->save_every == 0) || last || stop || (sig && !last);
         if (save) {
-            if (save_checkpoint(a, t, opt, pos)) return 2;
+            if (!ranks_in_sync(t, opt, pos)) return 2;
+            if (lead && save_checkpoint(a, t, opt, pos)) return 2;
             progress_break(&p.bar);
-            if (!last) printf("saved checkpoint at step %lld\n", (long long)pos->step);
+            if (lead && !last && !sig) printf("saved checkpoint at step %lld\n", (long long)pos->step);
         }
-        if (g_signal && !last) { /* SIGINT / SIGTERM: a checkpoint at this step, then stop */
-            if (!save && save_checkpoint(a, t, opt, pos)) return 2;
-            progress_break(&p.bar);
-            printf("stopped by %s at step %lld with a checkpoint; continue with: mega train ... --out %s --resume\n",
-                   g_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)pos->step, a->out);
-            fflush(stdout);
-            return 128 + g_signal;
+        if (sig && !last) { /* SIGINT / SIGTERM: a checkpoint at this step, then stop */
+            if (lead) {
+                printf("stopped by %s at step %lld with a checkpoint; continue with: mega train ... --out %s --resume\n",
+                       sig == SIGINT ? "SIGINT" : "SIGTERM", (long long)pos->step, a->out);
+                fflush(stdout);
+            }
+            return 128 + sig;
         }
         if (stop) {
-            progress_break(&p.bar);
-            printf("stopped after %lld steps (%s); continue with: mega train ... --out %s --resume\n",
-                   (long long)(pos->step - p.start), out_of_time ? "--time-limit" : "--stop-after", a->out);
+            if (lead)
+                printf("stopped after %lld steps (%s); continue with: mega train ... --out %s --resume\n",
+                       (long long)(pos->step - p.start), out_of_time ? "--time-limit" : "--stop-after", a->out);
             break;
         }
     }
-    char els[32];
-    fmt_duration(els, sizeof els, now_sec() - p.t_start);
-    printf("done: %lld steps in %s; checkpoint in %s\n", (long long)(pos->step - p.start), els, a->out);
+    if (lead) {
+        char els[32];
+        const double el = now_sec() - p.t_start;
+        fmt_duration(els, sizeof els, el);
+        printf("done: %lld steps in %s", (long long)(pos->step - p.start), els);
+        if (K > 1)
+            printf(" on %d ranks (allreduce %.1f%% of the time, waiting for the slowest rank %.1f%%)", K,
+                   100 * (dist_comm_seconds() - comm0) / (el > 0 ? el : 1), 100 * (dist_wait_seconds() - wait0) / (el > 0 ? el : 1));
+        printf("; checkpoint in %s\n", a->out);
+    }
     return 0;
 }
 
@@ -789,39 +872,92 @@ static void describe_run(const train_args *a, task *t, int64_t start) {
            "seed %lld, threads %d\n",
            (long long)a->steps, a->batch, a->seq_len, a->lr, a->min_lr, a->schedule, (long long)a->warmup, a->weight_decay,
            a->clip, (long long)a->seed, mega_get_threads());
+    if (dist_size() > 1 || a->grad_accum > 1)
+        printf("  parallel  %d ranks x --grad-accum %d = %d shards of %d sequences per batch (%s)\n", dist_size(), a->grad_accum,
+               dist_size() * a->grad_accum, a->batch / (dist_size() * a->grad_accum), dist_describe());
     if (a->resume) printf("  resuming  from step %lld in %s\n", (long long)start, a->out);
     if (g_resched[0]) printf("  reschedule %s\n", g_resched);
     printf("  output    %s\n", a->out);
     fflush(stdout);
 }
 
+/* the run's setup on every rank: rank 0 opens the run directory first (lock, clean-up, adoption of
+ * the checkpoint), then the other ranks build the same task and read the same checkpoint; every
+ * rank ends with the same status (0, or 2 after the ranks that failed printed why) */
+static int open_run(train_args *a, const cli_flag *fl, task **t, mega_adamw **opt, train_pos *pos, int *done) {
+    const int lead = dist_rank() == 0;
+    int rc = 0;
+    if (lead) rc = a->resume ? open_resume(a, fl, t, opt, pos, done, 1) : open_fresh(a, t, opt, pos, 1);
+    if (dist_size() == 1) return rc;
+    if (dist_agree(rc)) return 2; /* rank 0 could not open the run: it said why */
+    if (!lead) rc = a->resume ? open_resume(a, fl, t, opt, pos, done, 0) : open_fresh(a, t, opt, pos, 0);
+    if (dist_agree(rc)) return 2;
+    return ranks_in_sync(*t, *opt, pos) ? 0 : 2;
+}
+
+/* the ranks and micro-batches split each batch evenly (translate's token-bucketed batches have
+ * varying sentence counts: their shards may differ by one sentence); 0, or 1 after the error
+ * (printed by rank 0) */
+static int check_shards(const train_args *a) {
+    const int K = dist_size(), shards = K * a->grad_accum;
+    if (!strcmp(a->task, "translate") || a->batch % shards == 0) return 0;
+    if (dist_rank() == 0)
+        cli_error("--batch %d cannot be split into %d equal shards (%d rank%s x --grad-accum %d): give a multiple of %d",
+                  a->batch, shards, K, K > 1 ? "s" : "", a->grad_accum, shards);
+    return 1;
+}
+
 int cmd_train(int argc, char **argv) {
     static train_args a;
     cli_flag fl[MAX_FLAGS];
+    if (dist_init(NULL, NULL)) return 2;
     int r = parse_args(argc, argv, &a, fl);
-    if (r) return r == 1 ? 0 : 2;
+    if (r) {
+        dist_finalize();
+        return r == 1 ? 0 : 2;
+    }
+    dist_set_timeout(a.dist_timeout);
+    const int K = dist_size(), lead = dist_rank() == 0;
+    /* a new run's batch is the flag's (checked before the directory is touched); a resumed
+     * run's is the checkpoint's (checked once it is read) */
+    if (!a.resume && check_shards(&a)) {
+        dist_finalize();
+        return 2;
+    }
     mega_set_threads(a.threads);
     train_pos pos = {0, 0, 0, 0};
     mega_adamw *opt = NULL;
     task *t = NULL;
-    int done = 0;
-    int rc = a.resume ? open_resume(&a, fl, &t, &opt, &pos, &done) : open_fresh(&a, &t, &opt, &pos);
+    int done = 0, in_loop = 0;
+    int rc = open_run(&a, fl, &t, &opt, &pos, &done);
+    if (!rc && !done && a.resume && check_shards(&a)) rc = 2;
     if (!rc && !done) {
         if (a.log_every <= 0) a.log_every = a.steps >= 50 ? a.steps / 50 : 1;
-        if ((!a.resume || g_resched[0]) && a.warmup > 0 && a.warmup >= a.steps)
+        if (lead && (!a.resume || g_resched[0]) && a.warmup > 0 && a.warmup >= a.steps)
             fprintf(stderr, "mega: warning: --warmup %lld >= --steps %lld: the learning rate only warms up (to %.3g at the last "
                             "step) and never decays\n",
                     (long long)a.warmup, (long long)a.steps, a.lr * (double)a.steps / (double)a.warmup);
-        describe_run(&a, t, pos.step);
-        FILE *log = open_log(&a, pos.step);
-        if (!log) rc = 2;
-        else {
+        /* batchnorm: the ranks' shards share their statistics (lm, classify); micro-batches,
+         * computed one after the other, cannot, nor can translate's uneven shards */
+        const int per_shard = a.grad_accum > 1 || (K > 1 && !strcmp(a.task, "translate"));
+        if (lead && t->batchnorm && per_shard)
+            fprintf(stderr, "mega: warning: batchnorm statistics are those of each %s, not of the whole batch\n",
+                    a.grad_accum > 1 ? "micro-batch (--grad-accum)" : "rank's shard (translate)");
+        if (lead) describe_run(&a, t, pos.step);
+        FILE *log = lead ? open_log(&a, pos.step) : NULL;
+        if (lead && !log) rc = 2;
+        if (K > 1 && dist_agree(rc)) rc = 2;
+        if (!rc) {
             catch_stop_signals();
             rc = train_loop(&a, t, opt, &pos, log);
-            fclose(log);
+            in_loop = 1;
         }
+        if (log) fclose(log);
     }
     if (t) t->destroy(t);
     mega_adamw_free(opt);
+    /* an error inside the loop may leave the other ranks in a collective: end the job */
+    if (K > 1 && rc == 2 && in_loop) dist_abort(2);
+    dist_finalize();
     return rc == 0 ? 0 : rc >= 128 ? rc : 2; /* 130 / 143: stopped by SIGINT / SIGTERM with a checkpoint */
 }

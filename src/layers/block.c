@@ -70,14 +70,14 @@ static mega_status sublayer_forward(const mega_block *bl, real *W, mega_block_ac
     real *core = scratch, *rest = scratch + rd(bl, B, T);
     const real *xin = x;
     if (c->prenorm) {
-        mega_seqnorm_forward(&bl->mnorm, W, A->mn, A->mstat, x, R, train, run->update_stats);
+        mega_seqnorm_forward(&bl->mnorm, W, A->mn, A->mstat, x, R, train, run->update_stats, run->sync);
         xin = A->mn;
     }
     MEGA_TRY(bl->ops->forward(bl->mixer, W, A->mixer, core, xin, pad, B, T, run, rest));
     if (train) mega_dropout(core, core, R * D, c->dropout, mega__subkey(run->key, SITE_SUBLAYER));
     real *sum = c->prenorm ? y : A->mn;
     for (size_t i = 0; i < R * D; i++) sum[i] = x[i] + core[i];
-    if (!c->prenorm) mega_seqnorm_forward(&bl->mnorm, W, y, A->mstat, A->mn, R, train, run->update_stats);
+    if (!c->prenorm) mega_seqnorm_forward(&bl->mnorm, W, y, A->mstat, A->mn, R, train, run->update_stats, run->sync);
     return MEGA_OK;
 }
 
@@ -92,7 +92,7 @@ static void sublayer_backward(const mega_block *bl, const real *W, real *dW, con
     const size_t R = (size_t)B * T, D = (size_t)c->embed_dim;
     real *g = scratch, *dxin = scratch + rd(bl, B, T), *rest = scratch + 2 * rd(bl, B, T);
     if (!c->prenorm)
-        mega_seqnorm_backward(&bl->mnorm, W, dW, g, dy, A->mn, A->mstat, R, run->training, 0);
+        mega_seqnorm_backward(&bl->mnorm, W, dW, g, dy, A->mn, A->mstat, R, run->training, 0, run->sync);
     else
         memcpy(g, dy, R * D * sizeof(real));
     memcpy(dx, g, R * D * sizeof(real)); /* residual */
@@ -100,7 +100,7 @@ static void sublayer_backward(const mega_block *bl, const real *W, real *dW, con
     const real *xin = c->prenorm ? A->mn : x;
     bl->ops->backward(bl->mixer, W, dW, A->mixer, dxin, g, xin, pad, B, T, run, rest);
     if (c->prenorm)
-        mega_seqnorm_backward(&bl->mnorm, W, dW, dx, dxin, x, A->mstat, R, run->training, 1);
+        mega_seqnorm_backward(&bl->mnorm, W, dW, dx, dxin, x, A->mstat, R, run->training, 1, run->sync);
     else
         for (size_t i = 0; i < R * D; i++) dx[i] += dxin[i];
 }
@@ -170,12 +170,12 @@ mega_status mega_block_step(const mega_block *bl, const real *W, mega_block_stat
         real *rest = st + mega_seqnorm_stat_size(&bl->mnorm, R) + 16;
         const real *xin = x;
         if (bl->cfg->prenorm) {
-            mega_seqnorm_forward(&bl->mnorm, (real *)W, xn, st, x, R, 0, 0);
+            mega_seqnorm_forward(&bl->mnorm, (real *)W, xn, st, x, R, 0, 0, NULL);
             xin = xn;
         }
         MEGA_TRY(bl->ops->step(bl->mixer, W, S, core, xin, T, rest));
         for (size_t i = 0; i < R * D; i++) out[i] = x[i] + core[i];
-        if (!bl->cfg->prenorm) mega_seqnorm_forward(&bl->mnorm, (real *)W, out, st, out, R, 0, 0);
+        if (!bl->cfg->prenorm) mega_seqnorm_forward(&bl->mnorm, (real *)W, out, st, out, R, 0, 0, NULL);
     }
     if (bl->cfg->ffn_dim > 0) mega_nffn_step(&bl->ffn, W, out, out, R, scratch);
     return MEGA_OK;

@@ -149,7 +149,7 @@ static mega_status gm_forward(const void *layer, real *W, real *acts, real *y, c
     mega_linear_forward(pre2, x, U + F2 * D, bU + F2, R, D, F2);
     mega_act_forward(MEGA_ACT_GELU, z1, pre1, R * F2);
     mega_act_forward(MEGA_ACT_GELU, z2, pre2, R * F2);
-    mega_seqnorm_forward(&L->ln, W, n2, st, z2, R, run->training, 0);
+    mega_seqnorm_forward(&L->ln, W, n2, st, z2, R, run->training, 0, run->sync);
     zero_pad_rows(n2, pad, R, F2);
     /* G = W_h N2 + b_h per (batch, head) */
     const real *bias = W + L->sp_b;
@@ -210,7 +210,7 @@ static void gm_backward(const void *layer, const real *W, real *dW, const real *
                       dn2 + (size_t)b * T * F2 + (size_t)h * hd, F2);
     }
     zero_pad_rows(dn2, pad, R, F2);
-    mega_seqnorm_backward(&L->ln, W, dW, dz2, dn2, z2, st, R, run->training, 0);
+    mega_seqnorm_backward(&L->ln, W, dW, dz2, dn2, z2, st, R, run->training, 0, run->sync);
     mega_act_backward(MEGA_ACT_GELU, dz1, dz1, pre1, R * F2);
     mega_act_backward(MEGA_ACT_GELU, dz2, dz2, pre2, R * F2);
     const real *U = W + L->in_w;
@@ -260,7 +260,7 @@ static mega_status gm_step(const void *layer, const real *W, mega_mixer_state *S
     mega_linear_forward(z2, x, U + F2 * D, bU + F2, R, D, F2);
     mega_act_forward(MEGA_ACT_GELU, z1, z1, R * F2);
     mega_act_forward(MEGA_ACT_GELU, z2, z2, R * F2);
-    mega_seqnorm_forward(&L->ln, (real *)W, n2, st, z2, R, 0, 0);
+    mega_seqnorm_forward(&L->ln, (real *)W, n2, st, z2, R, 0, 0, NULL);
     const real *bias = W + L->sp_b, *Wsp = W + L->sp_w;
     for (int b = 0; b < B; b++) {
         real *cache = S->mem + (size_t)b * rows * F2;

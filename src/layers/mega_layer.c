@@ -138,7 +138,7 @@ static mega_status mg_forward(const void *layer, real *W, real *acts, real *out,
     /* x_bar = norm(x) if prenorm */
     const real *xn = x;
     if (c->prenorm) {
-        mega_seqnorm_forward(&L->norm, W, A->xn, A->nstat, x, R, train, run->update_stats);
+        mega_seqnorm_forward(&L->norm, W, A->xn, A->nstat, x, R, train, run->update_stats, run->sync);
         xn = A->xn;
     }
     /* v = act(v_proj(x_bar)); hidden dropout applied to v before the attention product */
@@ -193,7 +193,7 @@ static mega_status mg_forward(const void *layer, real *W, real *acts, real *out,
         real *orow = o + r * D;
         for (size_t j = 0; j < D; j++) orow[j] = xr[j] + mega_sigmoid(ur[j]) * (hr[j] - xr[j]);
     }
-    if (!c->prenorm) mega_seqnorm_forward(&L->norm, W, out, A->ostat, A->opre, R, train, run->update_stats);
+    if (!c->prenorm) mega_seqnorm_forward(&L->norm, W, out, A->ostat, A->opre, R, train, run->update_stats, run->sync);
     return MEGA_OK;
 }
 
@@ -228,7 +228,7 @@ static void bwd_gate(const mega_mlayer *L, const real *W, real *dW, const mega_m
     real *dbase = s->dbase, *Or = s->Or, *dOr = s->dOr;
     const real *g = dout;
     if (!c->prenorm) {
-        mega_seqnorm_backward(&L->norm, W, dW, s->G1, dout, A->opre, A->ostat, R, run->training, 0);
+        mega_seqnorm_backward(&L->norm, W, dW, s->G1, dout, A->opre, A->ostat, R, run->training, 0, run->sync);
         g = s->G1;
     }
     /* dx = g*(1-u); du_raw = g*(h-x)*u(1-u); dh = g*u */
@@ -333,7 +333,7 @@ static void mg_backward(const void *layer, const real *W, real *dW, const real *
     }
     mega_linear_backward(dxb, dW + L->v_w, dW + L->v_b, s.dv, xn, W + L->v_w, R, D, E, 1);
     if (c->prenorm)
-        mega_seqnorm_backward(&L->norm, W, dW, dx, dxb, x, A->nstat, R, train, 1);
+        mega_seqnorm_backward(&L->norm, W, dW, dx, dxb, x, A->nstat, R, train, 1, run->sync);
     else
         for (size_t i = 0; i < R * D; i++) dx[i] += dxb[i];
 }
@@ -421,7 +421,7 @@ static mega_status mg_step(const void *layer, const real *W, mega_mixer_state *S
 
     const real *xb = x;
     if (c->prenorm) {
-        mega_seqnorm_forward(&L->norm, W_, xn, nst, x, R, 0, 0);
+        mega_seqnorm_forward(&L->norm, W_, xn, nst, x, R, 0, 0, NULL);
         xb = xn;
     }
     /* the projections split their output columns over the threads (mega_linear_step) */
@@ -468,7 +468,7 @@ static mega_status mg_step(const void *layer, const real *W, mega_mixer_state *S
             real u = mega_sigmoid(base[r * P + j]);
             out[r * D + j] = x[r * D + j] + u * (hp[r * D + j] - x[r * D + j]);
         }
-    if (!c->prenorm) mega_seqnorm_forward(&L->norm, W_, out, nst, out, R, 0, 0);
+    if (!c->prenorm) mega_seqnorm_forward(&L->norm, W_, out, nst, out, R, 0, 0, NULL);
     St->pos += T;
     return MEGA_OK;
 }

@@ -29,6 +29,7 @@
 #define MEGA_MIXER_H
 #include "core/params.h"
 #include "core/rng.h"
+#include "layers/seqnorm.h"
 
 /* how a forward/backward runs */
 typedef struct {
@@ -36,6 +37,7 @@ typedef struct {
     int update_stats; /* batchnorm running statistics updated in training forward */
     uint64_t key;     /* dropout key (already specific to this layer) */
     int nthreads;     /* threads for the library's own parallel loops */
+    const mega_bnsync *sync; /* batchnorm statistics over processes (NULL = none) */
 } mega_run;
 
 /* streaming state for B sequences; mem holds the mixer's own layout (state_size reals) */

@@ -60,7 +60,7 @@ void mega_nffn_forward(const mega_nffn *f, real *W, mega_nffn_acts *A, real *out
     const int train = run->training;
     const real *xn = x;
     if (c->prenorm) {
-        mega_seqnorm_forward(&f->norm, W, A->xn, A->nstat, x, R, train, run->update_stats);
+        mega_seqnorm_forward(&f->norm, W, A->xn, A->nstat, x, R, train, run->update_stats, run->sync);
         xn = A->xn;
     }
     mega_linear_forward(A->fpre, xn, W + f->fc1_w, W + f->fc1_b, R, D, F);
@@ -70,7 +70,7 @@ void mega_nffn_forward(const mega_nffn *f, real *W, mega_nffn_acts *A, real *out
     mega_linear_forward(y, A->f, W + f->fc2_w, W + f->fc2_b, R, F, D);
     if (train) mega_dropout(y, y, R * D, c->dropout, mega__subkey(run->key, SITE_FFN_OUT));
     for (size_t i = 0; i < R * D; i++) y[i] += x[i];
-    if (!c->prenorm) mega_seqnorm_forward(&f->norm, W, out, A->ystat, A->ypre, R, train, run->update_stats);
+    if (!c->prenorm) mega_seqnorm_forward(&f->norm, W, out, A->ystat, A->ypre, R, train, run->update_stats, run->sync);
 }
 
 void mega_nffn_backward(const mega_nffn *f, const real *W, real *dW, const mega_nffn_acts *A, real *dx,
@@ -81,7 +81,7 @@ void mega_nffn_backward(const mega_nffn *f, const real *W, real *dW, const mega_
     real *G = scratch, *dxn = scratch + R * D, *dF = scratch + 2 * R * D;
     const real *g = dout;
     if (!c->prenorm) {
-        mega_seqnorm_backward(&f->norm, W, dW, G, dout, A->ypre, A->ystat, R, train, 0);
+        mega_seqnorm_backward(&f->norm, W, dW, G, dout, A->ypre, A->ystat, R, train, 0, run->sync);
         g = G;
     }
     /* residual */
@@ -99,7 +99,7 @@ void mega_nffn_backward(const mega_nffn *f, const real *W, real *dW, const mega_
     const real *xn = c->prenorm ? A->xn : x;
     mega_linear_backward(dxn, dW + f->fc1_w, dW + f->fc1_b, dF, xn, W + f->fc1_w, R, D, F, 0);
     if (c->prenorm)
-        mega_seqnorm_backward(&f->norm, W, dW, dx, dxn, x, A->nstat, R, train, 1);
+        mega_seqnorm_backward(&f->norm, W, dW, dx, dxn, x, A->nstat, R, train, 1, run->sync);
     else
         for (size_t i = 0; i < R * D; i++) dx[i] += dxn[i];
 }
@@ -115,7 +115,7 @@ void mega_nffn_step(const mega_nffn *f, const real *W, real *out, const real *x,
     real *W_ = (real *)W; /* eval-mode norms do not write */
     const real *xb = x;
     if (c->prenorm) {
-        mega_seqnorm_forward(&f->norm, W_, xn, st, x, R, 0, 0);
+        mega_seqnorm_forward(&f->norm, W_, xn, st, x, R, 0, 0, NULL);
         xb = xn;
     }
     /* the step forms split the output columns over the threads (decode streams the weights) */
@@ -133,5 +133,5 @@ void mega_nffn_step(const mega_nffn *f, const real *W, real *out, const real *x,
     }
     mega_linear_step(out, h, W + f->fc2_w, W + f->fc2_b, R, F, D);
     for (size_t i = 0; i < R * D; i++) out[i] += res[i];
-    if (!c->prenorm) mega_seqnorm_forward(&f->norm, W_, out, st, out, R, 0, 0);
+    if (!c->prenorm) mega_seqnorm_forward(&f->norm, W_, out, st, out, R, 0, 0, NULL);
 }

@@ -116,7 +116,7 @@ static void norm_rows(const mega_seqnorm *n, real *y, real *stats, const real *x
 }
 
 void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, const real *x, size_t R,
-                          int training, int update_stats) {
+                          int training, int update_stats, const mega_bnsync *sync) {
     const size_t D = (size_t)n->D;
     const real eps = (real)MEGA_NORM_EPS;
     const real *w = (n->affine && n->type != MEGA_NORM_SCALE) ? W + n->w : NULL;
@@ -125,24 +125,35 @@ void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, 
         real *mean = stats, *rstd = stats + D;
         if (training) {
             /* batch statistics over all R = B*T rows, pads included (official BatchNorm1d);
-             * accumulated in double, 64 columns at a time (no allocation) */
+             * accumulated in double, 64 columns at a time (no allocation). With sync, the rows
+             * of every process: the column sums and the row count are summed over the
+             * processes, then the centred squares (the same two passes, so the same numbers as
+             * one process with every row, up to the order of the additions) */
+            const int sync_on = sync && sync->fn;
+            double Rn = (double)R;
             for (size_t d0 = 0; d0 < D; d0 += 64) {
                 size_t nd = MEGA_MIN((size_t)64, D - d0);
-                double s1[64] = {0}, s2[64] = {0};
+                double s1[65] = {0}, s2[64] = {0};
                 for (size_t r = 0; r < R; r++)
                     for (size_t j = 0; j < nd; j++) s1[j] += x[r * D + d0 + j];
-                for (size_t j = 0; j < nd; j++) mean[d0 + j] = (real)(s1[j] / (double)R);
+                if (sync_on) {
+                    s1[nd] = (double)R;
+                    sync->fn(s1, nd + 1, sync->ctx);
+                    Rn = s1[nd];
+                }
+                for (size_t j = 0; j < nd; j++) mean[d0 + j] = (real)(s1[j] / Rn);
                 for (size_t r = 0; r < R; r++)
                     for (size_t j = 0; j < nd; j++) {
                         double c = (double)x[r * D + d0 + j] - (double)mean[d0 + j];
                         s2[j] += c * c;
                     }
+                if (sync_on) sync->fn(s2, nd, sync->ctx);
                 for (size_t j = 0; j < nd; j++) rstd[d0 + j] = (real)s2[j];
             }
             for (size_t d = 0; d < D; d++) {
-                real var = rstd[d] / (real)R; /* biased, for normalising */
+                real var = rstd[d] / (real)Rn; /* biased, for normalising */
                 if (update_stats) {
-                    real unb = R > 1 ? rstd[d] / (real)(R - 1) : var;
+                    real unb = Rn > 1 ? rstd[d] / (real)(Rn - 1) : var;
                     W[n->rmean + d] = (real)0.9 * W[n->rmean + d] + (real)0.1 * mean[d];
                     W[n->rvar + d] = (real)0.9 * W[n->rvar + d] + (real)0.1 * unb;
                 }
@@ -173,16 +184,19 @@ void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, 
 }
 
 void mega_seqnorm_backward(const mega_seqnorm *n, const real *W, real *dW, real *dx, const real *dy,
-                           const real *x, const real *stats, size_t R, int training, int acc) {
+                           const real *x, const real *stats, size_t R, int training, int acc, const mega_bnsync *sync) {
     const size_t D = (size_t)n->D;
     const real *w = (n->affine && n->type != MEGA_NORM_SCALE) ? W + n->w : NULL;
     if (n->type == MEGA_NORM_BATCH) {
         const real *mean = stats, *rstd = stats + D;
         real *dw = (n->affine && dW) ? dW + n->w : NULL, *db = (n->affine && dW) ? dW + n->b : NULL;
-        /* column means of dy and dy*xhat over all rows, kept in stats-sized locals per block */
+        /* column means of dy and dy*xhat over all rows, kept in stats-sized locals per block;
+         * with sync (training), over the rows of every process: the weight and bias gradients
+         * stay this process's (the caller sums gradients over the processes) */
+        const int sync_on = training && sync && sync->fn;
         for (size_t d0 = 0; d0 < D; d0 += 64) {
             size_t nd = MEGA_MIN((size_t)64, D - d0);
-            double s0[64] = {0}, s1[64] = {0};
+            double s0[64] = {0}, s1[64] = {0}, Rn = (double)R;
             for (size_t r = 0; r < R; r++)
                 for (size_t j = 0; j < nd; j++) {
                     size_t d = d0 + j;
@@ -192,8 +206,16 @@ void mega_seqnorm_backward(const mega_seqnorm *n, const real *W, real *dW, real 
                 }
             if (dw)
                 for (size_t j = 0; j < nd; j++) dw[d0 + j] += (real)s1[j], db[d0 + j] += (real)s0[j];
+            if (sync_on) {
+                double sb[2 * 64 + 1];
+                for (size_t j = 0; j < nd; j++) sb[j] = s0[j], sb[nd + j] = s1[j];
+                sb[2 * nd] = (double)R;
+                sync->fn(sb, 2 * nd + 1, sync->ctx);
+                for (size_t j = 0; j < nd; j++) s0[j] = sb[j], s1[j] = sb[nd + j];
+                Rn = sb[2 * nd];
+            }
             for (size_t j = 0; j < nd; j++) {
-                real m0 = (real)(s0[j] / (double)R), m1 = (real)(s1[j] / (double)R);
+                real m0 = (real)(s0[j] / Rn), m1 = (real)(s1[j] / Rn);
                 size_t d = d0 + j;
                 real wd = w ? w[d] : (real)1;
                 for (size_t r = 0; r < R; r++) {

@@ -10,6 +10,12 @@
 #include "core/rng.h"
 
 
+/* synchronized batch statistics (mega_lm_set_batch_sync): fn == NULL = this process's rows */
+typedef struct {
+    mega_sum_fn fn;
+    void *ctx;
+} mega_bnsync;
+
 typedef struct {
     mega_norm_type type;
     int D, affine;
@@ -24,10 +30,12 @@ void mega_seqnorm_init(const mega_seqnorm *n, real *W);
 /* reals of saved statistics for R rows */
 size_t mega_seqnorm_stat_size(const mega_seqnorm *n, size_t R);
 /* y[R,D] = norm(x). training: batchnorm uses batch statistics and (if update_stats) updates the
- * running buffers in W; otherwise running statistics. stats receives what backward needs. */
+ * running buffers in W; otherwise running statistics. stats receives what backward needs. sync
+ * (NULL = none): batchnorm's statistics over the rows of every process (training only). */
 void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, const real *x, size_t R,
-                          int training, int update_stats);
-/* dx[R,D] = (acc ? dx : 0) + d norm / dx; dW accumulates. Requires the forward's stats and x. */
+                          int training, int update_stats, const mega_bnsync *sync);
+/* dx[R,D] = (acc ? dx : 0) + d norm / dx; dW accumulates (this process's rows). Requires the
+ * forward's stats and x; sync as in the forward. */
 void mega_seqnorm_backward(const mega_seqnorm *n, const real *W, real *dW, real *dx, const real *dy,
-                           const real *x, const real *stats, size_t R, int training, int acc);
+                           const real *x, const real *stats, size_t R, int training, int acc, const mega_bnsync *sync);
 #endif

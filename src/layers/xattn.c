@@ -132,7 +132,7 @@ mega_status mega_xattn_forward(const mega_xattn *X, real *W, mega_xattn_acts *A,
     const int train = run->training;
     const real *xq = x;
     if (c->prenorm) {
-        mega_seqnorm_forward(&X->norm, W, A->xn, A->nstat, x, R, train, run->update_stats);
+        mega_seqnorm_forward(&X->norm, W, A->xn, A->nstat, x, R, train, run->update_stats, run->sync);
         xq = A->xn;
     }
     mega_linear_forward(A->base, xq, W + X->q_w, W + X->q_b, R, D, Pw);
@@ -175,7 +175,7 @@ mega_status mega_xattn_forward(const mega_xattn *X, real *W, mega_xattn_acts *A,
         real *out = c->prenorm ? y : A->xn;
         for (size_t i = 0; i < R * D; i++) out[i] = x[i] + A->h[i];
     }
-    if (!c->prenorm) mega_seqnorm_forward(&X->norm, W, y, A->nstat, A->xn, R, train, run->update_stats);
+    if (!c->prenorm) mega_seqnorm_forward(&X->norm, W, y, A->nstat, A->xn, R, train, run->update_stats, run->sync);
     return MEGA_OK;
 }
 
@@ -195,7 +195,7 @@ void mega_xattn_backward(const mega_xattn *X, const real *W, real *dW, const meg
     real *attn_scr = scratch + b.off;
     /* through the post-norm */
     if (!c->prenorm)
-        mega_seqnorm_backward(&X->norm, W, dW, g, dy, A->xn, A->nstat, R, train, 0);
+        mega_seqnorm_backward(&X->norm, W, dW, g, dy, A->xn, A->nstat, R, train, 0, run->sync);
     else
         memcpy(g, dy, R * D * sizeof(real));
     memset(dbase, 0, R * Pw * sizeof(real));
@@ -255,7 +255,7 @@ void mega_xattn_backward(const mega_xattn *X, const real *W, real *dW, const meg
     const real *xq = c->prenorm ? A->xn : x;
     mega_linear_backward(dxq, dW + X->q_w, dW + X->q_b, dbase, xq, W + X->q_w, R, D, Pw, 0);
     if (c->prenorm)
-        mega_seqnorm_backward(&X->norm, W, dW, dx, dxq, x, A->nstat, R, train, 1);
+        mega_seqnorm_backward(&X->norm, W, dW, dx, dxq, x, A->nstat, R, train, 1, run->sync);
     else
         for (size_t i = 0; i < R * D; i++) dx[i] += dxq[i];
 }
@@ -323,7 +323,7 @@ mega_status mega_xattn_step(const mega_xattn *X, const real *W, const mega_xattn
     const int nt = MEGA_MAX(1, mega_get_threads());
     const real *xq = x;
     if (c->prenorm) {
-        mega_seqnorm_forward(&X->norm, (real *)W, xn, st, x, R, 0, 0);
+        mega_seqnorm_forward(&X->norm, (real *)W, xn, st, x, R, 0, 0, NULL);
         xq = xn;
     }
     mega_linear_step(base, xq, W + X->q_w, W + X->q_b, R, D, Pw);
@@ -348,6 +348,6 @@ mega_status mega_xattn_step(const mega_xattn *X, const real *W, const mega_xattn
         mega_linear_step(h, O, W + X->o_w, W + X->o_b, R, D, D);
         for (size_t i = 0; i < R * D; i++) y[i] = x[i] + h[i];
     }
-    if (!c->prenorm) mega_seqnorm_forward(&X->norm, (real *)W, y, st, y, R, 0, 0);
+    if (!c->prenorm) mega_seqnorm_forward(&X->norm, (real *)W, y, st, y, R, 0, 0, NULL);
     return MEGA_OK;
 }

@@ -452,6 +452,10 @@ static void decode_back(mega_cls *m, int k, const real *drep, size_t ld) {
     }
 }
 
+void mega_cls_set_batch_sync(mega_cls *m, mega_sum_fn sum, void *ctx) {
+    for (int i = 0; i < 2; i++) m->pass[i].st.sync.fn = sum, m->pass[i].st.sync.ctx = ctx;
+}
+
 mega_status mega_cls_backward(mega_cls *m, double scale) {
     const mega_cls_config *c = &m->cfg;
     if (!m->P.grad) MEGA_FAIL(MEGA_ERR_INVALID, "backward: this model was loaded for inference (no gradients)");

@@ -261,6 +261,10 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
     return MEGA_OK;
 }
 
+void mega_lm_set_batch_sync(mega_lm *m, mega_sum_fn sum, void *ctx) {
+    m->st.sync.fn = sum, m->st.sync.ctx = ctx;
+}
+
 mega_status mega_lm_backward(mega_lm *m, double scale) {
     const mega_lm_config *c = &m->cfg;
     if (!m->P.grad) MEGA_FAIL(MEGA_ERR_INVALID, "backward: this model was loaded for inference (no gradients)");
@@ -384,7 +388,7 @@ static mega_status feed_layers(void *arg) {
         x = y;
         y = tmp;
     }
-    if (m->st.has_fnorm) mega_seqnorm_forward(&m->st.fnorm, (real *)W, x, st, x, R, 0, 0);
+    if (m->st.has_fnorm) mega_seqnorm_forward(&m->st.fnorm, (real *)W, x, st, x, R, 0, 0, NULL);
     if (f->logits) {
         /* rows are [b][t] for this piece; scatter into [B, T, V]. When the piece is the whole
          * call (decode: one token per sequence) the rows are already in [B, T, V] order: one

@@ -390,7 +390,7 @@ static void embed_forward(const mega_s2s *m, real *x, size_t emb, const mega_seq
     real *W = m->P.data;
     if (c->normalize_embedding) {
         mega_embedding_forward(npre, W + emb, tok, pad, R, D, scale);
-        mega_seqnorm_forward(en, W, x, nstat, npre, R, training, training);
+        mega_seqnorm_forward(en, W, x, nstat, npre, R, training, training, &m->bnsync);
     } else {
         mega_embedding_forward(x, W + emb, tok, pad, R, D, scale);
     }
@@ -409,7 +409,7 @@ static void embed_backward(mega_s2s *m, real *dx, size_t emb, const mega_seqnorm
         if (pad[r]) memset(dx + r * D, 0, D * sizeof(real));
     if (training && c->encoder.dropout > 0) mega_dropout(dx, dx, R * D, c->encoder.dropout, key);
     if (c->normalize_embedding) {
-        mega_seqnorm_backward(en, m->P.data, m->P.grad, tmp, dx, npre, nstat, R, training, 0);
+        mega_seqnorm_backward(en, m->P.data, m->P.grad, tmp, dx, npre, nstat, R, training, 0, &m->bnsync);
         dx = tmp;
     }
     mega_embedding_backward(m->P.grad + emb, dx, tok, pad, R, D, scale, c->padding_idx);
@@ -438,7 +438,7 @@ mega_status mega__s2s_encode(mega_s2s *m, const int32_t *src, int B, int S, int 
 }
 
 static mega_run layer_run(const mega_s2s *m, int l, int training, uint64_t key) {
-    mega_run r = {training, training, mega__subkey(key, 200 + (uint64_t)l), m->enc.nthreads};
+    mega_run r = {training, training, mega__subkey(key, 200 + (uint64_t)l), m->enc.nthreads, &m->bnsync};
     return r;
 }
 static mega_run cross_run(const mega_run *r) {
@@ -490,7 +490,7 @@ mega_status mega_s2s_forward(mega_s2s *m, const int32_t *src, int S, const int32
     }
     const real *HL = m->H + (size_t)Ld * R * D;
     if (m->has_dfnorm)
-        mega_seqnorm_forward(&m->dfnorm, W, m->xf, m->fstat, HL, R, train, train);
+        mega_seqnorm_forward(&m->dfnorm, W, m->xf, m->fstat, HL, R, train, train, &m->bnsync);
     else
         memcpy(m->xf, HL, R * D * sizeof(real));
     /* zero the pads, drop the ragged positions */
@@ -532,6 +532,11 @@ mega_status mega_s2s_forward(mega_s2s *m, const int32_t *src, int S, const int32
     return MEGA_OK;
 }
 
+void mega_s2s_set_batch_sync(mega_s2s *m, mega_sum_fn sum, void *ctx) {
+    m->bnsync.fn = m->enc.sync.fn = sum;
+    m->bnsync.ctx = m->enc.sync.ctx = ctx;
+}
+
 mega_status mega_s2s_backward(mega_s2s *m, double scale) {
     const mega_s2s_config *c = &m->cfg;
     if (!m->P.grad) MEGA_FAIL(MEGA_ERR_INVALID, "backward: this model was loaded for inference (no gradients)");
@@ -571,7 +576,7 @@ mega_status mega_s2s_backward(mega_s2s *m, double scale) {
         }
     real *dH = gin;
     if (m->has_dfnorm) {
-        mega_seqnorm_backward(&m->dfnorm, W, dW, m->g[1], gin, m->H + (size_t)Ld * R * D, m->fstat, R, train, 0);
+        mega_seqnorm_backward(&m->dfnorm, W, dW, m->g[1], gin, m->H + (size_t)Ld * R * D, m->fstat, R, train, 0, &m->bnsync);
         dH = m->g[1];
     }
     memset(m->dE, 0, (size_t)B * S * D * sizeof(real));

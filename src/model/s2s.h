@@ -45,6 +45,7 @@ struct mega_s2s {
     int64_t count;
     double eps;
     mega_lm_run run;
+    mega_bnsync bnsync; /* batchnorm statistics over processes (mega_s2s_set_batch_sync) */
 };
 
 /* padded lengths (official: right-padded to a chunk multiple when longer than a chunk) */

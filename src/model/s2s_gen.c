@@ -105,7 +105,7 @@ mega_status mega_s2s_stream_step(mega_s2s_stream *s, const int32_t *tok, mega_re
     const real scale = c->scale_embedding ? (real)sqrt((double)D) : (real)1;
     real *x = s->x, *y = s->y;
     mega_embedding_forward(x, W + m->tgt_emb, tk, pd, (size_t)B, D, scale);
-    if (c->normalize_embedding) mega_seqnorm_forward(&m->dec_enorm, (real *)W, x, s->st, x, (size_t)B, 0, 0);
+    if (c->normalize_embedding) mega_seqnorm_forward(&m->dec_enorm, (real *)W, x, s->st, x, (size_t)B, 0, 0, NULL);
     for (size_t b = 0; b < (size_t)B; b++)
         if (pd[b]) memset(x + b * D, 0, D * sizeof(real));
     for (int l = 0; l < c->decoder_layers; l++) {
@@ -113,7 +113,7 @@ mega_status mega_s2s_stream_step(mega_s2s_stream *s, const int32_t *tok, mega_re
         MEGA_TRY(mega_xattn_step(&m->dl[l].x, W, &s->XS[l], x, y, t, s->scratch));
         if (c->decoder.ffn_dim > 0) mega_nffn_step(&m->dl[l].ffn, W, x, x, (size_t)B, s->scratch);
     }
-    if (m->has_dfnorm) mega_seqnorm_forward(&m->dfnorm, (real *)W, x, s->st, x, (size_t)B, 0, 0);
+    if (m->has_dfnorm) mega_seqnorm_forward(&m->dfnorm, (real *)W, x, s->st, x, (size_t)B, 0, 0, NULL);
     for (size_t b = 0; b < (size_t)B; b++)
         if (pd[b]) memset(x + b * D, 0, D * sizeof(real));
     if (logits) mega_linear_step(logits, x, W + (c->tie_embeddings ? m->tgt_emb : m->out_w), NULL, (size_t)B, D, V);

@@ -89,7 +89,7 @@ mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B
     s->B = B, s->T = T, s->pad = pad;
     for (int l = 0; l < L; l++) {
         mega_block_acts_point(&s->blocks[l], &s->A[l], s->acts + (size_t)l * s->acts_per, B, T);
-        mega_run br = {training, training, mega_stack_key(key, l), s->nthreads};
+        mega_run br = {training, training, mega_stack_key(key, l), s->nthreads, &s->sync};
         MEGA_TRY(mega_block_forward(&s->blocks[l], W, &s->A[l], s->H + (size_t)(l + 1) * R * D, s->H + (size_t)l * R * D,
                                     pad, B, T, &br, s->scratch));
     }
@@ -97,7 +97,7 @@ mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B
     real *HL = s->H + (size_t)L * R * D;
     const real *xf = HL;
     if (s->has_fnorm) {
-        mega_seqnorm_forward(&s->fnorm, W, s->xf, s->fstat, HL, R, training, training);
+        mega_seqnorm_forward(&s->fnorm, W, s->xf, s->fstat, HL, R, training, training, &s->sync);
         xf = s->xf;
     }
     if (pad) {
@@ -122,11 +122,11 @@ real *mega_stack_backward(mega_stack *s, const real *W, real *dW, real *dout, in
     real *dH = dout;
     if (s->has_fnorm) {
         real *dst = dout == s->dx ? s->dy : s->dx;
-        mega_seqnorm_backward(&s->fnorm, W, dW, dst, dout, s->H + (size_t)L * R * D, s->fstat, R, training, 0);
+        mega_seqnorm_backward(&s->fnorm, W, dW, dst, dout, s->H + (size_t)L * R * D, s->fstat, R, training, 0, &s->sync);
         dH = dst;
     }
     for (int l = L - 1; l >= 0; l--) {
-        mega_run br = {training, training, mega_stack_key(key, l), s->nthreads};
+        mega_run br = {training, training, mega_stack_key(key, l), s->nthreads, &s->sync};
         real *dIn = (dH == s->dx) ? s->dy : s->dx;
         mega_block_backward(&s->blocks[l], W, dW, &s->A[l], dIn, dH, s->H + (size_t)l * R * D, s->pad, B, T, &br,
                             s->scratch);

@@ -20,6 +20,7 @@ typedef struct {
     mega_seqnorm fnorm;
     int has_fnorm;
     int nthreads;
+    mega_bnsync sync; /* batchnorm statistics over processes (set by the model; fn NULL = none) */
     /* buffers */
     int Bmax, Tmax;    /* the batch that set the capacities (for information) */
     size_t Rcap, scr_cap; /* rows (B*T) and scratch reals the buffers hold */

@@ -182,7 +182,7 @@ int bt_open(bt_ctx *c, const mega_block_config *cfg, const bt_opts *o) {
     /* x and R from the seed alone: configurations that differ in other ways see the same data */
     c->rs = 0x9E3779B97F4A7C15ull * (o->seed + 1);
     for (size_t i = 0; i < c->RD; i++) c->R[i] = (mega_real)tl_randn(&c->rs), c->x[i] = (mega_real)tl_randn(&c->rs);
-    c->run = (mega_run){1, 0, 0x1234567890abcdefull ^ o->seed, nt};
+    c->run = (mega_run){1, 0, 0x1234567890abcdefull ^ o->seed, nt, NULL};
     return 0;
 }
 
