@@ -469,6 +469,11 @@ static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
     if (!a->out) return cli_error("--out DIR is required (see 'mega train --help')"), 2;
     if (a->force && a->resume) return cli_error("--force replaces the run in --out and --resume continues it: give one of them"), 2;
     if (a->reschedule && !a->resume) return cli_error("--reschedule changes the schedule of a resumed run: it needs --resume"), 2;
+    static const char *const train_flags[3] = {"data", "images", "labels"},
+                             *const valid_flags[3] = {"valid", "valid-images", "valid-labels"};
+    if (data_flags_check(train_flags, a->data, a->images, a->labels) ||
+        data_flags_check(valid_flags, a->valid, a->valid_images, a->valid_labels))
+        return 2;
     if (!a->data && !a->images) return cli_error("--data FILE is required (see 'mega train --help')"), 2;
     if (a->min_lr > a->lr) return cli_error("--min-lr (%g) is larger than --lr (%g)", a->min_lr, a->lr), 2;
     /* the training length: log-n scaling, and the default context of absolute positions */
