@@ -123,20 +123,7 @@ static int save_checkpoint(const train_args *a, task *t, mega_adamw *opt, const 
     /* 2. the optimizer state */
     mega_st_writer *w = mega_st_writer_new();
     if (!w) return cli_error("out of memory");
-    mega_status st = MEGA_OK;
-    const mega_real *mm = mega_adamw_m(opt), *vv = mega_adamw_v(opt);
-    for (int i = 0; i < mega_ps_count(t->ps) && !st; i++) {
-        size_t off, n;
-        unsigned fl;
-        const char *name = mega_ps_info(t->ps, i, &off, &n, &fl);
-        if (fl & 2) continue;
-        char nm[512];
-        int64_t shape[1] = {(int64_t)n};
-        snprintf(nm, sizeof nm, "exp_avg.%s", name);
-        st = mega_st_writer_add(w, nm, MEGA_DT_F32, 1, shape, mm + off);
-        snprintf(nm, sizeof nm, "exp_avg_sq.%s", name);
-        if (!st) st = mega_st_writer_add(w, nm, MEGA_DT_F32, 1, shape, vv + off);
-    }
+    mega_status st = mega_adamw_save_moments(opt, t->ps, w);
     int64_t scal[5] = {pos->step, *mega_adamw_t(opt), (int64_t)pos->data_rng, (int64_t)pos->data_hash, (int64_t)pos->data_size};
     const char *sn[5] = {"step", "adam_step", "data_rng", "data_hash", "data_size"};
     for (int i = 0; i < 5 && !st; i++) st = mega_st_writer_add(w, sn[i], MEGA_DT_I64, 0, NULL, &scal[i]);
@@ -180,21 +167,9 @@ static int load_state_file(const char *path, mega_paramset *ps, mega_adamw *opt,
         mega_st_close(f);
         return cli_error("%s: missing step/RNG records (not a mega train_state file)", path);
     }
-    mega_real *mm = mega_adamw_m(opt), *vv = mega_adamw_v(opt);
-    for (int i = 0; i < mega_ps_count(ps); i++) {
-        size_t off, n;
-        unsigned fl;
-        const char *name = mega_ps_info(ps, i, &off, &n, &fl);
-        if (fl & 2) continue;
-        char nm[512];
-        for (int k = 0; k < 2; k++) {
-            snprintf(nm, sizeof nm, "%s.%s", k ? "exp_avg_sq" : "exp_avg", name);
-            const mega_st_tensor *t = mega_st_get(f, nm);
-            if (!t || mega_st_read_real(t, (k ? vv : mm) + off, n) != MEGA_OK) {
-                mega_st_close(f);
-                return cli_error("%s: optimizer state for '%s' is missing or has the wrong size", path, name);
-            }
-        }
+    if (mega_adamw_load_moments(opt, ps, f) != MEGA_OK) {
+        mega_st_close(f);
+        return cli_error("%s: %s", path, mega_last_error());
     }
     mega_st_close(f);
     return 0;
