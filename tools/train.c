@@ -259,9 +259,25 @@ static int field_differs(const train_args *a, const mega_field *f, int n, const 
     return 0;
 }
 
+/* a note for each block flag the user set that the mixer has no use for (--heads with the mega
+ * mixer): the flag is ignored, as the other ignored flags are, with a word */
+static void note_unused_block_flags(const train_args *a, const mega_block_config *mine, mega_mixer_kind mixer) {
+    int nb;
+    const mega_field *bf = mega_block_config_fields(&nb);
+    for (int i = 0; i < nb; i++) {
+        if ((bf[i].flags & MEGA_FIELD_NOFLAG) || mega_field_applies(&bf[i], mixer)) continue;
+        const void *addr = (const char *)mine + bf[i].offset;
+        for (const cli_flag *g = a->flags; g->name; g++)
+            if (g->seen && g->dst == addr)
+                fprintf(stderr, "mega: note: --%s does not apply to --mixer %s; the flag is ignored\n", g->name,
+                        mega_mixer_name(mixer));
+    }
+}
+
 int resume_config_differs(const train_args *a, const mega_field *mf, int nmf, const void *mine, const void *ck,
                           size_t block_off) {
     const mega_block_config *bm = (const void *)((const char *)mine + block_off), *bc = (const void *)((const char *)ck + block_off);
+    note_unused_block_flags(a, bm, bc->mixer); /* the checkpoint's mixer decides */
     const int all = a->preset != NULL; /* a preset sets many fields at once: all of them must agree */
     int nb;
     const mega_field *bf = mega_block_config_fields(&nb);
@@ -453,6 +469,8 @@ static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
     if (a->min_lr > a->lr) return cli_error("--min-lr (%g) is larger than --lr (%g)", a->min_lr, a->lr), 2;
     /* the training length: log-n scaling, and the default context of absolute positions */
     a->lm.block.train_len = a->cls.block.train_len = a->s2s.encoder.train_len = a->seq_len;
+    const mega_block_config *blk = kind == K_S2S ? &a->s2s.encoder : classify ? &a->cls.block : &a->lm.block;
+    if (!a->resume) note_unused_block_flags(a, blk, blk->mixer); /* resumed: the checkpoint's mixer (resume_config_differs) */
     /* translate: the block flags describe both sides; the decoder is causal */
     a->s2s.decoder = a->s2s.encoder;
     a->s2s.encoder.bidirectional = 1, a->s2s.decoder.bidirectional = 0;
