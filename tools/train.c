@@ -493,14 +493,28 @@ static int new_task(train_args *a, const char *model_path, task **t, mega_adamw 
 /* what a --reschedule did, for describe_run ("" = nothing) */
 static char g_resched[320];
 
-/* --resume with schedule flags: --steps may change only with --reschedule (a constant schedule
- * excepted: its rates do not depend on --steps), and then --min-lr and --schedule may too; the
- * decay restarts at step `at` from the rate the old schedule had reached. cli: the flags' values. */
+/* g_resched for a run resumed within its warm-up: the new schedule simply applies */
+static void warmup_continues(const train_args *a) {
+    snprintf(g_resched, sizeof g_resched, "the warm-up continues to step %lld, then a %s decay to %g by step %lld",
+             (long long)a->warmup, a->schedule, a->min_lr, (long long)a->steps);
+}
+
+/* --resume with schedule flags: --steps may change only with --reschedule, and then --min-lr and
+ * --schedule may too; the decay restarts at step `at` from the rate the old schedule had reached.
+ * Two exceptions need no --reschedule: a constant schedule, and a run still in its warm-up (at <=
+ * --warmup), whose rates up to the end of the warm-up do not depend on --steps: the new length
+ * only shapes the decay after it, as if the run had been started with it. --steps below `at` is
+ * an error (it counts the steps done). cli: the flags' values. */
 static int resume_schedule(train_args *a, const train_args *cli, const cli_flag *fl, int64_t at) {
     const int steps = cli_seen(fl, "steps") && cli->steps != a->steps;
     const int minlr = a->reschedule && cli_seen(fl, "min-lr") && cli->min_lr != a->min_lr;
     const int sched = a->reschedule && cli_seen(fl, "schedule") && strcmp(cli->schedule, a->schedule);
-    if (steps && !a->reschedule && strcmp(a->schedule, "constant")) {
+    const int warming = at <= a->warmup;
+    if (steps && cli->steps < at)
+        return cli_error("--resume: --steps %lld is below the step the run has reached (%lld): --steps counts every step of "
+                         "the run, the ones done included; give a larger one, or leave it out",
+                         (long long)cli->steps, (long long)at);
+    if (steps && !a->reschedule && !warming && strcmp(a->schedule, "constant")) {
         train_args stretched = *a;
         stretched.steps = cli->steps;
         return cli_error("--resume: --steps %lld differs from the run's %lld, which would stretch its %s schedule (the learning "
@@ -510,8 +524,9 @@ static int resume_schedule(train_args *a, const train_args *cli, const cli_flag 
                          lr_at(&stretched, at));
     }
     if (!steps && !minlr && !sched) return 0;
-    if (!a->reschedule) { /* a constant schedule: only the length changes */
+    if (!a->reschedule) { /* a constant schedule or a run in its warm-up: only the length changes */
         a->steps = cli->steps;
+        if (strcmp(a->schedule, "constant")) warmup_continues(a);
         return 0;
     }
     const double lr0 = lr_at(a, at); /* the rate reached, under the schedule so far */
@@ -525,8 +540,7 @@ static int resume_schedule(train_args *a, const train_args *cli, const cli_flag 
                  (long long)at, lr0, a->min_lr, (long long)a->steps, a->schedule);
     } else { /* still warming up: the new schedule simply applies */
         a->sched_from = 0, a->sched_lr = 0;
-        snprintf(g_resched, sizeof g_resched, "the warm-up continues to step %lld, then a %s decay to %g by step %lld",
-                 (long long)a->warmup, a->schedule, a->min_lr, (long long)a->steps);
+        warmup_continues(a);
     }
     return 0;
 }
