@@ -645,6 +645,12 @@ void mega_adamw_free(mega_adamw *o);
 void mega_adamw_step(mega_adamw *o, mega_paramset *p, const mega_adamw_hp *hp, double lr);
 /* the same for a language model (mega_adamw_step on mega_lm_paramset) */
 void mega_adamw_step_lm(mega_adamw *o, mega_lm *m, const mega_adamw_hp *hp, double lr);
+/* The moments in a training-state file: exp_avg.<name> and exp_avg_sq.<name> per trainable
+ * tensor of ps, flat ([numel]; F32, or F64 in a MEGA_F64 build). Loading checks each one against
+ * its parameter (present, floating point, of shape [numel], finite, second moments >= 0) and
+ * fails naming the tensor. */
+mega_status mega_adamw_save_moments(const mega_adamw *o, const mega_paramset *ps, mega_st_writer *w);
+mega_status mega_adamw_load_moments(mega_adamw *o, const mega_paramset *ps, const mega_st_file *f);
 /* moment buffers (total reals each) and step counter, for checkpoints */
 mega_real *mega_adamw_m(mega_adamw *o);
 mega_real *mega_adamw_v(mega_adamw *o);

@@ -360,6 +360,9 @@ typedef struct {
     int strict;       /* a bad line is an error "file:LINE: reason" instead of skipped */
     const char *what; /* names the file in messages ("--train" gives "--train file 'x' is empty");
                          NULL: "parallel text" */
+    const char *limit; /* names both length limits in messages and in the skip summary, as the
+                          caller's user sets them ("--seq-len" gives "longer than --seq-len 256");
+                          NULL: "max_src_len" / "max_tgt_len" */
 } mega_s2s_opts;
 
 typedef struct {
@@ -379,6 +382,8 @@ typedef struct {
     int first_bad[MEGA_S2S_BAD_N]; /* 1-based line of the first of each, 0 = none */
     uint64_t fingerprint;    /* mega_fnv1a64 of the whole file as read (before any option) */
     char *path;
+    int max_src_len, max_tgt_len; /* the limits it was read with (mega_s2s_opts) */
+    char limit[2][48];       /* their names in messages (mega_s2s_opts.limit) */
 } mega_s2s_data;
 
 /* the tokens of example i: src_len[i] source tokens, then tgt_len[i] target tokens */

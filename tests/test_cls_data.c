@@ -578,6 +578,9 @@ static void test_text(void) {
          "and on for quite a while so that it exceeds the limit of two hundred and fifty six bytes for a label, which is plenty "
          "for any real class name\t1\n",
          "x.tsv:1:", "label<TAB>text order"},
+        /* class names are stored as text in the model: refused when read, not at the first save */
+        {"1\tabc\n\377\tabc\n", "x.tsv:2:", "is not valid UTF-8 (byte 0xff at column 1)"},
+        {"1\tabc\nb\303\tabc\n", "x.tsv:2:", "is not valid UTF-8 (byte 0xc3 at column 2)"},
     };
     for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
         write_str("x.tsv", c[i].content);

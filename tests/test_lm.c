@@ -17,6 +17,9 @@
  *   (3) training through the API: two identical runs of 5 AdamW steps with dropout and a fixed
  *       key (one thread) give bit-identical parameters (and a different dropout key does not);
  *       the loss on a repetitive byte sequence falls clearly within 30 steps.
+ *   (4) the AdamW moments of a training state (mega_adamw_save_moments / _load_moments): a
+ *       bit-identical round trip; a NaN, a negative second moment, another shape or dtype, a
+ *       missing moment are refused naming the tensor.
  * build/t64_lm is this file built against the double-precision library (Makefile T64_FROM).
  */
 #include "testlib.h"
@@ -698,6 +701,107 @@ static void test_training(void) {
     mega_lm_free(t);
 }
 
+/* ---- (4) the optimizer moments in a training state ------------------------------------------ */
+
+/* A training state of the moments of o for ps, written as mega_adamw_save_moments does, but with
+ * the first trainable tensor's exp_avg (or exp_avg_sq) changed by `damage`: 0 none, 1 a NaN in
+ * exp_avg_sq, 2 a negative exp_avg_sq, 3 exp_avg of shape [2, numel/2], 4 exp_avg of dtype I32,
+ * 5 exp_avg left out. */
+static mega_status write_state(const char *path, mega_paramset *ps, mega_adamw *o, int damage) {
+    mega_st_writer *w = mega_st_writer_new();
+    if (!w) return MEGA_ERR_OOM;
+    const mega_dtype dt = sizeof(rl) == 8 ? MEGA_DT_F64 : MEGA_DT_F32;
+    mega_status st = MEGA_OK;
+    int first = 1;
+    for (int i = 0; i < mega_ps_count(ps) && !st; i++) {
+        size_t off, n;
+        unsigned fl;
+        const char *name = mega_ps_info(ps, i, &off, &n, &fl);
+        if (fl & 2) continue;
+        char nm[512];
+        int64_t shape[2] = {(int64_t)n, 1};
+        const int hit = first && n >= 2 && n % 2 == 0 ? damage : 0;
+        if (hit) first = 0;
+        rl *m = malloc(n * sizeof(rl)), *v = malloc(n * sizeof(rl));
+        int32_t *zi = calloc(n, sizeof(int32_t));
+        if (!m || !v || !zi) st = MEGA_ERR_OOM;
+        if (!st) {
+            memcpy(m, mega_adamw_m(o) + off, n * sizeof(rl));
+            memcpy(v, mega_adamw_v(o) + off, n * sizeof(rl));
+            if (hit == 1) v[n - 1] = (rl)NAN;
+            if (hit == 2) v[0] = -1;
+            snprintf(nm, sizeof nm, "exp_avg.%s", name);
+            if (hit == 3) shape[0] = 2, shape[1] = (int64_t)n / 2;
+            if (hit == 4) st = mega_st_writer_add(w, nm, MEGA_DT_I32, 1, shape, zi);
+            else if (hit != 5) st = mega_st_writer_add(w, nm, dt, hit == 3 ? 2 : 1, shape, m);
+            snprintf(nm, sizeof nm, "exp_avg_sq.%s", name);
+            shape[0] = (int64_t)n;
+            if (!st) st = mega_st_writer_add(w, nm, dt, 1, shape, v);
+        }
+        free(m), free(v), free(zi);
+    }
+    if (!st) st = mega_st_writer_write(w, path);
+    mega_st_writer_free(w);
+    return st;
+}
+
+static void test_adamw_moments(void) {
+    mega_lm_config c;
+    small_config(&c);
+    mega_lm *m = NULL;
+    mega_adamw *o = NULL, *o2 = NULL;
+    if (mega_lm_create(&c, &m) != MEGA_OK || mega_adamw_new(mega_lm_param_total(m), &o) != MEGA_OK ||
+        mega_adamw_new(mega_lm_param_total(m), &o2) != MEGA_OK) {
+        TL_CHECK(0, "moments: create (%s)", mega_last_error());
+        mega_adamw_free(o), mega_adamw_free(o2), mega_lm_free(m);
+        return;
+    }
+    mega_lm_init_params(m, 3);
+    /* moments of one real step */
+    const int B = 2, T = 16;
+    int32_t tok[2 * 16], tgt[2 * 16];
+    for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(i * 7 % 30), tgt[i] = (int32_t)(i * 11 % 30);
+    mega_lm_run run = {0, 0};
+    double loss;
+    mega_lm_zero_grad(m);
+    mega_status st = mega_lm_forward(m, tok, tgt, B, T, &run, &loss, NULL);
+    if (!st) st = mega_lm_backward(m, 1.0);
+    const mega_adamw_hp hp = {0.9, 0.98, 1e-8, 0.01, 0};
+    if (!st) mega_adamw_step_lm(o, m, &hp, 1e-3);
+    mega_paramset *ps = mega_lm_paramset(m);
+    const size_t bytes = mega_lm_param_total(m) * sizeof(rl);
+    char p[1024];
+    path_in(p, sizeof p, "state.safetensors");
+    /* the round trip through the library's own writer */
+    mega_st_writer *w = mega_st_writer_new();
+    if (!st) st = w ? mega_adamw_save_moments(o, ps, w) : MEGA_ERR_OOM;
+    if (!st) st = mega_st_writer_write(w, p);
+    mega_st_writer_free(w);
+    mega_st_file *f = NULL;
+    if (!st) st = mega_st_open(p, &f);
+    if (!st) st = mega_adamw_load_moments(o2, ps, f);
+    mega_st_close(f);
+    TL_CHECK(!st && !memcmp(mega_adamw_m(o), mega_adamw_m(o2), bytes) && !memcmp(mega_adamw_v(o), mega_adamw_v(o2), bytes),
+             "moments: save/load round trip is bit-identical (%s)", st ? mega_last_error() : "");
+    /* a damaged state is refused, the message names the tensor and the fault */
+    static const char *const want[] = {NULL, "holds non-finite values", "holds negative values", "are stored flat",
+                                       "has dtype I32; optimizer moments are floating point", "is missing (no tensor 'exp_avg."};
+    static const mega_status code[] = {MEGA_OK, MEGA_ERR_NUMERIC, MEGA_ERR_NUMERIC, MEGA_ERR_SHAPE, MEGA_ERR_SHAPE,
+                                       MEGA_ERR_NOT_FOUND};
+    for (int d = 0; d <= 5; d++) {
+        f = NULL;
+        mega_status ws = write_state(p, ps, o, d), ls = MEGA_ERR_IO;
+        if (!ws && mega_st_open(p, &f) == MEGA_OK) ls = mega_adamw_load_moments(o2, ps, f);
+        mega_st_close(f);
+        if (d == 0)
+            TL_CHECK(ws == MEGA_OK && ls == MEGA_OK, "moments: an undamaged hand-written state loads (%s)", ls ? mega_last_error() : "");
+        else
+            TL_CHECK(ws == MEGA_OK && ls == code[d] && strstr(mega_last_error(), want[d]) && strstr(mega_last_error(), "'exp_avg"),
+                     "moments: damage %d refused with '%s' (%d: %s)", d, want[d], (int)ls, mega_last_error());
+    }
+    mega_adamw_free(o), mega_adamw_free(o2), mega_lm_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     mega_set_threads(1);
@@ -707,6 +811,7 @@ int main(int argc, char **argv) {
     test_save_load();
     test_config_json();
     test_training();
+    test_adamw_moments();
     tl_rm_rf(g_dir);
     return tl_finish();
 }

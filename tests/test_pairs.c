@@ -185,7 +185,7 @@ static void test_bad(void) {
     char sum[512];
     int k = mega_s2s_skip_summary(&d, sum, sizeof sum);
     TL_CHECK(k == 11 && strstr(sum, "2 without a tab (first at line 2)") && strstr(sum, "1 with more than one tab (at line 3)") &&
-                 strstr(sum, "3 with invalid UTF-8 (first at line 6)") && strstr(sum, "longer than max_tgt_len (at line 9)"),
+                 strstr(sum, "3 with invalid UTF-8 (first at line 6)") && strstr(sum, "longer than max_tgt_len 8 (at line 9)"),
              "skip summary: %s", sum);
     char small[20];
     mega_s2s_skip_summary(&d, small, sizeof small);
@@ -265,7 +265,7 @@ static void test_files(void) {
     o.what = NULL;
     o.max_src_len = 2; /* 1 byte + </s> */
     rc = mega_s2s_data_load(puts_("toolong.tsv", "ab\tc\n"), &o, &d);
-    expect_fail(rc, MEGA_ERR_FORMAT, "every line too long", "1 with a source longer than max_src_len (at line 1)");
+    expect_fail(rc, MEGA_ERR_FORMAT, "every line too long", "1 with a source longer than max_src_len 2 (at line 1)");
     rc = mega_s2s_data_load(NULL, NULL, &d);
     expect_fail(rc, MEGA_ERR_INVALID, "NULL path", "no file given");
     o.max_src_len = -1;

@@ -168,8 +168,12 @@ static int parse_num(const cli_flag *f, const char *v, double *out) {
     if (f->kind == F_INT && (x > 2147483647.0 || x < -2147483648.0)) return cli_error("--%s value %s is out of range", f->name, v);
     if (f->kind == F_I64 && !(x >= -9223372036854775808.0 && x < 9223372036854775808.0))
         return cli_error("--%s value %s is out of range", f->name, v);
-    if (f->lo <= f->hi && (x < f->lo || x > f->hi))
+    if (f->lo <= f->hi && (x < f->lo || x > f->hi)) {
+        /* an integer flag's bounds are integers: %g would show 1048576 as 1.04858e+06 */
+        if (f->kind == F_INT || f->kind == F_I64)
+            return cli_error("--%s must be in [%.0f, %.0f], got %s", f->name, f->lo, f->hi, v);
         return cli_error("--%s must be in [%g, %g], got %s", f->name, f->lo, f->hi, v);
+    }
     *out = x;
     return 0;
 }

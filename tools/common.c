@@ -287,3 +287,12 @@ FILE *open_input(const char *path, const char *what) {
     }
     return f;
 }
+
+int data_flags_check(const char *const flag[3], const char *data, const char *images, const char *labels) {
+    /* two datasets named at once: one of them would be silently ignored */
+    if (data && (images || labels))
+        return cli_error("--%s and --%s/--%s name two datasets: give --%s (text) or --%s with --%s (IDX images), not both",
+                         flag[0], flag[1], flag[2], flag[0], flag[1], flag[2]);
+    if (!images != !labels) return cli_error("IDX data needs both --%s and --%s", flag[1], flag[2]);
+    return 0;
+}

@@ -96,6 +96,11 @@ void fmt_run_memory(char *buf, size_t n, const run_memory *r, const char *how);
  * without blocking); NULL after "mega: error: <what> '<path>' ..." */
 FILE *open_input(const char *path, const char *what);
 
+/* A classifier's data: --data (a TSV) or --images with --labels (IDX), never both, and never one
+ * of the IDX pair alone. flag: the three flags' names ("data", "images", "labels"; or the
+ * validation ones). 0, or 1 after the error. */
+int data_flags_check(const char *const flag[3], const char *data, const char *images, const char *labels);
+
 /* subcommands */
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);

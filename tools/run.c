@@ -11,6 +11,9 @@
  * mega_model_file); NULL with mega_last_error() set when it names no model file */
 static const char *model_path(const char *m, char *buf, size_t n) { return mega_model_file(m, buf, n) ? NULL : buf; }
 
+/* the flags naming a classifier's data (data_flags_check) */
+static const char *const DATA_FLAGS[3] = {"data", "images", "labels"};
+
 /* every model these commands load is for inference: no gradient buffer */
 static const mega_load_opts INFERENCE = {1, 0};
 
@@ -132,7 +135,13 @@ static void cls_run_free(cls_run *r) {
 static int cls_run_all(cls_run *r, const char *model, const char *data, const char *images, const char *labels,
                        int seq_len, int batch, int verbose, int64_t max_memory) {
     memset(r, 0, sizeof *r);
-    if (load_cls_model(model, &r->cm) || load_cls_data(&r->cm, data, images, labels, seq_len, &r->d)) return 2;
+    if (load_cls_model(model, &r->cm)) return 2;
+    /* the kind of input the model was trained on (a model without a data-format reads either) */
+    if (r->cm.format == MEGA_DATA_IDX && data)
+        return cli_error("'%s' is an image classifier: it reads --images and --labels (IDX), not --data text", model), 2;
+    if (r->cm.format != MEGA_DATA_IDX && r->cm.format != MEGA_DATA_AUTO && images)
+        return cli_error("'%s' is a text classifier: it reads --data, not --images/--labels (IDX images)", model), 2;
+    if (load_cls_data(&r->cm, data, images, labels, seq_len, &r->d)) return 2;
     {
         /* the forward buffers of the longest batch, with the weights and the data already in memory */
         const int T = r->d.max_len > r->d.max_len2 ? r->d.max_len : r->d.max_len2, B = batch < r->d.n ? batch : r->d.n;
@@ -200,12 +209,15 @@ int cmd_predict(int argc, char **argv) {
         FL_END};
     int r = cli_parse("predict", "--model DIR --data FILE   (prints one predicted label per input line)", fl, argc, argv, 2);
     if (r) return r == 1 ? 0 : 2;
+    if (data_flags_check(DATA_FLAGS, data, images, labels)) return 2;
     if (!model || (!data && !images)) return cli_error("--model and --data are required (see 'mega predict --help')"), 2;
     mega_set_threads(threads);
     char p[4096], kind[16];
     if (!model_path(model, p, sizeof p)) return cli_error("%s", mega_last_error()), 2;
-    if (!model_kind(p, kind, sizeof kind) || strcmp(kind, "mega_cls"))
-        return cli_error("'%s' is not a classifier (predict is for --task classify models)", model), 2;
+    /* a file that cannot be read says why (as eval and info do); only a readable model of
+     * another task is "not a classifier" */
+    if (!model_kind(p, kind, sizeof kind)) return cli_error("%s", mega_last_error()), 2;
+    if (strcmp(kind, "mega_cls")) return cli_error("'%s' is not a classifier (predict is for --task classify models)", model), 2;
     cls_run run;
     int rc = cls_run_all(&run, model, data, images, labels, seq_len, batch, 0, 0);
     if (!rc) {
@@ -214,6 +226,17 @@ int cmd_predict(int argc, char **argv) {
     }
     cls_run_free(&run);
     return rc;
+}
+
+/* --lengths: a comma-separated list of lengths in [2, 2^24] */
+static int lengths_valid(const char *s) {
+    for (const char *p = s; *p;) {
+        char *end;
+        long L = strtol(p, &end, 10);
+        if (end == p || L < 2 || L > (1L << 24) || (*end && *end != ',')) return 0;
+        p = *end ? end + 1 : end;
+    }
+    return *s != 0;
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -252,7 +275,11 @@ int cmd_eval(int argc, char **argv) {
         FL_END};
     int r = cli_parse("eval", "--model DIR --data FILE [--seq-len L] [--chunk-size C] [--task classify --confusion]", fl, argc, argv, 2);
     if (r) return r == 1 ? 0 : 2;
+    if (data_flags_check(DATA_FLAGS, data, images, labels)) return 2;
     if (!model || (!data && !images)) return cli_error("--model and --data are required (see 'mega eval --help')"), 2;
+    /* checked before anything is printed (the table's header) or loaded */
+    if (lengths && !lengths_valid(lengths))
+        return cli_error("--lengths expects a comma-separated list of lengths >= 2, got '%s'", lengths), 2;
     mega_set_threads(threads);
     {
         char p[4096], kind[16];
@@ -262,6 +289,9 @@ int cmd_eval(int argc, char **argv) {
         if (!strcmp(task, "translate") && !is_s2s) return cli_error("'%s' is not a translation model (mega train --task translate)", model), 2;
         if (is_s2s && strcmp(task, "auto") && strcmp(task, "translate"))
             return cli_error("'%s' is a translation model (use --task translate)", model), 2;
+        if (!is_cls && images)
+            return cli_error("'%s' is a %s: it reads --data text, not --images/--labels (IDX images)", model,
+                             is_s2s ? "translation model" : "language model"), 2;
         if (is_s2s)
             return eval_translate(model, data, &sp, batch, max_examples, !no_group, max_tokens, hyp_out, quiet, max_memory);
         if (!strcmp(task, "classify") && !is_cls) return cli_error("'%s' is a language model, not a classifier", model), 2;
@@ -319,14 +349,9 @@ int cmd_eval(int argc, char **argv) {
         /* extrapolation table: one row per length */
         const char *p = lengths;
         printf("%-10s %-12s %-12s %s\n", "length", "bpb", "bytes", "note");
-        int rc = 0;
-        while (*p) {
+        while (*p) { /* a valid list (lengths_valid) */
             char *end;
             long L = strtol(p, &end, 10);
-            if (end == p || L < 2 || L > (1L << 24) || (*end && *end != ',')) {
-                rc = cli_error("--lengths expects a comma-separated list of lengths >= 2, got '%s'", lengths);
-                break;
-            }
             p = *end ? end + 1 : end;
             double loss;
             int64_t cnt;
@@ -345,7 +370,7 @@ int cmd_eval(int argc, char **argv) {
         }
         mega_bytes_free(&txt);
         mega_lm_free(m);
-        return rc ? 2 : 0;
+        return 0;
     }
     double t0 = now_sec(), loss;
     int64_t cnt;
@@ -375,7 +400,7 @@ int cmd_generate(int argc, char **argv) {
         {"tokens", F_INT, &tokens, "bytes to generate", NULL, 0, 1 << 30, 0},
         {"temperature", F_DBL, &temp, "sampling temperature (0 = greedy argmax)", NULL, 0, 100, 0},
         {"top-k", F_INT, &topk, "sample among the k most likely bytes (0 = all)", NULL, 0, 1 << 20, 0},
-        {"top-p", F_DBL, &topp, "nucleus sampling: sample among the most likely bytes whose probabilities add up to P, in (0, 1] (1 = off; greedy is --temperature 0)", NULL, 0, 1, 0},
+        {"top-p", F_DBL, &topp, "nucleus sampling: sample among the most likely bytes whose probabilities add up to P, in (0, 1] (1 = off; greedy is --temperature 0)", NULL, 1, 0, 0},
         {"seed", F_I64, &seed, "sampling seed (-1 = a new one each run, printed so the text can be drawn again)", NULL, -1, 9e15, 0},
         {"threads", F_INT, &threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
         {"quiet", F_SET, &quiet, "print only the generated text (no prompt, no statistics)", NULL, 1, 0, 0},
@@ -385,7 +410,9 @@ int cmd_generate(int argc, char **argv) {
     if (r) return r == 1 ? 0 : 2;
     if (!model) return cli_error("--model is required (see 'mega generate --help')"), 2;
     if (!*prompt) return cli_error("--prompt must not be empty (Mega has no start token; use e.g. a newline)"), 2;
-    if (!(topp > 0)) return cli_error("--top-p must be in (0, 1], got %g (1 = off; for greedy decoding use --temperature 0)", topp), 2;
+    /* the table's ranges are closed: (0, 1] is checked here, so every value outside gets this one message */
+    if (!(topp > 0 && topp <= 1))
+        return cli_error("--top-p must be in (0, 1], got %g (1 = off; for greedy decoding use --temperature 0)", topp), 2;
     mega_set_threads(threads);
     mega_lm *m;
     if (load_model(model, 0, &m)) return 2;

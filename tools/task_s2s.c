@@ -251,7 +251,7 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
     s2s_task *C = t->impl;
     C->plan_epoch = -1;
     if (model_path && mega_s2s_load(model_path, &C->m) != MEGA_OK) goto fail_msg;
-    mega_s2s_opts o = {a->seq_len, a->seq_len, 0, 0, "--data"};
+    mega_s2s_opts o = {a->seq_len, a->seq_len, 0, 0, "--data", "--seq-len"};
     if (mega_s2s_data_load(a->data, &o, &C->train) != MEGA_OK) goto fail_msg;
     C->n_total = C->train.n;
     if (a->valid) {

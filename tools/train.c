@@ -128,20 +128,7 @@ static int save_checkpoint(const train_args *a, task *t, mega_adamw *opt, const 
     /* 2. the optimizer state */
     mega_st_writer *w = mega_st_writer_new();
     if (!w) return cli_error("out of memory");
-    mega_status st = MEGA_OK;
-    const mega_real *mm = mega_adamw_m(opt), *vv = mega_adamw_v(opt);
-    for (int i = 0; i < mega_ps_count(t->ps) && !st; i++) {
-        size_t off, n;
-        unsigned fl;
-        const char *name = mega_ps_info(t->ps, i, &off, &n, &fl);
-        if (fl & 2) continue;
-        char nm[512];
-        int64_t shape[1] = {(int64_t)n};
-        snprintf(nm, sizeof nm, "exp_avg.%s", name);
-        st = mega_st_writer_add(w, nm, MEGA_DT_F32, 1, shape, mm + off);
-        snprintf(nm, sizeof nm, "exp_avg_sq.%s", name);
-        if (!st) st = mega_st_writer_add(w, nm, MEGA_DT_F32, 1, shape, vv + off);
-    }
+    mega_status st = mega_adamw_save_moments(opt, t->ps, w);
     int64_t scal[5] = {pos->step, *mega_adamw_t(opt), (int64_t)pos->data_rng, (int64_t)pos->data_hash, (int64_t)pos->data_size};
     const char *sn[5] = {"step", "adam_step", "data_rng", "data_hash", "data_size"};
     for (int i = 0; i < 5 && !st; i++) st = mega_st_writer_add(w, sn[i], MEGA_DT_I64, 0, NULL, &scal[i]);
@@ -185,21 +172,9 @@ static int load_state_file(const char *path, mega_paramset *ps, mega_adamw *opt,
         mega_st_close(f);
         return cli_error("%s: missing step/RNG records (not a mega train_state file)", path);
     }
-    mega_real *mm = mega_adamw_m(opt), *vv = mega_adamw_v(opt);
-    for (int i = 0; i < mega_ps_count(ps); i++) {
-        size_t off, n;
-        unsigned fl;
-        const char *name = mega_ps_info(ps, i, &off, &n, &fl);
-        if (fl & 2) continue;
-        char nm[512];
-        for (int k = 0; k < 2; k++) {
-            snprintf(nm, sizeof nm, "%s.%s", k ? "exp_avg_sq" : "exp_avg", name);
-            const mega_st_tensor *t = mega_st_get(f, nm);
-            if (!t || mega_st_read_real(t, (k ? vv : mm) + off, n) != MEGA_OK) {
-                mega_st_close(f);
-                return cli_error("%s: optimizer state for '%s' is missing or has the wrong size", path, name);
-            }
-        }
+    if (mega_adamw_load_moments(opt, ps, f) != MEGA_OK) {
+        mega_st_close(f);
+        return cli_error("%s: %s", path, mega_last_error());
     }
     mega_st_close(f);
     return 0;
@@ -289,9 +264,25 @@ static int field_differs(const train_args *a, const mega_field *f, int n, const 
     return 0;
 }
 
+/* a note for each block flag the user set that the mixer has no use for (--heads with the mega
+ * mixer): the flag is ignored, as the other ignored flags are, with a word */
+static void note_unused_block_flags(const train_args *a, const mega_block_config *mine, mega_mixer_kind mixer) {
+    int nb;
+    const mega_field *bf = mega_block_config_fields(&nb);
+    for (int i = 0; i < nb; i++) {
+        if ((bf[i].flags & MEGA_FIELD_NOFLAG) || mega_field_applies(&bf[i], mixer)) continue;
+        const void *addr = (const char *)mine + bf[i].offset;
+        for (const cli_flag *g = a->flags; g->name; g++)
+            if (g->seen && g->dst == addr)
+                fprintf(stderr, "mega: note: --%s does not apply to --mixer %s; the flag is ignored\n", g->name,
+                        mega_mixer_name(mixer));
+    }
+}
+
 int resume_config_differs(const train_args *a, const mega_field *mf, int nmf, const void *mine, const void *ck,
                           size_t block_off) {
     const mega_block_config *bm = (const void *)((const char *)mine + block_off), *bc = (const void *)((const char *)ck + block_off);
+    note_unused_block_flags(a, bm, bc->mixer); /* the checkpoint's mixer decides */
     const int all = a->preset != NULL; /* a preset sets many fields at once: all of them must agree */
     int nb;
     const mega_field *bf = mega_block_config_fields(&nb);
@@ -479,10 +470,17 @@ static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
     if (!a->out) return cli_error("--out DIR is required (see 'mega train --help')"), 2;
     if (a->force && a->resume) return cli_error("--force replaces the run in --out and --resume continues it: give one of them"), 2;
     if (a->reschedule && !a->resume) return cli_error("--reschedule changes the schedule of a resumed run: it needs --resume"), 2;
+    static const char *const train_flags[3] = {"data", "images", "labels"},
+                             *const valid_flags[3] = {"valid", "valid-images", "valid-labels"};
+    if (data_flags_check(train_flags, a->data, a->images, a->labels) ||
+        data_flags_check(valid_flags, a->valid, a->valid_images, a->valid_labels))
+        return 2;
     if (!a->data && !a->images) return cli_error("--data FILE is required (see 'mega train --help')"), 2;
     if (a->min_lr > a->lr) return cli_error("--min-lr (%g) is larger than --lr (%g)", a->min_lr, a->lr), 2;
     /* the training length: log-n scaling, and the default context of absolute positions */
     a->lm.block.train_len = a->cls.block.train_len = a->s2s.encoder.train_len = a->seq_len;
+    const mega_block_config *blk = kind == K_S2S ? &a->s2s.encoder : classify ? &a->cls.block : &a->lm.block;
+    if (!a->resume) note_unused_block_flags(a, blk, blk->mixer); /* resumed: the checkpoint's mixer (resume_config_differs) */
     /* translate: the block flags describe both sides; the decoder is causal */
     a->s2s.decoder = a->s2s.encoder;
     a->s2s.encoder.bidirectional = 1, a->s2s.decoder.bidirectional = 0;
@@ -505,14 +503,28 @@ static int new_task(train_args *a, const char *model_path, task **t, mega_adamw 
 /* what a --reschedule did, for describe_run ("" = nothing) */
 static char g_resched[320];
 
-/* --resume with schedule flags: --steps may change only with --reschedule (a constant schedule
- * excepted: its rates do not depend on --steps), and then --min-lr and --schedule may too; the
- * decay restarts at step `at` from the rate the old schedule had reached. cli: the flags' values. */
+/* g_resched for a run resumed within its warm-up: the new schedule simply applies */
+static void warmup_continues(const train_args *a) {
+    snprintf(g_resched, sizeof g_resched, "the warm-up continues to step %lld, then a %s decay to %g by step %lld",
+             (long long)a->warmup, a->schedule, a->min_lr, (long long)a->steps);
+}
+
+/* --resume with schedule flags: --steps may change only with --reschedule, and then --min-lr and
+ * --schedule may too; the decay restarts at step `at` from the rate the old schedule had reached.
+ * Two exceptions need no --reschedule: a constant schedule, and a run still in its warm-up (at <=
+ * --warmup), whose rates up to the end of the warm-up do not depend on --steps: the new length
+ * only shapes the decay after it, as if the run had been started with it. --steps below `at` is
+ * an error (it counts the steps done). cli: the flags' values. */
 static int resume_schedule(train_args *a, const train_args *cli, const cli_flag *fl, int64_t at) {
     const int steps = cli_seen(fl, "steps") && cli->steps != a->steps;
     const int minlr = a->reschedule && cli_seen(fl, "min-lr") && cli->min_lr != a->min_lr;
     const int sched = a->reschedule && cli_seen(fl, "schedule") && strcmp(cli->schedule, a->schedule);
-    if (steps && !a->reschedule && strcmp(a->schedule, "constant")) {
+    const int warming = at <= a->warmup;
+    if (steps && cli->steps < at)
+        return cli_error("--resume: --steps %lld is below the step the run has reached (%lld): --steps counts every step of "
+                         "the run, the ones done included; give a larger one, or leave it out",
+                         (long long)cli->steps, (long long)at);
+    if (steps && !a->reschedule && !warming && strcmp(a->schedule, "constant")) {
         train_args stretched = *a;
         stretched.steps = cli->steps;
         return cli_error("--resume: --steps %lld differs from the run's %lld, which would stretch its %s schedule (the learning "
@@ -522,8 +534,9 @@ static int resume_schedule(train_args *a, const train_args *cli, const cli_flag 
                          lr_at(&stretched, at));
     }
     if (!steps && !minlr && !sched) return 0;
-    if (!a->reschedule) { /* a constant schedule: only the length changes */
+    if (!a->reschedule) { /* a constant schedule or a run in its warm-up: only the length changes */
         a->steps = cli->steps;
+        if (strcmp(a->schedule, "constant")) warmup_continues(a);
         return 0;
     }
     const double lr0 = lr_at(a, at); /* the rate reached, under the schedule so far */
@@ -537,8 +550,7 @@ static int resume_schedule(train_args *a, const train_args *cli, const cli_flag 
                  (long long)at, lr0, a->min_lr, (long long)a->steps, a->schedule);
     } else { /* still warming up: the new schedule simply applies */
         a->sched_from = 0, a->sched_lr = 0;
-        snprintf(g_resched, sizeof g_resched, "the warm-up continues to step %lld, then a %s decay to %g by step %lld",
-                 (long long)a->warmup, a->schedule, a->min_lr, (long long)a->steps);
+        warmup_continues(a);
     }
     return 0;
 }

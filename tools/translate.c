@@ -288,7 +288,8 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
                    int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory) {
     mega_s2s *m = NULL;
     if (load_s2s(model, &m)) return 2;
-    mega_s2s_opts o = {max_source(m), 0, (int)(max_examples > 0 && max_examples < (1 << 30) ? max_examples : 0), 0, "--data"};
+    mega_s2s_opts o = {max_source(m), 0, (int)(max_examples > 0 && max_examples < (1 << 30) ? max_examples : 0), 0, "--data",
+                       "the model's max-positions"};
     mega_s2s_data d;
     if (mega_s2s_data_load(data, &o, &d) != MEGA_OK) {
         cli_error("%s", mega_last_error());

@@ -98,14 +98,14 @@ static int shape_matches(const mega_pspec *s, const mega_st_tensor *t) {
     return 1;
 }
 
-static void fmt_shape(char *buf, size_t n, int ndim, const int64_t *shape) {
+void mega_params_fmt_shape(char *buf, size_t n, int ndim, const int64_t *shape) {
     size_t o = 0;
     o += (size_t)snprintf(buf + o, n - o, "[");
     for (int i = 0; i < ndim && o < n; i++) o += (size_t)snprintf(buf + o, n - o, i ? ", %lld" : "%lld", (long long)shape[i]);
     if (o < n) snprintf(buf + o, n - o, "]");
 }
 
-static int is_float(mega_dtype t) {
+int mega_params_is_float(mega_dtype t) {
     return t == MEGA_DT_F32 || t == MEGA_DT_F64 || t == MEGA_DT_F16 || t == MEGA_DT_BF16;
 }
 
@@ -133,8 +133,8 @@ mega_status mega_params_check(const mega_params *P, const mega_st_file *f, const
         if (!t) MEGA_FAIL(MEGA_ERR_NOT_FOUND, "checkpoint has no tensor '%s' (the model config expects it)", name);
         if (!shape_matches(s, t)) {
             char a[96], b[96];
-            fmt_shape(a, sizeof a, s->ndim, s->shape);
-            fmt_shape(b, sizeof b, t->ndim, t->shape);
+            mega_params_fmt_shape(a, sizeof a, s->ndim, s->shape);
+            mega_params_fmt_shape(b, sizeof b, t->ndim, t->shape);
             MEGA_FAIL(MEGA_ERR_SHAPE, "tensor '%s' has shape %s in the checkpoint but the model expects %s", name, b, a);
         }
         /* no silent conversions: weights are floating point, integer buffers integers */
@@ -142,7 +142,7 @@ mega_status mega_params_check(const mega_params *P, const mega_st_file *f, const
             if (!is_int(t->dtype))
                 MEGA_FAIL(MEGA_ERR_SHAPE, "tensor '%s' has dtype %s in the checkpoint but the model expects an integer (I64)",
                           name, mega_dtype_name(t->dtype));
-        } else if (!is_float(t->dtype)) {
+        } else if (!mega_params_is_float(t->dtype)) {
             MEGA_FAIL(MEGA_ERR_SHAPE, "tensor '%s' has dtype %s in the checkpoint but the model expects floating point "
                       "(F32, F64, F16 or BF16)", name, mega_dtype_name(t->dtype));
         }

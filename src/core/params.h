@@ -77,5 +77,9 @@ mega_status mega_params_load(mega_params *P, real *dst, const mega_st_file *f, c
 mega_status mega_params_save(const mega_params *P, const real *src, mega_st_writer *w, const char *prefix);
 /* name, offset, numel and public flags (1 decay, 2 non-trainable buffer) of tensor i; NULL if out of range */
 const char *mega_params_info(const mega_params *P, int i, size_t *offset, size_t *numel, unsigned *flags);
+/* "[257, 16]" into buf; whether a dtype is floating point (F32, F64, F16, BF16): the rules the
+ * loaders of weights and of optimizer moments share */
+void mega_params_fmt_shape(char *buf, size_t n, int ndim, const int64_t *shape);
+int mega_params_is_float(mega_dtype t);
 
 #endif

@@ -74,6 +74,12 @@ mega_status mega__builder_label(mega__builder *b, const char *s, size_t n, int l
                   line, n, MEGA_DATA_MAX_LABEL);
     if (memchr(s, 0, n))
         MEGA_FAIL(MEGA_ERR_FORMAT, "%s:%d: the label '%s' contains a NUL byte", b->path, line, mega__data_show(s, n, buf, sizeof buf));
+    /* the class names are stored as JSON text in the model: an invalid one would fail only at the
+     * first save, after the training */
+    const size_t k = mega_utf8_check(s, n);
+    if (k < n)
+        MEGA_FAIL(MEGA_ERR_FORMAT, "%s:%d: the label '%s' is not valid UTF-8 (byte 0x%02x at column %zu)", b->path, line,
+                  mega__data_show(s, n, buf, sizeof buf), (unsigned char)s[k], k + 1);
     int i = label_slot(mega_fnv1a64(s, n), b->hcap);
     while (b->hidx[i] >= 0) {
         const char *t = b->lab[b->hidx[i]];

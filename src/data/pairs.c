@@ -57,8 +57,8 @@ static const char *const bad_phrases[MEGA_S2S_BAD_N] = {"without a tab",
                                                         "with an empty source",
                                                         "with an empty target",
                                                         "with invalid UTF-8",
-                                                        "with a source longer than max_src_len",
-                                                        "with a target longer than max_tgt_len"};
+                                                        "with a source longer than", /* + the limit */
+                                                        "with a target longer than"};
 
 const char *mega_s2s_bad_name(int reason) {
     return reason >= 0 && reason < MEGA_S2S_BAD_N ? bad_names[reason] : "?";
@@ -72,7 +72,12 @@ int mega_s2s_skip_summary(const mega_s2s_data *d, char *buf, size_t cap) {
         if (!d->n_bad[r]) continue;
         total += d->n_bad[r];
         if (o < cap) {
-            int k = snprintf(buf + o, cap - o, "%s%d %s (%s line %d)", o ? ", " : "", d->n_bad[r], bad_phrases[r],
+            /* a length limit is named as the caller's user sets it, with its value */
+            const int side = r == MEGA_S2S_BAD_TGT_LONG;
+            char lim[80] = "";
+            if (r == MEGA_S2S_BAD_SRC_LONG || side)
+                snprintf(lim, sizeof lim, " %s %d", d->limit[side], side ? d->max_tgt_len : d->max_src_len);
+            int k = snprintf(buf + o, cap - o, "%s%d %s%s (%s line %d)", o ? ", " : "", d->n_bad[r], bad_phrases[r], lim,
                              d->n_bad[r] > 1 ? "first at" : "at", d->first_bad[r]);
             if (k > 0) o = MEGA_MIN(cap, o + (size_t)k);
         }
@@ -119,11 +124,11 @@ static mega_status s2s_line(mega_s2s_data *d, const mega_s2s_opts *o, const char
         reason = MEGA_S2S_BAD_UTF8, snprintf(why, sizeof why, "invalid UTF-8 in the target at column %zu (byte 0x%02x)",
                                              col0 + sl + 1 + k + 1, (unsigned char)t[k]);
     else if (o->max_src_len > 0 && sl + 1 > (size_t)o->max_src_len)
-        reason = MEGA_S2S_BAD_SRC_LONG, snprintf(why, sizeof why, "source of %zu tokens (%zu bytes + </s>) is longer than max_src_len %d",
-                                                 sl + 1, sl, o->max_src_len);
+        reason = MEGA_S2S_BAD_SRC_LONG, snprintf(why, sizeof why, "source of %zu tokens (%zu bytes + </s>) is longer than %s %d",
+                                                 sl + 1, sl, d->limit[0], o->max_src_len);
     else if (o->max_tgt_len > 0 && tl + 1 > (size_t)o->max_tgt_len)
-        reason = MEGA_S2S_BAD_TGT_LONG, snprintf(why, sizeof why, "target of %zu tokens (%zu bytes + </s>) is longer than max_tgt_len %d",
-                                                 tl + 1, tl, o->max_tgt_len);
+        reason = MEGA_S2S_BAD_TGT_LONG, snprintf(why, sizeof why, "target of %zu tokens (%zu bytes + </s>) is longer than %s %d",
+                                                 tl + 1, tl, d->limit[1], o->max_tgt_len);
     if (reason >= 0) {
         if (o->strict) MEGA_FAIL(MEGA_ERR_FORMAT, "%s:%d: %s", d->path, lineno, why);
         if (!d->n_bad[reason]++) d->first_bad[reason] = lineno;
@@ -187,6 +192,9 @@ mega_status mega_s2s_data_load(const char *path, const mega_s2s_opts *o, mega_s2
     static const mega_s2s_opts def;
     if (!o) o = &def;
     memset(d, 0, sizeof *d);
+    d->max_src_len = o->max_src_len, d->max_tgt_len = o->max_tgt_len;
+    snprintf(d->limit[0], sizeof d->limit[0], "%s", o->limit ? o->limit : "max_src_len");
+    snprintf(d->limit[1], sizeof d->limit[1], "%s", o->limit ? o->limit : "max_tgt_len");
     const char *what = o->what ? o->what : "parallel text";
     MEGA_TRY(mega__data_given(path, what));
     if (o->max_src_len < 0 || o->max_tgt_len < 0 || o->max_examples < 0)

@@ -112,8 +112,11 @@ mega_status mega_model_file(const char *path, char *buf, size_t size) {
         if (newest_generation(path, buf, size)) return MEGA_OK;
         const size_t len = strlen(path);
         n = snprintf(buf, size, "%s%s" MODEL_FILE_NAME, path, len && path[len - 1] == '/' ? "" : "/");
-        if (n >= 0 && (size_t)n < size && stat(buf, &sb) != 0)
+        if (n >= 0 && (size_t)n < size && stat(buf, &sb) != 0) {
+            /* a directory we may not read or search is not one without a model */
+            if (errno != ENOENT) MEGA_FAIL(MEGA_ERR_IO, "%s: cannot read the directory: %s", path, strerror(errno));
             MEGA_FAIL(MEGA_ERR_IO, "%s: no " MODEL_FILE_NAME " in this directory (is it a run directory of mega train?)", path);
+        }
     } else {
         n = snprintf(buf, size, "%s", path);
     }

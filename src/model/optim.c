@@ -33,6 +33,68 @@ mega_real *mega_adamw_m(mega_adamw *o) { return o->m; }
 mega_real *mega_adamw_v(mega_adamw *o) { return o->v; }
 int64_t *mega_adamw_t(mega_adamw *o) { return &o->t; }
 
+/* the moments of trainable tensor s of P, under their checkpoint names */
+static void moment_names(const mega_pspec *s, char *m, char *v, size_t n) {
+    snprintf(m, n, "exp_avg.%s", s->name);
+    snprintf(v, n, "exp_avg_sq.%s", s->name);
+}
+
+mega_status mega_adamw_save_moments(const mega_adamw *o, const mega_paramset *ps, mega_st_writer *w) {
+    const mega_params *P = (const mega_params *)ps;
+#ifdef MEGA_F64
+    const mega_dtype dt = MEGA_DT_F64;
+#else
+    const mega_dtype dt = MEGA_DT_F32;
+#endif
+    char nm[2][2 * MEGA_NAME_MAX];
+    for (int i = 0; i < P->n; i++) {
+        const mega_pspec *s = &P->specs[i];
+        if (s->flags & MEGA_P_BUFFER) continue;
+        const int64_t shape[1] = {(int64_t)s->numel};
+        moment_names(s, nm[0], nm[1], sizeof nm[0]);
+        MEGA_TRY(mega_st_writer_add(w, nm[0], dt, 1, shape, o->m + s->offset));
+        MEGA_TRY(mega_st_writer_add(w, nm[1], dt, 1, shape, o->v + s->offset));
+    }
+    return MEGA_OK;
+}
+
+mega_status mega_adamw_load_moments(mega_adamw *o, const mega_paramset *ps, const mega_st_file *f) {
+    const mega_params *P = (const mega_params *)ps;
+    if (o->n != P->total) MEGA_FAIL(MEGA_ERR_INVALID, "mega_adamw_load_moments: the optimizer is not of this parameter set");
+    char nm[2][2 * MEGA_NAME_MAX];
+    for (int i = 0; i < P->n; i++) {
+        const mega_pspec *s = &P->specs[i];
+        if (s->flags & MEGA_P_BUFFER) continue;
+        moment_names(s, nm[0], nm[1], sizeof nm[0]);
+        for (int k = 0; k < 2; k++) {
+            const mega_st_tensor *t = mega_st_get(f, nm[k]);
+            if (!t) MEGA_FAIL(MEGA_ERR_NOT_FOUND, "optimizer state for '%s' is missing (no tensor '%s')", s->name, nm[k]);
+            /* the moments are a copy of their parameter's layout: a flat float tensor of its size
+             * (another dtype or shape is not a state this parameter had) */
+            if (!mega_params_is_float(t->dtype))
+                MEGA_FAIL(MEGA_ERR_SHAPE, "tensor '%s' has dtype %s; optimizer moments are floating point (F32, F64, F16 or BF16)",
+                          nm[k], mega_dtype_name(t->dtype));
+            if (t->ndim != 1 || t->shape[0] != (int64_t)s->numel) {
+                char sh[96];
+                mega_params_fmt_shape(sh, sizeof sh, t->ndim, t->shape);
+                MEGA_FAIL(MEGA_ERR_SHAPE, "tensor '%s' has shape %s, but the moments of '%s' (%zu values) are stored flat: [%zu]",
+                          nm[k], sh, s->name, s->numel, s->numel);
+            }
+            real *dst = (k ? o->v : o->m) + s->offset;
+            MEGA_TRY(mega_st_read_real(t, dst, s->numel));
+            /* a NaN or an infinity would only show later as a non-finite loss; a negative second
+             * moment as the NaN of its square root */
+            for (size_t j = 0; j < s->numel; j++) {
+                if (!isfinite((double)dst[j]))
+                    MEGA_FAIL(MEGA_ERR_NUMERIC, "tensor '%s' holds non-finite values (the optimizer state is damaged)", nm[k]);
+                if (k && dst[j] < 0)
+                    MEGA_FAIL(MEGA_ERR_NUMERIC, "tensor '%s' holds negative values (a second moment is a mean of squares)", nm[k]);
+            }
+        }
+    }
+    return MEGA_OK;
+}
+
 mega_paramset *mega_lm_paramset(mega_lm *m) { return (mega_paramset *)&m->P; }
 mega_real *mega_ps_data(mega_paramset *p) { return ((mega_params *)p)->data; }
 mega_real *mega_ps_grad(mega_paramset *p) { return ((mega_params *)p)->grad; }

@@ -87,6 +87,12 @@ key() {
     notime "$1/log.jsonl"; } | md5sum
 }
 
+# put_key KEY RESULT: the result of a state, written whole and then renamed: the other worker may
+# read the same key at that moment (a plain "echo >" truncates first: it would read nothing)
+put_key() {
+  echo "$2" > "keys/$1.$w" && mv -f "keys/$1.$w" "keys/$1"
+}
+
 # ---- 1. every pair of kill points in two consecutive saves ---------------------------------
 # worker W: the kill points i of save A with i % 2 == W (the two run side by side); results in
 # files: pairs.W (one line per pair: ok or FAIL ...)
@@ -121,10 +127,10 @@ worker() {
         r="exit $rc2: $(tail -n 1 "$b.out")"
       elif finish_run "$b"; then
         r=ok
-        echo ok > "keys/$k"
+        put_key "$k" "$r"
       else
         r="the resumed run differs: $(tail -n 1 "$b.fin")"
-        echo "$r" > "keys/$k"
+        put_key "$k" "$r"
       fi
       if [ "$r" = ok ]; then echo ok >> "$out"; else echo "FAIL kill:$i in save A, kill:$j after: $r" >> "$out"; fi
       [ $rc2 -eq 137 ] || break

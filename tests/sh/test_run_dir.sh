@@ -148,7 +148,7 @@ kill -TERM $pid
 wait $pid
 rc=$?
 PIDS=""
-dstep=$(mega train $F --out D --resume --steps 1 2>/dev/null | sed -n 's/^checkpoint in D is already at step \([0-9]*\).*/\1/p')
+dstep=$("$MEGA" info --model D 2>/dev/null | sed -n 's/^step *\([0-9]*\)$/\1/p') # the newest complete checkpoint's
 dtarget=$((${dstep:-0} + 20))
 mega train $F --out D --resume --steps $dtarget --save-every 50 > D2.out 2> D2.err
 rc2=$?
