@@ -72,6 +72,8 @@ $(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(FUZZ_BUILD)/libmega.a
 	  $(FUZZ_SAN) -fsanitize=fuzzer $(filter %.c,$^) $(FUZZ_BUILD)/libmega.a -lcjson -lz -lm -o $@
 # the CLI's flag parser is part of the tool, not of the library
 $(FUZZ_BUILD)/fuzz_cli: tools/cli.c tools/cli.h
+# the checkpoint generations' reader of mega train (tools/ckpt.c, with the tool's helpers)
+$(FUZZ_BUILD)/fuzz_manifest: tools/ckpt.c tools/ckpt.h tools/common.c tools/common.h tools/cli.c tools/cli.h
 # ---- end of fuzzing ---------------------------------------------------------------------------
 else
 # ---------------------------------------------------------------------------------------------

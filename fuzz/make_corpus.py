@@ -280,6 +280,42 @@ def vocab_seeds():
     put("vocab_json", "classes-not-strings.json", '["a",1]')
 
 
+def fnv1a64(b):
+    # mega_fnv1a64 (include/mega_data.h), with its offset basis
+    h = 1469598103934665603
+    for c in b:
+        h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def manifest_seeds():
+    # fuzz_manifest.c: byte 0 says which of generation 2's files exist (bit 0 model, bit 1 state);
+    # their contents are fixed there, so these manifests can name them correctly
+    m2, s2 = b"model bytes of generation 2", b"state bytes of generation 2"
+
+    def man(step=2, mfile="step-00000002.model.safetensors", sfile="step-00000002.state.safetensors",
+            mb=len(m2), ms=None, sb=len(s2), ss=None, extra=None):
+        d = {"format": "mega-checkpoint 1", "step": step, "task": "lm",
+             "model": {"file": mfile, "bytes": mb, "fnv1a64": "%016x" % (fnv1a64(m2) if ms is None else ms)},
+             "state": {"file": sfile, "bytes": sb, "fnv1a64": "%016x" % (fnv1a64(s2) if ss is None else ss)},
+             "train": {"steps": 10, "lr": 0.002, "schedule": "cosine"}}
+        if extra:
+            d.update(extra)
+        return json.dumps(d).encode()
+    put("manifest", "complete.bin", b"\x03" + man())
+    put("manifest", "no-state-file.bin", b"\x01" + man())
+    put("manifest", "no-model-file.bin", b"\x02" + man())
+    put("manifest", "wrong-checksum.bin", b"\x03" + man(ms=1))
+    put("manifest", "wrong-size.bin", b"\x03" + man(sb=len(s2) + 1))
+    put("manifest", "other-step.bin", b"\x03" + man(step=7))
+    put("manifest", "path-outside.bin", b"\x03" + man(mfile="../step-00000002.model.safetensors"))
+    put("manifest", "absolute-path.bin", b"\x03" + man(sfile="/etc/passwd"))
+    put("manifest", "generation-1-files.bin", b"\x03" + man(mfile="step-00000001.model.safetensors"))
+    put("manifest", "bad-format.bin", b"\x03" + man(extra={"format": "mega-checkpoint 9"}))
+    put("manifest", "truncated.bin", b"\x03" + man()[:60])
+    put("manifest", "not-json.bin", b"\x03step 2")
+
+
 def main():
     if not os.access(MEGA, os.X_OK):
         sys.exit("make_corpus.py: %s is not built (make, or give the path of mega)" % MEGA)
@@ -293,6 +329,7 @@ def main():
         metrics_seeds()
         cli_seeds()
         vocab_seeds()
+        manifest_seeds()
     finally:
         shutil.rmtree(tmp)
     total = 0

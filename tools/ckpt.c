@@ -276,8 +276,10 @@ static int manifest_file(const char *dir, const cJSON *root, const char *key, co
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "file");
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(o, "bytes");
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "fnv1a64");
-    if (!cJSON_IsString(f) || strcmp(f->valuestring, expect) || !cJSON_IsNumber(b) || b->valuedouble < 0 ||
-        !cJSON_IsString(h) || strlen(h->valuestring) != 16)
+    /* the size is compared as a double before any conversion: a value beyond uint64_t (1e300)
+     * must not reach the cast (undefined behaviour; found by fuzz/fuzz_manifest.c) */
+    if (!cJSON_IsString(f) || strcmp(f->valuestring, expect) || !cJSON_IsNumber(b) || !(b->valuedouble >= 0) ||
+        b->valuedouble >= 18446744073709551616.0 || !cJSON_IsString(h) || strlen(h->valuestring) != 16)
         return -1;
     char *end;
     *sum = strtoull(h->valuestring, &end, 16);
@@ -303,7 +305,7 @@ static int gen_check(const char *dir, int64_t step, ckpt_gen *g, char *why, size
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "step");
     const cJSON *tk = cJSON_GetObjectItemCaseSensitive(root, "task");
     int bad = !cJSON_IsString(fmt) || strcmp(fmt->valuestring, FORMAT) || !cJSON_IsNumber(st) ||
-              (int64_t)st->valuedouble != step || !cJSON_IsString(tk) ||
+              st->valuedouble != (double)step || !cJSON_IsString(tk) || /* as doubles: no cast of 1e300 */
               manifest_file(dir, root, "model", mname, g->model, sizeof g->model, &g->model_bytes, &g->model_sum) ||
               manifest_file(dir, root, "state", sname, g->state, sizeof g->state, &g->state_bytes, &g->state_sum);
     if (!bad) snprintf(g->task, sizeof g->task, "%s", tk->valuestring);
