@@ -20,6 +20,9 @@ mega_status mega__data_given(const char *path, const char *what);
 mega_status mega__data_open(const char *path, const char *what, FILE **f);
 /* the whole file (empty allowed) in a malloc'd buffer followed by a NUL byte not counted in *n */
 mega_status mega__data_read_all(const char *path, const char *what, uint8_t **buf, size_t *n);
+/* mega_read_file_max (a large whole file mapped, else read), with an empty file allowed when
+ * allow_empty (the caller's parser then says what is missing) */
+mega_status mega__data_load(const char *path, const char *what, uint64_t max, int allow_empty, mega_bytes *out);
 
 /* ---- messages and labels (vocab.c) ---- */
 

@@ -51,13 +51,12 @@ static mega_status idx_header(const char *what, const char *path, const uint8_t 
     return MEGA_OK;
 }
 
-/* read and check one IDX file; *buf is freed on failure */
-static mega_status idx_read(const char *what, const char *path, uint32_t magic, int ndim, uint64_t *dims, uint8_t **buf,
-                            size_t *n) {
+/* read and check one IDX file (mapped when large, as the text data is); *f is freed on failure */
+static mega_status idx_read(const char *what, const char *path, uint32_t magic, int ndim, uint64_t *dims, mega_bytes *f) {
     MEGA_TRY(mega__data_given(path, what));
-    MEGA_TRY(mega__data_read_all(path, what, buf, n));
-    mega_status st = idx_header(what, path, *buf, *n, magic, ndim, dims);
-    if (st != MEGA_OK) free(*buf), *buf = NULL;
+    MEGA_TRY(mega__data_load(path, what, 0, 1, f));
+    mega_status st = idx_header(what, path, f->data, f->n, magic, ndim, dims);
+    if (st != MEGA_OK) mega_bytes_free(f);
     return st;
 }
 
@@ -105,11 +104,10 @@ mega_status mega_dataset_load_idx(const char *images, const char *labels, const 
     if (mean == 0 && std == 0) mean = 0.5, std = 0.5;
     if (o->real && !(std > 0 && isfinite(std) && isfinite(mean)))
         MEGA_FAIL(MEGA_ERR_INVALID, "pixel normalisation: std must be > 0 (got mean %g, std %g)", mean, std);
-    uint8_t *ib = NULL, *lb = NULL;
-    size_t in = 0, ln = 0;
+    mega_bytes ib = {0}, lb = {0};
     uint64_t idim[3] = {0, 0, 0}, ldim[1] = {0};
-    MEGA_TRY(idx_read("images", images, 0x00000803u, 3, idim, &ib, &in));
-    mega_status st = idx_read("labels", labels, 0x00000801u, 1, ldim, &lb, &ln);
+    MEGA_TRY(idx_read("images", images, 0x00000803u, 3, idim, &ib));
+    mega_status st = idx_read("labels", labels, 0x00000801u, 1, ldim, &lb);
     if (st == MEGA_OK) st = idx_agree(images, labels, idim, ldim);
     mega__builder b;
     memset(&b, 0, sizeof b);
@@ -117,9 +115,9 @@ mega_status mega_dataset_load_idx(const char *images, const char *labels, const 
     if (st == MEGA_OK) {
         d->vocab = mega_vocab_pixels(o->real, mean, std);
         b.line_note = " (line = image number)"; /* in an unknown-label message */
-        st = idx_fill(&b, ib, lb, idim);
+        st = idx_fill(&b, ib.data, lb.data, idim);
     }
-    free(ib), free(lb);
+    mega_bytes_free(&ib), mega_bytes_free(&lb);
     mega__builder_free(&b);
     if (st != MEGA_OK) mega_dataset_free(d);
     return st;

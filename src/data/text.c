@@ -130,7 +130,7 @@ static int data_map(int fd, uint64_t size, mega_bytes *out) {
     return 0;
 }
 
-mega_status mega_read_file_max(const char *path, const char *what, uint64_t max, mega_bytes *out) {
+mega_status mega__data_load(const char *path, const char *what, uint64_t max, int allow_empty, mega_bytes *out) {
     out->data = NULL, out->n = 0, out->mapped = 0;
     {
         /* the whole of a large file: mapped (see mega_data.h); small files and prefixes are read */
@@ -142,11 +142,15 @@ mega_status mega_read_file_max(const char *path, const char *what, uint64_t max,
         if (mapped) return MEGA_OK;
     }
     MEGA_TRY(data_read_max(path, what, max, &out->data, &out->n));
-    if (out->n == 0) {
+    if (out->n == 0 && !allow_empty) {
         mega_bytes_free(out);
         MEGA_FAIL(MEGA_ERR_FORMAT, "%s file '%s' is empty", what, path);
     }
     return MEGA_OK;
+}
+
+mega_status mega_read_file_max(const char *path, const char *what, uint64_t max, mega_bytes *out) {
+    return mega__data_load(path, what, max, 0, out);
 }
 
 mega_status mega_read_file(const char *path, const char *what, mega_bytes *out) {
