@@ -59,11 +59,10 @@ mega_status mega__data_open(const char *path, const char *what, FILE **f) {
     return MEGA_OK;
 }
 
-static mega_status data_read_max(const char *path, const char *what, uint64_t max, uint8_t **buf, size_t *n) {
+/* read (at most max bytes, 0 = all) from fd, opened by data_open_fd with its size, and close it */
+static mega_status data_read_fd(int fd, uint64_t size, const char *path, const char *what, uint64_t max, uint8_t **buf,
+                                size_t *n) {
     *buf = NULL, *n = 0;
-    int fd;
-    uint64_t size = 0;
-    MEGA_TRY(data_open_fd(path, what, max, &fd, &size));
     /* the size from fstat is a hint only (the file may grow or shrink while we read); the cap
      * bounds what is read whatever happens */
     const uint64_t cap = mega__read_cap(), want = max ? MEGA_MIN(size, max) : size;
@@ -107,7 +106,11 @@ static mega_status data_read_max(const char *path, const char *what, uint64_t ma
 }
 
 mega_status mega__data_read_all(const char *path, const char *what, uint8_t **buf, size_t *n) {
-    return data_read_max(path, what, 0, buf, n);
+    *buf = NULL, *n = 0;
+    int fd;
+    uint64_t size = 0;
+    MEGA_TRY(data_open_fd(path, what, 0, &fd, &size));
+    return data_read_fd(fd, size, path, what, 0, buf, n);
 }
 
 /* Map the whole regular file fd of `size` bytes, with a NUL after it: an anonymous zeroed region
@@ -132,16 +135,16 @@ static int data_map(int fd, uint64_t size, mega_bytes *out) {
 
 mega_status mega__data_load(const char *path, const char *what, uint64_t max, int allow_empty, mega_bytes *out) {
     out->data = NULL, out->n = 0, out->mapped = 0;
-    {
-        /* the whole of a large file: mapped (see mega_data.h); small files and prefixes are read */
-        int fd;
-        uint64_t size = 0;
-        MEGA_TRY(data_open_fd(path, what, max, &fd, &size));
-        const int mapped = (max == 0 || max >= size) && size >= MEGA_MAP_MIN && data_map(fd, size, out) == 0;
+    int fd;
+    uint64_t size = 0;
+    MEGA_TRY(data_open_fd(path, what, max, &fd, &size));
+    /* the whole of a large file: mapped (see mega_data.h); small files and prefixes are read,
+     * from the same descriptor */
+    if ((max == 0 || max >= size) && size >= MEGA_MAP_MIN && data_map(fd, size, out) == 0) {
         close(fd);
-        if (mapped) return MEGA_OK;
+        return MEGA_OK;
     }
-    MEGA_TRY(data_read_max(path, what, max, &out->data, &out->n));
+    MEGA_TRY(data_read_fd(fd, size, path, what, max, &out->data, &out->n));
     if (out->n == 0 && !allow_empty) {
         mega_bytes_free(out);
         MEGA_FAIL(MEGA_ERR_FORMAT, "%s file '%s' is empty", what, path);
