@@ -289,7 +289,7 @@ static void run_case(int fn, int causal, int padmode, int T, int chunk, double p
     k.Z = Z, k.E = E, k.chunk_size = chunk, k.causal = causal, k.fn = (mega_attn_fn)fn;
     k.btab = r.btab, k.Mc = r.c.Mc, k.p_attn = p, k.key_attn = r.c.key;
     size_t per = mega_attn_scratch(&k, T);
-    double *scr = calloc(per * (size_t)nthreads, sizeof(double));
+    double *scr = calloc(per * (size_t)nthreads + mega_attn_db_scratch(&k), sizeof(double));
     double *O = calloc(R * E, sizeof(double)), *lse = calloc(R, sizeof(double));
     double *dq = calloc(R * Z, sizeof(double)), *dk = calloc(R * Z, sizeof(double)), *dv = calloc(R * E, sizeof(double));
     double *db = calloc(2 * (size_t)k.Mc - 1, sizeof(double));

@@ -116,7 +116,7 @@ static size_t mg_scratch(const void *layer, int B, int T, int nthreads) {
     const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim;
     if (nthreads < 1) nthreads = 1;
     mega_attn_k k = attn_kernel(L, NULL, (int)((btab_size(L, T) + 1) / 2), NULL);
-    size_t attn = mega_attn_scratch(&k, T) * (size_t)nthreads;
+    size_t attn = mega_attn_scratch(&k, T) * (size_t)nthreads + mega_attn_db_scratch(&k);
     size_t ema = c->n_dim > 0 ? mega_ema_layer_scratch(&L->ema, T, nthreads) : 0;
     /* backward buffers: G1 D, dbase P, OR E, dOr E, dq Z, dk Z, dv E, dxn D, dbtab */
     size_t bufs = R * (2 * D + P_(c) + 3 * E + 2 * Z) + btab_size(L, T) + 16 * 12;

@@ -119,7 +119,7 @@ size_t mega_xattn_scratch_size(const mega_xattn *X, int B, int Tq, int Tk, int n
     const size_t R = (size_t)B * Tq, Rs = (size_t)B * Tk, D = (size_t)X->cfg->embed_dim;
     if (nthreads < 1) nthreads = 1;
     mega_attn_k k = kernel(X, NULL, (int)((btab_len(X, Tq, Tk) + 1) / 2), NULL, 0);
-    size_t attn = mega_attn_cross_scratch(&k, Tk) * (size_t)nthreads;
+    size_t attn = mega_attn_cross_scratch(&k, Tk) * (size_t)nthreads + mega_attn_db_scratch(&k);
     /* backward: g, hin, dhpre, dxq [R,D]; dbase [R,PW]; dk [Rs,KW]; dv [Rs,D]; dbtab; attn */
     return rnd(R * D) * 4 + rnd(R * PW(X)) + rnd(Rs * KW(X)) + rnd(Rs * D) + rnd(2 * (size_t)k.Mc + 16) + attn + 64;
 }

@@ -231,24 +231,9 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
     const real *Wo = W + (c->tie_embeddings ? m->emb : m->out_w);
     mega_linear_forward(m->logits, xf, Wo, NULL, R, D, V);
     /* cross-entropy over the counted targets */
-    double tot = 0;
+    double tot = 0, nll = 0;
     int64_t cnt = 0;
-    if (targets) {
-#pragma omp parallel for schedule(static) reduction(+ : tot, cnt) if (R * V > MEGA_PAR_MIN)
-        for (size_t r = 0; r < R; r++) {
-            const real *lg = m->logits + r * V;
-            real mx = lg[0];
-            for (size_t v = 1; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
-            real s = 0; /* terms in (0, 1], V of them: float accumulation is ample */
-            for (size_t v = 0; v < V; v++) s += mega_exp(lg[v] - mx);
-            double lse = (double)mx + log((double)s);
-            m->lse[r] = (real)lse;
-            int32_t y = m->tgt[r];
-            if (y < 0) continue;
-            tot += lse - (double)lg[y];
-            cnt++;
-        }
-    }
+    if (targets) mega_xent_rows(m->logits, m->tgt, m->lse, R, V, 0, &tot, &nll, &cnt);
     /* the public layout is [B, T, V]: drop the rows of the official padding (batchnorm models) */
     if (Tp != T)
         for (int b = 0; b < B; b++)

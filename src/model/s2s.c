@@ -506,25 +506,10 @@ mega_status mega_s2s_forward(mega_s2s *m, const int32_t *src, int S, const int32
     const real *Wo = W + (c->tie_embeddings ? m->tgt_emb : m->out_w);
     mega_linear_forward(m->logits, m->xfc, Wo, NULL, RL, D, V);
     /* label-smoothed cross-entropy (fairseq label_smoothed_nll_loss) */
-    const double eps = label_smoothing, eps_i = V > 1 ? eps / (double)(V - 1) : 0;
+    const double eps = label_smoothing;
     double tot = 0, totn = 0;
     int64_t cnt = 0;
-#pragma omp parallel for schedule(static) reduction(+ : tot, totn, cnt) if (RL * V > MEGA_PAR_MIN)
-    for (size_t r = 0; r < RL; r++) {
-        const real *lg = m->logits + r * V;
-        real mx = lg[0];
-        for (size_t v = 1; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
-        double s = 0, sl = 0;
-        for (size_t v = 0; v < V; v++) s += (double)mega_exp(lg[v] - mx), sl += (double)lg[v];
-        const double lse = (double)mx + log(s);
-        m->lse[r] = (real)lse;
-        const int32_t y = m->tgt[r];
-        if (y < 0) continue;
-        const double nl = lse - (double)lg[y], smooth = (double)V * lse - sl;
-        tot += (1.0 - eps - eps_i) * nl + eps_i * smooth;
-        totn += nl;
-        cnt++;
-    }
+    mega_xent_rows(m->logits, m->tgt, m->lse, RL, V, eps, &tot, &totn, &cnt);
     m->count = cnt, m->eps = eps, m->has_targets = tgt != NULL;
     if (loss) *loss = cnt ? tot / (double)cnt : 0;
     if (nll) *nll = cnt ? totn / (double)cnt : 0;

@@ -159,14 +159,14 @@ static void unit_forward(const mega_attn_k *k, const chunk_t *c, int BR, real *O
 /* the backward of one unit; W: the thread's scratch (A, G, Sr blocks of BR x C, then the bias
  * partial db of 2Mc-1) */
 static void unit_backward(const mega_attn_k *k, const chunk_t *c, int BR, size_t C, real *dq, real *dk, real *dv,
-                          const real *dO, const real *q, const real *kk, const real *v, const real *lse, real *Wk) {
+                          const real *dO, const real *q, const real *kk, const real *v, const real *lse, real *Wk,
+                          real *db) {
     const int Z = k->Z, E = k->E, Mc = k->Mc;
     const int soft = k->fn == MEGA_ATTN_SOFTMAX;
     const real scale = soft ? (real)1 / R_SQRT((real)Z) : (real)1;
     real *A = Wk;                      /* BR x n: weights (pre-dropout) */
     real *G = A + (size_t)BR * C;      /* BR x n: dA', then dS */
     real *Sr = G + (size_t)BR * C;     /* BR x n: raw element scores */
-    real *db = Sr + 2 * (size_t)BR * C; /* 2Mc-1 bias-table gradient partial */
     const size_t lq = LQ(k), lk = LK(k), lv = LV(k), lo = LO(k);
     const real *vc = v + c->krow0 * lv;
     for (int i0 = 0; i0 < c->nq; i0 += BR) {
@@ -238,17 +238,50 @@ void mega_attn_forward(const mega_attn_k *k, real *O, real *lse, const real *q, 
     }
 }
 
-/* zero the per-thread bias-gradient partials / reduce them in thread order (deterministic for a
- * given thread count) */
-static void db_zero(const mega_attn_k *k, real *scratch, size_t per, size_t off, int nthreads) {
-    for (int t = 0; t < nthreads; t++) memset(scratch + per * (size_t)t + off, 0, (size_t)(2 * k->Mc - 1) * sizeof(real));
+/* The bias-table gradient is a sum over every unit. So that it does not depend on the number of
+ * threads (a training run's result does not, docs/distributed.md), the units are cut into at most
+ * DB_GROUPS fixed contiguous groups, a count that depends on the units alone; each group adds its
+ * units in order into its own partial, threads take whole groups, and the partials are added in
+ * group order. Without a bias table every unit is a group of its own. */
+enum { DB_GROUPS = 64 };
+
+size_t mega_attn_db_scratch(const mega_attn_k *k) { return k->Mc > 0 ? DB_GROUPS * 2 * (size_t)k->Mc : 0; }
+
+/* where the units come from: the chunks of self-attention or the sequences of cross-attention */
+typedef struct {
+    const mega_attn_k *k;
+    const uint8_t *pad;
+    int cross, T, nch, Tq, Tk, qoff;
+} unit_src;
+
+static chunk_t unit_at(const unit_src *us, long u) {
+    return us->cross ? get_cross(us->pad, us->Tq, us->Tk, us->qoff, (int)u)
+                     : get_chunk(us->k, us->pad, us->T, (int)(u / us->nch), (int)(u % us->nch));
 }
-static void db_reduce(const mega_attn_k *k, real *dbtab, const real *scratch, size_t per, size_t off, int nthreads) {
-    if (!dbtab || !k->btab) return;
-    for (int t = 0; t < nthreads; t++) {
-        const real *db = scratch + per * (size_t)t + off;
-        for (int i = 0; i < 2 * k->Mc - 1; i++) dbtab[i] += db[i];
+
+static void backward_units(const mega_attn_k *k, const unit_src *us, long units, int BR, size_t C, real *dq,
+                           real *dk, real *dv, real *dbtab, const real *dO, const real *q, const real *kk,
+                           const real *v, const real *lse, real *scratch, size_t per, int nthreads, int par) {
+    const int bias = dbtab && k->btab;
+    const size_t nb = 2 * (size_t)k->Mc - 1, off = 4 * (size_t)BR * C;
+    real *part = scratch + per * (size_t)nthreads; /* DB_GROUPS x 2Mc (mega_attn_db_scratch) */
+    const long ng = bias ? MEGA_MIN(units, (long)DB_GROUPS) : units;
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (par)
+    for (long g = 0; g < ng; g++) {
+        real *w = scratch + per * (size_t)mega__thread_id();
+        /* without dbtab the kernel's bias gradient goes to the thread's slot and is dropped */
+        real *db = bias ? part + (size_t)g * 2 * (size_t)k->Mc : w + off;
+        if (bias || k->btab) memset(db, 0, nb * sizeof(real));
+        for (long u = units * g / ng; u < units * (g + 1) / ng; u++) {
+            chunk_t c = unit_at(us, u);
+            unit_backward(k, &c, BR, C, dq, dk, dv, dO, q, kk, v, lse, w, db);
+        }
     }
+    if (bias)
+        for (long g = 0; g < ng; g++) {
+            const real *db = part + (size_t)g * 2 * (size_t)k->Mc;
+            for (size_t i = 0; i < nb; i++) dbtab[i] += db[i];
+        }
 }
 
 void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real *dbtab, const real *dO,
@@ -258,15 +291,10 @@ void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real
     const size_t per = mega_attn_scratch(k, T);
     const long units = (long)B * nch;
     const int BR = block_rows(k, C);
-    const size_t off = 4 * (size_t)BR * C;
     if (nthreads < 1) nthreads = 1;
-    db_zero(k, scratch, per, off, nthreads);
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (units > 1 && (size_t)B * T * C * (k->Z + k->E) > MEGA_PAR_MIN)
-    for (long u = 0; u < units; u++) {
-        chunk_t c = get_chunk(k, pad, T, (int)(u / nch), (int)(u % nch));
-        unit_backward(k, &c, BR, (size_t)C, dq, dk, dv, dO, q, kk, v, lse, scratch + per * (size_t)mega__thread_id());
-    }
-    db_reduce(k, dbtab, scratch, per, off, nthreads);
+    const unit_src us = {k, pad, 0, T, nch, 0, 0, 0};
+    backward_units(k, &us, units, BR, (size_t)C, dq, dk, dv, dbtab, dO, q, kk, v, lse, scratch, per, nthreads,
+                   units > 1 && (size_t)B * T * C * (k->Z + k->E) > MEGA_PAR_MIN);
 }
 
 /* ---- cross-attention: one unit per sequence, all its queries against all its keys ---------- */
@@ -308,16 +336,11 @@ void mega_attn_cross_backward(const mega_attn_k *k, real *dq, real *dk, real *dv
                               int B, int Tq, int Tk, int qoff, real *scratch, int nthreads) {
     mega_attn_k kc = *k;
     kc.causal = 0;
-    const size_t per = mega_attn_cross_scratch(k, Tk), off = 4 * (size_t)MEGA_ATTN_BR * Tk;
+    const size_t per = mega_attn_cross_scratch(k, Tk);
     if (nthreads < 1) nthreads = 1;
-    db_zero(k, scratch, per, off, nthreads);
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (B > 1 && (size_t)B * Tq * Tk * (k->Z + k->E) > MEGA_PAR_MIN)
-    for (int b = 0; b < B; b++) {
-        chunk_t c = get_cross(kpad, Tq, Tk, qoff, b);
-        unit_backward(&kc, &c, MEGA_ATTN_BR, (size_t)Tk, dq, dk, dv, dO, q, kk, v, lse,
-                      scratch + per * (size_t)mega__thread_id());
-    }
-    db_reduce(k, dbtab, scratch, per, off, nthreads);
+    const unit_src us = {&kc, kpad, 1, 0, 0, Tq, Tk, qoff};
+    backward_units(&kc, &us, B, MEGA_ATTN_BR, (size_t)Tk, dq, dk, dv, dbtab, dO, q, kk, v, lse, scratch, per, nthreads,
+                   B > 1 && (size_t)B * Tq * Tk * (k->Z + k->E) > MEGA_PAR_MIN);
 }
 
 /* One query against the streaming cache. Keys are stored transposed, kt [Z, ldk] (cached key j

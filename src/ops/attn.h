@@ -62,7 +62,11 @@ size_t mega_attn_scratch(const mega_attn_k *k, int T);
 /* O [B,T,E] = attention; lse [B,T] (softmax only; may be NULL otherwise) */
 void mega_attn_forward(const mega_attn_k *k, real *O, real *lse, const real *q, const real *kk, const real *v,
                        const uint8_t *pad, int B, int T, real *scratch, int nthreads);
-/* accumulates dq, dk, dv [B,T,*] and dbtab [2*Mc-1]; scratch from mega_attn_scratch * nthreads */
+/* reals of scratch the backward passes need beyond the threads' (the bias gradient's fixed
+ * partials, which keep it independent of the thread count) */
+size_t mega_attn_db_scratch(const mega_attn_k *k);
+/* accumulates dq, dk, dv [B,T,*] and dbtab [2*Mc-1]; scratch: mega_attn_scratch * nthreads +
+ * mega_attn_db_scratch */
 void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real *dbtab, const real *dO,
                         const real *q, const real *kk, const real *v, const real *lse, const uint8_t *pad, int B,
                         int T, real *scratch, int nthreads);
@@ -74,7 +78,7 @@ void mega_attn_backward(const mega_attn_k *k, real *dq, real *dk, real *dv, real
  * btab[Mc - 1 + j - (qoff + i)] (btab NULL: no bias). The rules of the chunked form hold with the
  * whole key sequence as the chunk: softmax masks pad keys (unless all are pad), element attention
  * divides by the valid-key count (Tk without a mask). k->chunk_size and k->causal are ignored.
- * Scratch: mega_attn_cross_scratch per thread. lse [B,Tq] (softmax). */
+ * Scratch: mega_attn_cross_scratch per thread (backward: + mega_attn_db_scratch). lse [B,Tq] (softmax). */
 size_t mega_attn_cross_scratch(const mega_attn_k *k, int Tk);
 void mega_attn_cross_forward(const mega_attn_k *k, real *O, real *lse, const real *q, const real *kk, const real *v,
                              const uint8_t *kpad, int B, int Tq, int Tk, int qoff, real *scratch, int nthreads);

@@ -76,6 +76,12 @@ void mega_dropout(real *y, const real *x, size_t n, double p, uint64_t key);
 real mega_softmax_row(real *s, size_t n);
 /* given p = softmax row and dp = dL/dp, writes ds = p * (dp - sum(dp * p)) into ds (may alias dp) */
 void mega_softmax_row_backward(real *ds, const real *dp, const real *p, size_t n);
+/* Cross-entropy of output rows: logits [R, V] against tgt [R] (negative = not counted), label
+ * smoothing eps as fairseq's label_smoothed_nll_loss (0 = the plain cross-entropy). Writes each
+ * row's log-sum-exp to lse (what the backward needs); sums over the counted rows: *tot the loss,
+ * *nll the unsmoothed negative log-likelihood, *cnt their number. Independent of the thread count. */
+void mega_xent_rows(const real *logits, const int32_t *tgt, real *lse, size_t R, size_t V, double eps, double *tot,
+                    double *nll, int64_t *cnt);
 
 /* ---- rotary position embedding (rope.c; RoFormer §3.2): rotate the first r dims of x [d] at
  * position pos; half-split pairs (x_i, x_{i+r/2}) or interleaved (x_{2i}, x_{2i+1});

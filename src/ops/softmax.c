@@ -1,4 +1,5 @@
-/* Masked row softmax and its backward (shared by the softmax-normalised mixers). */
+/* Masked row softmax and its backward (shared by the softmax-normalised mixers), and the
+ * cross-entropy of the models' output rows. */
 #include "ops/ops.h"
 
 real mega_softmax_row(real *s, size_t n) {
@@ -20,4 +21,42 @@ void mega_softmax_row_backward(real *ds, const real *dp, const real *p, size_t n
     real dot = 0;
     for (size_t j = 0; j < n; j++) dot += dp[j] * p[j];
     for (size_t j = 0; j < n; j++) ds[j] = p[j] * (dp[j] - dot);
+}
+
+/* Rows are summed in a fixed number of contiguous blocks, each in row order, and the blocks in
+ * block order: the sums do not depend on the number of threads (docs/distributed.md). */
+enum { XENT_BLOCKS = 64 };
+
+void mega_xent_rows(const real *logits, const int32_t *tgt, real *lse, size_t R, size_t V, double eps, double *tot,
+                    double *nll, int64_t *cnt) {
+    /* fairseq label_smoothed_nll_loss: eps_i = eps / (V - 1) on every other class */
+    const double eps_i = V > 1 ? eps / (double)(V - 1) : 0;
+    double bt[XENT_BLOCKS], bn[XENT_BLOCKS];
+    int64_t bc[XENT_BLOCKS];
+    const size_t nb = R < XENT_BLOCKS ? R : XENT_BLOCKS;
+#pragma omp parallel for schedule(static) if (R * V > MEGA_PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        double t = 0, n = 0;
+        int64_t c = 0;
+        for (size_t r = R * b / nb; r < R * (b + 1) / nb; r++) {
+            const real *lg = logits + r * V;
+            real mx = lg[0];
+            for (size_t v = 1; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
+            double s = 0, sl = 0;
+            for (size_t v = 0; v < V; v++) s += (double)mega_exp(lg[v] - mx), sl += (double)lg[v];
+            const double l = (double)mx + log(s);
+            lse[r] = (real)l;
+            const int32_t y = tgt[r];
+            if (y < 0) continue;
+            const double nl = l - (double)lg[y];
+            t += eps > 0 ? (1.0 - eps - eps_i) * nl + eps_i * ((double)V * l - sl) : nl;
+            n += nl;
+            c++;
+        }
+        bt[b] = t, bn[b] = n, bc[b] = c;
+    }
+    double t = 0, n = 0;
+    int64_t c = 0;
+    for (size_t b = 0; b < nb; b++) t += bt[b], n += bn[b], c += bc[b];
+    *tot = t, *nll = n, *cnt = c;
 }

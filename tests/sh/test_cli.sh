@@ -162,6 +162,18 @@ else
 fi
 if cmp -s A/model.safetensors Bx/model.safetensors; then ok "resumed model.safetensors is byte-identical"; else bad "resumed model.safetensors differs"; fi
 if cmp -s A/train_state.safetensors Bx/train_state.safetensors; then ok "resumed train_state.safetensors is byte-identical"; else bad "resumed train_state differs"; fi
+# the number of threads does not change a run (docs/distributed.md, threads): the same run on 2
+# threads (attention and the loss run in parallel at this size), and the resume on 2 threads
+mega train --data corpus.txt --out A2 $R $RUNF --threads 2 > A2.out 2>&1 || bad "run A on 2 threads: $(tail -n 3 A2.out)"
+notime A2/log.jsonl > A2.log
+if cmp -s A.log A2.log && cmp -s A/model.safetensors A2/model.safetensors; then
+  ok "--threads 2 == --threads 1 bit for bit (log.jsonl without timing fields, model.safetensors)"
+else
+  bad "--threads 2 differs from --threads 1: $(diff A.log A2.log | head -n 4)"
+fi
+mega train --data corpus.txt --out B2x $R $RUNF --stop-after 17 > B21.out 2>&1 &&
+  mega train --data corpus.txt --out B2x --resume $RUNF --threads 2 > B22.out 2>&1 || bad "stop on 1 thread, resume on 2: $(tail -n 3 B22.out)"
+if cmp -s A/model.safetensors B2x/model.safetensors; then ok "resumed on 2 threads: model byte-identical to the straight 1-thread run"; else bad "a run resumed on 2 threads differs"; fi
 # without dropout the run must differ (the dropout flag is effective) - sanity of the comparison
 mega train --data corpus.txt --out A0 $MODEL --steps 40 --warmup 5 --lr 3e-3 $RUNF > /dev/null 2>&1
 if ! cmp -s A/model.safetensors A0/model.safetensors; then ok "dropout 0.1 changes the trained model"; else bad "dropout had no effect"; fi
