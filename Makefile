@@ -264,7 +264,7 @@ run: all
 	@sh scripts/run.sh $(BUILD)
 
 bench: all
-	@sh bench/run.sh $(BUILD)
+	@sh bench/run.sh $(BUILD) $(if $(filter 1,$(COTENANT)),--cotenant)
 
 # ---- the shared library and the installation ------------------------------------------------
 # libmega.so is built from position-independent objects of its own ($(BUILD)/objpic; the static

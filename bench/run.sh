@@ -3,7 +3,12 @@
 # to back on the same machine with the same thread count, then one table with both, the ratios
 # and the performance targets. See docs/performance.md.
 #
-#   sh bench/run.sh [BUILD_DIR] [WORKLOAD...]        (default: build, every workload)
+#   sh bench/run.sh [BUILD_DIR] [--cotenant] [WORKLOAD...]   (default: build, every workload)
+#
+# --cotenant (or BENCH_COTENANT=1, `make bench COTENANT=1`): each workload is measured twice on
+# both sides, quiet and then with a co-tenant: one busy process (a plain shell spin loop at normal
+# priority, like a neighbour's job) running for the whole pair. The report adds a table of the
+# speedups quiet and with the co-tenant and the robustness targets (docs/performance.md).
 #
 # Environment:
 #   BENCH_THREADS   threads for both sides (default: every online core)
@@ -18,8 +23,18 @@
 # a ratio are measured minutes apart at most on a shared machine. Each side runs every workload in
 # a fresh process, so peak memory is per workload.
 set -e
-BUILD=${1:-build}
-[ $# -gt 0 ] && shift
+BUILD=build
+case "${1:-}" in -*|"") ;; *) BUILD=$1; shift ;; esac
+cotenant=${BENCH_COTENANT:-0}
+args=""
+for a in "$@"; do
+  case "$a" in
+    --cotenant) cotenant=1 ;;
+    -*) echo "bench: unknown option $a (usage: sh bench/run.sh [BUILD_DIR] [--cotenant] [WORKLOAD...])" >&2; exit 2 ;;
+    *) args="$args $a" ;;
+  esac
+done
+set -- $args
 MEGA="$BUILD/mega"
 PY=/usr/bin/python3
 PEER="bench/peer/peer.py"
@@ -56,10 +71,15 @@ if awk -v l="${load_before%% *}" -v c="$cores" 'BEGIN { exit !(l > 0.5 * c) }'; 
 fi
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+spin=""
+stop_spin() { if [ -n "$spin" ]; then kill "$spin" 2>/dev/null || true; wait "$spin" 2>/dev/null || true; spin=""; fi; }
+trap 'stop_spin; rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 : >"$tmp/ours.jsonl"
 : >"$tmp/peer.jsonl"
+: >"$tmp/ours_ct.jsonl"
+: >"$tmp/peer_ct.jsonl"
+[ "$cotenant" = 1 ] && echo "bench: co-tenant mode: every workload quiet, then with one busy process (spin loop)"
 t0=$(date +%s)
 "$MEGA" bench --json --threads "$threads" sgemm >>"$tmp/ours.jsonl" || true
 n=$(echo $workloads | wc -w)
@@ -71,6 +91,16 @@ for w in $workloads; do
     >>"$tmp/ours.jsonl" || true
   "$PY" "$PEER" --json --threads "$threads" --repeat "$repeat" --warmup "$warmup" --budget "$budget" "$w" \
     >>"$tmp/peer.jsonl" || true
+  if [ "$cotenant" = 1 ]; then
+    echo "== [$i/$n] $w with a co-tenant" >&2
+    sh -c 'while :; do :; done' &
+    spin=$!
+    "$MEGA" bench --json --no-sgemm --threads "$threads" --repeat "$repeat" --warmup "$warmup" --budget "$budget" "$w" \
+      >>"$tmp/ours_ct.jsonl" || true
+    "$PY" "$PEER" --json --threads "$threads" --repeat "$repeat" --warmup "$warmup" --budget "$budget" "$w" \
+      >>"$tmp/peer_ct.jsonl" || true
+    stop_spin
+  fi
 done
 t1=$(date +%s)
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -81,8 +111,10 @@ echo
 echo "mega bench vs PyTorch peer: $(date '+%Y-%m-%d %H:%M'), $host, $cpu ($cores cores), $threads threads, $((t1 - t0)) s"
 echo "(load average before $load_before, after $load_after)"
 echo
-"$PY" "$PEER" --report "$tmp/ours.jsonl" "$tmp/peer.jsonl" --save "$outdir/$stamp-$host.json" \
+ct=""
+[ "$cotenant" = 1 ] && ct="--cotenant $tmp/ours_ct.jsonl $tmp/peer_ct.jsonl"
+"$PY" "$PEER" --report "$tmp/ours.jsonl" "$tmp/peer.jsonl" $ct --save "$outdir/$stamp-$host.json" \
   --meta "date=$(date -Iseconds)" --meta "host=$host" --meta "cpu=$cpu" --meta "cores=$cores" \
   --meta "threads=$threads" --meta "repeat=$repeat" --meta "warmup=$warmup" --meta "budget=$budget" \
   --meta "load_before=$load_before" --meta "load_after=$load_after" --meta "build=$("$MEGA" version)" \
-  --meta "seconds=$((t1 - t0))"
+  --meta "seconds=$((t1 - t0))" --meta "cotenant=$cotenant"

@@ -12,7 +12,8 @@ post-norm, the same widths as the Mega classifier).
     peer.py [WORKLOAD...] [--json] [--threads N] [--repeat R] [--warmup W]
     peer.py --check [FIXTURE_DIR...]
     peer.py --list
-    peer.py --report OURS.jsonl PEER.jsonl [--save FILE]     (the table printed by bench/run.sh)
+    peer.py --report OURS.jsonl PEER.jsonl [--save FILE] [--cotenant OURS_CT.jsonl PEER_CT.jsonl]
+                                                          (the table printed by bench/run.sh)
 
 Method (the same as `mega bench`): each workload runs in a fresh Python process (this script with
 --child NAME), so its peak resident memory (ru_maxrss of that process) is its own; torch uses
@@ -344,8 +345,9 @@ def load_jsonl(path):
     return out
 
 
-def report(ours_path, peer_path, save, meta_kv):
+def report(ours_path, peer_path, save, meta_kv, cotenant=None):
     ours, peer = load_jsonl(ours_path), load_jsonl(peer_path)
+    ours_ct, peer_ct = (load_jsonl(cotenant[0]), load_jsonl(cotenant[1])) if cotenant else ({}, {})
     sg = ours.get("sgemm", {})
     sgemm = sg.get("gflops")
     order = [w for w in WORKLOADS if w in ours or w in peer]
@@ -446,8 +448,32 @@ def report(ours_path, peer_path, save, meta_kv):
     pmm = ratio(num(pc, "peak_rss_mib"), num(pm, "peak_rss_mib"))
     t.append(f"  (for reference, in the peer: Mega-chunk is {_f(psp, '{:.2f}x')} faster than nn.MultiheadAttention "
              f"and uses {_f(pmm, '{:.2f}x')} its memory at 4K)")
+    # the second round of targets: each a same-run ratio, so that it holds on any machine
+    t.append("  second round:")
+    s = speed("lm-train")
+    fr = num(ours.get("lm-train"), "gflops")
+    fr = fr / sgemm if fr is not None and sgemm else None
+    target("lm-train >= 70% of sgemm", None if fr is None else fr >= 0.7,
+           f"{_f(None if fr is None else 100 * fr, '{:.0f}%')} of {_f(sgemm, '{:.1f}')} GFLOP/s")
+    target("lm-train >= 2.5x peer tok/s", None if s is None else s >= 2.5, _f(s, "{:.2f}x"))
+    for w, sp_t, sg_t in (("lra-text-train-c128", 5, 0.5), ("lra-text-train-full", 5, None),
+                          ("lra-text-mha-train", 4, 0.4)):
+        s = speed(w)
+        target(f"{w} >= {sp_t}x peer tok/s", None if s is None else s >= sp_t, _f(s, "{:.2f}x"))
+        if sg_t is not None:
+            g = num(ours.get(w), "gflops")
+            g = g / sgemm if g is not None and sgemm else None
+            target(f"{w} >= {100 * sg_t:.0f}% of sgemm", None if g is None else g >= sg_t,
+                   _f(None if g is None else 100 * g, "{:.0f}%"))
+    for w in ("lm-decode-b1", "lm-decode-b8"):
+        s = speed(w)
+        target(f"{w} >= 10x peer tok/s", None if s is None else s >= 10, _f(s, "{:.2f}x"))
+    if cotenant:
+        lines.extend(cotenant_table(ours, peer, ours_ct, peer_ct, order, num, ratio, target))
+    else:
+        t.append("  (the co-tenant targets need `sh bench/run.sh --cotenant`)")
     lines.append("")
-    lines.append("targets (issue 6):")
+    lines.append("targets (docs/performance.md):")
     lines.extend(t)
     text = "\n".join(lines)
     print(text)
@@ -455,6 +481,8 @@ def report(ours_path, peer_path, save, meta_kv):
         os.makedirs(os.path.dirname(os.path.abspath(save)), exist_ok=True)
         doc = dict(meta_kv)
         doc.update({"ours": list(ours.values()), "peer": list(peer.values()), "table": text})
+        if cotenant:
+            doc.update({"ours_cotenant": list(ours_ct.values()), "peer_cotenant": list(peer_ct.values())})
         tmp = save + ".tmp"
         with open(tmp, "w") as f:
             json.dump(doc, f, indent=1)
@@ -462,6 +490,38 @@ def report(ours_path, peer_path, save, meta_kv):
         os.replace(tmp, save)
         print(f"\nraw results: {save}")
     return 0
+
+
+def cotenant_table(ours, peer, ours_ct, peer_ct, order, num, ratio, target):
+    """The speedups measured quiet and with a co-tenant (one busy process on one core, both sides
+    alike), and the robustness targets: the speedup drops by at most 25% under the co-tenant,
+    decode b1/b8 stay >= 10x."""
+    hdr = ("workload", "quiet: ours / peer tok/s", "speedup", "co-tenant: ours / peer tok/s", "speedup",
+           "speedup change", "ours slowed", "peer slowed")
+    rows = []
+    for w in order:
+        if w == "sgemm":
+            continue
+        oq, pq = num(ours.get(w), "tokens_per_s"), num(peer.get(w), "tokens_per_s")
+        oc, pc = num(ours_ct.get(w), "tokens_per_s"), num(peer_ct.get(w), "tokens_per_s")
+        sq, sc = ratio(oq, pq), ratio(oc, pc)
+        ch = ratio(sc, sq)
+        rows.append((w, f"{_f(oq, '{:.0f}')} / {_f(pq, '{:.0f}')}", _f(sq, "{:.2f}x"),
+                     f"{_f(oc, '{:.0f}')} / {_f(pc, '{:.0f}')}", _f(sc, "{:.2f}x"),
+                     _f(None if ch is None else 100 * (ch - 1), "{:+.0f}%"),
+                     _f(ratio(oq, oc), "{:.2f}x"), _f(ratio(pq, pc), "{:.2f}x")))
+        target(f"{w}: speedup drops <= 25% with a co-tenant", None if ch is None else ch >= 0.75,
+               f"{_f(sq, '{:.2f}x')} quiet, {_f(sc, '{:.2f}x')} with the co-tenant")
+        if w in ("lm-decode-b1", "lm-decode-b8"):
+            target(f"{w} >= 10x peer tok/s with a co-tenant", None if sc is None else sc >= 10, _f(sc, "{:.2f}x"))
+    widths = [max(len(str(r[i])) for r in rows + [hdr]) for i in range(len(hdr))]
+    out = ["", "with a co-tenant (one busy process, a plain spin loop at normal priority, running during both sides):"]
+    out.append("| " + " | ".join(h.ljust(widths[i]) for i, h in enumerate(hdr)) + " |")
+    out.append("|" + "|".join("-" * (widths[i] + 2) for i in range(len(hdr))) + "|")
+    for r in rows:
+        out.append("| " + " | ".join(str(c).ljust(widths[i]) if i == 0 else str(c).rjust(widths[i])
+                                     for i, c in enumerate(r)) + " |")
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -481,13 +541,16 @@ def main(argv=None):
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--report", nargs=2, metavar=("OURS", "PEER"), help="print the combined table of two JSONL files")
     ap.add_argument("--save", help="with --report: write both sides' raw JSON here")
+    ap.add_argument("--cotenant", nargs=2, metavar=("OURS", "PEER"),
+                    help="with --report: the same workloads measured with a co-tenant (bench/run.sh --cotenant)")
     ap.add_argument("--meta", action="append", default=[], help="with --report --save: KEY=VALUE stored in the file")
     a = ap.parse_args(argv)
     threads = a.threads if a.threads > 0 else (os.cpu_count() or 1)
     if a.check:
         return run_check(a.workloads)
     if a.report:
-        return report(a.report[0], a.report[1], a.save, [kv.split("=", 1) for kv in a.meta if "=" in kv])
+        return report(a.report[0], a.report[1], a.save, [kv.split("=", 1) for kv in a.meta if "=" in kv],
+                      a.cotenant)
     if a.list:
         for n, (kind, B, T, chunk, mixer) in WORKLOADS.items():
             print(f"{n:22s} {kind:10s} batch {B} x {T}" + (f", chunk {chunk}" if kind == "cls-train" else "")
