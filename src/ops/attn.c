@@ -96,7 +96,7 @@ static void block_weights(const mega_attn_k *k, const chunk_t *c, const real *q,
                 for (int j = 0; j < jm; j++) s[j] += bi[j];
             if (kpad)
                 for (int j = 0; j < jm; j++) s[j] = kpad[j] ? -INFINITY : s[j];
-            for (int j = 0; j < jm; j++) mx = s[j] > mx ? s[j] : mx;
+            mx = mega_row_max(s, (size_t)jm);
             for (int j = jm; j < nk; j++) s[j] = 0;
             real l;
             if (mx == -INFINITY) {
@@ -107,8 +107,8 @@ static void block_weights(const mega_attn_k *k, const chunk_t *c, const real *q,
                 l = lse_in[c->qrow0 + i];
                 for (int j = 0; j < jm; j++) s[j] = mega_exp(s[j] - l);
             } else {
-                real sum = 0;
-                for (int j = 0; j < jm; j++) sum += (s[j] = mega_exp(s[j] - mx));
+                for (int j = 0; j < jm; j++) s[j] = mega_exp(s[j] - mx);
+                const real sum = mega_row_sum(s, (size_t)jm);
                 real inv = (real)1 / sum;
                 for (int j = 0; j < jm; j++) s[j] *= inv;
                 l = mx + R_LOG(sum);
@@ -196,9 +196,7 @@ static void unit_backward(const mega_attn_k *k, const chunk_t *c, int BR, size_t
             const real *a = A + (size_t)r * nk;
             real rowscale;
             if (soft) {
-                real dot = 0;
-                for (int j = 0; j < jm; j++) dot += g[j] * a[j];
-                for (int j = 0; j < jm; j++) g[j] = a[j] * (g[j] - dot);
+                mega_softmax_row_backward(g, g, a, (size_t)jm);
                 rowscale = scale;
             } else {
                 const real *sr = Sr + (size_t)r * nk;
@@ -358,14 +356,12 @@ void mega_attn_query_weights(const mega_attn_k *k, const real *q, const real *kt
         for (int j = 0; j < n; j++) w[j] += qz * kz[j];
     }
     if (soft) {
-        real mx = -INFINITY;
-        for (int j = 0; j < n; j++) {
-            w[j] = w[j] / R_SQRT((real)Z) + bi[j];
-            if (w[j] > mx) mx = w[j];
-        }
-        real sum = 0;
-        for (int j = 0; j < n; j++) sum += (w[j] = mega_exp(w[j] - mx));
-        for (int j = 0; j < n; j++) w[j] /= sum;
+        const real rs = (real)1 / R_SQRT((real)Z);
+        for (int j = 0; j < n; j++) w[j] = w[j] * rs + bi[j];
+        const real mx = mega_row_max(w, (size_t)n);
+        for (int j = 0; j < n; j++) w[j] = mega_exp(w[j] - mx);
+        const real inv = (real)1 / mega_row_sum(w, (size_t)n);
+        for (int j = 0; j < n; j++) w[j] *= inv;
     } else {
         for (int j = 0; j < n; j++) w[j] = mega_attn_f(k->fn, w[j] / (real)n + bi[j]);
     }

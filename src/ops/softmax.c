@@ -2,24 +2,65 @@
  * cross-entropy of the models' output rows. */
 #include "ops/ops.h"
 
+/* Row reductions in MEGA_LANES independent partial results, combined pairwise at the end. A plain
+ * `for (j) sum += x[j]` must add in order under IEEE rules (no -ffast-math here), so the compiler
+ * keeps one serial chain of additions, one element per add latency (4 cycles): on a 4096-key
+ * attention row that chain, not the exponentials, was the softmax's cost. Lanes make the loop a
+ * vector accumulation; the order is still fixed by n alone, so the result does not depend on
+ * threads or timing. */
+enum { LANES = 16 };
+
+static inline real combine(real *a) {
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) a[l] += a[l + w];
+    return a[0];
+}
+
+real mega_row_max(const real *x, size_t n) {
+    real a[LANES];
+    for (int l = 0; l < LANES; l++) a[l] = -INFINITY;
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++) a[l] = x[j + l] > a[l] ? x[j + l] : a[l];
+    for (int l = 0; j < n; j++, l++) a[l] = x[j] > a[l] ? x[j] : a[l];
+    real m = a[0];
+    for (int l = 1; l < LANES; l++) m = a[l] > m ? a[l] : m;
+    return m;
+}
+
+real mega_row_sum(const real *x, size_t n) {
+    real a[LANES] = {0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++) a[l] += x[j + l];
+    for (int l = 0; j < n; j++, l++) a[l] += x[j];
+    return combine(a);
+}
+
+real mega_row_dot(const real *x, const real *y, size_t n) {
+    real a[LANES] = {0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++) a[l] += x[j + l] * y[j + l];
+    for (int l = 0; j < n; j++, l++) a[l] += x[j] * y[j];
+    return combine(a);
+}
+
 real mega_softmax_row(real *s, size_t n) {
-    real mx = -INFINITY;
-    for (size_t j = 0; j < n; j++)
-        if (s[j] > mx) mx = s[j];
+    const real mx = mega_row_max(s, n);
     if (mx == -INFINITY) { /* nothing visible: output 0 with no gradient */
         for (size_t j = 0; j < n; j++) s[j] = 0;
         return INFINITY;
     }
-    real sum = 0;
-    for (size_t j = 0; j < n; j++) sum += (s[j] = mega_exp(s[j] - mx));
+    for (size_t j = 0; j < n; j++) s[j] = mega_exp(s[j] - mx);
+    const real sum = mega_row_sum(s, n);
     real inv = (real)1 / sum;
     for (size_t j = 0; j < n; j++) s[j] *= inv;
     return mx + R_LOG(sum);
 }
 
 void mega_softmax_row_backward(real *ds, const real *dp, const real *p, size_t n) {
-    real dot = 0;
-    for (size_t j = 0; j < n; j++) dot += dp[j] * p[j];
+    const real dot = mega_row_dot(dp, p, n);
     for (size_t j = 0; j < n; j++) ds[j] = p[j] * (dp[j] - dot);
 }
 

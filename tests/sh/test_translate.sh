@@ -42,8 +42,10 @@ check "the generated data has 2700/150/150 lines" test "$(wc -l <train.tsv)" -eq
 
 model="--encoder-layers 1 --decoder-layers 1 --embed-dim 32 --z-dim 16 --hidden-dim 64 --ffn-dim 64 --n-dim 4"
 run="--task translate --data train.tsv --valid valid.tsv --max-tokens 256 --lr 1e-2 --warmup 20 --threads 2 --quiet"
+# 600 steps: about 93% of the test words exactly right (400 steps gave 85%, too close to the
+# threshold below for a check that must hold whatever the round-off of the build)
 # shellcheck disable=SC2086
-"$M" train $run $model --steps 400 --eval-every 400 --out A >A.out 2>&1
+"$M" train $run $model --steps 600 --eval-every 600 --out A >A.out 2>&1
 status $? "train --task translate exits 0"
 first=$(grep -m1 '^step' A.out | sed 's/.*| loss \([0-9.]*\).*/\1/')
 vloss=$(grep '^valid step' A.out | tail -n 1 | sed 's/.*| loss \([0-9.]*\).*/\1/')
