@@ -19,7 +19,7 @@
 # embeddings), gradient norm clipped to 1; 50 warm-up steps to 3e-3, then a cosine to 2e-4 over
 # the budget's seconds (validation and checkpoint saves not counted). Held-out bits per byte:
 # non-overlapping windows of 256 bytes (`mega eval --lengths 256` on our side, the same windows
-# in bench/peer/ttq.py), every byte after a window's first predicted once.
+# in bench/peer/ttq.py), each window of 256 inputs predicting the 256 bytes that follow its first.
 set -e
 BUILD=${1:-build}
 cd "$(dirname "$0")/.."
