@@ -4,6 +4,8 @@
 #   make test       build and run every test; ends with "N passed, N failed"
 #   make run        the main job: train a small byte-level Mega LM on the default corpus
 #   make bench      benchmarks against the PyTorch peer (see docs/performance.md)
+#   make bench-ttq  time to quality: held-out bits per byte after the same training time as the
+#                   PyTorch peer (BENCH_TTQ_BUDGETS, default "300" s; docs/performance.md)
 #   make asan       the test suite built with AddressSanitizer + UndefinedBehaviorSanitizer
 #   make check-valgrind  train/eval/generate/classify/translate runs under valgrind --leak-check=full
 #                   (build-vg, without -march=native: valgrind does not emulate AVX-512)
@@ -24,7 +26,7 @@ export BUILD
 ifeq ($(MEGA_INNER),)
 # ---------------------------------------------------------------------------------------------
 # outer level
-.PHONY: all test run bench asan check-valgrind clean deps lib f64 tests shared install uninstall
+.PHONY: all test run bench bench-ttq asan check-valgrind clean deps lib f64 tests shared install uninstall
 all: deps
 	@$(MAKE) --no-print-directory MEGA_INNER=1 all
 test: deps
@@ -35,6 +37,9 @@ run:
 bench:
 	@sh scripts/deps.sh bench
 	@$(MAKE) --no-print-directory MEGA_INNER=1 bench
+bench-ttq:
+	@sh scripts/deps.sh bench-ttq
+	@$(MAKE) --no-print-directory MEGA_INNER=1 bench-ttq
 asan: deps
 	@$(MAKE) --no-print-directory MEGA_INNER=1 SAN=1 BUILD=build-san NATIVE=0 test
 check-valgrind:
@@ -197,7 +202,7 @@ TEST32_SRC := $(wildcard tests/test_*.c)
 TEST64_SRC := $(wildcard tests/t64_*.c)
 TEST_BINS := $(TEST32_SRC:tests/%.c=$(BUILD)/%) $(TEST64_SRC:tests/%.c=$(BUILD)/%) $(T64_FROM:%=$(BUILD)/t64_%)
 
-.PHONY: all lib tests test run bench f64 banner shared install uninstall install-test
+.PHONY: all lib tests test run bench bench-ttq f64 banner shared install uninstall install-test
 all: banner $(BUILD)/libmega.a $(BUILD)/libmega.so $(BUILD)/mega
 lib: $(BUILD)/libmega.a
 f64: $(BUILD)/libmega64.a
@@ -265,6 +270,9 @@ run: all
 
 bench: all
 	@sh bench/run.sh $(BUILD) $(if $(filter 1,$(COTENANT)),--cotenant)
+
+bench-ttq: all
+	@sh bench/ttq.sh $(BUILD)
 
 # ---- the shared library and the installation ------------------------------------------------
 # libmega.so is built from position-independent objects of its own ($(BUILD)/objpic; the static

@@ -1,10 +1,11 @@
 #!/bin/sh
 # Installs the Debian packages the build and the tests need, only when missing.
-# Usage: scripts/deps.sh [build|run|bench|test|valgrind]
+# Usage: scripts/deps.sh [build|run|bench|bench-ttq|test|valgrind]
 #   build (default): compiler toolchain, OpenBLAS, cJSON, zlib, MPI (Open MPI: data-parallel
 #                    training; the build works without it, as a single rank)
 #   run:             build + the default corpus (dict-gcide)
 #   bench:           build + the PyTorch peer (python3-torch)
+#   bench-ttq:       bench + the GCIDE corpus (dict-gcide)
 #   test:            build + the FreeDict deu-eng dictionary (the translation data tests), python3-numpy
 #                    (the Python package's test, tests/sh/test_python.sh)
 #   valgrind:        build + valgrind (make check-valgrind)
@@ -15,10 +16,11 @@ pkgs="make gcc libopenblas-dev libopenblas-openmp-dev libcjson-dev pkg-config zl
 case "$what" in
   run) pkgs="$pkgs dict-gcide" ;;
   bench) pkgs="$pkgs python3-torch python3-numpy" ;;
+  bench-ttq) pkgs="$pkgs python3-torch python3-numpy dict-gcide" ;;
   test) pkgs="$pkgs dict-freedict-deu-eng python3 python3-numpy" ;;
   valgrind) pkgs="$pkgs valgrind" ;;
   build) ;;
-  *) echo "deps.sh: unknown target '$what' (build|run|bench|test)" >&2; exit 2 ;;
+  *) echo "deps.sh: unknown target '$what' (build|run|bench|bench-ttq|test|valgrind)" >&2; exit 2 ;;
 esac
 missing=""
 for p in $pkgs; do

@@ -14,17 +14,8 @@ MEGA="$B/mega"
 STEPS=${MEGA_RUN_STEPS:-450}
 EVAL_BYTES=${MEGA_RUN_EVAL_BYTES:-262144}
 OUT=${MEGA_RUN_DIR:-runs/gcide}
-SRC=/usr/share/dictd/gcide.dict.dz
-mkdir -p data "$(dirname "$OUT")"
-if [ ! -s data/gcide.train ] || [ ! -s data/gcide.valid ]; then
-  [ -r "$SRC" ] || { echo "make run: $SRC is missing (apt-get install dict-gcide)" >&2; exit 1; }
-  echo "== preparing the corpus: $SRC -> data/gcide.txt"
-  gzip -dc "$SRC" > data/gcide.txt.tmp && mv data/gcide.txt.tmp data/gcide.txt
-  n=$(wc -c < data/gcide.txt); v=$((n / 20))
-  head -c $((n - v)) data/gcide.txt > data/gcide.train.tmp && mv data/gcide.train.tmp data/gcide.train
-  tail -c "$v" data/gcide.txt > data/gcide.valid.tmp && mv data/gcide.valid.tmp data/gcide.valid
-  echo "   $n bytes: $((n - v)) for training, the last $v (5%) held out"
-fi
+mkdir -p "$(dirname "$OUT")"
+sh scripts/gcide_data.sh
 T0=$(date +%s)
 echo "== training (mega train; curves in $OUT/log.jsonl)"
 rm -rf "$OUT"

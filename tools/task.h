@@ -23,6 +23,11 @@ typedef struct train_args {
     /* training */
     int64_t steps, warmup, seed, eval_every, save_every, log_every, eval_tokens, stop_after;
     double time_limit; /* seconds of this invocation (0 = none) */
+    /* --time-budget: seconds of training (validation and checkpoint saves excluded) over which the
+     * learning rate decays and after which the run ends (0 = none: the schedule follows --steps);
+     * trained_seconds / evaled_seconds: the run's training and validation+save seconds before this
+     * invocation (restored by --resume) */
+    double time_budget, trained_seconds, evaled_seconds;
     int batch, seq_len, threads, resume, decay_all, quiet;
     int grad_accum;      /* micro-batches per step and rank (--grad-accum) */
     double dist_timeout; /* seconds a rank waits for the others (--dist-timeout) */

@@ -39,9 +39,20 @@ static uint64_t dropout_key(uint64_t seed, int64_t step) { return mix64(seed * 0
 static uint64_t shard_key(uint64_t key, int shard) { return shard ? mix64(key ^ (0xD1B54A32D192ED03ull * (uint64_t)shard)) : key; }
 
 
-static double lr_at(const train_args *a, int64_t step) {
+static double lr_at(const train_args *a, int64_t step, double trained) {
     /* step is 0-based: linear warm-up to lr, then cosine / linear decay to min_lr, or constant;
-     * after a --reschedule at sched_from, the decay restarts there from the rate reached then */
+     * after a --reschedule at sched_from, the decay restarts there from the rate reached then.
+     * With --time-budget the decay's progress is the run's training seconds (`trained`, those of
+     * rank 0 under MPI) over the budget instead of the step over --steps: a run then reaches
+     * min_lr when its time is up, however fast the machine is; the warm-up stays in steps. */
+    if (a->time_budget > 0 && !(a->warmup > 0 && step < a->warmup)) {
+        double p = trained / a->time_budget;
+        if (p > 1) p = 1;
+        if (p < 0) p = 0;
+        if (!strcmp(a->schedule, "constant")) return a->lr;
+        if (!strcmp(a->schedule, "cosine")) return a->min_lr + 0.5 * (a->lr - a->min_lr) * (1 + cos(M_PI * p));
+        return a->lr + (a->min_lr - a->lr) * p;
+    }
     if (a->sched_from > 0 && step >= a->sched_from && strcmp(a->schedule, "constant")) {
         int64_t span = a->steps - a->sched_from;
         double p = span > 0 ? (double)(step - a->sched_from) / (double)span : 1.0;
@@ -62,14 +73,24 @@ static double lr_at(const train_args *a, int64_t step) {
  * the command's table (their JSON keys are the flag names). */
 static const char *const STORED[] = {"task", "steps", "batch", "seq-len", "lr", "min-lr", "warmup", "schedule",
                                      "weight-decay", "decay-all", "clip", "beta1", "beta2", "eps", "seed", "valid-fraction",
-                                     "max-tokens", "label-smoothing"};
+                                     "max-tokens", "label-smoothing", "time-budget"};
 #define NSTORED (sizeof STORED / sizeof *STORED)
 
-static char *train_json(const train_args *a) {
+/* where a run stands: the step, the data position, and the run's training seconds and its
+ * seconds of validation and checkpoint saves up to this step (stored with a --time-budget) */
+typedef struct {
+    int64_t step;
+    uint64_t data_rng, data_hash, data_size;
+    double train_seconds, eval_seconds;
+} train_pos;
+
+/* the stored training setup; pos: where the run stands (NULL: the setup alone) */
+static char *train_json(const train_args *a, const train_pos *pos) {
     cJSON *o = cJSON_CreateObject();
     for (size_t i = 0; o && i < NSTORED; i++) {
         const cli_flag *f = cli_flag_named(a->flags, STORED[i]);
         if (!f) continue;
+        if (f->dst == &a->time_budget && a->time_budget <= 0) continue; /* older runs' files stay as they were */
         switch (f->kind) {
         case F_INT: cJSON_AddNumberToObject(o, f->name, *(const int *)f->dst); break;
         case F_I64: cJSON_AddNumberToObject(o, f->name, (double)*(const int64_t *)f->dst); break;
@@ -82,6 +103,10 @@ static char *train_json(const train_args *a) {
     if (o && a->sched_from > 0) { /* only after a --reschedule: older runs' files stay as they were */
         cJSON_AddNumberToObject(o, "schedule-from", (double)a->sched_from);
         cJSON_AddNumberToObject(o, "schedule-from-lr", a->sched_lr);
+    }
+    if (o && a->time_budget > 0 && pos) { /* where the time-based schedule stands: --resume continues it */
+        cJSON_AddNumberToObject(o, "train-seconds", pos->train_seconds);
+        cJSON_AddNumberToObject(o, "eval-seconds", pos->eval_seconds);
     }
     char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
@@ -108,14 +133,15 @@ static void restore_train_json(train_args *a, const cJSON *tj) {
     const cJSON *from_lr = cJSON_GetObjectItemCaseSensitive(tj, "schedule-from-lr");
     a->sched_from = cJSON_IsNumber(from) && cJSON_IsNumber(from_lr) ? (int64_t)from->valuedouble : 0;
     a->sched_lr = a->sched_from > 0 ? from_lr->valuedouble : 0;
+    /* a run without a stored budget follows its steps, whatever this invocation's flag says */
+    if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(tj, "time-budget"))) a->time_budget = 0;
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(tj, "train-seconds");
+    const cJSON *es = cJSON_GetObjectItemCaseSensitive(tj, "eval-seconds");
+    a->trained_seconds = a->time_budget > 0 && cJSON_IsNumber(ts) && ts->valuedouble > 0 ? ts->valuedouble : 0;
+    a->evaled_seconds = a->time_budget > 0 && cJSON_IsNumber(es) && es->valuedouble > 0 ? es->valuedouble : 0;
 }
 
 /* ---- checkpoint ------------------------------------------------------------------------- */
-
-typedef struct {
-    int64_t step;
-    uint64_t data_rng, data_hash, data_size;
-} train_pos;
 
 /* one checkpoint generation (ckpt.h): the model, the optimizer state, then the commit */
 static int save_checkpoint(const train_args *a, task *t, mega_adamw *opt, const train_pos *pos) {
@@ -132,7 +158,7 @@ static int save_checkpoint(const train_args *a, task *t, mega_adamw *opt, const 
     int64_t scal[5] = {pos->step, *mega_adamw_t(opt), (int64_t)pos->data_rng, (int64_t)pos->data_hash, (int64_t)pos->data_size};
     const char *sn[5] = {"step", "adam_step", "data_rng", "data_hash", "data_size"};
     for (int i = 0; i < 5 && !st; i++) st = mega_st_writer_add(w, sn[i], MEGA_DT_I64, 0, NULL, &scal[i]);
-    char *tjs = train_json(a);
+    char *tjs = train_json(a, pos);
     if (!st) st = mega_st_writer_meta(w, "train", tjs ? tjs : "{}");
     if (!st) st = mega_st_writer_meta(w, "step", stepstr);
     if (!st) st = mega_st_writer_meta(w, "data", a->data ? a->data : a->images ? a->images : "");
@@ -379,7 +405,7 @@ static int build_flags(cli_flag *fl, train_args *a, int kind) {
     n = cli_add_fields(fl, n, MAX_FLAGS, mf, nm, mc);
     if (n >= 0) n = cli_add_fields(fl, n, MAX_FLAGS, bf, nb, bc);
     const cli_flag tf[] = {
-        {"steps", F_I64, &a->steps, "optimizer steps (total, including resumed ones)", NULL, 1, 1e12, 0},
+        {"steps", F_I64, &a->steps, "optimizer steps (total, including resumed ones; with --time-budget only an upper bound)", NULL, 1, 1e12, 0},
         {"batch", F_INT, &a->batch, "sequences per step (translate: at most, with --max-tokens)", NULL, 1, 1 << 20, 0},
         {"seq-len", F_INT, &a->seq_len, "lm: bytes per sequence; classify: maximum length (longer inputs are truncated); "
          "translate: longest source/target in tokens (longer pairs are skipped and counted)", NULL, 2, 1 << 24, 0},
@@ -402,6 +428,10 @@ static int build_flags(cli_flag *fl, train_args *a, int kind) {
         {"log-every", F_I64, &a->log_every, "print a progress line every N steps (0 = about 50 lines)", NULL, 0, 1e12, 0},
         {"stop-after", F_I64, &a->stop_after, "stop (with a checkpoint) after N steps of this invocation; the schedule still targets --steps", NULL, 0, 1e12, 0},
         {"time-limit", F_DBL, &a->time_limit, "stop (with a checkpoint and a final validation) once this invocation has trained for S seconds; the schedule still targets --steps", NULL, 0, 1e9, 0},
+        {"time-budget", F_DBL, &a->time_budget, "train for X seconds (validation and checkpoint saves not counted, "
+         "--resume continues the count): after --warmup steps the learning rate decays by elapsed time / X, and the run "
+         "ends, with a checkpoint and a final validation, when X is reached; --steps stays an upper bound (0 = none: the schedule follows --steps)",
+         NULL, 0, 1e9, 0},
         {"quiet", F_SET, &a->quiet, "no live progress bar", NULL, 1, 0, 0},
         {"grad-accum", F_INT, &a->grad_accum, "split each rank's part of the batch into N micro-batches accumulated before "
          "the update (the same update as N ranks; docs/distributed.md)", NULL, 1, 1 << 20, 0},
@@ -520,6 +550,21 @@ static int resume_schedule(train_args *a, const train_args *cli, const cli_flag 
     const int minlr = a->reschedule && cli_seen(fl, "min-lr") && cli->min_lr != a->min_lr;
     const int sched = a->reschedule && cli_seen(fl, "schedule") && strcmp(cli->schedule, a->schedule);
     const int warming = at <= a->warmup;
+    if (cli_seen(fl, "time-budget") && cli->time_budget != a->time_budget)
+        return cli_error("--resume: --time-budget %g differs from the run's %g%s; leave it out", cli->time_budget,
+                         a->time_budget, a->time_budget > 0 ? " (its learning rate decays over that many seconds)"
+                                                            : " (none: its schedule follows --steps)");
+    if (a->time_budget > 0) {
+        /* the rates follow the training time: --steps only bounds the run and may change freely */
+        if (a->reschedule)
+            return cli_error("--resume: --reschedule restarts a decay over steps; this run's decays over its "
+                             "--time-budget %g s", a->time_budget);
+        if (steps && cli->steps < at)
+            return cli_error("--resume: --steps %lld is below the step the run has reached (%lld)", (long long)cli->steps,
+                             (long long)at);
+        if (steps) a->steps = cli->steps;
+        return 0;
+    }
     if (steps && cli->steps < at)
         return cli_error("--resume: --steps %lld is below the step the run has reached (%lld): --steps counts every step of "
                          "the run, the ones done included; give a larger one, or leave it out",
@@ -530,8 +575,8 @@ static int resume_schedule(train_args *a, const train_args *cli, const cli_flag 
         return cli_error("--resume: --steps %lld differs from the run's %lld, which would stretch its %s schedule (the learning "
                          "rate at step %lld would jump from %.3g to %.3g); add --reschedule to decay from the current rate "
                          "over the new length, or leave out --steps",
-                         (long long)cli->steps, (long long)a->steps, a->schedule, (long long)at, lr_at(a, at),
-                         lr_at(&stretched, at));
+                         (long long)cli->steps, (long long)a->steps, a->schedule, (long long)at, lr_at(a, at, 0),
+                         lr_at(&stretched, at, 0));
     }
     if (!steps && !minlr && !sched) return 0;
     if (!a->reschedule) { /* a constant schedule or a run in its warm-up: only the length changes */
@@ -539,7 +584,7 @@ static int resume_schedule(train_args *a, const train_args *cli, const cli_flag 
         if (strcmp(a->schedule, "constant")) warmup_continues(a);
         return 0;
     }
-    const double lr0 = lr_at(a, at); /* the rate reached, under the schedule so far */
+    const double lr0 = lr_at(a, at, 0); /* the rate reached, under the schedule so far */
     if (steps) a->steps = cli->steps;
     if (minlr) a->min_lr = cli->min_lr;
     if (sched) a->schedule = cli->schedule;
@@ -630,7 +675,12 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw *
     /* the directory now follows this checkpoint: newer incomplete generations go, the stable
      * names are restored */
     if (lead && is_gen && ckpt_adopt(a->out, &g, a->keep)) return 2;
-    if (pos->step >= a->steps) {
+    if (a->time_budget > 0 && a->trained_seconds >= a->time_budget) {
+        if (lead)
+            printf("the run in %s has already trained %.1f s of its --time-budget %g s (step %lld); it is complete\n", a->out,
+                   a->trained_seconds, a->time_budget, (long long)pos->step);
+        *done = 1;
+    } else if (pos->step >= a->steps) {
         if (lead)
             printf("checkpoint in %s is already at step %lld of %lld; pass a larger --steps with --reschedule to continue\n",
                a->out, (long long)pos->step, (long long)a->steps);
@@ -702,16 +752,35 @@ typedef struct {
     double comm, comm_last; /* seconds in the allreduce since the start, at the last log line */
     double wait, wait_last; /* seconds waiting for the slowest rank, likewise */
     int64_t unit_acc, n_acc, start;
+    /* the run's clock: the seconds of training before this invocation (--resume of a
+     * --time-budget run), and those of validation and checkpoint saves, before it and in it
+     * (excluded: not training); trained: the clock at the last step (rank 0's under MPI) */
+    double train0, eval0, excluded, trained;
+    double log_dt, next_log; /* --time-budget without --log-every: a line every log_dt seconds of training */
 } train_progress;
+
+/* this process's training seconds of the run: the time since the loop began, less validation
+ * and checkpoint saves, plus the run's before this invocation */
+static double train_clock(const train_progress *p) { return p->train0 + (now_sec() - p->t_start) - p->excluded; }
 
 static void progress_step(train_progress *p, const train_args *a, const task *t, const train_pos *pos, double loss,
                           double met, int64_t units, double lr, double gn) {
     p->loss_acc += loss, p->met_acc += met, p->n_acc++, p->unit_acc += units;
     const double now = now_sec();
-    const int log_now = pos->step % a->log_every == 0 || pos->step == a->steps;
+    /* with --time-budget a line at the end of the budget too, and without --log-every about 50
+     * lines over it (the steps it takes are not known in advance) */
+    const int spent = a->time_budget > 0 && p->trained >= a->time_budget;
+    const int by_time = p->log_dt > 0 && p->trained >= p->next_log;
+    const int log_now = pos->step % a->log_every == 0 || pos->step == a->steps || spent || by_time;
+    if (by_time)
+        while (p->next_log <= p->trained) p->next_log += p->log_dt;
+    /* the share done: of the steps, or of the time budget when that comes first */
+    double done = (double)pos->step / (double)a->steps;
+    if (a->time_budget > 0 && p->trained / a->time_budget > done) done = p->trained / a->time_budget;
+    if (done > 1) done = 1;
     if (!log_now && progress_due(&p->bar, 0)) {
         if (p->bar.tty) {
-            int w = 30, f = (int)((double)w * (double)pos->step / (double)a->steps);
+            int w = 30, f = (int)((double)w * done);
             char bar[64];
             for (int i = 0; i < w; i++) bar[i] = i < f ? '#' : '.';
             bar[w] = 0;
@@ -726,6 +795,9 @@ static void progress_step(train_progress *p, const train_args *a, const task *t,
     double dt = now - p->t_last, el = now - p->t_start;
     double rate = (double)p->unit_acc / (dt > 0 ? dt : 1e-9);
     double eta = (double)(a->steps - pos->step) * (el / (double)(pos->step - p->start));
+    if (a->time_budget > 0 && a->time_budget - p->trained < eta) eta = a->time_budget - p->trained;
+    if (eta < 0) eta = 0;
+    const double ev = p->eval0 + p->excluded;
     double ml = p->loss_acc / (double)p->n_acc, mm = p->met_acc / (double)p->n_acc;
     char rs[32], es[32], els[32];
     fmt_rate(rs, sizeof rs, rate);
@@ -739,10 +811,13 @@ static void progress_step(train_progress *p, const train_args *a, const task *t,
         snprintf(cj, sizeof cj, ", \"allreduce_share\": %.4f, \"wait_share\": %.4f", share, wait);
         p->comm_last = p->comm, p->wait_last = p->wait;
     }
-    printf("step %6lld/%lld | loss %.4f | %s %.4f | lr %.2e | gnorm %.2f | %s %s%s | %s elapsed | ETA %s\n",
-           (long long)pos->step, (long long)a->steps, ml, t->metric, mm, lr, gn, rs, t->unit, cs, els, es);
-    fprintf(p->log, "{\"step\": %lld, \"loss\": %.6f, \"%s\": %.6f, \"lr\": %.6g, \"grad_norm\": %.4f, \"tok_s\": %.1f, \"time\": %.2f%s}\n",
-            (long long)pos->step, ml, t->metric, mm, lr, gn, rate, el, cj);
+    printf("step %6lld/%lld | loss %.4f | %s %.4f | lr %.2e | gnorm %.2f | %s %s%s | %s elapsed (train %.1f s, eval %.1f s) | ETA %s\n",
+           (long long)pos->step, (long long)a->steps, ml, t->metric, mm, lr, gn, rs, t->unit, cs, els, p->trained, ev, es);
+    /* time: this invocation's wall clock; train_seconds / eval_seconds: the run's training and
+     * validation+save seconds (with --time-budget counted across --resume) */
+    fprintf(p->log, "{\"step\": %lld, \"loss\": %.6f, \"%s\": %.6f, \"lr\": %.6g, \"grad_norm\": %.4f, \"tok_s\": %.1f, \"time\": %.2f, "
+                    "\"train_seconds\": %.2f, \"eval_seconds\": %.2f%s}\n",
+            (long long)pos->step, ml, t->metric, mm, lr, gn, rate, el, p->trained, ev, cj);
     fflush(p->log);
     fflush(stdout);
     p->bar.next = now + (p->bar.tty ? 0.25 : p->bar.every); /* a log line counts as progress */
@@ -765,7 +840,9 @@ static int validate_now(train_progress *p, const train_args *a, task *t, const t
                 (long long)pos->step, vl, t->metric, vm, (long long)vc);
         fflush(p->log);
     }
-    p->t_last += now_sec() - te; /* evaluation time is not training throughput */
+    const double dur = now_sec() - te;
+    p->t_last += dur;   /* evaluation time is not training throughput */
+    p->excluded += dur; /* nor training time */
     return 0;
 }
 
@@ -784,8 +861,9 @@ static int ranks_in_sync(const task *t, const mega_adamw *opt, const train_pos *
     return 0;
 }
 
-/* the stop requests of a step, as every rank sees them: [SIGINT, SIGTERM, --time-limit] */
-enum { AG_LOSS, AG_METRIC, AG_UNITS, AG_SIGINT, AG_SIGTERM, AG_TIME, AG_N };
+/* the stop requests of a step, as every rank sees them: [SIGINT, SIGTERM, --time-limit], and rank
+ * 0's training clock, which sets every rank's learning rate under --time-budget */
+enum { AG_LOSS, AG_METRIC, AG_UNITS, AG_SIGINT, AG_SIGTERM, AG_TIME, AG_CLOCK, AG_N };
 
 static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *pos, FILE *log) {
     const mega_adamw_hp hp = {a->beta1, a->beta2, a->eps, a->weight_decay, a->decay_all};
@@ -796,11 +874,15 @@ static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *
     train_progress p;
     memset(&p, 0, sizeof p);
     p.log = log, p.t_start = p.t_last = now_sec(), p.start = pos->step;
+    p.train0 = p.trained = a->trained_seconds, p.eval0 = a->evaled_seconds;
+    if (a->time_budget > 0 && !cli_seen(a->flags, "log-every")) {
+        p.log_dt = a->time_budget / 50;
+        p.next_log = (floor(p.train0 / p.log_dt) + 1) * p.log_dt;
+    }
     progress_init(&p.bar, stdout, !lead, 30);
     if (a->quiet && p.bar.tty) p.bar.quiet = 1; /* --quiet: no live bar (log lines stay) */
     const double comm0 = dist_comm_seconds(), wait0 = dist_wait_seconds();
     for (int64_t step = pos->step; step < a->steps; step++) {
-        double lr = lr_at(a, step);
         double ag[AG_N] = {0};
         mega_ps_zero_grad(t->ps);
         /* this rank's shards of the global batch, one micro-batch at a time: each draws the
@@ -820,9 +902,13 @@ static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *
             /* the stop requests travel with the loss, so every rank stops at the same step */
             ag[AG_SIGINT] = g_signal == SIGINT, ag[AG_SIGTERM] = g_signal == SIGTERM;
             ag[AG_TIME] = lead && a->time_limit > 0 && now_sec() - p.t_start >= a->time_limit;
+            ag[AG_CLOCK] = lead ? train_clock(&p) : 0;
             dist_sum_real(grad, ngrad);
             dist_sum_f64(ag, AG_N);
         }
+        /* the clock after this step's gradients: rank 0's on every rank, so the rates agree */
+        const double trained = K > 1 ? ag[AG_CLOCK] : train_clock(&p);
+        const double lr = lr_at(a, step, trained);
         const double loss = ag[AG_LOSS], met = ag[AG_METRIC];
         const int64_t units = (int64_t)ag[AG_UNITS];
         if (!isfinite(loss))
@@ -831,23 +917,28 @@ static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *
         if (a->clip > 0 && gn > a->clip) mega_ps_scale_grad(t->ps, a->clip / (gn + 1e-12));
         mega_adamw_step(opt, t->ps, &hp, lr);
         pos->step = step + 1;
+        p.trained = trained;
         if (lead) {
             p.comm = dist_comm_seconds() - comm0, p.wait = dist_wait_seconds() - wait0;
             progress_step(&p, a, t, pos, loss, met, units, lr, gn);
         }
         const int sig = K > 1 ? (ag[AG_SIGINT] > 0 ? SIGINT : ag[AG_SIGTERM] > 0 ? SIGTERM : 0) : g_signal;
-        const int out_of_time = (K > 1 ? ag[AG_TIME] > 0 : a->time_limit > 0 && now_sec() - p.t_start >= a->time_limit) &&
-                                pos->step < a->steps;
-        const int stop = (a->stop_after > 0 && pos->step - p.start >= a->stop_after && pos->step < a->steps) || out_of_time;
-        const int last = pos->step == a->steps;
+        /* the end of the run: --steps, or the --time-budget spent (decided by the agreed clock) */
+        const int budget_spent = a->time_budget > 0 && trained >= a->time_budget;
+        const int last = pos->step == a->steps || budget_spent;
+        const int out_of_time = (K > 1 ? ag[AG_TIME] > 0 : a->time_limit > 0 && now_sec() - p.t_start >= a->time_limit) && !last;
+        const int stop = (a->stop_after > 0 && pos->step - p.start >= a->stop_after && !last) || out_of_time;
         if (out_of_time && !(a->eval_every > 0 && pos->step % a->eval_every == 0) && validate_now(&p, a, t, pos)) return 2;
         if (((a->eval_every > 0 && pos->step % a->eval_every == 0) || last) && validate_now(&p, a, t, pos)) return 2;
         const int save = (a->save_every > 0 && pos->step % a->save_every == 0) || last || stop || (sig && !last);
         if (save) {
+            const double ts = now_sec();
+            pos->train_seconds = trained, pos->eval_seconds = p.eval0 + p.excluded;
             if (!ranks_in_sync(t, opt, pos)) return 2;
             if (lead && save_checkpoint(a, t, opt, pos)) return 2;
             progress_break(&p.bar);
             if (lead && !last && !sig) printf("saved checkpoint at step %lld\n", (long long)pos->step);
+            p.excluded += now_sec() - ts; /* a save is not training time */
         }
         if (sig && !last) { /* SIGINT / SIGTERM: a checkpoint at this step, then stop */
             if (lead) {
@@ -863,12 +954,21 @@ static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *
                        (long long)(pos->step - p.start), out_of_time ? "--time-limit" : "--stop-after", a->out);
             break;
         }
+        if (budget_spent) {
+            if (lead)
+                printf("the --time-budget of %g s is spent at step %lld (%.1f s of training)\n", a->time_budget,
+                       (long long)pos->step, trained);
+            break;
+        }
     }
     if (lead) {
         char els[32];
         const double el = now_sec() - p.t_start;
         fmt_duration(els, sizeof els, el);
-        printf("done: %lld steps in %s", (long long)(pos->step - p.start), els);
+        printf("done: %lld steps in %s (training %.1f s, validation and saves %.1f s", (long long)(pos->step - p.start), els,
+               p.trained - p.train0, p.excluded);
+        if (p.train0 > 0) printf("; the run has trained %.1f s in all", p.trained);
+        printf(")");
         if (K > 1)
             printf(" on %d ranks (allreduce %.1f%% of the time, waiting for the slowest rank %.1f%%)", K,
                    100 * (dist_comm_seconds() - comm0) / (el > 0 ? el : 1), 100 * (dist_wait_seconds() - wait0) / (el > 0 ? el : 1));
@@ -887,7 +987,12 @@ static void describe_run(const train_args *a, task *t, int64_t start) {
     if (dist_size() > 1 || a->grad_accum > 1)
         printf("  parallel  %d ranks x --grad-accum %d = %d shards of %d sequences per batch (%s)\n", dist_size(), a->grad_accum,
                dist_size() * a->grad_accum, a->batch / (dist_size() * a->grad_accum), dist_describe());
-    if (a->resume) printf("  resuming  from step %lld in %s\n", (long long)start, a->out);
+    if (a->time_budget > 0)
+        printf("  budget    %g s of training (validation and saves not counted): the %s decay follows the training time; "
+               "--steps %lld is only an upper bound\n", a->time_budget, a->schedule, (long long)a->steps);
+    if (a->resume && a->time_budget > 0)
+        printf("  resuming  from step %lld in %s, after %.1f s of training\n", (long long)start, a->out, a->trained_seconds);
+    else if (a->resume) printf("  resuming  from step %lld in %s\n", (long long)start, a->out);
     if (g_resched[0]) printf("  reschedule %s\n", g_resched);
     printf("  output    %s\n", a->out);
     fflush(stdout);
@@ -937,7 +1042,7 @@ int cmd_train(int argc, char **argv) {
         return 2;
     }
     mega_set_threads(a.threads);
-    train_pos pos = {0, 0, 0, 0};
+    train_pos pos = {0, 0, 0, 0, 0, 0};
     mega_adamw *opt = NULL;
     task *t = NULL;
     int done = 0, in_loop = 0;

@@ -54,7 +54,7 @@ F="--data data.txt --threads 1 --quiet --save-every 2 --log-every 1 --eval-every
 M="$F --layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 16 --n-dim 2 --ffn-dim 16 --chunk-size 16 --seq-len 32
   --batch 2 --steps 6 --warmup 2 --dropout 0.1"
 CMPFILES="model.safetensors train_state.safetensors step-00000006.manifest.json checkpoint.json"
-notime() { sed -e 's/, *"tok_s": *[-0-9.eE+]*//' -e 's/, *"time": *[-0-9.eE+]*//' "$1"; }
+notime() { sed -e 's/, *"tok_s": *[-0-9.eE+]*//' -e 's/, *"time": *[-0-9.eE+]*//' -e 's/, *"train_seconds": *[-0-9.eE+]*//' -e 's/, *"eval_seconds": *[-0-9.eE+]*//' "$1"; }
 
 # shellcheck disable=SC2086
 "$MEGA" train $M --out ref > ref.out 2>&1 || { bad "reference run: $(tail -n 2 ref.out)"; finish; }

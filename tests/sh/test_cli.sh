@@ -58,7 +58,7 @@ MODEL="--layers 2 --embed-dim 32 --z-dim 16 --hidden-dim 64 --ffn-dim 64 --chunk
 # loss values of the training records of a log.jsonl, one per line
 losses() { grep '"loss":' "$1" | sed 's/.*"loss": *\([-0-9.eE+]*\).*/\1/'; }
 # a log without its timing fields
-notime() { sed -e 's/, *"tok_s": *[-0-9.eE+]*//' -e 's/, *"time": *[-0-9.eE+]*//' "$1"; }
+notime() { sed -e 's/, *"tok_s": *[-0-9.eE+]*//' -e 's/, *"time": *[-0-9.eE+]*//' -e 's/, *"train_seconds": *[-0-9.eE+]*//' -e 's/, *"eval_seconds": *[-0-9.eE+]*//' "$1"; }
 
 # ---- 1. train, eval, generate, info, plot --------------------------------------------------
 if mega train --data corpus.txt --out run $MODEL --steps 200 --warmup 20 --lr 5e-3 --eval-every 100 \
@@ -313,6 +313,51 @@ expect_error "generate: negative --tokens" mega generate --model run --tokens -3
 expect_error "generate: --top-p 2" mega generate --model run --top-p 2
 expect_error "plot: directory without log.jsonl" mega plot emptydir
 expect_error "plot: missing directory" mega plot nodir
+
+# ---- --time-budget: the schedule follows the training time -----------------------------------
+# A budget of 3 s, stopped by --time-limit 1 and resumed: the run ends once it has trained 3 s in
+# all (validation and saves not counted), with a checkpoint and a final validation; the log has the
+# timing fields and its learning rate reaches --min-lr. No speed is asserted: only that the run
+# ends at its budget (train_seconds >= 3, far below --steps, which only bounds it).
+TBF="$MODEL --steps 100000000 --warmup 5 --lr 2e-3 --min-lr 1e-4 --eval-every 0 --eval-tokens 2048 --quiet"
+# the values of KEY in the training records of a log, one per line
+field() { sed -n "s/.*\"$1\": *\([-0-9.eE+]*\).*/\1/p" "$2"; }
+mega train --data corpus.txt --out tb $TBF --time-budget 3 --time-limit 1 > tb1.out 2>&1
+status $? "--time-budget 3 --time-limit 1: exit 0"
+grep -q "stopped after .* (--time-limit)" tb1.out && grep -q '"time-budget":3' tb/step-*.manifest.json &&
+  grep -q '"train-seconds":' tb/step-*.manifest.json
+status $? "--time-limit stops the budget run with a checkpoint storing time-budget and train-seconds"
+s1=$(sed -n 's/.*"step": *\([0-9]*\).*/\1/p' tb/checkpoint.json)
+mega train --data corpus.txt --out tb --resume --threads 1 --eval-tokens 2048 --quiet > tb2.out 2>&1
+status $? "--resume of the budget run: exit 0"
+grep -q "the --time-budget of 3 s is spent at step" tb2.out && grep -q "the run has trained" tb2.out
+status $? "the resumed run stops at its budget: $(grep -E 'spent|^done' tb2.out | tr '\n' ' ')"
+s2=$(sed -n 's/.*"step": *\([0-9]*\).*/\1/p' tb/checkpoint.json)
+[ -s tb/model.safetensors ] && [ -n "$s2" ] && [ "$s2" -gt "$s1" ] && [ "$s2" -lt 100000000 ]
+status $? "a checkpoint at the end of the budget (steps $s1 then $s2, below --steps)"
+last_ts=$(field train_seconds tb/log.jsonl | tail -n 1)
+awk -v t="$last_ts" 'BEGIN { exit !(t >= 3 && t < 60) }'
+status $? "the last log record has trained the budget: train_seconds $last_ts"
+[ "$(field eval_seconds tb/log.jsonl | wc -l)" -eq "$(field train_seconds tb/log.jsonl | wc -l)" ] &&
+  [ "$(field loss tb/log.jsonl | wc -l)" -eq "$(field train_seconds tb/log.jsonl | wc -l)" ] &&
+  tail -n 1 tb/log.jsonl | grep -q "\"step\": $s2, \"valid_loss\""
+status $? "every training record has train_seconds and eval_seconds; a final validation at step $s2"
+# the resumed part continues the clock: its first record is past the first part's seconds
+ts_resume=$(awk -v s="$s1" '/"train_seconds"/ { match($0, /"step": *[0-9]+/); st = substr($0, RSTART + 7) + 0;
+  if (st > s) { sub(/.*"train_seconds": */, ""); print $0 + 0; exit } }' tb/log.jsonl)
+awk -v t="$ts_resume" 'BEGIN { exit !(t >= 1) }'
+status $? "the resumed run's clock starts from the stored seconds (first resumed record: $ts_resume s)"
+lrs=$(field lr tb/log.jsonl)
+echo "$lrs" | awk 'NR == 1 { first = $1 } { if ($1 > max) max = $1; last = $1 }
+  END { exit !(last >= 0.99e-4 && last <= 1.01e-4 && max >= 1e-3) }'
+status $? "the learning rate warms up to --lr, then decays to --min-lr at the end: $(echo "$lrs" | head -n 3 | tr '\n' ' ')... $(echo "$lrs" | tail -n 1)"
+mega train --data corpus.txt --out tb --resume --threads 1 > tb3.out 2>&1 && grep -q "it is complete" tb3.out
+status $? "--resume of a run whose budget is spent: nothing to do"
+expect_error "train: --time-budget -1" mega train --data corpus.txt --out o1 $S --time-budget -1
+expect_error "train: --time-budget nan" mega train --data corpus.txt --out o1 $S --time-budget nan
+expect_error "train: --time-budget 3s" mega train --data corpus.txt --out o1 $S --time-budget 3s
+expect_error "train: --resume with another --time-budget" mega train --data corpus.txt --out tb --resume --time-budget 5
+expect_error "train: --resume --reschedule of a budget run" mega train --data corpus.txt --out tb --resume --steps 200000000 --reschedule
 
 # ---- a run written before the block-configuration refactor (tests/fixtures/runs/lm_v010) ------
 # The numbers come from that build (OpenBLAS, AVX-512); another GEMM or CPU rounds differently,

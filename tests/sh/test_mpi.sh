@@ -15,6 +15,8 @@
 #     --dist-timeout plus a margin, exit non-zero;
 #   * SIGTERM to one rank: all stop after the same step, rank 0 saves it, exit 143, it resumes;
 #   * a 1-process run resumed on 2 ranks continues on the same trajectory;
+#   * --time-budget on 2 ranks (rank 0's clock in the step's allreduce): the ranks stay identical
+#     through checkpoints every 5 steps and end at the budget;
 #   * a --batch that the ranks x --grad-accum do not divide is refused in one line (F40 with one
 #     process, in every build; F41 with 2 ranks).
 # The MPI checks are skipped (a NOTE) when mpirun is missing or the build has no MPI (NO_MPI=1,
@@ -113,6 +115,14 @@ done
 check "only rank 0 prints: 24 progress lines for 24 steps" test "$(grep -c '^step ' lm.2.out)" -eq 24
 check "the run says it has 2 ranks" grep -q 'parallel  2 ranks' lm.2.out
 check "the log has the allreduce share" grep -q '"allreduce_share": ' lm.2/log.jsonl
+# --time-budget on 2 ranks: rank 0's clock sets every rank's learning rate and the end; a save
+# every 5 steps checks that the ranks' models are still identical (they would differ at once if
+# the rates did), and both ranks end at the same step with exit 0
+# shellcheck disable=SC2086
+mpi2 train $(echo "$LM" | sed 's/--steps 24/--steps 100000000/') --time-budget 2 --save-every 5 --out tb.2 >tb.2.out 2>tb.2.err
+status $? "--time-budget 2 on 2 ranks exits 0 (ranks in sync at every save)"
+check "--time-budget on 2 ranks: spent, with a checkpoint" grep -q "the --time-budget of 2 s is spent at step" tb.2.out
+check "--time-budget on 2 ranks: the manifest stores the clock" grep -q '"train-seconds":' tb.2/step-*.manifest.json
 # the comparison can fail: another seed is another trajectory
 # shellcheck disable=SC2086
 mega train $LM --seed 2 --out lm.seed2 >/dev/null 2>&1

@@ -34,7 +34,7 @@ cp "$ROOT/tests/fixtures/runs/lm_v010/data.txt" data.txt || { bad "no data"; fin
 
 F="--data data.txt --threads 1 --quiet --log-every 1 --eval-every 0"
 M="$F --layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 16 --n-dim 2 --ffn-dim 16 --chunk-size 16 --seq-len 32 --batch 2"
-notime() { sed -e 's/, *"tok_s": *[-0-9.eE+]*//' -e 's/, *"time": *[-0-9.eE+]*//' "$1"; }
+notime() { sed -e 's/, *"tok_s": *[-0-9.eE+]*//' -e 's/, *"time": *[-0-9.eE+]*//' -e 's/, *"train_seconds": *[-0-9.eE+]*//' -e 's/, *"eval_seconds": *[-0-9.eE+]*//' "$1"; }
 # one_error FILE: exactly one line on stderr, a "mega: error:" one
 one_error() { [ "$(wc -l < "$1")" -eq 1 ] && grep -q '^mega: error: ' "$1"; }
 # same_run D1 D2: the same final checkpoint and log
