@@ -60,15 +60,10 @@ if [ -z "$workloads" ]; then
   workloads=$("$MEGA" bench --list | awk '$1 != "sgemm" {print $1}')
 fi
 
-cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
-host=$(hostname 2>/dev/null || echo unknown)
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-echo "bench: $("$MEGA" version) vs $("$PY" -c 'import torch; print("torch", torch.__version__)')"
+. bench/lib.sh
+bench_machine bench "$cores"
+echo "bench: $("$MEGA" version | head -n 1) vs $("$PY" -c 'import torch; print("torch", torch.__version__)')"
 echo "bench: $cpu, $cores cores; $threads threads each side; warm-up $warmup, repeat $repeat (median), budget ${budget}s"
-echo "bench: load average $load_before"
-if awk -v l="${load_before%% *}" -v c="$cores" 'BEGIN { exit !(l > 0.5 * c) }'; then
-  echo "bench: WARNING: the machine is busy (load ${load_before%% *} on $cores cores): the numbers will be noisy" >&2
-fi
 
 tmp=$(mktemp -d)
 spin=""

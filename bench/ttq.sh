@@ -49,15 +49,10 @@ for b in $budgets; do
   fi
 done
 
-cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
-host=$(hostname 2>/dev/null || echo unknown)
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+. bench/lib.sh
+bench_machine bench-ttq "$cores"
 echo "bench-ttq: $("$MEGA" version | head -n 1) vs $("$PY" -c 'import torch; print("torch", torch.__version__)')"
 echo "bench-ttq: $cpu, $cores cores; $threads threads each side; budgets $budgets s; $eval_bytes held-out bytes"
-echo "bench-ttq: load average $load_before"
-if awk -v l="${load_before%% *}" -v c="$cores" 'BEGIN { exit !(l > 0.5 * c) }'; then
-  echo "bench-ttq: WARNING: the machine is busy (load ${load_before%% *} on $cores cores): the numbers will be noisy" >&2
-fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
