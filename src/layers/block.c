@@ -109,7 +109,7 @@ mega_status mega_block_forward(const mega_block *bl, real *W, mega_block_acts *A
                                const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
     if (bl->cfg->ffn_dim <= 0) return sublayer_forward(bl, W, A, out, x, pad, B, T, run, scratch);
     MEGA_TRY(sublayer_forward(bl, W, A, A->y1, x, pad, B, T, run, scratch));
-    mega_nffn_forward(&bl->ffn, W, &A->ffn, out, A->y1, (size_t)B * T, run);
+    mega_nffn_forward(&bl->ffn, W, &A->ffn, out, A->y1, (size_t)B * T, run, scratch);
     return MEGA_OK;
 }
 

@@ -74,25 +74,20 @@ static size_t btab_size(const mega_mlayer *L, int T) { return mega_relpos_table_
 
 size_t mega_mlayer_acts_view(const mega_mlayer *L, mega_mlayer_acts *A, real *base, int B, int T) {
     const mega_block_config *c = L->cfg;
-    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, E = (size_t)c->hidden_dim;
     mega_bump b = {base, 0};
     mega_mlayer_acts a;
     memset(&a, 0, sizeof a);
-    a.xn = c->prenorm ? mega_bump_take(&b, R * D) : NULL;
+    /* only what takes a GEMM, the EMA or the attention to recompute; the element-wise results
+     * (x_bar, v, m, q, k, h, the pre-norm output) are recomputed by the backward (recompute_*) */
     a.nstat = c->prenorm ? mega_bump_take(&b, mega_seqnorm_stat_size(&L->norm, R)) : NULL;
     a.vpre = mega_bump_take(&b, R * E);
-    a.v = mega_bump_take(&b, R * E);
     a.coef = c->n_dim > 0 ? mega_bump_take(&b, mega_ema_coef_size(&L->ema)) : NULL;
     a.mpre = c->n_dim > 0 ? mega_bump_take(&b, R * D) : NULL;
-    a.m = mega_bump_take(&b, R * D);
     a.base = mega_bump_take(&b, R * P_(c));
-    a.q = mega_bump_take(&b, R * Z);
-    a.k = mega_bump_take(&b, R * Z);
     a.lse = mega_bump_take(&b, R);
     a.O = mega_bump_take(&b, R * E);
     a.hpre = mega_bump_take(&b, R * D);
-    a.h = mega_bump_take(&b, R * D);
-    a.opre = c->prenorm ? NULL : mega_bump_take(&b, R * D);
     a.ostat = c->prenorm ? NULL : mega_bump_take(&b, mega_seqnorm_stat_size(&L->norm, R));
     a.btab = mega_bump_take(&b, btab_size(L, T));
     a.Mc = L->rp.rotary ? attn_len(c, T) : L->rp.Mp; /* the table's centre (mega_relpos_table) */
@@ -118,88 +113,17 @@ static size_t mg_scratch(const void *layer, int B, int T, int nthreads) {
     mega_attn_k k = attn_kernel(L, NULL, (int)((btab_size(L, T) + 1) / 2), NULL);
     size_t attn = mega_attn_scratch(&k, T) * (size_t)nthreads + mega_attn_db_scratch(&k);
     size_t ema = c->n_dim > 0 ? mega_ema_layer_scratch(&L->ema, T, nthreads) : 0;
-    /* backward buffers: G1 D, dbase P, OR E, dOr E, dq Z, dk Z, dv E, dxn D, dbtab */
-    size_t bufs = R * (2 * D + P_(c) + 3 * E + 2 * Z) + btab_size(L, T) + 16 * 12;
+    /* backward buffers (mg_bwd): G1 D, dbase P, Or E, dOr E, dq Z, dk Z, dv E, dxn D, hb D, q Z,
+     * k Z, dbtab; the forward lays out the same buffers (its attention workspace follows them) */
+    size_t bufs = R * (3 * D + P_(c) + 3 * E + 4 * Z) + btab_size(L, T) + 16 * 15;
     return bufs + MEGA_MAX(attn, ema) + 64;
 }
 
-static mega_status mg_forward(const void *layer, real *W, real *acts, real *out, const real *x, const uint8_t *pad,
-                              int B, int T, const mega_run *run, real *scratch) {
-    const mega_mlayer *L = layer;
-    const mega_block_config *c = L->cfg;
-    mega_mlayer_acts av;
-    mega_mlayer_acts_view(L, &av, acts, B, T);
-    mega_mlayer_acts *A = &av;
-    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim, P = P_(c);
-    const int nt = run->nthreads > 0 ? run->nthreads : 1;
-    const int train = run->training;
-    MEGA_TRY(mega_relpos_table(&L->rp, W, attn_len(c, T), A->btab, &A->Mc));
-
-    /* x_bar = norm(x) if prenorm */
-    const real *xn = x;
-    if (c->prenorm) {
-        mega_seqnorm_forward(&L->norm, W, A->xn, A->nstat, x, R, train, run->update_stats, run->sync);
-        xn = A->xn;
-    }
-    /* v = act(v_proj(x_bar)); hidden dropout applied to v before the attention product */
-    mega_linear_forward(A->vpre, xn, W + L->v_w, W + L->v_b, R, D, E);
-    mega_act_forward(c->activation, A->v, A->vpre, R * E);
-    if (train) mega_dropout(A->v, A->v, R * E, c->hidden_dropout, mega__subkey(run->key, SITE_HIDDEN));
-    /* mx = dropout(silu(EMA(x_bar) + omega * x_bar)) */
-    if (c->n_dim > 0)
-        mega_ema_layer_forward(&L->ema, W, A->coef, A->mpre, A->m, xn, pad, B, T, nt);
-    else
-        memcpy(A->m, xn, R * D * sizeof(real)); /* no EMA: mx = x_bar */
-    if (train) mega_dropout(A->m, A->m, R * D, c->dropout, mega__subkey(run->key, SITE_MX));
-    /* base = mx_proj(mx) = [u | z | r | hx] */
-    mega_linear_forward(A->base, A->m, W + L->mx_w, W + L->mx_b, R, D, P);
-    /* q = silu(z) * gamma[0] + beta[0], k = silu(z) * gamma[1] + beta[1] */
-    const real *g0 = W + L->qk_g, *g1 = g0 + Z, *b0 = W + L->qk_b, *b1 = b0 + Z;
-#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
-    for (size_t r = 0; r < R; r++) {
-        const real *zr = A->base + r * P + D;
-        real *qr = A->q + r * Z, *kr = A->k + r * Z;
-        for (size_t j = 0; j < Z; j++) {
-            real z = mega_silu(zr[j]);
-            qr[j] = z * g0[j] + b0[j];
-            kr[j] = z * g1[j] + b1[j];
-        }
-    }
-    /* attention per chunk */
-    mega_attn_k ak = attn_kernel(L, A->btab, A->Mc, run);
-    mega_attn_forward(&ak, A->O, A->lse, A->q, A->k, A->v, pad, B, T, scratch, nt);
-    /* h = act(hx + h_proj(O * r)); dropout */
-    real *Or = scratch; /* R x E, attention scratch is free again */
-#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
-    for (size_t r = 0; r < R; r++) {
-        const real *rr = A->base + r * P + D + Z, *o = A->O + r * E;
-        real *dst = Or + r * E;
-        for (size_t j = 0; j < E; j++) dst[j] = o[j] * mega_silu(rr[j]);
-    }
-    mega_linear_forward(A->hpre, Or, W + L->h_w, W + L->h_b, R, E, D);
-#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
-    for (size_t r = 0; r < R; r++) {
-        const real *hx = A->base + r * P + D + Z + E;
-        real *hp = A->hpre + r * D;
-        for (size_t j = 0; j < D; j++) hp[j] += hx[j];
-    }
-    mega_act_forward(c->activation, A->h, A->hpre, R * D);
-    if (train) mega_dropout(A->h, A->h, R * D, c->dropout, mega__subkey(run->key, SITE_H));
-    /* out = x + u * (h - x), u = sigmoid(u_raw); post-norm */
-    real *o = c->prenorm ? out : A->opre;
-#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
-    for (size_t r = 0; r < R; r++) {
-        const real *ur = A->base + r * P, *hr = A->h + r * D, *xr = x + r * D;
-        real *orow = o + r * D;
-        for (size_t j = 0; j < D; j++) orow[j] = xr[j] + mega_sigmoid(ur[j]) * (hr[j] - xr[j]);
-    }
-    if (!c->prenorm) mega_seqnorm_forward(&L->norm, W, out, A->ostat, A->opre, R, train, run->update_stats, run->sync);
-    return MEGA_OK;
-}
-
-/* the backward's scratch buffers (mega_bump layout; sized by mg_scratch) */
+/* the backward's scratch buffers (mega_bump layout; sized by mg_scratch). The forward uses the
+ * same layout for its temporaries (x_bar, v, m, q, k, O*r, h, the pre-norm output) and runs the
+ * attention in ws. */
 typedef struct {
-    real *G1, *dbase, *Or, *dOr, *dq, *dk, *dv, *dxn, *dbtab, *ws;
+    real *G1, *dbase, *Or, *dOr, *dq, *dk, *dv, *dxn, *hb, *q, *k, *dbtab, *ws;
 } mg_bwd;
 
 static void bwd_buffers(const mega_mlayer *L, const mega_mlayer_acts *A, int B, int T, real *scratch, mg_bwd *s) {
@@ -214,8 +138,133 @@ static void bwd_buffers(const mega_mlayer *L, const mega_mlayer_acts *A, int B, 
     s->dk = mega_bump_take(&bp, R * Z);
     s->dv = mega_bump_take(&bp, R * E);
     s->dxn = mega_bump_take(&bp, R * D);
+    s->hb = mega_bump_take(&bp, R * D);
+    s->q = mega_bump_take(&bp, R * Z);
+    s->k = mega_bump_take(&bp, R * Z);
     s->dbtab = mega_bump_take(&bp, (size_t)(2 * A->Mc - 1));
     s->ws = scratch + bp.off;
+}
+
+/* ---- the element-wise results the forward does not keep: one code for the forward and the
+ * backward's recomputation, so both see the same numbers ---------------------------------- */
+
+/* v = hidden_dropout(act(vpre)) */
+static void make_v(const mega_mlayer *L, real *v, const real *vpre, size_t R, const mega_run *run) {
+    const mega_block_config *c = L->cfg;
+    const size_t n = R * (size_t)c->hidden_dim;
+    mega_act_forward(c->activation, v, vpre, n);
+    if (run->training) mega_dropout(v, v, n, c->hidden_dropout, mega__subkey(run->key, SITE_HIDDEN));
+}
+
+/* q = silu(z) * gamma[0] + beta[0], k = silu(z) * gamma[1] + beta[1] */
+static void make_qk(const mega_mlayer *L, const real *W, real *q, real *k, const real *base, size_t R) {
+    const mega_block_config *c = L->cfg;
+    const size_t D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, P = P_(c);
+    const real *g0 = W + L->qk_g, *g1 = g0 + Z, *b0 = W + L->qk_b, *b1 = b0 + Z;
+#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
+    for (size_t r = 0; r < R; r++) {
+        const real *zr = base + r * P + D;
+        real *qr = q + r * Z, *kr = k + r * Z;
+        for (size_t j = 0; j < Z; j++) {
+            real z = mega_silu(zr[j]);
+            qr[j] = z * g0[j] + b0[j];
+            kr[j] = z * g1[j] + b1[j];
+        }
+    }
+}
+
+/* h = dropout(act(hpre)) */
+static void make_h(const mega_mlayer *L, real *h, const real *hpre, size_t R, const mega_run *run) {
+    const mega_block_config *c = L->cfg;
+    const size_t n = R * (size_t)c->embed_dim;
+    mega_act_forward(c->activation, h, hpre, n);
+    if (run->training) mega_dropout(h, h, n, c->dropout, mega__subkey(run->key, SITE_H));
+}
+
+/* o = x + u * (h - x), u = sigmoid(u_raw) */
+static void make_gated(const mega_mlayer *L, real *o, const real *base, const real *h, const real *x, size_t R) {
+    const mega_block_config *c = L->cfg;
+    const size_t D = (size_t)c->embed_dim, P = P_(c);
+#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
+    for (size_t r = 0; r < R; r++) {
+        const real *ur = base + r * P, *hr = h + r * D, *xr = x + r * D;
+        real *orow = o + r * D;
+        for (size_t j = 0; j < D; j++) orow[j] = xr[j] + mega_sigmoid(ur[j]) * (hr[j] - xr[j]);
+    }
+}
+
+/* m = dropout(silu(mpre)) (the EMA forward writes silu(mpre) itself), or dropout(x_bar) without
+ * the EMA */
+static void remake_m(const mega_mlayer *L, real *m, const real *mpre, const real *xn, size_t R, const mega_run *run) {
+    const mega_block_config *c = L->cfg;
+    const size_t D = (size_t)c->embed_dim;
+    if (c->n_dim > 0) {
+#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
+        for (size_t i = 0; i < R * D; i++) m[i] = mega_silu(mpre[i]);
+    } else {
+        memcpy(m, xn, R * D * sizeof(real));
+    }
+    if (run->training) mega_dropout(m, m, R * D, c->dropout, mega__subkey(run->key, SITE_MX));
+}
+
+static mega_status mg_forward(const void *layer, real *W, real *acts, real *out, const real *x, const uint8_t *pad,
+                              int B, int T, const mega_run *run, real *scratch) {
+    const mega_mlayer *L = layer;
+    const mega_block_config *c = L->cfg;
+    mega_mlayer_acts av;
+    mega_mlayer_acts_view(L, &av, acts, B, T);
+    mega_mlayer_acts *A = &av;
+    const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, E = (size_t)c->hidden_dim, P = P_(c);
+    const int nt = run->nthreads > 0 ? run->nthreads : 1;
+    const int train = run->training;
+    MEGA_TRY(mega_relpos_table(&L->rp, W, attn_len(c, T), A->btab, &A->Mc));
+    mg_bwd s;
+    bwd_buffers(L, A, B, T, scratch, &s);
+
+    /* x_bar = norm(x) if prenorm (in hb until h) */
+    const real *xn = x;
+    if (c->prenorm) {
+        mega_seqnorm_forward(&L->norm, W, s.hb, A->nstat, x, R, train, run->update_stats, run->sync);
+        xn = s.hb;
+    }
+    /* v = act(v_proj(x_bar)); hidden dropout applied to v before the attention product */
+    mega_linear_forward(A->vpre, xn, W + L->v_w, W + L->v_b, R, D, E);
+    make_v(L, s.dv, A->vpre, R, run);
+    /* mx = dropout(silu(EMA(x_bar) + omega * x_bar)) (in G1) */
+    real *m = s.G1;
+    if (c->n_dim > 0)
+        mega_ema_layer_forward(&L->ema, W, A->coef, A->mpre, m, xn, pad, B, T, nt);
+    else
+        memcpy(m, xn, R * D * sizeof(real)); /* no EMA: mx = x_bar */
+    if (train) mega_dropout(m, m, R * D, c->dropout, mega__subkey(run->key, SITE_MX));
+    /* base = mx_proj(mx) = [u | z | r | hx] */
+    mega_linear_forward(A->base, m, W + L->mx_w, W + L->mx_b, R, D, P);
+    /* q = silu(z) * gamma[0] + beta[0], k = silu(z) * gamma[1] + beta[1] */
+    make_qk(L, W, s.q, s.k, A->base, R);
+    /* attention per chunk */
+    mega_attn_k ak = attn_kernel(L, A->btab, A->Mc, run);
+    mega_attn_forward(&ak, A->O, A->lse, s.q, s.k, s.dv, pad, B, T, s.ws, nt);
+    /* h = act(hx + h_proj(O * r)); dropout */
+    real *Or = s.Or;
+#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
+    for (size_t r = 0; r < R; r++) {
+        const real *rr = A->base + r * P + D + c->z_dim, *o = A->O + r * E;
+        real *dst = Or + r * E;
+        for (size_t j = 0; j < E; j++) dst[j] = o[j] * mega_silu(rr[j]);
+    }
+    mega_linear_forward(A->hpre, Or, W + L->h_w, W + L->h_b, R, E, D);
+#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
+    for (size_t r = 0; r < R; r++) {
+        const real *hx = A->base + r * P + D + c->z_dim + E;
+        real *hp = A->hpre + r * D;
+        for (size_t j = 0; j < D; j++) hp[j] += hx[j];
+    }
+    make_h(L, s.hb, A->hpre, R, run);
+    /* out = x + u * (h - x), u = sigmoid(u_raw); post-norm (the pre-norm output in G1) */
+    real *o = c->prenorm ? out : s.G1;
+    make_gated(L, o, A->base, s.hb, x, R);
+    if (!c->prenorm) mega_seqnorm_forward(&L->norm, W, out, A->ostat, o, R, train, run->update_stats, run->sync);
+    return MEGA_OK;
 }
 
 /* from d out to d(O*r) (in s->dOr) and d[u | r | hx] (in s->dbase); dx gets the residual part:
@@ -226,16 +275,19 @@ static void bwd_gate(const mega_mlayer *L, const real *W, real *dW, const mega_m
     const mega_block_config *c = L->cfg;
     const size_t D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim, P = P_(c);
     real *dbase = s->dbase, *Or = s->Or, *dOr = s->dOr;
+    real *dh = s->dxn; /* temporary R x D */
+    const real *h = s->hb;
+    make_h(L, s->hb, A->hpre, R, run); /* recomputed */
     const real *g = dout;
     if (!c->prenorm) {
-        mega_seqnorm_backward(&L->norm, W, dW, s->G1, dout, A->opre, A->ostat, R, run->training, 0, run->sync);
+        make_gated(L, dh, A->base, h, x, R); /* the pre-norm output, recomputed (dh is free) */
+        mega_seqnorm_backward(&L->norm, W, dW, s->G1, dout, dh, A->ostat, R, run->training, 0, run->sync);
         g = s->G1;
     }
     /* dx = g*(1-u); du_raw = g*(h-x)*u(1-u); dh = g*u */
-    real *dh = s->dxn; /* temporary R x D */
 #pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
-        const real *gr = g + r * D, *hr = A->h + r * D, *xr = x + r * D, *ur = A->base + r * P;
+        const real *gr = g + r * D, *hr = h + r * D, *xr = x + r * D, *ur = A->base + r * P;
         real *dbu = dbase + r * P, *dxr = dx + r * D, *dhr = dh + r * D;
         for (size_t j = 0; j < D; j++) {
             real u = mega_sigmoid(ur[j]);
@@ -305,25 +357,34 @@ static void mg_backward(const void *layer, const real *W, real *dW, const real *
     mg_bwd s;
     bwd_buffers(L, A, B, T, scratch, &s);
     bwd_gate(L, W, dW, A, dx, dout, x, R, run, &s);
-    /* attention backward: dq, dk, dv, bias table */
+    /* attention backward: dq, dk, dv, bias table; q, k and v recomputed (v in Or, free again) */
     memset(s.dq, 0, R * Z * sizeof(real));
     memset(s.dk, 0, R * Z * sizeof(real));
     memset(s.dv, 0, R * E * sizeof(real));
     memset(s.dbtab, 0, (size_t)(2 * A->Mc - 1) * sizeof(real));
+    make_qk(L, W, s.q, s.k, A->base, R);
+    make_v(L, s.Or, A->vpre, R, run);
     mega_attn_k ak = attn_kernel(L, A->btab, A->Mc, run);
-    mega_attn_backward(&ak, s.dq, s.dk, s.dv, s.dbtab, s.dOr, A->q, A->k, A->v, A->lse, pad, B, T, s.ws, nt);
+    mega_attn_backward(&ak, s.dq, s.dk, s.dv, s.dbtab, s.dOr, s.q, s.k, s.Or, A->lse, pad, B, T, s.ws, nt);
     mega_relpos_backward(&L->rp, W, dW, s.dbtab, A->Mc);
     bwd_qk(L, W, dW, A, R, &s);
     /* v: hidden dropout and activation */
     if (train) mega_dropout(s.dv, s.dv, R * E, c->hidden_dropout, mega__subkey(run->key, SITE_HIDDEN));
     mega_act_backward(c->activation, s.dv, s.dv, A->vpre, R * E);
+    /* x_bar recomputed from the saved statistics (in hb, free again), m recomputed (in G1) */
+    const real *xn = x;
+    if (c->prenorm) {
+        mega_seqnorm_apply(&L->norm, W, s.hb, A->nstat, x, R);
+        xn = s.hb;
+    }
+    real *m = s.G1;
+    remake_m(L, m, A->mpre, xn, R, run);
     /* base = mx_proj(m): dm (R x D) in dxn, free again */
     real *dm = s.dxn;
-    mega_linear_backward(dm, dW + L->mx_w, dW + L->mx_b, s.dbase, A->m, W + L->mx_w, R, D, P, 0);
+    mega_linear_backward(dm, dW + L->mx_w, dW + L->mx_b, s.dbase, m, W + L->mx_w, R, D, P, 0);
     if (train) mega_dropout(dm, dm, R * D, c->dropout, mega__subkey(run->key, SITE_MX));
-    const real *xn = c->prenorm ? A->xn : x;
     /* d x_bar from the EMA (m = silu(mpre); includes the omega skip) and from v_proj */
-    real *dxb = s.G1; /* G1 no longer needed */
+    real *dxb = s.G1; /* m no longer needed */
     if (c->n_dim > 0) {
         mega_act_backward(MEGA_ACT_SILU, dm, dm, A->mpre, R * D); /* m = silu(mpre) */
         memset(dxb, 0, R * D * sizeof(real));

@@ -20,16 +20,21 @@ typedef struct {
     size_t v_w, v_b, mx_w, mx_b, h_w, h_b, qk_g, qk_b;
 } mega_mlayer;
 
-/* saved activations (a view into the block's buffer; acts_view points it) */
+/* saved activations (a view into the block's buffer; acts_view points it): what needs a GEMM,
+ * the EMA or the attention to recompute. The element-wise results (the normalised input, v, m,
+ * q, k, h, the post-norm layer's pre-norm output) are recomputed by the backward from these, the
+ * layer input and the dropout keys; the attention keeps one log-sum-exp per row (its
+ * probabilities are recomputed blockwise by the backward): docs/performance.md, "Training
+ * memory" */
 typedef struct {
-    real *xn, *nstat;          /* normalised input (prenorm) and its statistics */
-    real *vpre, *v;            /* v_proj pre-activation; v after act and hidden dropout */
+    real *nstat;               /* statistics of the input norm (prenorm) */
+    real *vpre;                /* v_proj pre-activation */
     real *coef;                /* EMA coefficients */
-    real *mpre, *m;            /* EMA pre-silu, EMA output after dropout */
+    real *mpre;                /* EMA output before silu (n-dim > 0) */
     real *base;                /* mx_proj output [u | z | r | hx] */
-    real *q, *k, *lse, *O;     /* attention */
-    real *hpre, *h;            /* h_proj pre-activation; h after act and dropout */
-    real *opre, *ostat;        /* pre-norm output and statistics (postnorm) */
+    real *lse, *O;             /* attention: row log-sum-exp, output */
+    real *hpre;                /* hx + h_proj(O*r), before the activation */
+    real *ostat;               /* output norm statistics (postnorm) */
     real *btab;                /* relative-position table */
     int Mc;                    /* its centre */
 } mega_mlayer_acts;

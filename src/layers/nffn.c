@@ -38,10 +38,9 @@ size_t mega_nffn_acts_point(const mega_nffn *f, mega_nffn_acts *A, real *base, i
     mega_bump b = {base, 0};
     mega_nffn_acts a;
     memset(&a, 0, sizeof a);
-    a.xn = c->prenorm ? mega_bump_take(&b, R * D) : NULL;
+    /* the normalised input and act(fpre) are recomputed by the backward (nffn_hidden) */
     a.nstat = c->prenorm ? mega_bump_take(&b, mega_seqnorm_stat_size(&f->norm, R)) : NULL;
     a.fpre = mega_bump_take(&b, R * F);
-    a.f = mega_bump_take(&b, R * F);
     a.ypre = c->prenorm ? NULL : mega_bump_take(&b, R * D);
     a.ystat = c->prenorm ? NULL : mega_bump_take(&b, mega_seqnorm_stat_size(&f->norm, R));
     if (A) *A = a;
@@ -50,24 +49,34 @@ size_t mega_nffn_acts_point(const mega_nffn *f, mega_nffn_acts *A, real *base, i
 
 size_t mega_nffn_scratch(const mega_nffn *f, int B, int T) {
     const size_t R = (size_t)B * T;
-    return R * (2 * (size_t)f->cfg->embed_dim + (size_t)f->cfg->ffn_dim) + 64;
+    /* G D, dxn D, dF F, the hidden activation F (the forward: the normalised input in G) */
+    return R * (2 * (size_t)f->cfg->embed_dim + 2 * (size_t)f->cfg->ffn_dim) + 64;
+}
+
+/* the hidden activation activation_dropout(act(fpre)): the forward's, and the backward's
+ * recomputation of it */
+static void nffn_hidden(const mega_nffn *f, real *h, const real *fpre, size_t R, const mega_run *run) {
+    const mega_block_config *c = f->cfg;
+    const size_t n = R * (size_t)c->ffn_dim;
+    mega_act_forward(c->activation, h, fpre, n);
+    if (run->training) mega_dropout(h, h, n, c->activation_dropout, mega__subkey(run->key, SITE_FFN_HIDDEN));
 }
 
 void mega_nffn_forward(const mega_nffn *f, real *W, mega_nffn_acts *A, real *out, const real *x, size_t R,
-                       const mega_run *run) {
+                       const mega_run *run, real *scratch) {
     const mega_block_config *c = f->cfg;
     const size_t D = (size_t)c->embed_dim, F = (size_t)c->ffn_dim;
     const int train = run->training;
+    real *xnb = scratch, *hid = scratch + 2 * R * D + R * F; /* the backward's G and hidden buffers */
     const real *xn = x;
     if (c->prenorm) {
-        mega_seqnorm_forward(&f->norm, W, A->xn, A->nstat, x, R, train, run->update_stats, run->sync);
-        xn = A->xn;
+        mega_seqnorm_forward(&f->norm, W, xnb, A->nstat, x, R, train, run->update_stats, run->sync);
+        xn = xnb;
     }
     mega_linear_forward(A->fpre, xn, W + f->fc1_w, W + f->fc1_b, R, D, F);
-    mega_act_forward(c->activation, A->f, A->fpre, R * F);
-    if (train) mega_dropout(A->f, A->f, R * F, c->activation_dropout, mega__subkey(run->key, SITE_FFN_HIDDEN));
+    nffn_hidden(f, hid, A->fpre, R, run);
     real *y = c->prenorm ? out : A->ypre;
-    mega_linear_forward(y, A->f, W + f->fc2_w, W + f->fc2_b, R, F, D);
+    mega_linear_forward(y, hid, W + f->fc2_w, W + f->fc2_b, R, F, D);
     if (train) mega_dropout(y, y, R * D, c->dropout, mega__subkey(run->key, SITE_FFN_OUT));
     for (size_t i = 0; i < R * D; i++) y[i] += x[i];
     if (!c->prenorm) mega_seqnorm_forward(&f->norm, W, out, A->ystat, A->ypre, R, train, run->update_stats, run->sync);
@@ -78,7 +87,7 @@ void mega_nffn_backward(const mega_nffn *f, const real *W, real *dW, const mega_
     const mega_block_config *c = f->cfg;
     const size_t D = (size_t)c->embed_dim, F = (size_t)c->ffn_dim;
     const int train = run->training;
-    real *G = scratch, *dxn = scratch + R * D, *dF = scratch + 2 * R * D;
+    real *G = scratch, *dxn = scratch + R * D, *dF = scratch + 2 * R * D, *hid = dF + R * F;
     const real *g = dout;
     if (!c->prenorm) {
         mega_seqnorm_backward(&f->norm, W, dW, G, dout, A->ypre, A->ystat, R, train, 0, run->sync);
@@ -93,10 +102,16 @@ void mega_nffn_backward(const mega_nffn *f, const real *W, real *dW, const mega_
         mega_dropout(G, G, R * D, c->dropout, mega__subkey(run->key, SITE_FFN_OUT));
         g2 = G;
     }
-    mega_linear_backward(dF, dW + f->fc2_w, dW + f->fc2_b, g2, A->f, W + f->fc2_w, R, F, D, 0);
+    nffn_hidden(f, hid, A->fpre, R, run); /* recomputed */
+    mega_linear_backward(dF, dW + f->fc2_w, dW + f->fc2_b, g2, hid, W + f->fc2_w, R, F, D, 0);
     if (train) mega_dropout(dF, dF, R * F, c->activation_dropout, mega__subkey(run->key, SITE_FFN_HIDDEN));
     mega_act_backward(c->activation, dF, dF, A->fpre, R * F);
-    const real *xn = c->prenorm ? A->xn : x;
+    /* the normalised input, recomputed from the saved statistics (G is free again) */
+    const real *xn = x;
+    if (c->prenorm) {
+        mega_seqnorm_apply(&f->norm, W, G, A->nstat, x, R);
+        xn = G;
+    }
     mega_linear_backward(dxn, dW + f->fc1_w, dW + f->fc1_b, dF, xn, W + f->fc1_w, R, D, F, 0);
     if (c->prenorm)
         mega_seqnorm_backward(&f->norm, W, dW, dx, dxn, x, A->nstat, R, train, 1, run->sync);

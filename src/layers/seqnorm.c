@@ -183,6 +183,52 @@ void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, 
     for (size_t r = 0; r < R; r++) norm_rows(n, y, stats, x, w, b, gs, r, r + 1);
 }
 
+/* rows [r0, r1) of the per-token norms with saved statistics (norm_rows' arithmetic) */
+static void apply_rows(const mega_seqnorm *n, real *y, const real *stats, const real *x, const real *w, const real *b,
+                       real gs, size_t r0, size_t r1) {
+    const size_t D = (size_t)n->D;
+    for (size_t r = r0; r < r1; r++) {
+        const real *xr = x + r * D;
+        real *yr = y + r * D;
+        if (n->type == MEGA_NORM_LAYER) {
+            const real mu = stats[2 * r], rs = stats[2 * r + 1];
+            for (size_t d = 0; d < D; d++) {
+                real v = (xr[d] - mu) * rs;
+                yr[d] = w ? v * w[d] + b[d] : v;
+            }
+        } else {
+            const real rho = stats[2 * r + 1];
+            if (n->type == MEGA_NORM_RMS && w)
+                for (size_t d = 0; d < D; d++) yr[d] = w[d] * xr[d] * rho;
+            else
+                for (size_t d = 0; d < D; d++) yr[d] = gs * xr[d] * rho;
+        }
+    }
+}
+
+void mega_seqnorm_apply(const mega_seqnorm *n, const real *W, real *y, const real *stats, const real *x, size_t R) {
+    const size_t D = (size_t)n->D;
+    const real *w = (n->affine && n->type != MEGA_NORM_SCALE) ? W + n->w : NULL;
+    const real *b = (n->affine && (n->type == MEGA_NORM_LAYER || n->type == MEGA_NORM_BATCH)) ? W + n->b : NULL;
+    if (n->type == MEGA_NORM_BATCH) {
+        const real *mean = stats, *rstd = stats + D;
+        if (R * D <= MEGA_PAR_MIN) {
+            batch_rows(y, x, mean, rstd, w, b, D, 0, R);
+            return;
+        }
+#pragma omp parallel for schedule(static)
+        for (size_t r = 0; r < R; r++) batch_rows(y, x, mean, rstd, w, b, D, r, r + 1);
+        return;
+    }
+    const real gs = (n->type == MEGA_NORM_SCALE && n->affine) ? W[n->scalar] : (real)1;
+    if (R * D <= MEGA_PAR_MIN) {
+        apply_rows(n, y, stats, x, w, b, gs, 0, R);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < R; r++) apply_rows(n, y, stats, x, w, b, gs, r, r + 1);
+}
+
 void mega_seqnorm_backward(const mega_seqnorm *n, const real *W, real *dW, real *dx, const real *dy,
                            const real *x, const real *stats, size_t R, int training, int acc, const mega_bnsync *sync) {
     const size_t D = (size_t)n->D;

@@ -34,6 +34,9 @@ size_t mega_seqnorm_stat_size(const mega_seqnorm *n, size_t R);
  * (NULL = none): batchnorm's statistics over the rows of every process (training only). */
 void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, const real *x, size_t R,
                           int training, int update_stats, const mega_bnsync *sync);
+/* y[R,D] = norm(x) again from the statistics a forward saved (the same numbers as that forward's
+ * y): the backward's recomputation of a normalised input it did not keep */
+void mega_seqnorm_apply(const mega_seqnorm *n, const real *W, real *y, const real *stats, const real *x, size_t R);
 /* dx[R,D] = (acc ? dx : 0) + d norm / dx; dW accumulates (this process's rows). Requires the
  * forward's stats and x; sync as in the forward. */
 void mega_seqnorm_backward(const mega_seqnorm *n, const real *W, real *dW, real *dx, const real *dy,

@@ -485,7 +485,7 @@ mega_status mega_s2s_forward(mega_s2s *m, const int32_t *src, int S, const int32
         MEGA_TRY(mega_xattn_forward(&dl->x, W, &m->XA[l], y2, y1, m->E, spad, B, Lp, S, &rx, m->scratch));
         if (c->decoder.ffn_dim > 0) {
             mega_nffn_acts_point(&dl->ffn, &m->FA[l], m->facts + (size_t)l * m->fper, B, Lp);
-            mega_nffn_forward(&dl->ffn, W, &m->FA[l], out, y2, R, &r);
+            mega_nffn_forward(&dl->ffn, W, &m->FA[l], out, y2, R, &r, m->scratch);
         }
     }
     const real *HL = m->H + (size_t)Ld * R * D;
