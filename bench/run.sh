@@ -40,14 +40,8 @@ PY=/usr/bin/python3
 PEER="bench/peer/peer.py"
 cd "$(dirname "$0")/.."
 
-if [ ! -x "$MEGA" ]; then
-  echo "bench: $MEGA not found (run 'make' first, or 'make bench')" >&2
-  exit 1
-fi
-if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
-  echo "bench: $PY cannot import torch; install python3-torch (scripts/deps.sh bench)" >&2
-  exit 1
-fi
+. bench/lib.sh
+bench_require bench bench
 
 cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)
 threads=${BENCH_THREADS:-$cores}
@@ -60,7 +54,6 @@ if [ -z "$workloads" ]; then
   workloads=$("$MEGA" bench --list | awk '$1 != "sgemm" {print $1}')
 fi
 
-. bench/lib.sh
 bench_machine bench "$cores"
 echo "bench: $("$MEGA" version | head -n 1) vs $("$PY" -c 'import torch; print("torch", torch.__version__)')"
 echo "bench: $cpu, $cores cores; $threads threads each side; warm-up $warmup, repeat $repeat (median), budget ${budget}s"

@@ -27,14 +27,8 @@ MEGA="$BUILD/mega"
 PY=/usr/bin/python3
 PEER=bench/peer/ttq.py
 
-if [ ! -x "$MEGA" ]; then
-  echo "bench-ttq: $MEGA not found (run 'make' first, or 'make bench-ttq')" >&2
-  exit 1
-fi
-if ! "$PY" -c 'import torch' >/dev/null 2>&1; then
-  echo "bench-ttq: $PY cannot import torch; install python3-torch (scripts/deps.sh bench)" >&2
-  exit 1
-fi
+. bench/lib.sh
+bench_require bench-ttq bench-ttq
 sh scripts/gcide_data.sh
 
 cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)
@@ -49,7 +43,6 @@ for b in $budgets; do
   fi
 done
 
-. bench/lib.sh
 bench_machine bench-ttq "$cores"
 echo "bench-ttq: $("$MEGA" version | head -n 1) vs $("$PY" -c 'import torch; print("torch", torch.__version__)')"
 echo "bench-ttq: $cpu, $cores cores; $threads threads each side; budgets $budgets s; $eval_bytes held-out bytes"

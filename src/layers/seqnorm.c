@@ -115,12 +115,13 @@ static void norm_rows(const mega_seqnorm *n, real *y, real *stats, const real *x
     }
 }
 
+static void for_rows(const mega_seqnorm *n, const real *W, real *y, real *stats_out, const real *stats, const real *x,
+                     size_t R);
+
 void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, const real *x, size_t R,
                           int training, int update_stats, const mega_bnsync *sync) {
     const size_t D = (size_t)n->D;
     const real eps = (real)MEGA_NORM_EPS;
-    const real *w = (n->affine && n->type != MEGA_NORM_SCALE) ? W + n->w : NULL;
-    const real *b = (n->affine && (n->type == MEGA_NORM_LAYER || n->type == MEGA_NORM_BATCH)) ? W + n->b : NULL;
     if (n->type == MEGA_NORM_BATCH) {
         real *mean = stats, *rstd = stats + D;
         if (training) {
@@ -166,21 +167,8 @@ void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, 
                 rstd[d] = (real)1 / R_SQRT(W[n->rvar + d] + eps);
             }
         }
-        if (R * D <= MEGA_PAR_MIN) { /* see norm_rows: no region for a few rows */
-            batch_rows(y, x, mean, rstd, w, b, D, 0, R);
-            return;
-        }
-#pragma omp parallel for schedule(static)
-        for (size_t r = 0; r < R; r++) batch_rows(y, x, mean, rstd, w, b, D, r, r + 1);
-        return;
     }
-    const real gs = (n->type == MEGA_NORM_SCALE && n->affine) ? W[n->scalar] : (real)1;
-    if (R * D <= MEGA_PAR_MIN) {
-        norm_rows(n, y, stats, x, w, b, gs, 0, R);
-        return;
-    }
-#pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < R; r++) norm_rows(n, y, stats, x, w, b, gs, r, r + 1);
+    for_rows(n, W, y, stats, stats, x, R);
 }
 
 /* rows [r0, r1) of the per-token norms with saved statistics (norm_rows' arithmetic) */
@@ -206,27 +194,34 @@ static void apply_rows(const mega_seqnorm *n, real *y, const real *stats, const 
     }
 }
 
-void mega_seqnorm_apply(const mega_seqnorm *n, const real *W, real *y, const real *stats, const real *x, size_t R) {
+/* the rows of a norm, with its statistics: computed and saved (stats_out, the forward) or read
+ * (stats_out NULL, mega_seqnorm_apply); batchnorm's are the columns' [mean D, rstd D] */
+static void rows_range(const mega_seqnorm *n, real *y, real *stats_out, const real *stats, const real *x,
+                       const real *w, const real *b, real gs, size_t r0, size_t r1) {
     const size_t D = (size_t)n->D;
+    if (n->type == MEGA_NORM_BATCH)
+        batch_rows(y, x, stats, stats + D, w, b, D, r0, r1);
+    else if (stats_out)
+        norm_rows(n, y, stats_out, x, w, b, gs, r0, r1);
+    else
+        apply_rows(n, y, stats, x, w, b, gs, r0, r1);
+}
+
+static void for_rows(const mega_seqnorm *n, const real *W, real *y, real *stats_out, const real *stats, const real *x,
+                     size_t R) {
     const real *w = (n->affine && n->type != MEGA_NORM_SCALE) ? W + n->w : NULL;
     const real *b = (n->affine && (n->type == MEGA_NORM_LAYER || n->type == MEGA_NORM_BATCH)) ? W + n->b : NULL;
-    if (n->type == MEGA_NORM_BATCH) {
-        const real *mean = stats, *rstd = stats + D;
-        if (R * D <= MEGA_PAR_MIN) {
-            batch_rows(y, x, mean, rstd, w, b, D, 0, R);
-            return;
-        }
-#pragma omp parallel for schedule(static)
-        for (size_t r = 0; r < R; r++) batch_rows(y, x, mean, rstd, w, b, D, r, r + 1);
-        return;
-    }
     const real gs = (n->type == MEGA_NORM_SCALE && n->affine) ? W[n->scalar] : (real)1;
-    if (R * D <= MEGA_PAR_MIN) {
-        apply_rows(n, y, stats, x, w, b, gs, 0, R);
+    if (R * (size_t)n->D <= MEGA_PAR_MIN) { /* see norm_rows: no region for a few rows */
+        rows_range(n, y, stats_out, stats, x, w, b, gs, 0, R);
         return;
     }
 #pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < R; r++) apply_rows(n, y, stats, x, w, b, gs, r, r + 1);
+    for (size_t r = 0; r < R; r++) rows_range(n, y, stats_out, stats, x, w, b, gs, r, r + 1);
+}
+
+void mega_seqnorm_apply(const mega_seqnorm *n, const real *W, real *y, const real *stats, const real *x, size_t R) {
+    for_rows(n, W, y, NULL, stats, x, R);
 }
 
 void mega_seqnorm_backward(const mega_seqnorm *n, const real *W, real *dW, real *dx, const real *dy,
