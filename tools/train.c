@@ -39,34 +39,31 @@ static uint64_t dropout_key(uint64_t seed, int64_t step) { return mix64(seed * 0
 static uint64_t shard_key(uint64_t key, int shard) { return shard ? mix64(key ^ (0xD1B54A32D192ED03ull * (uint64_t)shard)) : key; }
 
 
+/* the decay of a schedule at progress p (clamped to [0, 1]): from `from` to `to`, cosine or linear;
+ * constant stays at `from` */
+static double decay(const char *schedule, double from, double to, double p) {
+    if (p > 1) p = 1;
+    if (p < 0) p = 0;
+    if (!strcmp(schedule, "constant")) return from;
+    if (!strcmp(schedule, "cosine")) return to + 0.5 * (from - to) * (1 + cos(M_PI * p));
+    return from + (to - from) * p;
+}
+
 static double lr_at(const train_args *a, int64_t step, double trained) {
     /* step is 0-based: linear warm-up to lr, then cosine / linear decay to min_lr, or constant;
      * after a --reschedule at sched_from, the decay restarts there from the rate reached then.
      * With --time-budget the decay's progress is the run's training seconds (`trained`, those of
      * rank 0 under MPI) over the budget instead of the step over --steps: a run then reaches
      * min_lr when its time is up, however fast the machine is; the warm-up stays in steps. */
-    if (a->time_budget > 0 && !(a->warmup > 0 && step < a->warmup)) {
-        double p = trained / a->time_budget;
-        if (p > 1) p = 1;
-        if (p < 0) p = 0;
-        if (!strcmp(a->schedule, "constant")) return a->lr;
-        if (!strcmp(a->schedule, "cosine")) return a->min_lr + 0.5 * (a->lr - a->min_lr) * (1 + cos(M_PI * p));
-        return a->lr + (a->min_lr - a->lr) * p;
-    }
+    if (a->time_budget > 0 && !(a->warmup > 0 && step < a->warmup))
+        return decay(a->schedule, a->lr, a->min_lr, trained / a->time_budget);
     if (a->sched_from > 0 && step >= a->sched_from && strcmp(a->schedule, "constant")) {
         int64_t span = a->steps - a->sched_from;
-        double p = span > 0 ? (double)(step - a->sched_from) / (double)span : 1.0;
-        if (p > 1) p = 1;
-        if (!strcmp(a->schedule, "cosine")) return a->min_lr + 0.5 * (a->sched_lr - a->min_lr) * (1 + cos(M_PI * p));
-        return a->sched_lr + (a->min_lr - a->sched_lr) * p;
+        return decay(a->schedule, a->sched_lr, a->min_lr, span > 0 ? (double)(step - a->sched_from) / (double)span : 1.0);
     }
     if (a->warmup > 0 && step < a->warmup) return a->lr * (double)(step + 1) / (double)a->warmup;
     int64_t span = a->steps - a->warmup;
-    double p = span > 0 ? (double)(step - a->warmup) / (double)span : 1.0;
-    if (p > 1) p = 1;
-    if (!strcmp(a->schedule, "constant")) return a->lr;
-    if (!strcmp(a->schedule, "cosine")) return a->min_lr + 0.5 * (a->lr - a->min_lr) * (1 + cos(M_PI * p));
-    return a->lr + (a->min_lr - a->lr) * p;
+    return decay(a->schedule, a->lr, a->min_lr, span > 0 ? (double)(step - a->warmup) / (double)span : 1.0);
 }
 
 /* The training hyper-parameters stored in a checkpoint and restored by --resume: these flags of

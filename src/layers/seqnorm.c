@@ -71,17 +71,13 @@ static void batch_rows(real *y, const real *x, const real *mean, const real *rst
     }
 }
 
-/* rows [r0, r1) of the per-token norms (layer, scale, rms). The callers run a few rows (the
- * streaming step: one per sequence) on the calling thread without entering a parallel region at
- * all, because libgomp allocates a team descriptor for every region of one thread (an if()
- * clause that is false included): that would be an allocation per token and norm. */
-static void norm_rows(const mega_seqnorm *n, real *y, real *stats, const real *x, const real *w, const real *b,
-                      real gs, size_t r0, size_t r1) {
+/* the statistics of rows [r0, r1) of the per-token norms (layer, scale, rms): [mean, 1/rms] per
+ * row (scalenorm / rmsnorm: x * rsqrt(mean(x^2) + eps), eps inside the root; mean 0) */
+static void row_stats(const mega_seqnorm *n, real *stats, const real *x, size_t r0, size_t r1) {
     const size_t D = (size_t)n->D;
     const real eps = (real)MEGA_NORM_EPS;
     for (size_t r = r0; r < r1; r++) {
         const real *xr = x + r * D;
-        real *yr = y + r * D;
         if (n->type == MEGA_NORM_LAYER) {
             real mu = 0;
             for (size_t d = 0; d < D; d++) mu += xr[d];
@@ -92,21 +88,34 @@ static void norm_rows(const mega_seqnorm *n, real *y, real *stats, const real *x
                 var += c * c;
             }
             var /= (real)D;
-            real rs = (real)1 / R_SQRT(var + eps);
             stats[2 * r] = mu;
-            stats[2 * r + 1] = rs;
+            stats[2 * r + 1] = (real)1 / R_SQRT(var + eps);
+        } else {
+            real ms = 0;
+            for (size_t d = 0; d < D; d++) ms += xr[d] * xr[d];
+            ms /= (real)D;
+            stats[2 * r] = 0;
+            stats[2 * r + 1] = (real)1 / R_SQRT(ms + eps);
+        }
+    }
+}
+
+/* rows [r0, r1) of the per-token norms given their statistics: the forward's output (after
+ * row_stats) and the backward's recomputation of it (mega_seqnorm_apply) are this one code */
+static void apply_rows(const mega_seqnorm *n, real *y, const real *stats, const real *x, const real *w, const real *b,
+                       real gs, size_t r0, size_t r1) {
+    const size_t D = (size_t)n->D;
+    for (size_t r = r0; r < r1; r++) {
+        const real *xr = x + r * D;
+        real *yr = y + r * D;
+        if (n->type == MEGA_NORM_LAYER) {
+            const real mu = stats[2 * r], rs = stats[2 * r + 1];
             for (size_t d = 0; d < D; d++) {
                 real v = (xr[d] - mu) * rs;
                 yr[d] = w ? v * w[d] + b[d] : v;
             }
         } else {
-            /* scalenorm / rmsnorm: x * rsqrt(mean(x^2) + eps) (eps inside the root) */
-            real ms = 0;
-            for (size_t d = 0; d < D; d++) ms += xr[d] * xr[d];
-            ms /= (real)D;
-            real rho = (real)1 / R_SQRT(ms + eps);
-            stats[2 * r] = 0;
-            stats[2 * r + 1] = rho;
+            const real rho = stats[2 * r + 1];
             if (n->type == MEGA_NORM_RMS && w)
                 for (size_t d = 0; d < D; d++) yr[d] = w[d] * xr[d] * rho;
             else
@@ -115,8 +124,37 @@ static void norm_rows(const mega_seqnorm *n, real *y, real *stats, const real *x
     }
 }
 
+/* rows [r0, r1) of a norm: per-token norms first compute their statistics into stats_out when
+ * given (the forward, stats_out == stats), then apply stats; batchnorm's are the columns'
+ * [mean D, rstd D], given in stats. */
+static void rows_range(const mega_seqnorm *n, real *y, real *stats_out, const real *stats, const real *x,
+                       const real *w, const real *b, real gs, size_t r0, size_t r1) {
+    const size_t D = (size_t)n->D;
+    if (n->type == MEGA_NORM_BATCH) {
+        batch_rows(y, x, stats, stats + D, w, b, D, r0, r1);
+        return;
+    }
+    if (stats_out) row_stats(n, stats_out, x, r0, r1);
+    apply_rows(n, y, stats, x, w, b, gs, r0, r1);
+}
+
+/* every row of a norm. A few rows (the streaming step: one per sequence) run on the calling
+ * thread without entering a parallel region at all, because libgomp allocates a team descriptor
+ * for every region of one thread (an if() clause that is false included): that would be an
+ * allocation per token and norm. */
 static void for_rows(const mega_seqnorm *n, const real *W, real *y, real *stats_out, const real *stats, const real *x,
-                     size_t R);
+                     size_t R) {
+    const real *w = (n->affine && n->type != MEGA_NORM_SCALE) ? W + n->w : NULL;
+    const real *b = (n->affine && (n->type == MEGA_NORM_LAYER || n->type == MEGA_NORM_BATCH)) ? W + n->b : NULL;
+    const real gs = (n->type == MEGA_NORM_SCALE && n->affine) ? W[n->scalar] : (real)1;
+    if (R * (size_t)n->D <= MEGA_PAR_MIN) {
+        rows_range(n, y, stats_out, stats, x, w, b, gs, 0, R);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < R; r++) rows_range(n, y, stats_out, stats, x, w, b, gs, r, r + 1);
+}
+
 
 void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, const real *x, size_t R,
                           int training, int update_stats, const mega_bnsync *sync) {
@@ -169,55 +207,6 @@ void mega_seqnorm_forward(const mega_seqnorm *n, real *W, real *y, real *stats, 
         }
     }
     for_rows(n, W, y, stats, stats, x, R);
-}
-
-/* rows [r0, r1) of the per-token norms with saved statistics (norm_rows' arithmetic) */
-static void apply_rows(const mega_seqnorm *n, real *y, const real *stats, const real *x, const real *w, const real *b,
-                       real gs, size_t r0, size_t r1) {
-    const size_t D = (size_t)n->D;
-    for (size_t r = r0; r < r1; r++) {
-        const real *xr = x + r * D;
-        real *yr = y + r * D;
-        if (n->type == MEGA_NORM_LAYER) {
-            const real mu = stats[2 * r], rs = stats[2 * r + 1];
-            for (size_t d = 0; d < D; d++) {
-                real v = (xr[d] - mu) * rs;
-                yr[d] = w ? v * w[d] + b[d] : v;
-            }
-        } else {
-            const real rho = stats[2 * r + 1];
-            if (n->type == MEGA_NORM_RMS && w)
-                for (size_t d = 0; d < D; d++) yr[d] = w[d] * xr[d] * rho;
-            else
-                for (size_t d = 0; d < D; d++) yr[d] = gs * xr[d] * rho;
-        }
-    }
-}
-
-/* the rows of a norm, with its statistics: computed and saved (stats_out, the forward) or read
- * (stats_out NULL, mega_seqnorm_apply); batchnorm's are the columns' [mean D, rstd D] */
-static void rows_range(const mega_seqnorm *n, real *y, real *stats_out, const real *stats, const real *x,
-                       const real *w, const real *b, real gs, size_t r0, size_t r1) {
-    const size_t D = (size_t)n->D;
-    if (n->type == MEGA_NORM_BATCH)
-        batch_rows(y, x, stats, stats + D, w, b, D, r0, r1);
-    else if (stats_out)
-        norm_rows(n, y, stats_out, x, w, b, gs, r0, r1);
-    else
-        apply_rows(n, y, stats, x, w, b, gs, r0, r1);
-}
-
-static void for_rows(const mega_seqnorm *n, const real *W, real *y, real *stats_out, const real *stats, const real *x,
-                     size_t R) {
-    const real *w = (n->affine && n->type != MEGA_NORM_SCALE) ? W + n->w : NULL;
-    const real *b = (n->affine && (n->type == MEGA_NORM_LAYER || n->type == MEGA_NORM_BATCH)) ? W + n->b : NULL;
-    const real gs = (n->type == MEGA_NORM_SCALE && n->affine) ? W[n->scalar] : (real)1;
-    if (R * (size_t)n->D <= MEGA_PAR_MIN) { /* see norm_rows: no region for a few rows */
-        rows_range(n, y, stats_out, stats, x, w, b, gs, 0, R);
-        return;
-    }
-#pragma omp parallel for schedule(static)
-    for (size_t r = 0; r < R; r++) rows_range(n, y, stats_out, stats, x, w, b, gs, r, r + 1);
 }
 
 void mega_seqnorm_apply(const mega_seqnorm *n, const real *W, real *y, const real *stats, const real *x, size_t R) {

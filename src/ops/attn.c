@@ -156,8 +156,8 @@ static void unit_forward(const mega_attn_k *k, const chunk_t *c, int BR, real *O
     }
 }
 
-/* the backward of one unit; W: the thread's scratch (A, G, Sr blocks of BR x C, then the bias
- * partial db of 2Mc-1) */
+/* the backward of one unit; Wk: the thread's scratch (A, G, Sr blocks of BR x C); db: the
+ * bias-table gradient partial (2Mc-1 reals) the unit adds to */
 static void unit_backward(const mega_attn_k *k, const chunk_t *c, int BR, size_t C, real *dq, real *dk, real *dv,
                           const real *dO, const real *q, const real *kk, const real *v, const real *lse, real *Wk,
                           real *db) {
@@ -269,7 +269,7 @@ static void backward_units(const mega_attn_k *k, const unit_src *us, long units,
         real *w = scratch + per * (size_t)mega__thread_id();
         /* without dbtab the kernel's bias gradient goes to the thread's slot and is dropped */
         real *db = bias ? part + (size_t)g * 2 * (size_t)k->Mc : w + off;
-        if (bias || k->btab) memset(db, 0, nb * sizeof(real));
+        if (k->btab) memset(db, 0, nb * sizeof(real));
         for (long u = units * g / ng; u < units * (g + 1) / ng; u++) {
             chunk_t c = unit_at(us, u);
             unit_backward(k, &c, BR, C, dq, dk, dv, dO, q, kk, v, lse, w, db);

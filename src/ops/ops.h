@@ -73,13 +73,13 @@ void mega_dropout(real *y, const real *x, size_t n, double p, uint64_t key);
  * In place over n entries; entries equal to -INFINITY are masked (weight 0). A row with no
  * finite entry becomes all zeros (a query with no visible key outputs 0, no NaN).
  * Returns the row's log-sum-exp (+INFINITY for an empty row). */
-/* max, sum and dot product of a row, vectorised (fixed-order lanes: deterministic) */
-real mega_row_max(const real *x, size_t n);
-real mega_row_sum(const real *x, size_t n);
-real mega_row_dot(const real *x, const real *y, size_t n);
 real mega_softmax_row(real *s, size_t n);
 /* given p = softmax row and dp = dL/dp, writes ds = p * (dp - sum(dp * p)) into ds (may alias dp) */
 void mega_softmax_row_backward(real *ds, const real *dp, const real *p, size_t n);
+/* max, sum and dot product of a row, vectorised (softmax.c) (fixed-order lanes: deterministic) */
+real mega_row_max(const real *x, size_t n);
+real mega_row_sum(const real *x, size_t n);
+real mega_row_dot(const real *x, const real *y, size_t n);
 /* Cross-entropy of output rows: logits [R, V] against tgt [R] (negative = not counted), label
  * smoothing eps as fairseq's label_smoothed_nll_loss (0 = the plain cross-entropy). Writes each
  * row's log-sum-exp to lse (what the backward needs); sums over the counted rows: *tot the loss,

@@ -2,7 +2,7 @@
  * cross-entropy of the models' output rows. */
 #include "ops/ops.h"
 
-/* Row reductions in MEGA_LANES independent partial results, combined pairwise at the end. A plain
+/* Row reductions in LANES independent partial results, combined pairwise at the end. A plain
  * `for (j) sum += x[j]` must add in order under IEEE rules (no -ffast-math here), so the compiler
  * keeps one serial chain of additions, one element per add latency (4 cycles): on a 4096-key
  * attention row that chain, not the exponentials, was the softmax's cost. Lanes make the loop a
@@ -81,8 +81,7 @@ void mega_xent_rows(const real *logits, const int32_t *tgt, real *lse, size_t R,
         int64_t c = 0;
         for (size_t r = R * b / nb; r < R * (b + 1) / nb; r++) {
             const real *lg = logits + r * V;
-            real mx = lg[0];
-            for (size_t v = 1; v < V; v++) mx = lg[v] > mx ? lg[v] : mx;
+            const real mx = mega_row_max(lg, V);
             double s = 0, sl = 0;
             for (size_t v = 0; v < V; v++) s += (double)mega_exp(lg[v] - mx), sl += (double)lg[v];
             const double l = (double)mx + log(s);
