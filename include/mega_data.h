@@ -153,6 +153,49 @@ static inline float mega_pixel_value(const mega_vocab *v, int x) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * fairseq dictionaries: the vocabulary of a language model converted from an official fairseq
+ * checkpoint (scripts/convert_fairseq.py, docs/interop.md), stored in its model.safetensors
+ * metadata as "vocab": {"kind": "fairseq", "unit": "byte"|"word", "tokens": [every token in id
+ * order, specials and madeupword fillers included], "bos": 0, "pad": 1, "eos": 2, "unk": 3}.
+ *
+ * Text becomes ids as fairseq-preprocess made the official training data: line by line, each
+ * line's tokens followed by </s>.
+ *  - unit "byte" (the enwik8 model): the tokens are byte values written in decimal ("32", "101");
+ *    every byte is one token, a newline is the line's </s> and a byte without a token is <unk>.
+ *  - unit "word" (the WikiText-103 model): lines end at \n, \r\n or \r (Python's text mode), the
+ *    tokens are the line's whitespace-separated words (Python's str.split()), an unknown word is
+ *    <unk>; the text must be valid UTF-8.
+ * A later token with the same string as an earlier one takes its place (dict.txt's
+ * `#fairseq:overwrite`). */
+typedef enum { MEGA_FDICT_BYTE = 0, MEGA_FDICT_WORD = 1 } mega_fdict_unit;
+typedef struct {
+    int bos, pad, eos, unk;
+} mega_fdict_specials;
+typedef struct mega_fdict mega_fdict;
+
+/* parse the metadata JSON (MEGA_ERR_FORMAT naming what is wrong) */
+mega_status mega_fdict_from_json(const char *json, mega_fdict **out);
+void mega_fdict_free(mega_fdict *d);
+int mega_fdict_size(const mega_fdict *d);
+mega_fdict_unit mega_fdict_get_unit(const mega_fdict *d);
+mega_fdict_specials mega_fdict_get_specials(const mega_fdict *d);
+/* the token string of an id, NULL out of range */
+const char *mega_fdict_token(const mega_fdict *d, int id);
+/* Encode text[0..n) into ids (NULL: only count; else it holds *count ids, from a counting call).
+ * final_eos: the last line gets its </s> even without a newline at the end (fairseq-preprocess
+ * does; a prompt does not). *unknown (NULL = not wanted) counts the <unk> ids produced.
+ * MEGA_ERR_FORMAT for a word-unit text that is not UTF-8. */
+mega_status mega_fdict_encode(const mega_fdict *d, const uint8_t *text, size_t n, int final_eos, int32_t *ids,
+                              size_t *count, size_t *unknown);
+/* whether generation may produce id: not <s>, <pad> or a filler, and in the byte unit only
+ * byte tokens and </s> */
+int mega_fdict_generable(const mega_fdict *d, int id);
+/* the text of a generated id into buf (at most cap bytes; returns the length): a byte, or a
+ * word preceded by a space unless *line_start; </s> is a newline; ids that are not generable give
+ * nothing. *line_start tracks the line across calls (start it at 1). */
+size_t mega_fdict_decode(const mega_fdict *d, int id, int *line_start, char *buf, size_t cap);
+
+/* ---------------------------------------------------------------------------------------------
  * class lists */
 typedef struct {
     int n;

@@ -56,8 +56,8 @@ int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-int eval_windows(mega_lm *m, const uint8_t *text, size_t n, int B, int T, size_t max_tokens, double *loss,
-                 int64_t *count) {
+int eval_windows(mega_lm *m, const tok_seq *sq, int B, int T, size_t max_tokens, double *loss, int64_t *count) {
+    const size_t n = sq->n;
     if (n < 2) return cli_error("validation text is too short (%zu bytes)", n);
     if ((size_t)T + 1 > n) T = (int)(n - 1);
     size_t nwin = (n - 1) / (size_t)T;
@@ -73,8 +73,9 @@ int eval_windows(mega_lm *m, const uint8_t *text, size_t n, int B, int T, size_t
     for (size_t w0 = 0; w0 < nwin; w0 += (size_t)B) {
         int nb = (int)((nwin - w0) < (size_t)B ? (nwin - w0) : (size_t)B);
         for (int b = 0; b < nb; b++) {
-            const uint8_t *s = text + (w0 + (size_t)b) * (size_t)T;
-            for (int t = 0; t < T; t++) tok[(size_t)b * T + t] = s[t], tgt[(size_t)b * T + t] = s[t + 1];
+            const size_t s = (w0 + (size_t)b) * (size_t)T;
+            for (int t = 0; t < T; t++)
+                tok[(size_t)b * T + t] = tok_at(sq, s + (size_t)t), tgt[(size_t)b * T + t] = tok_at(sq, s + (size_t)t + 1);
         }
         double l;
         int64_t c;
@@ -119,9 +120,11 @@ void progress_break(progress_t *p) {
     p->live = 0;
 }
 
-int eval_stream(mega_lm *m, const uint8_t *text, size_t n, int seg, int verbose, double *loss, int64_t *count) {
+int eval_stream(mega_lm *m, const tok_seq *sq, int seg, size_t restart, int verbose, double *loss, int64_t *count) {
     const mega_lm_config *c = mega_lm_get_config(m);
-    if (n < 2) return cli_error("evaluation text is too short (%zu bytes)", n);
+    const size_t n = sq->n;
+    const char *unit = sq->bytes ? "bytes" : "tokens";
+    if (n < 2) return cli_error("evaluation text is too short (%zu %s)", n, unit);
     const int V = c->vocab_size;
     /* chunked Mega carries its whole state across segments (the cache resets at chunk borders);
      * full attention, and every other mixer, restarts at every segment (their caches would grow
@@ -143,10 +146,13 @@ int eval_stream(mega_lm *m, const uint8_t *text, size_t n, int seg, int verbose,
     progress_t pr;
     progress_init(&pr, stderr, !verbose, 10);
     const size_t N = n - 1; /* predictions */
-    for (size_t p = 0; p < N; p += (size_t)seg) {
-        int T = (int)((N - p) < (size_t)seg ? (N - p) : (size_t)seg);
-        for (int t = 0; t < T; t++) tok[t] = text[p + (size_t)t];
-        if (full) mega_lm_stream_reset(s);
+    for (size_t p = 0; p < N;) {
+        /* a segment never crosses a restart */
+        size_t end = restart ? (p / restart + 1) * restart : N;
+        end = end < N ? end : N;
+        int T = (int)((end - p) < (size_t)seg ? (end - p) : (size_t)seg);
+        for (int t = 0; t < T; t++) tok[t] = tok_at(sq, p + (size_t)t);
+        if (full || (restart && p % restart == 0)) mega_lm_stream_reset(s);
         if (mega_lm_stream_feed(s, tok, T, lg) != MEGA_OK) {
             free(tok), free(lg);
             mega_lm_stream_free(s);
@@ -157,16 +163,17 @@ int eval_stream(mega_lm *m, const uint8_t *text, size_t n, int seg, int verbose,
             double mx = l[0], sum = 0;
             for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
             for (int v = 0; v < V; v++) sum += exp((double)l[v] - mx);
-            tot += mx + log(sum) - (double)l[text[p + (size_t)t + 1]];
+            tot += mx + log(sum) - (double)l[tok_at(sq, p + (size_t)t + 1)];
             cnt++;
         }
-        if (progress_due(&pr, p + (size_t)T >= N)) {
+        p += (size_t)T;
+        if (progress_due(&pr, p >= N)) {
             char eta[32], rate[32];
-            double r = (double)(p + (size_t)T) / (now_sec() - t0 + 1e-9);
-            fmt_duration(eta, sizeof eta, (double)(N - p - (size_t)T) / (r + 1e-9));
+            double r = (double)p / (now_sec() - t0 + 1e-9);
+            fmt_duration(eta, sizeof eta, (double)(N - p) / (r + 1e-9));
             fmt_rate(rate, sizeof rate, r);
-            progress_print(&pr, "  eval %5.1f%%  %zu/%zu bytes  bpb %.4f  %s tok/s  ETA %s", 100.0 * (double)(p + (size_t)T) / (double)N,
-                           p + (size_t)T, N, tot / (double)cnt / log(2.0), rate, eta);
+            progress_print(&pr, "  eval %5.1f%%  %zu/%zu %s  %s %.4f  %s tok/s  ETA %s", 100.0 * (double)p / (double)N,
+                           p, N, unit, sq->bytes ? "bpb" : "bits/token", tot / (double)cnt / log(2.0), rate, eta);
         }
     }
     progress_break(&pr);

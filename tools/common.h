@@ -35,14 +35,23 @@ void progress_print(progress_t *p, const char *fmt, ...)
 /* end a live line (before other output) */
 void progress_break(progress_t *p);
 
-/* mean loss over non-overlapping windows of T bytes of text (full forward, eval mode): the
- * validation measure used during training. max_tokens caps the work (0 = all). */
-int eval_windows(mega_lm *m, const uint8_t *text, size_t n, int B, int T, size_t max_tokens, double *loss,
-                 int64_t *count);
+/* A token sequence to score: bytes (byte-level models) or token ids (models with a fairseq
+ * dictionary, mega_fdict_encode); the model predicts token i + 1 from tokens 0..i. */
+typedef struct {
+    const uint8_t *bytes; /* NULL: ids */
+    const int32_t *ids;
+    size_t n;
+} tok_seq;
+static inline int32_t tok_at(const tok_seq *s, size_t i) { return s->bytes ? (int32_t)s->bytes[i] : s->ids[i]; }
 
-/* streaming evaluation over the whole text with state carried across segments of `seg`
- * tokens; progress on stderr when verbose */
-int eval_stream(mega_lm *m, const uint8_t *text, size_t n, int seg, int verbose, double *loss, int64_t *count);
+/* mean loss over non-overlapping windows of T tokens (full forward, eval mode): the validation
+ * measure used during training. max_tokens caps the work (0 = all). */
+int eval_windows(mega_lm *m, const tok_seq *s, int B, int T, size_t max_tokens, double *loss, int64_t *count);
+
+/* streaming evaluation of every prediction with state carried across segments of `seg` tokens;
+ * the state restarts every `restart` predictions (0 = never: fairseq's --tokens-per-sample
+ * blocks); progress on stderr when verbose */
+int eval_stream(mega_lm *m, const tok_seq *s, int seg, size_t restart, int verbose, double *loss, int64_t *count);
 
 /* a classifier's mean loss and correct count over examples idx[0..n) of d, in batches of at most
  * `batch` (inputs cut to maxlen); pred (optional) receives the argmax per example; progress on

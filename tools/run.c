@@ -57,6 +57,32 @@ static int load_model_ex(const char *arg, int chunk_override, int attn_window, m
     return 0;
 }
 
+/* The vocabulary of the language model at (resolved) path: *d = NULL for the byte models this
+ * project trains, a fairseq dictionary for models converted from official checkpoints
+ * (docs/interop.md), with the fairseq --tokens-per-sample of its training in *tps (0 = none). */
+static int lm_vocab(const char *path, const mega_lm_config *c, mega_fdict **d, size_t *tps) {
+    *d = NULL, *tps = 0;
+    mega_st_file *f;
+    if (mega_st_open(path, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const char *v = mega_st_meta(f, "vocab"), *t = mega_st_meta(f, "tokens-per-sample");
+    int rc = 0;
+    if (t) {
+        char *e;
+        long long x = strtoll(t, &e, 10);
+        if (*e || x < 0) rc = cli_error("%s: metadata tokens-per-sample '%s' is not a count", path, t);
+        else *tps = (size_t)x;
+    }
+    if (!rc && v && strstr(v, "\"fairseq\"")) {
+        if (mega_fdict_from_json(v, d) != MEGA_OK) rc = cli_error("%s: %s", path, mega_last_error());
+        else if (mega_fdict_size(*d) != c->vocab_size)
+            rc = cli_error("%s: the fairseq dictionary has %d tokens but the model's vocabulary has %d", path, mega_fdict_size(*d),
+                           c->vocab_size);
+    }
+    if (rc) mega_fdict_free(*d), *d = NULL;
+    mega_st_close(f);
+    return rc;
+}
+
 /* ---- classifiers ---------------------------------------------------------------------- */
 
 /* the kind of model stored at path: "mega_lm" or "mega_cls" (NULL if unreadable) */
@@ -239,10 +265,117 @@ static int lengths_valid(const char *s) {
     return *s != 0;
 }
 
+/* `mega eval` of a language model: the streamed loss over the whole text, or the --lengths
+ * table. Byte models score bytes; a converted fairseq model (dict) scores the ids fairseq-preprocess
+ * would give the text, its first token predicted from </s> as fairseq's language-modeling task
+ * does (fairseq/data/token_block_dataset.py, break mode "none"), restarting every tps tokens
+ * (fairseq_cli/eval_mega_lm.py evaluates each --tokens-per-sample block with a fresh state). */
+static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const char *lengths, int seq_len, size_t tps,
+                   int64_t max_bytes, int64_t max_memory, int quiet) {
+    const mega_lm_config *c = mega_lm_get_config(m);
+    if (seq_len <= 0) /* Mega: the chunk (state carried) or 2048; other mixers: their trained context */
+        seq_len = c->block.mixer == MEGA_MIXER_MEGA ? (c->block.chunk_size > 0 ? c->block.chunk_size : 2048)
+                                                    : (c->block.max_len > 0 ? c->block.max_len : 2048);
+    {
+        /* the memory: the weights (loaded), a forward of one segment (more than a stream holds) or
+         * of the largest --lengths batch, and the text read (with its ids for a dictionary) */
+        uint64_t text = file_size(data);
+        if (max_bytes > 0 && (uint64_t)max_bytes < text) text = (uint64_t)max_bytes;
+        int B = 1, T = seq_len;
+        for (const char *q = lengths; q && *q;) {
+            char *end;
+            long L = strtol(q, &end, 10);
+            if (end == q) break;
+            if (L >= 2 && L <= (1L << 24) && (uint64_t)L + 1 <= text) { /* longer: no window is run */
+                int b = (int)(65536 / L > 0 ? 65536 / L : 1);
+                b = b > 16 ? 16 : b;
+                if ((double)b * L > (double)B * T) B = b, T = (int)L;
+            }
+            q = *end ? end + 1 : end;
+        }
+        mega_memory mm;
+        run_memory rm;
+        char how[64];
+        snprintf(how, sizeof how, "%s %d x %d", lengths ? "windows" : "segments", B, T);
+        if (mega_lm_memory(c, 0, B, T, &mm) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
+        const char *advice = lengths ? "use shorter --lengths or --max-bytes, or " : "use a shorter --seq-len or --max-bytes, or ";
+        if (memory_guard("this evaluation", how, advice, &mm, dict ? 5 * text + 4 : text, mm.params, max_memory, &rm)) return 2;
+    }
+    mega_bytes txt;
+    /* --max-bytes: only that much of the file is read */
+    if (mega_read_file_max(data, "--data", max_bytes > 0 ? (uint64_t)max_bytes : 0, &txt) != MEGA_OK)
+        return cli_error("%s", mega_last_error()), 2;
+    const size_t nbytes = txt.n;
+    tok_seq sq = {txt.data, NULL, txt.n};
+    int32_t *ids = NULL;
+    size_t ntok = 0, unk = 0;
+    if (dict) {
+        if (mega_fdict_encode(dict, txt.data, txt.n, 1, NULL, &ntok, NULL) != MEGA_OK ||
+            !(ids = malloc((ntok + 1) * sizeof *ids)) ||
+            mega_fdict_encode(dict, txt.data, txt.n, 1, ids + 1, &ntok, &unk) != MEGA_OK) {
+            cli_error("--data '%s': %s", data, ids ? mega_last_error() : "out of memory");
+            free(ids), mega_bytes_free(&txt);
+            return 2;
+        }
+        ids[0] = mega_fdict_get_specials(dict).eos;
+        mega_bytes_free(&txt);
+        sq = (tok_seq){NULL, ids, ntok + 1};
+    }
+    const char *per = dict ? (mega_fdict_get_unit(dict) == MEGA_FDICT_BYTE ? "bits per byte" : "bits per token") : "bits per byte";
+    const char *units = dict ? "tokens" : "bytes";
+    int rc = 0;
+    if (lengths) {
+        /* extrapolation table: one row per length */
+        const char *p = lengths;
+        printf("%-10s %-12s %-12s %s\n", "length", dict ? "bits/token" : "bpb", units, "note");
+        while (*p) { /* a valid list (lengths_valid) */
+            char *end;
+            long L = strtol(p, &end, 10);
+            p = *end ? end + 1 : end;
+            double loss;
+            int64_t cnt;
+            if ((size_t)L + 1 > sq.n) {
+                printf("%-10ld %-12s %-12s %s\n", L, "-", "-", "text shorter than one window");
+                continue;
+            }
+            int B = (int)(65536 / L > 0 ? 65536 / L : 1);
+            mega_clear_error();
+            if (eval_windows(m, &sq, B > 16 ? 16 : B, (int)L, 0, &loss, &cnt)) {
+                printf("%-10ld %-12s %-12s %s\n", L, "n/a", "-", "(error above)");
+                continue;
+            }
+            printf("%-10ld %-12.4f %-12lld\n", L, loss / M_LN2, (long long)cnt);
+            fflush(stdout);
+        }
+    } else {
+        double t0 = now_sec(), loss;
+        int64_t cnt;
+        if (!quiet) {
+            fprintf(stderr, "mega eval: %s, %zu bytes", data, nbytes);
+            if (dict) fprintf(stderr, " = %zu tokens (%zu <unk>)", ntok, unk);
+            fprintf(stderr, ", segments of %d, chunk %d (%s)", seq_len, c->block.chunk_size,
+                    (c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size > 0) ? "state carried across segments"
+                                                                              : "each segment restarts");
+            if (tps) fprintf(stderr, ", restarting every %zu tokens", tps);
+            fprintf(stderr, "\n");
+        }
+        rc = eval_stream(m, &sq, seq_len, tps, !quiet, &loss, &cnt);
+        if (!rc) {
+            double dt = now_sec() - t0;
+            printf("loss %.6f nats/%s | %s %.6f", loss, dict ? "token" : "byte", per, loss / M_LN2);
+            if (dict) printf(" | perplexity %.4f", exp(loss));
+            printf(" | %lld %s scored | %.1f s (%.0f tok/s)\n", (long long)cnt, units, dt, (double)cnt / (dt > 0 ? dt : 1e-9));
+        }
+    }
+    free(ids);
+    if (!dict) mega_bytes_free(&txt);
+    return rc ? 2 : 0;
+}
+
 int cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL;
     int seq_len = 0, chunk = 0, threads = 0, quiet = 0, confusion = 0, batch = 32, attn_window = -1;
-    int64_t max_bytes = 0, max_memory = 0;
+    int64_t max_bytes = 0, max_memory = 0, tps_flag = -1;
     const char *task = "auto", *images = NULL, *labels = NULL, *lengths = NULL, *hyp_out = NULL;
     mega_s2s_search sp;
     mega_s2s_search_default(&sp);
@@ -268,6 +401,7 @@ int cmd_eval(int argc, char **argv) {
         {"data", F_STR, &data, "text to score (bytes)", NULL, 1, 0, 0},
         {"seq-len", F_INT, &seq_len, "segment length fed per call, state carried across segments (0 = the chunk size, or 2048 for full attention, where each segment restarts)", NULL, 0, 1 << 24, 0},
         {"chunk-size", F_INT, &chunk, "attention chunk at evaluation (0 = as trained; rotary models only)", NULL, -1, 1 << 20, 0},
+        {"tokens-per-sample", F_I64, &tps_flag, "lm: restart the state every N tokens, as fairseq's evaluation of its --tokens-per-sample blocks (-1 = the converted checkpoint's value, else never; 0 = never)", NULL, -1, 1e15, 0},
         {"max-bytes", F_I64, &max_bytes, "score only the first N bytes, reading only those (0 = all)", NULL, 0, 1e15, 0},
         {"max-memory", F_SIZE, &max_memory, "refuse to run when the expected memory (weights, buffers, data) exceeds this (bytes, or with K/M/G/T; 0 = the memory available)", NULL, 1, 0, 0},
         {"threads", F_INT, &threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
@@ -303,90 +437,17 @@ int cmd_eval(int argc, char **argv) {
     mega_lm *m;
     if (load_model_ex(model, chunk, attn_window, &m)) return 2;
     const mega_lm_config *c = mega_lm_get_config(m);
-    if (seq_len <= 0) /* Mega: the chunk (state carried) or 2048; other mixers: their trained context */
-        seq_len = c->block.mixer == MEGA_MIXER_MEGA ? (c->block.chunk_size > 0 ? c->block.chunk_size : 2048)
-                                                    : (c->block.max_len > 0 ? c->block.max_len : 2048);
+    mega_fdict *dict;
+    size_t tps;
     {
-        /* the memory: the weights (loaded), a forward of one segment (more than a stream holds) or
-         * of the largest --lengths batch, and the text read */
-        uint64_t text = file_size(data);
-        if (max_bytes > 0 && (uint64_t)max_bytes < text) text = (uint64_t)max_bytes;
-        int B = 1, T = seq_len;
-        for (const char *q = lengths; q && *q;) {
-            char *end;
-            long L = strtol(q, &end, 10);
-            if (end == q) break;
-            if (L >= 2 && L <= (1L << 24) && (uint64_t)L + 1 <= text) { /* longer: no window is run */
-                int b = (int)(65536 / L > 0 ? 65536 / L : 1);
-                b = b > 16 ? 16 : b;
-                if ((double)b * L > (double)B * T) B = b, T = (int)L;
-            }
-            q = *end ? end + 1 : end;
-        }
-        mega_memory mm;
-        run_memory rm;
-        char how[64];
-        snprintf(how, sizeof how, "%s %d x %d", lengths ? "windows" : "segments", B, T);
-        if (mega_lm_memory(c, 0, B, T, &mm) != MEGA_OK) {
-            mega_lm_free(m);
-            return cli_error("%s", mega_last_error()), 2;
-        }
-        const char *advice = lengths ? "use shorter --lengths or --max-bytes, or " : "use a shorter --seq-len or --max-bytes, or ";
-        if (memory_guard("this evaluation", how, advice, &mm, text, mm.params, max_memory, &rm)) {
-            mega_lm_free(m);
-            return 2;
-        }
+        char p[4096];
+        if (!model_path(model, p, sizeof p) || lm_vocab(p, c, &dict, &tps)) return mega_lm_free(m), 2;
     }
-    mega_bytes txt;
-    /* --max-bytes: only that much of the file is read */
-    if (mega_read_file_max(data, "--data", max_bytes > 0 ? (uint64_t)max_bytes : 0, &txt) != MEGA_OK) {
-        cli_error("%s", mega_last_error());
-        mega_lm_free(m);
-        return 2;
-    }
-    size_t n = txt.n;
-    if (lengths) {
-        /* extrapolation table: one row per length */
-        const char *p = lengths;
-        printf("%-10s %-12s %-12s %s\n", "length", "bpb", "bytes", "note");
-        while (*p) { /* a valid list (lengths_valid) */
-            char *end;
-            long L = strtol(p, &end, 10);
-            p = *end ? end + 1 : end;
-            double loss;
-            int64_t cnt;
-            if ((size_t)L + 1 > n) {
-                printf("%-10ld %-12s %-12s %s\n", L, "-", "-", "text shorter than one window");
-                continue;
-            }
-            int B = (int)(65536 / L > 0 ? 65536 / L : 1);
-            mega_clear_error();
-            if (eval_windows(m, txt.data, n, B > 16 ? 16 : B, (int)L, 0, &loss, &cnt)) {
-                printf("%-10ld %-12s %-12s %s\n", L, "n/a", "-", "(error above)");
-                continue;
-            }
-            printf("%-10ld %-12.4f %-12lld\n", L, loss / M_LN2, (long long)cnt);
-            fflush(stdout);
-        }
-        mega_bytes_free(&txt);
-        mega_lm_free(m);
-        return 0;
-    }
-    double t0 = now_sec(), loss;
-    int64_t cnt;
-    if (!quiet)
-        fprintf(stderr, "mega eval: %s, %zu bytes, segments of %d, chunk %d (%s)\n", data, n, seq_len, c->block.chunk_size,
-                (c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size > 0) ? "state carried across segments"
-                                                                          : "each segment restarts");
-    int rc = eval_stream(m, txt.data, n, seq_len, !quiet, &loss, &cnt);
-    if (!rc) {
-        double dt = now_sec() - t0;
-        printf("loss %.6f nats/byte | bits per byte %.6f | %lld bytes scored | %.1f s (%.0f tok/s)\n", loss, loss / M_LN2,
-               (long long)cnt, dt, (double)cnt / (dt > 0 ? dt : 1e-9));
-    }
-    mega_bytes_free(&txt);
+    if (tps_flag >= 0) tps = (size_t)tps_flag;
+    int rc = eval_lm(m, dict, data, lengths, seq_len, tps, max_bytes, max_memory, quiet);
+    mega_fdict_free(dict);
     mega_lm_free(m);
-    return rc ? 2 : 0;
+    return rc;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -397,7 +458,7 @@ int cmd_generate(int argc, char **argv) {
     cli_flag fl[] = {
         {"model", F_STR, &model, "checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
         {"prompt", F_STR, &prompt, "text to start from (bytes)", NULL, 1, 0, 0},
-        {"tokens", F_INT, &tokens, "bytes to generate", NULL, 0, 1 << 30, 0},
+        {"tokens", F_INT, &tokens, "bytes to generate (tokens for a converted fairseq model)", NULL, 0, 1 << 30, 0},
         {"temperature", F_DBL, &temp, "sampling temperature (0 = greedy argmax)", NULL, 0, 100, 0},
         {"top-k", F_INT, &topk, "sample among the k most likely bytes (0 = all)", NULL, 0, 1 << 20, 0},
         {"top-p", F_DBL, &topp, "nucleus sampling: sample among the most likely bytes whose probabilities add up to P, in (0, 1] (1 = off; greedy is --temperature 0)", NULL, 1, 0, 0},
@@ -418,10 +479,30 @@ int cmd_generate(int argc, char **argv) {
     if (load_model(model, 0, &m)) return 2;
     const mega_lm_config *c = mega_lm_get_config(m);
     const int V = c->vocab_size;
-    size_t np = strlen(prompt);
+    const size_t nprompt = strlen(prompt);
+    /* the prompt's ids: its bytes, or for a converted fairseq model its tokens (a newline is </s>) */
+    mega_fdict *dict;
+    size_t np = nprompt, tps;
+    int32_t *pt = NULL;
+    {
+        char p[4096];
+        if (!model_path(model, p, sizeof p) || lm_vocab(p, c, &dict, &tps)) return mega_lm_free(m), 2;
+    }
+    const char *why = NULL;
+    if (dict && mega_fdict_encode(dict, (const uint8_t *)prompt, nprompt, 0, NULL, &np, NULL) != MEGA_OK) why = mega_last_error();
+    else if (np == 0) why = "it has no token (a word model needs a word or a newline)";
+    else if (!(pt = malloc(np * sizeof(int32_t)))) why = "out of memory";
+    else if (dict) mega_fdict_encode(dict, (const uint8_t *)prompt, nprompt, 0, pt, &np, NULL); /* checked above */
+    if (why) {
+        cli_error("--prompt: %s", why);
+        free(pt), mega_fdict_free(dict), mega_lm_free(m);
+        return 2;
+    }
+    if (!dict)
+        for (size_t i = 0; i < np; i++) pt[i] = (uint8_t)prompt[i];
     mega_lm_stream *s;
     if (mega_lm_stream_new(m, 1, (int)(np + (size_t)tokens + 1), &s) != MEGA_OK) {
-        mega_lm_free(m);
+        free(pt), mega_fdict_free(dict), mega_lm_free(m);
         return cli_error("%s", mega_last_error()), 2;
     }
     if (seed < 0) seed = (int64_t)(((uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid()) >> 12);
@@ -431,15 +512,14 @@ int cmd_generate(int argc, char **argv) {
     mega_sample_params sp = {temp, topk, topp, (uint64_t)seed};
     mega_sampler *smp;
     if (mega_sampler_new(V, &sp, &smp) != MEGA_OK) {
+        free(pt), mega_fdict_free(dict);
         mega_lm_stream_free(s);
         mega_lm_free(m);
         return cli_error("%s", mega_last_error()), 2;
     }
-    int32_t *pt = malloc(np * sizeof(int32_t));
     mega_real *lg = malloc((size_t)V * sizeof(mega_real));
     mega_real *lgp = malloc((size_t)(c->block.chunk_size > 0 ? c->block.chunk_size : 256) * V * sizeof(mega_real));
-    for (size_t i = 0; i < np; i++) pt[i] = (uint8_t)prompt[i];
-    if (!quiet) fwrite(prompt, 1, np, stdout);
+    if (!quiet) fwrite(prompt, 1, nprompt, stdout);
     fflush(stdout);
     double t0 = now_sec();
     /* ingest the prompt in chunk-sized blocks (projections batched), keep the last logits */
@@ -451,24 +531,33 @@ int cmd_generate(int argc, char **argv) {
         else memcpy(lg, lgp + (size_t)(T - 1) * V, (size_t)V * sizeof(mega_real));
     }
     double t1 = now_sec();
+    /* a fairseq dictionary's words continue the prompt's last line */
+    int line_start = nprompt == 0 || prompt[nprompt - 1] == '\n';
     for (int i = 0; i < tokens && !rc; i++) {
+        if (dict) /* never <s>, <pad>, the fillers, or (byte models) a token that is not a byte */
+            for (int v = 0; v < V; v++)
+                if (!mega_fdict_generable(dict, v)) lg[v] = -INFINITY;
         int32_t b = mega_sampler_next(smp, lg, c->padding_idx);
         if (b < 0) {
             rc = cli_error("%s", mega_last_error());
             break;
         }
-        unsigned char ch = (unsigned char)b;
-        fwrite(&ch, 1, 1, stdout);
+        char out[1024];
+        size_t k = 1;
+        if (dict) k = mega_fdict_decode(dict, b, &line_start, out, sizeof out);
+        else out[0] = (char)b;
+        fwrite(out, 1, k, stdout);
         fflush(stdout);
         if (i + 1 < tokens && mega_lm_stream_feed(s, &b, 1, lg) != MEGA_OK) rc = cli_error("%s", mega_last_error());
     }
     double t2 = now_sec();
     if (!quiet && !rc)
-        fprintf(stderr, "\n[prompt %zu bytes in %.2f s; %d bytes generated in %.2f s (%.1f tok/s)]\n", np, t1 - t0, tokens,
-                t2 - t1, tokens / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
+        fprintf(stderr, "\n[prompt %zu %s in %.2f s; %d %s generated in %.2f s (%.1f tok/s)]\n", np, dict ? "tokens" : "bytes",
+                t1 - t0, tokens, dict ? "tokens" : "bytes", t2 - t1, tokens / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
     else if (!rc)
         printf("\n");
     free(pt), free(lg), free(lgp);
+    mega_fdict_free(dict);
     mega_sampler_free(smp);
     mega_lm_stream_free(s);
     mega_lm_free(m);
@@ -521,8 +610,21 @@ int cmd_info(int argc, char **argv) {
     printf("model      %s\n", p);
     const mega_lm_config *lc = mega_lm_get_config(m);
     const int bytes = lc->vocab_size == 257 && lc->padding_idx == 256;
-    printf("kind       mega_lm (causal language model, %s mixer, %s)\n", mega_mixer_name(lc->block.mixer),
-           bytes ? "byte-level: 256 bytes + pad" : "token vocabulary");
+    mega_fdict *dict = NULL;
+    size_t tps = 0;
+    if (lm_vocab(p, lc, &dict, &tps)) {
+        if (f) mega_st_close(f);
+        return mega_lm_free(m), 2;
+    }
+    char vocab[128];
+    if (dict)
+        snprintf(vocab, sizeof vocab, "fairseq dictionary of %d %s tokens", mega_fdict_size(dict),
+                 mega_fdict_get_unit(dict) == MEGA_FDICT_BYTE ? "byte" : "word");
+    else
+        snprintf(vocab, sizeof vocab, "%s", bytes ? "byte-level: 256 bytes + pad" : "token vocabulary");
+    mega_fdict_free(dict);
+    printf("kind       mega_lm (causal language model, %s mixer, %s)\n", mega_mixer_name(lc->block.mixer), vocab);
+    if (tps) printf("eval       fairseq tokens-per-sample %zu (mega eval restarts the state every %zu tokens)\n", tps, tps);
     if (step) printf("step       %s\n", step);
     printf("parameters %zu\n", mega_lm_num_params(m));
     print_lm_config(stdout, mega_lm_get_config(m), "           ");

@@ -32,6 +32,18 @@ const char *mega__data_show(const char *s, size_t n, char *buf, size_t cap);
 /* strict number: the whole string parses, finite */
 int mega__data_number(const char *s, double *x);
 
+/* ---- characters (metrics.c) ---- */
+
+/* The next character of s[*i..n): strict UTF-8 (no overlong forms, no surrogates, nothing above
+ * U+10FFFF); each byte of an invalid or truncated sequence is one character 0xDC00 + byte. */
+uint32_t mega__utf8_next(const unsigned char *s, size_t n, size_t *i);
+/* Python's str.isspace(), which str.split() and str.rstrip() use */
+int mega__py_isspace(uint32_t c);
+/* the words of s[0..n) as str.split() finds them: calls out(ctx, offset, length) per word; stops
+ * with -1 when out returns non-zero */
+typedef int (*mega__word_fn)(void *ctx, size_t off, size_t len);
+int mega__py_split(const char *s, size_t n, mega__word_fn out, void *ctx);
+
 /* ---- the dataset builder (dataset.c) ---- */
 #define MEGA_DATA_MAX_LABEL 256
 #define MEGA_DATA_MAX_CLASSES 65536

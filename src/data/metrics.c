@@ -26,9 +26,8 @@
 /* ---------------------------------------------------------------------------------------------
  * characters */
 
-/* The next character of s[*i..n): strict UTF-8 (no overlong forms, no surrogates, nothing above
- * U+10FFFF); each byte of an invalid or truncated sequence is one character 0xDC00 + byte. */
-static uint32_t utf8_next(const unsigned char *s, size_t n, size_t *i) {
+/* declared in data.h (fdict.c splits words with them too) */
+uint32_t mega__utf8_next(const unsigned char *s, size_t n, size_t *i) {
     size_t k = *i;
     unsigned c = s[k];
     if (c < 0x80) {
@@ -61,23 +60,20 @@ bad:
     return 0xDC00 + c;
 }
 
-/* Python's str.isspace(), which str.split() and str.rstrip() use */
-static int py_isspace(uint32_t c) {
+int mega__py_isspace(uint32_t c) {
     if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
     return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
            c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-/* the words of s[0..n) as str.split() finds them: calls out(ctx, offset, length) per word */
-typedef int (*word_fn)(void *ctx, size_t off, size_t len);
-static int py_split(const char *s, size_t n, word_fn out, void *ctx) {
+int mega__py_split(const char *s, size_t n, mega__word_fn out, void *ctx) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0, start = 0;
     int in_word = 0;
     while (i < n) {
         size_t at = i;
-        uint32_t c = utf8_next(u, n, &i);
-        if (py_isspace(c)) {
+        uint32_t c = mega__utf8_next(u, n, &i);
+        if (mega__py_isspace(c)) {
             if (in_word && out(ctx, start, at - start)) return -1;
             in_word = 0;
         } else if (!in_word) {
@@ -93,8 +89,8 @@ static size_t py_rstrip_len(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0, end = 0;
     while (i < n) {
-        uint32_t c = utf8_next(u, n, &i);
-        if (!py_isspace(c)) end = i;
+        uint32_t c = mega__utf8_next(u, n, &i);
+        if (!mega__py_isspace(c)) end = i;
     }
     return end;
 }
@@ -267,7 +263,7 @@ size_t mega_tokenize_13a(const char *line, size_t n, char *out, size_t cap) {
     sbuf *j[2] = {&c, &a};
     /* return ' '.join(line.split()) of the regex passes' result */
     if (tok_13a(line ? line : "", line ? n : 0, &a, &b) == 0 && sb_put(&c, "", 0) == 0 &&
-        py_split(a.p, a.n, join_word, j) == 0)
+        mega__py_split(a.p, a.n, join_word, j) == 0)
         need = c.n;
     if (cap) {
         size_t k = need == (size_t)-1 ? 0 : (need < cap - 1 ? need : cap - 1);
@@ -444,7 +440,7 @@ static int on_word(void *ctx, size_t off, size_t len) {
      * string.punctuation is split off, or else an initial one. Those characters are ASCII, so
      * "one character" is one byte here (a longer single character has no punctuation to split). */
     size_t i = 0;
-    (void)utf8_next((const unsigned char *)w, len, &i);
+    (void)mega__utf8_next((const unsigned char *)w, len, &i);
     if (i == len) return add_word(c->m, w, len);
     if (is_punct((unsigned char)w[len - 1])) return add_word(c->m, w, len - 1) || add_word(c->m, w + len - 1, 1);
     if (is_punct((unsigned char)w[0])) return add_word(c->m, w, 1) || add_word(c->m, w + 1, len - 1);
@@ -586,7 +582,7 @@ static mega_status bleu_segment(mega_metrics *m, const char *hyp, size_t hyp_n, 
         /* extract_all_word_ngrams: tokens = line.split() */
         m->seq_off[s] = m->nw;
         word_ctx c = {m, t, 0};
-        if (py_split(t, tn, on_word, &c)) MEGA_FAIL(MEGA_ERR_OOM, "metrics: out of memory");
+        if (mega__py_split(t, tn, on_word, &c)) MEGA_FAIL(MEGA_ERR_OOM, "metrics: out of memory");
         m->seq_len[s] = m->nw - m->seq_off[s];
     }
     if (m->nw >= (size_t)INT32_MAX) MEGA_FAIL(MEGA_ERR_INVALID, "metrics: sentence too long (%zu words)", m->nw);
@@ -702,8 +698,8 @@ static mega_status chrf_segment(mega_metrics *m, const char *hyp, size_t hyp_n, 
             GROW(m->cp, m->cpcap, m->ncp + n + 1, fail);
             if (fail) MEGA_FAIL(MEGA_ERR_OOM, "metrics: out of memory");
             while (i < n) {
-                uint32_t c = utf8_next(u, n, &i);
-                if (m->o.whitespace || !py_isspace(c)) m->cp[m->ncp++] = c;
+                uint32_t c = mega__utf8_next(u, n, &i);
+                if (m->o.whitespace || !mega__py_isspace(c)) m->cp[m->ncp++] = c;
             }
             m->seq_len[s] = m->ncp - m->seq_off[s];
         }
@@ -721,7 +717,7 @@ static mega_status chrf_segment(mega_metrics *m, const char *hyp, size_t hyp_n, 
             size_t n = s ? ref_n[s - 1] : hyp_n;
             m->seq_off[s] = m->nw;
             word_ctx c = {m, line, 1};
-            if (py_split(line, n, on_word, &c)) MEGA_FAIL(MEGA_ERR_OOM, "metrics: out of memory");
+            if (mega__py_split(line, n, on_word, &c)) MEGA_FAIL(MEGA_ERR_OOM, "metrics: out of memory");
             m->seq_len[s] = m->nw - m->seq_off[s];
         }
         if (m->nw >= (size_t)INT32_MAX) MEGA_FAIL(MEGA_ERR_INVALID, "metrics: sentence too long (%zu words)", m->nw);
