@@ -310,10 +310,12 @@ static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const c
     int32_t *ids = NULL;
     size_t ntok = 0, unk = 0;
     if (dict) {
-        if (mega_fdict_encode(dict, txt.data, txt.n, 1, NULL, &ntok, NULL) != MEGA_OK ||
-            !(ids = malloc((ntok + 1) * sizeof *ids)) ||
-            mega_fdict_encode(dict, txt.data, txt.n, 1, ids + 1, &ntok, &unk) != MEGA_OK) {
-            cli_error("--data '%s': %s", data, ids ? mega_last_error() : "out of memory");
+        const char *why = NULL;
+        if (mega_fdict_encode(dict, txt.data, txt.n, 1, NULL, &ntok, NULL) != MEGA_OK) why = mega_last_error();
+        else if (!(ids = malloc((ntok + 1) * sizeof *ids))) why = "out of memory";
+        else mega_fdict_encode(dict, txt.data, txt.n, 1, ids + 1, &ntok, &unk); /* checked by the count */
+        if (why) {
+            cli_error("--data '%s': %s", data, why);
             free(ids), mega_bytes_free(&txt);
             return 2;
         }

@@ -113,6 +113,13 @@ PROTOTYPES = {
     "mega_lm_stream_new": (c_int, [P, c_int, c_int, PP]),
     "mega_lm_stream_free": (None, [P]),
     "mega_lm_stream_feed": (c_int, [P, I32P, c_int, F32P]),
+    # fairseq dictionaries (converted official models)
+    "mega_fdict_from_json": (c_int, [c_char_p, PP]),
+    "mega_fdict_free": (None, [P]),
+    "mega_fdict_size": (c_int, [P]),
+    "mega_fdict_encode": (c_int, [P, c_char_p, c_size_t, c_int, I32P, POINTER(c_size_t), POINTER(c_size_t)]),
+    "mega_fdict_generable": (c_int, [P, c_int]),
+    "mega_fdict_decode": (c_size_t, [P, c_int, POINTER(c_int), c_char_p, c_size_t]),
     # sampler
     "mega_sampler_new": (c_int, [c_int, POINTER(SampleParams), PP]),
     "mega_sampler_free": (None, [P]),
