@@ -3,6 +3,7 @@
  * chunked Mega attention in attn.c. */
 #include "ops/mhattn.h"
 #include "core/rng.h"
+#include "ops/hgemm.h"
 #include "ops/ops.h"
 #ifdef _OPENMP
 #include <omp.h>
@@ -53,9 +54,14 @@ static inline real lambda_of(const mega_mhattn_k *k, int64_t n) {
     return (real)(l > 1 ? l : 1);
 }
 
-/* per-thread scratch */
+/* The head products go through the hgemm kernels (no operand packing: docs/performance.md) when
+ * they take this head width; XPOS keeps the BLAS path (its operands are rescaled per block). */
+static int fast_path(const mega_mhattn_k *k) { return !k->xtab && mega_hgemm_ok(k->dh); }
+
+/* per-thread scratch; kt, vt: the unit's keys and values transposed ([dh, r16(T)], fast path) */
 typedef struct {
-    real *P, *G, *Pd, *qs, *dqs, *ks, *dks, *lam;
+    real *P, *G, *Pd, *qs, *dqs, *ks, *dks, *lam, *kt, *vt;
+    size_t ldt;
 } tscr;
 
 static size_t layout(const mega_mhattn_k *k, int T, real *base, tscr *s) {
@@ -74,6 +80,9 @@ static size_t layout(const mega_mhattn_k *k, int T, real *base, tscr *s) {
     TAKE(ks, k->xtab ? nkm * dh : 0);
     TAKE(dks, k->xtab ? nkm * dh : 0);
     TAKE(lam, BR);
+    TAKE(kt, fast_path(k) ? dh * r16((size_t)T) : 0);
+    TAKE(vt, fast_path(k) ? dh * r16((size_t)T) : 0);
+    if (s) s->ldt = r16((size_t)T);
 #undef TAKE
     return off;
 }
@@ -109,9 +118,13 @@ static void xscale(const mega_mhattn_k *k, real *dst, size_t ldd, const real *sr
  * the rows' log-n factors into lam. lse (the unit's row, indexed by t): written when !have,
  * else read (the backward's recomputation). pb: this sequence's pad row or NULL. */
 static void block_probs(const mega_mhattn_k *k, int h, int i0, int i1, int lo, int hi, const real *Qb, size_t ldq,
-                        const real *Kb, size_t ldk, const uint8_t *pb, real *P, real *lam, real *lse, int have) {
+                        const real *Kb, size_t ldk, const tscr *ts, const uint8_t *pb, real *P, real *lam, real *lse,
+                        int have) {
     const int br = i1 - i0, nk = hi - lo;
-    mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)k->dh, k->scale, Qb, ldq, Kb, ldk, 0, P, (size_t)nk);
+    if (fast_path(k)) /* keys [lo, hi) are columns [lo, hi) of the unit's transposed keys */
+        mega_hgemm_abt(P, (size_t)nk, Qb, ldq, ts->kt + lo, ts->ldt, br, nk, k->dh, k->scale);
+    else
+        mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)k->dh, k->scale, Qb, ldq, Kb, ldk, 0, P, (size_t)nk);
     const real *bt = k->btab ? k->btab + (size_t)h * k->bl + k->bc : NULL; /* bt[u - t] */
     const real *kb = k->kbias ? k->kbias + (size_t)h * k->kbl : NULL;
     for (int r = 0; r < br; r++) {
@@ -194,6 +207,8 @@ void mega_mhattn_forward(const mega_mhattn_k *k, real *O, real *lse, const real 
         layout(k, T, thr + per * (size_t)tid, &s);
         const uint8_t *pb = pad ? pad + (size_t)b * T : NULL;
         real *lrow = lse + ((size_t)b * H + h) * T;
+        const int fast = fast_path(k);
+        if (fast) mega_hgemm_transpose(s.kt, s.ldt, kk + (size_t)b * T * Da + (size_t)h * dh, Da, T, dh);
         for (int i0 = 0; i0 < T; i0 += BR) {
             const int i1 = MEGA_MIN(T, i0 + BR);
             int lo, hi;
@@ -201,11 +216,15 @@ void mega_mhattn_forward(const mega_mhattn_k *k, real *O, real *lse, const real 
             const real *Qb, *Kb;
             size_t ldq, ldk;
             block_operands(k, &s, q, kk, Da, b, h, T, i0, i1, lo, hi, &Qb, &ldq, &Kb, &ldk);
-            block_probs(k, h, i0, i1, lo, hi, Qb, ldq, Kb, ldk, pb, s.P, s.lam, lrow, 0);
+            block_probs(k, h, i0, i1, lo, hi, Qb, ldq, Kb, ldk, &s, pb, s.P, s.lam, lrow, 0);
             if (k->p_drop > 0) block_dropout(k, s.P, b, h, T, i0, i1, lo, hi);
-            mega_gemm_serial(0, 0, (size_t)(i1 - i0), (size_t)dh, (size_t)(hi - lo), 1, s.P, (size_t)(hi - lo),
-                             v + ((size_t)b * T + lo) * Da + (size_t)h * dh, Da, 0,
-                             O + ((size_t)b * T + i0) * Da + (size_t)h * dh, Da);
+            const real *Vb = v + ((size_t)b * T + lo) * Da + (size_t)h * dh;
+            real *Ob = O + ((size_t)b * T + i0) * Da + (size_t)h * dh;
+            if (fast)
+                mega_hgemm_ab(Ob, Da, s.P, (size_t)(hi - lo), Vb, Da, i1 - i0, hi - lo, dh, 1, 0);
+            else
+                mega_gemm_serial(0, 0, (size_t)(i1 - i0), (size_t)dh, (size_t)(hi - lo), 1, s.P, (size_t)(hi - lo), Vb, Da, 0,
+                                 Ob, Da);
         }
     }
 }
@@ -240,6 +259,11 @@ void mega_mhattn_backward(const mega_mhattn_k *k, real *dq, real *dk, real *dv, 
             dkb = part_kb + (size_t)un * k->kbl;
             memset(dkb, 0, (size_t)k->kbl * sizeof(real));
         }
+        const int fast = fast_path(k);
+        if (fast) {
+            mega_hgemm_transpose(s.kt, s.ldt, kk + (size_t)b * T * Da + (size_t)h * dh, Da, T, dh);
+            mega_hgemm_transpose(s.vt, s.ldt, v + (size_t)b * T * Da + (size_t)h * dh, Da, T, dh);
+        }
         for (int i0 = 0; i0 < T; i0 += BR) {
             const int i1 = MEGA_MIN(T, i0 + BR), br = i1 - i0;
             int lo, hi;
@@ -248,20 +272,26 @@ void mega_mhattn_backward(const mega_mhattn_k *k, real *dq, real *dk, real *dv, 
             const real *Qb, *Kb;
             size_t ldq, ldk;
             block_operands(k, &s, q, kk, Da, b, h, T, i0, i1, lo, hi, &Qb, &ldq, &Kb, &ldk);
-            block_probs(k, h, i0, i1, lo, hi, Qb, ldq, Kb, ldk, pb, s.P, s.lam, (real *)lrow, 1);
+            block_probs(k, h, i0, i1, lo, hi, Qb, ldq, Kb, ldk, &s, pb, s.P, s.lam, (real *)lrow, 1);
             const real *dOb = dO + ((size_t)b * T + i0) * Da + (size_t)h * dh;
             const real *Vb = v + ((size_t)b * T + lo) * Da + (size_t)h * dh;
             real *dVb = dv + ((size_t)b * T + lo) * Da + (size_t)h * dh;
             /* dP' = dO V^T; dV += P'^T dO with P' the dropped weights; dP = dropout(dP') */
-            mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)dh, 1, dOb, Da, Vb, Da, 0, s.G, (size_t)nk);
+            if (fast)
+                mega_hgemm_abt(s.G, (size_t)nk, dOb, Da, s.vt + lo, s.ldt, br, nk, dh, 1);
+            else
+                mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)dh, 1, dOb, Da, Vb, Da, 0, s.G, (size_t)nk);
+            const real *Pv = s.P;
             if (k->p_drop > 0) {
                 memcpy(s.Pd, s.P, (size_t)br * nk * sizeof(real));
                 block_dropout(k, s.Pd, b, h, T, i0, i1, lo, hi);
-                mega_gemm_serial(1, 0, (size_t)nk, (size_t)dh, (size_t)br, 1, s.Pd, (size_t)nk, dOb, Da, 1, dVb, Da);
                 block_dropout(k, s.G, b, h, T, i0, i1, lo, hi);
-            } else {
-                mega_gemm_serial(1, 0, (size_t)nk, (size_t)dh, (size_t)br, 1, s.P, (size_t)nk, dOb, Da, 1, dVb, Da);
+                Pv = s.Pd;
             }
+            if (fast)
+                mega_hgemm_atb(dVb, Da, Pv, (size_t)nk, dOb, Da, br, nk, dh, 1);
+            else
+                mega_gemm_serial(1, 0, (size_t)nk, (size_t)dh, (size_t)br, 1, Pv, (size_t)nk, dOb, Da, 1, dVb, Da);
             /* dS = P (dP - rowsum(dP P)); bias gradients; then the log-n factor of the row */
             for (int r = 0; r < br; r++) {
                 const int t = i0 + r;
@@ -289,6 +319,9 @@ void mega_mhattn_backward(const mega_mhattn_k *k, real *dq, real *dk, real *dv, 
                                  (size_t)dh);
                 xscale(k, dQb, Da, s.dqs, (size_t)dh, br, 0, 1, 1);
                 xscale(k, dKb, Da, s.dks, (size_t)dh, nk, i0 - lo, -1, 1);
+            } else if (fast) {
+                mega_hgemm_ab(dQb, Da, s.G, (size_t)nk, Kb, ldk, br, nk, dh, k->scale, 1);
+                mega_hgemm_atb(dKb, Da, s.G, (size_t)nk, Qb, ldq, br, nk, dh, k->scale);
             } else {
                 mega_gemm_serial(0, 0, (size_t)br, (size_t)dh, (size_t)nk, k->scale, s.G, (size_t)nk, Kb, ldk, 1, dQb,
                                  Da);
