@@ -95,18 +95,19 @@ static void run_attn(const mega_mhattn_k *k, int B, int T, const real *q, const 
     real *dkb = k->kbias ? calloc((size_t)k->H * k->kbl, sizeof(real)) : NULL;
     real *scr = malloc(mega_mhattn_scratch(k, B, T, 2) * sizeof(real));
     mega_mhattn_forward(k, O, lse, q, kk, v, pad, B, T, scr, 2);
-    mega_mhattn_backward(k, dq, dk, dv, db, dkb, dO, q, kk, v, lse, pad, B, T, scr, 2);
+    mega_mhattn_backward(k, dq, dk, dv, db, dkb, dO, O, q, kk, v, lse, pad, B, T, scr, 2);
     free(scr);
     out[0] = O, out[1] = lse, out[2] = dq, out[3] = dk, out[4] = dv, out[5] = db, out[6] = dkb;
 }
 
 static void attention(int dh, const att_case *c) {
-    const int B = 2, H = 2, T = 75;
+    /* T spans three key tiles of the fast path (256 keys) and a partial query block */
+    const int B = 2, H = 2, T = 540;
     const size_t n = (size_t)B * T * H * dh;
     real *q = rnd(n), *kk = rnd(n), *v = rnd(n), *dO = rnd(n);
-    uint8_t pad[2 * 75] = {0};
+    uint8_t *pad = calloc((size_t)B * T, 1);
     if (c->pad) /* sequence 1: a padded tail and one interior pad */
-        for (int t = 0; t < T; t++) pad[T + t] = t >= T - 9 || t == 20;
+        for (int t = 0; t < T; t++) pad[T + t] = t >= T - 9 || t == 20 || (t >= 256 && t < 300);
     const int bl = 2 * T - 1, kbl = 40;
     real *bt = c->tables ? rnd((size_t)H * bl) : NULL, *kb = c->tables ? rnd((size_t)H * kbl) : NULL;
     mega_mhattn_k k = {H, dh, c->causal, c->window, (real)(1 / sqrt((double)dh)), c->logn ? log(32.0) : 0, bt, T - 1, bl,
@@ -131,11 +132,35 @@ static void attention(int dh, const att_case *c) {
     }
     TL_CHECK(worst < 2e-5, "dh %d %s: kernels vs OpenBLAS path, worst %.1e (%s)", dh, c->name, worst, names[which]);
     for (int i = 0; i < 7; i++) free(fast[i]), free(ref[i]);
-    free(q), free(kk), free(v), free(dO), free(bt), free(kb);
+    free(q), free(kk), free(v), free(dO), free(bt), free(kb), free(pad);
+}
+
+/* mega_exp_sub against mega_exp: the masked (-inf) and out-of-range entries exactly 0, every
+ * value within a few float ulps, the sum within float rounding */
+static void exps(void) {
+    double worst = 0, sumerr = 0;
+    int zeros = 1;
+    for (int n = 0; n < 70; n += 7) {
+        real *s = rnd((size_t)n + 1), *r = malloc(((size_t)n + 1) * sizeof(real));
+        for (int j = 0; j < n; j++) s[j] = (real)(s[j] * 30 - 20);
+        if (n > 3) s[1] = -INFINITY, s[2] = (real)-200, s[3] = (real)-87.5;
+        double want = 0;
+        for (int j = 0; j < n; j++) r[j] = mega_exp(s[j] - (real)1.5), want += r[j];
+        const real got = mega_exp_sub(s, (size_t)n, (real)1.5, 1);
+        for (int j = 0; j < n; j++) {
+            if (r[j] == 0) zeros &= s[j] == 0;
+            else worst = fmax(worst, fabs((double)s[j] - r[j]) / r[j]);
+        }
+        sumerr = fmax(sumerr, fabs((double)got - want) / (want > 0 ? want : 1));
+        free(s), free(r);
+    }
+    TL_CHECK(zeros && worst < 1e-6 && sumerr < 1e-6, "mega_exp_sub vs mega_exp: worst %.1e, sum %.1e, zeros kept %d", worst,
+             sumerr, zeros);
 }
 
 int main(void) {
     int any = 0;
+    exps();
     for (int dh = 4; dh <= 64; dh += 4) {
         if (!mega_hgemm_ok(dh)) continue;
         any = 1;
@@ -146,6 +171,7 @@ int main(void) {
         {"causal, padded, tables", 1, 0, 1, 1, 0, 0},
         {"bidirectional window 6, padded, log-n", 0, 6, 1, 0, 1, 0},
         {"causal window 9, tables, dropout 0.2", 1, 9, 0, 1, 0, 0.2},
+        {"bidirectional window 300, padded, tables, dropout 0.1", 0, 300, 1, 1, 0, 0.1},
     };
     for (int dh = 8; dh <= 64; dh *= 2) {
         if (!mega_hgemm_ok(dh)) continue;

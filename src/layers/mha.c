@@ -386,7 +386,7 @@ static void am_backward(const void *layer, const real *W, real *dW, const real *
     const double pd = run->training ? c->attention_dropout : 0;
     mega_mhattn_k kk = kernel_of(L, kbias_of(L, W), A.bt, tc, tl, A.xt, MEGA_MHATTN_BR, pd,
                                  mega__subkey(run->key, SITE_ATTN_DROP));
-    mega_mhattn_backward(&kk, dq, dk, dv, A.bt ? dbt : NULL, L->tw ? dW + L->logbeta : NULL, dO, A.q, A.k, A.v, A.lse,
+    mega_mhattn_backward(&kk, dq, dk, dv, A.bt ? dbt : NULL, L->tw ? dW + L->logbeta : NULL, dO, A.O, A.q, A.k, A.v, A.lse,
                          pad, B, T, kscr, run->nthreads);
     if (A.bt) {
         if (is_kerple(c))

@@ -4,36 +4,12 @@
 #include "ops/hgemm.h"
 #include "ops/ops.h"
 
-#if !defined(MEGA_F64) && (defined(__GNUC__) || defined(__clang__))
+#include "ops/vec.h"
+
+#ifdef MEGA_VEC
 #define HG_FAST 1
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#define VL 16
-typedef float vf __attribute__((vector_size(64)));
-static inline vf vfma(vf a, vf b, vf c) { return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
-static inline vf vbc(float x) { return (vf)_mm512_set1_ps(x); }
-#elif defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define VL 8
-typedef float vf __attribute__((vector_size(32)));
-static inline vf vfma(vf a, vf b, vf c) { return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
-static inline vf vbc(float x) { return (vf)_mm256_set1_ps(x); }
-#else /* 128-bit vectors: SSE2 (the x86-64 baseline), NEON */
-#define VL 4
-typedef float vf __attribute__((vector_size(16)));
-static inline vf vfma(vf a, vf b, vf c) { return a * b + c; }
-static inline vf vbc(float x) { return (vf){0} + x; }
-#endif
-#define INLINE static inline __attribute__((always_inline))
 /* at most this many vectors per head row (dh <= MAXV * VL) */
 #define MAXV 8
-
-INLINE vf vld(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-INLINE void vst(float *p, vf v) { memcpy(p, &v, sizeof v); }
 
 int mega__hgemm_off;
 
@@ -173,6 +149,75 @@ void mega_hgemm_atb(real *C, size_t ldc, const real *A, size_t lda, const real *
     }
 }
 
+/* e^x on a vector, as mega_exp (Cody-Waite reduction, the same degree-6 polynomial, exact 0 below
+ * the float range and for -inf) with fused multiply-adds, so that a row of weights costs a few
+ * cycles per element instead of one dependent chain of twenty operations per element */
+#if defined(__AVX512F__)
+INLINE vf vexp(vf xv) {
+    const __m512 x = (__m512)xv, lo = _mm512_set1_ps(-87.3365447505531f);
+    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.3762626647949f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    const __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+    return (vf)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), y); /* 0 below the range, -inf, NaN */
+}
+#define HG_VEXP 1
+#elif defined(__AVX2__) && defined(__FMA__)
+INLINE vf vexp(vf xv) {
+    const __m256 x = (__m256)xv, lo = _mm256_set1_ps(-87.3365447505531f);
+    const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3762626647949f));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    const __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return (vf)_mm256_and_ps(y, _mm256_cmp_ps(x, lo, _CMP_GE_OQ));
+}
+#define HG_VEXP 1
+#endif
+
+real mega_exp_sub(real *s, size_t n, real m, int want_sum) {
+    size_t j = 0;
+    real sum = 0;
+#ifdef HG_VEXP
+    /* two vectors per step: independent chains for the out-of-order core */
+    const vf mv = vbc(m), z = vbc(0);
+    vf a0 = z, a1 = z;
+    for (; j + 2 * VL <= n; j += 2 * VL) {
+        const vf y0 = vexp(vld(s + j) - mv), y1 = vexp(vld(s + j + VL) - mv);
+        vst(s + j, y0), vst(s + j + VL, y1);
+        a0 += y0, a1 += y1;
+    }
+    if (want_sum) {
+        a0 += a1;
+        for (int i = 0; i < VL; i++) sum += a0[i];
+    }
+#endif
+    for (; j < n; j++) {
+        s[j] = mega_exp(s[j] - m);
+        sum += s[j];
+    }
+    return want_sum ? sum : 0;
+}
+
 #else /* double builds, other compilers: the callers use mega_gemm_serial */
 
 int mega__hgemm_off;
@@ -189,6 +234,14 @@ void mega_hgemm_ab(real *C, size_t ldc, const real *A, size_t lda, const real *B
 void mega_hgemm_atb(real *C, size_t ldc, const real *A, size_t lda, const real *B, size_t ldb, int k, int n, int dh,
                     real alpha) {
     mega_gemm_serial(1, 0, (size_t)n, (size_t)dh, (size_t)k, alpha, A, lda, B, ldb, 1, C, ldc);
+}
+real mega_exp_sub(real *s, size_t n, real m, int want_sum) {
+    real sum = 0;
+    for (size_t j = 0; j < n; j++) {
+        s[j] = mega_exp(s[j] - m);
+        sum += s[j];
+    }
+    return want_sum ? sum : 0;
 }
 #endif
 

@@ -60,9 +60,15 @@ static int fast_path(const mega_mhattn_k *k) { return !k->xtab && mega_hgemm_ok(
 
 /* per-thread scratch; kt, vt: the unit's keys and values transposed ([dh, r16(T)], fast path) */
 typedef struct {
-    real *P, *G, *Pd, *qs, *dqs, *ks, *dks, *lam, *kt, *vt;
+    real *P, *G, *Pd, *qs, *dqs, *ks, *dks, *lam, *kt, *vt, *mx, *sm;
     size_t ldt;
 } tscr;
+
+/* Fast path: keys in tiles of TK, so that a block's scores, weights and their gradients stay in
+ * the core's cache (BR x TK each) while every product that uses them runs; the forward keeps a
+ * running maximum and sum per row (the online softmax of FlashAttention, Dao et al. 2022), the
+ * backward takes sum_u dP(t,u) P(t,u) = <dO_t, O_t> from the output instead of from a whole row. */
+#define TK 256
 
 static size_t layout(const mega_mhattn_k *k, int T, real *base, tscr *s) {
     const size_t nkm = (size_t)nk_max(k, T), dh = (size_t)k->dh;
@@ -72,9 +78,10 @@ static size_t layout(const mega_mhattn_k *k, int T, real *base, tscr *s) {
         if (s) s->field = base ? base + off : NULL;                                           \
         off += r16(n);                                                                        \
     } while (0)
-    TAKE(P, BR * nkm);
-    TAKE(G, BR * nkm);
-    TAKE(Pd, k->p_drop > 0 ? BR * nkm : 0);
+    const size_t wide = fast_path(k) ? MEGA_MIN(nkm, (size_t)TK) : nkm; /* the widest block of scores */
+    TAKE(P, BR * wide);
+    TAKE(G, BR * wide);
+    TAKE(Pd, k->p_drop > 0 ? BR * wide : 0);
     TAKE(qs, k->xtab ? BR * dh : 0);
     TAKE(dqs, k->xtab ? BR * dh : 0);
     TAKE(ks, k->xtab ? nkm * dh : 0);
@@ -82,6 +89,8 @@ static size_t layout(const mega_mhattn_k *k, int T, real *base, tscr *s) {
     TAKE(lam, BR);
     TAKE(kt, fast_path(k) ? dh * r16((size_t)T) : 0);
     TAKE(vt, fast_path(k) ? dh * r16((size_t)T) : 0);
+    TAKE(mx, fast_path(k) ? BR : 0);
+    TAKE(sm, fast_path(k) ? BR : 0);
     if (s) s->ldt = r16((size_t)T);
 #undef TAKE
     return off;
@@ -114,53 +123,80 @@ static void xscale(const mega_mhattn_k *k, real *dst, size_t ldd, const real *sr
     }
 }
 
+/* the log-n factors of query rows [i0, i1), whose visible keys lie in [lo, hi) */
+static void block_lambda(const mega_mhattn_k *k, int i0, int i1, int lo, int hi, const uint8_t *pb, real *lam) {
+    for (int t = i0; t < i1; t++) {
+        int a, b;
+        row_range(k, t, lo, hi, &a, &b);
+        int n = b - a;
+        if (pb)
+            for (int u = a; u < b; u++) n -= pb[u] != 0;
+        lam[t - i0] = lambda_of(k, n);
+    }
+}
+
+/* Scores s(t,u) of query rows [i0, i1) x keys [j0, j1) of head h into S (rows lds), -inf where
+ * masked; lam: the rows' log-n factors (block_lambda). Qb: the block's queries; Kb: key j0 (BLAS
+ * path) or ts->kt (the unit's transposed keys, fast path). pb: this sequence's pad row or NULL. */
+static void block_scores(const mega_mhattn_k *k, int h, int i0, int i1, int j0, int j1, const real *Qb, size_t ldq,
+                         const real *Kb, size_t ldk, const tscr *ts, const uint8_t *pb, const real *lam, real *S,
+                         size_t lds) {
+    const int br = i1 - i0, nk = j1 - j0;
+    if (fast_path(k)) /* keys [j0, j1) are columns [j0, j1) of the unit's transposed keys */
+        mega_hgemm_abt(S, lds, Qb, ldq, ts->kt + j0, ts->ldt, br, nk, k->dh, k->scale);
+    else
+        mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)k->dh, k->scale, Qb, ldq, Kb, ldk, 0, S, lds);
+    const real *bt = k->btab ? k->btab + (size_t)h * k->bl + k->bc : NULL; /* bt[u - t] */
+    const real *kb = k->kbias ? k->kbias + (size_t)h * k->kbl : NULL;
+    for (int r = 0; r < br; r++) {
+        const int t = i0 + r;
+        real *s = S + (size_t)r * lds - j0; /* s[u] for u in [j0, j1) */
+        int a, b;
+        row_range(k, t, j0, j1, &a, &b);
+        const real l = lam[r];
+        for (int u = j0; u < a; u++) s[u] = -INFINITY;
+        for (int u = b; u < j1; u++) s[u] = -INFINITY;
+        if (l != 1)
+            for (int u = a; u < b; u++) s[u] *= l;
+        if (bt)
+            for (int u = a; u < b; u++) s[u] += bt[u - t];
+        if (kb) {
+            const int c = MEGA_MIN(b, k->kbl - 1); /* positions >= kbl - 1 use the last entry */
+            for (int u = a; u < c; u++) s[u] += kb[u];
+            for (int u = MEGA_MAX(a, c); u < b; u++) s[u] += kb[k->kbl - 1];
+        }
+        if (pb)
+            for (int u = a; u < b; u++)
+                if (pb[u]) s[u] = -INFINITY;
+    }
+}
+
+/* P(t,u) = exp(s(t,u) - lse_t) in place over rows [i0, i1) (the backward's recomputation): 0 where
+ * masked, and a row with no visible key (lse = +inf) all 0 */
+static void block_exp(real *S, size_t lds, int i0, int i1, int nk, const real *lse) {
+    for (int t = i0; t < i1; t++) {
+        real *s = S + (size_t)(t - i0) * lds;
+        const real L = lse[t];
+        if (L == INFINITY)
+            for (int j = 0; j < nk; j++) s[j] = 0;
+        else
+            mega_exp_sub(s, (size_t)nk, L, 0); /* as mega_softmax_row; 0 when masked */
+    }
+}
+
 /* Attention weights of query rows [i0, i1) x keys [lo, hi) of head h into P (ld hi-lo), and
  * the rows' log-n factors into lam. lse (the unit's row, indexed by t): written when !have,
  * else read (the backward's recomputation). pb: this sequence's pad row or NULL. */
 static void block_probs(const mega_mhattn_k *k, int h, int i0, int i1, int lo, int hi, const real *Qb, size_t ldq,
                         const real *Kb, size_t ldk, const tscr *ts, const uint8_t *pb, real *P, real *lam, real *lse,
                         int have) {
-    const int br = i1 - i0, nk = hi - lo;
-    if (fast_path(k)) /* keys [lo, hi) are columns [lo, hi) of the unit's transposed keys */
-        mega_hgemm_abt(P, (size_t)nk, Qb, ldq, ts->kt + lo, ts->ldt, br, nk, k->dh, k->scale);
+    const int nk = hi - lo;
+    block_lambda(k, i0, i1, lo, hi, pb, lam);
+    block_scores(k, h, i0, i1, lo, hi, Qb, ldq, Kb, ldk, ts, pb, lam, P, (size_t)nk);
+    if (have)
+        block_exp(P, (size_t)nk, i0, i1, nk, lse);
     else
-        mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)k->dh, k->scale, Qb, ldq, Kb, ldk, 0, P, (size_t)nk);
-    const real *bt = k->btab ? k->btab + (size_t)h * k->bl + k->bc : NULL; /* bt[u - t] */
-    const real *kb = k->kbias ? k->kbias + (size_t)h * k->kbl : NULL;
-    for (int r = 0; r < br; r++) {
-        const int t = i0 + r;
-        real *s = P + (size_t)r * nk;
-        int a, b;
-        row_range(k, t, lo, hi, &a, &b);
-        int n = b - a;
-        if (pb)
-            for (int u = a; u < b; u++) n -= pb[u] != 0;
-        const real l = lambda_of(k, n);
-        for (int u = lo; u < a; u++) s[u - lo] = -INFINITY;
-        for (int u = b; u < hi; u++) s[u - lo] = -INFINITY;
-        if (l != 1)
-            for (int u = a; u < b; u++) s[u - lo] *= l;
-        if (bt)
-            for (int u = a; u < b; u++) s[u - lo] += bt[u - t];
-        if (kb) {
-            const int c = MEGA_MIN(b, k->kbl - 1); /* positions >= kbl - 1 use the last entry */
-            for (int u = a; u < c; u++) s[u - lo] += kb[u];
-            for (int u = MEGA_MAX(a, c); u < b; u++) s[u - lo] += kb[k->kbl - 1];
-        }
-        if (pb)
-            for (int u = a; u < b; u++)
-                if (pb[u]) s[u - lo] = -INFINITY;
-        if (have) {
-            const real L = lse[t];
-            if (L == INFINITY)
-                for (int j = 0; j < nk; j++) s[j] = 0;
-            else
-                for (int j = 0; j < nk; j++) s[j] = mega_exp(s[j] - L); /* as mega_softmax_row; 0 when masked */
-        } else {
-            lse[t] = mega_softmax_row(s, (size_t)nk);
-        }
-        lam[r] = l;
-    }
+        for (int t = i0; t < i1; t++) lse[t] = mega_softmax_row(P + (size_t)(t - i0) * nk, (size_t)nk);
 }
 
 /* attention dropout of rows [i0,i1) x keys [lo,hi) of unit (b,h): index ((b*H+h)*T + t)*T + u */
@@ -190,6 +226,95 @@ static void block_operands(const mega_mhattn_k *k, const tscr *s, const real *q,
     }
 }
 
+/* Fast-path forward of query rows [i0, i1) of unit (b, h): key tiles with a running max (mx) and
+ * sum (sm) per row; the unnormalised output accumulates in Ob and is divided by the sum at the
+ * end. Dropout applies to the weights that meet V, the sum is over the undropped ones. */
+static void fast_block_forward(const mega_mhattn_k *k, const tscr *s, int b, int h, int T, int i0, int i1, int lo, int hi,
+                               const real *Qb, size_t ldq, const real *v, const uint8_t *pb, real *Ob, real *lrow) {
+    const int br = i1 - i0, dh = k->dh;
+    const size_t Da = (size_t)k->H * dh;
+    block_lambda(k, i0, i1, lo, hi, pb, s->lam);
+    for (int r = 0; r < br; r++) {
+        s->mx[r] = -INFINITY, s->sm[r] = 0;
+        memset(Ob + (size_t)r * Da, 0, (size_t)dh * sizeof(real));
+    }
+    for (int j0 = lo; j0 < hi; j0 += TK) {
+        const int j1 = MEGA_MIN(hi, j0 + TK), nk = j1 - j0;
+        block_scores(k, h, i0, i1, j0, j1, Qb, ldq, NULL, 0, s, pb, s->lam, s->P, (size_t)nk);
+        for (int r = 0; r < br; r++) {
+            real *p = s->P + (size_t)r * nk;
+            const real m = MEGA_MAX(s->mx[r], mega_row_max(p, (size_t)nk));
+            if (m == -INFINITY) { /* nothing visible yet: weights 0 */
+                memset(p, 0, (size_t)nk * sizeof(real));
+                continue;
+            }
+            const real sum = mega_exp_sub(p, (size_t)nk, m, 1);
+            const real f = mega_exp(s->mx[r] - m); /* rescales what came before (0 from -inf) */
+            s->sm[r] = s->sm[r] * f + sum;
+            if (f != 1)
+                for (int d = 0; d < dh; d++) Ob[(size_t)r * Da + d] *= f;
+            s->mx[r] = m;
+        }
+        if (k->p_drop > 0) block_dropout(k, s->P, b, h, T, i0, i1, j0, j1);
+        mega_hgemm_ab(Ob, Da, s->P, (size_t)nk, v + ((size_t)b * T + j0) * Da + (size_t)h * dh, Da, br, nk, dh, 1, 1);
+    }
+    for (int r = 0; r < br; r++) {
+        const int t = i0 + r;
+        if (s->sm[r] == 0) { /* no visible key: O = 0, lse = +inf (mega_softmax_row's rule) */
+            lrow[t] = INFINITY;
+            continue;
+        }
+        const real inv = (real)1 / s->sm[r];
+        for (int d = 0; d < dh; d++) Ob[(size_t)r * Da + d] *= inv;
+        lrow[t] = s->mx[r] + R_LOG(s->sm[r]);
+    }
+}
+
+/* Fast-path backward of query rows [i0, i1) of unit (b, h), key tile by key tile: P from the
+ * scores and lse, dP' = dO V^T, dV += P'^T dO, dS = P (dP - <dO_t, O_t>), then the bias
+ * gradients, the log-n factor, dQ += scale dS K and dK += scale dS^T Q. */
+static void fast_block_backward(const mega_mhattn_k *k, const tscr *s, int b, int h, int T, int i0, int i1, int lo,
+                                int hi, const real *Qb, size_t ldq, const real *dOb, const real *Orows, const real *kk,
+                                const real *lrow, const uint8_t *pb, real *dQb, real *dk, real *dv, real *dbt, real *dkb) {
+    const int br = i1 - i0, dh = k->dh;
+    const size_t Da = (size_t)k->H * dh;
+    block_lambda(k, i0, i1, lo, hi, pb, s->lam);
+    for (int r = 0; r < br; r++) s->sm[r] = mega_row_dot(dOb + (size_t)r * Da, Orows + (size_t)r * Da, (size_t)dh);
+    for (int j0 = lo; j0 < hi; j0 += TK) {
+        const int j1 = MEGA_MIN(hi, j0 + TK), nk = j1 - j0;
+        block_scores(k, h, i0, i1, j0, j1, Qb, ldq, NULL, 0, s, pb, s->lam, s->P, (size_t)nk);
+        block_exp(s->P, (size_t)nk, i0, i1, nk, lrow);
+        mega_hgemm_abt(s->G, (size_t)nk, dOb, Da, s->vt + j0, s->ldt, br, nk, dh, 1);
+        const real *Pv = s->P;
+        if (k->p_drop > 0) {
+            memcpy(s->Pd, s->P, (size_t)br * nk * sizeof(real));
+            block_dropout(k, s->Pd, b, h, T, i0, i1, j0, j1);
+            block_dropout(k, s->G, b, h, T, i0, i1, j0, j1);
+            Pv = s->Pd;
+        }
+        const size_t kv = ((size_t)b * T + j0) * Da + (size_t)h * dh;
+        mega_hgemm_atb(dv + kv, Da, Pv, (size_t)nk, dOb, Da, br, nk, dh, 1);
+        for (int r = 0; r < br; r++) {
+            const int t = i0 + r;
+            real *g = s->G + (size_t)r * nk;
+            const real *p = s->P + (size_t)r * nk, D = s->sm[r];
+            for (int j = 0; j < nk; j++) g[j] = p[j] * (g[j] - D);
+            if (dbt || dkb) { /* masked entries have P = 0, hence dS = 0 */
+                int a, e;
+                row_range(k, t, j0, j1, &a, &e);
+                if (dbt)
+                    for (int u = a; u < e; u++) dbt[u - t] += g[u - j0];
+                if (dkb)
+                    for (int u = a; u < e; u++) dkb[MEGA_MIN(u, k->kbl - 1)] += g[u - j0];
+            }
+            if (s->lam[r] != 1)
+                for (int j = 0; j < nk; j++) g[j] *= s->lam[r];
+        }
+        mega_hgemm_ab(dQb, Da, s->G, (size_t)nk, kk + kv, Da, br, nk, dh, k->scale, 1);
+        mega_hgemm_atb(dk + kv, Da, s->G, (size_t)nk, Qb, ldq, br, nk, dh, k->scale);
+    }
+}
+
 void mega_mhattn_forward(const mega_mhattn_k *k, real *O, real *lse, const real *q, const real *kk, const real *v,
                          const uint8_t *pad, int B, int T, real *scratch, int nthreads) {
     const int H = k->H, dh = k->dh;
@@ -216,21 +341,22 @@ void mega_mhattn_forward(const mega_mhattn_k *k, real *O, real *lse, const real 
             const real *Qb, *Kb;
             size_t ldq, ldk;
             block_operands(k, &s, q, kk, Da, b, h, T, i0, i1, lo, hi, &Qb, &ldq, &Kb, &ldk);
+            real *Ob = O + ((size_t)b * T + i0) * Da + (size_t)h * dh;
+            if (fast) {
+                fast_block_forward(k, &s, b, h, T, i0, i1, lo, hi, Qb, ldq, v, pb, Ob, lrow);
+                continue;
+            }
             block_probs(k, h, i0, i1, lo, hi, Qb, ldq, Kb, ldk, &s, pb, s.P, s.lam, lrow, 0);
             if (k->p_drop > 0) block_dropout(k, s.P, b, h, T, i0, i1, lo, hi);
             const real *Vb = v + ((size_t)b * T + lo) * Da + (size_t)h * dh;
-            real *Ob = O + ((size_t)b * T + i0) * Da + (size_t)h * dh;
-            if (fast)
-                mega_hgemm_ab(Ob, Da, s.P, (size_t)(hi - lo), Vb, Da, i1 - i0, hi - lo, dh, 1, 0);
-            else
-                mega_gemm_serial(0, 0, (size_t)(i1 - i0), (size_t)dh, (size_t)(hi - lo), 1, s.P, (size_t)(hi - lo), Vb, Da, 0,
-                                 Ob, Da);
+            mega_gemm_serial(0, 0, (size_t)(i1 - i0), (size_t)dh, (size_t)(hi - lo), 1, s.P, (size_t)(hi - lo), Vb, Da, 0,
+                             Ob, Da);
         }
     }
 }
 
 void mega_mhattn_backward(const mega_mhattn_k *k, real *dq, real *dk, real *dv, real *dbtab, real *dkbias,
-                          const real *dO, const real *q, const real *kk, const real *v, const real *lse,
+                          const real *dO, const real *O, const real *q, const real *kk, const real *v, const real *lse,
                           const uint8_t *pad, int B, int T, real *scratch, int nthreads) {
     const int H = k->H, dh = k->dh;
     const size_t Da = (size_t)H * dh, per = layout(k, T, NULL, NULL) + 16;
@@ -272,15 +398,17 @@ void mega_mhattn_backward(const mega_mhattn_k *k, real *dq, real *dk, real *dv, 
             const real *Qb, *Kb;
             size_t ldq, ldk;
             block_operands(k, &s, q, kk, Da, b, h, T, i0, i1, lo, hi, &Qb, &ldq, &Kb, &ldk);
-            block_probs(k, h, i0, i1, lo, hi, Qb, ldq, Kb, ldk, &s, pb, s.P, s.lam, (real *)lrow, 1);
             const real *dOb = dO + ((size_t)b * T + i0) * Da + (size_t)h * dh;
+            if (fast) {
+                fast_block_backward(k, &s, b, h, T, i0, i1, lo, hi, Qb, ldq, dOb, O + ((size_t)b * T + i0) * Da + (size_t)h * dh,
+                                    kk, lrow, pb, dq + ((size_t)b * T + i0) * Da + (size_t)h * dh, dk, dv, dbt, dkb);
+                continue;
+            }
+            block_probs(k, h, i0, i1, lo, hi, Qb, ldq, Kb, ldk, &s, pb, s.P, s.lam, (real *)lrow, 1);
             const real *Vb = v + ((size_t)b * T + lo) * Da + (size_t)h * dh;
             real *dVb = dv + ((size_t)b * T + lo) * Da + (size_t)h * dh;
             /* dP' = dO V^T; dV += P'^T dO with P' the dropped weights; dP = dropout(dP') */
-            if (fast)
-                mega_hgemm_abt(s.G, (size_t)nk, dOb, Da, s.vt + lo, s.ldt, br, nk, dh, 1);
-            else
-                mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)dh, 1, dOb, Da, Vb, Da, 0, s.G, (size_t)nk);
+            mega_gemm_serial(0, 1, (size_t)br, (size_t)nk, (size_t)dh, 1, dOb, Da, Vb, Da, 0, s.G, (size_t)nk);
             const real *Pv = s.P;
             if (k->p_drop > 0) {
                 memcpy(s.Pd, s.P, (size_t)br * nk * sizeof(real));
@@ -288,10 +416,7 @@ void mega_mhattn_backward(const mega_mhattn_k *k, real *dq, real *dk, real *dv, 
                 block_dropout(k, s.G, b, h, T, i0, i1, lo, hi);
                 Pv = s.Pd;
             }
-            if (fast)
-                mega_hgemm_atb(dVb, Da, Pv, (size_t)nk, dOb, Da, br, nk, dh, 1);
-            else
-                mega_gemm_serial(1, 0, (size_t)nk, (size_t)dh, (size_t)br, 1, Pv, (size_t)nk, dOb, Da, 1, dVb, Da);
+            mega_gemm_serial(1, 0, (size_t)nk, (size_t)dh, (size_t)br, 1, Pv, (size_t)nk, dOb, Da, 1, dVb, Da);
             /* dS = P (dP - rowsum(dP P)); bias gradients; then the log-n factor of the row */
             for (int r = 0; r < br; r++) {
                 const int t = i0 + r;
@@ -319,9 +444,6 @@ void mega_mhattn_backward(const mega_mhattn_k *k, real *dq, real *dk, real *dv, 
                                  (size_t)dh);
                 xscale(k, dQb, Da, s.dqs, (size_t)dh, br, 0, 1, 1);
                 xscale(k, dKb, Da, s.dks, (size_t)dh, nk, i0 - lo, -1, 1);
-            } else if (fast) {
-                mega_hgemm_ab(dQb, Da, s.G, (size_t)nk, Kb, ldk, br, nk, dh, k->scale, 1);
-                mega_hgemm_atb(dKb, Da, s.G, (size_t)nk, Qb, ldq, br, nk, dh, k->scale);
             } else {
                 mega_gemm_serial(0, 0, (size_t)br, (size_t)dh, (size_t)nk, k->scale, s.G, (size_t)nk, Kb, ldk, 1, dQb,
                                  Da);

@@ -64,9 +64,9 @@ size_t mega_mhattn_scratch(const mega_mhattn_k *k, int B, int T, int nthreads);
 void mega_mhattn_forward(const mega_mhattn_k *k, real *O, real *lse, const real *q, const real *kk, const real *v,
                          const uint8_t *pad, int B, int T, real *scratch, int nthreads);
 /* accumulates dq, dk, dv [B,T,H*dh] (w.r.t. the given, pre-XPOS-scaling q and k), dbtab [H*bl]
- * and dkbias [H*kbl] (either may be NULL) from dO */
+ * and dkbias [H*kbl] (either may be NULL) from dO; O and lse: the forward's outputs */
 void mega_mhattn_backward(const mega_mhattn_k *k, real *dq, real *dk, real *dv, real *dbtab, real *dkbias,
-                          const real *dO, const real *q, const real *kk, const real *v, const real *lse,
+                          const real *dO, const real *O, const real *q, const real *kk, const real *v, const real *lse,
                           const uint8_t *pad, int B, int T, real *scratch, int nthreads);
 
 /* Streaming (KV cache): head h of one query at absolute position t against the cached keys

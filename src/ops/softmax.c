@@ -1,6 +1,8 @@
 /* Masked row softmax and its backward (shared by the softmax-normalised mixers), and the
  * cross-entropy of the models' output rows. */
+#include "ops/hgemm.h"
 #include "ops/ops.h"
+#include "ops/vec.h"
 
 /* Row reductions in LANES independent partial results, combined pairwise at the end. A plain
  * `for (j) sum += x[j]` must add in order under IEEE rules (no -ffast-math here), so the compiler
@@ -17,14 +19,16 @@ static inline real combine(real *a) {
 }
 
 real mega_row_max(const real *x, size_t n) {
-    real a[LANES];
-    for (int l = 0; l < LANES; l++) a[l] = -INFINITY;
     size_t j = 0;
-    for (; j + LANES <= n; j += LANES)
-        for (int l = 0; l < LANES; l++) a[l] = x[j + l] > a[l] ? x[j + l] : a[l];
-    for (int l = 0; j < n; j++, l++) a[l] = x[j] > a[l] ? x[j] : a[l];
-    real m = a[0];
-    for (int l = 1; l < LANES; l++) m = a[l] > m ? a[l] : m;
+    real m = -INFINITY;
+#ifdef MEGA_VEC
+    /* vmax, not the lane loop below: compilers do not turn `x > a ? x : a` into vector maxima */
+    vf a0 = vbc(-INFINITY), a1 = a0;
+    for (; j + 2 * VL <= n; j += 2 * VL) a0 = vmax(vld(x + j), a0), a1 = vmax(vld(x + j + VL), a1);
+    a0 = vmax(a0, a1);
+    for (int l = 0; l < VL; l++) m = a0[l] > m ? a0[l] : m;
+#endif
+    for (; j < n; j++) m = x[j] > m ? x[j] : m;
     return m;
 }
 
@@ -52,8 +56,7 @@ real mega_softmax_row(real *s, size_t n) {
         for (size_t j = 0; j < n; j++) s[j] = 0;
         return INFINITY;
     }
-    for (size_t j = 0; j < n; j++) s[j] = mega_exp(s[j] - mx);
-    const real sum = mega_row_sum(s, n);
+    const real sum = mega_exp_sub(s, n, mx, 1);
     real inv = (real)1 / sum;
     for (size_t j = 0; j < n; j++) s[j] *= inv;
     return mx + R_LOG(sum);
