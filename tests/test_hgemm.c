@@ -8,6 +8,7 @@
  * The float fixtures use head widths the kernels do not take on every machine, hence this test. */
 #include "ops/hgemm.h"
 #include "ops/mhattn.h"
+#include "ops/ops.h"
 #include "testlib.h"
 
 #include <math.h>
@@ -158,9 +159,28 @@ static void exps(void) {
              sumerr, zeros);
 }
 
+/* the vectorised silu and its gradient (act.c) against the scalar definitions, extremes included */
+static void silu(void) {
+    enum { N = 203 };
+    real x[N], y[N], dy[N], dx[N];
+    for (int i = 0; i < N; i++) x[i] = (real)((i - 101) * 0.9), dy[i] = (real)(1 + 0.01 * i);
+    x[0] = (real)-200, x[1] = (real)200, x[2] = (real)-88.4, x[3] = (real)88.4, x[4] = 0;
+    mega_act_forward(MEGA_ACT_SILU, y, x, N);
+    mega_act_backward(MEGA_ACT_SILU, dx, dy, x, N);
+    double ey = 0, ed = 0;
+    for (int i = 0; i < N; i++) {
+        const double s = 1 / (1 + exp(-(double)x[i]));
+        const double wy = x[i] * s, wd = dy[i] * s * (1 + x[i] * (1 - s));
+        ey = fmax(ey, fabs(y[i] - wy) / fmax(1, fabs(wy)));
+        ed = fmax(ed, fabs(dx[i] - wd) / fmax(1, fabs(wd)));
+    }
+    TL_CHECK(ey < 1e-6 && ed < 1e-6, "silu forward %.1e, backward %.1e (vs double)", ey, ed);
+}
+
 int main(void) {
     int any = 0;
     exps();
+    silu();
     for (int dh = 4; dh <= 64; dh += 4) {
         if (!mega_hgemm_ok(dh)) continue;
         any = 1;

@@ -1,38 +1,53 @@
 /* Element-wise activations (official fairseq/utils.py get_activation_fn: silu, gelu (exact erf
  * form, as torch F.gelu), relu, linear) and their derivatives. */
 #include "ops/ops.h"
+#include "ops/vec.h"
 
 #define INV_SQRT2 ((real)0.70710678118654752440)
 #define INV_SQRT2PI ((real)0.39894228040143267794)
 
 static void act_forward_range(mega_act a, real *y, const real *x, size_t n) {
+    size_t i = 0;
     switch (a) {
     case MEGA_ACT_SILU:
-        for (size_t i = 0; i < n; i++) y[i] = mega_silu(x[i]);
+#ifdef MEGA_VEXP /* mega_silu on vectors: the scalar form is one dependent chain per element */
+        for (const vf one = vbc(1); i + VL <= n; i += VL) {
+            const vf v = vld(x + i);
+            vst(y + i, v / (one + vexp(-v)));
+        }
+#endif
+        for (; i < n; i++) y[i] = mega_silu(x[i]);
         break;
     case MEGA_ACT_GELU:
-        for (size_t i = 0; i < n; i++) y[i] = (real)0.5 * x[i] * ((real)1 + R_ERF(x[i] * INV_SQRT2));
+        for (i = 0; i < n; i++) y[i] = (real)0.5 * x[i] * ((real)1 + R_ERF(x[i] * INV_SQRT2));
         break;
     case MEGA_ACT_RELU:
-        for (size_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
+        for (i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
         break;
     case MEGA_ACT_LINEAR:
         if (y != x) memmove(y, x, n * sizeof(real));
         break;
     case MEGA_ACT_SIGMOID:
-        for (size_t i = 0; i < n; i++) y[i] = mega_sigmoid(x[i]);
+        for (i = 0; i < n; i++) y[i] = mega_sigmoid(x[i]);
         break;
     case MEGA_ACT_COUNT: break; /* not an activation (configs are checked) */
     }
 }
 
 static void act_backward_range(mega_act a, real *dx, const real *dy, const real *x, size_t n) {
+    size_t i = 0;
     switch (a) {
     case MEGA_ACT_SILU:
-        for (size_t i = 0; i < n; i++) dx[i] = dy[i] * mega_silu_grad(x[i]);
+#ifdef MEGA_VEXP /* mega_silu_grad on vectors */
+        for (const vf one = vbc(1); i + VL <= n; i += VL) {
+            const vf v = vld(x + i), s = one / (one + vexp(-v));
+            vst(dx + i, vld(dy + i) * (s * (one + v * (one - s))));
+        }
+#endif
+        for (; i < n; i++) dx[i] = dy[i] * mega_silu_grad(x[i]);
         break;
     case MEGA_ACT_GELU:
-        for (size_t i = 0; i < n; i++) {
+        for (i = 0; i < n; i++) {
             real v = x[i];
             real cdf = (real)0.5 * ((real)1 + R_ERF(v * INV_SQRT2));
             real pdf = INV_SQRT2PI * mega_exp((real)-0.5 * v * v);
@@ -40,13 +55,13 @@ static void act_backward_range(mega_act a, real *dx, const real *dy, const real 
         }
         break;
     case MEGA_ACT_RELU:
-        for (size_t i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : 0;
+        for (i = 0; i < n; i++) dx[i] = x[i] > 0 ? dy[i] : 0;
         break;
     case MEGA_ACT_LINEAR:
         if (dx != dy) memmove(dx, dy, n * sizeof(real));
         break;
     case MEGA_ACT_SIGMOID:
-        for (size_t i = 0; i < n; i++) {
+        for (i = 0; i < n; i++) {
             real s = mega_sigmoid(x[i]);
             dx[i] = dy[i] * s * ((real)1 - s);
         }

@@ -149,55 +149,10 @@ void mega_hgemm_atb(real *C, size_t ldc, const real *A, size_t lda, const real *
     }
 }
 
-/* e^x on a vector, as mega_exp (Cody-Waite reduction, the same degree-6 polynomial, exact 0 below
- * the float range and for -inf) with fused multiply-adds, so that a row of weights costs a few
- * cycles per element instead of one dependent chain of twenty operations per element */
-#if defined(__AVX512F__)
-INLINE vf vexp(vf xv) {
-    const __m512 x = (__m512)xv, lo = _mm512_set1_ps(-87.3365447505531f);
-    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.3762626647949f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    const __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-    return (vf)_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), y); /* 0 below the range, -inf, NaN */
-}
-#define HG_VEXP 1
-#elif defined(__AVX2__) && defined(__FMA__)
-INLINE vf vexp(vf xv) {
-    const __m256 x = (__m256)xv, lo = _mm256_set1_ps(-87.3365447505531f);
-    const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3762626647949f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    const __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-    return (vf)_mm256_and_ps(y, _mm256_cmp_ps(x, lo, _CMP_GE_OQ));
-}
-#define HG_VEXP 1
-#endif
-
 real mega_exp_sub(real *s, size_t n, real m, int want_sum) {
     size_t j = 0;
     real sum = 0;
-#ifdef HG_VEXP
+#ifdef MEGA_VEXP
     /* two vectors per step: independent chains for the out-of-order core */
     const vf mv = vbc(m), z = vbc(0);
     vf a0 = z, a1 = z;
