@@ -1,0 +1,309 @@
+#!/usr/bin/python3
+"""Convert an official Mega checkpoint (fairseq .pt + dict.txt) into this project's model file.
+
+    python3 scripts/convert_fairseq.py --checkpoint model.pt --dict dict.txt --out DIR [--unit auto|byte|word]
+
+The official repository (facebookresearch/mega, a fork of fairseq) saves checkpoints with
+fairseq/checkpoint_utils.py save_state: a pickled dict {"args": argparse.Namespace, "model": the
+state dict, "optimizer_history": [...], "extra_state": {...}, ...}, whose extra state holds
+objects of fairseq classes (meters, iterators). This script reads it WITHOUT fairseq: while it
+loads, the packages fairseq, fairseq_cli, omegaconf and hydra, when not installed, are empty
+stand-in modules whose classes build inert objects; only the args and the tensors are used.
+
+It writes DIR/model.safetensors: the weights by their official names (this project loads them by
+those names, docs/checkpoints.md), the model config from the fairseq arguments, the fairseq
+dictionary as the vocabulary (docs/interop.md), and the training --tokens-per-sample, which
+`mega eval` uses as the official evaluation does. Supported: the language models (`mega_lm*`
+architectures, task language_modeling). Everything else is refused with one line naming it.
+
+Exit status: 0 converted, 2 refused or failed (nothing written).
+Needs /usr/bin/python3 with torch and numpy (whoever holds a .pt has torch).
+"""
+import argparse
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import struct
+import sys
+import tempfile
+import types
+
+SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # fairseq Dictionary(): bos 0, pad 1, eos 2, unk 3
+FORMAT = "mega-convert-fairseq 1"
+
+
+class Refused(Exception):
+    """a checkpoint, dictionary or option this converter cannot represent (one line)"""
+
+
+# ---- reading a fairseq checkpoint without fairseq -------------------------------------------
+
+class _Stub:
+    """stands in for an object of a class that cannot be imported here (fairseq meters, omegaconf
+    configs, ...): accepts any construction and keeps its pickled state"""
+
+    def __init__(self, *args, **kwargs):
+        self._args, self._kwargs = args, kwargs
+
+    def __setstate__(self, state):
+        self._state = state
+
+    def __call__(self, *args, **kwargs):  # a stubbed function used as a reducer
+        return _Stub(*args, **kwargs)
+
+
+# packages a released checkpoint may name in its pickle that need not be installed here
+STUB_PACKAGES = ("fairseq", "fairseq_cli", "omegaconf", "hydra")
+
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """imports of STUB_PACKAGES (when they are not installed) give empty modules whose every
+    attribute is a _Stub subclass: pickle finds its classes, and nothing of them runs"""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] not in STUB_PACKAGES:
+            return None
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def create_module(self, spec):
+        m = types.ModuleType(spec.name)
+        m.__path__ = []
+        m.__getattr__ = lambda attr, mod=spec.name: type(attr, (_Stub,), {"__module__": mod})
+        return m
+
+    def exec_module(self, module):
+        pass
+
+
+def load_checkpoint(path):
+    try:
+        import torch
+    except ImportError as e:
+        raise Refused(f"PyTorch is needed to read a .pt file ({e}); use /usr/bin/python3 with python3-torch") from e
+    if not os.path.isfile(path):
+        raise Refused(f"--checkpoint '{path}': no such file")
+    finder, before = _StubFinder(), set(sys.modules)
+    missing = [p for p in STUB_PACKAGES if importlib.util.find_spec(p) is None]
+    if missing:
+        sys.meta_path.append(finder)
+    try:
+        ck = torch.load(path, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 - a corrupt or truncated file raises many kinds
+        raise Refused(f"--checkpoint '{path}' is not a readable PyTorch checkpoint ({type(e).__name__}: "
+                      f"{str(e).splitlines()[0][:120] if str(e) else 'no detail'})") from e
+    finally:
+        if missing:
+            sys.meta_path.remove(finder)
+            for name in set(sys.modules) - before:  # the stand-in modules, not real ones
+                if name.split(".")[0] in missing:
+                    del sys.modules[name]
+    if not isinstance(ck, dict) or "model" not in ck or not isinstance(ck["model"], dict):
+        raise Refused(f"--checkpoint '{path}' is not a fairseq checkpoint (no 'model' state dict)")
+    return ck
+
+
+def checkpoint_args(ck):
+    """the model arguments: args (argparse.Namespace) or cfg['model'] (a dict or omegaconf node)"""
+    a = ck.get("args")
+    if a is not None and hasattr(a, "__dict__") and not isinstance(a, _Stub):
+        return dict(vars(a))
+    cfg = ck.get("cfg")
+    if isinstance(cfg, dict):
+        m = cfg.get("model")
+        if m is not None and hasattr(m, "__dict__") and not isinstance(m, _Stub):
+            return dict(vars(m))
+        if isinstance(m, dict):
+            return dict(m)
+    raise Refused("the checkpoint has no readable model arguments ('args' or 'cfg'); an omegaconf 'cfg' needs "
+                  "fairseq to read: re-save it with args")
+
+
+# ---- the dictionary -------------------------------------------------------------------------
+
+def read_dict(path):
+    """the tokens of a fairseq dict.txt in id order after the 4 specials (Dictionary.add_from_file:
+    'token count' per line, an optional '#fairseq:overwrite' flag)"""
+    if not os.path.isfile(path):
+        raise Refused(f"--dict '{path}': no such file")
+    toks = []
+    seen = set()
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as e:
+                raise Refused(f"--dict {path}:{n}: not UTF-8 ({e.reason})") from e
+            overwrite = False
+            if line.endswith(" #fairseq:overwrite"):
+                overwrite, line = True, line[: -len(" #fairseq:overwrite")]
+            word, sep, count = line.rpartition(" ")
+            if not sep or not word:
+                raise Refused(f"--dict {path}:{n}: expected 'token count', got {line[:60]!r}")
+            try:
+                int(count)
+            except ValueError:
+                raise Refused(f"--dict {path}:{n}: the count {count[:20]!r} is not an integer") from None
+            if word in seen and not overwrite:
+                raise Refused(f"--dict {path}:{n}: duplicate token {word[:40]!r} (fairseq refuses it without "
+                              "'#fairseq:overwrite')")
+            seen.add(word)
+            toks.append(word)
+    if not toks:
+        raise Refused(f"--dict '{path}' is empty")
+    return toks
+
+
+def vocabulary(dict_tokens, rows, unit):
+    """the full id -> token list for an embedding of `rows` rows, and the unit"""
+    toks = SPECIALS + dict_tokens
+    if len(toks) > rows:
+        raise Refused(f"the dictionary has {len(toks)} tokens (with the 4 specials) but the model's embedding has "
+                      f"{rows} rows: is it the dict.txt of this checkpoint?")
+    if rows - len(toks) >= 8:
+        raise Refused(f"the model's embedding has {rows} rows, {rows - len(toks)} more than the dictionary's "
+                      f"{len(toks)} tokens (the padding of a fairseq dictionary to a multiple of 8 adds at most 7): is it the dict.txt of this "
+                      "checkpoint?")
+    toks += ["madeupword%04d" % i for i in range(rows - len(toks))]  # Dictionary.pad_to_multiple_
+    if unit == "auto":
+        def is_byte(t):
+            return t.isdigit() and t.isascii() and (t == "0" or not t.startswith("0")) and int(t) < 256
+        unit = "byte" if all(is_byte(t) for t in dict_tokens) else "word"
+    return toks, unit
+
+
+# ---- the model config -----------------------------------------------------------------------
+
+# fairseq/models/mega_lm.py base_lm_architecture: the defaults of the arguments we map
+LM_DEFAULTS = {
+    "decoder_embed_dim": 512, "decoder_hidden_dim": 1664, "decoder_z_dim": 128, "decoder_n_dim": 16,
+    "decoder_layers": 6, "decoder_chunk_size": -1, "rel_pos_bias": "simple", "normalization_type": "layernorm",
+    "normalize_before": False, "normalize_embedding": False, "no_scale_embedding": False,
+    "no_affine_final_norm": False, "share_decoder_input_output_embed": False, "activation_fn": "silu",
+    "attention_activation_fn": "softmax", "truncation_length": 2048, "adaptive_input": False,
+    "adaptive_softmax_cutoff": None, "max_target_positions": 1024,
+}
+
+
+def lm_config(a, rows):
+    g = {k: a.get(k, v) if a.get(k, v) is not None or k in ("adaptive_softmax_cutoff", "truncation_length") else v
+         for k, v in LM_DEFAULTS.items()}
+    g["decoder_ffn_embed_dim"] = a.get("decoder_ffn_embed_dim", g["decoder_hidden_dim"])
+    if g["adaptive_input"] or g["adaptive_softmax_cutoff"] is not None:
+        raise Refused("adaptive input / adaptive softmax (--adaptive-input, --adaptive-softmax-cutoff) are not "
+                      "supported by this version")
+    if a.get("decoder_input_dim", g["decoder_embed_dim"]) != g["decoder_embed_dim"]:
+        raise Refused(f"decoder_input_dim {a.get('decoder_input_dim')} != decoder_embed_dim {g['decoder_embed_dim']} "
+                      "(an input projection) is not supported")
+    if g["normalize_embedding"]:
+        raise Refused("normalize_embedding (a norm after the embedding) is not supported")
+    cfg = {k: g[k] for k in ("decoder_layers", "decoder_embed_dim", "decoder_z_dim", "decoder_hidden_dim",
+                             "decoder_n_dim", "decoder_ffn_embed_dim", "decoder_chunk_size", "truncation_length",
+                             "max_target_positions", "attention_activation_fn", "rel_pos_bias",
+                             "normalization_type", "normalize_before", "no_affine_final_norm", "activation_fn",
+                             "no_scale_embedding", "share_decoder_input_output_embed")}
+    cfg["vocab_size"], cfg["padding_idx"] = rows, SPECIALS.index("<pad>")
+    return cfg
+
+
+# ---- writing --------------------------------------------------------------------------------
+
+def safetensors_bytes(tensors, metadata):
+    """a safetensors file (F32 little-endian) of name -> float32 numpy array, names sorted"""
+    import numpy as np
+    header, blobs, off = {"__metadata__": metadata}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name], dtype="<f4")
+        b = a.tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+def write_atomic(path, data):
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".tmp.", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dfd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def convert(checkpoint, dict_path, out, unit="auto"):
+    ck = load_checkpoint(checkpoint)
+    a = checkpoint_args(ck)
+    arch, task = str(a.get("arch", a.get("_name", ""))), str(a.get("task", ""))
+    if not arch.startswith("mega_lm"):
+        raise Refused(f"architecture '{arch or '?'}' (task '{task or '?'}') is not supported: this converter "
+                      "handles the Mega language models (mega_lm*); the LRA and translation models are not "
+                      "converted yet")
+    sd = ck["model"]
+    emb = sd.get("decoder.embed_tokens.weight")
+    if emb is None or not hasattr(emb, "shape") or len(emb.shape) != 2:
+        raise Refused("the state dict has no decoder.embed_tokens.weight [V, D]")
+    rows = int(emb.shape[0])
+    toks, unit = vocabulary(read_dict(dict_path), rows, unit)
+    cfg = lm_config(a, rows)
+    if int(emb.shape[1]) != cfg["decoder_embed_dim"]:
+        raise Refused(f"decoder.embed_tokens.weight is {list(emb.shape)} but decoder_embed_dim is "
+                      f"{cfg['decoder_embed_dim']}")
+    tensors = {}
+    for k, v in sd.items():
+        if k.endswith("_float_tensor") or k.endswith(".version") or k == "version":
+            continue  # buffers that are not weights
+        if not hasattr(v, "detach"):
+            raise Refused(f"state dict entry '{k}' is not a tensor")
+        tensors[k] = v.detach().float().cpu().numpy()
+    meta = {
+        "config": json.dumps(cfg), "task": "lm", "format": FORMAT,
+        "vocab": json.dumps({"kind": "fairseq", "unit": unit, "tokens": toks, "bos": 0, "pad": 1, "eos": 2, "unk": 3}),
+        "source": f"fairseq checkpoint {os.path.basename(checkpoint)}, arch {arch}",
+    }
+    tps = a.get("tokens_per_sample")
+    if isinstance(tps, int) and tps > 0:
+        meta["tokens-per-sample"] = str(tps)
+    data = safetensors_bytes(tensors, meta)
+    os.makedirs(out, exist_ok=True)
+    write_atomic(os.path.join(out, "model.safetensors"), data)
+    return {"arch": arch, "tokens": len(toks), "unit": unit, "tensors": len(tensors), "tokens_per_sample": tps}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="convert_fairseq.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--checkpoint", required=True, help="the fairseq checkpoint (.pt)")
+    p.add_argument("--dict", required=True, help="its fairseq dictionary (dict.txt)")
+    p.add_argument("--out", required=True, help="output directory (model.safetensors is written there)")
+    p.add_argument("--unit", default="auto", choices=["auto", "byte", "word"],
+                   help="how text maps to tokens: byte (enwik8: decimal byte tokens), word (whitespace words); "
+                        "auto: byte when every token is a byte value")
+    o = p.parse_args(argv)
+    try:
+        r = convert(o.checkpoint, o.dict, o.out, o.unit)
+    except Refused as e:
+        print(f"convert_fairseq: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"convert_fairseq: error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {os.path.join(o.out, 'model.safetensors')}: {r['arch']}, {r['tensors']} tensors, "
+          f"{r['tokens']} tokens ({r['unit']} unit), tokens-per-sample {r['tokens_per_sample']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

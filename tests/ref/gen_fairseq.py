@@ -1,0 +1,161 @@
+#!/usr/bin/python3
+"""Official-format fairseq checkpoints for the converter's tests (tests/fixtures/fairseq/).
+
+Usage: /usr/bin/python3 tests/ref/gen_fairseq.py [--out DIR] [--repo GIT_DIR]
+
+Builds, with the OFFICIAL Mega modules (read from the git mirror of facebookresearch/mega at run
+time, as check_official.py does: MovingAverageGatedAttention, NormalizedFeedForwardNetwork,
+SequenceNorm, and fairseq/logging/meters.py), a small enwik8-style byte language model with random
+weights, glued as the official MegaDecoderNoCrossAttn (fairseq/models/mega_lm.py): embedding times
+sqrt(D), padding to a multiple of the chunk with <pad>, the layers with the future mask, the final
+norm, the output projection. It writes, per case directory:
+
+  model.pt              the checkpoint_utils.save_state layout: {"args": argparse.Namespace,
+                        "model": state dict (official names, decoder.version included),
+                        "optimizer_history": [...], "extra_state": {... an official meters object ...}}
+                        -- the meters object makes the converter's fairseq-free loading necessary
+  dict.txt              a fairseq dictionary of decimal byte tokens (counts decreasing)
+  expected.safetensors  tokens [2, L] (int32) and the official logits [2, L, V] (eval mode)
+  eval.txt, eval.json   a text and what fairseq_cli/eval_mega_lm.py reports on it (below)
+
+eval.json: the token stream is fairseq-preprocess's (each line's bytes as tokens, then </s>, the last
+line's too); fairseq's language-modeling task cuts it into blocks of tokens_per_sample
+(TokenBlockDataset, break mode "none": inputs = the stream shifted right, </s> first; every token
+is a target), and eval_mega_lm.py runs each block from an empty incremental state in pieces of
+decoder_chunk_size * chunk_nums tokens. With whole chunks per piece the incremental path computes
+the causal chunked forward of the block, so here each block is one official forward (padded to a
+whole chunk as the decoder pads). Reported: count, nll_sum (nats), loss_base2 = nll_sum / count /
+ln 2.
+
+Deterministic: regenerating gives byte-identical files except model.pt (torch.save's zip member
+timestamps).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_official as co  # noqa: E402  (import_official, OffBlock, run_stack)
+import st  # noqa: E402
+
+REPO = "/work/.mirror/facebookresearch+mega/repo"
+
+EVAL_TEXT = (b"the mega model reads bytes.\n"
+             b"each line ends with </s> in the official data;\n"
+             b"\n"
+             b"a blank line is a lone </s>, and the last line\n"
+             b"has no newline at its end but still gets one: (12+34)=46 [ok]")
+
+
+class OfficialLM(nn.Module):
+    """MegaDecoderNoCrossAttn's computation from the official layers, under the official names"""
+
+    def __init__(self, O, a, V):
+        super().__init__()
+        self.a = a
+        D = a.decoder_embed_dim
+        lk = dict(embed_dim=D, zdim=a.decoder_z_dim, hdim=a.decoder_hidden_dim, ndim=a.decoder_n_dim,
+                  ffn_hidden_dim=a.decoder_ffn_embed_dim, chunk_size=a.decoder_chunk_size,
+                  attention_activation=a.attention_activation_fn, bidirectional=False,
+                  norm_type=a.normalization_type, prenorm=a.normalize_before, rel_pos_bias=a.rel_pos_bias,
+                  max_positions=a.max_target_positions, truncation=a.truncation_length, activation=a.activation_fn)
+        self.decoder = nn.Module()
+        self.decoder.embed_tokens = nn.Embedding(V, D, padding_idx=1)
+        nn.init.normal_(self.decoder.embed_tokens.weight, 0, D ** -0.5)
+        with torch.no_grad():
+            self.decoder.embed_tokens.weight[1].zero_()
+        self.decoder.layers = nn.ModuleList([co.OffBlock(O, lk) for _ in range(a.decoder_layers)])
+        self.decoder.final_norm = O[2](a.normalization_type, D) if a.normalize_before else None
+        self.decoder.output_projection = nn.Linear(D, V, bias=False)
+        nn.init.normal_(self.decoder.output_projection.weight, 0, D ** -0.5)
+        self.decoder.register_buffer("version", torch.Tensor([3]))
+
+    def forward(self, tok):
+        c, L = self.a.decoder_chunk_size, tok.size(1)
+        t = F.pad(tok, (0, -L % c), value=1) if 0 < c < L and L % c else tok
+        x = math.sqrt(self.a.decoder_embed_dim) * self.decoder.embed_tokens(t)
+        pad = t.eq(1)
+        x, _ = co.run_stack(self.decoder.layers, self.decoder.final_norm, x, pad if pad.any() else None)
+        return self.decoder.output_projection(x[:L].transpose(0, 1))
+
+
+def byte_lm(O, out):
+    torch.manual_seed(2024)
+    # the bytes of the text and a few more, by decreasing (made-up) frequency: 4 + 45 tokens -> 56 rows
+    used = sorted(set(EVAL_TEXT) - {10})
+    extra = [b for b in range(33, 127) if b not in used][: 45 - len(used)]
+    byte_tokens = used + extra
+    counts = [1000 - 7 * i for i in range(len(byte_tokens))]
+    V = 4 + len(byte_tokens)
+    V += -V % 8  # Dictionary.pad_to_multiple_(8): madeupword fillers
+    a = __import__("argparse").Namespace(
+        arch="mega_lm_enwik8_base", task="language_modeling", tokens_per_sample=48, decoder_layers=2,
+        decoder_embed_dim=16, decoder_hidden_dim=32, decoder_ffn_embed_dim=24, decoder_z_dim=8, decoder_n_dim=4,
+        decoder_chunk_size=8, decoder_input_dim=16, truncation_length=None, max_target_positions=64,
+        attention_activation_fn="softmax", rel_pos_bias="simple", normalization_type="layernorm",
+        normalize_before=True, normalize_embedding=False, no_scale_embedding=False, no_affine_final_norm=False,
+        share_decoder_input_output_embed=False, activation_fn="silu", dropout=0.1, attention_dropout=0.0,
+        hidden_dropout=0.0, adaptive_input=False, adaptive_softmax_cutoff=None, seed=1)
+    m = OfficialLM(O, a, V).eval()
+    from fairseq.logging import meters  # the official module, from the temp dir
+    wps = meters.TimeMeter()
+    loss = meters.AverageMeter()
+    loss.update(1.234)
+    ck = {"args": a, "model": m.state_dict(), "optimizer_history": [{"criterion_name": "CrossEntropyCriterion",
+                                                                      "optimizer_name": "FairseqAdam",
+                                                                      "lr_scheduler_state": {"best": 1.5},
+                                                                      "num_updates": 10}],
+          "extra_state": {"epoch": 1, "train_iterator": {"epoch": 1}, "metrics": {"wps": wps, "loss": loss}},
+          "last_optimizer_state": None}
+    d = os.path.join(out, "byte_lm")
+    os.makedirs(d, exist_ok=True)
+    torch.save(ck, os.path.join(d, "model.pt"))
+    with open(os.path.join(d, "dict.txt"), "w") as f:
+        for b, c in zip(byte_tokens, counts):
+            f.write(f"{b} {c}\n")
+    # logits of two random sequences (pads excluded: ids 4..V-1 that are real tokens)
+    g = torch.Generator().manual_seed(7)
+    tok = torch.randint(4, 4 + len(byte_tokens), (2, 21), generator=g)
+    tok[0, 0] = 2  # </s>, as the first input of a block
+    with torch.no_grad():
+        logits = m(tok)
+    st.save(os.path.join(d, "expected.safetensors"),
+            {"tokens": tok.numpy().astype(np.int32), "logits": logits.numpy().astype(np.float32)},
+            {"generator": "tests/ref/gen_fairseq.py (official Mega modules, facebookresearch/mega)"})
+    # the official evaluation of EVAL_TEXT
+    ids = {b: 4 + i for i, b in enumerate(byte_tokens)}
+    stream = []
+    for line in EVAL_TEXT.split(b"\n"):
+        stream += [ids.get(c, 3) for c in line] + [2]
+    src = [2] + stream[:-1]
+    nll, n = 0.0, len(stream)
+    for s in range(0, n, a.tokens_per_sample):
+        e = min(n, s + a.tokens_per_sample)
+        with torch.no_grad():
+            lg = m(torch.tensor([src[s:e]])).double()[0]
+        nll += float(F.cross_entropy(lg, torch.tensor(stream[s:e]), reduction="sum"))
+    open(os.path.join(d, "eval.txt"), "wb").write(EVAL_TEXT)
+    json.dump({"tokens_per_sample": a.tokens_per_sample, "count": n, "nll_sum": nll,
+               "loss_base2": nll / n / math.log(2), "blocks": -(-n // a.tokens_per_sample)},
+              open(os.path.join(d, "eval.json"), "w"), indent=1)
+    print(f"{d}: V {V} ({len(byte_tokens)} byte tokens), eval {n} tokens, {nll / n / math.log(2):.6f} bits/token")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "fairseq"))
+    p.add_argument("--repo", default=REPO)
+    o = p.parse_args()
+    O = co.import_official(o.repo)
+    byte_lm(O, o.out)
+
+
+if __name__ == "__main__":
+    main()

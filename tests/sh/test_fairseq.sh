@@ -1,0 +1,86 @@
+#!/bin/sh
+# Official fairseq checkpoints (scripts/convert_fairseq.py, docs/interop.md):
+#   sh tests/sh/test_fairseq.sh BUILD_DIR
+# On the official-format fixture of tests/fixtures/fairseq/ (made by tests/ref/gen_fairseq.py with
+# the official Mega modules; its pickle holds an official fairseq meters object, so loading it
+# without fairseq is exercised):
+#  - the converted model's logits (through the Python package) equal the official logits;
+#  - `mega eval` of the converted model on eval.txt prints the bits per byte of the official
+#    evaluation (eval.json: fairseq_cli/eval_mega_lm.py's procedure);
+#  - malformed input (garbage and truncated .pt, a dict.txt with a bad line or a duplicate, a
+#    dictionary of the wrong size, another architecture, missing files) is refused with one line,
+#    exit 2, and nothing written.
+# Needs /usr/bin/python3 with torch and numpy (CI installs them); else a NOTE and no checks.
+. "$(dirname "$0")/lib.sh"
+HERE=$(cd "$(dirname "$0")/../.." && pwd)
+PY=/usr/bin/python3
+FX="$HERE/tests/fixtures/fairseq/byte_lm"
+CONV="$HERE/scripts/convert_fairseq.py"
+if ! [ -x "$PY" ] || ! "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
+  echo "NOTE test_fairseq.sh skipped: /usr/bin/python3 with torch and numpy not installed"
+  finish
+fi
+if grep -q __asan_init "$B/libmega.so" 2>/dev/null; then
+  echo "NOTE test_fairseq.sh skipped under AddressSanitizer (torch and the ASan runtime do not mix)"
+  finish
+fi
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT INT TERM
+
+"$PY" "$CONV" --checkpoint "$FX/model.pt" --dict "$FX/dict.txt" --out "$T/m" >"$T/out" 2>&1; rc=$?
+[ $rc -eq 0 ] && [ -s "$T/m/model.safetensors" ] && ok "converted: $(cat "$T/out")" || { bad "conversion failed: $(cat "$T/out")"; finish; }
+"$B/mega" info --model "$T/m" >"$T/info" 2>&1
+grep -q "fairseq dictionary of 56 byte tokens" "$T/info" && ok "mega info reads the converted model" || bad "mega info: $(cat "$T/info")"
+
+PYTHONPATH="$HERE/python" MEGA_LIB="$B/libmega.so" "$PY" - "$FX" "$T/m" <<'EOF' >"$T/py" 2>&1
+import os, sys
+sys.path.insert(0, os.path.join(sys.argv[1], "..", "..", "..", "ref"))
+import numpy as np
+import st
+import mega
+ref, _ = st.load(os.path.join(sys.argv[1], "expected.safetensors"))
+m = mega.load(sys.argv[2])
+got = m.logits(ref["tokens"])
+err = float(np.abs(got - ref["logits"]).max() / np.abs(ref["logits"]).max())
+print("logits", "ok" if got.shape == ref["logits"].shape and err <= 1e-4 else "BAD", "max relative error %.2e" % err)
+EOF
+line=$(grep '^logits' "$T/py")
+case "$line" in "logits ok"*) ok "$line (official logits, tolerance 1e-4)" ;; *) bad "logits: ${line:-$(tail -3 "$T/py")}" ;; esac
+
+want=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.6f %d" % (j["loss_base2"], j["count"]))' "$FX/eval.json")
+got=$("$B/mega" eval --model "$T/m" --data "$FX/eval.txt" --quiet 2>"$T/err" | sed -n 's/.*bits per byte \([0-9.]*\) .*| \([0-9]*\) tokens scored.*/\1 \2/p')
+"$PY" -c 'import sys; g, w = sys.argv[1].split(), sys.argv[2].split(); sys.exit(0 if len(g) == 2 and g[1] == w[1] and abs(float(g[0]) - float(w[0])) <= 1e-4 * float(w[0]) else 1)' "$got" "$want" &&
+  ok "mega eval = the official evaluation: $got vs $want (bits/byte, tokens)" || bad "mega eval: got '$got' want '$want' $(cat "$T/err")"
+
+# refusals: exit 2, one line naming the problem, no output
+refuse() { # NAME PATTERN ARGS...
+  name=$1 pat=$2; shift 2
+  rm -rf "$T/r"
+  "$PY" "$CONV" "$@" --out "$T/r" >"$T/out" 2>"$T/err"; rc=$?
+  if [ $rc -eq 2 ] && grep -q "$pat" "$T/err" && [ "$(wc -l <"$T/err")" -eq 1 ] && [ ! -e "$T/r/model.safetensors" ]; then
+    ok "refused: $name ($(cat "$T/err"))"
+  else
+    bad "$name: rc $rc, stderr: $(head -3 "$T/err")"
+  fi
+}
+head -c 300 /dev/urandom >"$T/garbage.pt"
+head -c 20000 "$FX/model.pt" >"$T/trunc.pt"
+refuse "garbage .pt" "not a readable PyTorch checkpoint" --checkpoint "$T/garbage.pt" --dict "$FX/dict.txt"
+refuse "truncated .pt" "not a readable PyTorch checkpoint" --checkpoint "$T/trunc.pt" --dict "$FX/dict.txt"
+refuse "missing .pt" "no such file" --checkpoint "$T/none.pt" --dict "$FX/dict.txt"
+refuse "missing dict" "no such file" --checkpoint "$FX/model.pt" --dict "$T/none.txt"
+{ head -n 3 "$FX/dict.txt"; echo "justonetoken"; } >"$T/badline.txt"
+refuse "dict line without a count" "expected 'token count'" --checkpoint "$FX/model.pt" --dict "$T/badline.txt"
+{ cat "$FX/dict.txt"; head -n 1 "$FX/dict.txt"; } >"$T/dup.txt"
+refuse "duplicate token" "duplicate token" --checkpoint "$FX/model.pt" --dict "$T/dup.txt"
+head -n 20 "$FX/dict.txt" >"$T/short.txt"
+refuse "dictionary smaller than the embedding" "more than the dictionary" --checkpoint "$FX/model.pt" --dict "$T/short.txt"
+{ cat "$FX/dict.txt"; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo "x$i 1"; done; } >"$T/long.txt"
+refuse "dictionary larger than the embedding" "but the model's embedding has 56 rows" --checkpoint "$FX/model.pt" --dict "$T/long.txt"
+"$PY" - "$FX/model.pt" "$T/lra.pt" <<'EOF' 2>/dev/null
+import argparse, sys, torch
+ck = {"args": argparse.Namespace(arch="mega_lra_listops", task="lra-text"), "model": {"x": torch.zeros(2)}}
+torch.save(ck, sys.argv[2])
+EOF
+refuse "another architecture" "architecture 'mega_lra_listops'" --checkpoint "$T/lra.pt" --dict "$FX/dict.txt"
+finish
