@@ -45,51 +45,50 @@ INLINE vf vld(const float *p) {
 INLINE void vst(float *p, vf v) { memcpy(p, &v, sizeof v); }
 
 /* e^x on a vector (MEGA_VEXP), as mega_exp (Cody-Waite reduction, the same degree-6 polynomial,
- * exact 0 below the float range and for -inf, +inf above it) with fused multiply-adds, so that a row of weights costs a few
- * cycles per element instead of one dependent chain of twenty operations per element */
+ * exact 0 below the float range and for -inf, +inf above it) with fused multiply-adds, so that a
+ * row of weights costs a few cycles per element instead of one dependent chain of twenty
+ * operations per element. The few operations without a vector-extension spelling: */
 #if defined(__AVX512F__)
-INLINE vf vexp(vf xv) {
-    const __m512 x = (__m512)xv, lo = _mm512_set1_ps(-87.3365447505531f);
-    const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.3762626647949f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    const __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-    const __m512 z = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ), y); /* 0 below the range, -inf */
-    return (vf)_mm512_mask_mov_ps(z, _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.3762626647949f), _CMP_GT_OQ),
-                                  _mm512_set1_ps(INFINITY));
-}
 #define MEGA_VEXP 1
+INLINE vf vmin(vf a, vf b) { return (vf)_mm512_min_ps((__m512)a, (__m512)b); }
+INLINE vf vround(vf a) { return (vf)_mm512_roundscale_ps((__m512)a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+/* 2^n for integral n in [-126, 127] */
+INLINE vf vpow2i(vf n) {
+    return (vf)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32((__m512)n), _mm512_set1_epi32(127)), 23));
+}
+/* y where x >= lo, 0 elsewhere (also for NaN); then +inf where x > hi */
+INLINE vf vrange(vf x, vf y, float lo, float hi) {
+    const __m512 z = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(lo), _CMP_GE_OQ), (__m512)y);
+    return (vf)_mm512_mask_mov_ps(z, _mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(hi), _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
+}
 #elif defined(__AVX2__) && defined(__FMA__)
-INLINE vf vexp(vf xv) {
-    const __m256 x = (__m256)xv, lo = _mm256_set1_ps(-87.3365447505531f);
-    const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.3762626647949f));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    const __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-    const __m256 z = _mm256_and_ps(y, _mm256_cmp_ps(x, lo, _CMP_GE_OQ)); /* 0 below the range, -inf */
-    return (vf)_mm256_blendv_ps(z, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(88.3762626647949f), _CMP_GT_OQ));
-}
 #define MEGA_VEXP 1
+INLINE vf vmin(vf a, vf b) { return (vf)_mm256_min_ps((__m256)a, (__m256)b); }
+INLINE vf vround(vf a) { return (vf)_mm256_round_ps((__m256)a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+INLINE vf vpow2i(vf n) {
+    return (vf)_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32((__m256)n), _mm256_set1_epi32(127)), 23));
+}
+INLINE vf vrange(vf x, vf y, float lo, float hi) {
+    const __m256 z = _mm256_and_ps((__m256)y, _mm256_cmp_ps((__m256)x, _mm256_set1_ps(lo), _CMP_GE_OQ));
+    return (vf)_mm256_blendv_ps(z, _mm256_set1_ps(INFINITY), _mm256_cmp_ps((__m256)x, _mm256_set1_ps(hi), _CMP_GT_OQ));
+}
+#endif
+#ifdef MEGA_VEXP
+INLINE vf vexp(vf x) {
+    const float lo = -87.3365447505531f, hi = 88.3762626647949f;
+    const vf xc = vmin(vmax(x, vbc(lo)), vbc(hi));
+    const vf n = vround(xc * vbc(1.44269504088896341f));
+    vf r = vfma(n, vbc(-0.693359375f), xc);
+    r = vfma(n, vbc(2.12194440e-4f), r);
+    vf p = vbc(1.9875691500e-4f);
+    p = vfma(p, r, vbc(1.3981999507e-3f));
+    p = vfma(p, r, vbc(8.3334519073e-3f));
+    p = vfma(p, r, vbc(4.1665795894e-2f));
+    p = vfma(p, r, vbc(1.6666665459e-1f));
+    p = vfma(p, r, vbc(5.0000001201e-1f));
+    p = vfma(p * r, r, r + vbc(1.0f));
+    return vrange(x, p * vpow2i(n), lo, hi);
+}
 #endif
 #endif
 #endif
