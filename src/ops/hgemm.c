@@ -6,12 +6,12 @@
 
 #include "ops/vec.h"
 
+int mega__hgemm_off;
+
 #ifdef MEGA_VEC
 #define HG_FAST 1
 /* at most this many vectors per head row (dh <= MAXV * VL) */
 #define MAXV 8
-
-int mega__hgemm_off;
 
 int mega_hgemm_ok(int dh) { return !mega__hgemm_off && dh > 0 && dh % VL == 0 && dh / VL <= MAXV; }
 
@@ -149,33 +149,7 @@ void mega_hgemm_atb(real *C, size_t ldc, const real *A, size_t lda, const real *
     }
 }
 
-real mega_exp_sub(real *s, size_t n, real m, int want_sum) {
-    size_t j = 0;
-    real sum = 0;
-#ifdef MEGA_VEXP
-    /* two vectors per step: independent chains for the out-of-order core */
-    const vf mv = vbc(m), z = vbc(0);
-    vf a0 = z, a1 = z;
-    for (; j + 2 * VL <= n; j += 2 * VL) {
-        const vf y0 = vexp(vld(s + j) - mv), y1 = vexp(vld(s + j + VL) - mv);
-        vst(s + j, y0), vst(s + j + VL, y1);
-        a0 += y0, a1 += y1;
-    }
-    if (want_sum) {
-        a0 += a1;
-        for (int i = 0; i < VL; i++) sum += a0[i];
-    }
-#endif
-    for (; j < n; j++) {
-        s[j] = mega_exp(s[j] - m);
-        sum += s[j];
-    }
-    return want_sum ? sum : 0;
-}
-
 #else /* double builds, other compilers: the callers use mega_gemm_serial */
-
-int mega__hgemm_off;
 
 int mega_hgemm_ok(int dh) { return (void)dh, 0; }
 void mega_hgemm_abt(real *S, size_t lds, const real *A, size_t lda, const real *Bt, size_t ldb, int m, int n, int dh,
@@ -189,14 +163,6 @@ void mega_hgemm_ab(real *C, size_t ldc, const real *A, size_t lda, const real *B
 void mega_hgemm_atb(real *C, size_t ldc, const real *A, size_t lda, const real *B, size_t ldb, int k, int n, int dh,
                     real alpha) {
     mega_gemm_serial(1, 0, (size_t)n, (size_t)dh, (size_t)k, alpha, A, lda, B, ldb, 1, C, ldc);
-}
-real mega_exp_sub(real *s, size_t n, real m, int want_sum) {
-    real sum = 0;
-    for (size_t j = 0; j < n; j++) {
-        s[j] = mega_exp(s[j] - m);
-        sum += s[j];
-    }
-    return want_sum ? sum : 0;
 }
 #endif
 

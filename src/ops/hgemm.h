@@ -27,10 +27,6 @@ void mega_hgemm_ab(real *C, size_t ldc, const real *A, size_t lda, const real *B
 /* C[n x dh] += alpha * A[k x n]^T . B[k x dh] */
 void mega_hgemm_atb(real *C, size_t ldc, const real *A, size_t lda, const real *B, size_t ldb, int k, int n, int dh,
                     real alpha);
-/* s[j] = exp(s[j] - m) for j < n (mega_exp's values: exactly 0 for -inf or below the float range),
- * vectorised with FMAs where the build allows; returns the sum of the results when want_sum
- * (else 0). Every build, every head width. */
-real mega_exp_sub(real *s, size_t n, real m, int want_sum);
 /* Xt[dh x n] (rows ldt) = the transpose of X[n x dh] (rows ldx) */
 void mega_hgemm_transpose(real *Xt, size_t ldt, const real *X, size_t ldx, int n, int dh);
 #endif

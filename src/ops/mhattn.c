@@ -226,6 +226,22 @@ static void block_operands(const mega_mhattn_k *k, const tscr *s, const real *q,
     }
 }
 
+/* The rest of dS(t, .) over keys [j0, j1) of row t (g: dS, indexed from j0): the bias gradients
+ * (masked entries have P = 0, hence dS = 0: only the visible range matters), then the row's log-n
+ * factor, so that g becomes the gradient of the content term */
+static void row_dS_tail(const mega_mhattn_k *k, int t, int j0, int j1, real *g, real lam, real *dbt, real *dkb) {
+    if (dbt || dkb) {
+        int a, e;
+        row_range(k, t, j0, j1, &a, &e);
+        if (dbt)
+            for (int u = a; u < e; u++) dbt[u - t] += g[u - j0];
+        if (dkb)
+            for (int u = a; u < e; u++) dkb[MEGA_MIN(u, k->kbl - 1)] += g[u - j0];
+    }
+    if (lam != 1)
+        for (int j = 0; j < j1 - j0; j++) g[j] *= lam;
+}
+
 /* Fast-path forward of query rows [i0, i1) of unit (b, h): key tiles with a running max (mx) and
  * sum (sm) per row; the unnormalised output accumulates in Ob and is divided by the sum at the
  * end. Dropout applies to the weights that meet V, the sum is over the undropped ones. */
@@ -299,16 +315,7 @@ static void fast_block_backward(const mega_mhattn_k *k, const tscr *s, int b, in
             real *g = s->G + (size_t)r * nk;
             const real *p = s->P + (size_t)r * nk, D = s->sm[r];
             for (int j = 0; j < nk; j++) g[j] = p[j] * (g[j] - D);
-            if (dbt || dkb) { /* masked entries have P = 0, hence dS = 0 */
-                int a, e;
-                row_range(k, t, j0, j1, &a, &e);
-                if (dbt)
-                    for (int u = a; u < e; u++) dbt[u - t] += g[u - j0];
-                if (dkb)
-                    for (int u = a; u < e; u++) dkb[MEGA_MIN(u, k->kbl - 1)] += g[u - j0];
-            }
-            if (s->lam[r] != 1)
-                for (int j = 0; j < nk; j++) g[j] *= s->lam[r];
+            row_dS_tail(k, t, j0, j1, g, s->lam[r], dbt, dkb);
         }
         mega_hgemm_ab(dQb, Da, s->G, (size_t)nk, kk + kv, Da, br, nk, dh, k->scale, 1);
         mega_hgemm_atb(dk + kv, Da, s->G, (size_t)nk, Qb, ldq, br, nk, dh, k->scale);
@@ -422,17 +429,7 @@ void mega_mhattn_backward(const mega_mhattn_k *k, real *dq, real *dk, real *dv, 
                 const int t = i0 + r;
                 real *g = s.G + (size_t)r * nk;
                 mega_softmax_row_backward(g, g, s.P + (size_t)r * nk, (size_t)nk);
-                if (dbt || dkb) {
-                    /* masked entries have P = 0, hence dS = 0: only the visible range matters */
-                    int a, bb;
-                    row_range(k, t, lo, hi, &a, &bb);
-                    if (dbt)
-                        for (int u = a; u < bb; u++) dbt[u - t] += g[u - lo];
-                    if (dkb)
-                        for (int u = a; u < bb; u++) dkb[MEGA_MIN(u, k->kbl - 1)] += g[u - lo];
-                }
-                if (s.lam[r] != 1)
-                    for (int j = 0; j < nk; j++) g[j] *= s.lam[r];
+                row_dS_tail(k, t, lo, hi, g, s.lam[r], dbt, dkb);
             }
             /* dq~ = scale G K~ ; dk~ = scale G^T Q~ ; then the XPOS factors */
             real *dQb = dq + ((size_t)b * T + i0) * Da + (size_t)h * dh;

@@ -59,6 +59,10 @@ int mega_step_may_fork(void);
 void mega_act_forward(mega_act a, real *y, const real *x, size_t n);
 /* dx = dy * f'(x)  (dx may alias dy) */
 void mega_act_backward(mega_act a, real *dx, const real *dy, const real *x, size_t n);
+/* s[j] = exp(s[j] - m) for j < n (mega_exp's values: exactly 0 for -inf or below the float range),
+ * vectorised with FMAs where the build allows; returns the sum of the results when want_sum
+ * (else 0). Every build, every head width. */
+real mega_exp_sub(real *s, size_t n, real m, int want_sum);
 static inline real mega_sigmoid(real x) { return (real)1 / ((real)1 + mega_exp(-x)); }
 static inline real mega_silu(real x) { return x / ((real)1 + mega_exp(-x)); }
 static inline real mega_silu_grad(real x) {

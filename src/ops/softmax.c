@@ -1,10 +1,10 @@
 /* Masked row softmax and its backward (shared by the softmax-normalised mixers), and the
  * cross-entropy of the models' output rows. */
-#include "ops/hgemm.h"
 #include "ops/ops.h"
 #include "ops/vec.h"
 
-/* Row reductions in LANES independent partial results, combined pairwise at the end. A plain
+/* Row sums and dot products in LANES independent partial results, combined pairwise at the end
+ * (the row maximum uses vector maxima where the build has them, see mega_row_max). A plain
  * `for (j) sum += x[j]` must add in order under IEEE rules (no -ffast-math here), so the compiler
  * keeps one serial chain of additions, one element per add latency (4 cycles): on a 4096-key
  * attention row that chain, not the exponentials, was the softmax's cost. Lanes make the loop a
@@ -48,6 +48,28 @@ real mega_row_dot(const real *x, const real *y, size_t n) {
         for (int l = 0; l < LANES; l++) a[l] += x[j + l] * y[j + l];
     for (int l = 0; j < n; j++, l++) a[l] += x[j] * y[j];
     return combine(a);
+}
+
+real mega_exp_sub(real *s, size_t n, real m, int want_sum) {
+    size_t j = 0;
+    real sum = 0;
+#ifdef MEGA_VEXP
+    /* two vectors per step: independent chains for the out-of-order core */
+    const vf mv = vbc(m), z = vbc(0);
+    vf a0 = z, a1 = z;
+    for (; j + 2 * VL <= n; j += 2 * VL) {
+        const vf y0 = vexp(vld(s + j) - mv), y1 = vexp(vld(s + j + VL) - mv);
+        vst(s + j, y0), vst(s + j + VL, y1);
+        a0 += y0, a1 += y1;
+    }
+    a0 += a1;
+    for (int l = 0; l < VL; l++) sum += a0[l];
+#endif
+    for (; j < n; j++) {
+        s[j] = mega_exp(s[j] - m);
+        sum += s[j];
+    }
+    return want_sum ? sum : 0;
 }
 
 real mega_softmax_row(real *s, size_t n) {
