@@ -445,6 +445,13 @@ void mega_lm_stream_reset(mega_lm_stream *s);
 /* feed T tokens per sequence (tokens [B,T]); logits [B,T,V] (or NULL) */
 mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T, mega_real *logits);
 int64_t mega_lm_stream_pos(const mega_lm_stream *s);
+/* Inspection: while streaming, every token of sequence 0 writes the attention weights of Mega
+ * layer `layer` over the cached positions (the current chunk up to and including it; the whole
+ * stream for full attention) into row (its position in the cache) of `rows`, rows `ld` reals
+ * apart (ld >= the cache capacity: the chunk size, or cap of mega_lm_stream_new). Feeding a
+ * chunk from its start fills the chunk's causal attention map. rows NULL stops. Mega mixer only
+ * (MEGA_ERR_UNSUPPORTED otherwise). */
+mega_status mega_lm_stream_probe_attention(mega_lm_stream *s, int layer, mega_real *rows, int ld);
 
 /* ---------------------------------------------------------------------------------------------
  * Classifier (official LRA model: MegaLRAEncoder + LRAModel head; docs/mega.md §10).

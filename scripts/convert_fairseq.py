@@ -2,6 +2,7 @@
 """Convert an official Mega checkpoint (fairseq .pt + dict.txt) into this project's model file.
 
     python3 scripts/convert_fairseq.py --checkpoint model.pt --dict dict.txt --out DIR [--unit auto|byte|word]
+    python3 scripts/convert_fairseq.py --checkpoint lra.pt --dict src-bin/dict.txt --label-dict label-bin/dict.txt --out DIR
 
 The official repository (facebookresearch/mega, a fork of fairseq) saves checkpoints with
 fairseq/checkpoint_utils.py save_state: a pickled dict {"args": argparse.Namespace, "model": the
@@ -14,7 +15,9 @@ It writes DIR/model.safetensors: the weights by their official names (this proje
 those names, docs/checkpoints.md), the model config from the fairseq arguments, the fairseq
 dictionary as the vocabulary (docs/interop.md), and the training --tokens-per-sample, which
 `mega eval` uses as the official evaluation does. Supported: the language models (`mega_lm*`
-architectures, task language_modeling). Everything else is refused with one line naming it.
+architectures, task language_modeling) and the Long Range Arena classifiers with the Mega encoder
+(model `lra`, `mega_lra_*` architectures, tasks lra-text and lra-image). Everything else is
+refused with one line naming it.
 
 Exit status: 0 converted, 2 refused or failed (nothing written).
 Needs /usr/bin/python3 with torch and numpy (whoever holds a .pt has torch).
@@ -207,6 +210,79 @@ def lm_config(a, rows):
     return cfg
 
 
+# fairseq/models/lra/model.py: base_architecture and the mega_lra_* architectures, for arguments a
+# checkpoint leaves out (a saved Namespace normally holds them all)
+LRA_BASE = {
+    "encoder_hidden_dim": 2048, "z_dim": 128, "n_dim": 2, "encoder_layers": 6, "encoder_embed_dim": 512,
+    "classifier_out_dim": 2048, "sentence_class_num": 2, "activation_fn": "gelu", "attention_activation_fn": "relu2",
+    "classifier_layers": 1, "classifier_activation_fn": "gelu", "encoder_normalize_before": False,
+    "normalize_embedding": False, "layer_type": "transformer", "chunk_size": -1, "truncation_length": None,
+    "rel_pos_bias": "simple", "norm_type": "layernorm", "sen_rep_type": "mp", "use_p": False,
+}
+LRA_ARCH = {  # the architecture's own defaults over LRA_BASE (layer_type mega for all)
+    "mega_lra_listop": dict(encoder_hidden_dim=160, z_dim=64, n_dim=16, encoder_layers=6, activation_fn="silu",
+                            encoder_embed_dim=80, classifier_out_dim=160, truncation_length=1024, max_positions=2002,
+                            norm_type="scalenorm", sentence_class_num=10),
+    "mega_lra_imdb": dict(encoder_hidden_dim=256, z_dim=64, n_dim=16, encoder_layers=4, activation_fn="silu",
+                          encoder_embed_dim=128, classifier_out_dim=256, truncation_length=1024, max_positions=4002,
+                          norm_type="scalenorm"),
+    "mega_lra_aan": dict(encoder_hidden_dim=256, z_dim=64, n_dim=16, encoder_layers=6, activation_fn="silu",
+                         encoder_embed_dim=128, classifier_out_dim=256, truncation_length=1024, max_positions=4002),
+    "mega_lra_cifar10": dict(encoder_hidden_dim=320, z_dim=96, n_dim=16, encoder_layers=8, activation_fn="silu",
+                             encoder_embed_dim=160, norm_type="batchnorm", classifier_out_dim=320,
+                             sentence_class_num=10, chunk_size=1024, truncation_length=1024, max_positions=1024),
+    "mega_lra_pf32": dict(encoder_hidden_dim=256, z_dim=64, n_dim=16, encoder_layers=6, activation_fn="silu",
+                          encoder_embed_dim=128, norm_type="batchnorm", classifier_out_dim=256, chunk_size=1024,
+                          truncation_length=1024, max_positions=1024),
+    "mega_lra_pf128": dict(encoder_hidden_dim=128, z_dim=32, n_dim=16, encoder_layers=4, activation_fn="silu",
+                           encoder_embed_dim=64, norm_type="batchnorm", classifier_out_dim=128,
+                           chunk_size=128 * 128, truncation_length=4096, max_positions=128 * 128),
+}
+
+
+def lra_config(a, sd):
+    """the classifier config (the official argument names mega_cls_config_from_json reads) of an
+    `lra` checkpoint with a Mega encoder, from its arguments and its state dict"""
+    arch = str(a.get("arch", ""))
+    g = dict(LRA_BASE)
+    if arch in LRA_ARCH:
+        g.update(layer_type="mega", **LRA_ARCH[arch])
+    g.update({k: v for k, v in a.items() if v is not None or k == "truncation_length"})
+    if g["layer_type"] != "mega":
+        raise Refused(f"LRA layer_type '{g['layer_type']}' is not supported: only the Mega encoder (layer_type mega) "
+                      "is converted")
+    for k, why in (("normalize_embedding", "a norm after the embedding"), ("use_p", "prediction from p")):
+        if g.get(k):
+            raise Refused(f"{k} ({why}) is not supported")
+    g.setdefault("encoder_ffn_embed_dim", g["encoder_hidden_dim"])
+    D = g["encoder_embed_dim"]
+    g.setdefault("classifier_in_dim", D)
+    if g["classifier_in_dim"] not in (D, 2 * D):
+        raise Refused(f"classifier_in_dim {g['classifier_in_dim']} is neither encoder_embed_dim {D} nor twice it")
+    if "encoder.encoder.embed_tokens.embed.weight" in sd:
+        emb = sd["encoder.encoder.embed_tokens.embed.weight"]
+        embedding, rows = "sparse", int(emb.shape[0])
+        if int(emb.shape[1]) != D:
+            raise Refused(f"the token embedding is {list(emb.shape)} but encoder_embed_dim is {D}")
+    elif "encoder.encoder.embed_tokens.weight" in sd:
+        embedding, rows = "linear", None  # RealNumberEmbedding: pixel values
+    else:
+        raise Refused("the state dict has no encoder.encoder.embed_tokens (not an LRA Mega encoder?)")
+    norm = "batchnorm" if g["norm_type"] == "syncbatchnorm" else g["norm_type"]  # the same at evaluation
+    cfg = {"encoder_layers": g["encoder_layers"], "encoder_embed_dim": D, "encoder_z_dim": g["z_dim"],
+           "encoder_hidden_dim": g["encoder_hidden_dim"], "encoder_n_dim": g["n_dim"],
+           "encoder_ffn_embed_dim": g["encoder_ffn_embed_dim"], "encoder_chunk_size": g["chunk_size"],
+           "truncation_length": g["truncation_length"], "max_positions": g["max_positions"],
+           "attention_activation_fn": g["attention_activation_fn"], "rel_pos_bias": g["rel_pos_bias"],
+           "normalization_type": norm, "normalize_before": bool(g["encoder_normalize_before"]),
+           "activation_fn": g["activation_fn"], "embedding_type": embedding, "sen_rep_type": g["sen_rep_type"],
+           "classifier_layers": g["classifier_layers"], "classifier_out_dim": g["classifier_out_dim"],
+           "classifier_activation_fn": g["classifier_activation_fn"], "sentence_class_num": g["sentence_class_num"],
+           "vocab_size": rows, "padding_idx": SPECIALS.index("<pad>") if rows else None,
+           "two_tower": g["classifier_in_dim"] == 2 * D}
+    return cfg, rows
+
+
 # ---- writing --------------------------------------------------------------------------------
 
 def safetensors_bytes(tensors, metadata):
@@ -244,14 +320,63 @@ def write_atomic(path, data):
         raise
 
 
-def convert(checkpoint, dict_path, out, unit="auto"):
+def weights(sd):
+    """the state dict as float32 arrays, without the buffers that are not weights"""
+    tensors = {}
+    for k, v in sd.items():
+        if k.endswith("_float_tensor") or k.endswith(".version") or k == "version":
+            continue
+        if not hasattr(v, "detach"):
+            raise Refused(f"state dict entry '{k}' is not a tensor")
+        tensors[k] = v.detach().float().cpu().numpy()
+    return tensors
+
+
+def convert_lra(checkpoint, ck, a, dict_path, label_dict, out):
+    """an `lra` classifier (fairseq/models/lra/model.py LRAModel with MegaLRAEncoder). Text tasks
+    (lra-text) index dict.txt of src-bin, to which the task appends <CLS>; the classes are the
+    tokens of label-bin/dict.txt in order (the task's target is the label id minus the 4
+    specials)."""
+    sd = ck["model"]
+    cfg, rows = lra_config(a, sd)
+    meta = {"task": "classify", "format": FORMAT,
+            "source": f"fairseq checkpoint {os.path.basename(checkpoint)}, arch {a.get('arch', '?')}"}
+    if rows is not None:
+        if not dict_path:
+            raise Refused("a text LRA model needs --dict (src-bin/dict.txt of its data)")
+        toks = SPECIALS + read_dict(dict_path)
+        if "<CLS>" not in toks:
+            toks.append("<CLS>")  # LRATextTask.setup_task: data_dict.add_symbol('<CLS>')
+        if len(toks) != rows:
+            raise Refused(f"the dictionary has {len(toks)} tokens (with the 4 specials and <CLS>) but the model's "
+                          f"embedding has {rows} rows: is it the src-bin/dict.txt of this checkpoint?")
+        meta["vocab"] = json.dumps({"kind": "fairseq", "unit": "word", "tokens": toks, "bos": 0, "pad": 1, "eos": 2,
+                                    "unk": 3, "cls": toks.index("<CLS>")})
+    if label_dict:
+        names = read_dict(label_dict)
+        if len(names) != cfg["sentence_class_num"]:
+            raise Refused(f"--label-dict has {len(names)} labels but the model has {cfg['sentence_class_num']} classes")
+        meta["classes"] = json.dumps(names)
+    meta["config"] = json.dumps(cfg)
+    tensors = weights(sd)
+    os.makedirs(out, exist_ok=True)
+    write_atomic(os.path.join(out, "model.safetensors"), safetensors_bytes(tensors, meta))
+    return {"arch": a.get("arch", "?"), "tokens": rows or 0, "unit": "word" if rows else "pixels",
+            "tensors": len(tensors), "tokens_per_sample": None}
+
+
+def convert(checkpoint, dict_path, out, unit="auto", label_dict=None):
     ck = load_checkpoint(checkpoint)
     a = checkpoint_args(ck)
     arch, task = str(a.get("arch", a.get("_name", ""))), str(a.get("task", ""))
+    if arch == "lra" or arch.startswith("mega_lra") or task.startswith("lra-"):
+        return convert_lra(checkpoint, ck, a, dict_path, label_dict, out)
     if not arch.startswith("mega_lm"):
         raise Refused(f"architecture '{arch or '?'}' (task '{task or '?'}') is not supported: this converter "
-                      "handles the Mega language models (mega_lm*); the LRA and translation models are not "
-                      "converted yet")
+                      "handles the Mega language models (mega_lm*) and the LRA classifiers with a Mega encoder; "
+                      "the translation models are not converted yet")
+    if not dict_path:
+        raise Refused("a language model needs --dict (its dict.txt)")
     sd = ck["model"]
     emb = sd.get("decoder.embed_tokens.weight")
     if emb is None or not hasattr(emb, "shape") or len(emb.shape) != 2:
@@ -262,13 +387,7 @@ def convert(checkpoint, dict_path, out, unit="auto"):
     if int(emb.shape[1]) != cfg["decoder_embed_dim"]:
         raise Refused(f"decoder.embed_tokens.weight is {list(emb.shape)} but decoder_embed_dim is "
                       f"{cfg['decoder_embed_dim']}")
-    tensors = {}
-    for k, v in sd.items():
-        if k.endswith("_float_tensor") or k.endswith(".version") or k == "version":
-            continue  # buffers that are not weights
-        if not hasattr(v, "detach"):
-            raise Refused(f"state dict entry '{k}' is not a tensor")
-        tensors[k] = v.detach().float().cpu().numpy()
+    tensors = weights(sd)
     meta = {
         "config": json.dumps(cfg), "task": "lm", "format": FORMAT,
         "vocab": json.dumps({"kind": "fairseq", "unit": unit, "tokens": toks, "bos": 0, "pad": 1, "eos": 2, "unk": 3}),
@@ -286,14 +405,16 @@ def convert(checkpoint, dict_path, out, unit="auto"):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="convert_fairseq.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", required=True, help="the fairseq checkpoint (.pt)")
-    p.add_argument("--dict", required=True, help="its fairseq dictionary (dict.txt)")
+    p.add_argument("--dict", help="its fairseq dictionary (dict.txt; for an LRA text model src-bin/dict.txt); "
+                                  "not needed for an LRA image model")
+    p.add_argument("--label-dict", help="LRA: label-bin/dict.txt, whose tokens name the classes in order")
     p.add_argument("--out", required=True, help="output directory (model.safetensors is written there)")
     p.add_argument("--unit", default="auto", choices=["auto", "byte", "word"],
                    help="how text maps to tokens: byte (enwik8: decimal byte tokens), word (whitespace words); "
                         "auto: byte when every token is a byte value")
     o = p.parse_args(argv)
     try:
-        r = convert(o.checkpoint, o.dict, o.out, o.unit)
+        r = convert(o.checkpoint, o.dict, o.out, o.unit, o.label_dict)
     except Refused as e:
         print(f"convert_fairseq: error: {e}", file=sys.stderr)
         return 2

@@ -802,6 +802,60 @@ static void test_adamw_moments(void) {
     mega_adamw_free(o), mega_adamw_free(o2), mega_lm_free(m);
 }
 
+/* ---- (7) probing the attention weights while streaming (mega_lm_stream_probe_attention) ---- */
+
+static void test_probe_attention(void) {
+    mega_lm *m = make_model(7, 0);
+    if (!m) return;
+    const int C = mega_lm_get_config(m)->block.chunk_size, V = mega_lm_get_config(m)->vocab_size, ld = C + 3;
+    int32_t tk[12];
+    for (int i = 0; i < 12; i++) tk[i] = (i * 5 + 2) % (V - 1);
+    mega_lm_stream *a = NULL, *b = NULL;
+    TL_CHECK(mega_lm_stream_new(m, 1, C, &a) == MEGA_OK && mega_lm_stream_new(m, 1, C, &b) == MEGA_OK, "probe: streams (%s)",
+             mega_last_error());
+    if (!a || !b) goto out;
+    rl rows[64], la[12 * 64], lb[12 * 64];
+    for (int i = 0; i < 64; i++) rows[i] = -1;
+    TL_CHECK(mega_lm_stream_probe_attention(a, 2, rows, ld) == MEGA_ERR_INVALID, "probe: a layer out of range is refused");
+    TL_CHECK(mega_lm_stream_probe_attention(a, 1, rows, C - 1) == MEGA_ERR_INVALID, "probe: a stride below the capacity is refused");
+    TL_CHECK(mega_lm_stream_probe_attention(a, 1, rows, ld) == MEGA_OK, "probe: set on layer 1 (%s)", mega_last_error());
+    /* one chunk from its start: row i holds i + 1 softmax weights summing to 1, nothing beyond */
+    int shape = 1;
+    double worst = 0;
+    TL_CHECK(mega_lm_stream_feed(a, tk, C, la) == MEGA_OK && mega_lm_stream_feed(b, tk, C, lb) == MEGA_OK, "probe: feed a chunk");
+    for (int i = 0; i < C; i++) {
+        double sum = 0;
+        for (int j = 0; j < ld; j++) {
+            if (j <= i) sum += rows[i * ld + j], shape &= rows[i * ld + j] >= 0 && rows[i * ld + j] <= 1;
+            else shape &= rows[i * ld + j] == -1;
+        }
+        worst = fmax(worst, fabs(sum - 1));
+    }
+    TL_CHECK(shape && worst < 1e-5, "probe: the chunk's causal map (rows of i + 1 weights in [0, 1], |sum - 1| %.1e)", worst);
+    /* the next token starts a new chunk: row 0 becomes the one weight 1 */
+    TL_CHECK(mega_lm_stream_feed(a, tk + C, 1, la + C * V) == MEGA_OK && mega_lm_stream_feed(b, tk + C, 1, lb + C * V) == MEGA_OK,
+             "probe: feed one more");
+    TL_CHECK(fabs(rows[0] - 1) < 1e-6 && rows[1] == -1 && rows[ld] != -1, "probe: a chunk border restarts at row 0 (%g)", (double)rows[0]);
+    TL_CHECK(!memcmp(la, lb, (size_t)(C + 1) * V * sizeof(rl)), "probe: logits with the probe == without (bit for bit)");
+    TL_CHECK(mega_lm_stream_probe_attention(a, 1, NULL, 0) == MEGA_OK, "probe: cleared");
+out:
+    mega_lm_stream_free(a), mega_lm_stream_free(b);
+    mega_lm_free(m);
+    mega_lm_config c;
+    small_config(&c);
+    c.block.mixer = MEGA_MIXER_MHA;
+    mega_lm *h = NULL;
+    mega_lm_stream *s = NULL;
+    if (mega_lm_create(&c, &h) == MEGA_OK && mega_lm_stream_new(h, 1, 16, &s) == MEGA_OK) {
+        rl r[16 * 16];
+        TL_CHECK(mega_lm_stream_probe_attention(s, 0, r, 16) == MEGA_ERR_UNSUPPORTED && strstr(mega_last_error(), "mha"),
+                 "probe: refused for the mha mixer (%s)", mega_last_error());
+    } else
+        TL_CHECK(0, "probe: mha model (%s)", mega_last_error());
+    mega_lm_stream_free(s);
+    mega_lm_free(h);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     mega_set_threads(1);
@@ -812,6 +866,7 @@ int main(int argc, char **argv) {
     test_config_json();
     test_training();
     test_adamw_moments();
+    test_probe_attention();
     tl_rm_rf(g_dir);
     return tl_finish();
 }

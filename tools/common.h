@@ -124,4 +124,5 @@ int cmd_translate(int argc, char **argv);
 int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
                    int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory);
 int cmd_freedict(int argc, char **argv);
+int cmd_experiment(int argc, char **argv);
 #endif

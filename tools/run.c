@@ -103,6 +103,7 @@ typedef struct {
     mega_classes classes;
     mega_vocab vocab;
     mega_data_format format;
+    int fairseq; /* converted from an official LRA checkpoint: a fairseq dictionary (docs/interop.md) */
 } cls_model;
 
 static int load_cls_model(const char *arg, cls_model *cm) {
@@ -112,7 +113,19 @@ static int load_cls_model(const char *arg, cls_model *cm) {
     mega_st_file *f;
     if (mega_st_open(p, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
     const char *cj = mega_st_meta(f, "classes"), *vj = mega_st_meta(f, "vocab"), *fm = mega_st_meta(f, "data-format");
-    int bad = !cj || !vj || mega_classes_from_json(cj, &cm->classes) != MEGA_OK || mega_vocab_from_json(vj, &cm->vocab) != MEGA_OK;
+    const char *fs = mega_st_meta(f, "format");
+    /* scripts/convert_fairseq.py: a fairseq dictionary, classes named by the label dictionary or not
+     * at all (then by their ids) */
+    cm->fairseq = fs && !strncmp(fs, "mega-convert-fairseq", 20);
+    char ids[64 * 12] = "[";
+    if (cm->fairseq && !cj) {
+        const int C = mega_cls_get_config(cm->m)->classes;
+        for (int i = 0; i < C && strlen(ids) + 16 < sizeof ids; i++) snprintf(ids + strlen(ids), 16, "%s\"%d\"", i ? "," : "", i);
+        strcat(ids, "]");
+        cj = ids;
+    }
+    int bad = !cj || mega_classes_from_json(cj, &cm->classes) != MEGA_OK ||
+              (!cm->fairseq && (!vj || mega_vocab_from_json(vj, &cm->vocab) != MEGA_OK));
     /* a format this build does not know reads as text (the loaders' fallback) */
     if (!fm) cm->format = MEGA_DATA_AUTO;
     else if (mega_data_format_parse(fm, &cm->format)) cm->format = MEGA_DATA_TEXT;
@@ -162,6 +175,9 @@ static int cls_run_all(cls_run *r, const char *model, const char *data, const ch
                        int seq_len, int batch, int verbose, int64_t max_memory) {
     memset(r, 0, sizeof *r);
     if (load_cls_model(model, &r->cm)) return 2;
+    if (r->cm.fairseq)
+        return cli_error("'%s' was converted from an official LRA checkpoint: the tool does not read data with its fairseq "
+                         "dictionary yet; use the Python binding (mega.load(DIR).predict(texts), docs/interop.md)", model), 2;
     /* the kind of input the model was trained on (a model without a data-format reads either) */
     if (r->cm.format == MEGA_DATA_IDX && data)
         return cli_error("'%s' is an image classifier: it reads --images and --labels (IDX), not --data text", model), 2;

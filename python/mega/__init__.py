@@ -477,7 +477,7 @@ class Classifier(_Model):
     """A sequence classifier (mega_cls, the LRA model). Made by mega.load.
 
     Inputs are either a list of texts (str or bytes; encoded with the vocabulary stored in the
-    checkpoint: ListOps tokens or bytes) or an integer array [B, T] of token ids with optional
+    checkpoint: ListOps tokens, bytes, or the words of a fairseq dictionary) or an integer array [B, T] of token ids with optional
     lengths [B] (positions past a row's length are padding). Two-tower (pairs) models take the
     second documents as inputs2."""
     _free = lib.mega_cls_free
@@ -509,6 +509,17 @@ class Classifier(_Model):
         v = self.vocab or {"kind": "bytes"}
         if isinstance(text, str):
             text = text.encode()
+        if v.get("kind") == "fairseq":
+            # a classifier converted from an official LRA checkpoint (scripts/convert_fairseq.py): as
+            # fairseq-preprocess and the lra-text task give the ids: whitespace tokens of the
+            # dictionary (others <unk>), then </s>; <CLS> first when the model pools position 0
+            ids = {}
+            for i, t in enumerate(v["tokens"]):
+                ids.setdefault(t, i)
+            out = [ids.get(w, v.get("unk", 3)) for w in text.decode("utf-8").split()] + [v.get("eos", 2)]
+            if self._cfg_ptr().contents.pool == 1 and "cls" in v:
+                out = [v["cls"]] + out
+            return out
         if v.get("kind") == "listops":
             # as mega_listops_id: the table's tokens after <pad> and <unk>; anything else is <unk>
             ids = {t: i for i, t in enumerate(v["tokens"]) if i not in (v.get("pad", 0), v.get("unk", 1))}

@@ -514,6 +514,7 @@ static mega_status mg_step(const void *layer, const real *W, mega_mixer_state *S
         const size_t work = (size_t)B * aa.n * (Z + E);
         mega_step_parallel(B, step_attn_weights, &aa, B > 1 && work > MEGA_PAR_MIN);
         mega_step_parallel(B * nblk, step_attn_out, &aa, work > MEGA_PAR_MIN / 2);
+        if (St->probe) memcpy(St->probe + (size_t)S->len * St->probe_ld, w, (size_t)aa.n * sizeof(real));
         S->len = (c->chunk_size > 0 && aa.n == c->chunk_size) ? 0 : aa.n;
     }
     /* h = act(hx + h_proj(O*r)); out = x + u*(h - x); post-norm */

@@ -45,6 +45,11 @@ typedef struct {
     int B, cap;  /* sequences; the cache capacity asked for (the longest stream, or the chunk) */
     int64_t pos; /* tokens streamed so far */
     real *mem;
+    /* for inspection (mega_lm_stream_probe_attention; Mega mixer): each streamed token of
+     * sequence 0 writes its attention weights over the cached positions into row (its position
+     * in the cache) of probe, rows probe_ld apart; NULL = off */
+    real *probe;
+    size_t probe_ld;
 } mega_mixer_state;
 
 enum {

@@ -349,6 +349,17 @@ void mega_lm_stream_reset(mega_lm_stream *s) {
 
 int64_t mega_lm_stream_pos(const mega_lm_stream *s) { return s->pos; }
 
+mega_status mega_lm_stream_probe_attention(mega_lm_stream *s, int layer, mega_real *rows, int ld) {
+    const mega_lm_config *c = &s->m->cfg;
+    if (layer < 0 || layer >= c->layers) MEGA_FAIL(MEGA_ERR_INVALID, "layer %d is out of range [0, %d)", layer, c->layers);
+    if (c->block.mixer != MEGA_MIXER_MEGA)
+        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "attention weights can be probed in Mega layers only (this model's mixer is %s)",
+                  mega_mixer_name(c->block.mixer));
+    if (rows && ld < s->cap) MEGA_FAIL(MEGA_ERR_INVALID, "probe row stride %d is below the stream's cache capacity %d", ld, s->cap);
+    s->S[layer].probe = rows, s->S[layer].probe_ld = rows ? (size_t)ld : 0;
+    return MEGA_OK;
+}
+
 /* one piece of a feed: n tokens per sequence starting at t0, already in s->x (embedded) */
 typedef struct {
     mega_lm_stream *s;

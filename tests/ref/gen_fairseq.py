@@ -27,6 +27,11 @@ the causal chunked forward of the block, so here each block is one official forw
 whole chunk as the decoder pads). Reported: count, nll_sum (nats), loss_base2 = nll_sum / count /
 ln 2.
 
+It also builds a small ListOps classifier in the official LRA format (lra_cls/: model.pt with the
+arguments of the `lra` model, `mega_lra_listop` architecture, dict.txt, label_dict.txt, the lines of
+text.txt, and expected.safetensors: the ids the official lra-text task gives those lines, their
+lengths and the official logits), glued as LRAModel + MegaLRAEncoder compute (OfficialLRA below).
+
 Deterministic: regenerating gives byte-identical files except model.pt (torch.save's zip member
 timestamps).
 """
@@ -148,6 +153,99 @@ def byte_lm(O, out):
     print(f"{d}: V {V} ({len(byte_tokens)} byte tokens), eval {n} tokens, {nll / n / math.log(2):.6f} bits/token")
 
 
+class OfficialLRA(nn.Module):
+    """LRAModel with MegaLRAEncoder (fairseq/models/lra/model.py, mega_lra_encoder.py) from the
+    official layers, under the official state-dict names: encoder.encoder.{embed_tokens.embed,
+    layers, final_norm}, classifier.<j>.0, sentence_projection_layer; the glue as
+    check_official.py cls_case (and the official encoder): pad the tokens to a chunk multiple with
+    <pad>, embed (no scale), pad rows zeroed, the bidirectional layers, the final norm (pre-norm),
+    mean over the true length ("mp") or position 0 ("cls"), the head."""
+
+    def __init__(self, O, a, V):
+        super().__init__()
+        self.a = a
+        D = a.encoder_embed_dim
+        lk = dict(embed_dim=D, zdim=a.z_dim, hdim=a.encoder_hidden_dim, ndim=a.n_dim,
+                  ffn_hidden_dim=a.encoder_ffn_embed_dim, chunk_size=a.chunk_size,
+                  attention_activation=a.attention_activation_fn, bidirectional=True, norm_type=a.norm_type,
+                  prenorm=a.encoder_normalize_before, rel_pos_bias=a.rel_pos_bias, max_positions=a.max_positions,
+                  truncation=a.truncation_length, activation=a.activation_fn)
+        self.encoder = nn.Module()
+        self.encoder.encoder = enc = nn.Module()
+        enc.embed_tokens = nn.Module()
+        enc.embed_tokens.embed = nn.Embedding(V, D, padding_idx=1)
+        nn.init.normal_(enc.embed_tokens.embed.weight, 0, D ** -0.5)
+        with torch.no_grad():
+            enc.embed_tokens.embed.weight[1].zero_()
+        enc.layers = nn.ModuleList([co.OffBlock(O, lk) for _ in range(a.encoder_layers)])
+        enc.final_norm = O[2](a.norm_type, D) if a.encoder_normalize_before else None
+        self.classifier = nn.ModuleList([nn.Sequential(nn.Linear(a.classifier_in_dim, a.classifier_out_dim),
+                                                       nn.Dropout(a.dropout))])
+        self.sentence_projection_layer = nn.Linear(a.classifier_out_dim, a.sentence_class_num, bias=False)
+
+    def forward(self, tok, lengths):
+        enc, c, L = self.encoder.encoder, self.a.chunk_size, tok.size(1)
+        t = F.pad(tok, (0, -L % c), value=1) if 0 < c < L and L % c else tok
+        pad = t.eq(1)
+        x, _ = co.run_stack(enc.layers, enc.final_norm, enc.embed_tokens.embed(t), pad if pad.any() else None)
+        rep = x.sum(0) / lengths.to(x.dtype).unsqueeze(1) if self.a.sen_rep_type == "mp" else x[0]
+        for layer in self.classifier:
+            rep = F.gelu(layer(rep))
+        return self.sentence_projection_layer(rep)
+
+
+# ListOps source lines as the official processed data has them: space-separated tokens
+LRA_TEXT = ["[MAX 2 9 [MIN 4 7 ] 0 ]", "[SM 3 [MED 1 5 8 ] ]", "[MIN 6 ]", "[MED [SM 9 9 ] 2 [MAX 1 ] 7 ]",
+            "[MAX 4 ( ??? ) ]"]
+
+
+def lra_cls(O, out):
+    torch.manual_seed(2025)
+    tokens = ["]", "[MAX", "[MIN", "[SM", "[MED"] + [str(i) for i in range(10)] + ["(", ")"]
+    counts = [900 - 11 * i for i in range(len(tokens))]
+    labels = ["3", "0", "7", "1", "9", "2", "5", "4", "8", "6"]  # label-bin/dict.txt: by frequency
+    V = 4 + len(tokens) + 1  # the task adds <CLS> after loading dict.txt
+    a = __import__("argparse").Namespace(
+        arch="mega_lra_listop", task="lra-text", input_type="text", layer_type="mega", encoder_layers=2,
+        encoder_embed_dim=16, encoder_hidden_dim=32, encoder_ffn_embed_dim=24, z_dim=8, n_dim=4, chunk_size=8,
+        truncation_length=None, max_positions=64, attention_activation_fn="softmax", rel_pos_bias="simple",
+        norm_type="layernorm", encoder_normalize_before=True, normalize_embedding=False, feature_dropout=False,
+        activation_fn="silu", sen_rep_type="mp", classifier_layers=1, classifier_out_dim=20,
+        classifier_activation_fn="gelu", classifier_in_dim=16, sentence_class_num=10, use_p=False, dropout=0.1,
+        attention_dropout=0.0, act_dropout=0.0, seed=1)
+    m = OfficialLRA(O, a, V).eval()
+    ck = {"args": a, "model": m.state_dict(), "optimizer_history": [{"criterion_name": "LRACrossEntropyCriterion",
+                                                                      "optimizer_name": "FairseqAdam",
+                                                                      "lr_scheduler_state": {"best": 0.5},
+                                                                      "num_updates": 10}],
+          "extra_state": {"epoch": 1, "train_iterator": {"epoch": 1}}, "last_optimizer_state": None}
+    d = os.path.join(out, "lra_cls")
+    os.makedirs(d, exist_ok=True)
+    torch.save(ck, os.path.join(d, "model.pt"))
+    with open(os.path.join(d, "dict.txt"), "w") as f:
+        for t, c in zip(tokens, counts):
+            f.write(f"{t} {c}\n")
+    with open(os.path.join(d, "label_dict.txt"), "w") as f:
+        for i, t in enumerate(labels):
+            f.write(f"{t} {100 - i}\n")
+    # the ids the official task gives each line: dict ids (unknown words -> <unk> 3), then </s>
+    ids = {t: 4 + i for i, t in enumerate(tokens)}
+    seqs = [[ids.get(w, 3) for w in line.split()] + [2] for line in LRA_TEXT]
+    L = max(len(q) for q in seqs)
+    tok = torch.full((len(seqs), L), 1, dtype=torch.long)
+    for i, q in enumerate(seqs):
+        tok[i, :len(q)] = torch.tensor(q)
+    lengths = torch.tensor([len(q) for q in seqs])
+    with torch.no_grad():
+        logits = m(tok, lengths)
+    st.save(os.path.join(d, "expected.safetensors"),
+            {"tokens": tok.numpy().astype(np.int32), "lengths": lengths.numpy().astype(np.int32),
+             "logits": logits.numpy().astype(np.float32)},
+            {"generator": "tests/ref/gen_fairseq.py (official Mega modules, facebookresearch/mega)"})
+    open(os.path.join(d, "text.txt"), "w").write("\n".join(LRA_TEXT) + "\n")
+    print(f"{d}: V {V}, {len(seqs)} inputs of up to {L} tokens, {a.sentence_class_num} classes")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "fairseq"))
@@ -155,6 +253,7 @@ def main():
     o = p.parse_args()
     O = co.import_official(o.repo)
     byte_lm(O, o.out)
+    lra_cls(O, o.out)
 
 
 if __name__ == "__main__":

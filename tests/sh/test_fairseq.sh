@@ -7,6 +7,9 @@
 #  - the converted model's logits (through the Python package) equal the official logits;
 #  - `mega eval` of the converted model on eval.txt prints the bits per byte of the official
 #    evaluation (eval.json: fairseq_cli/eval_mega_lm.py's procedure);
+#  - an LRA ListOps classifier (lra_cls/): the converted model's logits equal the official ones, its
+#    Python encoding of text lines equals the ids of the official lra-text task, its classes are the
+#    label dictionary's; `mega eval` refuses it with a clear line (the tool does not read its data yet);
 #  - malformed input (garbage and truncated .pt, a dict.txt with a bad line or a duplicate, a
 #    dictionary of the wrong size, another architecture, missing files) is refused with one line,
 #    exit 2, and nothing written.
@@ -77,10 +80,46 @@ head -n 20 "$FX/dict.txt" >"$T/short.txt"
 refuse "dictionary smaller than the embedding" "more than the dictionary" --checkpoint "$FX/model.pt" --dict "$T/short.txt"
 { cat "$FX/dict.txt"; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo "x$i 1"; done; } >"$T/long.txt"
 refuse "dictionary larger than the embedding" "but the model's embedding has 56 rows" --checkpoint "$FX/model.pt" --dict "$T/long.txt"
-"$PY" - "$FX/model.pt" "$T/lra.pt" <<'EOF' 2>/dev/null
+"$PY" - "$FX/model.pt" "$T/mt.pt" "$T/lra_tf.pt" <<'EOF' 2>/dev/null
 import argparse, sys, torch
-ck = {"args": argparse.Namespace(arch="mega_lra_listops", task="lra-text"), "model": {"x": torch.zeros(2)}}
-torch.save(ck, sys.argv[2])
+torch.save({"args": argparse.Namespace(arch="mega_wmt_en_de", task="translation"), "model": {"x": torch.zeros(2)}}, sys.argv[2])
+torch.save({"args": argparse.Namespace(arch="transformer_lra_listop", task="lra-text"), "model": {"x": torch.zeros(2)}}, sys.argv[3])
 EOF
-refuse "another architecture" "architecture 'mega_lra_listops'" --checkpoint "$T/lra.pt" --dict "$FX/dict.txt"
+refuse "another architecture" "architecture 'mega_wmt_en_de'" --checkpoint "$T/mt.pt" --dict "$FX/dict.txt"
+
+# ---- an LRA classifier (lra_cls: mega_lra_listop, official LRAModel + MegaLRAEncoder) ----
+LX="$HERE/tests/fixtures/fairseq/lra_cls"
+"$PY" "$CONV" --checkpoint "$LX/model.pt" --dict "$LX/dict.txt" --label-dict "$LX/label_dict.txt" --out "$T/c" >"$T/out" 2>&1
+[ $? -eq 0 ] && [ -s "$T/c/model.safetensors" ] && ok "LRA classifier converted: $(cat "$T/out")" || bad "LRA conversion: $(cat "$T/out")"
+"$B/mega" info --model "$T/c" >"$T/info" 2>&1
+grep -q "kind       mega_cls" "$T/info" && grep -q "padding-idx 1" "$T/info" && ok "mega info reads the converted classifier" || bad "mega info (LRA): $(head -3 "$T/info")"
+"$B/mega" eval --model "$T/c" --data "$LX/text.txt" >"$T/out" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q "converted from an official LRA checkpoint" "$T/out" && ok "mega eval on a converted classifier: a clear refusal (Python reads its data)" || bad "mega eval (LRA): rc $rc $(cat "$T/out")"
+PYTHONPATH="$HERE/python" MEGA_LIB="$B/libmega.so" "$PY" - "$LX" "$T/c" <<'EOF' >"$T/py" 2>&1
+import os, sys
+sys.path.insert(0, os.path.join(sys.argv[1], "..", "..", "..", "ref"))
+import numpy as np
+import st
+import mega
+ref, _ = st.load(os.path.join(sys.argv[1], "expected.safetensors"))
+m = mega.load(sys.argv[2])
+got = m.logits(ref["tokens"], lengths=ref["lengths"])
+err = float(np.abs(got - ref["logits"]).max() / np.abs(ref["logits"]).max())
+print("logits", "ok" if got.shape == ref["logits"].shape and err <= 1e-4 else "BAD", "max relative error %.2e" % err)
+lines = open(os.path.join(sys.argv[1], "text.txt")).read().splitlines()
+same = all(m.encode(l) == list(ref["tokens"][i, :ref["lengths"][i]]) for i, l in enumerate(lines))
+print("encode", "ok" if same else "BAD", [m.encode(l) for l in lines[:1]])
+names = [l.split()[0] for l in open(os.path.join(sys.argv[1], "label_dict.txt"))]
+tl = m.logits(lines)
+print("texts", "ok" if m.classes == names and np.abs(tl - ref["logits"]).max() <= 1e-4 * np.abs(ref["logits"]).max() else "BAD", m.classes)
+EOF
+for k in logits encode texts; do
+  line=$(grep "^$k" "$T/py")
+  case "$line" in "$k ok"*) ok "LRA $line" ;; *) bad "LRA $k: ${line:-$(tail -3 "$T/py")}" ;; esac
+done
+refuse "LRA with a Transformer encoder" "layer_type 'transformer' is not supported" --checkpoint "$T/lra_tf.pt"
+refuse "LRA text model without --dict" "needs --dict" --checkpoint "$LX/model.pt"
+refuse "LRA dictionary of the wrong size" "embedding has 22 rows" --checkpoint "$LX/model.pt" --dict "$FX/dict.txt"
+head -n 4 "$LX/label_dict.txt" >"$T/labels4.txt"
+refuse "LRA label dictionary of the wrong size" "4 labels but the model has 10 classes" --checkpoint "$LX/model.pt" --dict "$LX/dict.txt" --label-dict "$T/labels4.txt"
 finish

@@ -1,0 +1,75 @@
+#!/bin/sh
+# `mega experiment` (docs/results.md) in --quick mode, so that no experiment rots:
+#   sh tests/sh/test_experiment.sh BUILD_DIR
+# Every experiment runs end to end at toy sizes (data, training, evaluation, table, figures) and
+# must exit 0 with a results.md whose table has a row per model and no failed run (—), and SVG
+# figures that are well-formed XML with drawn data. Also: --list, an unknown name, a missing or
+# too small --data file, and that a rerun with the same seed gives the same validation numbers.
+. "$(dirname "$0")/lib.sh"
+HERE=$(cd "$(dirname "$0")/../.." && pwd)
+M="$B/mega"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT INT TERM
+cd "$T" || exit 1
+# a text of the repository's own docs (about 300 KB) for the language-model experiments
+cat "$HERE"/docs/*.md "$HERE"/README.md > text.txt
+
+n=$("$M" experiment --list | wc -l)
+if [ "$n" -eq 5 ] && "$M" experiment --list | grep -q "^extrapolate "; then ok "--list names the 5 experiments"; else bad "--list ($n lines)"; fi
+"$M" experiment nosuch > out.txt 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "unknown experiment 'nosuch'" out.txt && [ "$(wc -l < out.txt)" -eq 1 ]; then ok "unknown name: one line, exit 2"; else bad "unknown name (rc $rc): $(cat out.txt)"; fi
+"$M" experiment aft --quick --out x --data missing.txt > out.txt 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "missing.txt: no such file" out.txt; then ok "missing --data: clear error"; else bad "missing --data (rc $rc)"; fi
+head -c 3000 text.txt > tiny.txt
+"$M" experiment aft --quick --out x --data tiny.txt > out.txt 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "too little text" out.txt; then ok "too small --data: clear error"; else bad "tiny --data (rc $rc): $(tail -1 out.txt)"; fi
+
+# svg_ok FILE: well-formed XML whose root is <svg> with drawn data: a line, points or cells
+svg_ok() {
+  if [ -x /usr/bin/python3 ]; then
+    /usr/bin/python3 - "$1" <<'EOF'
+import sys, xml.etree.ElementTree as E
+r = E.parse(sys.argv[1]).getroot()
+ns = "{http://www.w3.org/2000/svg}"
+pts = [p.get("points", "").split() for p in r.iter(ns + "polyline")]
+dots = list(r.iter(ns + "circle"))
+sys.exit(0 if r.tag == ns + "svg" and (any(len(p) >= 2 for p in pts) or dots or len(list(r.iter(ns + "rect"))) > 3) else 1)
+EOF
+  else
+    [ "$(head -c 4 "$1")" = "<svg" ] && tail -n 1 "$1" | grep -q "</svg>"
+  fi
+}
+
+# name, expected model rows in results.md (table rows that are not headers, separators or the
+# majority line), expected figures
+for spec in "aft 5 6" "lra 10 2" "ablation 11 1" "extrapolate 9 3" "speed 15 2"; do
+  set -- $spec
+  name=$1 rows=$2 figs=$3
+  "$M" experiment "$name" --quick --out q --data text.txt --threads 1 > "$name.out" 2>&1
+  rc=$?
+  status $rc "experiment $name --quick exits 0"
+  md="q/$name/results.md"
+  r=$(grep '^| ' "$md" 2>/dev/null | grep -v -e '^| model' -e '^| variant' -e '^| majority' | wc -l)
+  if [ "$r" -eq "$rows" ]; then ok "$name: $rows table rows"; else bad "$name: $r table rows, expected $rows"; fi
+  if [ -s "$md" ] && ! grep '^| ' "$md" | grep -q '—'; then ok "$name: no failed run in the table"; else bad "$name: a failed run in $md"; fi
+  f=$(ls q/"$name"/*.svg 2>/dev/null | wc -l)
+  if [ "$f" -eq "$figs" ]; then ok "$name: $figs figures"; else bad "$name: $f figures, expected $figs"; fi
+  for s in q/"$name"/*.svg; do
+    if [ -f "$s" ] && svg_ok "$s"; then ok "$s well-formed with data"; else bad "$s is not a well-formed SVG with data"; fi
+    grep -q '(s)\|(byte)\|(bytes)\|(tokens)\|accuracy\|per byte\|k_d\|f_h' "$s" || bad "$s: no axis label with a unit"
+  done
+done
+grep -q "majority class" q/lra/results.md && ok "lra reports the majority baseline" || bad "lra: no majority baseline"
+
+# the same seed gives the same validation numbers (the bits-per-byte column of aft)
+"$M" experiment aft --quick --out q2 --data text.txt --threads 1 > /dev/null 2>&1
+col() { grep '^| ' "$1" | grep -v -e '^| model' -e '^|---' | awk -F'|' '{print $5}'; }
+if [ -n "$(col q/aft/results.md)" ] && [ "$(col q/aft/results.md)" = "$(col q2/aft/results.md)" ]; then
+  ok "aft rerun with the same seed: same bits per byte"
+else
+  bad "aft rerun differs: $(col q/aft/results.md | tr '\n' ' ') vs $(col q2/aft/results.md | tr '\n' ' ')"
+fi
+finish
