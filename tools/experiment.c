@@ -1010,11 +1010,11 @@ static const struct {
     const char *name, *what, *budget;
     int (*run)(xctx *);
 } EXPERIMENTS[] = {
-    {"aft", "AFT article: one-layer byte LMs at equal width (MHA+, gMLP, AFT time-weighted, AFT-simple, Mega)", "~10 min", exp_aft},
+    {"aft", "AFT article: one-layer byte LMs at equal width (MHA+, gMLP, AFT time-weighted, AFT-simple, Mega)", "~11 min", exp_aft},
     {"lra", "long-range classification at equal parameters and time: ListOps and 784-pixel shapes, five mixers", "~18 min", exp_lra},
-    {"ablation", "Mega ablations on the lra tasks: EMA dimension, chunk size, attention function", "~15 min", exp_ablation},
-    {"extrapolate", "train at 256 bytes, evaluate at 256..8192: Mega, RoPE (+ window mask), ALiBi, KERPLE, Sandwich, XPOS, local, log-n", "~20 min", exp_extrapolate},
-    {"speed", "training step time and peak memory from 1K to 16K tokens: Mega-chunk, Mega full, Transformer", "~5 min", exp_speed},
+    {"ablation", "Mega ablations on the lra tasks: EMA dimension, chunk size, attention function", "~25 min", exp_ablation},
+    {"extrapolate", "train at 256 bytes, evaluate at 256..8192: Mega, RoPE (+ window mask), ALiBi, KERPLE, Sandwich, XPOS, local, log-n", "~16 min", exp_extrapolate},
+    {"speed", "training step time and peak memory from 1K to 16K tokens: Mega-chunk, Mega full, Transformer", "~3 min", exp_speed},
 };
 #define NEXP (int)(sizeof EXPERIMENTS / sizeof *EXPERIMENTS)
 

@@ -165,11 +165,15 @@ void svg_line_chart(sbuf *o, const svg_chart *c, const svg_series *s, int ns) {
     /* the legend, over a white box so that it stays readable where it covers a curve: a line of
      * each series' colour and its label */
     int nl = 0;
-    for (int k = 0; k < ns; k++) nl += s[k].label != NULL;
-    const double lx = c->legend_left ? L + 12 : W - R - 262;
+    size_t longest = 0;
+    for (int k = 0; k < ns; k++)
+        if (s[k].label) nl++, longest = strlen(s[k].label) > longest ? strlen(s[k].label) : longest;
+    /* about 7 px a character at 12 px */
+    const double lw = 40 + 7.0 * (double)(longest < 60 ? longest : 60);
+    const double lx = c->legend_left ? L + 12 : W - R - lw - 12;
     if (nl)
-        sbuf_printf(o, "<rect x=\"%.0f\" y=\"%.0f\" width=\"250\" height=\"%d\" fill=\"white\" fill-opacity=\"0.85\" "
-                       "stroke=\"#bbb\"/>\n", lx - 6, T + 4, 17 * nl + 6);
+        sbuf_printf(o, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%d\" fill=\"white\" fill-opacity=\"0.85\" "
+                       "stroke=\"#bbb\"/>\n", lx - 6, T + 4, lw, 17 * nl + 6);
     for (int k = 0, j = 0; k < ns; k++) {
         if (!s[k].label) continue;
         const char *col = palette[k % 10];
