@@ -89,6 +89,12 @@ mega_status mega_read_file(const char *path, const char *what, mega_bytes *out);
 #define MEGA_MAP_MIN ((size_t)1 << 16)
 mega_status mega_read_file_max(const char *path, const char *what, uint64_t max, mega_bytes *out);
 void mega_bytes_free(mega_bytes *b);
+/* A whole gzip (or dictzip) file, decompressed onto the heap, NUL-terminated like mega_read_file;
+ * a file that is not gzip is taken as it is, unless its name ends in .gz or .dz. `what` names the
+ * file in messages ("dictionary" gives "dictionary file 'x.dict.dz': corrupt compressed data
+ * (...)"). Fails when the file is missing, a directory, unreadable, corrupt or truncated
+ * compressed data, empty, larger than 16 GiB uncompressed, or on MEGA_ERR_OOM. */
+mega_status mega_read_gzip(const char *path, const char *what, mega_bytes *out);
 
 /* 64-bit FNV-1a of n bytes (prime 1099511628211): the fingerprint a checkpoint stores of its
  * training data. The offset basis is 1469598103934665603, a digit short of the published

@@ -22,7 +22,6 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cjson/cJSON.h>
 
@@ -161,6 +160,8 @@ typedef struct {
     double tok_s;          /* mean training tokens/s */
     double train_s;        /* training seconds (validation excluded) */
     int steps;
+    int first_step;        /* the first training record: its step and training seconds */
+    double first_train_s;
 } xlog;
 
 static int read_runlog(const char *run, const char *metric, xlog *g) {
@@ -180,6 +181,8 @@ static int read_runlog(const char *run, const char *metric, xlog *g) {
         cJSON *j = e > pos ? cJSON_ParseWithLength((const char *)b.data + pos, e - pos) : NULL;
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step"), *v = cJSON_GetObjectItemCaseSensitive(j, vkey),
                     *t = cJSON_GetObjectItemCaseSensitive(j, "train_seconds"), *k = cJSON_GetObjectItemCaseSensitive(j, "tok_s");
+        if (cJSON_IsNumber(t) && !g->first_step && cJSON_IsNumber(st))
+            g->first_step = st->valueint, g->first_train_s = t->valuedouble;
         if (cJSON_IsNumber(t)) ts = t->valuedouble, g->train_s = ts;
         if (cJSON_IsNumber(k)) toks += k->valuedouble, nt++;
         if (cJSON_IsNumber(st)) g->steps = st->valueint;
@@ -245,25 +248,13 @@ static int corpus(xctx *c, char *train, char *valid, size_t n) {
     if (ensure_dir(d)) return -1;
     path_join(train, n, d, "train.txt");
     path_join(valid, n, d, "valid.txt");
-    gzFile gz = gzopen(src, "rb"); /* reads plain files as they are */
-    if (!gz) return cli_error("%s: cannot open", src), -1;
-    size_t cap = 1 << 20, len = 0;
-    char *buf = malloc(cap);
-    int k = 0;
-    while (buf && (k = gzread(gz, buf + len, (unsigned)(cap - len))) > 0)
-        if ((len += (size_t)k) == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    gzclose(gz);
-    if (!buf) return cli_error("out of memory"), -1;
-    if (k < 0) return free(buf), cli_error("%s: not readable (corrupt gzip data?)", src), -1;
-    const size_t nv = len / 20;
-    if (nv < 1024) return free(buf), cli_error("%s: %zu bytes is too little text (at least 20 KiB)", src, len), -1;
-    mega_status st = mega_write_file_atomic(train, buf, len - nv);
-    if (!st) st = mega_write_file_atomic(valid, buf + len - nv, nv);
-    free(buf);
+    mega_bytes t;
+    if (mega_read_gzip(src, c->data ? "--data" : "corpus", &t) != MEGA_OK) return cli_error("%s", mega_last_error()), -1;
+    const size_t len = t.n, nv = len / 20;
+    if (nv < 1024) return mega_bytes_free(&t), cli_error("%s: %zu bytes is too little text (at least 20 KiB)", src, len), -1;
+    mega_status st = mega_write_file_atomic(train, t.data, len - nv);
+    if (!st) st = mega_write_file_atomic(valid, t.data + len - nv, nv);
+    mega_bytes_free(&t);
     return st ? (cli_error("%s", mega_last_error()), -1) : 0;
 }
 
@@ -958,21 +949,7 @@ static int exp_speed(xctx *c) {
             sec[i][j] = mib[i][j] = NAN;
             if (train_model(c, id, common, M[i].flags, "acc", &lg, &pr, &r)) continue;
             /* steps 2-4: the first step also sizes the buffers */
-            char run[4096];
-            snprintf(run, sizeof run, "%s/runs/%s/log.jsonl", c->dir, id);
-            FILE *f = fopen(run, "r");
-            char line[1024];
-            double t1 = NAN, t4 = NAN;
-            while (f && fgets(line, sizeof line, f)) {
-                int s;
-                char *q = strstr(line, "\"train_seconds\": ");
-                if (q && sscanf(line, "{\"step\": %d", &s) == 1) {
-                    if (s == 1) t1 = atof(q + 17);
-                    if (s == 4) t4 = atof(q + 17);
-                }
-            }
-            if (f) fclose(f);
-            sec[i][j] = (t4 - t1) / 3;
+            if (lg.steps == 4 && lg.first_step == 1) sec[i][j] = (lg.train_s - lg.first_train_s) / 3;
             mib[i][j] = r.peak_mib;
         }
     }

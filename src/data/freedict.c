@@ -58,17 +58,17 @@ int mega_dictd_b64(const char *s, size_t n, uint64_t *v) {
 
 int mega_dictd_is_meta(const char *hw) { return !strncmp(hw, "00-database", 11) || !strncmp(hw, "00database", 10); }
 
-/* the whole (dictzip, gzip or plain) file */
-static mega_status fd_read_dict(const char *path, char **out, size_t *nout) {
-    *out = NULL, *nout = 0;
+/* the whole (dictzip, gzip or plain) file (mega_data.h) */
+mega_status mega_read_gzip(const char *path, const char *what, mega_bytes *bytes) {
+    memset(bytes, 0, sizeof *bytes);
     FILE *f;
-    MEGA_TRY(mega__data_open(path, "dictionary", &f)); /* the messages for missing / directory */
+    MEGA_TRY(mega__data_open(path, what, &f)); /* the messages for missing / directory */
     fclose(f);
     errno = 0;
     gzFile gz = gzopen(path, "rb");
     if (!gz) {
-        if (errno == ENOMEM || !errno) MEGA_FAIL(MEGA_ERR_OOM, "dictionary file '%s': out of memory", path);
-        MEGA_FAIL(MEGA_ERR_IO, "dictionary file '%s': %s", path, strerror(errno));
+        if (errno == ENOMEM || !errno) MEGA_FAIL(MEGA_ERR_OOM, "%s file '%s': out of memory", what, path);
+        MEGA_FAIL(MEGA_ERR_IO, "%s file '%s': %s", what, path, strerror(errno));
     }
     gzbuffer(gz, 1 << 17);
     size_t cap = (size_t)1 << 22, len = 0;
@@ -78,7 +78,7 @@ static mega_status fd_read_dict(const char *path, char **out, size_t *nout) {
         if (len == cap) {
             char *nb = cap < FD_MAX_DICT ? realloc(b, cap * 2 + 1) : NULL;
             if (!nb) {
-                if (cap >= FD_MAX_DICT) st = mega__error(MEGA_ERR_FORMAT, "dictionary file '%s': larger than %zu bytes uncompressed", path, FD_MAX_DICT);
+                if (cap >= FD_MAX_DICT) st = mega__error(MEGA_ERR_FORMAT, "%s file '%s': larger than %zu bytes uncompressed", what, path, FD_MAX_DICT);
                 free(b);
                 b = NULL;
                 break;
@@ -92,7 +92,7 @@ static mega_status fd_read_dict(const char *path, char **out, size_t *nout) {
     }
     if (!b) {
         gzclose(gz);
-        if (st == MEGA_OK) st = mega__error(MEGA_ERR_OOM, "dictionary file '%s': out of memory", path);
+        if (st == MEGA_OK) st = mega__error(MEGA_ERR_OOM, "%s file '%s': out of memory", what, path);
         return st;
     }
     int errnum = Z_OK;
@@ -101,20 +101,20 @@ static mega_status fd_read_dict(const char *path, char **out, size_t *nout) {
     size_t pl = strlen(path); /* zlib's message starts with the path */
     if (msg && !strncmp(msg, path, pl) && msg[pl] == ':' && msg[pl + 1] == ' ') msg += pl + 2;
     if (errnum != Z_OK) {
-        if (errnum == Z_MEM_ERROR) st = mega__error(MEGA_ERR_OOM, "dictionary file '%s': out of memory", path);
-        else if (errnum == Z_ERRNO) st = mega__error(MEGA_ERR_IO, "dictionary file '%s': read error: %s", path, strerror(errno));
-        else st = mega__error(MEGA_ERR_FORMAT, "dictionary file '%s': corrupt compressed data (%s)", path, msg ? msg : "zlib error");
+        if (errnum == Z_MEM_ERROR) st = mega__error(MEGA_ERR_OOM, "%s file '%s': out of memory", what, path);
+        else if (errnum == Z_ERRNO) st = mega__error(MEGA_ERR_IO, "%s file '%s': read error: %s", what, path, strerror(errno));
+        else st = mega__error(MEGA_ERR_FORMAT, "%s file '%s': corrupt compressed data (%s)", what, path, msg ? msg : "zlib error");
     } else if (direct && (fd_ends_with(path, ".dz") || fd_ends_with(path, ".gz")))
-        st = mega__error(MEGA_ERR_FORMAT, "dictionary file '%s' is not gzip (dictzip) data", path);
+        st = mega__error(MEGA_ERR_FORMAT, "%s file '%s' is not gzip (dictzip) data", what, path);
     else if (len == 0)
-        st = mega__error(MEGA_ERR_FORMAT, "dictionary file '%s' is empty", path);
+        st = mega__error(MEGA_ERR_FORMAT, "%s file '%s' is empty", what, path);
     gzclose(gz);
     if (st != MEGA_OK) {
         free(b);
         return st;
     }
     b[len] = 0;
-    *out = b, *nout = len;
+    bytes->data = (uint8_t *)b, bytes->n = len;
     return MEGA_OK;
 }
 
@@ -190,7 +190,9 @@ mega_status mega_dictd_open(const char *dict_path, const char *index_path, mega_
     mega_status st = mega__data_read_all(d->index_path, "index", &ib, &in);
     d->index = (char *)ib;
     if (st == MEGA_OK) st = fd_parse_index(d, in);
-    if (st == MEGA_OK) st = fd_read_dict(dict_path, &d->text, &d->n);
+    mega_bytes text;
+    if (st == MEGA_OK) st = mega_read_gzip(dict_path, "dictionary", &text);
+    if (st == MEGA_OK) d->text = (char *)text.data, d->n = text.n;
     if (st != MEGA_OK) {
         mega_dictd_free(d);
         return st;
