@@ -21,6 +21,8 @@ static void usage(FILE *f) {
                "  plot       write an SVG of the training and validation curves of a run\n"
                "  listops    generate the ListOps task of the Long Range Arena (--out DIR)\n"
                "  freedict   parallel phrases (train/valid/test TSV) from a FreeDict dictionary (--dict, --out)\n"
+               "  hf-export  write a model in the Hugging Face transformers Mega layout (--model, --out)\n"
+               "  hf-import  read a Hugging Face transformers Mega model (--hf, --out)\n"
                "  bench      performance workloads (tokens/s, GFLOP/s, peak memory; 'mega bench --list')\n"
                "  version    version and build description\n"
                "  help       this text\n");
@@ -84,6 +86,8 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "translate")) return cmd_translate(argc, argv);
     if (!strcmp(c, "freedict")) return cmd_freedict(argc, argv);
     if (!strcmp(c, "bench")) return cmd_bench(argc, argv);
+    if (!strcmp(c, "hf-export")) return cmd_hf_export(argc, argv);
+    if (!strcmp(c, "hf-import")) return cmd_hf_import(argc, argv);
     fprintf(stderr, "mega: error: unknown command '%s' (see 'mega help')\n", c);
     return 2;
 }
