@@ -9,7 +9,7 @@
  * configuration_mega.py (MegaConfig: field names and defaults), modeling_mega.py (the module
  * tree, hence the parameter names and shapes, and the forward semantics) and
  * convert_mega_original_pytorch_checkpoint_to_pytorch.py (its renames of the official fairseq
- * parameters). This project names weights as the official fairseq code does
+ * parameters); read at the commits d0202787aa8f, 11f31e94c460 and 4c9844fed2bb. This project names weights as the official fairseq code does
  * (docs/checkpoints.md), so the conversion is a renaming with two reshapes (the simple relative
  * bias is stored at another length; the LM head gains a zero bias), checked both ways against
  * the layout a config implies. What transformers computes differently from the official code
@@ -254,7 +254,8 @@ static double tidy(float v) {
     return strtod(b, NULL);
 }
 
-static cJSON *hf_config_json(const mega_block_config *b, int lm, int V, int L, int pad, int tied, const hf_arch *a) {
+static cJSON *hf_config_json(const mega_block_config *b, int lm, int V, int L, int pad, int tied, const hf_arch *a,
+                             const cJSON *vocab) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
     cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
@@ -297,6 +298,14 @@ static cJSON *hf_config_json(const mega_block_config *b, int lm, int V, int L, i
     cJSON_AddBoolToObject(o, "add_lm_hidden_dense_layer", 0);
     if (pad >= 0) cJSON_AddNumberToObject(o, "pad_token_id", pad);
     else cJSON_AddNullToObject(o, "pad_token_id");
+    /* bos/eos: a fairseq dictionary's (<s> 0, </s> 2, as MegaConfig's defaults); none for bytes,
+     * where the defaults would make transformers' generate stop at byte 2 */
+    const cJSON *vj = cJSON_IsObject(vocab) ? vocab : NULL;
+    const cJSON *bos = cJSON_GetObjectItemCaseSensitive(vj, "bos"), *eos = cJSON_GetObjectItemCaseSensitive(vj, "eos");
+    if (cJSON_IsNumber(bos)) cJSON_AddNumberToObject(o, "bos_token_id", bos->valuedouble);
+    else cJSON_AddNullToObject(o, "bos_token_id");
+    if (cJSON_IsNumber(eos)) cJSON_AddNumberToObject(o, "eos_token_id", eos->valuedouble);
+    else cJSON_AddNullToObject(o, "eos_token_id");
     cJSON_AddBoolToObject(o, "is_decoder", lm);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", tied);
     cJSON_AddStringToObject(o, "torch_dtype", "float32");
@@ -419,7 +428,10 @@ static int hf_export(const char *model, const char *out) {
         a.lm = 1, a.V = c.vocab_size, a.L = c.layers, a.tied = c.tie_embeddings;
         snprintf(a.ours_top, sizeof a.ours_top, "decoder.");
         arch_of_block(&a, &c.block);
-        cj = hf_config_json(&c.block, 1, c.vocab_size, c.layers, c.padding_idx, c.tie_embeddings, &a);
+        const char *vs = mega_st_meta(f, "vocab");
+        cJSON *vocab = vs ? cJSON_Parse(vs) : NULL;
+        cj = hf_config_json(&c.block, 1, c.vocab_size, c.layers, c.padding_idx, c.tie_embeddings, &a, vocab);
+        cJSON_Delete(vocab);
     } else {
         mega_cls *m;
         if (mega_cls_load_ex(p, &inference, &m)) {
@@ -437,7 +449,7 @@ static int hf_export(const char *model, const char *out) {
         a.lm = 0, a.V = c.vocab_size, a.L = c.layers, a.tied = 0;
         snprintf(a.ours_top, sizeof a.ours_top, "encoder.encoder.");
         arch_of_block(&a, &c.block);
-        cj = hf_config_json(&c.block, 0, c.vocab_size, c.layers, c.padding_idx, 0, &a);
+        cj = hf_config_json(&c.block, 0, c.vocab_size, c.layers, c.padding_idx, 0, &a, NULL);
     }
     if (!cj) {
         cli_error("out of memory");

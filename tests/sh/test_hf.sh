@@ -167,7 +167,7 @@ r=$("$PY" st.py config hfA 'architectures=["MegaForCausalLM"]' 'model_type="mega
   use_normalized_ffn=true use_chunking=true chunk_size=8 max_positions=1024 'relative_positional_bias="simple"' \
   'normalization_type="layernorm"' normalize_before_mega=false normalize_before_ffn=false is_decoder=true \
   bidirectional=false add_token_type_embeddings=false add_lm_hidden_dense_layer=false tie_word_embeddings=false \
-  pad_token_id=256 truncation=null 'activation="silu"' 'attention_activation="softmax"')
+  pad_token_id=256 bos_token_id=null eos_token_id=null truncation=null 'activation="silu"' 'attention_activation="softmax"')
 case "$r" in ok*) ok "A: config.json has MegaConfig's names with the model's values" ;; *) bad "A: config.json: $r" ;; esac
 roundtrip B lmB
 r=$("$PY" st.py config hfB use_chunking=false chunk_size=-1 max_positions=64 'relative_positional_bias="rotary"' \
