@@ -895,6 +895,12 @@ static int hf_import(const char *hfdir, const char *out) {
         goto done;
     }
     if (ensure_dir(out)) goto done;
+    /* a run directory's loaders prefer its newest generation to model.safetensors */
+    if (file_exists(path_join(outp, sizeof outp, out, "checkpoint.json"))) {
+        cli_error("'%s' holds a training run (checkpoint.json), whose newest checkpoint would shadow the imported "
+                  "model: choose another --out", out);
+        goto done;
+    }
     path_join(outp, sizeof outp, out, "model.safetensors");
     if (mega_st_writer_write(w, outp)) {
         cli_error("%s", mega_last_error());

@@ -252,6 +252,10 @@ refuse "import without model.safetensors" "no model.safetensors" Y "$M" hf-impor
 rm -rf E && cp -r hfA E && echo '{"vocab' >E/config.json
 refuse "import of a broken config.json" "not a JSON object" Y "$M" hf-import --hf E --out Y
 refuse "import of a missing directory" "config" Y "$M" hf-import --hf nowhere --out Y
+rm -rf Z && cp -r lmA Z && before=$(ls Z | wc -l)
+"$M" hf-import --hf hfA --out Z >out 2>err
+[ $? -eq 2 ] && grep -q "holds a training run" err && [ "$(ls Z | wc -l)" -eq "$before" ] &&
+  ok "refused: import into a training run's directory" || bad "import into a run directory: $(cat err)"
 rm -rf E && cp -r hfC E && rm E/mega_cls_head.safetensors
 refuse "import of an encoder without its head file" "mega_cls_head.safetensors" Y "$M" hf-import --hf E --out Y
 finish
