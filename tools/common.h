@@ -125,4 +125,7 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
                    int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory);
 int cmd_freedict(int argc, char **argv);
 int cmd_experiment(int argc, char **argv);
+/* hf.c: the Hugging Face transformers layout */
+int cmd_hf_export(int argc, char **argv);
+int cmd_hf_import(int argc, char **argv);
 #endif

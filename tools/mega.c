@@ -22,6 +22,8 @@ static void usage(FILE *f) {
                "  listops    generate the ListOps task of the Long Range Arena (--out DIR)\n"
                "  freedict   parallel phrases (train/valid/test TSV) from a FreeDict dictionary (--dict, --out)\n"
                "  experiment rerun a claim of the papers with figures (docs/results.md; 'mega experiment --list')\n"
+               "  hf-export  write a model in the Hugging Face transformers Mega layout (--model, --out)\n"
+               "  hf-import  read a Hugging Face transformers Mega model (--hf, --out)\n"
                "  bench      performance workloads (tokens/s, GFLOP/s, peak memory; 'mega bench --list')\n"
                "  version    version and build description\n"
                "  help       this text\n");
@@ -86,6 +88,8 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "freedict")) return cmd_freedict(argc, argv);
     if (!strcmp(c, "bench")) return cmd_bench(argc, argv);
     if (!strcmp(c, "experiment")) return cmd_experiment(argc, argv);
+    if (!strcmp(c, "hf-export")) return cmd_hf_export(argc, argv);
+    if (!strcmp(c, "hf-import")) return cmd_hf_import(argc, argv);
     fprintf(stderr, "mega: error: unknown command '%s' (see 'mega help')\n", c);
     return 2;
 }
