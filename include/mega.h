@@ -284,7 +284,11 @@ mega_status mega_block_config_check(const mega_block_config *c);
 
 /* Field tables: the name, type, location, range and meaning of every config field, in order.
  * The JSON reader/writer and the command line are built from them. */
-typedef enum { MEGA_FIELD_INT = 0, MEGA_FIELD_FLOAT, MEGA_FIELD_BOOL, MEGA_FIELD_CHOICE } mega_field_type;
+/* MEGA_FIELD_INTS: a list of up to MEGA_INTS_MAX ints, strictly increasing, each in [lo, hi], stored
+ * in int[MEGA_INTS_MAX] ended by 0 when shorter; text and JSON "a,b,c" (JSON also an array;
+ * "" or null: empty) */
+typedef enum { MEGA_FIELD_INT = 0, MEGA_FIELD_FLOAT, MEGA_FIELD_BOOL, MEGA_FIELD_CHOICE, MEGA_FIELD_INTS } mega_field_type;
+#define MEGA_INTS_MAX 8
 enum {
     MEGA_FIELD_NOFLAG = 1u << 0, /* set by the program, not on the command line */
     MEGA_FIELD_NONZERO = 1u << 1 /* 0 is not a value (e.g. chunk-size: -1 or >= 1) */
@@ -305,6 +309,9 @@ const mega_field *mega_block_config_fields(int *count);
 int mega_field_applies(const mega_field *f, mega_mixer_kind k);
 /* a field's value as text ("128", "0.1", "true", "softmax") */
 void mega_field_format(const mega_field *f, const void *config, char *buf, size_t n);
+/* set a field from text (the forms mega_field_format writes); the value is not range-checked
+ * here (the config check does that) */
+mega_status mega_field_parse(const mega_field *f, void *config, const char *text);
 
 /* ---------------------------------------------------------------------------------------------
  * Creating and loading models (every model kind), and the memory they need.
@@ -349,6 +356,19 @@ typedef struct {
     int final_norm_affine;  /* learned scale/shift in the final norm (pre-norm models) */
     int scale_embedding;    /* multiply the embeddings by sqrt(embed_dim) */
     int tie_embeddings;     /* the output projection is the embedding table */
+    /* Adaptive input and adaptive softmax (Baevski & Auli 2019; Grave et al. 2017; fairseq
+     * modules/adaptive_input.py, adaptive_softmax.py; docs/mega.md §10). The vocabulary is cut into
+     * bands at the cutoffs (the vocabulary size closes the last one): band i embeds its tokens in
+     * embed_dim / factor^i dimensions projected to embed_dim; the softmax is a head over band 0
+     * plus one class per further band, each band a tail of its own at input_dim / factor^(i+1). */
+    int adaptive_input;                          /* AdaptiveInput instead of one embedding table */
+    float adaptive_input_factor;                 /* dimension divisor per band (4) */
+    int adaptive_input_cutoff[MEGA_INTS_MAX];    /* band ends (0-ended list) */
+    int adaptive_softmax_cutoff[MEGA_INTS_MAX];  /* empty: a full softmax */
+    float adaptive_softmax_factor;               /* 4 */
+    float adaptive_softmax_dropout;              /* on the softmax input and the tails' projections */
+    int tie_adaptive_weights; /* the softmax's word matrices are the adaptive input's embeddings */
+    int tie_adaptive_proj;    /* ... and its tail projections the input's projections, transposed */
 } mega_lm_config;
 
 /* the defaults of `mega train` (a small byte-level model) */

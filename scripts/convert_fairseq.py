@@ -3,6 +3,7 @@
 
     python3 scripts/convert_fairseq.py --checkpoint model.pt --dict dict.txt --out DIR [--unit auto|byte|word]
     python3 scripts/convert_fairseq.py --checkpoint lra.pt --dict src-bin/dict.txt --label-dict label-bin/dict.txt --out DIR
+    python3 scripts/convert_fairseq.py --checkpoint wmt.pt --dict dict.en.txt --tgt-dict dict.de.txt --out DIR
 
 The official repository (facebookresearch/mega, a fork of fairseq) saves checkpoints with
 fairseq/checkpoint_utils.py save_state: a pickled dict {"args": argparse.Namespace, "model": the
@@ -15,7 +16,8 @@ It writes DIR/model.safetensors: the weights by their official names (this proje
 those names, docs/checkpoints.md), the model config from the fairseq arguments, the fairseq
 dictionary as the vocabulary (docs/interop.md), and the training --tokens-per-sample, which
 `mega eval` uses as the official evaluation does. Supported: the language models (`mega_lm*`
-architectures, task language_modeling) and the Long Range Arena classifiers with the Mega encoder
+architectures, task language_modeling), the translation models (model `mega`: `mega_wmt_en_de*`
+architectures, task translation) and the Long Range Arena classifiers with the Mega encoder
 (model `lra`, `mega_lra_*` architectures, tasks lra-text and lra-image). Everything else is
 refused with one line naming it.
 
@@ -185,17 +187,36 @@ LM_DEFAULTS = {
     "normalize_before": False, "normalize_embedding": False, "no_scale_embedding": False,
     "no_affine_final_norm": False, "share_decoder_input_output_embed": False, "activation_fn": "silu",
     "attention_activation_fn": "softmax", "truncation_length": 2048, "adaptive_input": False,
-    "adaptive_softmax_cutoff": None, "max_target_positions": 1024,
+    "adaptive_softmax_cutoff": None, "max_target_positions": 1024, "adaptive_input_factor": 4,
+    "adaptive_input_cutoff": None, "adaptive_softmax_factor": 4, "adaptive_softmax_dropout": 0,
+    "tie_adaptive_weights": False, "tie_adaptive_proj": False,
 }
+NULLABLE = ("adaptive_softmax_cutoff", "adaptive_input_cutoff", "truncation_length")
+
+
+def cutoffs(v, what):
+    """a cutoff list as the official options.eval_str_list reads it ("20000,60000", a list, or an int)"""
+    if v is None:
+        return None
+    try:
+        xs = [int(x) for x in (v.split(",") if isinstance(v, str) else v if isinstance(v, (list, tuple)) else [v])]
+    except (TypeError, ValueError):
+        raise Refused(f"{what} {v!r} is not a list of integers") from None
+    return ",".join(str(x) for x in xs)
 
 
 def lm_config(a, rows):
-    g = {k: a.get(k, v) if a.get(k, v) is not None or k in ("adaptive_softmax_cutoff", "truncation_length") else v
-         for k, v in LM_DEFAULTS.items()}
+    g = {k: a.get(k, v) if a.get(k, v) is not None or k in NULLABLE else v for k, v in LM_DEFAULTS.items()}
     g["decoder_ffn_embed_dim"] = a.get("decoder_ffn_embed_dim", g["decoder_hidden_dim"])
-    if g["adaptive_input"] or g["adaptive_softmax_cutoff"] is not None:
-        raise Refused("adaptive input / adaptive softmax (--adaptive-input, --adaptive-softmax-cutoff) are not "
-                      "supported by this version")
+    g["adaptive_input_cutoff"] = cutoffs(g["adaptive_input_cutoff"], "adaptive_input_cutoff")
+    g["adaptive_softmax_cutoff"] = cutoffs(g["adaptive_softmax_cutoff"], "adaptive_softmax_cutoff")
+    if g["adaptive_input"] and g["adaptive_input_cutoff"] is None:
+        raise Refused("adaptive_input is set but adaptive_input_cutoff is not")
+    if g["adaptive_softmax_cutoff"] is not None:
+        g["share_decoder_input_output_embed"] = False  # the official decoder ignores it then
+    elif g["adaptive_input"] and g["share_decoder_input_output_embed"]:
+        raise Refused("share_decoder_input_output_embed with an adaptive input and no adaptive softmax (the "
+                      "official decoder cannot build it)")
     if a.get("decoder_input_dim", g["decoder_embed_dim"]) != g["decoder_embed_dim"]:
         raise Refused(f"decoder_input_dim {a.get('decoder_input_dim')} != decoder_embed_dim {g['decoder_embed_dim']} "
                       "(an input projection) is not supported")
@@ -205,9 +226,51 @@ def lm_config(a, rows):
                              "decoder_n_dim", "decoder_ffn_embed_dim", "decoder_chunk_size", "truncation_length",
                              "max_target_positions", "attention_activation_fn", "rel_pos_bias",
                              "normalization_type", "normalize_before", "no_affine_final_norm", "activation_fn",
-                             "no_scale_embedding", "share_decoder_input_output_embed")}
+                             "no_scale_embedding", "share_decoder_input_output_embed", "adaptive_input",
+                             "adaptive_input_factor", "adaptive_softmax_cutoff", "adaptive_softmax_factor",
+                             "adaptive_softmax_dropout", "tie_adaptive_weights", "tie_adaptive_proj")}
+    if g["adaptive_input"]:
+        cfg["adaptive_input_cutoff"] = g["adaptive_input_cutoff"]
     cfg["vocab_size"], cfg["padding_idx"] = rows, SPECIALS.index("<pad>")
     return cfg
+
+
+def embedding_rows(sd, a):
+    """(rows, width) of the token embedding: one table, or the bands of an adaptive input"""
+    if a.get("adaptive_input"):
+        bands, i = [], 0
+        while f"decoder.embed_tokens.embeddings.{i}.0.weight" in sd:
+            bands.append(sd[f"decoder.embed_tokens.embeddings.{i}.0.weight"])
+            i += 1
+        if not bands or any(not hasattr(b, "shape") or len(b.shape) != 2 for b in bands):
+            raise Refused("the state dict has no decoder.embed_tokens.embeddings.<i>.0.weight (adaptive input)")
+        return sum(int(b.shape[0]) for b in bands), int(bands[0].shape[1])
+    emb = sd.get("decoder.embed_tokens.weight")
+    if emb is None or not hasattr(emb, "shape") or len(emb.shape) != 2:
+        raise Refused("the state dict has no decoder.embed_tokens.weight [V, D]")
+    return int(emb.shape[0]), int(emb.shape[1])
+
+
+def drop_tied(tensors, cfg):
+    """the adaptive softmax's second names of the adaptive input's matrices (the official state dict
+    holds a tied tensor under both names; this project stores it once, under the input's): checked
+    equal, then dropped"""
+    if not (cfg.get("adaptive_softmax_cutoff") and cfg.get("tie_adaptive_weights")):
+        return
+    import numpy as np
+    pairs = [("decoder.adaptive_softmax.head.word_proj.weight", "decoder.embed_tokens.embeddings.0.0.weight", False)]
+    i = 0
+    while f"decoder.embed_tokens.embeddings.{i + 1}.0.weight" in tensors:
+        pairs.append((f"decoder.adaptive_softmax.tail.{i}.2.weight", f"decoder.embed_tokens.embeddings.{i + 1}.0.weight", False))
+        if cfg.get("tie_adaptive_proj"):
+            pairs.append((f"decoder.adaptive_softmax.tail.{i}.0.weight", f"decoder.embed_tokens.embeddings.{i + 1}.1.weight", False))
+        i += 1
+    for dup, src, _ in pairs:
+        if dup not in tensors:
+            continue
+        if src not in tensors or tensors[dup].shape != tensors[src].shape or not np.array_equal(tensors[dup], tensors[src]):
+            raise Refused(f"{dup} should be the tied {src} (tie_adaptive_weights) but differs from it")
+        del tensors[dup]
 
 
 # fairseq/models/lra/model.py: base_architecture and the mega_lra_* architectures, for arguments a
@@ -365,29 +428,99 @@ def convert_lra(checkpoint, ck, a, dict_path, label_dict, out):
             "tensors": len(tensors), "tokens_per_sample": None}
 
 
-def convert(checkpoint, dict_path, out, unit="auto", label_dict=None):
+# fairseq/models/mega.py base_architecture (and DEFAULT_MAX_*_POSITIONS): the translation model's
+# defaults, for arguments a checkpoint leaves out; the decoder's dimensions default to the encoder's
+MT_BASE = {
+    "encoder_embed_dim": 512, "encoder_hidden_dim": 1024, "encoder_z_dim": 128, "encoder_n_dim": 16,
+    "encoder_layers": 6, "encoder_chunk_size": -1, "decoder_layers": 6, "rel_pos_bias": "simple",
+    "normalization_type": "layernorm", "normalize_before": False, "normalize_embedding": False,
+    "no_scale_embedding": False, "share_decoder_input_output_embed": False, "share_all_embeddings": False,
+    "activation_fn": "silu", "attention_activation_fn": "softmax", "truncation_length": 1024,
+    "max_source_positions": 1024, "max_target_positions": 1024, "adaptive_softmax_cutoff": None,
+    "adaptive_input": False,
+}
+MT_SIDE = ("embed_dim", "hidden_dim", "z_dim", "n_dim", "chunk_size")
+
+
+def mt_config(a, sd):
+    """the encoder-decoder config (the official argument names mega_s2s_config_from_json reads) of a
+    `mega` translation checkpoint, and the source and target embedding rows"""
+    g = {k: a.get(k, v) if a.get(k, v) is not None or k in NULLABLE else v for k, v in MT_BASE.items()}
+    g["encoder_ffn_embed_dim"] = a.get("encoder_ffn_embed_dim", g["encoder_hidden_dim"])
+    for k in MT_SIDE:
+        g["decoder_" + k] = a.get("decoder_" + k, g["encoder_" + k])
+    g["decoder_ffn_embed_dim"] = a.get("decoder_ffn_embed_dim", g["encoder_ffn_embed_dim"])
+    if g["adaptive_softmax_cutoff"] is not None or g["adaptive_input"]:
+        raise Refused("a translation model with adaptive input / adaptive softmax is not supported")
+    if a.get("decoder_input_dim", g["decoder_embed_dim"]) != g["decoder_embed_dim"]:
+        raise Refused("decoder_input_dim != decoder_embed_dim (an input projection) is not supported")
+    rows = []
+    for side in ("encoder", "decoder"):
+        e = sd.get(f"{side}.embed_tokens.weight")
+        if e is None or not hasattr(e, "shape") or len(e.shape) != 2:
+            raise Refused(f"the state dict has no {side}.embed_tokens.weight [V, D]")
+        if int(e.shape[1]) != g[f"{side}_embed_dim"]:
+            raise Refused(f"{side}.embed_tokens.weight is {list(e.shape)} but {side}_embed_dim is {g[side + '_embed_dim']}")
+        rows.append(int(e.shape[0]))
+    cfg = dict(g)
+    cfg.pop("adaptive_softmax_cutoff")
+    cfg.pop("adaptive_input")
+    cfg.update(src_vocab_size=rows[0], tgt_vocab_size=rows[1], padding_idx=SPECIALS.index("<pad>"),
+               eos_idx=SPECIALS.index("</s>"))
+    return cfg, rows
+
+
+def convert_mt(checkpoint, ck, a, dict_path, tgt_dict, out):
+    """a `mega` translation model (fairseq/models/mega.py MegaModel: MegaEncoder + MegaDecoder with
+    gated cross-attention); --dict is the source dictionary (dict.<src>.txt), --tgt-dict the target's
+    (the same file for a joined dictionary)"""
+    sd = ck["model"]
+    if not isinstance(sd, dict):
+        raise Refused("the checkpoint's 'model' is not a state dict")
+    if not dict_path or not tgt_dict:
+        raise Refused("a translation model needs --dict (the source dict.<src>.txt) and --tgt-dict (dict.<tgt>.txt)")
+    cfg, rows = mt_config(a, sd)
+    vocabs = []
+    for path, n, what in ((dict_path, rows[0], "source"), (tgt_dict, rows[1], "target")):
+        toks, unit = vocabulary(read_dict(path), n, "word")
+        vocabs.append({"kind": "fairseq", "unit": unit, "tokens": toks, "bos": 0, "pad": 1, "eos": 2, "unk": 3})
+    meta = {"config": json.dumps(cfg), "task": "translate", "format": FORMAT,
+            "vocab": json.dumps(vocabs[0]), "tgt-vocab": json.dumps(vocabs[1]),
+            "source": f"fairseq checkpoint {os.path.basename(checkpoint)}, arch {a.get('arch', '?')}"}
+    for k in ("source_lang", "target_lang"):
+        if isinstance(a.get(k), str):
+            meta[k.replace("_", "-")] = a[k]
+    tensors = weights(sd)
+    os.makedirs(out, exist_ok=True)
+    write_atomic(os.path.join(out, "model.safetensors"), safetensors_bytes(tensors, meta))
+    return {"arch": a.get("arch", "?"), "tokens": rows[0], "unit": f"word -> {rows[1]} word",
+            "tensors": len(tensors), "tokens_per_sample": None}
+
+
+def convert(checkpoint, dict_path, out, unit="auto", label_dict=None, tgt_dict=None):
     ck = load_checkpoint(checkpoint)
     a = checkpoint_args(ck)
     arch, task = str(a.get("arch", a.get("_name", ""))), str(a.get("task", ""))
     if arch == "lra" or arch.startswith("mega_lra") or task.startswith("lra-"):
         return convert_lra(checkpoint, ck, a, dict_path, label_dict, out)
+    if arch == "mega" or arch.startswith("mega_wmt"):
+        return convert_mt(checkpoint, ck, a, dict_path, tgt_dict, out)
     if not arch.startswith("mega_lm"):
         raise Refused(f"architecture '{arch or '?'}' (task '{task or '?'}') is not supported: this converter "
-                      "handles the Mega language models (mega_lm*) and the LRA classifiers with a Mega encoder; "
-                      "the translation models are not converted yet")
+                      "handles the Mega language models (mega_lm*), the Mega translation models (mega, mega_wmt_*) "
+                      "and the LRA classifiers with a Mega encoder")
     if not dict_path:
         raise Refused("a language model needs --dict (its dict.txt)")
     sd = ck["model"]
-    emb = sd.get("decoder.embed_tokens.weight")
-    if emb is None or not hasattr(emb, "shape") or len(emb.shape) != 2:
-        raise Refused("the state dict has no decoder.embed_tokens.weight [V, D]")
-    rows = int(emb.shape[0])
+    if not isinstance(sd, dict):
+        raise Refused("the checkpoint's 'model' is not a state dict")
+    rows, width = embedding_rows(sd, a)
     toks, unit = vocabulary(read_dict(dict_path), rows, unit)
     cfg = lm_config(a, rows)
-    if int(emb.shape[1]) != cfg["decoder_embed_dim"]:
-        raise Refused(f"decoder.embed_tokens.weight is {list(emb.shape)} but decoder_embed_dim is "
-                      f"{cfg['decoder_embed_dim']}")
+    if width != cfg["decoder_embed_dim"]:
+        raise Refused(f"the token embedding is {width} wide but decoder_embed_dim is {cfg['decoder_embed_dim']}")
     tensors = weights(sd)
+    drop_tied(tensors, cfg)
     meta = {
         "config": json.dumps(cfg), "task": "lm", "format": FORMAT,
         "vocab": json.dumps({"kind": "fairseq", "unit": unit, "tokens": toks, "bos": 0, "pad": 1, "eos": 2, "unk": 3}),
@@ -408,13 +541,14 @@ def main(argv=None):
     p.add_argument("--dict", help="its fairseq dictionary (dict.txt; for an LRA text model src-bin/dict.txt); "
                                   "not needed for an LRA image model")
     p.add_argument("--label-dict", help="LRA: label-bin/dict.txt, whose tokens name the classes in order")
+    p.add_argument("--tgt-dict", help="translation: the target dictionary dict.<tgt>.txt (--dict is the source's)")
     p.add_argument("--out", required=True, help="output directory (model.safetensors is written there)")
     p.add_argument("--unit", default="auto", choices=["auto", "byte", "word"],
                    help="how text maps to tokens: byte (enwik8: decimal byte tokens), word (whitespace words); "
                         "auto: byte when every token is a byte value")
     o = p.parse_args(argv)
     try:
-        r = convert(o.checkpoint, o.dict, o.out, o.unit, o.label_dict)
+        r = convert(o.checkpoint, o.dict, o.out, o.unit, o.label_dict, o.tgt_dict)
     except Refused as e:
         print(f"convert_fairseq: error: {e}", file=sys.stderr)
         return 2

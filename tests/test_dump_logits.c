@@ -6,6 +6,10 @@
  *       full forward (eval mode, mega_lm_forward training = 0) and through the streaming path
  *       (mega_lm_stream_feed, the text in pieces of 7 tokens), and writes OUT.safetensors with
  *       "tokens" I32 [1, T], "logits" and "stream_logits" (F32, [1, T, V]).
+ *   test_dump_logits --s2s MODEL EXPECTED.safetensors
+ *       loads an encoder-decoder (mega_s2s_load), runs the teacher-forced forward (eval mode) on
+ *       EXPECTED's src_tokens and prev_output_tokens and prints "s2s logits max relative error E"
+ *       against its logits (tests/sh/test_fairseq.sh: a converted official translation model).
  *   test_dump_logits            (no arguments, as tests/run.sh runs it)
  *       self-check: a small random model saved, loaded and dumped this way; the dumped file read
  *       back must hold exactly the in-memory logits. Prints "1 passed, 0 failed".
@@ -13,6 +17,7 @@
 #include "testlib.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -159,7 +164,50 @@ static void self_check(void) {
     unlink(mp), unlink(tp), unlink(op), rmdir(dir);
 }
 
+static int s2s_compare(const char *model, const char *expected) {
+    mega_s2s *m = NULL;
+    mega_st_file *f = NULL;
+    int rc = 2;
+    int32_t *src = NULL, *prev = NULL;
+    mega_real *want = NULL;
+    if (mega_s2s_load(model, &m) || mega_st_open(expected, &f)) {
+        fprintf(stderr, "test_dump_logits: %s\n", mega_last_error());
+        goto done;
+    }
+    const mega_st_tensor *ts = mega_st_get(f, "src_tokens"), *tp = mega_st_get(f, "prev_output_tokens"),
+                         *tl = mega_st_get(f, "logits");
+    if (!ts || !tp || !tl || ts->ndim != 2 || tp->ndim != 2 || tl->ndim != 3) {
+        fprintf(stderr, "test_dump_logits: %s lacks src_tokens [B,S], prev_output_tokens [B,L], logits [B,L,V]\n", expected);
+        goto done;
+    }
+    const int B = (int)ts->shape[0], S = (int)ts->shape[1], L = (int)tp->shape[1];
+    src = malloc(ts->numel * sizeof *src), prev = malloc(tp->numel * sizeof *prev), want = malloc(tl->numel * sizeof *want);
+    if (!src || !prev || !want || mega_st_read_i32(ts, src, ts->numel) || mega_st_read_i32(tp, prev, tp->numel) ||
+        mega_st_read_real(tl, want, tl->numel)) {
+        fprintf(stderr, "test_dump_logits: %s\n", mega_last_error());
+        goto done;
+    }
+    mega_lm_run run = {0, 0};
+    if (mega_s2s_forward(m, src, S, prev, NULL, L, B, &run, 0, NULL, NULL, NULL)) {
+        fprintf(stderr, "test_dump_logits: %s\n", mega_last_error());
+        goto done;
+    }
+    const mega_real *got = mega_s2s_logits(m);
+    double d = 0, mx = 0;
+    for (size_t i = 0; i < tl->numel; i++) d = fmax(d, fabs((double)got[i] - (double)want[i])), mx = fmax(mx, fabs((double)want[i]));
+    printf("s2s logits max relative error %.3e\n", mx > 0 ? d / mx : d);
+    rc = 0;
+done:
+    free(src);
+    free(prev);
+    free(want);
+    mega_st_close(f);
+    mega_s2s_free(m);
+    return rc;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 4 && !strcmp(argv[1], "--s2s")) return s2s_compare(argv[2], argv[3]);
     if (argc == 4) return dump(argv[1], argv[2], argv[3]);
     if (argc != 1) {
         fprintf(stderr, "usage: test_dump_logits [MODEL.safetensors TEXT_FILE OUT.safetensors]\n");

@@ -20,8 +20,15 @@
  *   (4) the AdamW moments of a training state (mega_adamw_save_moments / _load_moments): a
  *       bit-identical round trip; a NaN, a negative second moment, another shape or dtype, a
  *       missing moment are refused naming the tensor.
+ *   (5) adaptive input / adaptive softmax (layers/adaptive.h), on five band layouts (untied,
+ *       tied, tied with the projections, softmax only, input only): the logits are
+ *       log-probabilities (every row's log-sum-exp is 0), the loss is -mean log p(target),
+ *       streaming equals the full forward, a save/load round trip is exact, the tied names are
+ *       stored once; in double, every gradient against finite differences (training mode with
+ *       both dropouts, padded inputs, ignored targets); bad cutoffs are refused.
  * build/t64_lm is this file built against the double-precision library (Makefile T64_FROM).
  */
+#include "fd.h"
 #include "testlib.h"
 
 #include <dirent.h>
@@ -856,6 +863,180 @@ out:
     mega_lm_free(h);
 }
 
+
+/* ---- (5) adaptive input / adaptive softmax ----------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    int ai, as, tied, tie_proj;
+    const char *cut; /* both cutoffs */
+} adapt_case;
+
+static const adapt_case ADAPT[] = {
+    {"input+softmax untied", 1, 1, 0, 0, "9,20"},
+    {"tied", 1, 1, 1, 0, "9,20"},
+    {"tied with projections", 1, 1, 1, 1, "6,14,30"},
+    {"softmax only", 0, 1, 0, 0, "12"},
+    {"input only", 1, 0, 0, 0, "10,25"},
+};
+
+static mega_lm *adapt_model(const adapt_case *a, double drop) {
+    mega_lm_config c;
+    small_config(&c);
+    c.padding_idx = 1; /* fairseq's <pad>, in the first band */
+    c.adaptive_input = a->ai, c.tie_adaptive_weights = a->tied, c.tie_adaptive_proj = a->tie_proj;
+    c.adaptive_input_factor = 2, c.adaptive_softmax_factor = 2, c.adaptive_softmax_dropout = (float)drop;
+    c.block.dropout = (float)drop;
+    int nf;
+    const mega_field *f = mega_lm_config_fields(&nf);
+    for (int i = 0; i < nf; i++)
+        if ((a->ai && !strcmp(f[i].name, "adaptive-input-cutoff")) || (a->as && !strcmp(f[i].name, "adaptive-softmax-cutoff")))
+            if (mega_field_parse(&f[i], &c, a->cut)) tl_check(0, "adaptive %s: parse %s: %s", a->name, a->cut, mega_last_error());
+    mega_lm *m = NULL;
+    if (mega_lm_create(&c, &m)) {
+        tl_check(0, "adaptive %s: create: %s", a->name, mega_last_error());
+        return NULL;
+    }
+    unsigned long long seed = 99;
+    perturb(m, &seed);
+    return m;
+}
+
+#ifdef MEGA_F64
+typedef struct {
+    mega_lm *m;
+    const int32_t *tok, *tgt;
+    int B, T;
+} adapt_arg;
+static double adapt_loss(void *p) {
+    adapt_arg *a = p;
+    double l = 0;
+    mega_lm_run run = {1, 12345};
+    mega_lm_forward(a->m, a->tok, a->tgt, a->B, a->T, &run, &l, NULL);
+    return l;
+}
+#endif
+
+static void test_adaptive(void) {
+    const int B = 2, T = 7, V = 37;
+    /* every band gets tokens; sequence 1 ends in pads whose targets are ignored */
+    const int32_t tok[2 * 7] = {0, 5, 12, 33, 20, 8, 29, 2, 36, 15, 6, 31, 1, 1};
+    const int32_t tgt[2 * 7] = {5, 12, 33, 20, 8, 29, 3, 36, 15, 6, 31, 10, -1, -1};
+    for (size_t k = 0; k < sizeof ADAPT / sizeof *ADAPT; k++) {
+        const adapt_case *a = &ADAPT[k];
+        mega_lm *m = adapt_model(a, 0);
+        if (!m) continue;
+        mega_lm_run run = {0, 0};
+        double loss = 0;
+        int64_t cnt = 0;
+        if (mega_lm_forward(m, tok, tgt, B, T, &run, &loss, &cnt)) tl_check(0, "adaptive %s: forward: %s", a->name, mega_last_error());
+        rl *lg = malloc((size_t)B * T * V * sizeof(rl)), *sl = malloc((size_t)B * T * V * sizeof(rl));
+        memcpy(lg, mega_lm_logits(m), (size_t)B * T * V * sizeof(rl));
+        double worst_lse = 0, nll = 0;
+        for (int r = 0; r < B * T; r++) {
+            double mx = -INFINITY, sum = 0;
+            for (int v = 0; v < V; v++) mx = fmax(mx, lg[(size_t)r * V + v]);
+            for (int v = 0; v < V; v++) sum += exp(lg[(size_t)r * V + v] - mx);
+            if (a->as) worst_lse = fmax(worst_lse, fabs(mx + log(sum)));
+            if (tgt[r] >= 0) nll -= lg[(size_t)r * V + tgt[r]] - (mx + log(sum));
+        }
+        TL_CHECK(worst_lse < 1e-5 && cnt == 12 && fabs(loss - nll / 12) < 1e-5 * fmax(1, loss),
+                 "adaptive %s: logits are log-probabilities (worst |lse| %.2e), loss %.6f = -mean log p %.6f over %lld targets",
+                 a->name, worst_lse, loss, nll / 12, (long long)cnt);
+        /* streaming: all at once and one token at a time */
+        mega_lm_stream *st = NULL;
+        double sd = 1;
+        if (!mega_lm_stream_new(m, B, T, &st)) {
+            for (int t = 0; t < T; t++) {
+                int32_t two[2] = {tok[t], tok[T + t]};
+                rl out[2 * 37];
+                mega_lm_stream_feed(st, two, 1, out);
+                for (int b = 0; b < B; b++)
+                    memcpy(sl + ((size_t)b * T + t) * V, out + (size_t)b * V, (size_t)V * sizeof(rl));
+            }
+            /* the rows of real tokens (the full forward zeroes the features of pad positions, a
+             * stream computes them: their rows differ by design) */
+            sd = rel_diff(sl, lg, (size_t)(B * T - 2) * V);
+        }
+        mega_lm_stream_free(st);
+        TL_CHECK(sd < GEN_TOL, "adaptive %s: streaming = full forward (rel %.2e)", a->name, sd);
+        /* save / load; the tied matrices are stored once */
+        char path[512];
+        path_in(path, sizeof path, "adaptive.safetensors");
+        mega_lm *h = NULL;
+        double ld = 1;
+        if (!mega_lm_save(m, path) && !mega_lm_load(path, &h) && !mega_lm_forward(h, tok, NULL, B, T, &run, NULL, NULL))
+            ld = rel_diff(mega_lm_logits(h), lg, (size_t)B * T * V);
+        TL_CHECK(ld == 0, "adaptive %s: save/load round trip is exact (rel %.2e)", a->name, ld);
+        int dup = 0;
+        for (int i = 0; i < mega_lm_tensor_count(m); i++) {
+            const char *nm = mega_lm_tensor_info(m, i, NULL, &(size_t){0}, &(unsigned){0});
+            if (strstr(nm, "word_proj") || (a->tied && strstr(nm, "tail.") && strstr(nm, ".2.weight")) ||
+                (a->tie_proj && strstr(nm, "tail.") && strstr(nm, ".0.weight")))
+                dup = 1;
+        }
+        TL_CHECK(!dup, "adaptive %s: tied matrices are declared once", a->name);
+        mega_lm_free(h);
+        mega_lm_free(m);
+        free(lg);
+        free(sl);
+#ifdef MEGA_F64
+        /* gradients against finite differences, training mode with dropout 0.1 everywhere */
+        m = adapt_model(a, 0.1);
+        if (!m) continue;
+        adapt_arg arg = {m, tok, tgt, B, T};
+        double l0 = adapt_loss(&arg);
+        mega_lm_zero_grad(m);
+        mega_lm_backward(m, 1.0);
+        const size_t P = mega_lm_param_total(m);
+        rl *grad = malloc(P * sizeof(rl));
+        memcpy(grad, mega_lm_grads(m), P * sizeof(rl));
+        fd_opts o = {adapt_loss, &arg, 0, 0, 48, 16, 11 + k};
+        double gmax = 0, worst = 0;
+        const char *wn = "";
+        for (size_t i = 0; i < P; i++) gmax = fmax(gmax, fabs(grad[i]));
+        for (int i = 0; i < mega_lm_tensor_count(m); i++) {
+            size_t off, n;
+            unsigned fl;
+            const char *nm = mega_lm_tensor_info(m, i, &off, &n, &fl);
+            if (fl & 2) continue;
+            double e = fd_tensor_err(&o, mega_lm_params(m) + off, grad + off, n, 1e-3 * gmax);
+            if (e > worst) worst = e, wn = nm;
+        }
+        double dir = fd_directional(&o, mega_lm_params(m), grad, P, NULL);
+        TL_CHECK(isfinite(l0) && worst < 1e-6 && dir < 1e-6, "adaptive %s: gradients = finite differences (worst %.2e in %s, directional %.2e)",
+                 a->name, worst, wn, dir);
+        free(grad);
+        mega_lm_free(m);
+#endif
+    }
+    /* refused configurations, each with its message */
+    static const struct {
+        const char *json, *want;
+    } BAD[] = {
+        {"{\"vocab-size\":37,\"padding-idx\":1,\"adaptive-input\":true}", "adaptive-input-cutoff is empty"},
+        {"{\"vocab-size\":37,\"padding-idx\":1,\"adaptive-input\":true,\"adaptive-input-cutoff\":\"20,9\"}", "must be increasing"},
+        {"{\"vocab-size\":37,\"padding-idx\":1,\"adaptive-softmax-cutoff\":\"40\"}", "up to the vocabulary size"},
+        {"{\"vocab-size\":37,\"padding-idx\":1,\"adaptive-softmax-cutoff\":\"a,b\"}", "list of integers"},
+        {"{\"vocab-size\":37,\"padding-idx\":1,\"adaptive-softmax-cutoff\":\"9\",\"tie-adaptive-weights\":true}", "needs adaptive-input"},
+        {"{\"vocab-size\":37,\"padding-idx\":1,\"adaptive-softmax-cutoff\":\"9\",\"tie-embeddings\":true}", "no meaning"},
+    };
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        mega_lm_config c;
+        mega_status st = mega_lm_config_from_json(BAD[i].json, &c);
+        TL_CHECK(st && strstr(mega_last_error(), BAD[i].want), "adaptive config %zu refused with '%s' (got '%s')", i, BAD[i].want,
+                 st ? mega_last_error() : "accepted");
+    }
+    mega_lm_config c;
+    mega_lm *m = NULL;
+    TL_CHECK(!mega_lm_config_from_json("{\"vocab-size\":37,\"padding-idx\":1,\"adaptive-input\":true,\"adaptive-input-cutoff\":\"9,20\","
+                                       "\"adaptive-softmax-cutoff\":\"9,20\",\"tie-adaptive-weights\":true,\"adaptive-input-factor\":4,"
+                                       "\"adaptive-softmax-factor\":2}", &c) &&
+                 mega_lm_create(&c, &m) && strstr(mega_last_error(), "factor"),
+             "tied bands of different factors are refused: %s", mega_last_error());
+    mega_lm_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     mega_set_threads(1);
@@ -867,6 +1048,7 @@ int main(int argc, char **argv) {
     test_training();
     test_adamw_moments();
     test_probe_attention();
+    test_adaptive();
     tl_rm_rf(g_dir);
     return tl_finish();
 }

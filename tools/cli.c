@@ -16,6 +16,20 @@ int cli_error(const char *fmt, ...) {
     return 1;
 }
 
+/* the config field behind each F_INTS flag (cli_add_fields registers them; the flag tables keep
+ * their 7 members) */
+static struct {
+    const void *dst;
+    const mega_field *field;
+} ints_fields[64];
+static int n_ints_fields;
+
+static const mega_field *ints_field(const cli_flag *f) {
+    for (int i = 0; i < n_ints_fields; i++)
+        if (ints_fields[i].dst == f->dst) return ints_fields[i].field;
+    return NULL;
+}
+
 static void fmt_default(char *buf, size_t n, const cli_flag *f) {
     switch (f->kind) {
     case F_INT: snprintf(buf, n, "%d", *(int *)f->dst); break;
@@ -47,6 +61,13 @@ static void fmt_default(char *buf, size_t n, const cli_flag *f) {
     case F_SET: snprintf(buf, n, "%s", *(int *)f->dst ? "on" : "off"); break;
     case F_CLEAR: snprintf(buf, n, "%s", *(int *)f->dst ? "off" : "on"); break;
     case F_SIZE: snprintf(buf, n, "%lld", (long long)*(int64_t *)f->dst); break;
+    case F_INTS: {
+        const mega_field *g = ints_field(f);
+        buf[0] = 0;
+        if (g) mega_field_format(g, (char *)f->dst - g->offset, buf, n);
+        if (!buf[0]) snprintf(buf, n, "none");
+        break;
+    }
     }
 }
 
@@ -74,6 +95,7 @@ void cli_help(FILE *out, const char *cmd, const char *usage, const cli_flag *fla
         case F_DBL:
         case F_FLT: arg = " X"; break;
         case F_STR: arg = " S"; break;
+        case F_INTS: arg = " N,N,..."; break;
         case F_BOOL: arg = "[=false]"; break;
         default: break;
         }
@@ -125,10 +147,14 @@ int cli_add_fields(cli_flag *fl, int n, int cap, const mega_field *f, int nf, vo
         if (n + 1 >= cap) return -1; /* keep room for the terminator */
         cli_flag g;
         memset(&g, 0, sizeof g);
-        static const flag_kind kinds[] = {F_INT, F_FLT, F_BOOL, F_CHOICE};
+        static const flag_kind kinds[] = {F_INT, F_FLT, F_BOOL, F_CHOICE, F_INTS};
         g.name = f[i].name, g.kind = kinds[f[i].type], g.dst = (char *)base + f[i].offset, g.help = f[i].help;
         g.lo = 1, g.hi = 0; /* the config check judges the value */
         if (f[i].type == MEGA_FIELD_CHOICE) g.choices = choices_of(&f[i]);
+        if (f[i].type == MEGA_FIELD_INTS && !ints_field(&g)) {
+            if (n_ints_fields == (int)(sizeof ints_fields / sizeof *ints_fields)) return -1;
+            ints_fields[n_ints_fields].dst = g.dst, ints_fields[n_ints_fields++].field = &f[i];
+        }
         fl[n++] = g;
     }
     memset(&fl[n], 0, sizeof fl[n]);
@@ -297,6 +323,14 @@ int cli_parse(const char *cmd, const char *usage, cli_flag *flags, int argc, cha
             if (parse_size(f, val, (int64_t *)f->dst)) return 2;
             break;
         case F_STR: *(const char **)f->dst = val; break;
+        case F_INTS: {
+            const mega_field *g = ints_field(f);
+            if (!g || mega_field_parse(g, (char *)f->dst - g->offset, val)) {
+                cli_error("--%s", g ? mega_last_error() : "unregistered list flag");
+                return 2;
+            }
+            break;
+        }
         case F_ENUM:
         case F_CHOICE: {
             const char *c = f->choices;

@@ -9,8 +9,9 @@
 
 /* F_ENUM: a string among choices "a|b|c" (dst const char **); F_CHOICE: the index of the value in
  * choices (dst int *: the config fields' enums); F_FLT: a float; F_SIZE: a number of bytes, with
- * an optional K, M, G or T suffix (powers of 1024; "1.5G"), into an int64_t */
-typedef enum { F_INT, F_I64, F_DBL, F_FLT, F_STR, F_BOOL, F_SET, F_CLEAR, F_ENUM, F_CHOICE, F_SIZE } flag_kind;
+ * an optional K, M, G or T suffix (powers of 1024; "1.5G"), into an int64_t; F_INTS: a config
+ * field's list of integers "a,b,c" */
+typedef enum { F_INT, F_I64, F_DBL, F_FLT, F_STR, F_BOOL, F_SET, F_CLEAR, F_ENUM, F_CHOICE, F_SIZE, F_INTS } flag_kind;
 
 typedef struct {
     const char *name;    /* without the leading -- */

@@ -420,6 +420,10 @@ static int hf_export(const char *model, const char *out) {
         const mega_lm_config c = *mega_lm_get_config(m);
         mega_lm_free(m);
         if (block_exportable(&c.block, p)) goto done;
+        if (c.adaptive_input || c.adaptive_softmax_cutoff[0]) {
+            cli_error("%s: adaptive input / adaptive softmax have no counterpart in transformers' Mega models", p);
+            goto done;
+        }
         if (c.scale_embedding) {
             cli_error("%s: the embeddings are scaled by sqrt(embed-dim), which transformers' MegaEmbeddings never does; "
                       "only models with --no-scale-embedding can be exported", p);

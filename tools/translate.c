@@ -34,18 +34,101 @@ static size_t tokens_to_line(const int32_t *tok, int n, char *out) {
     return o;
 }
 
-static int load_s2s(const char *arg, mega_s2s **m) {
+/* The source and target fairseq dictionaries of a model converted from an official translation
+ * checkpoint (metadata "vocab" and "tgt-vocab", docs/interop.md), or NULL for the byte models
+ * this project trains. */
+typedef struct {
+    mega_fdict *src, *tgt;
+} s2s_dicts;
+
+static int s2s_vocab(const char *path, const mega_s2s_config *c, s2s_dicts *d) {
+    memset(d, 0, sizeof *d);
+    mega_st_file *f;
+    if (mega_st_open(path, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const char *v[2] = {mega_st_meta(f, "vocab"), mega_st_meta(f, "tgt-vocab")};
+    mega_fdict **out[2] = {&d->src, &d->tgt};
+    const int size[2] = {c->src_vocab_size, c->tgt_vocab_size};
+    int rc = 0;
+    for (int i = 0; i < 2 && !rc; i++) {
+        if (!v[i] || !strstr(v[i], "\"fairseq\"")) continue;
+        if (mega_fdict_from_json(v[i], out[i]) != MEGA_OK) rc = cli_error("%s: %s", path, mega_last_error());
+        else if (mega_fdict_size(*out[i]) != size[i])
+            rc = cli_error("%s: the %s dictionary has %d tokens but the model's vocabulary has %d", path, i ? "target" : "source",
+                           mega_fdict_size(*out[i]), size[i]);
+    }
+    if (!rc && !d->src != !d->tgt) rc = cli_error("%s: a fairseq dictionary for one side only", path);
+    mega_st_close(f);
+    if (rc) mega_fdict_free(d->src), mega_fdict_free(d->tgt), memset(d, 0, sizeof *d);
+    return rc;
+}
+
+/* the model at arg; dicts NULL: only byte models (mega eval --task translate) */
+static int load_s2s(const char *arg, mega_s2s **m, s2s_dicts *dicts) {
     char p[4096];
     const mega_load_opts inference = {1, 0}; /* no gradient buffer */
     if (mega_model_file(arg, p, sizeof p) != MEGA_OK || mega_s2s_load_ex(p, &inference, m) != MEGA_OK)
         return cli_error("%s", mega_last_error());
     const mega_s2s_config *c = mega_s2s_get_config(*m);
+    s2s_dicts d;
+    if (s2s_vocab(p, c, &d)) {
+        mega_s2s_free(*m), *m = NULL;
+        return 1;
+    }
+    if (d.src && dicts) {
+        *dicts = d;
+        return 0;
+    }
+    if (d.src) {
+        mega_fdict_free(d.src), mega_fdict_free(d.tgt);
+        mega_s2s_free(*m), *m = NULL;
+        return cli_error("'%s' was converted from an official checkpoint (fairseq dictionaries): `mega translate` "
+                         "translates with it; this evaluation reads byte models only", arg);
+    }
     if (c->src_vocab_size != MEGA_S2S_VOCAB || c->tgt_vocab_size != MEGA_S2S_VOCAB || c->eos_idx != MEGA_S2S_EOS ||
         c->padding_idx != MEGA_S2S_PAD) {
         mega_s2s_free(*m), *m = NULL;
         return cli_error("'%s' does not use the byte vocabulary (258, pad 256, eos 257) of parallel text", arg);
     }
+    if (dicts) memset(dicts, 0, sizeof *dicts);
     return 0;
+}
+
+/* A line of source text into ids with the source dictionary (its words, then </s>), at most max;
+ * 0, or -1 with the reason in why. */
+static int fdict_tokenize(const mega_fdict *d, const char *line, size_t n, int max, int32_t *ids, int *len, char *why,
+                          size_t wn) {
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--; /* the line's end is the one </s> */
+    size_t cnt = 0;
+    if (mega_fdict_encode(d, (const uint8_t *)line, n, 1, NULL, &cnt, NULL) != MEGA_OK)
+        return snprintf(why, wn, "%s", mega_last_error()), -1;
+    if (cnt > (size_t)max) return snprintf(why, wn, "source: %zu tokens, more than the limit of %d", cnt, max), -1;
+    mega_fdict_encode(d, (const uint8_t *)line, n, 1, ids, &cnt, NULL); /* counted above */
+    *len = (int)cnt;
+    return 0;
+}
+
+/* The words of a hypothesis as one line (out: cap bytes); with remove_bpe the subword-nmt joins
+ * "@@ " are undone as fairseq's --post-process subword_nmt does. Returns the length. */
+static size_t fdict_line(const mega_fdict *d, const int32_t *tok, int n, int remove_bpe, char *out, size_t cap) {
+    size_t o = 0;
+    int line_start = 1;
+    for (int i = 0; i < n && o + 1 < cap; i++) {
+        if (tok[i] == mega_fdict_get_specials(d).eos) continue; /* one line per input */
+        o += mega_fdict_decode(d, tok[i], &line_start, out + o, cap - 1 - o);
+    }
+    out[o] = 0;
+    if (remove_bpe) {
+        size_t w = 0;
+        for (size_t r = 0; r < o;) {
+            if (out[r] == '@' && r + 1 < o && out[r + 1] == '@' && (r + 2 == o || out[r + 2] == ' ')) {
+                r += r + 2 == o ? 2 : 3;
+                continue;
+            }
+            out[w++] = out[r++];
+        }
+        out[o = w] = 0;
+    }
+    return o;
 }
 
 /* the longest source the model accepts (its simple relative bias under full attention) */
@@ -92,19 +175,30 @@ static long read_line_bounded(FILE *in, char **buf, size_t *cap, size_t lim, siz
     return (long)n;
 }
 
+/* bytes of an output line of up to L tokens: 3 per byte (U+FFFD), or the longest word + 1 each */
+static size_t text_cap(const s2s_dicts *d, int L) {
+    size_t w = 4;
+    for (int i = 0; d->tgt && i < mega_fdict_size(d->tgt); i++) {
+        const char *t = mega_fdict_token(d->tgt, i);
+        if (t && strlen(t) + 1 > w) w = strlen(t) + 1;
+    }
+    return (d->tgt ? w : 3) * (size_t)L + 1;
+}
+
 int cmd_translate(int argc, char **argv) {
     const char *model = NULL, *input = NULL;
-    int threads = 0, batch = 32, strict = 0;
+    int threads = 0, batch = 32, strict = 0, remove_bpe = 0;
     mega_s2s_search sp;
     mega_s2s_search_default(&sp);
     cli_flag fl[] = {
-        {"model", F_STR, &model, "checkpoint directory of a `mega train --task translate` run (or its model.safetensors)", NULL, 1, 0, 0},
+        {"model", F_STR, &model, "checkpoint directory of a `mega train --task translate` run or of a converted official model (or its model.safetensors)", NULL, 1, 0, 0},
         {"input", F_STR, &input, "source sentences, one per line (default: standard input)", NULL, 1, 0, 0},
         {"beam", F_INT, &sp.beam, "beam size (1 = greedy)", NULL, 1, 1024, 0},
         {"lenpen", F_DBL, &sp.lenpen, "length penalty: a hypothesis scores log P / length^lenpen (fairseq --lenpen)", NULL, 0, 100, 0},
         {"max-len-a", F_DBL, &sp.max_len_a, "longest output = a * source tokens + b (fairseq --max-len-a)", NULL, 0, 1000, 0},
         {"max-len-b", F_INT, &sp.max_len_b, "see --max-len-a", NULL, 0, 1 << 20, 0},
         {"batch", F_INT, &batch, "sentences translated together", NULL, 1, 1 << 16, 0},
+        {"remove-bpe", F_SET, &remove_bpe, "models with fairseq dictionaries: join subword-nmt pieces (\"@@ \") in the output", NULL, 1, 0, 0},
         {"strict", F_SET, &strict, "stop at the first bad input line (default: print an empty line, report it, exit 1 at the end)", NULL, 1, 0, 0},
         {"threads", F_INT, &threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
         FL_END};
@@ -116,11 +210,13 @@ int cmd_translate(int argc, char **argv) {
     FILE *in = stdin;
     if (input && !(in = open_input(input, "--input"))) return 2; /* regular files only; stdin when absent */
     mega_s2s *m = NULL;
-    if (load_s2s(model, &m)) {
+    s2s_dicts dicts;
+    if (load_s2s(model, &m, &dicts)) {
         if (in != stdin) fclose(in);
         return 2;
     }
     const int maxS = max_source(m);
+    const int32_t eos = mega_s2s_get_config(m)->eos_idx, padi = mega_s2s_get_config(m)->padding_idx;
     int capS = 256, capL = 64, nb = 0, rc = 0, bad = 0;
     long lineno = 0, first = 0;
     int32_t *src = malloc((size_t)batch * capS * sizeof(int32_t)), *one = malloc((size_t)capS * sizeof(int32_t));
@@ -129,8 +225,9 @@ int cmd_translate(int argc, char **argv) {
     char *text = NULL, *line = NULL;
     size_t lcap = 0;
     if (!src || !one || !slen || !ok || !olen) rc = cli_error("out of memory");
-    /* a line longer than the model accepts is reported, never held whole */
-    const size_t lim = (size_t)(maxS < (1 << 20) ? maxS : (1 << 20)) + 8;
+    /* a line longer than the model accepts is reported, never held whole (a word model's tokens
+     * are at least 2 bytes apart, with the space) */
+    const size_t lim = (size_t)(maxS < (1 << 20) ? maxS : (1 << 20)) * (dicts.src ? 64 : 1) + 8;
     for (int eof = 0; !rc && !eof;) {
         size_t full = 0;
         long n = read_line_bounded(in, &line, &lcap, lim, &full);
@@ -167,7 +264,9 @@ int cmd_translate(int argc, char **argv) {
             char why[256] = "";
             mega_status st = MEGA_ERR_INVALID;
             if (full > (size_t)n)
-                snprintf(why, sizeof why, "source: a line of %zu bytes, more than the limit of %d", full, maxS);
+                snprintf(why, sizeof why, "source: a line of %zu bytes, more than the limit of %zu", full, lim - 8);
+            else if (dicts.src)
+                st = fdict_tokenize(dicts.src, line, (size_t)n, maxS, one, &len, why, sizeof why) ? MEGA_ERR_INVALID : MEGA_OK;
             else if ((st = mega_s2s_tokenize(line, (size_t)n, maxS, one, &len)) != MEGA_OK)
                 snprintf(why, sizeof why, "%s", mega_last_error());
             ok[nb] = st == MEGA_OK;
@@ -179,7 +278,7 @@ int cmd_translate(int argc, char **argv) {
                     rc = 1;
                     break;
                 }
-                one[0] = MEGA_S2S_EOS, len = 1; /* a placeholder row, its output is not printed */
+                one[0] = eos, len = 1; /* a placeholder row, its output is not printed */
             }
             memcpy(src + (size_t)nb * capS, one, (size_t)len * sizeof(int32_t));
             slen[nb++] = len;
@@ -190,14 +289,14 @@ int cmd_translate(int argc, char **argv) {
             /* compact to width S, right-padded */
             for (int i = 0; i < nb; i++) {
                 memmove(src + (size_t)i * S, src + (size_t)i * capS, (size_t)slen[i] * sizeof(int32_t));
-                for (int t = slen[i]; t < S; t++) src[(size_t)i * S + t] = MEGA_S2S_PAD;
+                for (int t = slen[i]; t < S; t++) src[(size_t)i * S + t] = padi;
             }
             int need = (int)(sp.max_len_a * S + sp.max_len_b) + 2;
             if (need > capL || !out) {
                 capL = need > capL ? need : capL;
                 free(out), free(text);
                 out = malloc((size_t)batch * capL * sizeof(int32_t));
-                text = malloc(3 * (size_t)capL + 1);
+                text = malloc(text_cap(&dicts, capL));
                 if (!out || !text) {
                     rc = cli_error("out of memory");
                     break;
@@ -208,8 +307,9 @@ int cmd_translate(int argc, char **argv) {
                 break;
             }
             for (int i = 0; i < nb; i++) {
-                if (ok[i]) tokens_to_line(out + (size_t)i * capL, olen[i], text);
-                else text[0] = 0;
+                if (!ok[i]) text[0] = 0;
+                else if (dicts.tgt) fdict_line(dicts.tgt, out + (size_t)i * capL, olen[i], remove_bpe, text, text_cap(&dicts, capL));
+                else tokens_to_line(out + (size_t)i * capL, olen[i], text);
                 fputs(text, stdout);
                 fputc('\n', stdout);
             }
@@ -224,6 +324,7 @@ int cmd_translate(int argc, char **argv) {
     }
     free(line), free(src), free(one), free(slen), free(ok), free(olen), free(out), free(text);
     if (in != stdin) fclose(in);
+    mega_fdict_free(dicts.src), mega_fdict_free(dicts.tgt);
     mega_s2s_free(m);
     return rc ? (rc == 2 ? 2 : 1) : 0;
 }
@@ -287,7 +388,7 @@ static int score_all(const mega_s2s_data *d, const int *order, const group_t *g,
 int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
                    int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory) {
     mega_s2s *m = NULL;
-    if (load_s2s(model, &m)) return 2;
+    if (load_s2s(model, &m, NULL)) return 2;
     mega_s2s_opts o = {max_source(m), 0, (int)(max_examples > 0 && max_examples < (1 << 30) ? max_examples : 0), 0, "--data",
                        "the model's max-positions"};
     mega_s2s_data d;

@@ -36,7 +36,10 @@ class BlockConfig(Structure):
 
 class LMConfig(Structure):
     _fields_ = [("vocab_size", c_int), ("padding_idx", c_int), ("layers", c_int), ("block", BlockConfig),
-                ("final_norm_affine", c_int), ("scale_embedding", c_int), ("tie_embeddings", c_int)]
+                ("final_norm_affine", c_int), ("scale_embedding", c_int), ("tie_embeddings", c_int),
+                ("adaptive_input", c_int), ("adaptive_input_factor", c_float), ("adaptive_input_cutoff", c_int * 8),
+                ("adaptive_softmax_cutoff", c_int * 8), ("adaptive_softmax_factor", c_float),
+                ("adaptive_softmax_dropout", c_float), ("tie_adaptive_weights", c_int), ("tie_adaptive_proj", c_int)]
 
 
 class ClsConfig(Structure):

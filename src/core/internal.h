@@ -139,6 +139,8 @@ extern const char *const mega__names_attn[], *const mega__names_norm[], *const m
 
 /* config field tables (core/fields.c): range/choice check of every field of a config struct at
  * base (one-line error naming the field), and JSON both ways (keys = field names) */
+/* "a,b,c" into an INTS field's int[MEGA_INTS_MAX] (0-ended); -1 (dst unchanged) for bad text or a 0 */
+int mega__ints_parse(const char *s, int *dst);
 mega_status mega__fields_check(const mega_field *f, int n, const void *base);
 
 /* bump allocator over a caller-owned real buffer: with base NULL it only counts. Every take is

@@ -15,6 +15,7 @@ void mega_json_int(mega_json_reader *r, const char *k, int *dst);
 void mega_json_flt(mega_json_reader *r, const char *k, float *dst);
 void mega_json_bool(mega_json_reader *r, const char *k, int *dst, int invert);
 /* a string value looked up in names[0..n) (its index is stored) */
+void mega_json_ints(mega_json_reader *r, const char *k, int *dst);
 void mega_json_choice(mega_json_reader *r, const char *k, const char *const *names, int n, int *dst);
 
 /* every field of the config struct at base, keys = field names */

@@ -26,6 +26,7 @@ void mega_lm_config_default(mega_lm_config *c) {
     c->final_norm_affine = 1;
     c->scale_embedding = 1;
     c->tie_embeddings = 0;
+    c->adaptive_input_factor = c->adaptive_softmax_factor = 4;
 }
 
 #define OFF(f) offsetof(mega_lm_config, f)
@@ -38,6 +39,22 @@ static const mega_field LM_FIELDS[] = {
      "learned scale and shift in the final norm (pre-norm models)"},
     {"scale-embedding", MEGA_FIELD_BOOL, OFF(scale_embedding), 0, 1, NULL, 0, 0, 0, "multiply the embeddings by sqrt(embed-dim)"},
     {"tie-embeddings", MEGA_FIELD_BOOL, OFF(tie_embeddings), 0, 1, NULL, 0, 0, 0, "output projection = the embedding table"},
+    {"adaptive-input", MEGA_FIELD_BOOL, OFF(adaptive_input), 0, 1, NULL, 0, 0, 0,
+     "adaptive input: the vocabulary in bands at adaptive-input-cutoff, band i embedded in embed-dim / factor^i dims"},
+    {"adaptive-input-factor", MEGA_FIELD_FLOAT, OFF(adaptive_input_factor), 1, 64, NULL, 0, 0, 0,
+     "adaptive input: the width divisor from one band to the next"},
+    {"adaptive-input-cutoff", MEGA_FIELD_INTS, OFF(adaptive_input_cutoff), 1, 1 << 24, NULL, 0, 0, 0,
+     "adaptive input: the token ids where bands end, e.g. 20000,60000 (the vocabulary size ends the last)"},
+    {"adaptive-softmax-cutoff", MEGA_FIELD_INTS, OFF(adaptive_softmax_cutoff), 1, 1 << 24, NULL, 0, 0, 0,
+     "adaptive softmax: the token ids where bands end (none: a full softmax)"},
+    {"adaptive-softmax-factor", MEGA_FIELD_FLOAT, OFF(adaptive_softmax_factor), 1, 64, NULL, 0, 0, 0,
+     "adaptive softmax: the width divisor from one tail to the next"},
+    {"adaptive-softmax-dropout", MEGA_FIELD_FLOAT, OFF(adaptive_softmax_dropout), 0, 0.99, NULL, 0, 0, 0,
+     "adaptive softmax: dropout on its input and on the tails' projections"},
+    {"tie-adaptive-weights", MEGA_FIELD_BOOL, OFF(tie_adaptive_weights), 0, 1, NULL, 0, 0, 0,
+     "adaptive softmax: its word matrices are the adaptive input's embeddings"},
+    {"tie-adaptive-proj", MEGA_FIELD_BOOL, OFF(tie_adaptive_proj), 0, 1, NULL, 0, 0, 0,
+     "adaptive softmax: with tie-adaptive-weights, its tail projections are the input's projections"},
 };
 #undef OFF
 
@@ -54,6 +71,19 @@ mega_status mega_lm_config_check(const mega_lm_config *c) {
     MEGA_TRY(mega__fields_check(f, n, c));
     if (c->padding_idx >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "padding index %d is outside the vocabulary of %d", c->padding_idx, c->vocab_size);
     if (c->block.bidirectional) MEGA_FAIL(MEGA_ERR_INVALID, "a language model is causal (bidirectional must be false)");
+    /* the official build_model's asserts and the combinations it cannot build */
+    const int as = c->adaptive_softmax_cutoff[0] != 0;
+    int64_t cut[MEGA_BANDS_MAX + 1];
+    if (c->adaptive_input && mega_adaptive_bands(c->adaptive_input_cutoff, c->vocab_size, cut, "adaptive-input-cutoff") < 0)
+        return MEGA_ERR_INVALID;
+    if (as && mega_adaptive_bands(c->adaptive_softmax_cutoff, c->vocab_size, cut, "adaptive-softmax-cutoff") < 0)
+        return MEGA_ERR_INVALID;
+    if (c->tie_adaptive_weights && !(c->adaptive_input && as))
+        MEGA_FAIL(MEGA_ERR_INVALID, "tie-adaptive-weights needs adaptive-input and adaptive-softmax-cutoff");
+    if (as && c->tie_embeddings)
+        MEGA_FAIL(MEGA_ERR_INVALID, "tie-embeddings has no meaning with an adaptive softmax (use tie-adaptive-weights)");
+    if (c->adaptive_input && !as && c->tie_embeddings)
+        MEGA_FAIL(MEGA_ERR_INVALID, "an adaptive input cannot be tied to a full output projection (add adaptive-softmax-cutoff)");
     return mega_block_config_check(&c->block);
 }
 
@@ -64,7 +94,9 @@ static void free_buffers(mega_lm *m) {
     free(m->pad);
     free(m->tok);
     free(m->tgt);
-    m->logits = NULL, m->pad = NULL, m->tok = m->tgt = NULL;
+    mega__free(m->ascr);
+    free(m->aorder);
+    m->logits = NULL, m->pad = NULL, m->tok = m->tgt = m->aorder = NULL, m->ascr = NULL;
     m->Bmax = m->Tmax = 0;
 }
 
@@ -80,12 +112,23 @@ mega_status mega__lm_declare(const mega_lm_config *c, mega_lm **out) {
     mega_params_init(&m->P);
     mega_status st;
     const int64_t V = c->vocab_size, D = c->block.embed_dim;
-    if ((st = MEGA_PADD(&m->P, "decoder.", "embed_tokens.weight", MEGA_P_DECAY, &m->emb, V, D))) goto fail;
+    m->has_ai = c->adaptive_input, m->has_as = c->adaptive_softmax_cutoff[0] != 0;
+    if (m->has_ai)
+        st = mega_adaptive_input_declare(&m->ai, &m->P, "decoder.embed_tokens.", V, (int)D, c->padding_idx,
+                                         c->adaptive_input_factor, c->adaptive_input_cutoff);
+    else
+        st = MEGA_PADD(&m->P, "decoder.", "embed_tokens.weight", MEGA_P_DECAY, &m->emb, V, D);
+    if (st) goto fail;
     if ((st = mega_stack_declare(&m->st, &m->P, "decoder.layers.", "decoder.final_norm.norm.", &c->block, c->layers,
                                  c->final_norm_affine)))
         goto fail;
-    if (!c->tie_embeddings && (st = MEGA_PADD(&m->P, "decoder.", "output_projection.weight", MEGA_P_DECAY, &m->out_w, V, D)))
-        goto fail;
+    if (m->has_as)
+        st = mega_adaptive_softmax_declare(&m->as, &m->P, "decoder.adaptive_softmax.", V, (int)D, c->adaptive_softmax_factor,
+                                           c->adaptive_softmax_cutoff, c->adaptive_softmax_dropout,
+                                           c->tie_adaptive_weights ? &m->ai : NULL, c->tie_adaptive_proj);
+    else if (!c->tie_embeddings)
+        st = MEGA_PADD(&m->P, "decoder.", "output_projection.weight", MEGA_P_DECAY, &m->out_w, V, D);
+    if (st) goto fail;
     *out = m;
     return MEGA_OK;
 fail:
@@ -123,11 +166,16 @@ void mega_lm_init_params(mega_lm *m, uint64_t seed) {
     const mega_lm_config *c = &m->cfg;
     const size_t V = (size_t)c->vocab_size, D = (size_t)c->block.embed_dim;
     real *W = m->P.data;
-    /* official Embedding(): N(0, D^-1/2) with the padding row zeroed */
-    mega_fill_normal(W + m->emb, V * D, 0, 1.0 / sqrt((double)D), &rng);
-    if (c->padding_idx >= 0) memset(W + m->emb + (size_t)c->padding_idx * D, 0, D * sizeof(real));
+    if (m->has_ai) {
+        mega_adaptive_input_init(&m->ai, W, &rng);
+    } else {
+        /* official Embedding(): N(0, D^-1/2) with the padding row zeroed */
+        mega_fill_normal(W + m->emb, V * D, 0, 1.0 / sqrt((double)D), &rng);
+        if (c->padding_idx >= 0) memset(W + m->emb + (size_t)c->padding_idx * D, 0, D * sizeof(real));
+    }
     mega_stack_init(&m->st, W, &rng);
-    if (!c->tie_embeddings) mega_fill_normal(W + m->out_w, V * D, 0, 1.0 / sqrt((double)D), &rng);
+    if (m->has_as) mega_adaptive_softmax_init(&m->as, W, &rng);
+    else if (!c->tie_embeddings) mega_fill_normal(W + m->out_w, V * D, 0, 1.0 / sqrt((double)D), &rng);
 }
 
 size_t mega_lm_num_params(const mega_lm *m) { return mega_params_count_trainable(&m->P); }
@@ -148,6 +196,13 @@ static int padded_len(const mega_lm *m, int T) {
     return T;
 }
 
+/* reals of the adaptive layers' scratch and saved activations for R rows (0: none) */
+static size_t adaptive_reals(const mega_lm *m, size_t R) {
+    size_t a = m->has_ai ? mega_adaptive_input_scratch(&m->ai, R) : 0;
+    size_t b = m->has_as ? mega_adaptive_softmax_acts(&m->as, R) : 0;
+    return MEGA_MAX(a, b);
+}
+
 mega_status mega_lm_reserve(mega_lm *m, int B, int T) {
     if (B < 1 || T < 1) MEGA_FAIL(MEGA_ERR_INVALID, "batch and sequence length must be positive (got %d x %d)", B, T);
     int Tp = padded_len(m, T);
@@ -161,7 +216,12 @@ mega_status mega_lm_reserve(mega_lm *m, int B, int T) {
     m->pad = calloc(R, 1);
     m->tok = calloc(R, sizeof(int32_t));
     m->tgt = calloc(R, sizeof(int32_t));
-    if (!m->logits || !m->pad || !m->tok || !m->tgt) {
+    const size_t as = adaptive_reals(m, R);
+    if (as) {
+        m->ascr = mega__calloc(as, sizeof(real));
+        m->aorder = calloc(R, sizeof(int32_t));
+    }
+    if (!m->logits || !m->pad || !m->tok || !m->tgt || (as && (!m->ascr || !m->aorder))) {
         free_buffers(m);
         MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving logits for %d x %d tokens", B, Tp);
     }
@@ -177,7 +237,8 @@ int mega_lm_padded_len(const mega_lm *m) { return m->Tp; }
 static size_t reserve_bytes(const mega_lm *m, int B, int T) {
     const int Tp = padded_len(m, T);
     const size_t R = (size_t)B * Tp, V = (size_t)m->cfg.vocab_size;
-    return mega__stack_bytes(&m->st, B, Tp) + (R * V + R) * sizeof(real) + R + 2 * R * sizeof(int32_t);
+    return mega__stack_bytes(&m->st, B, Tp) + (R * V + R + adaptive_reals(m, R)) * sizeof(real) + R +
+           (2 + (m->has_ai || m->has_as)) * R * sizeof(int32_t);
 }
 
 mega_status mega_lm_memory(const mega_lm_config *c, int training, int B, int T, mega_memory *out) {
@@ -222,18 +283,26 @@ mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *ta
     const real scale = c->scale_embedding ? (real)sqrt((double)D) : (real)1;
     real *W = m->P.data;
     real *H0 = mega_stack_input(&m->st);
-    mega_embedding_forward(H0, W + m->emb, m->tok, m->pad, R, D, scale);
+    if (m->has_ai) mega_adaptive_input_forward(&m->ai, W, H0, m->tok, m->pad, R, scale, m->ascr, m->aorder);
+    else mega_embedding_forward(H0, W + m->emb, m->tok, m->pad, R, D, scale);
     const int train = m->run.training;
     if (train && c->block.dropout > 0) mega_dropout(H0, H0, R * D, c->block.dropout, mega__subkey(m->run.key, SITE_EMBED));
     const real *xf;
     MEGA_TRY(mega_stack_forward(&m->st, W, pad, B, Tp, train, m->run.key, &xf));
-    /* logits = x W^T */
-    const real *Wo = W + (c->tie_embeddings ? m->emb : m->out_w);
-    mega_linear_forward(m->logits, xf, Wo, NULL, R, D, V);
-    /* cross-entropy over the counted targets */
     double tot = 0, nll = 0;
     int64_t cnt = 0;
-    if (targets) mega_xent_rows(m->logits, m->tgt, m->lse, R, V, 0, &tot, &nll, &cnt);
+    if (m->has_as) {
+        /* the adaptive softmax's log-probabilities (they are the logits: their softmax is p) */
+        mega_adaptive_softmax_forward(&m->as, W, m->logits, xf, R, train, m->run.key, m->ascr);
+        if (targets)
+            for (size_t r = 0; r < R; r++)
+                if (m->tgt[r] >= 0) tot -= (double)m->logits[r * V + (size_t)m->tgt[r]], cnt++;
+    } else {
+        /* logits = x W^T; the cross-entropy over the counted targets */
+        const real *Wo = W + (c->tie_embeddings ? m->emb : m->out_w);
+        mega_linear_forward(m->logits, xf, Wo, NULL, R, D, V);
+        if (targets) mega_xent_rows(m->logits, m->tgt, m->lse, R, V, 0, &tot, &nll, &cnt);
+    }
     /* the public layout is [B, T, V]: drop the rows of the official padding (batchnorm models) */
     if (Tp != T)
         for (int b = 0; b < B; b++)
@@ -250,6 +319,8 @@ void mega_lm_set_batch_sync(mega_lm *m, mega_sum_fn sum, void *ctx) {
     m->st.sync.fn = sum, m->st.sync.ctx = ctx;
 }
 
+static mega_status backward_stack(mega_lm *m);
+
 mega_status mega_lm_backward(mega_lm *m, double scale) {
     const mega_lm_config *c = &m->cfg;
     if (!m->P.grad) MEGA_FAIL(MEGA_ERR_INVALID, "backward: this model was loaded for inference (no gradients)");
@@ -263,8 +334,14 @@ mega_status mega_lm_backward(mega_lm *m, double scale) {
         for (int b = m->B - 1; b >= 0; b--)
             for (int t = m->T - 1; t >= 0; t--)
                 memmove(m->logits + ((size_t)b * m->Tp + t) * V, m->logits + ((size_t)b * m->T + t) * V, V * sizeof(real));
-    /* d logits = (softmax - onehot) * scale / count, in place */
     const real g = m->count ? (real)(scale / (double)m->count) : 0;
+    if (m->has_as) {
+        mega_adaptive_softmax_backward(&m->as, W, dW, m->st.dx, m->logits, m->st.out, m->tgt, R, g, train, m->run.key,
+                                       m->ascr);
+        m->has_targets = 0;
+        return backward_stack(m);
+    }
+    /* d logits = (softmax - onehot) * scale / count, in place */
 #pragma omp parallel for schedule(static) if (R * V > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
         real *lg = m->logits + r * V;
@@ -281,11 +358,22 @@ mega_status mega_lm_backward(mega_lm *m, double scale) {
     /* output projection, then the stack */
     size_t wo = c->tie_embeddings ? m->emb : m->out_w;
     mega_linear_backward(m->st.dx, dW + wo, NULL, m->logits, m->st.out, W + wo, R, D, V, 0);
+    return backward_stack(m);
+}
+
+/* from d(final features) in m->st.dx: the stack, the embedding dropout and the embedding */
+static mega_status backward_stack(mega_lm *m) {
+    const mega_lm_config *c = &m->cfg;
+    const size_t R = (size_t)m->B * m->Tp, D = (size_t)c->block.embed_dim;
+    const real *W = m->P.data;
+    real *dW = m->P.grad;
+    const int train = m->run.training;
     real *dH = mega_stack_backward(&m->st, W, dW, m->st.dx, train, m->run.key);
     /* embedding: dropout, scale; scatter into the rows (pads and the padding row get nothing) */
     if (train && c->block.dropout > 0) mega_dropout(dH, dH, R * D, c->block.dropout, mega__subkey(m->run.key, SITE_EMBED));
     const real es = c->scale_embedding ? (real)sqrt((double)D) : (real)1;
-    mega_embedding_backward(dW + m->emb, dH, m->tok, m->pad, R, D, es, c->padding_idx);
+    if (m->has_ai) mega_adaptive_input_backward(&m->ai, W, dW, dH, m->tok, m->pad, R, es, m->ascr, m->aorder);
+    else mega_embedding_backward(dW + m->emb, dH, m->tok, m->pad, R, D, es, c->padding_idx);
     return MEGA_OK;
 }
 
@@ -316,7 +404,12 @@ mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out)
     s->scratch = mega__calloc(scr, sizeof(real));
     s->tok = calloc((size_t)B * s->tmax, sizeof(int32_t));
     s->pad = calloc((size_t)B * s->tmax, 1);
-    if (!s->S || !s->mem || !s->x || !s->scratch || !s->tok || !s->pad) {
+    const size_t as = adaptive_reals(m, (size_t)B * s->tmax);
+    if (as) {
+        s->ascr = mega__calloc(as, sizeof(real));
+        s->aorder = calloc((size_t)B * s->tmax, sizeof(int32_t));
+    }
+    if (!s->S || !s->mem || !s->x || !s->scratch || !s->tok || !s->pad || (as && (!s->ascr || !s->aorder))) {
         mega_lm_stream_free(s);
         MEGA_FAIL(MEGA_ERR_OOM, "out of memory allocating the streaming state");
     }
@@ -339,6 +432,8 @@ void mega_lm_stream_free(mega_lm_stream *s) {
     mega__free(s->scratch);
     free(s->tok);
     free(s->pad);
+    mega__free(s->ascr);
+    free(s->aorder);
     free(s);
 }
 
@@ -376,7 +471,7 @@ static mega_status feed_layers(void *arg) {
     const int B = s->B, L = c->layers, n = f->n, T = f->T, t0 = f->t0;
     const size_t D = (size_t)c->block.embed_dim, V = (size_t)c->vocab_size, R = (size_t)B * n;
     const real *W = m->P.data;
-    const real *Wo = W + (c->tie_embeddings ? m->emb : m->out_w);
+    const real *Wo = W + (m->has_as ? 0 : c->tie_embeddings ? m->emb : m->out_w);
     real *x = s->x, *y = s->x + (size_t)B * s->tmax * D, *st = y + (size_t)B * s->tmax * D;
     for (int l = 0; l < L; l++) {
         MEGA_TRY(mega_block_step(&m->st.blocks[l], W, &s->S[l], y, x, n, s->scratch));
@@ -385,7 +480,14 @@ static mega_status feed_layers(void *arg) {
         y = tmp;
     }
     if (m->st.has_fnorm) mega_seqnorm_forward(&m->st.fnorm, (real *)W, x, st, x, R, 0, 0, NULL);
-    if (f->logits) {
+    if (f->logits && m->has_as) {
+        /* the adaptive softmax's log-probabilities, a sequence's rows at a time unless in order */
+        if (n == T) mega_adaptive_softmax_forward(&m->as, W, f->logits, x, R, 0, 0, s->ascr);
+        else
+            for (int b = 0; b < B; b++)
+                mega_adaptive_softmax_forward(&m->as, W, f->logits + ((size_t)b * T + t0) * V, x + (size_t)b * n * D,
+                                              (size_t)n, 0, 0, s->ascr);
+    } else if (f->logits) {
         /* rows are [b][t] for this piece; scatter into [B, T, V]. When the piece is the whole
          * call (decode: one token per sequence) the rows are already in [B, T, V] order: one
          * product, split over the threads (mega_linear_step) */
@@ -428,9 +530,11 @@ mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T,
                 tk[(size_t)b * n + t] = v;
                 pd[(size_t)b * n + t] = c->padding_idx >= 0 && v == c->padding_idx;
             }
-        mega_embedding_forward(s->x, W + m->emb, tk, pd, R, D, scale);
+        if (m->has_ai) mega_adaptive_input_forward(&m->ai, W, s->x, tk, pd, R, scale, s->ascr, s->aorder);
+        else mega_embedding_forward(s->x, W + m->emb, tk, pd, R, D, scale);
         feed_piece f = {s, logits, T, t0, n};
-        const int team = c->block.mixer == MEGA_MIXER_MEGA && R <= STREAM_TEAM_ROWS && R * wide <= MEGA_PAR_MIN;
+        /* the adaptive softmax opens regions of its own (GEMMs, rows): no team around it */
+        const int team = c->block.mixer == MEGA_MIXER_MEGA && !m->has_as && R <= STREAM_TEAM_ROWS && R * wide <= MEGA_PAR_MIN;
         MEGA_TRY(team ? mega_step_team_run(feed_layers, &f) : feed_layers(&f));
         s->pos += n;
     }

@@ -1,18 +1,25 @@
 /* Internal layout of the language model (public API in mega.h). */
 #ifndef MEGA_LM_INTERNAL_H
 #define MEGA_LM_INTERNAL_H
+#include "layers/adaptive.h"
 #include "model/stack.h"
 
 struct mega_lm {
     mega_lm_config cfg; /* the one copy; the blocks point at cfg.block */
     mega_params P;
     size_t emb, out_w;
+    int has_ai, has_as; /* adaptive input / adaptive softmax (layers/adaptive.h) in place of
+                           the embedding table / the output projection */
+    mega_adaptive_input ai;
+    mega_adaptive_softmax as;
     mega_stack st;      /* blocks + final norm, with their buffers */
     /* LM buffers reserved for batches up to Bmax x Tmax (padded length) */
     int Bmax, Tmax;
     real *logits, *lse; /* [R][V], [R] */
     uint8_t *pad;
     int32_t *tok, *tgt;
+    real *ascr;      /* adaptive: the input's scratch, then the softmax's saved activations */
+    int32_t *aorder; /* adaptive input: rows grouped by band */
     /* the last forward */
     int B, T, Tp, any_pad, has_targets;
     int64_t count;
@@ -25,6 +32,8 @@ struct mega_lm_stream {
     int64_t pos;
     mega_block_state *S;
     real *mem, *x, *scratch;
+    real *ascr;      /* adaptive input scratch / adaptive softmax activations for tmax rows */
+    int32_t *aorder;
     int32_t *tok;
     uint8_t *pad;
 };

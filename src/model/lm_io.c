@@ -31,6 +31,14 @@ static const mega_official_arg OFFICIAL[] = {
     {"activation_fn", "activation", 0},
     {"no_scale_embedding", "scale-embedding", MEGA_OFFICIAL_INVERT},
     {"share_decoder_input_output_embed", "tie-embeddings", 0},
+    {"adaptive_input", "adaptive-input", 0},
+    {"adaptive_input_factor", "adaptive-input-factor", 0},
+    {"adaptive_input_cutoff", "adaptive-input-cutoff", 0},
+    {"adaptive_softmax_cutoff", "adaptive-softmax-cutoff", 0},
+    {"adaptive_softmax_factor", "adaptive-softmax-factor", 0},
+    {"adaptive_softmax_dropout", "adaptive-softmax-dropout", 0},
+    {"tie_adaptive_weights", "tie-adaptive-weights", 0},
+    {"tie_adaptive_proj", "tie-adaptive-proj", 0},
     {NULL, NULL, 0},
 };
 
@@ -45,6 +53,9 @@ mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c) {
     MEGA_TRY(mega__config_from_json(json, "mega_lm", "language model", f, n, c, offsetof(mega_lm_config, block),
                                     "decoder_layers", OFFICIAL));
     c->block.bidirectional = 0;
+    /* the official decoder builds no output projection when it has an adaptive softmax, whatever
+     * share_decoder_input_output_embed says */
+    if (strstr(json, "\"decoder_layers\"") && c->adaptive_softmax_cutoff[0]) c->tie_embeddings = 0;
     return mega_lm_config_check(c);
 }
 
@@ -58,18 +69,42 @@ mega_status mega_lm_save_ex(const mega_lm *m, const char *path, const char *cons
     return st;
 }
 
-/* what an official state dict holds besides the declared tensors */
-static const char *const *lm_ignore(const mega_lm *m) {
-    static const char *const plain[] = {"_float_tensor", "decoder.version", NULL};
-    /* official state dicts of tied models also list output_projection.weight (same tensor) */
-    static const char *const tied[] = {"_float_tensor", "decoder.version", "decoder.output_projection.weight", NULL};
-    return m->cfg.tie_embeddings ? tied : plain;
+/* What an official state dict holds besides the declared tensors: buffers, and the second names
+ * of tied matrices (one storage, two keys): output_projection.weight of a tied model; the
+ * adaptive softmax's head.word_proj and tail.<i>.2 (the input's embeddings) and, with
+ * tie-adaptive-proj, tail.<i>.0 (the input's projections). */
+#define LM_IGNORE_MAX (4 + 2 * MEGA_BANDS_MAX)
+typedef struct {
+    char name[LM_IGNORE_MAX][64];
+    const char *list[LM_IGNORE_MAX + 1];
+} lm_ignore_list;
+
+static const char *const *lm_ignore(const mega_lm *m, lm_ignore_list *g) {
+    int n = 0;
+    g->list[n++] = "_float_tensor";
+    g->list[n++] = "decoder.version";
+    if (m->cfg.tie_embeddings && !m->has_as) g->list[n++] = "decoder.output_projection.weight";
+    if (m->has_as) {
+        g->list[n++] = "decoder.adaptive_softmax.version";
+        if (m->as.tied) g->list[n++] = "decoder.adaptive_softmax.head.word_proj.weight";
+        for (int i = 0; i < m->as.nt && m->as.tied; i++) {
+            snprintf(g->name[2 * i], sizeof g->name[0], "decoder.adaptive_softmax.tail.%d.2.weight", i);
+            g->list[n++] = g->name[2 * i];
+            if (m->as.tie_proj) {
+                snprintf(g->name[2 * i + 1], sizeof g->name[0], "decoder.adaptive_softmax.tail.%d.0.weight", i);
+                g->list[n++] = g->name[2 * i + 1];
+            }
+        }
+    }
+    g->list[n] = NULL;
+    return g->list;
 }
 
 mega_status mega_lm_load_weights(mega_lm *m, const char *path) {
     mega_st_file *f;
     MEGA_TRY(mega__model_st_open(path, &f));
-    mega_status st = mega_params_check(&m->P, f, "", lm_ignore(m), 0);
+    lm_ignore_list g;
+    mega_status st = mega_params_check(&m->P, f, "", lm_ignore(m, &g), 0);
     if (!st) st = mega_params_read(&m->P, m->P.data, f, "");
     mega_st_close(f);
     if (st) return mega__error_prefix(st, path);
@@ -87,7 +122,8 @@ mega_status mega_lm_load_ex(const char *path, const mega_load_opts *o, mega_lm *
     mega_lm *m = NULL;
     mega_status st = mega_lm_config_from_json(cfgs, &c);
     if (!st) st = mega__lm_declare(&c, &m);
-    if (!st) st = mega__model_fill(&m->P, f, lm_ignore(m), o);
+    lm_ignore_list g;
+    if (!st) st = mega__model_fill(&m->P, f, lm_ignore(m, &g), o);
     mega_st_close(f);
     if (st) {
         mega_lm_free(m);

@@ -39,7 +39,8 @@ FILES = ["fairseq/incremental_decoding_utils.py", "fairseq/logging/meters.py", "
          "fairseq/modules/scale_norm.py", "fairseq/modules/root_mean_square_norm.py",
          "fairseq/modules/sequence_norm.py", "fairseq/modules/relative_positional_bias.py",
          "fairseq/modules/exponential_moving_average.py", "fairseq/modules/moving_average_gated_attention.py",
-         "fairseq/modules/normalized_feedforward_network.py"]
+         "fairseq/modules/normalized_feedforward_network.py",
+         "fairseq/modules/quant_noise.py", "fairseq/modules/adaptive_input.py", "fairseq/modules/adaptive_softmax.py"]
 STUBS = {
     "fairseq/__init__.py": "",
     "fairseq/data/__init__.py": "",

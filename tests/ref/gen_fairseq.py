@@ -27,6 +27,10 @@ the causal chunked forward of the block, so here each block is one official forw
 whole chunk as the decoder pads). Reported: count, nll_sum (nats), loss_base2 = nll_sum / count /
 ln 2.
 
+It also writes two word-level LMs with the official AdaptiveInput / AdaptiveSoftmax (word_lm/,
+word_lm_untied/: expected log-probabilities and the official evaluation of a text, as byte_lm), and
+a translation checkpoint (mt/) from the official MegaModel case in tests/fixtures/s2s/ (mt() below).
+
 It also builds a small ListOps classifier in the official LRA format (lra_cls/: model.pt with the
 arguments of the `lra` model, `mega_lra_listop` architecture, dict.txt, label_dict.txt, the lines of
 text.txt, and expected.safetensors: the ids the official lra-text task gives those lines, their
@@ -60,7 +64,10 @@ EVAL_TEXT = (b"the mega model reads bytes.\n"
 
 
 class OfficialLM(nn.Module):
-    """MegaDecoderNoCrossAttn's computation from the official layers, under the official names"""
+    """MegaDecoderNoCrossAttn's computation from the official layers, under the official names;
+    with a.adaptive_input / a.adaptive_softmax_cutoff the official AdaptiveInput / AdaptiveSoftmax
+    modules (fairseq/modules/adaptive_*.py) built as the official build_model and decoder build them,
+    and the output is AdaptiveSoftmax.get_log_prob (what the model's get_normalized_probs returns)"""
 
     def __init__(self, O, a, V):
         super().__init__()
@@ -72,14 +79,27 @@ class OfficialLM(nn.Module):
                   norm_type=a.normalization_type, prenorm=a.normalize_before, rel_pos_bias=a.rel_pos_bias,
                   max_positions=a.max_target_positions, truncation=a.truncation_length, activation=a.activation_fn)
         self.decoder = nn.Module()
-        self.decoder.embed_tokens = nn.Embedding(V, D, padding_idx=1)
-        nn.init.normal_(self.decoder.embed_tokens.weight, 0, D ** -0.5)
-        with torch.no_grad():
-            self.decoder.embed_tokens.weight[1].zero_()
+        cut = lambda s: [int(x) for x in s.split(",")]  # options.eval_str_list
+        if a.adaptive_input:
+            from fairseq.modules.adaptive_input import AdaptiveInput  # the official module, from the temp dir
+            self.decoder.embed_tokens = AdaptiveInput(V, 1, a.decoder_input_dim, a.adaptive_input_factor, D,
+                                                      cut(a.adaptive_input_cutoff))
+        else:
+            self.decoder.embed_tokens = nn.Embedding(V, D, padding_idx=1)
+            nn.init.normal_(self.decoder.embed_tokens.weight, 0, D ** -0.5)
+            with torch.no_grad():
+                self.decoder.embed_tokens.weight[1].zero_()
         self.decoder.layers = nn.ModuleList([co.OffBlock(O, lk) for _ in range(a.decoder_layers)])
         self.decoder.final_norm = O[2](a.normalization_type, D) if a.normalize_before else None
-        self.decoder.output_projection = nn.Linear(D, V, bias=False)
-        nn.init.normal_(self.decoder.output_projection.weight, 0, D ** -0.5)
+        if a.adaptive_softmax_cutoff is not None:
+            from fairseq.modules.adaptive_softmax import AdaptiveSoftmax
+            self.decoder.adaptive_softmax = AdaptiveSoftmax(
+                V, D, cut(a.adaptive_softmax_cutoff), dropout=a.adaptive_softmax_dropout,
+                adaptive_inputs=self.decoder.embed_tokens if a.tie_adaptive_weights else None,
+                factor=a.adaptive_softmax_factor, tie_proj=a.tie_adaptive_proj)
+        else:
+            self.decoder.output_projection = nn.Linear(D, V, bias=False)
+            nn.init.normal_(self.decoder.output_projection.weight, 0, D ** -0.5)
         self.decoder.register_buffer("version", torch.Tensor([3]))
 
     def forward(self, tok):
@@ -88,7 +108,10 @@ class OfficialLM(nn.Module):
         x = math.sqrt(self.a.decoder_embed_dim) * self.decoder.embed_tokens(t)
         pad = t.eq(1)
         x, _ = co.run_stack(self.decoder.layers, self.decoder.final_norm, x, pad if pad.any() else None)
-        return self.decoder.output_projection(x[:L].transpose(0, 1))
+        x = x[:L].transpose(0, 1)
+        if self.a.adaptive_softmax_cutoff is not None:
+            return self.decoder.adaptive_softmax.get_log_prob(x, None)
+        return self.decoder.output_projection(x)
 
 
 def byte_lm(O, out):
@@ -151,6 +174,73 @@ def byte_lm(O, out):
                "loss_base2": nll / n / math.log(2), "blocks": -(-n // a.tokens_per_sample)},
               open(os.path.join(d, "eval.json"), "w"), indent=1)
     print(f"{d}: V {V} ({len(byte_tokens)} byte tokens), eval {n} tokens, {nll / n / math.log(2):.6f} bits/token")
+
+
+WORD_TEXT = ("the model reads words and the words have bands\n"
+             "a rare word is in a small band ; the frequent words are in the head\n"
+             "\n"
+             "unknown words like zyzzyva become <unk> and the last line gets a newline too")
+
+
+def word_lm(O, out, name, tied):
+    """a word-level LM with adaptive input and adaptive softmax, as mega_lm_wiki103 (tied weights
+    and projections, factor 4) or untied (an own embedding table, an adaptive softmax with its
+    own head and tails, dropout 0.2 in training)"""
+    torch.manual_seed(2026 + tied)
+    words = sorted(set(WORD_TEXT.split()) - {"zyzzyva"}, key=lambda w: (-WORD_TEXT.count(w), w))
+    words += ["w%02d" % i for i in range(60 - len(words))]
+    counts = [5000 // (i + 1) for i in range(len(words))]
+    V = 4 + len(words)
+    V += -V % 8
+    a = __import__("argparse").Namespace(
+        arch="mega_lm_wiki103" if tied else "mega_lm_adaptive_base", task="language_modeling", tokens_per_sample=24,
+        decoder_layers=2, decoder_embed_dim=32, decoder_hidden_dim=48, decoder_ffn_embed_dim=40, decoder_z_dim=8,
+        decoder_n_dim=4, decoder_chunk_size=8, decoder_input_dim=32, truncation_length=None, max_target_positions=64,
+        attention_activation_fn="softmax", rel_pos_bias="simple", normalization_type="layernorm",
+        normalize_before=True, normalize_embedding=False, no_scale_embedding=False, no_affine_final_norm=False,
+        share_decoder_input_output_embed=False, activation_fn="silu", dropout=0.3, attention_dropout=0.1,
+        hidden_dropout=0.1, adaptive_input=tied, adaptive_input_factor=4,
+        adaptive_input_cutoff="12,30" if tied else None, adaptive_softmax_cutoff="12,30" if tied else "20",
+        adaptive_softmax_factor=4 if tied else 2, adaptive_softmax_dropout=0.2, tie_adaptive_weights=tied,
+        tie_adaptive_proj=tied, seed=1)
+    m = OfficialLM(O, a, V).eval()
+    ck = {"args": a, "model": m.state_dict(), "optimizer_history": [{"criterion_name": "AdaptiveLoss",
+                                                                      "optimizer_name": "FairseqNAG",
+                                                                      "lr_scheduler_state": {"best": 3.0},
+                                                                      "num_updates": 10}],
+          "extra_state": {"epoch": 1, "train_iterator": {"epoch": 1}}, "last_optimizer_state": None}
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    torch.save(ck, os.path.join(d, "model.pt"))
+    with open(os.path.join(d, "dict.txt"), "w") as f:
+        for w, c in zip(words, counts):
+            f.write(f"{w} {c}\n")
+    g = torch.Generator().manual_seed(8)
+    tok = torch.randint(4, 4 + len(words), (2, 19), generator=g)
+    tok[0, 0] = 2
+    with torch.no_grad():
+        logp = m(tok)
+    st.save(os.path.join(d, "expected.safetensors"),
+            {"tokens": tok.numpy().astype(np.int32), "logits": logp.numpy().astype(np.float32)},
+            {"generator": "tests/ref/gen_fairseq.py (official Mega modules, facebookresearch/mega)"})
+    # the official evaluation: fairseq-preprocess's ids (whitespace words, <unk> 3, </s> per line),
+    # blocks of tokens_per_sample, the adaptive softmax's log-probabilities of the targets
+    ids = {w: 4 + i for i, w in enumerate(words)}
+    stream = []
+    for line in WORD_TEXT.split("\n"):
+        stream += [ids.get(w, 3) for w in line.split()] + [2]
+    src = [2] + stream[:-1]
+    nll, n = 0.0, len(stream)
+    for s_ in range(0, n, a.tokens_per_sample):
+        e = min(n, s_ + a.tokens_per_sample)
+        with torch.no_grad():
+            lp = m(torch.tensor([src[s_:e]])).double()[0]
+        nll -= float(lp[torch.arange(e - s_), torch.tensor(stream[s_:e])].sum())
+    open(os.path.join(d, "eval.txt"), "w").write(WORD_TEXT)
+    json.dump({"tokens_per_sample": a.tokens_per_sample, "count": n, "nll_sum": nll,
+               "loss_base2": nll / n / math.log(2), "perplexity": math.exp(nll / n),
+               "blocks": -(-n // a.tokens_per_sample)}, open(os.path.join(d, "eval.json"), "w"), indent=1)
+    print(f"{d}: V {V} ({len(words)} words), eval {n} tokens, perplexity {math.exp(nll / n):.4f}")
 
 
 class OfficialLRA(nn.Module):
@@ -246,6 +336,53 @@ def lra_cls(O, out):
     print(f"{d}: V {V}, {len(seqs)} inputs of up to {L} tokens, {a.sentence_class_num} classes")
 
 
+S2S_CASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "s2s",
+                        "s2s_softmax_simple_layernorm_pre_encc8_ragged_sep")
+MT_SRC = ["<en%02d>" % i for i in range(20)]  # a source dictionary of 20 tokens (V = 24)
+# a target dictionary of 24 tokens (V = 28), every third a subword-nmt piece ("@@": joined to the next)
+MT_TGT = ["de%02d@@" % i if i % 3 == 0 else "de%02d" % i for i in range(24)]
+
+
+def mt(out, case=S2S_CASE):
+    """a translation model (arch mega_wmt_en_de, task translation) in the checkpoint_utils layout,
+    made from a reference case of the OFFICIAL MegaModel (fairseq/models/mega.py built by its own
+    build_model; tests/fixtures/s2s/, whose weights and logits the official code produced): its weights
+    under their official names with the decoder's buffers, its arguments as the Namespace, and two
+    dictionaries (dict.en.txt, dict.de.txt) of the case's vocabulary sizes. expected.safetensors:
+    the case's src_tokens, prev_output_tokens and official logits."""
+    if not os.path.isdir(case):
+        print(f"{case}: missing; the translation fixture is not regenerated")
+        return
+    cj = json.load(open(os.path.join(case, "case.json")))
+    W, _ = st.load(os.path.join(case, "weights.safetensors"))
+    io, _ = st.load(os.path.join(case, "io.safetensors"))
+    cfg = dict(cj["config"])
+    assert cfg["src_vocab_size"] == 4 + len(MT_SRC) and cfg["tgt_vocab_size"] == 4 + len(MT_TGT)
+    for k in ("src_vocab_size", "tgt_vocab_size", "padding_idx"):
+        cfg.pop(k)
+    a = __import__("argparse").Namespace(arch="mega_wmt_en_de", task="translation", source_lang="en", target_lang="de",
+                                         dropout=0.1, attention_dropout=0.0, hidden_dropout=0.0, seed=1, **cfg)
+    sd = {k: torch.from_numpy(np.array(v)) for k, v in W.items()}
+    sd["encoder.version"] = torch.Tensor([3])
+    sd["decoder.version"] = torch.Tensor([3])
+    ck = {"args": a, "model": sd, "optimizer_history": [{"criterion_name": "LabelSmoothedCrossEntropyCriterion",
+                                                         "optimizer_name": "FairseqAdam",
+                                                         "lr_scheduler_state": {"best": 4.0}, "num_updates": 10}],
+          "extra_state": {"epoch": 1, "train_iterator": {"epoch": 1}}, "last_optimizer_state": None}
+    d = os.path.join(out, "mt")
+    os.makedirs(d, exist_ok=True)
+    torch.save(ck, os.path.join(d, "model.pt"))
+    for name, toks in (("dict.en.txt", MT_SRC), ("dict.de.txt", MT_TGT)):
+        with open(os.path.join(d, name), "w") as f:
+            for i, t in enumerate(toks):
+                f.write(f"{t} {1000 - i}\n")
+    st.save(os.path.join(d, "expected.safetensors"),
+            {k: io[k] for k in ("src_tokens", "prev_output_tokens", "logits")},
+            {"generator": "tests/ref/gen_fairseq.py from the official MegaModel case "
+                          "s2s_softmax_simple_layernorm_pre_encc8_ragged_sep (official commit %s)" % cj["official_commit"]})
+    print(f"{d}: {len(W)} tensors, V {4 + len(MT_SRC)} -> {4 + len(MT_TGT)}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "fairseq"))
@@ -253,7 +390,10 @@ def main():
     o = p.parse_args()
     O = co.import_official(o.repo)
     byte_lm(O, o.out)
+    word_lm(O, o.out, "word_lm", True)
+    word_lm(O, o.out, "word_lm_untied", False)
     lra_cls(O, o.out)
+    mt(o.out)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,15 @@
 #  - the converted model's logits (through the Python package) equal the official logits;
 #  - `mega eval` of the converted model on eval.txt prints the bits per byte of the official
 #    evaluation (eval.json: fairseq_cli/eval_mega_lm.py's procedure);
+#  - word-level LMs with adaptive input and adaptive softmax (word_lm/: tied weights and projections
+#    as mega_lm_wiki103; word_lm_untied/: an embedding table and an untied adaptive softmax): the
+#    converted model's log-probabilities equal the official get_log_prob, `mega eval` prints the
+#    official perplexity, `mega generate` continues a word prompt, and a checkpoint whose tied
+#    tensors differ, or whose adaptive input has no cutoff, is refused;
+#  - a translation model (mt/: arch mega_wmt_en_de, made from a case of the official MegaModel):
+#    its logits equal the official ones (build/test_dump_logits --s2s), `mega translate` translates
+#    word input with the two dictionaries (--remove-bpe joins the subword pieces), `mega eval --task
+#    translate` refuses it clearly, and a missing or wrong-size target dictionary is refused;
 #  - an LRA ListOps classifier (lra_cls/): the converted model's logits equal the official ones, its
 #    Python encoding of text lines equals the ids of the official lra-text task, its classes are the
 #    label dictionary's; `mega eval` refuses it with a clear line (the tool does not read its data yet);
@@ -82,10 +91,76 @@ refuse "dictionary smaller than the embedding" "more than the dictionary" --chec
 refuse "dictionary larger than the embedding" "but the model's embedding has 56 rows" --checkpoint "$FX/model.pt" --dict "$T/long.txt"
 "$PY" - "$FX/model.pt" "$T/mt.pt" "$T/lra_tf.pt" <<'EOF' 2>/dev/null
 import argparse, sys, torch
-torch.save({"args": argparse.Namespace(arch="mega_wmt_en_de", task="translation"), "model": {"x": torch.zeros(2)}}, sys.argv[2])
+torch.save({"args": argparse.Namespace(arch="transformer_wmt_en_de", task="translation"), "model": {"x": torch.zeros(2)}}, sys.argv[2])
 torch.save({"args": argparse.Namespace(arch="transformer_lra_listop", task="lra-text"), "model": {"x": torch.zeros(2)}}, sys.argv[3])
 EOF
-refuse "another architecture" "architecture 'mega_wmt_en_de'" --checkpoint "$T/mt.pt" --dict "$FX/dict.txt"
+refuse "another architecture" "architecture 'transformer_wmt_en_de'" --checkpoint "$T/mt.pt" --dict "$FX/dict.txt"
+
+# ---- word LMs with adaptive input / adaptive softmax ----
+for v in word_lm word_lm_untied; do
+  WX="$HERE/tests/fixtures/fairseq/$v"
+  "$PY" "$CONV" --checkpoint "$WX/model.pt" --dict "$WX/dict.txt" --out "$T/$v" >"$T/out" 2>&1
+  [ $? -eq 0 ] && [ -s "$T/$v/model.safetensors" ] && ok "$v converted: $(cat "$T/out")" || { bad "$v conversion: $(cat "$T/out")"; continue; }
+  PYTHONPATH="$HERE/python" MEGA_LIB="$B/libmega.so" "$PY" - "$WX" "$T/$v" <<'EOF' >"$T/py" 2>&1
+import os, sys
+sys.path.insert(0, os.path.join(sys.argv[1], "..", "..", "..", "ref"))
+import numpy as np
+import st
+import mega
+ref, _ = st.load(os.path.join(sys.argv[1], "expected.safetensors"))
+m = mega.load(sys.argv[2])
+got = m.logits(ref["tokens"])
+err = float(np.abs(got - ref["logits"]).max() / np.abs(ref["logits"]).max())
+print("logits", "ok" if got.shape == ref["logits"].shape and err <= 1e-4 else "BAD", "max relative error %.2e" % err)
+EOF
+  line=$(grep '^logits' "$T/py")
+  case "$line" in "logits ok"*) ok "$v $line (official get_log_prob, tolerance 1e-4)" ;; *) bad "$v logits: ${line:-$(tail -3 "$T/py")}" ;; esac
+  want=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.4f %d" % (j["perplexity"], j["count"]))' "$WX/eval.json")
+  got=$("$B/mega" eval --model "$T/$v" --data "$WX/eval.txt" --quiet 2>"$T/err" | sed -n 's/.*perplexity \([0-9.]*\) | \([0-9]*\) tokens scored.*/\1 \2/p')
+  [ -n "$got" ] && [ "$got" = "$want" ] && ok "$v: mega eval = the official evaluation: perplexity and tokens $got" ||
+    bad "$v mega eval: got '$got' want '$want' $(cat "$T/err")"
+  out=$("$B/mega" generate --model "$T/$v" --prompt "the words" -n 6 --seed 1 2>"$T/err")
+  [ $? -eq 0 ] && [ "$(printf "%s" "$out" | wc -w)" -ge 4 ] && [ "${out#the words}" != "$out" ] && ok "$v: mega generate continues a word prompt: $(printf '%s' "$out" | tr '\n' ' ')" ||
+    bad "$v generate: '$out' $(cat "$T/err")"
+done
+WX="$HERE/tests/fixtures/fairseq/word_lm"
+"$PY" - "$CONV" "$WX/model.pt" "$T/untie.pt" "$T/nocut.pt" <<'EOF' 2>"$T/err"
+import importlib.util, sys, torch
+spec = importlib.util.spec_from_file_location("conv", sys.argv[1])
+conv = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(conv)
+ck = conv.load_checkpoint(sys.argv[2])  # the converter's fairseq-free loader
+sd = dict(ck["model"])
+sd["decoder.adaptive_softmax.tail.0.2.weight"] = sd["decoder.adaptive_softmax.tail.0.2.weight"].clone() + 1
+torch.save({"args": ck["args"], "model": sd}, sys.argv[3])
+a = ck["args"]
+a.adaptive_input_cutoff = None
+torch.save({"args": a, "model": ck["model"]}, sys.argv[4])
+EOF
+refuse "tied adaptive tensors that differ" "differs from it" --checkpoint "$T/untie.pt" --dict "$WX/dict.txt"
+refuse "adaptive input without cutoffs" "adaptive_input_cutoff is not" --checkpoint "$T/nocut.pt" --dict "$WX/dict.txt"
+
+# ---- a translation model (mt: mega_wmt_en_de, the official MegaModel's weights and logits) ----
+MX="$HERE/tests/fixtures/fairseq/mt"
+"$PY" "$CONV" --checkpoint "$MX/model.pt" --dict "$MX/dict.en.txt" --tgt-dict "$MX/dict.de.txt" --out "$T/mt" >"$T/out" 2>&1
+[ $? -eq 0 ] && [ -s "$T/mt/model.safetensors" ] && ok "translation model converted: $(cat "$T/out")" || bad "mt conversion: $(cat "$T/out")"
+line=$("$B/test_dump_logits" --s2s "$T/mt" "$MX/expected.safetensors" 2>&1)
+"$PY" -c 'import sys; e = float(sys.argv[1].split()[-1]); sys.exit(0 if e <= 1e-4 else 1)' "$line" 2>/dev/null &&
+  ok "translation $line (official MegaModel logits, tolerance 1e-4)" || bad "translation logits: $line"
+printf '<en01> <en02> <en03>\n<en05> zz <en07>\n' >"$T/src.txt"
+"$B/mega" translate --model "$T/mt" --input "$T/src.txt" --beam 4 >"$T/hyp" 2>"$T/err"; rc=$?
+"$B/mega" translate --model "$T/mt" --input "$T/src.txt" --beam 4 --remove-bpe >"$T/hyp2" 2>>"$T/err"
+sed -e 's/@@ //g' -e 's/@@$//' "$T/hyp" >"$T/hyp1"
+[ $rc -eq 0 ] && [ "$(wc -l <"$T/hyp")" -eq 2 ] && grep -q '^de[0-9]' "$T/hyp" && cmp -s "$T/hyp1" "$T/hyp2" &&
+  ok "mega translate with fairseq dictionaries: $(head -1 "$T/hyp" | cut -c1-60) ...; --remove-bpe joins the pieces" ||
+  bad "mega translate (mt): rc $rc $(cat "$T/hyp" "$T/hyp2" "$T/err" | head -5)"
+printf 'a\tb\n' >"$T/pairs.tsv"
+"$B/mega" eval --task translate --model "$T/mt" --data "$T/pairs.tsv" >"$T/out" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q "converted from an official checkpoint" "$T/out" && ok "mega eval --task translate on a converted model: a clear refusal" ||
+  bad "mega eval (mt): rc $rc $(cat "$T/out")"
+refuse "translation without --tgt-dict" "needs --dict.*--tgt-dict" --checkpoint "$MX/model.pt" --dict "$MX/dict.en.txt"
+head -n 10 "$MX/dict.de.txt" >"$T/de10.txt"
+refuse "translation target dictionary of the wrong size" "embedding has 28 rows" --checkpoint "$MX/model.pt" --dict "$MX/dict.en.txt" --tgt-dict "$T/de10.txt"
 
 # ---- an LRA classifier (lra_cls: mega_lra_listop, official LRAModel + MegaLRAEncoder) ----
 LX="$HERE/tests/fixtures/fairseq/lra_cls"

@@ -213,6 +213,8 @@ refuse "export of rmsnorm" "MegaRMSNorm" X "$M" hf-export --model rms --out X
 "$M" train --data text.txt --out mha $small --ffn-dim 32 --postnorm --no-scale-embedding --mixer mha >/dev/null 2>&1
 refuse "export of another mixer" "mha mixer" X "$M" hf-export --model mha --out X
 refuse "export of a missing model" "" X "$M" hf-export --model nothing --out X
+"$M" train --data text.txt --out adapt $small --ffn-dim 32 --postnorm --no-scale-embedding --adaptive-input --adaptive-input-cutoff 64 --adaptive-softmax-cutoff 64 --tie-adaptive-weights >/dev/null 2>&1
+refuse "export of adaptive input / softmax" "no counterpart" X "$M" hf-export --model adapt --out X
 
 edit() { rm -rf E; cp -r hfA E; "$PY" st.py "$@"; }
 edit edit-config E normalize_before_mega=true normalize_before_ffn=true
