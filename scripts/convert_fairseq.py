@@ -258,14 +258,14 @@ def drop_tied(tensors, cfg):
     if not (cfg.get("adaptive_softmax_cutoff") and cfg.get("tie_adaptive_weights")):
         return
     import numpy as np
-    pairs = [("decoder.adaptive_softmax.head.word_proj.weight", "decoder.embed_tokens.embeddings.0.0.weight", False)]
+    pairs = [("decoder.adaptive_softmax.head.word_proj.weight", "decoder.embed_tokens.embeddings.0.0.weight")]
     i = 0
     while f"decoder.embed_tokens.embeddings.{i + 1}.0.weight" in tensors:
-        pairs.append((f"decoder.adaptive_softmax.tail.{i}.2.weight", f"decoder.embed_tokens.embeddings.{i + 1}.0.weight", False))
+        pairs.append((f"decoder.adaptive_softmax.tail.{i}.2.weight", f"decoder.embed_tokens.embeddings.{i + 1}.0.weight"))
         if cfg.get("tie_adaptive_proj"):
-            pairs.append((f"decoder.adaptive_softmax.tail.{i}.0.weight", f"decoder.embed_tokens.embeddings.{i + 1}.1.weight", False))
+            pairs.append((f"decoder.adaptive_softmax.tail.{i}.0.weight", f"decoder.embed_tokens.embeddings.{i + 1}.1.weight"))
         i += 1
-    for dup, src, _ in pairs:
+    for dup, src in pairs:
         if dup not in tensors:
             continue
         if src not in tensors or tensors[dup].shape != tensors[src].shape or not np.array_equal(tensors[dup], tensors[src]):

@@ -303,3 +303,16 @@ int data_flags_check(const char *const flag[3], const char *data, const char *im
     if (!images != !labels) return cli_error("IDX data needs both --%s and --%s", flag[1], flag[2]);
     return 0;
 }
+
+int meta_fdict(const mega_st_file *f, const char *key, int size, const char *path, const char *what, mega_fdict **d) {
+    *d = NULL;
+    const char *v = mega_st_meta(f, key);
+    if (!v || !strstr(v, "\"fairseq\"")) return 0;
+    if (mega_fdict_from_json(v, d) != MEGA_OK) return cli_error("%s: %s", path, mega_last_error());
+    if (mega_fdict_size(*d) != size) {
+        int n = mega_fdict_size(*d);
+        mega_fdict_free(*d), *d = NULL;
+        return cli_error("%s: the %s has %d tokens but the model's vocabulary has %d", path, what, n, size);
+    }
+    return 0;
+}

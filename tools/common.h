@@ -124,6 +124,11 @@ int cmd_translate(int argc, char **argv);
 int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
                    int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory);
 int cmd_freedict(int argc, char **argv);
+/* The fairseq dictionary stored under metadata key of an open model file (models converted from
+ * official checkpoints, docs/interop.md): *d = NULL when there is none (the byte models this
+ * project trains); an error (printed, naming path and `what`) when it does not parse or its size
+ * is not `size`. */
+int meta_fdict(const mega_st_file *f, const char *key, int size, const char *path, const char *what, mega_fdict **d);
 int cmd_experiment(int argc, char **argv);
 /* hf.c: the Hugging Face transformers layout */
 int cmd_hf_export(int argc, char **argv);

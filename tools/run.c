@@ -64,7 +64,7 @@ static int lm_vocab(const char *path, const mega_lm_config *c, mega_fdict **d, s
     *d = NULL, *tps = 0;
     mega_st_file *f;
     if (mega_st_open(path, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
-    const char *v = mega_st_meta(f, "vocab"), *t = mega_st_meta(f, "tokens-per-sample");
+    const char *t = mega_st_meta(f, "tokens-per-sample");
     int rc = 0;
     if (t) {
         char *e;
@@ -72,13 +72,7 @@ static int lm_vocab(const char *path, const mega_lm_config *c, mega_fdict **d, s
         if (*e || x < 0) rc = cli_error("%s: metadata tokens-per-sample '%s' is not a count", path, t);
         else *tps = (size_t)x;
     }
-    if (!rc && v && strstr(v, "\"fairseq\"")) {
-        if (mega_fdict_from_json(v, d) != MEGA_OK) rc = cli_error("%s: %s", path, mega_last_error());
-        else if (mega_fdict_size(*d) != c->vocab_size)
-            rc = cli_error("%s: the fairseq dictionary has %d tokens but the model's vocabulary has %d", path, mega_fdict_size(*d),
-                           c->vocab_size);
-    }
-    if (rc) mega_fdict_free(*d), *d = NULL;
+    if (!rc) rc = meta_fdict(f, "vocab", c->vocab_size, path, "fairseq dictionary", d);
     mega_st_close(f);
     return rc;
 }

@@ -45,17 +45,8 @@ static int s2s_vocab(const char *path, const mega_s2s_config *c, s2s_dicts *d) {
     memset(d, 0, sizeof *d);
     mega_st_file *f;
     if (mega_st_open(path, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
-    const char *v[2] = {mega_st_meta(f, "vocab"), mega_st_meta(f, "tgt-vocab")};
-    mega_fdict **out[2] = {&d->src, &d->tgt};
-    const int size[2] = {c->src_vocab_size, c->tgt_vocab_size};
-    int rc = 0;
-    for (int i = 0; i < 2 && !rc; i++) {
-        if (!v[i] || !strstr(v[i], "\"fairseq\"")) continue;
-        if (mega_fdict_from_json(v[i], out[i]) != MEGA_OK) rc = cli_error("%s: %s", path, mega_last_error());
-        else if (mega_fdict_size(*out[i]) != size[i])
-            rc = cli_error("%s: the %s dictionary has %d tokens but the model's vocabulary has %d", path, i ? "target" : "source",
-                           mega_fdict_size(*out[i]), size[i]);
-    }
+    int rc = meta_fdict(f, "vocab", c->src_vocab_size, path, "source dictionary", &d->src);
+    if (!rc) rc = meta_fdict(f, "tgt-vocab", c->tgt_vocab_size, path, "target dictionary", &d->tgt);
     if (!rc && !d->src != !d->tgt) rc = cli_error("%s: a fairseq dictionary for one side only", path);
     mega_st_close(f);
     if (rc) mega_fdict_free(d->src), mega_fdict_free(d->tgt), memset(d, 0, sizeof *d);

@@ -44,7 +44,10 @@ trap 'rm -rf "$T"' EXIT INT TERM
 "$B/mega" info --model "$T/m" >"$T/info" 2>&1
 grep -q "fairseq dictionary of 56 byte tokens" "$T/info" && ok "mega info reads the converted model" || bad "mega info: $(cat "$T/info")"
 
-PYTHONPATH="$HERE/python" MEGA_LIB="$B/libmega.so" "$PY" - "$FX" "$T/m" <<'EOF' >"$T/py" 2>&1
+# lm_logits LABEL FIXTURE_DIR MODEL_DIR: the converted LM's logits (Python binding) against the
+# fixture's official ones (expected.safetensors: tokens, logits), tolerance 1e-4 relative
+lm_logits() {
+  PYTHONPATH="$HERE/python" MEGA_LIB="$B/libmega.so" "$PY" - "$2" "$3" <<'EOF' >"$T/py" 2>&1
 import os, sys
 sys.path.insert(0, os.path.join(sys.argv[1], "..", "..", "..", "ref"))
 import numpy as np
@@ -56,8 +59,10 @@ got = m.logits(ref["tokens"])
 err = float(np.abs(got - ref["logits"]).max() / np.abs(ref["logits"]).max())
 print("logits", "ok" if got.shape == ref["logits"].shape and err <= 1e-4 else "BAD", "max relative error %.2e" % err)
 EOF
-line=$(grep '^logits' "$T/py")
-case "$line" in "logits ok"*) ok "$line (official logits, tolerance 1e-4)" ;; *) bad "logits: ${line:-$(tail -3 "$T/py")}" ;; esac
+  line=$(grep '^logits' "$T/py")
+  case "$line" in "logits ok"*) ok "$1$line (official logits, tolerance 1e-4)" ;; *) bad "$1logits: ${line:-$(tail -3 "$T/py")}" ;; esac
+}
+lm_logits "" "$FX" "$T/m"
 
 want=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.6f %d" % (j["loss_base2"], j["count"]))' "$FX/eval.json")
 got=$("$B/mega" eval --model "$T/m" --data "$FX/eval.txt" --quiet 2>"$T/err" | sed -n 's/.*bits per byte \([0-9.]*\) .*| \([0-9]*\) tokens scored.*/\1 \2/p')
@@ -101,20 +106,7 @@ for v in word_lm word_lm_untied; do
   WX="$HERE/tests/fixtures/fairseq/$v"
   "$PY" "$CONV" --checkpoint "$WX/model.pt" --dict "$WX/dict.txt" --out "$T/$v" >"$T/out" 2>&1
   [ $? -eq 0 ] && [ -s "$T/$v/model.safetensors" ] && ok "$v converted: $(cat "$T/out")" || { bad "$v conversion: $(cat "$T/out")"; continue; }
-  PYTHONPATH="$HERE/python" MEGA_LIB="$B/libmega.so" "$PY" - "$WX" "$T/$v" <<'EOF' >"$T/py" 2>&1
-import os, sys
-sys.path.insert(0, os.path.join(sys.argv[1], "..", "..", "..", "ref"))
-import numpy as np
-import st
-import mega
-ref, _ = st.load(os.path.join(sys.argv[1], "expected.safetensors"))
-m = mega.load(sys.argv[2])
-got = m.logits(ref["tokens"])
-err = float(np.abs(got - ref["logits"]).max() / np.abs(ref["logits"]).max())
-print("logits", "ok" if got.shape == ref["logits"].shape and err <= 1e-4 else "BAD", "max relative error %.2e" % err)
-EOF
-  line=$(grep '^logits' "$T/py")
-  case "$line" in "logits ok"*) ok "$v $line (official get_log_prob, tolerance 1e-4)" ;; *) bad "$v logits: ${line:-$(tail -3 "$T/py")}" ;; esac
+  lm_logits "$v " "$WX" "$T/$v"
   want=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.4f %d" % (j["perplexity"], j["count"]))' "$WX/eval.json")
   got=$("$B/mega" eval --model "$T/$v" --data "$WX/eval.txt" --quiet 2>"$T/err" | sed -n 's/.*perplexity \([0-9.]*\) | \([0-9]*\) tokens scored.*/\1 \2/p')
   [ -n "$got" ] && [ "$got" = "$want" ] && ok "$v: mega eval = the official evaluation: perplexity and tokens $got" ||
