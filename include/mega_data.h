@@ -282,7 +282,9 @@ mega_status mega_dataset_load_text(const char *path, const mega_data_opts *opts,
 mega_status mega_dataset_load_pairs(const char *path, const mega_data_opts *opts, mega_dataset *d);
 /* IDX images (magic 0x00000803: unsigned bytes, N x rows x cols, big-endian dims) and labels
  * (0x00000801: N unsigned bytes); the pixel sequence of an image is row-major. The label of
- * image i is the decimal string of its byte; "line" numbers are image numbers. */
+ * image i is the decimal string of its byte; "line" numbers are image numbers. Either file may be
+ * gzip-compressed (as MNIST and Fashion-MNIST are published: train-images-idx3-ubyte.gz); it is
+ * then decompressed whole. */
 mega_status mega_dataset_load_idx(const char *images, const char *labels, const mega_data_opts *opts, mega_dataset *d);
 
 /* The format of a TSV from its first line: the ListOps header "Source<TAB>...", else two or more

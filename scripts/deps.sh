@@ -7,7 +7,8 @@
 #   bench:           build + the PyTorch peer (python3-torch)
 #   bench-ttq:       bench + the GCIDE corpus (dict-gcide)
 #   test:            build + the FreeDict deu-eng dictionary (the translation data tests), python3-numpy
-#                    (the Python package's test, tests/sh/test_python.sh)
+#                    (the Python package's test, tests/sh/test_python.sh), Fashion-MNIST
+#                    (dataset-fashion-mnist: the classification experiments, tests/sh/test_experiment.sh)
 #   valgrind:        build + valgrind (make check-valgrind)
 # Quiet when everything is present. Needs root (or sudo) only when something is missing.
 set -e
@@ -17,7 +18,7 @@ case "$what" in
   run) pkgs="$pkgs dict-gcide" ;;
   bench) pkgs="$pkgs python3-torch python3-numpy" ;;
   bench-ttq) pkgs="$pkgs python3-torch python3-numpy dict-gcide" ;;
-  test) pkgs="$pkgs dict-freedict-deu-eng python3 python3-numpy" ;;
+  test) pkgs="$pkgs dict-freedict-deu-eng python3 python3-numpy dataset-fashion-mnist" ;;
   valgrind) pkgs="$pkgs valgrind" ;;
   build) ;;
   *) echo "deps.sh: unknown target '$what' (build|run|bench|bench-ttq|test|valgrind)" >&2; exit 2 ;;

@@ -7,6 +7,7 @@
  *    log-n scaling and attention dropout: every output and gradient.
  * The float fixtures use head widths the kernels do not take on every machine, hence this test. */
 #include "ops/hgemm.h"
+#include "ops/attn.h"
 #include "ops/mhattn.h"
 #include "ops/ops.h"
 #include "testlib.h"
@@ -177,10 +178,38 @@ static void silu(void) {
     TL_CHECK(ey < 1e-6 && ed < 1e-6, "silu forward %.1e, backward %.1e (vs double)", ey, ed);
 }
 
+/* the Laplace attention rows (attn.c: erf from vector e^x in float builds) against erf in double,
+ * extremes included; relu2 rows equal the element function exactly */
+static void laplace_rows(void) {
+    enum { N = 4001 };
+    static real s[N], g[N], r2[N];
+    for (int i = 0; i < N; i++) s[i] = (real)(-3 + 6.0 * i / (N - 1)), g[i] = (real)(1 + 0.001 * i);
+    s[0] = (real)-1e30, s[1] = (real)1e30, s[2] = (real)-INFINITY, s[3] = (real)0.707107;
+    real f[N];
+    memcpy(f, s, sizeof f);
+    mega_attn_f_row(MEGA_ATTN_LAPLACE, f, N);
+    mega_attn_fgrad_row(MEGA_ATTN_LAPLACE, g, s, N);
+    double ef = 0, eg = 0;
+    const double mu = 0.707107, sig = 0.282095;
+    for (int i = 0; i < N; i++) {
+        const double z = ((double)s[i] - mu) / sig;
+        const double wf = 0.5 * (1 + erf(z / sqrt(2.0))), wg = (1 + 0.001 * i) * exp(-0.5 * z * z) / (sig * sqrt(2 * M_PI));
+        ef = fmax(ef, fabs((double)f[i] - wf));
+        eg = fmax(eg, fabs((double)g[i] - wg) / fmax(1, fabs(wg)));
+    }
+    TL_CHECK(ef < 4e-7 && eg < 2e-6, "laplace rows vs erf / the Gaussian in double: |f| error %.1e, f' %.1e", ef, eg);
+    int same = 1;
+    for (int i = 4; i < N; i++) r2[i] = s[i];
+    mega_attn_f_row(MEGA_ATTN_RELU2, r2 + 4, N - 4);
+    for (int i = 4; i < N; i++) same &= r2[i] == mega_attn_f(MEGA_ATTN_RELU2, s[i]);
+    TL_CHECK(same, "relu2 rows = the element function");
+}
+
 int main(void) {
     int any = 0;
     exps();
     silu();
+    laplace_rows();
     for (int dh = 4; dh <= 64; dh += 4) {
         if (!mega_hgemm_ok(dh)) continue;
         any = 1;

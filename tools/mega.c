@@ -4,6 +4,7 @@
 /* the git commit of the build (Makefile: $(BUILD)/gen/commit.h), "unknown" outside a checkout */
 #include "commit.h"
 #include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -41,7 +42,33 @@ static void on_sigbus(int sig) {
     _exit(2);
 }
 
+/* libgomp's idle threads spin for 300,000 iterations before they sleep. On a machine where
+ * another process keeps one of the cores busy, a thread that is descheduled holds up every other
+ * thread spinning at the end of each parallel region, and there are hundreds of regions per
+ * training step: one spin-loop neighbour on the second core of a 2-core machine made a 2-thread
+ * translation training run 6x slower, and 2-thread decoding 5x slower (docs/performance.md, "A
+ * busy neighbour"). With a short spin, what libgomp itself uses when it has more threads than
+ * cores (GOMP_SPINCOUNT=1000), the quiet machine runs as fast as before and the busy one loses
+ * only what the neighbour takes. libgomp reads its environment when it is loaded, before main,
+ * so the tool sets the variable and executes itself again, once. A setting of the user's
+ * (GOMP_SPINCOUNT or OMP_WAIT_POLICY) is kept, and so is a run under valgrind (its tool would
+ * not follow the new image). LLVM's runtime (clang builds) has its own variable (KMP_BLOCKTIME)
+ * and is left at its default. */
+static void short_spin(char **argv) {
+#if defined(_OPENMP) && defined(__GNUC__) && !defined(__clang__)
+    if (getenv("GOMP_SPINCOUNT") || getenv("OMP_WAIT_POLICY")) return;
+    const char *pre = getenv("LD_PRELOAD");
+    if (pre && strstr(pre, "vgpreload")) return;
+    if (setenv("GOMP_SPINCOUNT", "1000", 1)) return;
+    execv("/proc/self/exe", argv);
+    unsetenv("GOMP_SPINCOUNT"); /* no /proc: run with the default, and say nothing different to children */
+#else
+    (void)argv;
+#endif
+}
+
 int main(int argc, char **argv) {
+    short_spin(argv);
     struct sigaction sb;
     memset(&sb, 0, sizeof sb);
     sb.sa_handler = on_sigbus;

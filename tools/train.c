@@ -365,7 +365,7 @@ static int build_flags(cli_flag *fl, train_args *a, int kind) {
     if (classify) {
         const cli_flag cf[] = {
             {"format", F_ENUM, &a->format, "input format (auto: ListOps header, 3 fields = pairs, else text)", "auto|listops|text|pairs|idx", 1, 0, 0},
-            {"images", F_STR, &a->images, "IDX image file (the MNIST format), with --labels", NULL, 1, 0, 0},
+            {"images", F_STR, &a->images, "IDX image file (the MNIST format; .gz read as published), with --labels", NULL, 1, 0, 0},
             {"labels", F_STR, &a->labels, "IDX label file", NULL, 1, 0, 0},
             {"valid-images", F_STR, &a->valid_images, "IDX validation images", NULL, 1, 0, 0},
             {"valid-labels", F_STR, &a->valid_labels, "IDX validation labels", NULL, 1, 0, 0},

@@ -16,8 +16,6 @@ static const char *magic_hint(uint32_t magic) {
  * size is exactly header + data */
 static mega_status idx_header(const char *what, const char *path, const uint8_t *b, size_t n, uint32_t want, int ndim,
                               uint64_t *dims) {
-    if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b)
-        MEGA_FAIL(MEGA_ERR_FORMAT, "%s file '%s' is gzip-compressed: gunzip it first", what, path);
     if (n < 4) MEGA_FAIL(MEGA_ERR_FORMAT, "%s file '%s' is truncated: %zu bytes, shorter than the 4-byte IDX magic", what, path, n);
     uint32_t magic = be32(b);
     if (magic != want)
@@ -51,10 +49,16 @@ static mega_status idx_header(const char *what, const char *path, const uint8_t 
     return MEGA_OK;
 }
 
-/* read and check one IDX file (mapped when large, as the text data is); *f is freed on failure */
+/* read and check one IDX file (mapped when large, as the text data is); a gzip-compressed file
+ * (the published MNIST / Fashion-MNIST files, e.g. Debian's dataset-fashion-mnist) is
+ * decompressed whole; *f is freed on failure */
 static mega_status idx_read(const char *what, const char *path, uint32_t magic, int ndim, uint64_t *dims, mega_bytes *f) {
     MEGA_TRY(mega__data_given(path, what));
     MEGA_TRY(mega__data_load(path, what, 0, 1, f));
+    if (f->n >= 2 && f->data[0] == 0x1f && f->data[1] == 0x8b) {
+        mega_bytes_free(f);
+        MEGA_TRY(mega_read_gzip(path, what, f));
+    }
     mega_status st = idx_header(what, path, f->data, f->n, magic, ndim, dims);
     if (st != MEGA_OK) mega_bytes_free(f);
     return st;

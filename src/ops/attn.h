@@ -57,6 +57,12 @@ static inline real mega_attn_fgrad(mega_attn_fn fn, real s) {
     return mega_exp((real)-0.5 * c * c) / (sig * (real)2.5066282746310002);
 }
 
+/* f (mega_attn_f) on a row in place, and g[j] *= f'(s[j]) (mega_attn_fgrad): the same functions,
+ * vectorised where the build has vector e^x (the Laplace function's erf then comes from e^x, see
+ * attn.c; within 2e-7 of erff) */
+void mega_attn_f_row(mega_attn_fn fn, real *s, int n);
+void mega_attn_fgrad_row(mega_attn_fn fn, real *g, const real *s, int n);
+
 /* reals of scratch per thread for sequences of length T */
 size_t mega_attn_scratch(const mega_attn_k *k, int T);
 /* O [B,T,E] = attention; lse [B,T] (softmax only; may be NULL otherwise) */

@@ -15,13 +15,32 @@ cd "$T" || exit 1
 cat "$HERE"/docs/*.md "$HERE"/README.md > text.txt
 
 n=$("$M" experiment --list | wc -l)
-if [ "$n" -eq 5 ] && "$M" experiment --list | grep -q "^extrapolate "; then ok "--list names the 5 experiments"; else bad "--list ($n lines)"; fi
+if [ "$n" -eq 6 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^ablation-fmnist "; then
+  ok "--list names the 6 experiments"
+else
+  bad "--list ($n lines)"
+fi
 "$M" experiment nosuch > out.txt 2>&1
 rc=$?
 if [ $rc -eq 2 ] && grep -q "unknown experiment 'nosuch'" out.txt && [ "$(wc -l < out.txt)" -eq 1 ]; then ok "unknown name: one line, exit 2"; else bad "unknown name (rc $rc): $(cat out.txt)"; fi
 "$M" experiment aft --quick --out x --data missing.txt > out.txt 2>&1
 rc=$?
 if [ $rc -eq 2 ] && grep -q "missing.txt: no such file" out.txt; then ok "missing --data: clear error"; else bad "missing --data (rc $rc)"; fi
+# Fashion-MNIST (Debian's dataset-fashion-mnist) missing or damaged: one clear line
+"$M" experiment lra --quick --out x --fashion-mnist "$T/nowhere" > out.txt 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "no $T/nowhere/train-images-idx3-ubyte.gz (install Debian's dataset-fashion-mnist" out.txt; then
+  ok "missing Fashion-MNIST: clear error"
+else
+  bad "missing Fashion-MNIST (rc $rc): $(tail -1 out.txt)"
+fi
+mkdir fm
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+  head -c 100 /usr/share/datasets/fashion-mnist/$f.gz > fm/$f.gz 2>/dev/null || printf 'junk' > fm/$f.gz
+done
+"$M" experiment ablation-fmnist --quick --out x --fashion-mnist fm > out.txt 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "corrupt compressed data\|not an IDX file" out.txt; then ok "truncated Fashion-MNIST: clear error"; else bad "truncated Fashion-MNIST (rc $rc): $(tail -1 out.txt)"; fi
 head -c 3000 text.txt > tiny.txt
 "$M" experiment aft --quick --out x --data tiny.txt > out.txt 2>&1
 rc=$?
@@ -45,7 +64,7 @@ EOF
 
 # name, expected model rows in results.md (table rows that are not headers, separators or the
 # majority line), expected figures
-for spec in "aft 5 6" "lra 10 2" "ablation 11 1" "extrapolate 9 3" "speed 15 2"; do
+for spec in "aft 5 6" "lra 10 2" "ablation-listops 11 2" "ablation-fmnist 11 2" "extrapolate 9 3" "speed 15 2"; do
   set -- $spec
   name=$1 rows=$2 figs=$3
   "$M" experiment "$name" --quick --out q --data text.txt --threads 1 > "$name.out" 2>&1
