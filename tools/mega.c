@@ -93,7 +93,9 @@ int main(int argc, char **argv) {
         }
     }
     if (!strcmp(c, "version") || !strcmp(c, "--version")) {
-        printf("%s\ncommit %s\ndistributed %s\ncompiler %s\n", mega_build_info(), MEGA_COMMIT, dist_describe(),
+        const char *spin = getenv("GOMP_SPINCOUNT"), *wait = getenv("OMP_WAIT_POLICY");
+        printf("%s\ncommit %s\ndistributed %s\nopenmp wait GOMP_SPINCOUNT=%s OMP_WAIT_POLICY=%s\ncompiler %s\n", mega_build_info(),
+               MEGA_COMMIT, dist_describe(), spin ? spin : "(default)", wait ? wait : "(default)",
 #if defined(__clang__)
                "clang " __clang_version__
 #elif defined(__GNUC__)

@@ -165,8 +165,9 @@ static void make_qk(const mega_mlayer *L, const real *W, real *q, real *k, const
     for (size_t r = 0; r < R; r++) {
         const real *zr = base + r * P + D;
         real *qr = q + r * Z, *kr = k + r * Z;
+        mega_act_forward_serial(MEGA_ACT_SILU, qr, zr, Z); /* z = silu(z_raw), vectorised */
         for (size_t j = 0; j < Z; j++) {
-            real z = mega_silu(zr[j]);
+            const real z = qr[j];
             qr[j] = z * g0[j] + b0[j];
             kr[j] = z * g1[j] + b1[j];
         }
@@ -189,7 +190,12 @@ static void make_gated(const mega_mlayer *L, real *o, const real *base, const re
     for (size_t r = 0; r < R; r++) {
         const real *ur = base + r * P, *hr = h + r * D, *xr = x + r * D;
         real *orow = o + r * D;
-        for (size_t j = 0; j < D; j++) orow[j] = xr[j] + mega_sigmoid(ur[j]) * (hr[j] - xr[j]);
+        for (size_t j0 = 0; j0 < D; j0 += MEGA_SIG_BLOCK) {
+            const size_t n = MEGA_MIN(D - j0, (size_t)MEGA_SIG_BLOCK);
+            real u[MEGA_SIG_BLOCK];
+            mega_sigmoid_row(u, ur + j0, n);
+            for (size_t j = 0; j < n; j++) orow[j0 + j] = xr[j0 + j] + u[j] * (hr[j0 + j] - xr[j0 + j]);
+        }
     }
 }
 
@@ -199,8 +205,7 @@ static void remake_m(const mega_mlayer *L, real *m, const real *mpre, const real
     const mega_block_config *c = L->cfg;
     const size_t D = (size_t)c->embed_dim;
     if (c->n_dim > 0) {
-#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
-        for (size_t i = 0; i < R * D; i++) m[i] = mega_silu(mpre[i]);
+        mega_act_forward(MEGA_ACT_SILU, m, mpre, R * D);
     } else {
         memcpy(m, xn, R * D * sizeof(real));
     }
@@ -250,7 +255,8 @@ static mega_status mg_forward(const void *layer, real *W, real *acts, real *out,
     for (size_t r = 0; r < R; r++) {
         const real *rr = A->base + r * P + D + c->z_dim, *o = A->O + r * E;
         real *dst = Or + r * E;
-        for (size_t j = 0; j < E; j++) dst[j] = o[j] * mega_silu(rr[j]);
+        mega_act_forward_serial(MEGA_ACT_SILU, dst, rr, E);
+        for (size_t j = 0; j < E; j++) dst[j] *= o[j];
     }
     mega_linear_forward(A->hpre, Or, W + L->h_w, W + L->h_b, R, E, D);
 #pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
@@ -289,8 +295,9 @@ static void bwd_gate(const mega_mlayer *L, const real *W, real *dW, const mega_m
     for (size_t r = 0; r < R; r++) {
         const real *gr = g + r * D, *hr = h + r * D, *xr = x + r * D, *ur = A->base + r * P;
         real *dbu = dbase + r * P, *dxr = dx + r * D, *dhr = dh + r * D;
+        mega_sigmoid_row(dbu, ur, D); /* u, vectorised; du_raw replaces it below */
         for (size_t j = 0; j < D; j++) {
-            real u = mega_sigmoid(ur[j]);
+            const real u = dbu[j];
             dxr[j] = gr[j] * ((real)1 - u);
             dbu[j] = gr[j] * (hr[j] - xr[j]) * u * ((real)1 - u);
             dhr[j] = gr[j] * u;
@@ -302,7 +309,8 @@ static void bwd_gate(const mega_mlayer *L, const real *W, real *dW, const mega_m
     for (size_t r = 0; r < R; r++) {
         const real *rr = A->base + r * P + D + Z, *o = A->O + r * E, *dhr = dh + r * D;
         real *dst = Or + r * E, *dhx = dbase + r * P + D + Z + E;
-        for (size_t j = 0; j < E; j++) dst[j] = o[j] * mega_silu(rr[j]);
+        mega_act_forward_serial(MEGA_ACT_SILU, dst, rr, E);
+        for (size_t j = 0; j < E; j++) dst[j] *= o[j];
         for (size_t j = 0; j < D; j++) dhx[j] = dhr[j];
     }
     mega_linear_backward(dOr, dW + L->h_w, dW + L->h_b, dh, Or, W + L->h_w, R, E, D, 0);
@@ -311,10 +319,11 @@ static void bwd_gate(const mega_mlayer *L, const real *W, real *dW, const mega_m
     for (size_t r = 0; r < R; r++) {
         const real *rr = A->base + r * P + D + Z, *o = A->O + r * E;
         real *d = dOr + r * E, *dr = dbase + r * P + D + Z;
+        mega_sigmoid_row(dr, rr, E); /* sigmoid(r_raw), vectorised; dr_raw replaces it */
         for (size_t j = 0; j < E; j++) {
-            real rv = rr[j];
-            dr[j] = d[j] * o[j] * mega_silu_grad(rv);
-            d[j] *= mega_silu(rv);
+            const real rv = rr[j], sg = dr[j];
+            dr[j] = d[j] * o[j] * (sg * ((real)1 + rv * ((real)1 - sg))); /* silu'(r_raw) */
+            d[j] *= rv * sg;                                                 /* silu(r_raw) */
         }
     }
 }
@@ -330,16 +339,26 @@ static void bwd_qk(const mega_mlayer *L, const real *W, real *dW, const mega_mla
     for (size_t r = 0; r < R; r++) {
         const real *zr = A->base + r * P + D, *dqr = dq + r * Z, *dkr = dk + r * Z;
         real *dz = s->dbase + r * P + D;
-        for (size_t j = 0; j < Z; j++) dz[j] = (dqr[j] * g0[j] + dkr[j] * g1[j]) * mega_silu_grad(zr[j]);
+        mega_sigmoid_row(dz, zr, Z); /* vectorised; d z_raw replaces it */
+        for (size_t j = 0; j < Z; j++) {
+            const real sg = dz[j];
+            dz[j] = (dqr[j] * g0[j] + dkr[j] * g1[j]) * (sg * ((real)1 + zr[j] * ((real)1 - sg)));
+        }
     }
     for (size_t r = 0; r < R; r++) { /* parameter sums: serial over rows, deterministic */
         const real *zr = A->base + r * P + D, *dqr = dq + r * Z, *dkr = dk + r * Z;
-        for (size_t j = 0; j < Z; j++) {
-            real z = mega_silu(zr[j]);
-            dg0[j] += dqr[j] * z;
-            dg1[j] += dkr[j] * z;
-            db0[j] += dqr[j];
-            db1[j] += dkr[j];
+        for (size_t j0 = 0; j0 < Z; j0 += MEGA_SIG_BLOCK) {
+            const size_t n = MEGA_MIN(Z - j0, (size_t)MEGA_SIG_BLOCK);
+            real zs[MEGA_SIG_BLOCK];
+            mega_act_forward_serial(MEGA_ACT_SILU, zs, zr + j0, n);
+            for (size_t jj = 0; jj < n; jj++) {
+                const size_t j = j0 + jj;
+                const real z = zs[jj];
+                dg0[j] += dqr[j] * z;
+                dg1[j] += dkr[j] * z;
+                db0[j] += dqr[j];
+                db1[j] += dkr[j];
+            }
         }
     }
 }

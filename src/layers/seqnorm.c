@@ -1,6 +1,7 @@
 /* SequenceNorm kinds (official sequence_norm.py, scale_norm.py,
  * root_mean_square_norm.py, torch LayerNorm / BatchNorm1d; docs/mega.md §7). */
 #include "layers/seqnorm.h"
+#include "ops/ops.h"
 
 mega_status mega_seqnorm_declare(mega_seqnorm *n, mega_params *P, const char *prefix, mega_norm_type type,
                                  int D, int affine) {
@@ -79,21 +80,13 @@ static void row_stats(const mega_seqnorm *n, real *stats, const real *x, size_t 
     for (size_t r = r0; r < r1; r++) {
         const real *xr = x + r * D;
         if (n->type == MEGA_NORM_LAYER) {
-            real mu = 0;
-            for (size_t d = 0; d < D; d++) mu += xr[d];
-            mu /= (real)D;
-            real var = 0;
-            for (size_t d = 0; d < D; d++) {
-                real c = xr[d] - mu;
-                var += c * c;
-            }
-            var /= (real)D;
+            /* in vector lanes (softmax.c): a plain loop is one serial chain of additions */
+            const real mu = mega_row_sum(xr, D) / (real)D;
+            const real var = mega_row_sqdev(xr, mu, D) / (real)D;
             stats[2 * r] = mu;
             stats[2 * r + 1] = (real)1 / R_SQRT(var + eps);
         } else {
-            real ms = 0;
-            for (size_t d = 0; d < D; d++) ms += xr[d] * xr[d];
-            ms /= (real)D;
+            const real ms = mega_row_dot(xr, xr, D) / (real)D;
             stats[2 * r] = 0;
             stats[2 * r + 1] = (real)1 / R_SQRT(ms + eps);
         }
@@ -270,14 +263,10 @@ void mega_seqnorm_backward(const mega_seqnorm *n, const real *W, real *dW, real 
         real mu = stats[2 * r], rs = stats[2 * r + 1];
         if (n->type == MEGA_NORM_LAYER) {
             /* dx = rs * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w */
-            real mg = 0, mgx = 0;
-            for (size_t d = 0; d < D; d++) {
-                real g = w ? gr[d] * w[d] : gr[d];
-                mg += g;
-                mgx += g * (xr[d] - mu) * rs;
-            }
+            real mg, mgx;
+            mega_row_norm_sums(gr, w, xr, mu, D, &mg, &mgx);
             mg /= (real)D;
-            mgx /= (real)D;
+            mgx = mgx * rs / (real)D;
             for (size_t d = 0; d < D; d++) {
                 real g = w ? gr[d] * w[d] : gr[d];
                 real v = rs * (g - mg - (xr[d] - mu) * rs * mgx);
@@ -285,12 +274,10 @@ void mega_seqnorm_backward(const mega_seqnorm *n, const real *W, real *dW, real 
             }
         } else {
             /* y = s * x * rho: dx = rho * G - rho^3 * x * mean(G * x), G = dy * s */
-            real mgx = 0;
-            for (size_t d = 0; d < D; d++) {
-                real G = (n->type == MEGA_NORM_RMS && w) ? gr[d] * w[d] : gr[d] * gs;
-                mgx += G * xr[d];
-            }
-            mgx /= (real)D;
+            real sg, mgx;
+            mega_row_norm_sums(gr, (n->type == MEGA_NORM_RMS && w) ? w : NULL, xr, 0, D, &sg, &mgx);
+            (void)sg;
+            mgx = (n->type == MEGA_NORM_RMS && w ? mgx : mgx * gs) / (real)D;
             real rs3 = rs * rs * rs;
             for (size_t d = 0; d < D; d++) {
                 real G = (n->type == MEGA_NORM_RMS && w) ? gr[d] * w[d] : gr[d] * gs;

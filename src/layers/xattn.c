@@ -124,6 +124,18 @@ size_t mega_xattn_scratch_size(const mega_xattn *X, int B, int Tq, int Tk, int n
     return rnd(R * D) * 4 + rnd(R * PW(X)) + rnd(Rs * KW(X)) + rnd(Rs * D) + rnd(2 * (size_t)k.Mc + 16) + attn + 64;
 }
 
+/* out[r] = silu(rows[r * ld ...]) * O[r] for R rows of D (the gated cross-attention's O * silu(r)),
+ * vectorised and split over the threads */
+static void silu_times(real *out, const real *rows, size_t ld, const real *O, size_t R, size_t D) {
+#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
+    for (size_t r = 0; r < R; r++) {
+        real *hi = out + r * D;
+        const real *o = O + r * D;
+        mega_act_forward_serial(MEGA_ACT_SILU, hi, rows + r * ld, D);
+        for (size_t d = 0; d < D; d++) hi[d] *= o[d];
+    }
+}
+
 mega_status mega_xattn_forward(const mega_xattn *X, real *W, mega_xattn_acts *A, real *y, const real *x,
                                const real *e, const uint8_t *kpad, int B, int Tq, int Tk, const mega_run *run,
                                real *scratch) {
@@ -147,20 +159,18 @@ mega_status mega_xattn_forward(const mega_xattn *X, real *W, mega_xattn_acts *A,
         mega_attn_cross_forward(&k, A->O, A->lse, A->base + 2 * D, A->k, A->v, kpad, B, Tq, Tk, 0, attn_scr, run->nthreads);
         /* h = act(h_proj(O * silu(r))) */
         real *hin = scratch;
-        for (size_t r = 0; r < R; r++) {
-            const real *rr = A->base + r * Pw + D, *o = A->O + r * D;
-            real *hi = hin + r * D;
-            for (size_t d = 0; d < D; d++) hi[d] = o[d] * mega_silu(rr[d]);
-        }
+        silu_times(hin, A->base + D, Pw, A->O, R, D);
         mega_linear_forward(A->hpre, hin, W + X->o_w, W + X->o_b, R, D, D);
         mega_act_forward(c->activation, A->h, A->hpre, R * D);
         if (train && c->dropout > 0) mega_dropout(A->h, A->h, R * D, c->dropout, mega__subkey(run->key, SITE_OUT));
         /* out = x + u * (h - x) */
         real *out = c->prenorm ? y : A->xn;
+#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
         for (size_t r = 0; r < R; r++) {
             const real *u = A->base + r * Pw, *h = A->h + r * D, *xr = x + r * D;
             real *o = out + r * D;
-            for (size_t d = 0; d < D; d++) o[d] = xr[d] + mega_sigmoid(u[d]) * (h[d] - xr[d]);
+            mega_sigmoid_row(o, u, D); /* u = sigmoid(u_pre), vectorised; the output replaces it */
+            for (size_t d = 0; d < D; d++) o[d] = xr[d] + o[d] * (h[d] - xr[d]);
         }
     } else {
         mega_linear_forward(A->v, e, W + X->v_w, W + X->v_b, Rs, D, D);
@@ -203,11 +213,13 @@ void mega_xattn_backward(const mega_xattn *X, const real *W, real *dW, const meg
     memset(dv, 0, Rs * D * sizeof(real));
     if (gated) {
         /* out = x + u (h - x): dx = g (1 - u), dh = g u, du_pre = g (h - x) u (1 - u) */
+#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
         for (size_t r = 0; r < R; r++) {
             const real *up = A->base + r * Pw, *h = A->h + r * D, *xr = x + r * D, *gr = g + r * D;
             real *dxr = dx + r * D, *dhr = dh + r * D, *du = dbase + r * Pw;
+            mega_sigmoid_row(du, up, D); /* u, vectorised; du_pre replaces it */
             for (size_t d = 0; d < D; d++) {
-                const real u = mega_sigmoid(up[d]);
+                const real u = du[d];
                 dxr[d] = gr[d] * (1 - u);
                 dhr[d] = gr[d] * u;
                 du[d] = gr[d] * (h[d] - xr[d]) * u * (1 - u);
@@ -215,20 +227,19 @@ void mega_xattn_backward(const mega_xattn *X, const real *W, real *dW, const meg
         }
         if (train && c->dropout > 0) mega_dropout(dh, dh, R * D, c->dropout, mega__subkey(run->key, SITE_OUT));
         mega_act_backward(c->activation, dh, dh, A->hpre, R * D);
-        for (size_t r = 0; r < R; r++) {
-            const real *rr = A->base + r * Pw + D, *o = A->O + r * D;
-            real *hi = hin + r * D;
-            for (size_t d = 0; d < D; d++) hi[d] = o[d] * mega_silu(rr[d]);
-        }
+        silu_times(hin, A->base + D, Pw, A->O, R, D);
         /* dhin (into g, no longer needed) = dhpre Wh */
         mega_linear_backward(g, dW + X->o_w, dW + X->o_b, dh, hin, W + X->o_w, R, D, D, 0);
         /* dO = dhin * silu(r) (into dh), dr_pre = dhin * O * silu'(r) */
+#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
         for (size_t r = 0; r < R; r++) {
             const real *rr = A->base + r * Pw + D, *o = A->O + r * D, *gi = g + r * D;
             real *dO = dh + r * D, *dr = dbase + r * Pw + D;
+            mega_sigmoid_row(dr, rr, D); /* sigmoid(r_pre), vectorised; dr_pre replaces it */
             for (size_t d = 0; d < D; d++) {
-                dO[d] = gi[d] * mega_silu(rr[d]);
-                dr[d] = gi[d] * o[d] * mega_silu_grad(rr[d]);
+                const real rv = rr[d], sg = dr[d];
+                dO[d] = gi[d] * (rv * sg);                                 /* silu(r) */
+                dr[d] = gi[d] * o[d] * (sg * ((real)1 + rv * ((real)1 - sg))); /* silu'(r) */
             }
         }
         memset(dbtab, 0, (2 * (size_t)Mc - 1) * sizeof(real));

@@ -350,8 +350,8 @@ mega_status mega_lm_backward(mega_lm *m, double scale) {
             memset(lg, 0, V * sizeof(real));
             continue;
         }
-        real l = m->lse[r];
-        for (size_t v = 0; v < V; v++) lg[v] = mega_exp(lg[v] - l) * g;
+        mega_exp_sub(lg, V, m->lse[r], 0); /* softmax = e^(logit - lse), vectorised */
+        for (size_t v = 0; v < V; v++) lg[v] *= g;
         lg[y] -= g;
     }
     m->has_targets = 0; /* logits are now gradients */

@@ -543,8 +543,8 @@ mega_status mega_s2s_backward(mega_s2s *m, double scale) {
             memset(lg, 0, V * sizeof(real));
             continue;
         }
-        const real l = m->lse[r];
-        for (size_t v = 0; v < V; v++) lg[v] = (mega_exp(lg[v] - l) - qo) * g;
+        mega_exp_sub(lg, V, m->lse[r], 0); /* softmax = e^(logit - lse), vectorised */
+        for (size_t v = 0; v < V; v++) lg[v] = (lg[v] - qo) * g;
         lg[y] += (qo - qt) * g;
     }
     m->has_targets = 0; /* logits are now gradients */

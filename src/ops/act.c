@@ -70,6 +70,16 @@ static void act_backward_range(mega_act a, real *dx, const real *dy, const real 
     }
 }
 
+void mega_act_forward_serial(mega_act a, real *y, const real *x, size_t n) { act_forward_range(a, y, x, n); }
+
+void mega_sigmoid_row(real *s, const real *x, size_t n) {
+    size_t i = 0;
+#ifdef MEGA_VEXP
+    for (const vf one = vbc(1); i + VL <= n; i += VL) vst(s + i, one / (one + vexp(-vld(x + i))));
+#endif
+    for (; i < n; i++) s[i] = mega_sigmoid(x[i]);
+}
+
 /* Large activations are split into contiguous slices over the OpenMP team; small ones (the
  * streaming step) run on the calling thread without entering a parallel region at all, because
  * libgomp allocates a team descriptor for every region it enters, even one whose if() is false. */

@@ -150,10 +150,9 @@ static void block_weights(const mega_attn_k *k, const chunk_t *c, const real *q,
                 l = INFINITY;
             } else if (lse_in) {
                 l = lse_in[c->qrow0 + i];
-                for (int j = 0; j < jm; j++) s[j] = mega_exp(s[j] - l);
+                mega_exp_sub(s, (size_t)jm, l, 0);
             } else {
-                for (int j = 0; j < jm; j++) s[j] = mega_exp(s[j] - mx);
-                const real sum = mega_row_sum(s, (size_t)jm);
+                const real sum = mega_exp_sub(s, (size_t)jm, mx, 1);
                 real inv = (real)1 / sum;
                 for (int j = 0; j < jm; j++) s[j] *= inv;
                 l = mx + R_LOG(sum);
@@ -404,8 +403,7 @@ void mega_attn_query_weights(const mega_attn_k *k, const real *q, const real *kt
         const real rs = (real)1 / R_SQRT((real)Z);
         for (int j = 0; j < n; j++) w[j] = w[j] * rs + bi[j];
         const real mx = mega_row_max(w, (size_t)n);
-        for (int j = 0; j < n; j++) w[j] = mega_exp(w[j] - mx);
-        const real inv = (real)1 / mega_row_sum(w, (size_t)n);
+        const real inv = (real)1 / mega_exp_sub(w, (size_t)n, mx, 1);
         for (int j = 0; j < n; j++) w[j] *= inv;
     } else {
         for (int j = 0; j < n; j++) w[j] = w[j] / (real)n + bi[j];

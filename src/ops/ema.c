@@ -341,7 +341,7 @@ static void fwd_range(const mega_ema_k *k, int b, int blo, int bhi, real *mpre, 
                 if (last && m) {
                     const real *mp = mpre + o;
                     real *mr = m + o;
-                    for (int j = 0; j < cw; j++) mr[j] = mega_silu(mp[j]);
+                    mega_act_forward_serial(MEGA_ACT_SILU, mr, mp, (size_t)cw); /* vectorised */
                 }
             }
         }

@@ -57,12 +57,26 @@ int mega_step_may_fork(void);
 /* mega_act, mega_act_name, mega_act_parse are public (mega.h) */
 /* y = f(x) (y may alias x) */
 void mega_act_forward(mega_act a, real *y, const real *x, size_t n);
+/* the same on the calling thread, never entering a parallel region (for row loops that are
+ * parallel themselves) */
+void mega_act_forward_serial(mega_act a, real *y, const real *x, size_t n);
 /* dx = dy * f'(x)  (dx may alias dy) */
 void mega_act_backward(mega_act a, real *dx, const real *dy, const real *x, size_t n);
 /* s[j] = exp(s[j] - m) for j < n (mega_exp's values: exactly 0 for -inf or below the float range),
  * vectorised with FMAs where the build allows; returns the sum of the results when want_sum
  * (else 0). Every build, every head width. */
 real mega_exp_sub(real *s, size_t n, real m, int want_sum);
+/* sum (x[j] - mu)^2, in the lanes of mega_row_sum (the norms' variance) */
+real mega_row_sqdev(const real *x, real mu, size_t n);
+/* *sg = sum g w, *sgx = sum g w (x - mu) (w NULL: 1), in lanes (the norms' backward) */
+void mega_row_norm_sums(const real *g, const real *w, const real *x, real mu, size_t n, real *sg, real *sgx);
+/* s[j] = sigmoid(x[j]) on the calling thread, vectorised where the build has vector e^x (the
+ * scalar form is one dependent chain of about twenty operations per element): the building block
+ * of the element-wise passes that need silu, its gradient or a sigmoid gate inside their own row
+ * loops. s may alias x. */
+void mega_sigmoid_row(real *s, const real *x, size_t n);
+/* rows of at most this many entries go through a stack buffer of sigmoids */
+#define MEGA_SIG_BLOCK 256
 static inline real mega_sigmoid(real x) { return (real)1 / ((real)1 + mega_exp(-x)); }
 static inline real mega_silu(real x) { return x / ((real)1 + mega_exp(-x)); }
 static inline real mega_silu_grad(real x) {

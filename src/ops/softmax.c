@@ -50,6 +50,33 @@ real mega_row_dot(const real *x, const real *y, size_t n) {
     return combine(a);
 }
 
+real mega_row_sqdev(const real *x, real mu, size_t n) {
+    real a[LANES] = {0};
+    size_t j = 0;
+    for (; j + LANES <= n; j += LANES)
+        for (int l = 0; l < LANES; l++) a[l] += (x[j + l] - mu) * (x[j + l] - mu);
+    for (int l = 0; j < n; j++, l++) a[l] += (x[j] - mu) * (x[j] - mu);
+    return combine(a);
+}
+
+void mega_row_norm_sums(const real *g, const real *w, const real *x, real mu, size_t n, real *sg, real *sgx) {
+    real a[LANES] = {0}, b[LANES] = {0};
+    size_t j = 0;
+    if (w) {
+        for (; j + LANES <= n; j += LANES)
+            for (int l = 0; l < LANES; l++) {
+                const real gw = g[j + l] * w[j + l];
+                a[l] += gw, b[l] += gw * (x[j + l] - mu);
+            }
+        for (int l = 0; j < n; j++, l++) a[l] += g[j] * w[j], b[l] += g[j] * w[j] * (x[j] - mu);
+    } else {
+        for (; j + LANES <= n; j += LANES)
+            for (int l = 0; l < LANES; l++) a[l] += g[j + l], b[l] += g[j + l] * (x[j + l] - mu);
+        for (int l = 0; j < n; j++, l++) a[l] += g[j], b[l] += g[j] * (x[j] - mu);
+    }
+    *sg = combine(a), *sgx = combine(b);
+}
+
 real mega_exp_sub(real *s, size_t n, real m, int want_sum) {
     size_t j = 0;
     real sum = 0;
@@ -91,7 +118,7 @@ void mega_softmax_row_backward(real *ds, const real *dp, const real *p, size_t n
 
 /* Rows are summed in a fixed number of contiguous blocks, each in row order, and the blocks in
  * block order: the sums do not depend on the number of threads (docs/distributed.md). */
-enum { XENT_BLOCKS = 64 };
+enum { XENT_BLOCKS = 64, XENT_PIECE = 512 };
 
 void mega_xent_rows(const real *logits, const int32_t *tgt, real *lse, size_t R, size_t V, double eps, double *tot,
                     double *nll, int64_t *cnt) {
@@ -107,8 +134,16 @@ void mega_xent_rows(const real *logits, const int32_t *tgt, real *lse, size_t R,
         for (size_t r = R * b / nb; r < R * (b + 1) / nb; r++) {
             const real *lg = logits + r * V;
             const real mx = mega_row_max(lg, V);
+            /* the sum of e^(logit - max) in vector lanes (mega_exp_sub) on copies of the row, in
+             * pieces of XENT_PIECE, the pieces added in double */
             double s = 0, sl = 0;
-            for (size_t v = 0; v < V; v++) s += (double)mega_exp(lg[v] - mx), sl += (double)lg[v];
+            for (size_t v0 = 0; v0 < V; v0 += XENT_PIECE) {
+                real e[XENT_PIECE];
+                const size_t k = V - v0 < XENT_PIECE ? V - v0 : XENT_PIECE;
+                memcpy(e, lg + v0, k * sizeof(real));
+                s += (double)mega_exp_sub(e, k, mx, 1);
+                if (eps > 0) sl += (double)mega_row_sum(lg + v0, k);
+            }
             const double l = (double)mx + log(s);
             lse[r] = (real)l;
             const int32_t y = tgt[r];

@@ -373,5 +373,17 @@ close "$(loss_of v0/eval.out)" 5.817061 && ok "0.1.0 run: eval gives that build'
 close "$(loss_of v0/eval2.out)" 5.810075 && ok "0.1.0 run: resumed to step 6, the loss of that build's straight run" ||
   bad "0.1.0 run: after --resume: $(cat v0/eval2.out)"
 
+# ---- the short OpenMP spin (tools/mega.c short_spin; docs/performance.md "A busy neighbour") ----
+if mega version | grep -q ' openmp'; then
+  if mega version | grep -q '^compiler gcc'; then
+    mega version | grep -q '^openmp wait GOMP_SPINCOUNT=1000 ' && ok "version: the tool runs libgomp with GOMP_SPINCOUNT=1000" ||
+      bad "version: $(mega version | grep '^openmp')"
+  fi
+  GOMP_SPINCOUNT=77 mega version | grep -q '^openmp wait GOMP_SPINCOUNT=77 ' && ok "version: the user's GOMP_SPINCOUNT is kept" ||
+    bad "version with GOMP_SPINCOUNT=77: $(GOMP_SPINCOUNT=77 mega version | grep '^openmp')"
+  OMP_WAIT_POLICY=passive mega version | grep -q '^openmp wait GOMP_SPINCOUNT=(default) OMP_WAIT_POLICY=passive' &&
+    ok "version: the user's OMP_WAIT_POLICY is kept (no spin count added)" || bad "version with OMP_WAIT_POLICY: $(OMP_WAIT_POLICY=passive mega version | grep '^openmp')"
+fi
+
 echo "NOTE test_cli.sh: $(($(date +%s) - START)) s"
 finish
