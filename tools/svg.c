@@ -92,6 +92,10 @@ static void tick_label(char *b, size_t n, const axis *a, double v, int decimals)
     else snprintf(b, n, "%.*f", decimals, v);
 }
 
+/* the palette has ten colours: the next ten series repeat them dashed, so no two series of a
+ * chart look alike up to twenty */
+static int dashed(const svg_series *s, int k) { return (s[k].dashed != 0) != ((k / 10) % 2 == 1); }
+
 void svg_line_chart(sbuf *o, const svg_chart *c, const svg_series *s, int ns) {
     axis ax = {INFINITY, -INFINITY, c->logx ? 2 : 0}, ay = {INFINITY, -INFINITY, c->logy ? 10 : 0};
     for (int k = 0; k < ns; k++)
@@ -111,8 +115,43 @@ void svg_line_chart(sbuf *o, const svg_chart *c, const svg_series *s, int ns) {
     const double W = 800, H = 480, L = 78, R = 20, T = 40, B = 56;
 #define PX(v) (L + ((v) - ax.lo) / (ax.hi - ax.lo) * (W - L - R))
 #define PY(v) (T + (ay.hi - (v)) / (ay.hi - ay.lo) * (H - T - B))
+    /* the legend: a line of each series' colour and its label, in a box. It goes in the first
+     * corner of the plot (the preferred top corner first, then the other, then the bottom ones)
+     * whose box covers no part of any curve, and to the right of the plot, on a wider canvas,
+     * when every corner would hide some: a legend must never hide the data it explains */
+    int nl = 0;
+    size_t longest = 0;
+    for (int k = 0; k < ns; k++)
+        if (s[k].label) nl++, longest = strlen(s[k].label) > longest ? strlen(s[k].label) : longest;
+    /* about 7 px a character at 12 px */
+    const double lw = 40 + 7.0 * (double)(longest < 60 ? longest : 60), lh = 17.0 * nl + 6;
+    const double left = L + 6, right = W - R - 6 - lw, top = T + 6, bottom = H - B - 6 - lh;
+    const double cx[4] = {c->legend_left ? left : right, c->legend_left ? right : left, right, left};
+    const double cy[4] = {top, top, bottom, bottom};
+    double bx = W - R + 10, by = T + 4, Wc = W; /* outside, unless a corner is free */
+    int placed = 0;
+    for (int q = 0; q < 4 && nl && !placed; q++) {
+        int hit = 0;
+        for (int k = 0; k < ns && !hit; k++) {
+            double px = NAN, py = NAN;
+            for (size_t i = 0; i < s[k].n && !hit; i++) {
+                if (!ax_ok(&ax, s[k].x[i]) || !ax_ok(&ay, s[k].y[i])) continue;
+                const double nx = PX(ax_val(&ax, s[k].x[i])), ny = PY(ax_val(&ay, s[k].y[i]));
+                /* the segment from the previous point, sampled every few pixels at most */
+                const int steps = isfinite(px) ? 1 + (int)(hypot(nx - px, ny - py) / 4) : 0;
+                for (int j = 0; j <= steps && !hit; j++) {
+                    const double t = steps ? (double)j / steps : 1, x = isfinite(px) ? px + t * (nx - px) : nx,
+                                 y = isfinite(py) ? py + t * (ny - py) : ny;
+                    hit = x >= cx[q] - 4 && x <= cx[q] + lw + 4 && y >= cy[q] - 4 && y <= cy[q] + lh + 4;
+                }
+                px = nx, py = ny;
+            }
+        }
+        if (!hit) bx = cx[q], by = cy[q], placed = 1;
+    }
+    if (nl && !placed) Wc = W + lw + 16;
     sbuf_printf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-                   "font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
+                   "font-family=\"sans-serif\" font-size=\"12\">\n", Wc, H, Wc, H);
     sbuf_printf(o, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     sbuf_printf(o, "<text x=\"%.0f\" y=\"24\" font-size=\"15\">", L);
     sbuf_xml(o, c->title);
@@ -151,7 +190,7 @@ void svg_line_chart(sbuf *o, const svg_chart *c, const svg_series *s, int ns) {
     for (int k = 0; k < ns; k++) {
         const char *col = palette[k % 10];
         sbuf_printf(o, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"%s points=\"", col,
-                    s[k].dashed ? " stroke-dasharray=\"6 4\"" : "");
+                    dashed(s, k) ? " stroke-dasharray=\"6 4\"" : "");
         for (size_t i = 0; i < s[k].n; i++)
             if (ax_ok(&ax, s[k].x[i]) && ax_ok(&ay, s[k].y[i]))
                 sbuf_printf(o, "%.1f,%.1f ", PX(ax_val(&ax, s[k].x[i])), PY(ax_val(&ay, s[k].y[i])));
@@ -162,24 +201,15 @@ void svg_line_chart(sbuf *o, const svg_chart *c, const svg_series *s, int ns) {
                     sbuf_printf(o, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(ax_val(&ax, s[k].x[i])),
                                 PY(ax_val(&ay, s[k].y[i])), col);
     }
-    /* the legend, over a white box so that it stays readable where it covers a curve: a line of
-     * each series' colour and its label */
-    int nl = 0;
-    size_t longest = 0;
-    for (int k = 0; k < ns; k++)
-        if (s[k].label) nl++, longest = strlen(s[k].label) > longest ? strlen(s[k].label) : longest;
-    /* about 7 px a character at 12 px */
-    const double lw = 40 + 7.0 * (double)(longest < 60 ? longest : 60);
-    const double lx = c->legend_left ? L + 12 : W - R - lw - 12;
     if (nl)
-        sbuf_printf(o, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%d\" fill=\"white\" fill-opacity=\"0.85\" "
-                       "stroke=\"#bbb\"/>\n", lx - 6, T + 4, lw, 17 * nl + 6);
+        sbuf_printf(o, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"white\" stroke=\"#bbb\"/>\n", bx, by,
+                    lw, lh);
     for (int k = 0, j = 0; k < ns; k++) {
         if (!s[k].label) continue;
         const char *col = palette[k % 10];
-        const double ly = T + 20 + 17 * j++;
+        const double lx = bx + 6, ly = by + 16 + 17 * j++;
         sbuf_printf(o, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2.5\"%s/>\n", lx,
-                    ly - 4, lx + 22, ly - 4, col, s[k].dashed ? " stroke-dasharray=\"6 4\"" : "");
+                    ly - 4, lx + 22, ly - 4, col, dashed(s, k) ? " stroke-dasharray=\"6 4\"" : "");
         sbuf_printf(o, "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">", lx + 28, ly, col);
         sbuf_xml(o, s[k].label);
         sbuf_printf(o, "</text>\n");

@@ -34,7 +34,7 @@ typedef struct {
     const char *title, *xlabel, *ylabel; /* labels carry their units, e.g. "training time (s)" */
     int logx;                            /* x on a log2 axis (lengths, sizes) */
     int logy;                            /* y on a log10 axis */
-    int legend_left;                     /* legend in the top-left corner instead of top-right */
+    int legend_left;                     /* try the legend in the top-left corner first (it goes where it hides no curve) */
 } svg_chart;
 
 /* a line chart of ns series, appended to out */
