@@ -251,13 +251,7 @@ static mega_status mg_forward(const void *layer, real *W, real *acts, real *out,
     mega_attn_forward(&ak, A->O, A->lse, s.q, s.k, s.dv, pad, B, T, s.ws, nt);
     /* h = act(hx + h_proj(O * r)); dropout */
     real *Or = s.Or;
-#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
-    for (size_t r = 0; r < R; r++) {
-        const real *rr = A->base + r * P + D + c->z_dim, *o = A->O + r * E;
-        real *dst = Or + r * E;
-        mega_act_forward_serial(MEGA_ACT_SILU, dst, rr, E);
-        for (size_t j = 0; j < E; j++) dst[j] *= o[j];
-    }
+    mega_silu_times(Or, A->base + D + c->z_dim, P, A->O, R, E);
     mega_linear_forward(A->hpre, Or, W + L->h_w, W + L->h_b, R, E, D);
 #pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {
@@ -305,14 +299,9 @@ static void bwd_gate(const mega_mlayer *L, const real *W, real *dW, const mega_m
     }
     if (run->training) mega_dropout(dh, dh, R * D, c->dropout, mega__subkey(run->key, SITE_H));
     mega_act_backward(c->activation, dh, dh, A->hpre, R * D);
-#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
-    for (size_t r = 0; r < R; r++) {
-        const real *rr = A->base + r * P + D + Z, *o = A->O + r * E, *dhr = dh + r * D;
-        real *dst = Or + r * E, *dhx = dbase + r * P + D + Z + E;
-        mega_act_forward_serial(MEGA_ACT_SILU, dst, rr, E);
-        for (size_t j = 0; j < E; j++) dst[j] *= o[j];
-        for (size_t j = 0; j < D; j++) dhx[j] = dhr[j];
-    }
+    mega_silu_times(Or, A->base + D + Z, P, A->O, R, E);
+#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
+    for (size_t r = 0; r < R; r++) memcpy(dbase + r * P + D + Z + E, dh + r * D, D * sizeof(real)); /* d hx = dh */
     mega_linear_backward(dOr, dW + L->h_w, dW + L->h_b, dh, Or, W + L->h_w, R, E, D, 0);
     /* dO = dOr * r; dr_raw = dOr * O * silu'(r_raw) */
 #pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
@@ -322,8 +311,8 @@ static void bwd_gate(const mega_mlayer *L, const real *W, real *dW, const mega_m
         mega_sigmoid_row(dr, rr, E); /* sigmoid(r_raw), vectorised; dr_raw replaces it */
         for (size_t j = 0; j < E; j++) {
             const real rv = rr[j], sg = dr[j];
-            dr[j] = d[j] * o[j] * (sg * ((real)1 + rv * ((real)1 - sg))); /* silu'(r_raw) */
-            d[j] *= rv * sg;                                                 /* silu(r_raw) */
+            dr[j] = d[j] * o[j] * mega_silu_grad_s(rv, sg); /* silu'(r_raw) */
+            d[j] *= rv * sg;                                  /* silu(r_raw) */
         }
     }
 }
@@ -342,7 +331,7 @@ static void bwd_qk(const mega_mlayer *L, const real *W, real *dW, const mega_mla
         mega_sigmoid_row(dz, zr, Z); /* vectorised; d z_raw replaces it */
         for (size_t j = 0; j < Z; j++) {
             const real sg = dz[j];
-            dz[j] = (dqr[j] * g0[j] + dkr[j] * g1[j]) * (sg * ((real)1 + zr[j] * ((real)1 - sg)));
+            dz[j] = (dqr[j] * g0[j] + dkr[j] * g1[j]) * mega_silu_grad_s(zr[j], sg);
         }
     }
     for (size_t r = 0; r < R; r++) { /* parameter sums: serial over rows, deterministic */

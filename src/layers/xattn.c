@@ -124,18 +124,6 @@ size_t mega_xattn_scratch_size(const mega_xattn *X, int B, int Tq, int Tk, int n
     return rnd(R * D) * 4 + rnd(R * PW(X)) + rnd(Rs * KW(X)) + rnd(Rs * D) + rnd(2 * (size_t)k.Mc + 16) + attn + 64;
 }
 
-/* out[r] = silu(rows[r * ld ...]) * O[r] for R rows of D (the gated cross-attention's O * silu(r)),
- * vectorised and split over the threads */
-static void silu_times(real *out, const real *rows, size_t ld, const real *O, size_t R, size_t D) {
-#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
-    for (size_t r = 0; r < R; r++) {
-        real *hi = out + r * D;
-        const real *o = O + r * D;
-        mega_act_forward_serial(MEGA_ACT_SILU, hi, rows + r * ld, D);
-        for (size_t d = 0; d < D; d++) hi[d] *= o[d];
-    }
-}
-
 mega_status mega_xattn_forward(const mega_xattn *X, real *W, mega_xattn_acts *A, real *y, const real *x,
                                const real *e, const uint8_t *kpad, int B, int Tq, int Tk, const mega_run *run,
                                real *scratch) {
@@ -159,7 +147,7 @@ mega_status mega_xattn_forward(const mega_xattn *X, real *W, mega_xattn_acts *A,
         mega_attn_cross_forward(&k, A->O, A->lse, A->base + 2 * D, A->k, A->v, kpad, B, Tq, Tk, 0, attn_scr, run->nthreads);
         /* h = act(h_proj(O * silu(r))) */
         real *hin = scratch;
-        silu_times(hin, A->base + D, Pw, A->O, R, D);
+        mega_silu_times(hin, A->base + D, Pw, A->O, R, D);
         mega_linear_forward(A->hpre, hin, W + X->o_w, W + X->o_b, R, D, D);
         mega_act_forward(c->activation, A->h, A->hpre, R * D);
         if (train && c->dropout > 0) mega_dropout(A->h, A->h, R * D, c->dropout, mega__subkey(run->key, SITE_OUT));
@@ -227,7 +215,7 @@ void mega_xattn_backward(const mega_xattn *X, const real *W, real *dW, const meg
         }
         if (train && c->dropout > 0) mega_dropout(dh, dh, R * D, c->dropout, mega__subkey(run->key, SITE_OUT));
         mega_act_backward(c->activation, dh, dh, A->hpre, R * D);
-        silu_times(hin, A->base + D, Pw, A->O, R, D);
+        mega_silu_times(hin, A->base + D, Pw, A->O, R, D);
         /* dhin (into g, no longer needed) = dhpre Wh */
         mega_linear_backward(g, dW + X->o_w, dW + X->o_b, dh, hin, W + X->o_w, R, D, D, 0);
         /* dO = dhin * silu(r) (into dh), dr_pre = dhin * O * silu'(r) */
@@ -239,7 +227,7 @@ void mega_xattn_backward(const mega_xattn *X, const real *W, real *dW, const meg
             for (size_t d = 0; d < D; d++) {
                 const real rv = rr[d], sg = dr[d];
                 dO[d] = gi[d] * (rv * sg);                                 /* silu(r) */
-                dr[d] = gi[d] * o[d] * (sg * ((real)1 + rv * ((real)1 - sg))); /* silu'(r) */
+                dr[d] = gi[d] * o[d] * mega_silu_grad_s(rv, sg); /* silu'(r) */
             }
         }
         memset(dbtab, 0, (2 * (size_t)Mc - 1) * sizeof(real));

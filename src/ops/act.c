@@ -72,6 +72,16 @@ static void act_backward_range(mega_act a, real *dx, const real *dy, const real 
 
 void mega_act_forward_serial(mega_act a, real *y, const real *x, size_t n) { act_forward_range(a, y, x, n); }
 
+void mega_silu_times(real *out, const real *rows, size_t ld, const real *O, size_t R, size_t D) {
+#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
+    for (size_t r = 0; r < R; r++) {
+        real *o = out + r * D;
+        const real *g = O + r * D;
+        act_forward_range(MEGA_ACT_SILU, o, rows + r * ld, D);
+        for (size_t d = 0; d < D; d++) o[d] *= g[d];
+    }
+}
+
 void mega_sigmoid_row(real *s, const real *x, size_t n) {
     size_t i = 0;
 #ifdef MEGA_VEXP

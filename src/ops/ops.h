@@ -75,14 +75,17 @@ void mega_row_norm_sums(const real *g, const real *w, const real *x, real mu, si
  * of the element-wise passes that need silu, its gradient or a sigmoid gate inside their own row
  * loops. s may alias x. */
 void mega_sigmoid_row(real *s, const real *x, size_t n);
+/* out[r][j] = silu(rows[r * ld + j]) * O[r][j] for R rows of D (O and out packed, D apart): the
+ * attention output gated by silu(r) of Mega's layer and of the gated cross-attention; rows split
+ * over the threads */
+void mega_silu_times(real *out, const real *rows, size_t ld, const real *O, size_t R, size_t D);
 /* rows of at most this many entries go through a stack buffer of sigmoids */
 #define MEGA_SIG_BLOCK 256
 static inline real mega_sigmoid(real x) { return (real)1 / ((real)1 + mega_exp(-x)); }
 static inline real mega_silu(real x) { return x / ((real)1 + mega_exp(-x)); }
-static inline real mega_silu_grad(real x) {
-    real s = mega_sigmoid(x);
-    return s * ((real)1 + x * ((real)1 - s));
-}
+/* silu'(x) given s = sigmoid(x) (from mega_sigmoid_row in the vectorised passes) */
+static inline real mega_silu_grad_s(real x, real s) { return s * ((real)1 + x * ((real)1 - s)); }
+static inline real mega_silu_grad(real x) { return mega_silu_grad_s(x, mega_sigmoid(x)); }
 
 /* ---- dropout by counter-based hash (dropout.c): y = x * keep / (1-p), keep ~ Bernoulli(1-p)
  * drawn from (key, index). y may alias x. Backward is the same call on the gradient. */
