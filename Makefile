@@ -29,7 +29,8 @@ ifeq ($(MEGA_INNER),)
 .PHONY: all test run bench bench-ttq asan check-valgrind clean deps lib f64 tests shared install uninstall
 all: deps
 	@$(MAKE) --no-print-directory MEGA_INNER=1 all
-test: deps
+test:
+	@sh scripts/deps.sh test
 	@$(MAKE) --no-print-directory MEGA_INNER=1 test
 run:
 	@sh scripts/deps.sh run

@@ -562,7 +562,9 @@ typedef struct {
     int tie_embeddings;                 /* output projection = the target embedding */
 } mega_s2s_config;
 
-/* the defaults of `mega train --task translate` (a small byte-level model) */
+/* a small byte-level model: 2 + 2 layers, separate decoder embeddings, the block defaults (also
+ * the values of the fields a config.json leaves out; `mega train --task translate` starts from
+ * these and sets its own recipe: 1 + 3 layers, one shared table) */
 void mega_s2s_config_default(mega_s2s_config *c);
 void mega_s2s_config_resolve(mega_s2s_config *c);
 mega_status mega_s2s_config_check(const mega_s2s_config *c);
