@@ -182,21 +182,9 @@ static void make_h(const mega_mlayer *L, real *h, const real *hpre, size_t R, co
     if (run->training) mega_dropout(h, h, n, c->dropout, mega__subkey(run->key, SITE_H));
 }
 
-/* o = x + u * (h - x), u = sigmoid(u_raw) */
+/* o = x + u * (h - x), u = sigmoid(u_raw) (the shared update gate, src/ops/act.c) */
 static void make_gated(const mega_mlayer *L, real *o, const real *base, const real *h, const real *x, size_t R) {
-    const mega_block_config *c = L->cfg;
-    const size_t D = (size_t)c->embed_dim, P = P_(c);
-#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
-    for (size_t r = 0; r < R; r++) {
-        const real *ur = base + r * P, *hr = h + r * D, *xr = x + r * D;
-        real *orow = o + r * D;
-        for (size_t j0 = 0; j0 < D; j0 += MEGA_SIG_BLOCK) {
-            const size_t n = MEGA_MIN(D - j0, (size_t)MEGA_SIG_BLOCK);
-            real u[MEGA_SIG_BLOCK];
-            mega_sigmoid_row(u, ur + j0, n);
-            for (size_t j = 0; j < n; j++) orow[j0 + j] = xr[j0 + j] + u[j] * (hr[j0 + j] - xr[j0 + j]);
-        }
-    }
+    mega_gate_mix(o, base, P_(L->cfg), h, x, R, (size_t)L->cfg->embed_dim);
 }
 
 /* m = dropout(silu(mpre)) (the EMA forward writes silu(mpre) itself), or dropout(x_bar) without
@@ -285,18 +273,7 @@ static void bwd_gate(const mega_mlayer *L, const real *W, real *dW, const mega_m
         g = s->G1;
     }
     /* dx = g*(1-u); du_raw = g*(h-x)*u(1-u); dh = g*u */
-#pragma omp parallel for schedule(static) if (R * P > MEGA_PAR_MIN)
-    for (size_t r = 0; r < R; r++) {
-        const real *gr = g + r * D, *hr = h + r * D, *xr = x + r * D, *ur = A->base + r * P;
-        real *dbu = dbase + r * P, *dxr = dx + r * D, *dhr = dh + r * D;
-        mega_sigmoid_row(dbu, ur, D); /* u, vectorised; du_raw replaces it below */
-        for (size_t j = 0; j < D; j++) {
-            const real u = dbu[j];
-            dxr[j] = gr[j] * ((real)1 - u);
-            dbu[j] = gr[j] * (hr[j] - xr[j]) * u * ((real)1 - u);
-            dhr[j] = gr[j] * u;
-        }
-    }
+    mega_gate_mix_backward(dx, dh, dbase, P, g, A->base, h, x, R, D);
     if (run->training) mega_dropout(dh, dh, R * D, c->dropout, mega__subkey(run->key, SITE_H));
     mega_act_backward(c->activation, dh, dh, A->hpre, R * D);
     mega_silu_times(Or, A->base + D + Z, P, A->O, R, E);

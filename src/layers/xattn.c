@@ -152,14 +152,7 @@ mega_status mega_xattn_forward(const mega_xattn *X, real *W, mega_xattn_acts *A,
         mega_act_forward(c->activation, A->h, A->hpre, R * D);
         if (train && c->dropout > 0) mega_dropout(A->h, A->h, R * D, c->dropout, mega__subkey(run->key, SITE_OUT));
         /* out = x + u * (h - x) */
-        real *out = c->prenorm ? y : A->xn;
-#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
-        for (size_t r = 0; r < R; r++) {
-            const real *u = A->base + r * Pw, *h = A->h + r * D, *xr = x + r * D;
-            real *o = out + r * D;
-            mega_sigmoid_row(o, u, D); /* u = sigmoid(u_pre), vectorised; the output replaces it */
-            for (size_t d = 0; d < D; d++) o[d] = xr[d] + o[d] * (h[d] - xr[d]);
-        }
+        mega_gate_mix(c->prenorm ? y : A->xn, A->base, Pw, A->h, x, R, D);
     } else {
         mega_linear_forward(A->v, e, W + X->v_w, W + X->v_b, Rs, D, D);
         for (int h = 0; h < X->H; h++) {
@@ -201,18 +194,7 @@ void mega_xattn_backward(const mega_xattn *X, const real *W, real *dW, const meg
     memset(dv, 0, Rs * D * sizeof(real));
     if (gated) {
         /* out = x + u (h - x): dx = g (1 - u), dh = g u, du_pre = g (h - x) u (1 - u) */
-#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
-        for (size_t r = 0; r < R; r++) {
-            const real *up = A->base + r * Pw, *h = A->h + r * D, *xr = x + r * D, *gr = g + r * D;
-            real *dxr = dx + r * D, *dhr = dh + r * D, *du = dbase + r * Pw;
-            mega_sigmoid_row(du, up, D); /* u, vectorised; du_pre replaces it */
-            for (size_t d = 0; d < D; d++) {
-                const real u = du[d];
-                dxr[d] = gr[d] * (1 - u);
-                dhr[d] = gr[d] * u;
-                du[d] = gr[d] * (h[d] - xr[d]) * u * (1 - u);
-            }
-        }
+        mega_gate_mix_backward(dx, dh, dbase, Pw, g, A->base, A->h, x, R, D);
         if (train && c->dropout > 0) mega_dropout(dh, dh, R * D, c->dropout, mega__subkey(run->key, SITE_OUT));
         mega_act_backward(c->activation, dh, dh, A->hpre, R * D);
         mega_silu_times(hin, A->base + D, Pw, A->O, R, D);

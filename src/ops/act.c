@@ -90,6 +90,36 @@ void mega_sigmoid_row(real *s, const real *x, size_t n) {
     for (; i < n; i++) s[i] = mega_sigmoid(x[i]);
 }
 
+void mega_gate_mix(real *out, const real *u_pre, size_t ld, const real *h, const real *x, size_t R, size_t D) {
+#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
+    for (size_t r = 0; r < R; r++) {
+        const real *ur = u_pre + r * ld, *hr = h + r * D, *xr = x + r * D;
+        real *o = out + r * D;
+        for (size_t j0 = 0; j0 < D; j0 += MEGA_SIG_BLOCK) {
+            const size_t n = MEGA_MIN(D - j0, (size_t)MEGA_SIG_BLOCK);
+            real u[MEGA_SIG_BLOCK];
+            mega_sigmoid_row(u, ur + j0, n); /* vectorised */
+            for (size_t j = 0; j < n; j++) o[j0 + j] = xr[j0 + j] + u[j] * (hr[j0 + j] - xr[j0 + j]);
+        }
+    }
+}
+
+void mega_gate_mix_backward(real *dx, real *dh, real *du_pre, size_t ld, const real *g, const real *u_pre, const real *h,
+                            const real *x, size_t R, size_t D) {
+#pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
+    for (size_t r = 0; r < R; r++) {
+        const real *gr = g + r * D, *hr = h + r * D, *xr = x + r * D;
+        real *du = du_pre + r * ld, *dxr = dx + r * D, *dhr = dh + r * D;
+        mega_sigmoid_row(du, u_pre + r * ld, D); /* u, vectorised; du_pre replaces it below */
+        for (size_t j = 0; j < D; j++) {
+            const real u = du[j], gj = gr[j];
+            du[j] = gj * (hr[j] - xr[j]) * u * ((real)1 - u);
+            dxr[j] = gj * ((real)1 - u);
+            dhr[j] = gj * u;
+        }
+    }
+}
+
 /* Large activations are split into contiguous slices over the OpenMP team; small ones (the
  * streaming step) run on the calling thread without entering a parallel region at all, because
  * libgomp allocates a team descriptor for every region it enters, even one whose if() is false. */

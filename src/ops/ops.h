@@ -81,6 +81,14 @@ void mega_sigmoid_row(real *s, const real *x, size_t n);
 void mega_silu_times(real *out, const real *rows, size_t ld, const real *O, size_t R, size_t D);
 /* rows of at most this many entries go through a stack buffer of sigmoids */
 #define MEGA_SIG_BLOCK 256
+/* The update gate of Mega's layer and of the gated cross-attention (official mega_layer.py and
+ * gated_cross_attention.py: out = torch.addcmul(x, u, h - x), u = sigmoid(u_pre)), over R rows of
+ * D (u_pre rows ld apart, the others packed): out = x + u (h - x). out may alias x or h. */
+void mega_gate_mix(real *out, const real *u_pre, size_t ld, const real *h, const real *x, size_t R, size_t D);
+/* its backward from the output gradient g: dx = g (1 - u), dh = g u, du_pre = g (h - x) u (1 - u)
+ * (du_pre rows ld apart, like u_pre; it may alias u_pre) */
+void mega_gate_mix_backward(real *dx, real *dh, real *du_pre, size_t ld, const real *g, const real *u_pre, const real *h,
+                            const real *x, size_t R, size_t D);
 static inline real mega_sigmoid(real x) { return (real)1 / ((real)1 + mega_exp(-x)); }
 static inline real mega_silu(real x) { return x / ((real)1 + mega_exp(-x)); }
 /* silu'(x) given s = sigmoid(x) (from mega_sigmoid_row in the vectorised passes) */
