@@ -40,7 +40,9 @@ awk 'BEGIN { srand(7); a = "abcdefgh"; b = "bcdefgh";
     print x "\t" y > (i < 2700 ? "train.tsv" : (i < 2850 ? "valid.tsv" : "test.tsv")) } }'
 check "the generated data has 2700/150/150 lines" test "$(wc -l <train.tsv)" -eq 2700 -a "$(wc -l <test.tsv)" -eq 150
 
-model="--encoder-layers 1 --decoder-layers 1 --embed-dim 32 --z-dim 16 --hidden-dim 64 --ffn-dim 64 --n-dim 4"
+# separate source and target tables (the default of `--task translate` shares one since the
+# FreeDict recipe became the default): the thresholds below were set on this model in every build
+model="--encoder-layers 1 --decoder-layers 1 --embed-dim 32 --z-dim 16 --hidden-dim 64 --ffn-dim 64 --n-dim 4 --share-all-embeddings=false"
 run="--task translate --data train.tsv --valid valid.tsv --max-tokens 256 --lr 1e-2 --warmup 20 --threads 2 --quiet"
 # 600 steps: about 93% of the test words exactly right (400 steps gave 85%, too close to the
 # threshold below for a check that must hold whatever the round-off of the build)
