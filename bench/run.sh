@@ -57,6 +57,7 @@ fi
 bench_machine bench "$cores"
 echo "bench: $("$MEGA" version | head -n 1) vs $("$PY" -c 'import torch; print("torch", torch.__version__)')"
 echo "bench: $cpu, $cores cores; $threads threads each side; warm-up $warmup, repeat $repeat (median), budget ${budget}s"
+echo "bench: $("$MEGA" version | grep '^blas' || echo 'blas: unknown')"
 
 tmp=$(mktemp -d)
 spin=""

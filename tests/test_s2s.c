@@ -365,7 +365,7 @@ static void test_search(mega_mixer_kind mixer, double lenpen) {
         return;
     }
     const int N = 12, S = 8, cap = 64;
-    int same = 0, below = 0, better = 0;
+    int same = 0, below = 0, better = 0, rounding = 0;
     double worst_gap = 0;
     for (int trial = 0; trial < 4; trial++) {
         mega_s2s_init_params(m, 100 + trial);
@@ -392,14 +392,25 @@ static void test_search(mega_mixer_kind mixer, double lenpen) {
         for (int i = 0; i < N; i++) {
             greedy(m, b.src + i * S, S, slen[i], &p, g, &ng, &sg);
             same += ng == n1[i] && !memcmp(g, out1 + i * cap, (size_t)ng * 4) && fabs(sg - s1[i]) < 1e-4;
-            if (s4[i] < s1[i] - 1e-9) below++, worst_gap = fmax(worst_gap, s1[i] - s4[i]);
+            /* The beam re-decodes the greedy hypothesis in an extra row of a larger batch, where
+             * the BLAS may round its log-probabilities differently (OpenBLAS's AVX2 kernels do,
+             * by the row's place in the call): the same hypothesis can come back up to float32
+             * rounding below the greedy run's score. Below means a different hypothesis scoring
+             * lower, or a gap beyond that rounding. */
+            const int same_hyp = n4[i] == n1[i] && !memcmp(out4 + i * cap, out1 + i * cap, (size_t)n1[i] * 4);
+            const double gap = s1[i] - s4[i];
+            if (gap > 1e-9 && (!same_hyp || gap > 1e-5 * fmax(1, fabs(s1[i]))))
+                below++, worst_gap = fmax(worst_gap, gap);
+            rounding += gap > 1e-9 && same_hyp && gap <= 1e-5 * fmax(1, fabs(s1[i]));
             better += s4[i] > s1[i] + 1e-9;
         }
         free_batch(&b);
     }
     tl_check(same == 4 * N, "%s lenpen %g: beam 1 == greedy on %d/%d sentences", mega_mixer_name(mixer), lenpen, same, 4 * N);
-    tl_check(below == 0, "%s lenpen %g: beam 4 never scores below greedy (%d below, worst gap %.3g; %d strictly better)",
-             mega_mixer_name(mixer), lenpen, below, worst_gap, better);
+    tl_check(below == 0,
+             "%s lenpen %g: beam 4 never scores below greedy (%d below, worst gap %.3g; %d strictly better, %d the "
+             "greedy hypothesis within rounding)",
+             mega_mixer_name(mixer), lenpen, below, worst_gap, better, rounding);
     mega_s2s_free(m);
 }
 

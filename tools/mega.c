@@ -54,6 +54,10 @@ static void on_sigbus(int sig) {
  * (GOMP_SPINCOUNT or OMP_WAIT_POLICY) is kept, and so is a run under valgrind (its tool would
  * not follow the new image). LLVM's runtime (clang builds) has its own variable (KMP_BLOCKTIME)
  * and is left at its default. */
+#ifdef MEGA_USE_BLAS
+char *openblas_get_corename(void);
+#endif
+
 static void short_spin(char **argv) {
 #if defined(_OPENMP) && defined(__GNUC__) && !defined(__clang__)
     if (getenv("GOMP_SPINCOUNT") || getenv("OMP_WAIT_POLICY")) return;
@@ -104,6 +108,15 @@ int main(int argc, char **argv) {
                "unknown"
 #endif
         );
+#ifdef MEGA_USE_BLAS
+        /* OpenBLAS picks its kernels from the CPU when it is loaded, unless OPENBLAS_CORETYPE
+         * names them; the GEMM rate depends on it (docs/performance.md, "The BLAS kernels") */
+        const char *ct = getenv("OPENBLAS_CORETYPE");
+        printf("blas OpenBLAS %s kernels%s%s%s\n", openblas_get_corename(), ct ? " (OPENBLAS_CORETYPE=" : "",
+               ct ? ct : "", ct ? ")" : "");
+#else
+        printf("blas none (portable GEMM)\n");
+#endif
         return 0;
     }
     if (!strcmp(c, "train")) return cmd_train(argc, argv);

@@ -3,21 +3,11 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#ifdef MEGA_USE_BLAS
-#include <cblas.h>
-/* OpenBLAS extension (declared in its cblas.h; repeated here for other cblas headers) */
-void openblas_set_num_threads(int);
-#endif
 
 /* The calling thread's setting: OpenMP keeps its thread count per thread (a thread the program
  * creates starts with the default, OMP_NUM_THREADS or every core), so this does too. */
 static _Thread_local int g_threads;
 
-#ifdef MEGA_USE_BLAS
-#include <stdatomic.h>
-/* OpenBLAS's count is process-wide and its setter is not meant to run twice at once */
-static atomic_flag g_blas_lock = ATOMIC_FLAG_INIT;
-#endif
 
 /* the default: OMP_NUM_THREADS when it is set to a positive number (its first entry, as OpenMP
  * reads a list), else every core */
@@ -39,12 +29,7 @@ void mega_set_threads(int n) {
 #else
     if (n <= 0) n = default_threads(); /* OMP_NUM_THREADS, else 1 (no OpenMP: our loops are serial) */
 #endif
-#ifdef MEGA_USE_BLAS
-    while (atomic_flag_test_and_set_explicit(&g_blas_lock, memory_order_acquire)) {
-    }
-    openblas_set_num_threads(n);
-    atomic_flag_clear_explicit(&g_blas_lock, memory_order_release);
-#endif
+    /* BLAS itself stays single-threaded: the library threads its products (src/ops/gemm.c) */
     g_threads = n;
 }
 

@@ -2,6 +2,10 @@
 #include "ops/ops.h"
 #ifdef MEGA_USE_BLAS
 #include <cblas.h>
+#include <stdatomic.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
 #endif
 
 /* portable fallback: C = alpha op(A) op(B) + beta C. Loop orders keep the innermost loop
@@ -50,14 +54,30 @@ static void gemm_portable(int ta, int tb, size_t M, size_t N, size_t K, real alp
     }
 }
 
-void mega_gemm(int ta, int tb, size_t M, size_t N, size_t K, real alpha, const real *A, size_t lda,
-               const real *B, size_t ldb, real beta, real *C, size_t ldc) {
-    if (M == 0 || N == 0) return;
-    if (K == 0) {
-        gemm_portable(ta, tb, M, N, 0, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
 #ifdef MEGA_USE_BLAS
+int openblas_get_parallel(void); /* OpenBLAS: 0 sequential, 1 pthreads, 2 OpenMP build */
+void openblas_set_num_threads(int);
+#endif
+
+/* One product as one BLAS call (or the portable kernel), always on the calling thread (the
+ * grid below explains why). The OpenMP build of OpenBLAS threads a call made outside a parallel
+ * region over omp_get_max_threads() threads, so the calling thread's OpenMP thread count is 1
+ * for the call; the pthread build follows openblas_set_num_threads, set to 1 once. */
+static void gemm_call(int ta, int tb, size_t M, size_t N, size_t K, real alpha, const real *A, size_t lda,
+                      const real *B, size_t ldb, real beta, real *C, size_t ldc) {
+#ifdef MEGA_USE_BLAS
+    /* OpenBLAS's threading: 0 none, 1 its own pthreads, 2 OpenMP (read once; -1 not yet) */
+    static atomic_int blas_mode = -1;
+    int mode = atomic_load_explicit(&blas_mode, memory_order_acquire);
+    if (mode < 0) {
+        mode = openblas_get_parallel();
+        if (mode == 1) openblas_set_num_threads(1);
+        atomic_store_explicit(&blas_mode, mode, memory_order_release);
+    }
+#ifdef _OPENMP
+    const int outer = mode == 2 && !omp_in_parallel() ? omp_get_max_threads() : 0;
+    if (outer > 1) omp_set_num_threads(1);
+#endif
 #ifdef MEGA_F64
     cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                 (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
@@ -65,16 +85,111 @@ void mega_gemm(int ta, int tb, size_t M, size_t N, size_t K, real alpha, const r
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
                 (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 #endif
+#ifdef _OPENMP
+    if (outer > 1) omp_set_num_threads(outer);
+#endif
 #else
     gemm_portable(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 #endif
 }
 
+/* ---- the product grid ----------------------------------------------------------------------
+ * A product is cut into rectangular pieces of C by a rule that depends on its shape only, and
+ * each piece is one single-threaded BLAS call; threads take whole pieces (dynamic schedule).
+ * Why not let OpenBLAS thread the call: its result then depends on the thread count. OpenBLAS
+ * 0.3.21's Haswell kernels (every AVX2 machine, and AVX-512 CPUs it does not know, such as AMD
+ * Zen 4/5) round an element of C differently depending on where it falls in the call's
+ * partition (measured: a 1152x258x64 product differs in 8,565 of its elements between 1 and 2
+ * threads; a single-threaded call cut into 64-row pieces differs from the whole call too), so
+ * the library's rule "the same bits for any number of threads" (docs/architecture.md) did not
+ * hold there. A piece grid fixed by the shape gives the same bits whatever the thread count and
+ * whichever thread runs which piece, on every BLAS. It is also faster for this library's
+ * shapes: for [1024..8192 tokens] x [128..512] products on 2 threads it measured 1.2-1.6x
+ * OpenBLAS's own threading (whose per-call partition and barriers cost more than the repacking
+ * of the pieces), 0.85-0.95x on 2048-cubed products that this library does not run; and a
+ * dynamic schedule lets a thread that a busy neighbour slows take fewer pieces. */
+
+/* No grid below this many multiply-adds: such a product takes well under 0.2 ms on a core. */
+#define GRID_PIECE ((size_t)1 << 24)
+/* pieces are cut at multiples of 16 rows or columns and not below GRID_MIN_DIM of either, so
+ * that each piece still reuses its packed panels (a piece repacks (rows + cols) x K values) */
+#define GRID_MIN_DIM 64
+#define GRID_MAX_PIECES 64
+
+static size_t half16(size_t x) { return ((x + 1) / 2 + 15) / 16 * 16; }
+
+/* Piece rows *rm and columns *rn of an M x N x K product: halve the longer side of the piece
+ * while the piece has more than GRID_PIECE multiply-adds, that side is at least 2 GRID_MIN_DIM
+ * and there are fewer than GRID_MAX_PIECES pieces. Depends on (M, N, K) only. */
+static void gemm_grid(size_t M, size_t N, size_t K, size_t *rm, size_t *rn) {
+    size_t r = M, c = N;
+    while (r * c * K > GRID_PIECE && ((M + r - 1) / r) * ((N + c - 1) / c) < GRID_MAX_PIECES) {
+        if (r >= c && r >= 2 * GRID_MIN_DIM)
+            r = half16(r);
+        else if (c >= 2 * GRID_MIN_DIM)
+            c = half16(c);
+        else if (r >= 2 * GRID_MIN_DIM)
+            r = half16(r);
+        else
+            break;
+    }
+    *rm = r, *rn = c;
+}
+
+typedef struct {
+    int ta, tb;
+    size_t M, N, K, rm, rn, pn;
+    real alpha, beta;
+    const real *A, *B;
+    size_t lda, ldb, ldc;
+    real *C;
+} grid_args;
+
+static void grid_piece(const grid_args *g, size_t p) {
+    const size_t i0 = (p / g->pn) * g->rm, j0 = (p % g->pn) * g->rn;
+    const size_t m = MEGA_MIN(g->rm, g->M - i0), n = MEGA_MIN(g->rn, g->N - j0);
+    const real *A = g->ta ? g->A + i0 : g->A + i0 * g->lda;
+    const real *B = g->tb ? g->B + j0 * g->ldb : g->B + j0;
+    gemm_call(g->ta, g->tb, m, n, g->K, g->alpha, A, g->lda, B, g->ldb, g->beta, g->C + i0 * g->ldc + j0, g->ldc);
+}
+
+static void gemm_run(int parallel, int ta, int tb, size_t M, size_t N, size_t K, real alpha, const real *A,
+                     size_t lda, const real *B, size_t ldb, real beta, real *C, size_t ldc) {
+    if (M == 0 || N == 0) return;
+    if (K == 0) {
+        gemm_portable(ta, tb, M, N, 0, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    grid_args g = {ta, tb, M, N, K, 0, 0, 0, alpha, beta, A, B, lda, ldb, ldc, C};
+    gemm_grid(M, N, K, &g.rm, &g.rn);
+    g.pn = (N + g.rn - 1) / g.rn;
+    const size_t n = ((M + g.rm - 1) / g.rm) * g.pn;
+    if (n == 1) {
+        gemm_call(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    int nt = parallel ? mega_get_threads() : 1;
+#ifdef _OPENMP
+    if (omp_in_parallel()) nt = 1;
+#endif
+    if (nt > (int)n) nt = (int)n;
+    if (nt <= 1) {
+        for (size_t p = 0; p < n; p++) grid_piece(&g, p);
+        return;
+    }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (size_t p = 0; p < n; p++) grid_piece(&g, p);
+}
+
+void mega_gemm(int ta, int tb, size_t M, size_t N, size_t K, real alpha, const real *A, size_t lda,
+               const real *B, size_t ldb, real beta, real *C, size_t ldc) {
+    gemm_run(1, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 void mega_gemm_serial(int ta, int tb, size_t M, size_t N, size_t K, real alpha, const real *A,
                       size_t lda, const real *B, size_t ldb, real beta, real *C, size_t ldc) {
-    /* OpenBLAS runs problems this small on the calling thread; larger nested calls are routed
-     * through the same entry point (see docs/performance.md for the threading policy). */
-    mega_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    /* the same pieces as mega_gemm (so the same bits), on the calling thread */
+    gemm_run(0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void mega_linear_forward(real *Y, const real *X, const real *W, const real *b, size_t R, size_t In, size_t O) {
@@ -113,13 +228,8 @@ void mega_linear_backward(real *dX, real *dW, real *db, const real *dY, const re
  *    (stepteam.c), else over one OpenMP region. Each piece is one single-threaded GEMM call
  *    (the OpenMP build of OpenBLAS runs a call made inside a parallel region on its thread), so
  *    every core streams weights and nothing is allocated.
- * For few rows (decode) the piece grid depends on the shape only, so a product gives the same
- * bits with any number of threads and any assignment of pieces to threads
- * (tests/test_decode_alloc.c checks it). */
-
-#ifdef MEGA_USE_BLAS
-int openblas_get_parallel(void); /* OpenBLAS: 0 sequential, 1 pthreads, 2 OpenMP build */
-#endif
+ * The piece grid depends on the shape only, so a product gives the same bits with any number of
+ * threads and any assignment of pieces to threads (tests/test_decode_alloc.c checks it). */
 
 /* No split below this many multiply-adds: handing pieces to other threads costs about a
  * microsecond as an OpenMP region (less in the step team), while 16K MACs of streamed weights
@@ -129,20 +239,15 @@ int openblas_get_parallel(void); /* OpenBLAS: 0 sequential, 1 pthreads, 2 OpenMP
  * a decode product has several pieces per thread to balance */
 #define STEP_ALIGN 16
 #define STEP_WIDTH 128
-/* OpenBLAS's threading threshold in interface/gemm.c (M*N*K above 4 x 65536: threaded) */
-#define BLAS_THREAD_MIN ((size_t)4 * 65536)
-
 /* Outputs per GEMM call for M rows and inner dimension K (0: no width suits the direct kernel).
  * OpenBLAS (0.3.21, x86-64 AVX-512 kernels) takes a row-major C[M,N] = A B^T -- a TN product
  * of N x M x K in its column-major terms -- through its direct kernel when N*M <= 1200 and
  * N*M*K <= 1e6 (kernel/x86_64/sgemm_small_kernel_permit_skylakex.c); elsewhere pieces cost one
- * more call each and nothing else. The pthread build of OpenBLAS (clang builds) also threads, with
- * its own pool and a malloc per call, any call above BLAS_THREAD_MIN: pieces stay below that. */
+ * more call each and nothing else. */
 static size_t step_piece(size_t M, size_t K) {
 #ifdef MEGA_USE_BLAS
     const size_t MK = MEGA_MAX(M * K, (size_t)1);
-    size_t p = MEGA_MIN(1200 / M, (size_t)1000000 / MK);
-    if (openblas_get_parallel() == 1) p = MEGA_MIN(p, BLAS_THREAD_MIN / MK);
+    const size_t p = MEGA_MIN(1200 / M, (size_t)1000000 / MK);
     return p / STEP_ALIGN * STEP_ALIGN;
 #else
     (void)M, (void)K;
@@ -165,9 +270,10 @@ static void step_piece_run(void *arg, int i) {
     if (a->bias) {
         /* the two calls of mega_linear_forward: bias rows, then accumulate */
         for (size_t r = 0; r < a->M; r++) memcpy(a->C + r * a->ldc + j0, a->bias + j0, (j1 - j0) * sizeof(real));
-        mega_gemm(0, 1, a->M, j1 - j0, a->K, 1, a->A, a->lda, a->B + j0 * a->ldb, a->ldb, 1, a->C + j0, a->ldc);
+        mega_gemm_serial(0, 1, a->M, j1 - j0, a->K, 1, a->A, a->lda, a->B + j0 * a->ldb, a->ldb, 1, a->C + j0, a->ldc);
     } else {
-        mega_gemm(0, 1, a->M, j1 - j0, a->K, 1, a->A, a->lda, a->B + j0 * a->ldb, a->ldb, a->beta, a->C + j0, a->ldc);
+        mega_gemm_serial(0, 1, a->M, j1 - j0, a->K, 1, a->A, a->lda, a->B + j0 * a->ldb, a->ldb, a->beta, a->C + j0,
+                         a->ldc);
     }
 }
 
@@ -177,17 +283,9 @@ static void step_product(size_t M, size_t N, size_t K, const real *A, size_t lda
     step_args a = {M, N, K, 0, A, B, bias, lda, ldb, ldc, beta, C};
     const size_t p = step_piece(M, K);
     int split = M * N * K >= STEP_SPLIT_MIN;
-    if (p) {
-        a.width = MEGA_MIN(p, (size_t)STEP_WIDTH);
-    } else {
-        /* many rows (a prompt): no direct kernel; one slice per thread, each packed once */
-        const size_t nt = (size_t)mega_step_threads();
-        a.width = ((N + nt - 1) / nt + STEP_ALIGN - 1) / STEP_ALIGN * STEP_ALIGN;
-#ifdef MEGA_USE_BLAS
-        /* the pthread OpenBLAS would thread such a slice with its own pool: leave it whole */
-        if (openblas_get_parallel() == 1 && M * a.width * K > BLAS_THREAD_MIN) a.width = N, split = 0;
-#endif
-    }
+    /* many rows (a prompt) suit no direct kernel: slices of STEP_WIDTH outputs, each packing the
+     * rows once (a repack of M x K per M x STEP_WIDTH x K multiply-adds) */
+    a.width = p ? MEGA_MIN(p, (size_t)STEP_WIDTH) : STEP_WIDTH;
     const size_t n = (N + a.width - 1) / a.width;
     mega_step_parallel((int)n, step_piece_run, &a, split);
 }

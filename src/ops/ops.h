@@ -9,8 +9,9 @@
 
 /* ---- GEMM (gemm.c): C[M,N] = alpha * op(A) op(B) + beta * C, row-major.
  * op(A) is A[M,K] (ta=0) or A[K,M]^T (ta=1); op(B) is B[K,N] (tb=0) or B[N,K]^T (tb=1).
- * mega_gemm may use BLAS threads; mega_gemm_serial is for calls made inside an OpenMP
- * parallel region (it never spawns threads). */
+ * mega_gemm cuts a large product into pieces fixed by its shape and runs them over the threads
+ * (one single-threaded BLAS call each), so its result does not depend on the thread count;
+ * mega_gemm_serial computes the same pieces on the calling thread (it never spawns threads). */
 void mega_gemm(int ta, int tb, size_t M, size_t N, size_t K, real alpha, const real *A, size_t lda,
                const real *B, size_t ldb, real beta, real *C, size_t ldc);
 void mega_gemm_serial(int ta, int tb, size_t M, size_t N, size_t K, real alpha, const real *A,
@@ -26,9 +27,8 @@ void mega_linear_backward(real *dX, real *dW, real *db, const real *dY, const re
 void mega_colsum_acc(real *db, const real *dY, size_t R, size_t O);
 /* The streaming step's forms (decode: few rows, every weight matrix streamed once per token):
  * mega_linear_forward and mega_gemm(0, 1, ..., alpha 1) with the output columns cut into pieces
- * that run through mega_step_parallel when the product is large enough. For few rows (up to 75
- * with OpenBLAS) the pieces' grid depends on the shape only, so the results do not depend on the
- * thread count. They agree with the plain forms to rounding (OpenBLAS may pick another kernel
+ * that run through mega_step_parallel when the product is large enough. The pieces' grid depends
+ * on the shape only, so the results do not depend on the thread count. They agree with the plain forms to rounding (OpenBLAS may pick another kernel
  * for a piece) and never allocate. */
 void mega_linear_step(real *Y, const real *X, const real *W, const real *b, size_t R, size_t In, size_t O);
 /* C[M,N] = A[M,K] B[N,K]^T + beta C */
