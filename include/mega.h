@@ -630,8 +630,12 @@ typedef struct {
     double lenpen;     /* length penalty (fairseq --lenpen; 1 = divide by the length) */
     double max_len_a;  /* maximum length = a * source length + b */
     int max_len_b;
+    /* the source length of each sentence in that limit (NULL: its tokens, </s> included). A
+     * caller whose source tokens are subword units and whose targets are bytes gives each
+     * source's byte length + 1 here, so that a and b keep their meaning for byte targets. */
+    const int *limit_src_len;
 } mega_s2s_search;
-void mega_s2s_search_default(mega_s2s_search *p); /* beam 4, lenpen 1, a 1.2, b 10 */
+void mega_s2s_search_default(mega_s2s_search *p); /* beam 4, lenpen 1, a 1.2, b 10, token lengths */
 /* translate B sources (src [B, S] right-padded, eos-terminated): out [B, cap] receives each best
  * hypothesis without its eos, out_len [B] its length, score [B] (may be NULL) its score. A
  * hypothesis longer than cap is an error. */

@@ -383,6 +383,50 @@ int64_t mega_listops_gen_attempts(const mega_listops_gen *g);
 
 enum { MEGA_S2S_PAD = 256, MEGA_S2S_EOS = 257, MEGA_S2S_VOCAB = 258 };
 
+/* ---------------------------------------------------------------------------------------------
+ * byte-level BPE subword units for parallel text (src/data/bpe.c; docs/translation.md)
+ *
+ * Ids 0..255 are the bytes, 256 <pad> and 257 </s> (the byte vocabulary above), and merge i
+ * (0-based) is token 258 + i, the concatenation of two earlier tokens. Text is cut into units
+ * before every space (the space starts the unit: "dock workers" is "dock", " workers"); a unit
+ * is encoded by applying the merges in the order they were learned (the earliest merge present
+ * replaces all of its occurrences, left to right, and again), and never across units. Decoding
+ * concatenates the tokens' bytes, so it gives the encoded text back exactly. */
+
+#define MEGA_BPE_MAX_MERGES (65536 - MEGA_S2S_VOCAB) /* token ids fit in 16 bits */
+
+typedef struct mega_bpe mega_bpe;
+
+/* Learn up to `merges` merges from nt texts (texts[i] has lens[i] bytes; a NULL text must have
+ * length 0): subword-nmt's learn_bpe on the units of the texts, each merge the most frequent
+ * adjacent pair of tokens over all units (ties: the smaller left id, then right id), stopping
+ * early when the best pair occurs fewer than min_count times (values below 1 mean 1). The result
+ * depends on the texts only (not on their order beyond that). MEGA_ERR_INVALID (bad arguments),
+ * MEGA_ERR_OOM; *out NULL on failure. */
+mega_status mega_bpe_learn(const uint8_t *const *texts, const size_t *lens, size_t nt, int merges, int min_count,
+                           mega_bpe **out);
+void mega_bpe_free(mega_bpe *b); /* NULL allowed */
+int mega_bpe_merges(const mega_bpe *b);     /* merges (0 for NULL) */
+int mega_bpe_vocab_size(const mega_bpe *b); /* 258 + merges */
+/* token id's bytes (len receives their count; <pad> and </s> have none); NULL for an id outside
+ * the vocabulary */
+const uint8_t *mega_bpe_token(const mega_bpe *b, int id, size_t *len);
+/* s[0..n) as tokens into ids (room for n values: a text never has more tokens than bytes);
+ * returns the count. b NULL: the bytes themselves. No </s> is added. */
+size_t mega_bpe_encode(const mega_bpe *b, const uint8_t *s, size_t n, int32_t *ids);
+/* the bytes of tokens ids[0..n) into out (room for the sum of their lengths: at most
+ * n * the longest token); <pad>, </s> and ids outside the vocabulary give nothing. b NULL: the
+ * byte vocabulary. Returns the byte count. */
+size_t mega_bpe_decode(const mega_bpe *b, const int32_t *ids, size_t n, uint8_t *out);
+/* The merge list as text ("mega-bpe 1 <n>" then one "<left> <right>" line per merge), malloc'd
+ * (free it); *len its length (may be NULL). NULL when out of memory. */
+char *mega_bpe_to_string(const mega_bpe *b, size_t *len);
+/* ... and back: MEGA_ERR_FORMAT for anything but that exact form (decimal ids without leading
+ * zeros, single spaces and newlines; a wrong header, a cut or
+ * corrupt line, a merge using <pad>, </s> or a later token, a repeated merge, trailing bytes,
+ * more than MEGA_BPE_MAX_MERGES), MEGA_ERR_OOM. */
+mega_status mega_bpe_from_string(const char *s, size_t n, mega_bpe **out);
+
 /* Whether s[0..n) is well-formed UTF-8 (Unicode table 3-7: no overlong forms, no surrogates
  * U+D800..DFFF, nothing above U+10FFFF, no sequence cut short by the end): returns n when it is,
  * else the offset of the first byte of the first bad sequence. */
@@ -414,6 +458,8 @@ typedef struct {
     const char *limit; /* names both length limits in messages and in the skip summary, as the
                           caller's user sets them ("--seq-len" gives "longer than --seq-len 256");
                           NULL: "max_src_len" / "max_tgt_len" */
+    const mega_bpe *src_bpe, *tgt_bpe; /* subword units (mega_bpe_encode) of each side instead of
+                                          bytes (NULL: bytes); the limits count the side's tokens */
 } mega_s2s_opts;
 
 typedef struct {
@@ -425,6 +471,7 @@ typedef struct {
     size_t pool_n;
     int src_max, tgt_max;    /* longest source / target stored */
     int64_t n_src_tokens, n_tgt_tokens;
+    int64_t n_src_bytes, n_tgt_bytes; /* the UTF-8 bytes of the stored sentences (no </s>) */
     int n_lines;             /* lines read (all of them, or up to the max_examples-th usable one) */
     int n_blank;             /* empty lines (also "\r" alone): skipped, never an error */
     int n_crlf;              /* lines that ended in "\r\n" (the "\r" is stripped) */
@@ -465,6 +512,9 @@ int mega_s2s_skip_summary(const mega_s2s_data *d, char *buf, size_t cap);
  * than the limit of M"). tok (room for n + 1 values) receives the bytes then MEGA_S2S_EOS, *len
  * their count (0 on failure). */
 mega_status mega_s2s_tokenize(const char *s, size_t n, int max_len, int32_t *tok, int *len);
+/* the same with subword units (b NULL: bytes, as mega_s2s_tokenize); the limit then counts
+ * subword tokens ("source: N tokens (N-1 subwords of B bytes + </s>), more than the limit of M") */
+mega_status mega_s2s_tokenize_bpe(const mega_bpe *b, const char *s, size_t n, int max_len, int32_t *tok, int *len);
 
 /* The batches of one epoch: example indices in idx, batch b = idx[off[b] .. off[b] + count[b]). */
 typedef struct {

@@ -316,3 +316,31 @@ int meta_fdict(const mega_st_file *f, const char *key, int size, const char *pat
     }
     return 0;
 }
+
+int meta_bpe(const char *path, const mega_s2s_config *c, mega_bpe **src, mega_bpe **tgt) {
+    *src = *tgt = NULL;
+    mega_st_file *f;
+    if (mega_st_open(path, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const char *v = mega_st_meta(f, "vocab"), *ms = mega_st_meta(f, "src-bpe"), *mt = mega_st_meta(f, "tgt-bpe");
+    int rc = 0;
+    if (v && strstr(v, "\"bpe\"")) {
+        if (!ms && !mt) rc = cli_error("%s: a subword (BPE) model without its merge lists (metadata \"src-bpe\", \"tgt-bpe\")", path);
+        if (!rc && ms && mega_bpe_from_string(ms, strlen(ms), src) != MEGA_OK) rc = cli_error("%s: src-bpe: %s", path, mega_last_error());
+        if (!rc && mt && ms && !strcmp(ms, mt)) *tgt = *src; /* one vocabulary for both sides */
+        else if (!rc && mt && mega_bpe_from_string(mt, strlen(mt), tgt) != MEGA_OK)
+            rc = cli_error("%s: tgt-bpe: %s", path, mega_last_error());
+        if (!rc && (mega_bpe_vocab_size(*src) != c->src_vocab_size || mega_bpe_vocab_size(*tgt) != c->tgt_vocab_size ||
+                    c->padding_idx != MEGA_S2S_PAD || c->eos_idx != MEGA_S2S_EOS))
+            rc = cli_error("%s: the subword vocabularies (source %d, target %d tokens; pad 256, eos 257) do not match the "
+                           "model's (%d/%d, pad %d, eos %d)", path, mega_bpe_vocab_size(*src), mega_bpe_vocab_size(*tgt),
+                           c->src_vocab_size, c->tgt_vocab_size, c->padding_idx, c->eos_idx);
+    } else if (ms || mt) {
+        rc = cli_error("%s: a BPE merge list in a model whose vocabulary is not \"bpe\"", path);
+    }
+    mega_st_close(f);
+    if (rc) {
+        if (*tgt != *src) mega_bpe_free(*tgt);
+        mega_bpe_free(*src), *src = *tgt = NULL;
+    }
+    return rc;
+}

@@ -121,6 +121,11 @@ int cmd_bench(int argc, char **argv);
 int cmd_listops(int argc, char **argv);
 int cmd_translate(int argc, char **argv);
 /* mega eval on a translation model (translate.c) */
+/* The subword units of a translation model file (metadata "vocab" of kind "bpe", the merge
+ * lists "src-bpe" and "tgt-bpe"; a side without one uses bytes), checked against the config's
+ * vocabularies (258 + merges each, pad 256, eos 257); *src and *tgt are NULL for bytes and the
+ * same object when both sides share one list (free it once). 0, or 1 after printing the error. */
+int meta_bpe(const char *path, const mega_s2s_config *c, mega_bpe **src, mega_bpe **tgt);
 int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
                    int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory);
 int cmd_freedict(int argc, char **argv);

@@ -399,7 +399,7 @@ int cmd_eval(int argc, char **argv) {
         {"task", F_ENUM, &task, "lm, classify or translate (auto: from the model)", "auto|lm|classify|translate", 1, 0, 0},
         {"beam", F_INT, &sp.beam, "translate: beam size (1 = greedy)", NULL, 1, 1024, 0},
         {"lenpen", F_DBL, &sp.lenpen, "translate: length penalty (log P / length^lenpen)", NULL, 0, 100, 0},
-        {"max-len-a", F_DBL, &sp.max_len_a, "translate: longest output = a * source tokens + b", NULL, 0, 1000, 0},
+        {"max-len-a", F_DBL, &sp.max_len_a, "translate: longest output = a * source tokens + b (source bytes for subword sources with byte targets)", NULL, 0, 1000, 0},
         {"max-len-b", F_INT, &sp.max_len_b, "translate: see --max-len-a", NULL, 0, 1 << 20, 0},
         {"max-examples", F_I64, &max_examples, "translate: the first N usable pairs only (0 = all)", NULL, 0, 1e12, 0},
         {"max-tokens", F_INT, &max_tokens, "translate: tokens per teacher-forced batch", NULL, 2, 1 << 30, 0},
@@ -596,6 +596,26 @@ int cmd_info(int argc, char **argv) {
                mega_mixer_name(sc->encoder.mixer), sc->decoder.mixer == MEGA_MIXER_MEGA ? "gated" : "multi-head",
                mega_ps_trainable(mega_s2s_paramset(sm)));
         print_s2s_config(stdout, sc, "           ");
+        mega_bpe *sb = NULL, *tb = NULL;
+        if (meta_bpe(p, sc, &sb, &tb)) {
+            free(js);
+            mega_s2s_free(sm);
+            return 2;
+        }
+        for (int side = 0; side < 2; side++) {
+            const mega_bpe *b = side ? tb : sb;
+            if (!b || (side && tb == sb)) continue;
+            size_t longest = 0;
+            for (int v = 0; v < mega_bpe_vocab_size(b); v++) {
+                size_t l;
+                mega_bpe_token(b, v, &l);
+                longest = l > longest ? l : longest;
+            }
+            printf("vocabulary %s subword units: %d byte-pair merges, %d tokens (longest %zu bytes)\n",
+                   sb == tb ? "both sides:" : side ? "target:" : "source:", mega_bpe_merges(b), mega_bpe_vocab_size(b), longest);
+        }
+        if (tb != sb) mega_bpe_free(tb);
+        mega_bpe_free(sb);
         printf("config     %s\n", js ? js : "");
         free(js);
         mega_s2s_free(sm);

@@ -18,6 +18,9 @@ typedef struct train_args {
     mega_cls_config cls; /* task classify */
     mega_s2s_config s2s; /* task translate (the block flags set the encoder; the decoder copies it) */
     int max_tokens;      /* translate: tokens per batch (fairseq --max-tokens) */
+    int bpe_merges;      /* translate: byte-pair merges learned from the training pairs (0 = bytes; a
+                            resumed run keeps its checkpoint's) */
+    const char *bpe_sides; /* translate: the sides in subword units: both (one vocabulary), source, target */
     double label_smoothing;
     int classes;         /* classify: --classes (0 = from the training labels) */
     /* training */

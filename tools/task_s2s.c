@@ -1,5 +1,6 @@
 /* `mega train --task translate`: the Mega encoder–decoder on parallel text (source<TAB>target). */
 #include "task.h"
+#include "dist.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -20,10 +21,15 @@ typedef struct {
     size_t cap;
     run_memory mem; /* what the run needs (printed by describe) */
     char how[96];
+    mega_bpe *src_bpe, *tgt_bpe; /* subword units of each side (NULL: bytes; one object when shared) */
+    char *src_text, *tgt_text;   /* their merge lists, as saved */
+    char bpe_how[200];           /* how they were made (printed by describe) */
 } s2s_task;
 
 /* the byte vocabulary of the checkpoint's metadata */
 #define S2S_VOCAB_JSON "{\"kind\":\"bytes\",\"size\":258,\"pad\":256,\"eos\":257}"
+/* ... and the subword ones (merge lists under "src-bpe" and "tgt-bpe"; a side without one is bytes) */
+#define S2S_BPE_JSON "{\"kind\":\"bpe\",\"src-size\":%d,\"tgt-size\":%d,\"pad\":256,\"eos\":257}"
 
 static int ensure_cap(s2s_task *C, size_t n) {
     if (n <= C->cap) return 0;
@@ -164,7 +170,11 @@ static mega_status s2s_save(task *t, const char *path, const char *const *kv) {
     const char *all[16];
     int k = 0;
     for (; kv && kv[k] && k < 12; k++) all[k] = kv[k];
-    all[k++] = "vocab", all[k++] = S2S_VOCAB_JSON;
+    char vj[128];
+    snprintf(vj, sizeof vj, S2S_BPE_JSON, mega_bpe_vocab_size(C->src_bpe), mega_bpe_vocab_size(C->tgt_bpe));
+    all[k++] = "vocab", all[k++] = C->src_bpe || C->tgt_bpe ? vj : S2S_VOCAB_JSON;
+    if (C->src_bpe) all[k++] = "src-bpe", all[k++] = C->src_text;
+    if (C->tgt_bpe) all[k++] = "tgt-bpe", all[k++] = C->tgt_text;
     all[k] = NULL;
     return mega_s2s_save_ex(C->m, path, all);
 }
@@ -194,6 +204,7 @@ static void s2s_describe(task *t, const train_args *a, FILE *f) {
     if (mega_s2s_skip_summary(&C->train, sk, sizeof sk)) fprintf(f, "            skipped in %s: %s\n", C->train.path, sk);
     if (!C->valid_from_train && C->n_valid && mega_s2s_skip_summary(&C->valid, sk, sizeof sk))
         fprintf(f, "            skipped in %s: %s\n", C->valid.path, sk);
+    if (C->src_bpe || C->tgt_bpe) fprintf(f, "  subwords  %s\n", C->bpe_how);
     fprintf(f, "  batches   up to %d tokens and %d sentences each (%d batches per epoch), label smoothing %g\n",
             a->max_tokens, a->batch, C->plan.n, a->label_smoothing);
     char mb[512];
@@ -232,20 +243,75 @@ static void s2s_destroy(task *t) {
     mega_s2s_data_free(&C->valid);
     mega_s2s_plan_free(&C->plan);
     free(C->vidx), free(C->src), free(C->prev), free(C->tgt);
+    if (C->tgt_bpe != C->src_bpe) mega_bpe_free(C->tgt_bpe);
+    mega_bpe_free(C->src_bpe), free(C->src_text), free(C->tgt_text);
     free(C);
     free(t);
 }
 
-/* the translate task's defaults (before the flags). The model shape, batch and learning rate are
- * those of the 20-minute FreeDict recipe (docs/translation.md, "How the recipe was found"): at
- * equal time a shallow encoder and a deeper decoder (1 + 3), one embedding table for the bytes of
- * both sides and small batches (more updates) each lowered the validation loss. They are set here,
- * not in mega_s2s_config_default, whose values also fill the fields an official or older
- * config.json leaves out. */
+/* Subword units for a new run: --bpe merges learned from the pairs of --data that are trained on
+ * (without --valid, the held-out tail is cut by line number here: *tail_line receives the line
+ * where it starts, 0 when there is none), from the sides --bpe-sides names: both (one vocabulary,
+ * the two sides one text collection), or one side (the other stays bytes). */
+static int s2s_learn_bpe(s2s_task *C, const train_args *a, int *tail_line) {
+    const double t0 = now_sec();
+    mega_s2s_opts o = {0, 0, 0, 0, "--data", "--seq-len", NULL, NULL};
+    mega_s2s_data d;
+    *tail_line = 0;
+    if (mega_s2s_data_load(a->data, &o, &d) != MEGA_OK) return cli_error("%s", mega_last_error());
+    int n = d.n;
+    if (!a->valid && a->valid_fraction > 0 && d.n >= 2) {
+        int nv = (int)(d.n * a->valid_fraction);
+        if (nv < 1) nv = 1;
+        n = d.n - nv;
+        *tail_line = d.line[n];
+    }
+    const int both = !strcmp(a->bpe_sides, "both"), tgt_side = !strcmp(a->bpe_sides, "target");
+    uint8_t *buf = malloc(d.pool_n ? d.pool_n : 1);
+    const uint8_t **tx = malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof *tx);
+    size_t *ln = malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof *ln), nt = 0, o2 = 0;
+    int rc = !buf || !tx || !ln ? cli_error("out of memory learning the subword units") : 0;
+    for (int i = 0; !rc && i < n; i++)
+        for (int side = 0; side < 2; side++) {
+            if (!both && side != tgt_side) continue;
+            const uint16_t *t = side ? mega_s2s_data_tgt(&d, i) : mega_s2s_data_src(&d, i);
+            const int len = (side ? d.tgt_len[i] : d.src_len[i]) - 1; /* without </s> */
+            tx[nt] = buf + o2, ln[nt++] = (size_t)len;
+            for (int k = 0; k < len; k++) buf[o2++] = (uint8_t)t[k];
+        }
+    mega_bpe *b = NULL;
+    if (!rc && mega_bpe_learn(tx, ln, nt, a->bpe_merges, 2, &b) != MEGA_OK) rc = cli_error("%s", mega_last_error());
+    char *text = !rc ? mega_bpe_to_string(b, NULL) : NULL;
+    if (!rc && !text) rc = cli_error("%s", mega_last_error());
+    if (!rc) {
+        if (both || !tgt_side) C->src_bpe = b, C->src_text = text;
+        if (both || tgt_side) C->tgt_bpe = b, C->tgt_text = both ? strdup(text) : text;
+        if (both && !C->tgt_text) rc = cli_error("out of memory");
+        snprintf(C->bpe_how, sizeof C->bpe_how, "%d byte-pair merges (--bpe %d) learned from the %s of %d pairs in %.1f s: %d tokens%s",
+                 mega_bpe_merges(b), a->bpe_merges, both ? "sources and targets" : tgt_side ? "targets" : "sources", n,
+                 now_sec() - t0, mega_bpe_vocab_size(b),
+                 both ? " for both sides" : tgt_side ? " on the target side (bytes on the source side)" : " on the source side (bytes on the target side)");
+    } else {
+        mega_bpe_free(b), free(text);
+    }
+    free(buf), free(tx), free(ln);
+    mega_s2s_data_free(&d);
+    return rc;
+}
+
+/* the translate task's defaults (before the flags). The model shape, batch, learning rate and
+ * vocabularies are those of the 20-minute FreeDict recipe (docs/translation.md, "How the recipe
+ * was found"): at equal time a shallow encoder and a deeper decoder (1 + 3), small batches (more
+ * updates) and subword units on the source side with bytes on the target side (4,000 merges)
+ * each improved the held-out result. The two sides then have different vocabularies, so they do
+ * not share an embedding table (--bpe 0 --share-all-embeddings gives the byte recipe of
+ * 2026-11-26). They are set here, not in mega_s2s_config_default, whose values also fill the
+ * fields an official or older config.json leaves out. */
 void s2s_apply_translate_defaults(train_args *a) {
     a->seq_len = 256, a->batch = 512, a->steps = 2000, a->warmup = 200, a->lr = 3e-3, a->min_lr = 1e-4;
     a->max_tokens = 1024;
-    a->s2s.encoder_layers = 1, a->s2s.decoder_layers = 3, a->s2s.share_all_embeddings = 1;
+    a->bpe_merges = 4000, a->bpe_sides = "source";
+    a->s2s.encoder_layers = 1, a->s2s.decoder_layers = 3, a->s2s.share_all_embeddings = 0;
     a->eval_tokens = 1000; /* validation pairs per evaluation */
 }
 
@@ -258,7 +324,39 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
     s2s_task *C = t->impl;
     C->plan_epoch = -1;
     if (model_path && mega_s2s_load(model_path, &C->m) != MEGA_OK) goto fail_msg;
-    mega_s2s_opts o = {a->seq_len, a->seq_len, 0, 0, "--data", "--seq-len"};
+    /* the vocabulary: a resumed run's own (bytes, or the subword units in its checkpoint), else
+     * --bpe merges learned now */
+    int tail_line = 0;
+    const cli_flag *bf = cli_flag_named(a->flags, "bpe"), *bs = cli_flag_named(a->flags, "bpe-sides");
+    if (model_path) {
+        if (meta_bpe(model_path, mega_s2s_get_config(C->m), &C->src_bpe, &C->tgt_bpe)) goto fail;
+        const int mine = mega_bpe_merges(C->src_bpe ? C->src_bpe : C->tgt_bpe);
+        const char *sides = !C->src_bpe && !C->tgt_bpe ? "" : C->src_bpe == C->tgt_bpe ? "both" : C->src_bpe ? "source" : "target";
+        if ((bf && bf->seen && a->bpe_merges != mine) || (bs && bs->seen && *sides && strcmp(a->bpe_sides, sides))) {
+            cli_error("--resume: the run was trained with %s%s%s; --bpe and --bpe-sides cannot change it",
+                      *sides ? "subword units on " : "bytes (--bpe 0)", sides, *sides ? (strcmp(sides, "both") ? " side" : " sides") : "");
+            goto fail;
+        }
+        if ((C->src_bpe && !(C->src_text = mega_bpe_to_string(C->src_bpe, NULL))) ||
+            (C->tgt_bpe && !(C->tgt_text = mega_bpe_to_string(C->tgt_bpe, NULL))))
+            goto fail_msg;
+        if (*sides)
+            snprintf(C->bpe_how, sizeof C->bpe_how, "%d byte-pair merges on %s side%s (from the checkpoint)", mine,
+                     !strcmp(sides, "both") ? "both" : sides, strcmp(sides, "both") ? "" : "s");
+    } else if (a->bpe_merges > 0) {
+        if (s2s_learn_bpe(C, a, &tail_line)) goto fail;
+        a->s2s.src_vocab_size = mega_bpe_vocab_size(C->src_bpe);
+        a->s2s.tgt_vocab_size = mega_bpe_vocab_size(C->tgt_bpe);
+        /* two vocabularies cannot share one table: the translate default turns sharing off */
+        const cli_flag *sh = cli_flag_named(a->flags, "share-all-embeddings");
+        if (C->src_bpe != C->tgt_bpe && a->s2s.share_all_embeddings && !(sh && sh->seen)) {
+            a->s2s.share_all_embeddings = 0;
+            if (dist_rank() == 0)
+                fprintf(stderr, "mega: note: --bpe-sides %s gives the two sides different vocabularies: "
+                                "--share-all-embeddings is off\n", a->bpe_sides);
+        }
+    }
+    mega_s2s_opts o = {a->seq_len, a->seq_len, 0, 0, "--data", "--seq-len", C->src_bpe, C->tgt_bpe};
     if (mega_s2s_data_load(a->data, &o, &C->train) != MEGA_OK) goto fail_msg;
     C->n_total = C->train.n;
     if (a->valid) {
@@ -270,6 +368,11 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
     } else if (a->valid_fraction > 0 && C->train.n >= 2) {
         int nv = (int)(C->train.n * a->valid_fraction);
         if (nv < 1) nv = 1;
+        if (tail_line > 0) { /* the tail the subword units were learned without */
+            nv = 0;
+            while (nv < C->train.n - 1 && C->train.line[C->train.n - 1 - nv] >= tail_line) nv++;
+            if (nv < 1) nv = 1;
+        }
         C->n_valid = nv, C->valid_from_train = 1;
         C->train.n -= nv; /* batches are drawn from the first examples only */
         C->vidx = malloc((size_t)nv * sizeof(int));
@@ -297,12 +400,12 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
         mega_s2s_config_resolve(&a->s2s);
         if (resume_config_differs(a, f, n, &a->s2s, mega_s2s_get_config(C->m), offsetof(mega_s2s_config, encoder))) goto fail;
     }
-    /* the data must fit the model: its positions and its vocabulary (bytes, pad, eos) */
+    /* the data must fit the model: its positions and its vocabularies (bytes or subwords, pad, eos) */
     const mega_s2s_config *mc = mega_s2s_get_config(C->m);
-    if (mc->src_vocab_size != MEGA_S2S_VOCAB || mc->tgt_vocab_size != MEGA_S2S_VOCAB || mc->padding_idx != MEGA_S2S_PAD ||
-        mc->eos_idx != MEGA_S2S_EOS) {
-        cli_error("the model's vocabulary (%d/%d, pad %d, eos %d) is not the byte vocabulary of parallel text (258, pad 256, "
-                  "eos 257)", mc->src_vocab_size, mc->tgt_vocab_size, mc->padding_idx, mc->eos_idx);
+    const int Vs = mega_bpe_vocab_size(C->src_bpe), Vt = mega_bpe_vocab_size(C->tgt_bpe);
+    if (mc->src_vocab_size != Vs || mc->tgt_vocab_size != Vt || mc->padding_idx != MEGA_S2S_PAD || mc->eos_idx != MEGA_S2S_EOS) {
+        cli_error("the model's vocabulary (%d/%d, pad %d, eos %d) is not that of its parallel text (%d/%d, pad 256, eos 257)",
+                  mc->src_vocab_size, mc->tgt_vocab_size, mc->padding_idx, mc->eos_idx, Vs, Vt);
         goto fail;
     }
     if (mega_s2s_batches(&C->train, a->max_tokens, a->batch, (uint64_t)a->seed, 0, 1, &C->plan) != MEGA_OK) goto fail_msg;

@@ -324,7 +324,7 @@ static void set_defaults(train_args *a) {
     mega_lm_config_default(&a->lm);
     mega_cls_config_default(&a->cls);
     mega_s2s_config_default(&a->s2s);
-    a->max_tokens = 4096, a->label_smoothing = 0.1;
+    a->max_tokens = 4096, a->label_smoothing = 0.1, a->bpe_sides = "both";
     a->steps = 1000, a->batch = 16, a->seq_len = 256;
     a->lr = 2e-3, a->min_lr = 1e-4, a->warmup = 100, a->schedule = "cosine";
     a->weight_decay = 0.01, a->clip = 1.0, a->beta1 = 0.9, a->beta2 = 0.98, a->eps = 1e-8;
@@ -381,6 +381,12 @@ static int build_flags(cli_flag *fl, train_args *a, int kind) {
         const cli_flag sf[] = {
             {"max-tokens", F_INT, &a->max_tokens, "tokens per batch: sentences x their longest side (fairseq --max-tokens)", NULL, 2, 1 << 30, 0},
             {"label-smoothing", F_DBL, &a->label_smoothing, "label smoothing of the cross-entropy (fairseq; 0 = none)", NULL, 0, 0.99, 0},
+            {"bpe", F_INT, &a->bpe_merges, "subword units: learn this many byte-pair merges from the training pairs (both sides, "
+             "one vocabulary of 258 + N tokens, stored in the checkpoint; docs/translation.md); 0 = bytes on both sides", NULL, 0,
+             MEGA_BPE_MAX_MERGES, 0},
+            {"bpe-sides", F_ENUM, &a->bpe_sides, "with --bpe: the sides in subword units (both: one vocabulary learned from "
+             "both sides; source or target: learned from that side only, the other side stays bytes, separate embedding "
+             "tables)", "both|source|target", 1, 0, 0},
             {"postnorm", F_CLEAR, &a->s2s.encoder.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
             {"no-scale-embedding", F_CLEAR, &a->s2s.scale_embedding, "= --scale-embedding=false", NULL, 1, 0, 0},
         };

@@ -13,18 +13,16 @@
 /* Model output bytes as one line of text: valid UTF-8 sequences are copied, every byte of an
  * invalid one becomes U+FFFD, and line breaks and tabs become spaces (one line per input).
  * out needs 3n + 1 bytes. Returns the length. */
-static size_t tokens_to_line(const int32_t *tok, int n, char *out) {
-    uint8_t *b = (uint8_t *)out + 2 * (size_t)n; /* the raw bytes at the end of the buffer */
-    for (int i = 0; i < n; i++) b[i] = (uint8_t)(tok[i] & 0xff);
+static size_t bytes_to_line(const uint8_t *b, size_t n, char *out) {
     size_t o = 0;
-    for (int i = 0; i < n;) {
-        size_t ok = mega_utf8_check(b + i, (size_t)(n - i));
+    for (size_t i = 0; i < n;) {
+        size_t ok = mega_utf8_check(b + i, n - i);
         /* copy the valid prefix, then one replacement per invalid byte */
         for (size_t k = 0; k < ok; k++) {
             uint8_t c = b[i + k];
             out[o++] = (char)(c == '\n' || c == '\r' || c == '\t' ? ' ' : c);
         }
-        i += (int)ok;
+        i += ok;
         if (i < n) {
             out[o++] = (char)0xEF, out[o++] = (char)0xBF, out[o++] = (char)0xBD;
             i++;
@@ -34,12 +32,41 @@ static size_t tokens_to_line(const int32_t *tok, int n, char *out) {
     return o;
 }
 
+/* byte tokens (ids < 256) as one line, as bytes_to_line; out needs 3n + 1 bytes */
+static size_t tokens_to_line(const int32_t *tok, int n, char *out) {
+    uint8_t *b = (uint8_t *)out + 2 * (size_t)n; /* the raw bytes at the end of the buffer */
+    for (int i = 0; i < n; i++) b[i] = (uint8_t)(tok[i] & 0xff);
+    return bytes_to_line(b, (size_t)n, out);
+}
+
+/* the longest token of a subword vocabulary in bytes (1 for bytes) */
+static size_t bpe_longest(const mega_bpe *b) {
+    size_t w = 1;
+    for (int v = 0; b && v < mega_bpe_vocab_size(b); v++) {
+        size_t l;
+        mega_bpe_token(b, v, &l);
+        if (l > w) w = l;
+    }
+    return w;
+}
+
 /* The source and target fairseq dictionaries of a model converted from an official translation
  * checkpoint (metadata "vocab" and "tgt-vocab", docs/interop.md), or NULL for the byte models
  * this project trains. */
 typedef struct {
     mega_fdict *src, *tgt;
+    /* subword units of a model trained with --bpe, per side (NULL: bytes or dictionaries; one
+     * object when shared) and their longest token in bytes (1 for bytes) */
+    mega_bpe *src_bpe, *tgt_bpe;
+    size_t src_longest, tgt_longest;
 } s2s_dicts;
+
+static void s2s_dicts_free(s2s_dicts *d) {
+    mega_fdict_free(d->src), mega_fdict_free(d->tgt);
+    if (d->tgt_bpe != d->src_bpe) mega_bpe_free(d->tgt_bpe);
+    mega_bpe_free(d->src_bpe);
+    memset(d, 0, sizeof *d);
+}
 
 static int s2s_vocab(const char *path, const mega_s2s_config *c, s2s_dicts *d) {
     memset(d, 0, sizeof *d);
@@ -53,36 +80,52 @@ static int s2s_vocab(const char *path, const mega_s2s_config *c, s2s_dicts *d) {
     return rc;
 }
 
-/* the model at arg; dicts NULL: only byte models (mega eval --task translate) */
-static int load_s2s(const char *arg, mega_s2s **m, s2s_dicts *dicts) {
+/* the model at arg with its vocabulary: bytes, subword units (--bpe) or, with allow_fdict, the
+ * fairseq dictionaries of a converted official model (mega eval reads the other two only) */
+static int load_s2s(const char *arg, mega_s2s **m, s2s_dicts *dicts, int allow_fdict) {
     char p[4096];
     const mega_load_opts inference = {1, 0}; /* no gradient buffer */
+    memset(dicts, 0, sizeof *dicts);
     if (mega_model_file(arg, p, sizeof p) != MEGA_OK || mega_s2s_load_ex(p, &inference, m) != MEGA_OK)
         return cli_error("%s", mega_last_error());
     const mega_s2s_config *c = mega_s2s_get_config(*m);
-    s2s_dicts d;
-    if (s2s_vocab(p, c, &d)) {
+    if (s2s_vocab(p, c, dicts) || (!dicts->src && meta_bpe(p, c, &dicts->src_bpe, &dicts->tgt_bpe))) {
+        s2s_dicts_free(dicts);
         mega_s2s_free(*m), *m = NULL;
         return 1;
     }
-    if (d.src && dicts) {
-        *dicts = d;
-        return 0;
-    }
-    if (d.src) {
-        mega_fdict_free(d.src), mega_fdict_free(d.tgt);
+    if (dicts->src && !allow_fdict) {
+        s2s_dicts_free(dicts);
         mega_s2s_free(*m), *m = NULL;
         return cli_error("'%s' was converted from an official checkpoint (fairseq dictionaries): `mega translate` "
-                         "translates with it; this evaluation reads byte models only", arg);
+                         "translates with it; this evaluation reads the models `mega train --task translate` makes", arg);
     }
-    if (c->src_vocab_size != MEGA_S2S_VOCAB || c->tgt_vocab_size != MEGA_S2S_VOCAB || c->eos_idx != MEGA_S2S_EOS ||
-        c->padding_idx != MEGA_S2S_PAD) {
+    if (dicts->src) return 0;
+    if (c->src_vocab_size != mega_bpe_vocab_size(dicts->src_bpe) || c->tgt_vocab_size != mega_bpe_vocab_size(dicts->tgt_bpe) ||
+        c->eos_idx != MEGA_S2S_EOS || c->padding_idx != MEGA_S2S_PAD) {
+        s2s_dicts_free(dicts);
         mega_s2s_free(*m), *m = NULL;
-        return cli_error("'%s' does not use the byte vocabulary (258, pad 256, eos 257) of parallel text", arg);
+        return cli_error("'%s' does not use the byte vocabulary (258, pad 256, eos 257) of parallel text, nor subword units", arg);
     }
-    if (dicts) memset(dicts, 0, sizeof *dicts);
+    dicts->src_longest = bpe_longest(dicts->src_bpe), dicts->tgt_longest = bpe_longest(dicts->tgt_bpe);
     return 0;
 }
+
+/* a token row of one side (tgt: the target) as text: subword units decoded to their bytes, or the
+ * bytes (ids < 256) of a byte vocabulary (</s> and <pad> give nothing); out needs
+ * `bytes_cap(d, tgt, n)` bytes, NUL-terminated */
+static size_t tokens_text(const s2s_dicts *d, int tgt, const int32_t *t, int n, char *out) {
+    const size_t k = mega_bpe_decode(tgt ? d->tgt_bpe : d->src_bpe, t, (size_t)n, (uint8_t *)out);
+    out[k] = 0;
+    return k;
+}
+static size_t bytes_cap(const s2s_dicts *d, int tgt, int n) {
+    return (tgt ? d->tgt_longest : d->src_longest) * (size_t)(n > 0 ? n : 0) + 1;
+}
+
+/* whether the search's length limit counts the source in bytes: subword sources with byte
+ * targets (--bpe-sides source), where a * (source tokens) + b would cut translations short */
+static int limit_in_bytes(const s2s_dicts *d) { return d->src_bpe && !d->tgt_bpe; }
 
 /* A line of source text into ids with the source dictionary (its words, then </s>), at most max;
  * 0, or -1 with the reason in why. */
@@ -173,7 +216,7 @@ static size_t text_cap(const s2s_dicts *d, int L) {
         const char *t = mega_fdict_token(d->tgt, i);
         if (t && strlen(t) + 1 > w) w = strlen(t) + 1;
     }
-    return (d->tgt ? w : 3) * (size_t)L + 1;
+    return (d->tgt ? w : 3 * (d->tgt_longest ? d->tgt_longest : 1)) * (size_t)L + 1;
 }
 
 int cmd_translate(int argc, char **argv) {
@@ -186,7 +229,7 @@ int cmd_translate(int argc, char **argv) {
         {"input", F_STR, &input, "source sentences, one per line (default: standard input)", NULL, 1, 0, 0},
         {"beam", F_INT, &sp.beam, "beam size (1 = greedy)", NULL, 1, 1024, 0},
         {"lenpen", F_DBL, &sp.lenpen, "length penalty: a hypothesis scores log P / length^lenpen (fairseq --lenpen)", NULL, 0, 100, 0},
-        {"max-len-a", F_DBL, &sp.max_len_a, "longest output = a * source tokens + b (fairseq --max-len-a)", NULL, 0, 1000, 0},
+        {"max-len-a", F_DBL, &sp.max_len_a, "longest output = a * source tokens + b (fairseq --max-len-a; a model with subword sources and byte targets counts the source in bytes)", NULL, 0, 1000, 0},
         {"max-len-b", F_INT, &sp.max_len_b, "see --max-len-a", NULL, 0, 1 << 20, 0},
         {"batch", F_INT, &batch, "sentences translated together", NULL, 1, 1 << 16, 0},
         {"remove-bpe", F_SET, &remove_bpe, "models with fairseq dictionaries: join subword-nmt pieces (\"@@ \") in the output", NULL, 1, 0, 0},
@@ -202,7 +245,7 @@ int cmd_translate(int argc, char **argv) {
     if (input && !(in = open_input(input, "--input"))) return 2; /* regular files only; stdin when absent */
     mega_s2s *m = NULL;
     s2s_dicts dicts;
-    if (load_s2s(model, &m, &dicts)) {
+    if (load_s2s(model, &m, &dicts, 1)) {
         if (in != stdin) fclose(in);
         return 2;
     }
@@ -212,13 +255,15 @@ int cmd_translate(int argc, char **argv) {
     long lineno = 0, first = 0;
     int32_t *src = malloc((size_t)batch * capS * sizeof(int32_t)), *one = malloc((size_t)capS * sizeof(int32_t));
     int *slen = calloc((size_t)batch, sizeof(int)), *ok = calloc((size_t)batch, sizeof(int)), *olen = calloc((size_t)batch, sizeof(int));
+    int *limn = calloc((size_t)batch, sizeof(int)); /* the length each search limit counts */
     int32_t *out = NULL;
     char *text = NULL, *line = NULL;
+    uint8_t *raw = NULL; /* a subword model's output bytes */
     size_t lcap = 0;
-    if (!src || !one || !slen || !ok || !olen) rc = cli_error("out of memory");
+    if (!src || !one || !slen || !ok || !olen || !limn) rc = cli_error("out of memory");
     /* a line longer than the model accepts is reported, never held whole (a word model's tokens
      * are at least 2 bytes apart, with the space) */
-    const size_t lim = (size_t)(maxS < (1 << 20) ? maxS : (1 << 20)) * (dicts.src ? 64 : 1) + 8;
+    const size_t lim = (size_t)(maxS < (1 << 20) ? maxS : (1 << 20)) * (dicts.src ? 64 : dicts.src_longest) + 8;
     for (int eof = 0; !rc && !eof;) {
         size_t full = 0;
         long n = read_line_bounded(in, &line, &lcap, lim, &full);
@@ -258,7 +303,7 @@ int cmd_translate(int argc, char **argv) {
                 snprintf(why, sizeof why, "source: a line of %zu bytes, more than the limit of %zu", full, lim - 8);
             else if (dicts.src)
                 st = fdict_tokenize(dicts.src, line, (size_t)n, maxS, one, &len, why, sizeof why) ? MEGA_ERR_INVALID : MEGA_OK;
-            else if ((st = mega_s2s_tokenize(line, (size_t)n, maxS, one, &len)) != MEGA_OK)
+            else if ((st = mega_s2s_tokenize_bpe(dicts.src_bpe, line, (size_t)n, maxS, one, &len)) != MEGA_OK)
                 snprintf(why, sizeof why, "%s", mega_last_error());
             ok[nb] = st == MEGA_OK;
             if (!ok[nb]) {
@@ -272,6 +317,10 @@ int cmd_translate(int argc, char **argv) {
                 one[0] = eos, len = 1; /* a placeholder row, its output is not printed */
             }
             memcpy(src + (size_t)nb * capS, one, (size_t)len * sizeof(int32_t));
+            size_t mb = (size_t)n; /* the line's bytes without its end */
+            if (mb && line[mb - 1] == '\n') mb--;
+            if (mb && line[mb - 1] == '\r') mb--;
+            limn[nb] = limit_in_bytes(&dicts) && ok[nb] ? (int)mb + 1 : len;
             slen[nb++] = len;
         }
         if (nb == batch || (eof && nb > 0)) {
@@ -282,13 +331,17 @@ int cmd_translate(int argc, char **argv) {
                 memmove(src + (size_t)i * S, src + (size_t)i * capS, (size_t)slen[i] * sizeof(int32_t));
                 for (int t = slen[i]; t < S; t++) src[(size_t)i * S + t] = padi;
             }
-            int need = (int)(sp.max_len_a * S + sp.max_len_b) + 2;
+            int SL = 0;
+            for (int i = 0; i < nb; i++) SL = limn[i] > SL ? limn[i] : SL;
+            sp.limit_src_len = limn;
+            int need = (int)(sp.max_len_a * SL + sp.max_len_b) + 2;
             if (need > capL || !out) {
                 capL = need > capL ? need : capL;
-                free(out), free(text);
+                free(out), free(text), free(raw);
                 out = malloc((size_t)batch * capL * sizeof(int32_t));
                 text = malloc(text_cap(&dicts, capL));
-                if (!out || !text) {
+                raw = malloc(bytes_cap(&dicts, 1, capL));
+                if (!out || !text || !raw) {
                     rc = cli_error("out of memory");
                     break;
                 }
@@ -300,6 +353,7 @@ int cmd_translate(int argc, char **argv) {
             for (int i = 0; i < nb; i++) {
                 if (!ok[i]) text[0] = 0;
                 else if (dicts.tgt) fdict_line(dicts.tgt, out + (size_t)i * capL, olen[i], remove_bpe, text, text_cap(&dicts, capL));
+                else if (dicts.tgt_bpe) bytes_to_line(raw, tokens_text(&dicts, 1, out + (size_t)i * capL, olen[i], (char *)raw), text);
                 else tokens_to_line(out + (size_t)i * capL, olen[i], text);
                 fputs(text, stdout);
                 fputc('\n', stdout);
@@ -313,9 +367,10 @@ int cmd_translate(int argc, char **argv) {
         fprintf(stderr, "mega translate: %d of %ld lines could not be translated (see above)\n", bad, lineno);
         rc = 1;
     }
-    free(line), free(src), free(one), free(slen), free(ok), free(olen), free(out), free(text);
+    free(line), free(src), free(one), free(slen), free(ok), free(olen), free(out), free(text), free(limn);
     if (in != stdin) fclose(in);
-    mega_fdict_free(dicts.src), mega_fdict_free(dicts.tgt);
+    free(raw);
+    s2s_dicts_free(&dicts);
     mega_s2s_free(m);
     return rc ? (rc == 2 ? 2 : 1) : 0;
 }
@@ -335,17 +390,25 @@ static int cmp_src(const mega_s2s_data *d, int a, int b) {
 static const mega_s2s_data *g_sort_d;
 static int qcmp(const void *x, const void *y) { return cmp_src(g_sort_d, *(const int *)x, *(const int *)y); }
 
-/* the bytes of a token row as a string (tokens < 256; the eos ends it) */
-static size_t row_text(const uint16_t *t, int n, char *out) {
-    size_t o = 0;
-    for (int i = 0; i < n && t[i] < 256; i++) out[o++] = (char)t[i];
-    out[o] = 0;
-    return o;
+/* the text of a stored token row (bytes or subword units; </s> gives nothing) in a new string
+ * *out; returns its length, or (size_t)-1 when out of memory */
+static size_t row_text(const s2s_dicts *dc, int tgt, const uint16_t *t, int n, char **out) {
+    int32_t small[256] = {0}, *ids = n <= 256 ? small : malloc((size_t)n * sizeof *ids);
+    *out = ids ? malloc(bytes_cap(dc, tgt, n)) : NULL;
+    if (!*out) {
+        if (ids != small) free(ids);
+        return (size_t)-1;
+    }
+    for (int i = 0; i < n; i++) ids[i] = t[i];
+    const size_t k = tokens_text(dc, tgt, ids, n, *out);
+    if (ids != small) free(ids);
+    return k;
 }
 
 /* corpus scores of hypotheses against the groups' references into a fresh accumulator */
-static int score_all(const mega_s2s_data *d, const int *order, const group_t *g, int ng, char **hyp, const size_t *hl,
-                     mega_bleu_score *bleu, mega_chrf_score *chrf, mega_exact_score *ex, char *sigb, char *sigc) {
+static int score_all(const s2s_dicts *dc, const mega_s2s_data *d, const int *order, const group_t *g, int ng, char **hyp,
+                     const size_t *hl, mega_bleu_score *bleu, mega_chrf_score *chrf, mega_exact_score *ex, char *sigb,
+                     char *sigc) {
     mega_metrics *mt = NULL;
     if (mega_metrics_new(NULL, &mt) != MEGA_OK) return cli_error("%s", mega_last_error());
     int maxr = 1;
@@ -356,12 +419,11 @@ static int score_all(const mega_s2s_data *d, const int *order, const group_t *g,
     for (int i = 0; i < ng && !rc; i++) {
         for (int k = 0; k < g[i].n; k++) {
             int e = order[g[i].first + k];
-            refs[k] = malloc((size_t)d->tgt_len[e] + 1);
+            rl[k] = row_text(dc, 1, mega_s2s_data_tgt(d, e), d->tgt_len[e], &refs[k]);
             if (!refs[k]) {
                 rc = cli_error("out of memory");
                 break;
             }
-            rl[k] = row_text(mega_s2s_data_tgt(d, e), d->tgt_len[e], refs[k]);
         }
         if (!rc && mega_metrics_add_n(mt, hyp[i], hl[i], (const char *const *)refs, rl, g[i].n) != MEGA_OK)
             rc = cli_error("%s", mega_last_error());
@@ -379,12 +441,14 @@ static int score_all(const mega_s2s_data *d, const int *order, const group_t *g,
 int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
                    int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory) {
     mega_s2s *m = NULL;
-    if (load_s2s(model, &m, NULL)) return 2;
+    s2s_dicts dc;
+    if (load_s2s(model, &m, &dc, 0)) return 2;
     mega_s2s_opts o = {max_source(m), 0, (int)(max_examples > 0 && max_examples < (1 << 30) ? max_examples : 0), 0, "--data",
-                       "the model's max-positions"};
+                       "the model's max-positions", dc.src_bpe, dc.tgt_bpe};
     mega_s2s_data d;
     if (mega_s2s_data_load(data, &o, &d) != MEGA_OK) {
         cli_error("%s", mega_last_error());
+        s2s_dicts_free(&dc);
         mega_s2s_free(m);
         return 2;
     }
@@ -403,13 +467,16 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
         size_t search = 0;
         const int Bs = batch < d.n ? batch : d.n;
         int bad = mega_s2s_memory(mega_s2s_get_config(m), 0, B, S > 0 ? S : 1, L > 0 ? L : 1, &mm) != MEGA_OK ||
-                  mega_s2s_search_memory(mega_s2s_get_config(m), Bs, S + 1, sp, &search) != MEGA_OK;
+                  mega_s2s_search_memory(mega_s2s_get_config(m), Bs,
+                                         /* a limit in source bytes: at most the longest token's bytes per token */
+                                         (limit_in_bytes(&dc) ? S * (int)dc.src_longest : S) + 1, sp, &search) != MEGA_OK;
         if (bad) cli_error("%s", mega_last_error());
         mm.buffers += search, mm.total += search;
         snprintf(how, sizeof how, "%d pairs of %d -> %d tokens; search %d x %d", B, S, L, Bs, sp->beam);
         if (bad || memory_guard("this evaluation", how, "lower --max-tokens or --batch, or ", &mm, data_b,
                                    mm.params + data_b, max_memory, &rm)) {
             mega_s2s_data_free(&d);
+            s2s_dicts_free(&dc);
             mega_s2s_free(m);
             return 2;
         }
@@ -453,14 +520,24 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
     for (int i = 0; !rc && i < ng; i++) sel[i] = i;
     const double t1 = now_sec();
     int64_t out_tokens = 0;
+    int *lim = malloc((size_t)batch * sizeof(int));
+    mega_s2s_search spb = *sp;
+    if (!lim) rc = rc ? rc : cli_error("out of memory");
     for (int i = 0; !rc && i < ng; i += batch) {
         const int nb = ng - i < batch ? ng - i : batch;
-        int S = 0;
-        for (int k = 0; k < nb; k++) {
-            int e = order[g[sel[i + k]].first];
+        int S = 0, SL = 0;
+        for (int k = 0; k < nb && !rc; k++) {
+            const int gi = sel[i + k], e = order[g[gi].first];
             S = d.src_len[e] > S ? d.src_len[e] : S;
+            /* the source text (the copy baseline), and the length the search limit counts */
+            cl[gi] = row_text(&dc, 0, mega_s2s_data_src(&d, e), d.src_len[e], &cp[gi]);
+            if (!cp[gi]) rc = cli_error("out of memory");
+            lim[k] = limit_in_bytes(&dc) ? (int)cl[gi] + 1 : d.src_len[e];
+            SL = lim[k] > SL ? lim[k] : SL;
         }
-        const int cap = (int)(sp->max_len_a * S + sp->max_len_b) + 2;
+        if (rc) break;
+        spb.limit_src_len = lim;
+        const int cap = (int)(sp->max_len_a * SL + sp->max_len_b) + 2;
         free(src), free(out);
         src = malloc((size_t)nb * S * sizeof(int32_t)), out = malloc((size_t)nb * cap * sizeof(int32_t));
         if (!src || !out) {
@@ -472,23 +549,19 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
             const uint16_t *s = mega_s2s_data_src(&d, e);
             for (int t = 0; t < S; t++) src[(size_t)k * S + t] = t < d.src_len[e] ? s[t] : MEGA_S2S_PAD;
         }
-        if (translate_batch(m, src, nb, S, sp, out, olen, cap)) {
+        if (translate_batch(m, src, nb, S, &spb, out, olen, cap)) {
             rc = 1;
             break;
         }
         for (int k = 0; k < nb && !rc; k++) {
-            const int gi = sel[i + k], e = order[g[gi].first];
-            hyp[gi] = malloc(3 * (size_t)olen[k] + 1);
-            cp[gi] = malloc((size_t)d.src_len[e] + 1);
-            if (!hyp[gi] || !cp[gi]) {
+            const int gi = sel[i + k];
+            hyp[gi] = malloc(bytes_cap(&dc, 1, olen[k]));
+            if (!hyp[gi]) {
                 rc = cli_error("out of memory");
                 break;
             }
             /* the hypothesis as the bytes the model produced (invalid UTF-8 counts per byte) */
-            int32_t *ot = out + (size_t)k * cap;
-            for (int t = 0; t < olen[k]; t++) hyp[gi][t] = (char)(ot[t] & 0xff);
-            hyp[gi][olen[k]] = 0, hl[gi] = (size_t)olen[k];
-            cl[gi] = row_text(mega_s2s_data_src(&d, e), d.src_len[e], cp[gi]);
+            hl[gi] = tokens_text(&dc, 1, out + (size_t)k * cap, olen[k], hyp[gi]);
             out_tokens += olen[k] + 1;
         }
         if (progress_due(&pr, i + nb >= ng)) progress_print(&pr, "  translating %d/%d segments", i + nb, ng);
@@ -499,16 +572,20 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
     mega_chrf_score cf, cc;
     mega_exact_score ex, ce;
     char sigb[128] = "", sigc[128] = "";
-    if (!rc) rc = score_all(&d, order, g, ng, hyp, hl, &bl, &cf, &ex, sigb, sigc);
-    if (!rc) rc = score_all(&d, order, g, ng, cp, cl, &cb, &cc, &ce, sigb, sigc);
+    if (!rc) rc = score_all(&dc, &d, order, g, ng, hyp, hl, &bl, &cf, &ex, sigb, sigc);
+    if (!rc) rc = score_all(&dc, &d, order, g, ng, cp, cl, &cb, &cc, &ce, sigb, sigc);
     if (!rc) {
         printf("data        %s: %d pairs, %d segments (%s), %d lines skipped\n", data, n, ng,
                group ? "lines with the same source share one segment, its targets the references" : "one per line",
                d.n_skipped);
         printf("loss        %.4f nats/token (teacher forcing, %lld target tokens), token accuracy %.4f\n", nll,
                (long long)ntok, acc);
-        printf("search      beam %d, lenpen %g, max length %g * source + %d\n", sp->beam, sp->lenpen, sp->max_len_a,
-               sp->max_len_b);
+        if (dc.tgt_bpe) /* comparable with a byte model's loss: per byte, </s> counted as one */
+            printf("            %.4f nats per target byte (%lld bytes + %d </s>; %d byte-pair merges, %.2f bytes per token)\n",
+                   nll * (double)ntok / (double)(d.n_tgt_bytes + d.n), (long long)d.n_tgt_bytes, d.n,
+                   mega_bpe_merges(dc.tgt_bpe), (double)d.n_tgt_bytes / (double)(d.n_tgt_tokens - d.n));
+        printf("search      beam %d, lenpen %g, max length %g * source%s + %d\n", sp->beam, sp->lenpen, sp->max_len_a,
+               limit_in_bytes(&dc) ? " bytes" : "", sp->max_len_b);
         printf("%-12s %8s %8s %12s\n", "", "BLEU", "chrF2", "exact match");
         printf("%-12s %8.2f %8.2f %11.2f%%\n", "model", bl.score, cf.score, ex.score);
         printf("%-12s %8.2f %8.2f %11.2f%%\n", "copy source", cb.score, cc.score, ce.score);
@@ -522,15 +599,11 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
             for (int i = 0; f && !rc && i < ng; i++) {
                 free(tx);
                 tx = malloc(3 * hl[i] + 1);
-                int32_t *tk = malloc((hl[i] + 1) * sizeof(int32_t));
-                if (!tx || !tk) {
-                    free(tk);
+                if (!tx) {
                     rc = cli_error("out of memory");
                     break;
                 }
-                for (size_t t = 0; t < hl[i]; t++) tk[t] = (uint8_t)hyp[i][t];
-                tokens_to_line(tk, (int)hl[i], tx);
-                free(tk);
+                bytes_to_line((const uint8_t *)hyp[i], hl[i], tx);
                 fprintf(f, "%s\t%s\n", cp[i], tx);
             }
             free(tx);
@@ -541,8 +614,9 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
         if (hyp) free(hyp[i]);
         if (cp) free(cp[i]);
     }
-    free(order), free(g), free(hyp), free(cp), free(hl), free(cl), free(sel), free(src), free(out), free(olen);
+    free(order), free(g), free(hyp), free(cp), free(hl), free(cl), free(sel), free(src), free(out), free(olen), free(lim);
     mega_s2s_data_free(&d);
+    s2s_dicts_free(&dc);
     mega_s2s_free(m);
     return rc ? 2 : 0;
 }

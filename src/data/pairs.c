@@ -123,32 +123,41 @@ static mega_status s2s_line(mega_s2s_data *d, const mega_s2s_opts *o, const char
     else if ((k = mega_utf8_check(t, tl)) < tl)
         reason = MEGA_S2S_BAD_UTF8, snprintf(why, sizeof why, "invalid UTF-8 in the target at column %zu (byte 0x%02x)",
                                              col0 + sl + 1 + k + 1, (unsigned char)t[k]);
-    else if (o->max_src_len > 0 && sl + 1 > (size_t)o->max_src_len)
-        reason = MEGA_S2S_BAD_SRC_LONG, snprintf(why, sizeof why, "source of %zu tokens (%zu bytes + </s>) is longer than %s %d",
-                                                 sl + 1, sl, d->limit[0], o->max_src_len);
-    else if (o->max_tgt_len > 0 && tl + 1 > (size_t)o->max_tgt_len)
-        reason = MEGA_S2S_BAD_TGT_LONG, snprintf(why, sizeof why, "target of %zu tokens (%zu bytes + </s>) is longer than %s %d",
-                                                 tl + 1, tl, d->limit[1], o->max_tgt_len);
+    /* the tokens, written where the example will be stored: the pool has room for every line's
+     * bytes + 1 (a line of n bytes gives at most n + 1 tokens) */
+    uint16_t *p = d->pool + d->pool_n;
+    size_t sn = sl, tn = tl; /* tokens before </s> */
+    if (reason < 0 && (sl > S2S_MAX_BYTES || tl > S2S_MAX_BYTES))
+        MEGA_FAIL(MEGA_ERR_FORMAT, "%s:%d: a sentence longer than %d bytes", d->path, lineno, S2S_MAX_BYTES);
+    if (reason < 0) {
+        int32_t small[256], *ids = sl + tl <= 256 ? small : malloc((sl > tl ? sl : tl) * sizeof *ids);
+        if (!ids) MEGA_FAIL(MEGA_ERR_OOM, "%s: out of memory", d->path);
+        sn = mega_bpe_encode(o->src_bpe, (const uint8_t *)s, sl, ids);
+        for (size_t i = 0; i < sn; i++) p[i] = (uint16_t)ids[i];
+        tn = mega_bpe_encode(o->tgt_bpe, (const uint8_t *)t, tl, ids);
+        for (size_t i = 0; i < tn; i++) p[sn + 1 + i] = (uint16_t)ids[i];
+        if (ids != small) free(ids);
+    }
+    if (reason < 0 && o->max_src_len > 0 && sn + 1 > (size_t)o->max_src_len)
+        reason = MEGA_S2S_BAD_SRC_LONG, snprintf(why, sizeof why, "source of %zu tokens (%zu %s + </s>) is longer than %s %d",
+                                                 sn + 1, sn, o->src_bpe ? "subwords" : "bytes", d->limit[0], o->max_src_len);
+    else if (reason < 0 && o->max_tgt_len > 0 && tn + 1 > (size_t)o->max_tgt_len)
+        reason = MEGA_S2S_BAD_TGT_LONG, snprintf(why, sizeof why, "target of %zu tokens (%zu %s + </s>) is longer than %s %d",
+                                                 tn + 1, tn, o->tgt_bpe ? "subwords" : "bytes", d->limit[1], o->max_tgt_len);
     if (reason >= 0) {
         if (o->strict) MEGA_FAIL(MEGA_ERR_FORMAT, "%s:%d: %s", d->path, lineno, why);
         if (!d->n_bad[reason]++) d->first_bad[reason] = lineno;
         d->n_skipped++;
         return MEGA_OK;
     }
-    if (sl > S2S_MAX_BYTES || tl > S2S_MAX_BYTES)
-        MEGA_FAIL(MEGA_ERR_FORMAT, "%s:%d: a sentence longer than %d bytes", d->path, lineno, S2S_MAX_BYTES);
-    /* room: the pool was sized for every line's bytes + 1 (a line of n bytes gives n + 1 tokens) */
-    uint16_t *p = d->pool + d->pool_n;
-    for (size_t i = 0; i < sl; i++) p[i] = (unsigned char)s[i];
-    p[sl] = MEGA_S2S_EOS;
-    p += sl + 1;
-    for (size_t i = 0; i < tl; i++) p[i] = (unsigned char)t[i];
-    p[tl] = MEGA_S2S_EOS;
+    p[sn] = MEGA_S2S_EOS;
+    p[sn + 1 + tn] = MEGA_S2S_EOS;
     int i = d->n++;
-    d->off[i] = d->pool_n, d->src_len[i] = (int)sl + 1, d->tgt_len[i] = (int)tl + 1, d->line[i] = lineno;
-    d->pool_n += sl + tl + 2;
-    d->n_src_tokens += (int64_t)sl + 1, d->n_tgt_tokens += (int64_t)tl + 1;
-    d->src_max = MEGA_MAX(d->src_max, (int)sl + 1), d->tgt_max = MEGA_MAX(d->tgt_max, (int)tl + 1);
+    d->off[i] = d->pool_n, d->src_len[i] = (int)sn + 1, d->tgt_len[i] = (int)tn + 1, d->line[i] = lineno;
+    d->pool_n += sn + tn + 2;
+    d->n_src_tokens += (int64_t)sn + 1, d->n_tgt_tokens += (int64_t)tn + 1;
+    d->n_src_bytes += (int64_t)sl, d->n_tgt_bytes += (int64_t)tl;
+    d->src_max = MEGA_MAX(d->src_max, (int)sn + 1), d->tgt_max = MEGA_MAX(d->tgt_max, (int)tn + 1);
     return MEGA_OK;
 }
 
@@ -219,6 +228,10 @@ void mega_s2s_data_free(mega_s2s_data *d) {
 }
 
 mega_status mega_s2s_tokenize(const char *s, size_t n, int max_len, int32_t *tok, int *len) {
+    return mega_s2s_tokenize_bpe(NULL, s, n, max_len, tok, len);
+}
+
+mega_status mega_s2s_tokenize_bpe(const mega_bpe *b, const char *s, size_t n, int max_len, int32_t *tok, int *len) {
     if (len) *len = 0;
     if (!s || !tok || !len) MEGA_FAIL(MEGA_ERR_INVALID, "mega_s2s_tokenize: NULL argument");
     if (max_len < 0) MEGA_FAIL(MEGA_ERR_INVALID, "mega_s2s_tokenize: negative max_len %d", max_len);
@@ -228,12 +241,16 @@ mega_status mega_s2s_tokenize(const char *s, size_t n, int max_len, int32_t *tok
     if (m == 0) MEGA_FAIL(MEGA_ERR_FORMAT, "source: empty");
     size_t k = mega_utf8_check(s, m);
     if (k < m) MEGA_FAIL(MEGA_ERR_FORMAT, "source: invalid UTF-8 at column %zu (byte 0x%02x)", k + 1, (unsigned char)s[k]);
-    if (m > S2S_MAX_BYTES || (max_len > 0 && m + 1 > (size_t)max_len))
-        MEGA_FAIL(MEGA_ERR_INVALID, "source: %zu tokens (%zu bytes + </s>), more than the limit of %d", m + 1, m,
-                  max_len > 0 ? max_len : S2S_MAX_BYTES + 1);
-    for (size_t i = 0; i < m; i++) tok[i] = (unsigned char)s[i];
-    tok[m] = MEGA_S2S_EOS;
-    *len = (int)m + 1;
+    if (m > S2S_MAX_BYTES) MEGA_FAIL(MEGA_ERR_INVALID, "source: %zu bytes, more than %d", m, S2S_MAX_BYTES);
+    const size_t k2 = mega_bpe_encode(b, (const uint8_t *)s, m, tok);
+    if (max_len > 0 && k2 + 1 > (size_t)max_len) {
+        if (b)
+            MEGA_FAIL(MEGA_ERR_INVALID, "source: %zu tokens (%zu subwords of %zu bytes + </s>), more than the limit of %d",
+                      k2 + 1, k2, m, max_len);
+        MEGA_FAIL(MEGA_ERR_INVALID, "source: %zu tokens (%zu bytes + </s>), more than the limit of %d", m + 1, m, max_len);
+    }
+    tok[k2] = MEGA_S2S_EOS;
+    *len = (int)k2 + 1;
     return MEGA_OK;
 }
 

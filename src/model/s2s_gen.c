@@ -133,7 +133,7 @@ mega_status mega_s2s_stream_reorder(mega_s2s_stream *s, const int *idx) {
 /* ---- search ------------------------------------------------------------------------------- */
 
 void mega_s2s_search_default(mega_s2s_search *p) {
-    p->beam = 4, p->lenpen = 1.0, p->max_len_a = 1.2, p->max_len_b = 10;
+    p->beam = 4, p->lenpen = 1.0, p->max_len_a = 1.2, p->max_len_b = 10, p->limit_src_len = NULL;
 }
 
 /* the longest target the model can decode: the decoder's simple bias covers max-positions
@@ -191,6 +191,7 @@ mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, co
     for (int b = 0; b < B; b++) {
         int n = 0;
         while (n < S && src[(size_t)b * S + n] != pad) n++;
+        if (p->limit_src_len) n = p->limit_src_len[b];
         double ml = p->max_len_a * n + p->max_len_b;
         maxlen[b] = (int)MEGA_MIN(ml, (double)lim);
         if (maxlen[b] < 1) maxlen[b] = 1;

@@ -112,7 +112,7 @@ printf '\000\000\010\001\000\000\000\024\000\001\000\001\000\001\000\001\000\001
 TINY="--layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 16 --ffn-dim 16 --n-dim 2 --threads 1 --quiet --warmup 0 --eval-every 0"
 LMF="$TINY --chunk-size 16 --batch 2 --seq-len 32"
 CLSF="--task classify $TINY --batch 4 --seq-len 16"
-S2SF="--task translate --encoder-layers 1 --decoder-layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 16 --ffn-dim 16 --n-dim 2 --threads 1 --quiet --warmup 0 --eval-every 0 --max-tokens 128"
+S2SF="--task translate --bpe 0 --encoder-layers 1 --decoder-layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 16 --ffn-dim 16 --n-dim 2 --threads 1 --quiet --warmup 0 --eval-every 0 --max-tokens 128"
 # shellcheck disable=SC2086
 "$M" train --data corpus.txt --out lm $LMF --steps 2 >lm.out 2>&1
 status $? "train a tiny language model"

@@ -7,6 +7,7 @@
 #   * `mega translate` writes one line per input line, an empty line (and exit 1, with one
 #     message naming the line) for a bad one: empty, invalid UTF-8, longer than the model allows;
 #     --strict stops there; beam 1 and beam 4 both run;
+#   * --bpe: subword units learned, stored, used by eval / translate / info, kept on resume;
 #   * bad data: lines without a tab, with an empty side or invalid UTF-8 are skipped and counted
 #     in the run description; a file with no usable line, a missing file, a language model given
 #     to translate exit 2 with exactly one "mega: error:" line.
@@ -43,7 +44,8 @@ check "the generated data has 2700/150/150 lines" test "$(wc -l <train.tsv)" -eq
 # separate source and target tables (the default of `--task translate` shares one since the
 # FreeDict recipe became the default): the thresholds below were set on this model in every build
 model="--encoder-layers 1 --decoder-layers 1 --embed-dim 32 --z-dim 16 --hidden-dim 64 --ffn-dim 64 --n-dim 4 --share-all-embeddings=false"
-run="--task translate --data train.tsv --valid valid.tsv --max-tokens 256 --lr 1e-2 --warmup 20 --threads 2 --quiet"
+# bytes on both sides (--bpe 0; the translate default has subword sources): the thresholds were set on it
+run="--task translate --data train.tsv --valid valid.tsv --max-tokens 256 --lr 1e-2 --warmup 20 --threads 2 --quiet --bpe 0"
 # 600 steps: about 93% of the test words exactly right (400 steps gave 85%, too close to the
 # threshold below for a check that must hold whatever the round-off of the build)
 # shellcheck disable=SC2086
@@ -114,6 +116,81 @@ expect_error "--mixer abc-window cannot encode (no bidirectional form)" "$M" tra
     --valid valid.tsv --mixer abc-window --out X_abcw
 grep -q "no bidirectional form" err.out
 status $? "the abc-window error says why"
+
+# subword units (--bpe): learned from the training pairs, stored in the checkpoint, used by eval,
+# translate and info; a resumed run keeps them and refuses another --bpe. The letter cipher above
+# is a task for bytes (a subword hides the letters the cipher maps), so the subword model learns
+# to copy phrases of 1-3 words drawn from 60 random words (it learns this exactly: 100% of the
+# test phrases in 600 steps, bytes 99%)
+awk 'BEGIN { srand(11); al = "abcdefghijklmnopqrstuvwxyz";
+  for (w = 0; w < 60; w++) { s = ""; L = 3 + int(rand() * 6); for (k = 0; k < L; k++) s = s substr(al, 1 + int(rand() * 26), 1); S[w] = s }
+  for (i = 0; i < 3000; i++) { n = 1 + int(rand() * 3); x = "";
+    for (k = 0; k < n; k++) x = x (k ? " " : "") S[int(rand() * 60)];
+    print x "\t" x > (i < 2700 ? "ctrain.tsv" : (i < 2850 ? "cvalid.tsv" : "ctest.tsv")) } }'
+crun="--task translate --data ctrain.tsv --valid cvalid.tsv --max-tokens 256 --lr 1e-2 --warmup 20 --threads 2 --quiet"
+# shellcheck disable=SC2086
+"$M" train $crun $model --bpe 60 --bpe-sides both --steps 600 --eval-every 600 --out P >P.out 2>&1
+status $? "train --bpe 60 --bpe-sides both exits 0"
+grep -q "subwords  60 byte-pair merges (--bpe 60) learned from the sources and targets of 2700 pairs" P.out &&
+    grep -q "src-vocab-size 318" P.out
+status $? "the run describes its 60 merges and a vocabulary of 318 ($(grep -m1 subwords P.out))"
+"$M" info --model P >Pinfo.out 2>&1 && grep -q "both sides: subword units: 60 byte-pair merges, 318 tokens" Pinfo.out
+status $? "mega info names the subword units"
+"$M" eval --model P --data ctest.tsv --beam 2 --quiet >Peval.out 2>&1
+status $? "eval of a subword model exits 0"
+grep -q "nats per target byte" Peval.out
+status $? "its eval also gives the loss per target byte"
+p_exact=$(awk '$1 == "model" { sub("%", "", $4); print $4 }' Peval.out)
+awk -v a="$p_exact" 'BEGIN { exit !(a >= 90) }'
+status $? "the subword model copies at least 90% of the test phrases exactly ($p_exact%)"
+cut -f1 ctest.tsv | head -n 20 >csrc.txt
+"$M" translate --model P --input csrc.txt --beam 2 >Phyp.txt 2>Phyp.err
+status $? "translate with the subword model exits 0"
+# its output is what eval scores: the same lines as --hyp-out's translations of those sources
+"$M" eval --model P --data ctest.tsv --beam 2 --quiet --no-group --hyp-out Phyp.tsv >/dev/null 2>&1
+head -n 20 Phyp.tsv | cut -f2 | cmp -s - Phyp.txt
+status $? "translate's lines = eval's translations (--hyp-out)"
+check "the subword translations are the sources on at least 18 of 20 lines" \
+    test "$(paste csrc.txt Phyp.txt | awk -F'\t' '$1 == $2' | wc -l)" -ge 18
+# shellcheck disable=SC2086
+"$M" train $run $model --bpe 40 --bpe-sides both --steps 20 --eval-every 10 --save-every 10 --out PR --stop-after 10 >PR.out 2>&1 &&
+    "$M" train --out PR --data train.tsv --valid valid.tsv --resume --quiet >PR2.out 2>&1
+status $? "a subword run resumes ($(grep -m1 error PR2.out))"
+grep -q "from the checkpoint" PR2.out
+status $? "the resumed run takes its merges from the checkpoint"
+expect_error "--resume with another --bpe" "$M" train --out PR --data train.tsv --valid valid.tsv --resume --bpe 10 --steps 30
+grep -q "cannot change it" err.out
+status $? "the --bpe refusal says why"
+# subword units on the source side only: the target stays bytes, two tables (on the cipher: 28%
+# of the test words right after 600 steps, bytes 94%)
+# shellcheck disable=SC2086
+"$M" train $run $model --bpe 40 --bpe-sides source --steps 600 --eval-every 600 --out PS >PS.out 2>&1
+status $? "train --bpe 40 --bpe-sides source exits 0"
+grep -q "src-vocab-size 298, tgt-vocab-size 258" PS.out && grep -q "bytes on the target side" PS.out
+status $? "source-side subwords: 298 source tokens, 258 target tokens"
+"$M" info --model PS >PSinfo.out 2>&1 && grep -q "source: subword units: 40 byte-pair merges" PSinfo.out
+status $? "mega info names the source side's units"
+"$M" eval --model PS --data test.tsv --beam 2 --quiet >PSeval.out 2>&1 && ! grep -q "nats per target byte" PSeval.out
+status $? "eval of a source-subword model exits 0 (its loss is per byte already)"
+ps_exact=$(awk '$1 == "model" { sub("%", "", $4); print $4 }' PSeval.out)
+awk -v a="$ps_exact" 'BEGIN { exit !(a >= 10) }'
+status $? "the source-subword model gets at least 10% of the cipher's test words exactly ($ps_exact%)"
+grep -q "max length 1.2 \* source bytes + 10" PSeval.out
+status $? "its search limit counts the source in bytes"
+"$M" translate --model PS --input src.txt --beam 2 >PShyp.txt 2>/dev/null && test "$(wc -l <PShyp.txt)" -eq 20
+status $? "translate with a source-subword model writes one line per input"
+# shellcheck disable=SC2086
+expect_error "--bpe-sides source with an explicit --share-all-embeddings" "$M" train $run --encoder-layers 1 --decoder-layers 1 \
+    --embed-dim 32 --z-dim 16 --hidden-dim 64 --ffn-dim 64 --n-dim 4 --bpe 40 --bpe-sides source --share-all-embeddings \
+    --steps 2 --out PX
+grep -q "one joined vocabulary" err.out
+status $? "the shared-table refusal says why"
+
+# a checkpoint whose merge list was tampered with is refused by every reader
+cp P/model.safetensors Pbad.safetensors
+sed -i 's/mega-bpe 1 60/mega-bpe 1 61/g' Pbad.safetensors
+expect_error "a subword model with a corrupt merge list (eval)" "$M" eval --model Pbad.safetensors --data test.tsv
+expect_error "a subword model with a corrupt merge list (translate)" "$M" translate --model Pbad.safetensors --input src.txt
 
 # bad data
 printf 'abc\tcba\nno tab here\n\tempty source\nempty target\t\n\377bad\tutf8\nde\ted\n' >mixed.tsv
