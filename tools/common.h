@@ -126,6 +126,8 @@ int cmd_translate(int argc, char **argv);
  * vocabularies (258 + merges each, pad 256, eos 257); *src and *tgt are NULL for bytes and the
  * same object when both sides share one list (free it once). 0, or 1 after printing the error. */
 int meta_bpe(const char *path, const mega_s2s_config *c, mega_bpe **src, mega_bpe **tgt);
+/* the longest token of a subword vocabulary in bytes (1 for NULL: bytes) */
+size_t bpe_longest(const mega_bpe *b);
 int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
                    int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory);
 int cmd_freedict(int argc, char **argv);

@@ -605,14 +605,9 @@ int cmd_info(int argc, char **argv) {
         for (int side = 0; side < 2; side++) {
             const mega_bpe *b = side ? tb : sb;
             if (!b || (side && tb == sb)) continue;
-            size_t longest = 0;
-            for (int v = 0; v < mega_bpe_vocab_size(b); v++) {
-                size_t l;
-                mega_bpe_token(b, v, &l);
-                longest = l > longest ? l : longest;
-            }
             printf("vocabulary %s subword units: %d byte-pair merges, %d tokens (longest %zu bytes)\n",
-                   sb == tb ? "both sides:" : side ? "target:" : "source:", mega_bpe_merges(b), mega_bpe_vocab_size(b), longest);
+                   sb == tb ? "both sides:" : side ? "target:" : "source:", mega_bpe_merges(b), mega_bpe_vocab_size(b),
+                   bpe_longest(b));
         }
         if (tb != sb) mega_bpe_free(tb);
         mega_bpe_free(sb);

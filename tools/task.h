@@ -77,6 +77,13 @@ static inline void task_shard_rows(int B, int shard, int nshards, int *r0, int *
     *r1 = (int)((int64_t)B * (shard + 1) / nshards);
 }
 
+/* the examples held out for validation from the end of n training examples without --valid
+ * (--valid-fraction; at least one) */
+static inline int task_valid_count(int n, double fraction) {
+    const int nv = (int)(n * fraction);
+    return nv < 1 ? 1 : nv;
+}
+
 /* a task from its template with a zeroed implementation struct of impl_size bytes (NULL after
  * printing the error when out of memory) */
 task *task_create(const task *proto, size_t impl_size);

@@ -293,8 +293,7 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
         C->vidx = malloc((size_t)C->n_valid * sizeof(int));
         for (int i = 0; C->vidx && i < C->n_valid; i++) C->vidx[i] = i;
     } else if (a->valid_fraction > 0 && C->train.n >= 2) {
-        int nv = (int)(C->train.n * a->valid_fraction);
-        if (nv < 1) nv = 1;
+        const int nv = task_valid_count(C->train.n, a->valid_fraction);
         C->n_train = C->train.n - nv, C->n_valid = nv, C->valid_from_train = 1;
         C->vidx = malloc((size_t)nv * sizeof(int));
         for (int i = 0; C->vidx && i < nv; i++) C->vidx[i] = C->n_train + i;

@@ -261,9 +261,7 @@ static int s2s_learn_bpe(s2s_task *C, const train_args *a, int *tail_line) {
     if (mega_s2s_data_load(a->data, &o, &d) != MEGA_OK) return cli_error("%s", mega_last_error());
     int n = d.n;
     if (!a->valid && a->valid_fraction > 0 && d.n >= 2) {
-        int nv = (int)(d.n * a->valid_fraction);
-        if (nv < 1) nv = 1;
-        n = d.n - nv;
+        n = d.n - task_valid_count(d.n, a->valid_fraction);
         *tail_line = d.line[n];
     }
     const int both = !strcmp(a->bpe_sides, "both"), tgt_side = !strcmp(a->bpe_sides, "target");
@@ -366,8 +364,7 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
         C->vidx = malloc((size_t)C->n_valid * sizeof(int));
         for (int i = 0; C->vidx && i < C->n_valid; i++) C->vidx[i] = i;
     } else if (a->valid_fraction > 0 && C->train.n >= 2) {
-        int nv = (int)(C->train.n * a->valid_fraction);
-        if (nv < 1) nv = 1;
+        int nv = task_valid_count(C->train.n, a->valid_fraction);
         if (tail_line > 0) { /* the tail the subword units were learned without */
             nv = 0;
             while (nv < C->train.n - 1 && C->train.line[C->train.n - 1 - nv] >= tail_line) nv++;

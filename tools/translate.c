@@ -32,24 +32,6 @@ static size_t bytes_to_line(const uint8_t *b, size_t n, char *out) {
     return o;
 }
 
-/* byte tokens (ids < 256) as one line, as bytes_to_line; out needs 3n + 1 bytes */
-static size_t tokens_to_line(const int32_t *tok, int n, char *out) {
-    uint8_t *b = (uint8_t *)out + 2 * (size_t)n; /* the raw bytes at the end of the buffer */
-    for (int i = 0; i < n; i++) b[i] = (uint8_t)(tok[i] & 0xff);
-    return bytes_to_line(b, (size_t)n, out);
-}
-
-/* the longest token of a subword vocabulary in bytes (1 for bytes) */
-static size_t bpe_longest(const mega_bpe *b) {
-    size_t w = 1;
-    for (int v = 0; b && v < mega_bpe_vocab_size(b); v++) {
-        size_t l;
-        mega_bpe_token(b, v, &l);
-        if (l > w) w = l;
-    }
-    return w;
-}
-
 /* The source and target fairseq dictionaries of a model converted from an official translation
  * checkpoint (metadata "vocab" and "tgt-vocab", docs/interop.md), or NULL for the byte models
  * this project trains. */
@@ -258,7 +240,7 @@ int cmd_translate(int argc, char **argv) {
     int *limn = calloc((size_t)batch, sizeof(int)); /* the length each search limit counts */
     int32_t *out = NULL;
     char *text = NULL, *line = NULL;
-    uint8_t *raw = NULL; /* a subword model's output bytes */
+    uint8_t *raw = NULL; /* a byte or subword model's output bytes */
     size_t lcap = 0;
     if (!src || !one || !slen || !ok || !olen || !limn) rc = cli_error("out of memory");
     /* a line longer than the model accepts is reported, never held whole (a word model's tokens
@@ -353,8 +335,7 @@ int cmd_translate(int argc, char **argv) {
             for (int i = 0; i < nb; i++) {
                 if (!ok[i]) text[0] = 0;
                 else if (dicts.tgt) fdict_line(dicts.tgt, out + (size_t)i * capL, olen[i], remove_bpe, text, text_cap(&dicts, capL));
-                else if (dicts.tgt_bpe) bytes_to_line(raw, tokens_text(&dicts, 1, out + (size_t)i * capL, olen[i], (char *)raw), text);
-                else tokens_to_line(out + (size_t)i * capL, olen[i], text);
+                else bytes_to_line(raw, tokens_text(&dicts, 1, out + (size_t)i * capL, olen[i], (char *)raw), text);
                 fputs(text, stdout);
                 fputc('\n', stdout);
             }

@@ -62,8 +62,8 @@ static mega_status bpe_build(int32_t *pair, int n, mega_bpe **out) {
     const size_t V = (size_t)MEGA_S2S_VOCAB + (size_t)n;
     b->off = malloc((V + 1) * sizeof *b->off);
     size_t total = 256;
-    for (size_t h = 16; h < 2 * (size_t)n + 2; h *= 2) b->hcap = h * 2;
-    if (!b->hcap) b->hcap = 32;
+    for (b->hcap = 32; b->hcap < 2 * (size_t)n + 2; b->hcap *= 2) { /* at most half full */
+    }
     b->hkey = calloc(b->hcap, sizeof *b->hkey), b->hval = malloc(b->hcap * sizeof *b->hval);
     if (!b->off || !b->hkey || !b->hval) goto oom;
     /* token lengths first (a merge's tokens are earlier ones), then the bytes */
@@ -137,6 +137,16 @@ const uint8_t *mega_bpe_token(const mega_bpe *b, int id, size_t *len) {
 /* ---------------------------------------------------------------------------------------------
  * encoding */
 
+/* every (x, y) in t[0..n), left to right, replaced by z in place; returns the new length */
+static size_t merge_pair(int32_t *t, size_t n, int32_t x, int32_t y, int32_t z) {
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i + 1 < n && t[i] == x && t[i + 1] == y) t[w++] = z, i++;
+        else t[w++] = t[i];
+    }
+    return w;
+}
+
 /* apply the merges to t[0..n) in place; returns the new length */
 static size_t encode_unit(const mega_bpe *b, int32_t *t, size_t n) {
     while (n > 1) {
@@ -146,13 +156,7 @@ static size_t encode_unit(const mega_bpe *b, int32_t *t, size_t n) {
             if (r >= 0 && r < best) best = r;
         }
         if (best == INT_MAX) break;
-        const int32_t x = b->pair[2 * best], y = b->pair[2 * best + 1], z = MEGA_S2S_VOCAB + best;
-        size_t w = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (i + 1 < n && t[i] == x && t[i + 1] == y) t[w++] = z, i++;
-            else t[w++] = t[i];
-        }
-        n = w;
+        n = merge_pair(t, n, b->pair[2 * best], b->pair[2 * best + 1], MEGA_S2S_VOCAB + best);
     }
     return n;
 }
@@ -178,12 +182,12 @@ size_t mega_bpe_encode(const mega_bpe *b, const uint8_t *s, size_t n, int32_t *i
 size_t mega_bpe_decode(const mega_bpe *b, const int32_t *ids, size_t n, uint8_t *out) {
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t l;
-        const uint8_t *p = b ? mega_bpe_token(b, ids[i], &l) : NULL;
         if (!b) { /* the plain byte vocabulary */
             if (ids[i] >= 0 && ids[i] < 256) out[o++] = (uint8_t)ids[i];
             continue;
         }
+        size_t l;
+        const uint8_t *p = mega_bpe_token(b, ids[i], &l);
         if (p) memcpy(out + o, p, l), o += l;
     }
     return o;
@@ -534,20 +538,9 @@ mega_status mega_bpe_learn(const uint8_t *const *texts, const size_t *lens, size
             for (int i = 0; i + 1 < L.ulen[u] && !has; i++) has = t[i] == x && t[i + 1] == y;
             if (!has) continue; /* merged already (a repeat in the list) or no longer adjacent */
             if (unit_pairs(&L, u, -1, 0)) st = mega__error(MEGA_ERR_OOM, "bpe: out of memory");
-            int w = 0;
-            for (int i = 0; i < L.ulen[u]; i++) {
-                if (i + 1 < L.ulen[u] && t[i] == x && t[i + 1] == y) t[w++] = z, i++;
-                else t[w++] = t[i];
-            }
-            L.ulen[u] = w;
-            /* re-add; a unit is indexed again under the pairs it now has (repeats are harmless) */
-            for (int i = 0; i + 1 < w && st == MEGA_OK; i++) {
-                const int64_t q = pair_index(&L, pair_key(t[i], t[i + 1]));
-                if (q >= 0 && L.last[q] == u) continue;
-                if (q < 0 || ivec_push(&L.units[q], u)) st = mega__error(MEGA_ERR_OOM, "bpe: out of memory");
-                else L.last[q] = u;
-            }
-            if (st == MEGA_OK && unit_pairs(&L, u, 1, 0)) st = mega__error(MEGA_ERR_OOM, "bpe: out of memory");
+            L.ulen[u] = (int)merge_pair(t, (size_t)L.ulen[u], x, y, z);
+            /* re-add, the unit indexed again under the pairs it now has (repeats are harmless) */
+            if (st == MEGA_OK && unit_pairs(&L, u, 1, 1)) st = mega__error(MEGA_ERR_OOM, "bpe: out of memory");
         }
         free(us.v);
         if (st == MEGA_OK && flush_dirty(&L)) st = mega__error(MEGA_ERR_OOM, "bpe: out of memory");
