@@ -12,20 +12,24 @@
  * references. For the lm-decode bench model (4 layers, D 256, Z 64, E 512, F 512, N 16, vocab
  * 257; chunk 64 instead of 256 to keep the test short: the step takes the same paths) at batch 1
  * and 8, with 1 and 2 threads: after a warm-up of 72 generated tokens (past the first chunk
- * border, where the attention cache is cleared), greedy generation of 16 and then 64 more tokens
- * (across another border) through mega_lm_stream_feed (one token per call, logits requested)
- * must make no allocation at all. The counts per window are printed (NOTE lines), so a failure
+ * border, where the attention cache is cleared), greedy generation of 16 (on the calling thread
+ * alone) and then 64 more tokens (on the step team; across another border) through
+ * mega_lm_stream_feed (one token per call, logits requested) must make no allocation at all. The counts per window are printed (NOTE lines), so a failure
  * says how many allocations a token costs. Skipped with a NOTE where the interposition cannot
  * work: C libraries other than glibc (no __libc_malloc) and sanitizer builds (SAN=1: ASan owns
  * malloc).
  * (2) At the bench shapes, streaming (a prompt in one call, then one token per call, B = 3)
  * equals the full forward to 1e-4 of max |logit|, and gives the same bits with 1 and 2 threads.
- * (3) The step's products (mega_linear_step, mega_gemm_step: output columns in pieces, over the
+ * (3) A stream's steps run on the thread team or on the calling thread alone, whichever its tuner
+ * measures faster (ops/stepteam.c): 100 tokens always on the team, always alone and chosen by the
+ * tuner (which must have timed both ways) give the same bits, at B = 1 and 8, 2 threads.
+ * (4) The step's products (mega_linear_step, mega_gemm_step: output columns in pieces, over the
  * threads) give the same bits with 1 and 2 threads on the decode shapes and agree with
  * mega_linear_forward / mega_gemm to rounding. (The step's attention query is checked against a
  * double-precision reference in t64_attn.)
  */
 #include "mega_data.h"
+#include "model/lm.h"
 #include "ops/ops.h"
 #include "testlib.h"
 #define MEGA_S2S_EOS_ID MEGA_S2S_EOS
@@ -147,6 +151,9 @@ static void check_decode(mega_lm *m, int B, int threads) {
     static const int win[2] = {16, 64};
     unsigned long got[2] = {0, 0};
     for (int w = 0; w < 2 && !rc; w++) {
+        /* the first window on the calling thread alone, the second on the team (the tuner's two
+         * ways, both taken during the warm-up) */
+        s->tune.force = 1 + w;
         unsigned long a0 = allocs();
         counting(1);
         rc = generate(s, B, V, tok, logits, win[w]);
@@ -312,6 +319,45 @@ static void check_step_products(void) {
     printf("NOTE step products vs mega_linear_forward / mega_gemm: worst %.2e relative\n", worst);
 }
 
+/* (3): the logits of a prompt and 100 single tokens with the tuner forced to one way (force 1:
+ * alone, 2: the team) or free (0); 1 when the free tuner timed both ways */
+static mega_real *tuned_run(mega_lm *m, int B, int force, int *both) {
+    enum { P = 5, N = 100 };
+    const int V = m->cfg.vocab_size;
+    mega_real *lg = malloc((size_t)B * (P + N) * V * sizeof *lg);
+    int32_t *tok = malloc((size_t)B * P * sizeof *tok);
+    mega_lm_stream *s = NULL;
+    int ok = lg && tok && mega_lm_stream_new(m, B, 1024, &s) == MEGA_OK;
+    if (ok) {
+        s->tune.force = force;
+        for (int i = 0; i < B * P; i++) tok[i] = (i * 37 + 11) % 256;
+        ok = mega_lm_stream_feed(s, tok, P, lg) == MEGA_OK;
+        for (int t = 0; ok && t < N; t++) {
+            for (int b = 0; b < B; b++) tok[b] = (b * 13 + t * 7) % 256;
+            ok = mega_lm_stream_feed(s, tok, 1, lg + (size_t)B * (P + t) * V) == MEGA_OK;
+        }
+        *both = s->tune.per_row[0] > 0 && s->tune.per_row[1] > 0;
+    }
+    TL_CHECK(ok, "tuner B=%d force %d: %s", B, force, ok ? "" : mega_last_error());
+    free(tok), mega_lm_stream_free(s);
+    if (!ok) free(lg);
+    return ok ? lg : NULL;
+}
+
+static void check_tuner_ways(mega_lm *m) {
+    mega_set_threads(2);
+    for (int B = 1; B <= 8; B += 7) {
+        int both = 0, unused;
+        mega_real *team = tuned_run(m, B, 2, &unused), *alone = tuned_run(m, B, 1, &unused), *free_ = tuned_run(m, B, 0, &both);
+        const size_t n = (size_t)B * 105 * m->cfg.vocab_size * sizeof(mega_real);
+        TL_CHECK(team && alone && !memcmp(team, alone, n), "B=%d: steps on the team and on the calling thread alone give the same bits", B);
+        TL_CHECK(team && free_ && !memcmp(team, free_, n), "B=%d: steps chosen by the tuner give the same bits", B);
+        TL_CHECK(both, "B=%d: the tuner timed both ways within 100 tokens", B);
+        free(team), free(alone), free(free_);
+    }
+    mega_set_threads(0);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     check_step_products();
@@ -330,6 +376,7 @@ int main(int argc, char **argv) {
     TL_CHECK(l1 && l2 && !memcmp(l1, l2, (size_t)SV_B * SV_T * c.vocab_size * sizeof *l1),
              "streamed logits with 1 and 2 threads are bit-identical");
     free(l1), free(l2);
+    check_tuner_ways(m);
 #ifdef NO_INTERPOSE
     printf("NOTE allocation counting skipped: %s\n", NO_INTERPOSE);
 #else

@@ -535,7 +535,7 @@ mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T,
         feed_piece f = {s, logits, T, t0, n};
         /* the adaptive softmax opens regions of its own (GEMMs, rows): no team around it */
         const int team = c->block.mixer == MEGA_MIXER_MEGA && !m->has_as && R <= STREAM_TEAM_ROWS && R * wide <= MEGA_PAR_MIN;
-        MEGA_TRY(team ? mega_step_team_run(feed_layers, &f) : feed_layers(&f));
+        MEGA_TRY(team ? mega_step_team_run(&s->tune, R, feed_layers, &f) : feed_layers(&f));
         s->pos += n;
     }
     return MEGA_OK;

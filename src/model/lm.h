@@ -36,5 +36,6 @@ struct mega_lm_stream {
     int32_t *aorder;
     int32_t *tok;
     uint8_t *pad;
+    mega_step_tuner tune; /* team or calling thread alone for this stream's steps (stepteam.c) */
 };
 #endif

@@ -36,16 +36,27 @@ void mega_gemm_step(size_t M, size_t N, size_t K, const real *A, size_t lda, con
                     real *C, size_t ldc);
 
 /* ---- the streaming step's thread team (stepteam.c) ------------------------------------------
- * mega_step_team_run(body, arg) runs body(arg) on the calling thread inside ONE OpenMP region
- * whose other threads serve the mega_step_parallel calls body makes (a decoded token: about 25
- * of them), instead of a region per call; see stepteam.c. Inside body, any other OpenMP region
- * would be nested (one thread, and libgomp allocates its team), so body must only parallelise
- * through mega_step_parallel. Outside a team (or nested in one) it is body(arg).
+ * mega_step_team_run(tu, rows, body, arg) runs body(arg) on the calling thread inside ONE OpenMP
+ * region whose other threads serve the mega_step_parallel calls body makes (a decoded token:
+ * about 25 of them), instead of a region per call; see stepteam.c. Inside body, any other OpenMP
+ * region would be nested (one thread, and libgomp allocates its team), so body must only
+ * parallelise through mega_step_parallel. Outside a team (or nested in one) it is body(arg); when
+ * the tuner finds the calling thread alone faster (a busy neighbour), body(arg) with every
+ * mega_step_parallel inside it on the calling thread.
  * mega_step_parallel(n, fn, arg, split) runs fn(arg, i) for i in [0, n), each i exactly once, on
  * any thread: over the team when called inside one, else over an OpenMP region, and on the
  * calling thread when split is 0, n is 1 or there is one thread. Never allocates. */
 typedef void (*mega_step_fn)(void *arg, int i);
-mega_status mega_step_team_run(mega_status (*body)(void *arg), void *arg);
+/* Whether a stream's calls run on the team or on the calling thread alone (the faster way, timed
+ * per row fed, see stepteam.c). Zero-initialised = measure; force 1 = always alone, 2 = always
+ * the team (tests). The rest is the tuner's own state. */
+typedef struct {
+    int force, way, left;
+    unsigned windows;
+    double seconds, rows, per_row[2];
+} mega_step_tuner;
+/* tu may be NULL (always the team); rows: the rows this call feeds (the tuner's unit) */
+mega_status mega_step_team_run(mega_step_tuner *tu, size_t rows, mega_status (*body)(void *arg), void *arg);
 void mega_step_parallel(int n, mega_step_fn fn, void *arg, int split);
 /* threads a mega_step_parallel call would use here (1 inside a foreign parallel region) */
 int mega_step_threads(void);

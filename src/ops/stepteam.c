@@ -23,8 +23,54 @@
  *            piece is done, so they cannot change under it);
  *   done   = pieces finished (release by the worker that ran one, acquire by the master);
  *   seq    = the latest job, which workers poll; quit ends the workers' loop.
+ *
+ * Why the team is sometimes not used (mega_step_tuner): the region still ends in a join, and on a
+ * machine where another process keeps one core busy, the worker that shares that core is
+ * descheduled for whole time slices (milliseconds, against a token's half millisecond): the join,
+ * and any piece the worker had claimed when it was preempted, then wait for it. Measured on a
+ * 2-core machine with one spin loop beside it (docs/performance.md): one-token decoding of the
+ * bench's model fell from 1669 tokens/s on the team to 651, while the calling thread alone still
+ * ran 998. So each stream times its calls in both ways (windows of STEP_WINDOW calls, per row
+ * fed) and runs the faster one, re-measuring the other way one window in STEP_EXPLORE; the
+ * exploited way is re-measured all the time, so a neighbour arriving shows in the next window.
+ * The way chosen never changes a result: the pieces are the same, only the thread differs.
  */
 #include "ops/ops.h"
+
+#include <time.h>
+
+/* calls per measured window, and one window in STEP_EXPLORE measures the way not chosen (about
+ * 3% of calls run the slower way: at most a third slower, or twice, under a neighbour) */
+#define STEP_WINDOW 8
+#define STEP_EXPLORE 32
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the way of the next call: 1 = team, 0 = the calling thread alone */
+static int tuner_way(mega_step_tuner *tu) {
+    if (tu->force == 1 || tu->force == 2) return tu->force - 1;
+    if (tu->left > 0) return tu->way;
+    /* a new window: first each way once (team first), then the faster, the other now and then */
+    int way;
+    if (tu->per_row[1] <= 0) way = 1;
+    else if (tu->per_row[0] <= 0) way = 0;
+    else {
+        const int best = tu->per_row[0] < tu->per_row[1] ? 0 : 1;
+        way = (++tu->windows % STEP_EXPLORE == 0) ? !best : best;
+    }
+    tu->way = way, tu->left = STEP_WINDOW, tu->seconds = 0, tu->rows = 0;
+    return way;
+}
+
+static void tuner_add(mega_step_tuner *tu, double seconds, size_t rows) {
+    if (tu->force == 1 || tu->force == 2) return;
+    tu->seconds += seconds, tu->rows += (double)rows;
+    if (--tu->left == 0 && tu->rows > 0) tu->per_row[tu->way] = tu->seconds / tu->rows;
+}
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -47,6 +93,8 @@ typedef struct {
 
 /* the team whose master is this thread, while mega_step_team_run runs its body */
 static _Thread_local step_team *g_team;
+/* set while this thread runs a body alone (the tuner's choice): no region, no split */
+static _Thread_local int g_solo;
 
 static inline void relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -102,8 +150,7 @@ static void run_job(step_team *tm, int n, mega_step_fn fn, void *arg) {
     while (atomic_load_explicit(&tm->done, memory_order_acquire) < (uint32_t)n) relax();
 }
 
-mega_status mega_step_team_run(mega_status (*body)(void *arg), void *arg) {
-    if (g_team || omp_in_parallel() || omp_get_max_threads() < 2) return body(arg);
+static mega_status run_team(mega_status (*body)(void *arg), void *arg) {
     step_team tm;
     atomic_init(&tm.claim, 0);
     atomic_init(&tm.done, 0);
@@ -127,12 +174,28 @@ mega_status mega_step_team_run(mega_status (*body)(void *arg), void *arg) {
     return st;
 }
 
-int mega_step_threads(void) {
-    if (g_team) return g_team->nthreads;
-    return omp_in_parallel() ? 1 : omp_get_max_threads();
+mega_status mega_step_team_run(mega_step_tuner *tu, size_t rows, mega_status (*body)(void *arg), void *arg) {
+    if (g_team || g_solo || omp_in_parallel() || omp_get_max_threads() < 2) return body(arg);
+    const int way = tu ? tuner_way(tu) : 1;
+    const double t0 = tu ? now_seconds() : 0;
+    mega_status st;
+    if (way) {
+        st = run_team(body, arg);
+    } else {
+        g_solo = 1;
+        st = body(arg);
+        g_solo = 0;
+    }
+    if (tu) tuner_add(tu, now_seconds() - t0, rows);
+    return st;
 }
 
-int mega_step_may_fork(void) { return !g_team && !omp_in_parallel() && omp_get_max_threads() > 1; }
+int mega_step_threads(void) {
+    if (g_team) return g_team->nthreads;
+    return g_solo || omp_in_parallel() ? 1 : omp_get_max_threads();
+}
+
+int mega_step_may_fork(void) { return !g_team && !g_solo && !omp_in_parallel() && omp_get_max_threads() > 1; }
 
 void mega_step_parallel(int n, mega_step_fn fn, void *arg, int split) {
     if (n <= 0) return;
@@ -143,7 +206,7 @@ void mega_step_parallel(int n, mega_step_fn fn, void *arg, int split) {
         tm->busy = 0;
         return;
     }
-    if (split && n > 1 && !tm && !omp_in_parallel() && omp_get_max_threads() > 1) {
+    if (split && n > 1 && !tm && !g_solo && !omp_in_parallel() && omp_get_max_threads() > 1) {
         /* no team: one region (the default team size, cached by libgomp), contiguous pieces per
          * thread; a worksharing loop is avoided because LLVM's libomp allocates in its setup */
 #pragma omp parallel
@@ -158,7 +221,10 @@ void mega_step_parallel(int n, mega_step_fn fn, void *arg, int split) {
 
 #else /* no OpenMP: everything on the calling thread */
 
-mega_status mega_step_team_run(mega_status (*body)(void *arg), void *arg) { return body(arg); }
+mega_status mega_step_team_run(mega_step_tuner *tu, size_t rows, mega_status (*body)(void *arg), void *arg) {
+    (void)tu, (void)rows, (void)tuner_way, (void)tuner_add, (void)now_seconds;
+    return body(arg);
+}
 int mega_step_threads(void) { return 1; }
 int mega_step_may_fork(void) { return 0; }
 void mega_step_parallel(int n, mega_step_fn fn, void *arg, int split) {
