@@ -387,6 +387,48 @@ static int carry_meta(mega_st_writer *w, const mega_st_file *f, const char *cons
     return 0;
 }
 
+/* the exported LM's layout (a) and config.json (*cj), from the whole file checked as `mega eval`
+ * would load it (names, shapes, finite values) */
+static int export_lm_config(const char *p, const mega_st_file *f, hf_arch *a, cJSON **cj) {
+    const mega_load_opts inference = {1, 0};
+    mega_lm *m;
+    if (mega_lm_load_ex(p, &inference, &m)) return cli_error("%s", mega_last_error());
+    const mega_lm_config c = *mega_lm_get_config(m);
+    mega_lm_free(m);
+    if (block_exportable(&c.block, p)) return 1;
+    if (c.adaptive_input || c.adaptive_softmax_cutoff[0])
+        return cli_error("%s: adaptive input / adaptive softmax have no counterpart in transformers' Mega models", p);
+    if (c.scale_embedding)
+        return cli_error("%s: the embeddings are scaled by sqrt(embed-dim), which transformers' MegaEmbeddings never "
+                         "does; only models with --no-scale-embedding can be exported", p);
+    a->lm = 1, a->V = c.vocab_size, a->L = c.layers, a->tied = c.tie_embeddings;
+    snprintf(a->ours_top, sizeof a->ours_top, "decoder.");
+    arch_of_block(a, &c.block);
+    const char *vs = mega_st_meta(f, "vocab");
+    cJSON *vocab = vs ? cJSON_Parse(vs) : NULL;
+    *cj = hf_config_json(&c.block, 1, c.vocab_size, c.layers, c.padding_idx, c.tie_embeddings, a, vocab);
+    cJSON_Delete(vocab);
+    return *cj ? 0 : cli_error("out of memory");
+}
+
+/* the same for a classifier's encoder */
+static int export_cls_config(const char *p, hf_arch *a, cJSON **cj) {
+    const mega_load_opts inference = {1, 0};
+    mega_cls *m;
+    if (mega_cls_load_ex(p, &inference, &m)) return cli_error("%s", mega_last_error());
+    const mega_cls_config c = *mega_cls_get_config(m);
+    mega_cls_free(m);
+    if (block_exportable(&c.block, p)) return 1;
+    if (c.embedding != MEGA_EMBED_TOKEN)
+        return cli_error("%s: real-valued inputs (embedding real) have no counterpart in transformers' MegaEmbeddings "
+                         "(token ids only)", p);
+    a->lm = 0, a->V = c.vocab_size, a->L = c.layers, a->tied = 0;
+    snprintf(a->ours_top, sizeof a->ours_top, "encoder.encoder.");
+    arch_of_block(a, &c.block);
+    *cj = hf_config_json(&c.block, 0, c.vocab_size, c.layers, c.padding_idx, 0, a, NULL);
+    return *cj ? 0 : cli_error("out of memory");
+}
+
 static int hf_export(const char *model, const char *out) {
     char p[4096], path[4200];
     if (mega_model_file(model, p, sizeof p)) return cli_error("%s", mega_last_error());
@@ -409,56 +451,7 @@ static int hf_export(const char *model, const char *out) {
     }
     hf_arch a;
     memset(&a, 0, sizeof a);
-    const mega_load_opts inference = {1, 0};
-    if (!cls) {
-        mega_lm *m;
-        /* the whole file checked as `mega eval` would load it (names, shapes, finite values) */
-        if (mega_lm_load_ex(p, &inference, &m)) {
-            cli_error("%s", mega_last_error());
-            goto done;
-        }
-        const mega_lm_config c = *mega_lm_get_config(m);
-        mega_lm_free(m);
-        if (block_exportable(&c.block, p)) goto done;
-        if (c.adaptive_input || c.adaptive_softmax_cutoff[0]) {
-            cli_error("%s: adaptive input / adaptive softmax have no counterpart in transformers' Mega models", p);
-            goto done;
-        }
-        if (c.scale_embedding) {
-            cli_error("%s: the embeddings are scaled by sqrt(embed-dim), which transformers' MegaEmbeddings never does; "
-                      "only models with --no-scale-embedding can be exported", p);
-            goto done;
-        }
-        a.lm = 1, a.V = c.vocab_size, a.L = c.layers, a.tied = c.tie_embeddings;
-        snprintf(a.ours_top, sizeof a.ours_top, "decoder.");
-        arch_of_block(&a, &c.block);
-        const char *vs = mega_st_meta(f, "vocab");
-        cJSON *vocab = vs ? cJSON_Parse(vs) : NULL;
-        cj = hf_config_json(&c.block, 1, c.vocab_size, c.layers, c.padding_idx, c.tie_embeddings, &a, vocab);
-        cJSON_Delete(vocab);
-    } else {
-        mega_cls *m;
-        if (mega_cls_load_ex(p, &inference, &m)) {
-            cli_error("%s", mega_last_error());
-            goto done;
-        }
-        const mega_cls_config c = *mega_cls_get_config(m);
-        mega_cls_free(m);
-        if (block_exportable(&c.block, p)) goto done;
-        if (c.embedding != MEGA_EMBED_TOKEN) {
-            cli_error("%s: real-valued inputs (embedding real) have no counterpart in transformers' MegaEmbeddings "
-                      "(token ids only)", p);
-            goto done;
-        }
-        a.lm = 0, a.V = c.vocab_size, a.L = c.layers, a.tied = 0;
-        snprintf(a.ours_top, sizeof a.ours_top, "encoder.encoder.");
-        arch_of_block(&a, &c.block);
-        cj = hf_config_json(&c.block, 0, c.vocab_size, c.layers, c.padding_idx, 0, &a, NULL);
-    }
-    if (!cj) {
-        cli_error("out of memory");
-        goto done;
-    }
+    if (cls ? export_cls_config(p, &a, &cj) : export_lm_config(p, f, &a, &cj)) goto done;
     if (layout_build(&y, &a)) goto done;
     w = mega_st_writer_new();
     if (!w) {
@@ -765,6 +758,76 @@ out:
     return rc;
 }
 
+/* the LM of a MegaForCausalLM config into lc and the layout's description */
+static int import_lm_config(const hf_cfg *c, hf_arch *a, mega_lm_config *lc, int pad) {
+    int dense = 1;
+    mega_lm_config_default(lc);
+    if (block_from_hf(c, &lc->block, 0) || cfg_bool(c, "add_lm_hidden_dense_layer", 0, 1, &dense) ||
+        cfg_bool(c, "tie_word_embeddings", 0, 1, &lc->tie_embeddings))
+        return 1;
+    if (dense)
+        return cli_error("%s: add_lm_hidden_dense_layer is true (the transformers default): the dense+tanh layer before "
+                         "the LM head has no counterpart here", c->path);
+    lc->vocab_size = a->V, lc->layers = a->L, lc->padding_idx = pad, lc->scale_embedding = 0;
+    if (mega_lm_config_check(lc)) return cli_error("%s: %s", c->path, mega_last_error());
+    a->tied = lc->tie_embeddings;
+    snprintf(a->ours_top, sizeof a->ours_top, "decoder.");
+    return 0;
+}
+
+/* the classifier around a MegaModel encoder: our config and head from the side file (opened into
+ * *hf), the encoder's fields from config.json */
+static int import_cls_config(const hf_cfg *c, const char *hfdir, hf_arch *a, mega_cls_config *cc, int pad,
+                             mega_st_file **hf) {
+    char path[4200];
+    path_join(path, sizeof path, hfdir, HF_HEAD_FILE);
+    if (!file_exists(path))
+        return cli_error("%s: a Mega encoder (MegaModel) without %s: this project's encoders belong to classifiers, "
+                         "whose head and labels that file holds (written by mega hf-export)", hfdir, HF_HEAD_FILE);
+    const char *hc;
+    if (mega_st_open(path, hf) || !(hc = mega_st_meta(*hf, "config")) || mega_cls_config_from_json(hc, cc))
+        return cli_error("%s: %s", path, *hf ? mega_last_error() : "unreadable");
+    mega_block_config *b = &cc->block;
+    const mega_block_config head_block = cc->block;
+    if (block_from_hf(c, b, 1)) return 1;
+    b->train_len = head_block.train_len;
+    if (cc->embedding != MEGA_EMBED_TOKEN) return cli_error("%s: the classifier in %s has real-valued inputs", hfdir, HF_HEAD_FILE);
+    if (pad < 0) return cli_error("%s: pad_token_id is null, but this project's encoders need a padding token", c->path);
+    cc->vocab_size = a->V, cc->layers = a->L, cc->padding_idx = pad;
+    if (mega_cls_config_check(cc)) return cli_error("%s: %s", c->path, mega_last_error());
+    snprintf(a->ours_top, sizeof a->ours_top, "encoder.encoder.");
+    return 0;
+}
+
+/* w into out/model.safetensors (outp), which must then load as `mega eval` loads it (a check of
+ * this converter: the layout and our declared parameters must agree; removed if not) */
+static int write_imported(mega_st_writer *w, const char *out, int lm, char *outp, size_t n) {
+    if (ensure_dir(out)) return 1;
+    /* a run directory's loaders prefer its newest generation to model.safetensors */
+    if (file_exists(path_join(outp, n, out, "checkpoint.json")))
+        return cli_error("'%s' holds a training run (checkpoint.json), whose newest checkpoint would shadow the "
+                         "imported model: choose another --out", out);
+    path_join(outp, n, out, "model.safetensors");
+    if (mega_st_writer_write(w, outp)) return cli_error("%s", mega_last_error());
+    const mega_load_opts inference = {1, 0};
+    mega_status st;
+    if (lm) {
+        mega_lm *m = NULL;
+        st = mega_lm_load_ex(outp, &inference, &m);
+        mega_lm_free(m);
+    } else {
+        mega_cls *m = NULL;
+        st = mega_cls_load_ex(outp, &inference, &m);
+        mega_cls_free(m);
+    }
+    if (st) {
+        cli_error("internal: the converted model does not load (%s); removed", mega_last_error());
+        unlink(outp);
+        return 1;
+    }
+    return 0;
+}
+
 static int hf_import(const char *hfdir, const char *out) {
     char path[4200], outp[4200];
     mega_bytes cb = {0};
@@ -792,65 +855,13 @@ static int hf_import(const char *hfdir, const char *out) {
     a.lm = lm;
     mega_lm_config lc;
     mega_cls_config cc;
-    mega_block_config *b;
     int pad = -1;
     if (cfg_int(&c, "vocab_size", 1, 0, 2, &a.V) || cfg_int(&c, "num_hidden_layers", 1, 0, 1, &a.L) ||
         cfg_int(&c, "pad_token_id", 0, 1, 0, &pad))
         goto done;
     if (!cfg_get(&c, "pad_token_id") && cJSON_GetObjectItemCaseSensitive(o, "pad_token_id")) pad = -1; /* null */
-    if (lm) {
-        int dense = 1;
-        mega_lm_config_default(&lc);
-        b = &lc.block;
-        if (block_from_hf(&c, b, 0) || cfg_bool(&c, "add_lm_hidden_dense_layer", 0, 1, &dense) ||
-            cfg_bool(&c, "tie_word_embeddings", 0, 1, &lc.tie_embeddings))
-            goto done;
-        if (dense) {
-            cli_error("%s: add_lm_hidden_dense_layer is true (the transformers default): the dense+tanh layer before "
-                      "the LM head has no counterpart here", path);
-            goto done;
-        }
-        lc.vocab_size = a.V, lc.layers = a.L, lc.padding_idx = pad, lc.scale_embedding = 0;
-        if (mega_lm_config_check(&lc)) {
-            cli_error("%s: %s", path, mega_last_error());
-            goto done;
-        }
-        a.tied = lc.tie_embeddings;
-        snprintf(a.ours_top, sizeof a.ours_top, "decoder.");
-    } else {
-        /* the classifier around the encoder: our config and head from the side file */
-        path_join(path, sizeof path, hfdir, HF_HEAD_FILE);
-        if (!file_exists(path)) {
-            cli_error("%s: a Mega encoder (MegaModel) without %s: this project's encoders belong to classifiers, whose "
-                      "head and labels that file holds (written by mega hf-export)", hfdir, HF_HEAD_FILE);
-            goto done;
-        }
-        const char *hc;
-        if (mega_st_open(path, &hf) || !(hc = mega_st_meta(hf, "config")) || mega_cls_config_from_json(hc, &cc)) {
-            cli_error("%s: %s", path, hf ? mega_last_error() : "unreadable");
-            goto done;
-        }
-        path_join(path, sizeof path, hfdir, "config.json");
-        b = &cc.block;
-        mega_block_config head_block = cc.block;
-        if (block_from_hf(&c, b, 1)) goto done;
-        b->train_len = head_block.train_len;
-        if (cc.embedding != MEGA_EMBED_TOKEN) {
-            cli_error("%s: the classifier in %s has real-valued inputs", hfdir, HF_HEAD_FILE);
-            goto done;
-        }
-        if (pad < 0) {
-            cli_error("%s: pad_token_id is null, but this project's encoders need a padding token", path);
-            goto done;
-        }
-        cc.vocab_size = a.V, cc.layers = a.L, cc.padding_idx = pad;
-        if (mega_cls_config_check(&cc)) {
-            cli_error("%s: %s", path, mega_last_error());
-            goto done;
-        }
-        snprintf(a.ours_top, sizeof a.ours_top, "encoder.encoder.");
-    }
-    arch_of_block(&a, b);
+    if (lm ? import_lm_config(&c, &a, &lc, pad) : import_cls_config(&c, hfdir, &a, &cc, pad, &hf)) goto done;
+    arch_of_block(&a, lm ? &lc.block : &cc.block);
     /* transformers' parameter length is its own max_positions (read, not derived) */
     {
         int mp;
@@ -898,36 +909,7 @@ static int hf_import(const char *hfdir, const char *out) {
         cli_error("%s", ocfg ? mega_last_error() : "out of memory");
         goto done;
     }
-    if (ensure_dir(out)) goto done;
-    /* a run directory's loaders prefer its newest generation to model.safetensors */
-    if (file_exists(path_join(outp, sizeof outp, out, "checkpoint.json"))) {
-        cli_error("'%s' holds a training run (checkpoint.json), whose newest checkpoint would shadow the imported "
-                  "model: choose another --out", out);
-        goto done;
-    }
-    path_join(outp, sizeof outp, out, "model.safetensors");
-    if (mega_st_writer_write(w, outp)) {
-        cli_error("%s", mega_last_error());
-        goto done;
-    }
-    /* the result loads as `mega eval` loads it (a check of this converter: the layout above
-     * and our declared parameters must agree) */
-    const mega_load_opts inference = {1, 0};
-    mega_status st;
-    if (lm) {
-        mega_lm *m = NULL;
-        st = mega_lm_load_ex(outp, &inference, &m);
-        mega_lm_free(m);
-    } else {
-        mega_cls *m = NULL;
-        st = mega_cls_load_ex(outp, &inference, &m);
-        mega_cls_free(m);
-    }
-    if (st) {
-        cli_error("internal: the converted model does not load (%s); removed", mega_last_error());
-        unlink(outp);
-        goto done;
-    }
+    if (write_imported(w, out, lm, outp, sizeof outp)) goto done;
     printf("imported %s (%s, %d layers) -> %s\n", hfdir, lm ? "MegaForCausalLM" : "MegaModel", a.L, outp);
     rc = 0;
 done:

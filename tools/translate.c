@@ -201,6 +201,104 @@ static size_t text_cap(const s2s_dicts *d, int L) {
     return (d->tgt ? w : 3 * (d->tgt_longest ? d->tgt_longest : 1)) * (size_t)L + 1;
 }
 
+/* mega translate's batch of source lines: rows of capS tokens while lines are added (the row
+ * grows with the longest source), compacted to the batch's width when it is translated */
+typedef struct {
+    mega_s2s *m;
+    const s2s_dicts *dc;
+    mega_s2s_search sp;
+    int batch, capS, capL, nb, remove_bpe;
+    int32_t *src, *one, *out;
+    int *slen, *ok, *olen, *limn; /* limn: the length each search limit counts */
+    char *text;
+    uint8_t *raw; /* a byte or subword model's output bytes */
+} tr_batch;
+
+static void tr_free(tr_batch *b) {
+    free(b->src), free(b->one), free(b->out), free(b->slen), free(b->ok), free(b->olen), free(b->limn), free(b->text);
+    free(b->raw);
+}
+
+/* widen the rows to hold n tokens; nonzero (reported) when out of memory */
+static int tr_widen(tr_batch *b, int n) {
+    if (n <= b->capS) return 0;
+    int32_t *ns = malloc((size_t)b->batch * n * sizeof(int32_t)), *no = realloc(b->one, (size_t)n * sizeof(int32_t));
+    if (no) b->one = no;
+    if (!ns || !no) {
+        free(ns);
+        return cli_error("out of memory for a line of %d bytes", n - 2);
+    }
+    for (int i = 0; i < b->nb; i++) memcpy(ns + (size_t)i * n, b->src + (size_t)i * b->capS, (size_t)b->capS * sizeof(int32_t));
+    free(b->src), b->src = ns, b->capS = n;
+    return 0;
+}
+
+/* line (n bytes read of a line of full bytes) into the next row; a line that cannot be tokenized
+ * is reported and becomes a placeholder row (its output is not printed): *bad is set */
+static void tr_add(tr_batch *b, const char *line, size_t n, size_t full, size_t lim, const char *where, long lineno,
+                   int strict, int *bad) {
+    const int32_t eos = mega_s2s_get_config(b->m)->eos_idx;
+    const int maxS = max_source(b->m);
+    int len = 0;
+    char why[256] = "";
+    mega_status st = MEGA_ERR_INVALID;
+    if (full > n)
+        snprintf(why, sizeof why, "source: a line of %zu bytes, more than the limit of %zu", full, lim - 8);
+    else if (b->dc->src)
+        st = fdict_tokenize(b->dc->src, line, n, maxS, b->one, &len, why, sizeof why) ? MEGA_ERR_INVALID : MEGA_OK;
+    else if ((st = mega_s2s_tokenize_bpe(b->dc->src_bpe, line, n, maxS, b->one, &len)) != MEGA_OK)
+        snprintf(why, sizeof why, "%s", mega_last_error());
+    const int nb = b->nb;
+    b->ok[nb] = st == MEGA_OK;
+    *bad = !b->ok[nb];
+    if (*bad) {
+        fprintf(stderr, "mega translate: %s line %ld: %s%s\n", where, lineno, why, strict ? "" : " (empty output line)");
+        b->one[0] = eos, len = 1;
+    }
+    memcpy(b->src + (size_t)nb * b->capS, b->one, (size_t)len * sizeof(int32_t));
+    size_t mb = n; /* the line's bytes without its end */
+    if (mb && line[mb - 1] == '\n') mb--;
+    if (mb && line[mb - 1] == '\r') mb--;
+    b->limn[nb] = limit_in_bytes(b->dc) && b->ok[nb] ? (int)mb + 1 : len;
+    b->slen[b->nb++] = len;
+}
+
+/* translate the batch (lines first..) and print one line per source; nonzero (reported) on failure */
+static int tr_flush(tr_batch *b, long first) {
+    const int nb = b->nb;
+    const int32_t padi = mega_s2s_get_config(b->m)->padding_idx;
+    int S = 0, SL = 0;
+    for (int i = 0; i < nb; i++) S = b->slen[i] > S ? b->slen[i] : S, SL = b->limn[i] > SL ? b->limn[i] : SL;
+    /* compact to width S, right-padded */
+    for (int i = 0; i < nb; i++) {
+        memmove(b->src + (size_t)i * S, b->src + (size_t)i * b->capS, (size_t)b->slen[i] * sizeof(int32_t));
+        for (int t = b->slen[i]; t < S; t++) b->src[(size_t)i * S + t] = padi;
+    }
+    b->sp.limit_src_len = b->limn;
+    const int need = (int)(b->sp.max_len_a * SL + b->sp.max_len_b) + 2;
+    if (need > b->capL || !b->out) {
+        b->capL = need > b->capL ? need : b->capL;
+        free(b->out), free(b->text), free(b->raw);
+        b->out = malloc((size_t)b->batch * b->capL * sizeof(int32_t));
+        b->text = malloc(text_cap(b->dc, b->capL));
+        b->raw = malloc(bytes_cap(b->dc, 1, b->capL));
+        if (!b->out || !b->text || !b->raw) return cli_error("out of memory");
+    }
+    if (translate_batch(b->m, b->src, nb, S, &b->sp, b->out, b->olen, b->capL))
+        return cli_error("lines %ld-%ld", first, first + nb - 1);
+    for (int i = 0; i < nb; i++) {
+        const int32_t *o = b->out + (size_t)i * b->capL;
+        if (!b->ok[i]) b->text[0] = 0;
+        else if (b->dc->tgt) fdict_line(b->dc->tgt, o, b->olen[i], b->remove_bpe, b->text, text_cap(b->dc, b->capL));
+        else bytes_to_line(b->raw, tokens_text(b->dc, 1, o, b->olen[i], (char *)b->raw), b->text);
+        fputs(b->text, stdout);
+        fputc('\n', stdout);
+    }
+    fflush(stdout);
+    b->nb = 0; /* back to the wide layout for the next batch */
+    return 0;
+}
+
 int cmd_translate(int argc, char **argv) {
     const char *model = NULL, *input = NULL;
     int threads = 0, batch = 32, strict = 0, remove_bpe = 0;
@@ -225,26 +323,24 @@ int cmd_translate(int argc, char **argv) {
     mega_set_threads(threads);
     FILE *in = stdin;
     if (input && !(in = open_input(input, "--input"))) return 2; /* regular files only; stdin when absent */
-    mega_s2s *m = NULL;
+    const char *where = input ? input : "stdin";
     s2s_dicts dicts;
-    if (load_s2s(model, &m, &dicts, 1)) {
+    tr_batch b = {0};
+    if (load_s2s(model, &b.m, &dicts, 1)) {
         if (in != stdin) fclose(in);
         return 2;
     }
-    const int maxS = max_source(m);
-    const int32_t eos = mega_s2s_get_config(m)->eos_idx, padi = mega_s2s_get_config(m)->padding_idx;
-    int capS = 256, capL = 64, nb = 0, rc = 0, bad = 0;
+    b.dc = &dicts, b.sp = sp, b.batch = batch, b.capS = 256, b.capL = 64, b.remove_bpe = remove_bpe;
+    b.src = malloc((size_t)batch * b.capS * sizeof(int32_t)), b.one = malloc((size_t)b.capS * sizeof(int32_t));
+    b.slen = calloc((size_t)batch, sizeof(int)), b.ok = calloc((size_t)batch, sizeof(int));
+    b.olen = calloc((size_t)batch, sizeof(int)), b.limn = calloc((size_t)batch, sizeof(int));
+    int rc = !b.src || !b.one || !b.slen || !b.ok || !b.olen || !b.limn ? cli_error("out of memory") : 0, bad = 0;
     long lineno = 0, first = 0;
-    int32_t *src = malloc((size_t)batch * capS * sizeof(int32_t)), *one = malloc((size_t)capS * sizeof(int32_t));
-    int *slen = calloc((size_t)batch, sizeof(int)), *ok = calloc((size_t)batch, sizeof(int)), *olen = calloc((size_t)batch, sizeof(int));
-    int *limn = calloc((size_t)batch, sizeof(int)); /* the length each search limit counts */
-    int32_t *out = NULL;
-    char *text = NULL, *line = NULL;
-    uint8_t *raw = NULL; /* a byte or subword model's output bytes */
+    char *line = NULL;
     size_t lcap = 0;
-    if (!src || !one || !slen || !ok || !olen || !limn) rc = cli_error("out of memory");
     /* a line longer than the model accepts is reported, never held whole (a word model's tokens
      * are at least 2 bytes apart, with the space) */
+    const int maxS = max_source(b.m);
     const size_t lim = (size_t)(maxS < (1 << 20) ? maxS : (1 << 20)) * (dicts.src ? 64 : dicts.src_longest) + 8;
     for (int eof = 0; !rc && !eof;) {
         size_t full = 0;
@@ -255,104 +351,37 @@ int cmd_translate(int argc, char **argv) {
             break;
         }
         if (n == -3) {
-            cli_error("%s line %ld is longer than %zu MiB (not a line of text); stopping", input ? input : "stdin",
-                      lineno + 1, LINE_HARD_MAX >> 20);
+            cli_error("%s line %ld is longer than %zu MiB (not a line of text); stopping", where, lineno + 1, LINE_HARD_MAX >> 20);
             rc = 2;
             break;
         }
         if (n < 0) eof = 1;
         else {
             lineno++;
-            if (nb == 0) first = lineno;
-            /* tokenize into a row of the batch (the row grows with the longest source) */
-            if ((size_t)n + 2 > (size_t)capS) {
-                int ncap = (int)n + 2;
-                int32_t *ns = malloc((size_t)batch * ncap * sizeof(int32_t)), *no = realloc(one, (size_t)ncap * sizeof(int32_t));
-                if (!ns || !no) {
-                    free(ns);
-                    if (no) one = no;
-                    rc = cli_error("out of memory for a line of %ld bytes", n);
-                    break;
-                }
-                one = no;
-                for (int i = 0; i < nb; i++) memcpy(ns + (size_t)i * ncap, src + (size_t)i * capS, (size_t)capS * sizeof(int32_t));
-                free(src), src = ns, capS = ncap;
-            }
-            int len = 0;
-            char why[256] = "";
-            mega_status st = MEGA_ERR_INVALID;
-            if (full > (size_t)n)
-                snprintf(why, sizeof why, "source: a line of %zu bytes, more than the limit of %zu", full, lim - 8);
-            else if (dicts.src)
-                st = fdict_tokenize(dicts.src, line, (size_t)n, maxS, one, &len, why, sizeof why) ? MEGA_ERR_INVALID : MEGA_OK;
-            else if ((st = mega_s2s_tokenize_bpe(dicts.src_bpe, line, (size_t)n, maxS, one, &len)) != MEGA_OK)
-                snprintf(why, sizeof why, "%s", mega_last_error());
-            ok[nb] = st == MEGA_OK;
-            if (!ok[nb]) {
-                bad++;
-                fprintf(stderr, "mega translate: %s line %ld: %s%s\n", input ? input : "stdin", lineno, why,
-                        strict ? "" : " (empty output line)");
-                if (strict) {
-                    rc = 1;
-                    break;
-                }
-                one[0] = eos, len = 1; /* a placeholder row, its output is not printed */
-            }
-            memcpy(src + (size_t)nb * capS, one, (size_t)len * sizeof(int32_t));
-            size_t mb = (size_t)n; /* the line's bytes without its end */
-            if (mb && line[mb - 1] == '\n') mb--;
-            if (mb && line[mb - 1] == '\r') mb--;
-            limn[nb] = limit_in_bytes(&dicts) && ok[nb] ? (int)mb + 1 : len;
-            slen[nb++] = len;
-        }
-        if (nb == batch || (eof && nb > 0)) {
-            int S = 0;
-            for (int i = 0; i < nb; i++) S = slen[i] > S ? slen[i] : S;
-            /* compact to width S, right-padded */
-            for (int i = 0; i < nb; i++) {
-                memmove(src + (size_t)i * S, src + (size_t)i * capS, (size_t)slen[i] * sizeof(int32_t));
-                for (int t = slen[i]; t < S; t++) src[(size_t)i * S + t] = padi;
-            }
-            int SL = 0;
-            for (int i = 0; i < nb; i++) SL = limn[i] > SL ? limn[i] : SL;
-            sp.limit_src_len = limn;
-            int need = (int)(sp.max_len_a * SL + sp.max_len_b) + 2;
-            if (need > capL || !out) {
-                capL = need > capL ? need : capL;
-                free(out), free(text), free(raw);
-                out = malloc((size_t)batch * capL * sizeof(int32_t));
-                text = malloc(text_cap(&dicts, capL));
-                raw = malloc(bytes_cap(&dicts, 1, capL));
-                if (!out || !text || !raw) {
-                    rc = cli_error("out of memory");
-                    break;
-                }
-            }
-            if (translate_batch(m, src, nb, S, &sp, out, olen, capL)) {
-                rc = cli_error("lines %ld-%ld", first, first + nb - 1);
+            if (b.nb == 0) first = lineno;
+            if (tr_widen(&b, (int)n + 2)) {
+                rc = 1;
                 break;
             }
-            for (int i = 0; i < nb; i++) {
-                if (!ok[i]) text[0] = 0;
-                else if (dicts.tgt) fdict_line(dicts.tgt, out + (size_t)i * capL, olen[i], remove_bpe, text, text_cap(&dicts, capL));
-                else bytes_to_line(raw, tokens_text(&dicts, 1, out + (size_t)i * capL, olen[i], (char *)raw), text);
-                fputs(text, stdout);
-                fputc('\n', stdout);
+            int b1 = 0;
+            tr_add(&b, line, (size_t)n, full, lim, where, lineno, strict, &b1);
+            bad += b1;
+            if (b1 && strict) {
+                rc = 1;
+                break;
             }
-            fflush(stdout);
-            /* back to the wide layout for the next batch */
-            nb = 0;
         }
+        if ((b.nb == batch || (eof && b.nb > 0)) && tr_flush(&b, first)) rc = 1;
     }
     if (!rc && bad) {
         fprintf(stderr, "mega translate: %d of %ld lines could not be translated (see above)\n", bad, lineno);
         rc = 1;
     }
-    free(line), free(src), free(one), free(slen), free(ok), free(olen), free(out), free(text), free(limn);
+    free(line);
+    tr_free(&b);
     if (in != stdin) fclose(in);
-    free(raw);
     s2s_dicts_free(&dicts);
-    mega_s2s_free(m);
+    mega_s2s_free(b.m);
     return rc ? (rc == 2 ? 2 : 1) : 0;
 }
 
@@ -419,6 +448,133 @@ static int score_all(const s2s_dicts *dc, const mega_s2s_data *d, const int *ord
     return rc;
 }
 
+/* the memory an evaluation needs against --max-memory: the weights and the pairs (in memory), the
+ * buffers of the largest teacher-forced batch (--max-tokens over the longest pair) and of the
+ * search (--batch sources of the longest length, --beam rows each); nonzero (reported) = refuse */
+static int eval_memory(mega_s2s *m, const s2s_dicts *dc, const mega_s2s_data *d, const mega_s2s_search *sp, int batch,
+                       int max_tokens, int64_t max_memory) {
+    const int S = d->src_max, L = d->tgt_max, mx = S > L ? S : L;
+    int B = mx > 0 ? max_tokens / mx : 1;
+    B = B < 1 ? 1 : B > d->n ? d->n : B;
+    mega_memory mm;
+    run_memory rm;
+    char how[64];
+    const uint64_t data_b = (uint64_t)d->pool_n * sizeof(uint16_t) + (uint64_t)d->n * 32; /* tokens, per-pair arrays */
+    size_t search = 0;
+    const int Bs = batch < d->n ? batch : d->n;
+    int bad = mega_s2s_memory(mega_s2s_get_config(m), 0, B, S > 0 ? S : 1, L > 0 ? L : 1, &mm) != MEGA_OK ||
+              mega_s2s_search_memory(mega_s2s_get_config(m), Bs,
+                                     /* a limit in source bytes: at most the longest token's bytes per token */
+                                     (limit_in_bytes(dc) ? S * (int)dc->src_longest : S) + 1, sp, &search) != MEGA_OK;
+    if (bad) return cli_error("%s", mega_last_error());
+    mm.buffers += search, mm.total += search;
+    snprintf(how, sizeof how, "%d pairs of %d -> %d tokens; search %d x %d", B, S, L, Bs, sp->beam);
+    return memory_guard("this evaluation", how, "lower --max-tokens or --batch, or ", &mm, data_b, mm.params + data_b,
+                        max_memory, &rm);
+}
+
+/* segments: the examples with the same source, its translations the references (group 0: every
+ * line its own segment); order: the examples sorted by source; returns the number of segments */
+static int make_groups(const mega_s2s_data *d, int group, int *order, group_t *g) {
+    const int n = d->n;
+    int ng = 0;
+    for (int i = 0; i < n; i++) order[i] = i;
+    if (group) {
+        g_sort_d = d;
+        qsort(order, (size_t)n, sizeof(int), qcmp);
+    }
+    for (int i = 0; i < n;) {
+        int k = 1;
+        while (group && i + k < n && d->src_len[order[i + k]] == d->src_len[order[i]] &&
+               !memcmp(mega_s2s_data_src(d, order[i + k]), mega_s2s_data_src(d, order[i]), (size_t)d->src_len[order[i]] * 2))
+            k++;
+        g[ng++] = (group_t){i, k};
+        i += k;
+    }
+    return ng;
+}
+
+/* translations, one per segment, in batches of --batch sources of similar length (the groups are
+ * sorted by source): the hypotheses' bytes into hyp/hl, the sources' text (the copy baseline)
+ * into cp/cl; nonzero (reported) on failure */
+static int search_groups(mega_s2s *m, const s2s_dicts *dc, const mega_s2s_data *d, const int *order, const group_t *g,
+                         int ng, const mega_s2s_search *sp, int batch, int quiet, char **hyp, size_t *hl, char **cp,
+                         size_t *cl, int64_t *out_tokens) {
+    int32_t *src = NULL, *out = NULL;
+    int *olen = malloc((size_t)batch * sizeof(int)), *lim = malloc((size_t)batch * sizeof(int));
+    int rc = !olen || !lim ? cli_error("out of memory") : 0;
+    progress_t pr;
+    progress_init(&pr, stderr, quiet, 10);
+    mega_s2s_search spb = *sp;
+    for (int i = 0; !rc && i < ng; i += batch) {
+        const int nb = ng - i < batch ? ng - i : batch;
+        int S = 0, SL = 0;
+        for (int k = 0; k < nb && !rc; k++) {
+            const int gi = i + k, e = order[g[gi].first];
+            S = d->src_len[e] > S ? d->src_len[e] : S;
+            /* the source text (the copy baseline), and the length the search limit counts */
+            cl[gi] = row_text(dc, 0, mega_s2s_data_src(d, e), d->src_len[e], &cp[gi]);
+            if (!cp[gi]) rc = cli_error("out of memory");
+            lim[k] = limit_in_bytes(dc) ? (int)cl[gi] + 1 : d->src_len[e];
+            SL = lim[k] > SL ? lim[k] : SL;
+        }
+        if (rc) break;
+        spb.limit_src_len = lim;
+        const int cap = (int)(sp->max_len_a * SL + sp->max_len_b) + 2;
+        free(src), free(out);
+        src = malloc((size_t)nb * S * sizeof(int32_t)), out = malloc((size_t)nb * cap * sizeof(int32_t));
+        if (!src || !out) {
+            rc = cli_error("out of memory");
+            break;
+        }
+        for (int k = 0; k < nb; k++) {
+            int e = order[g[i + k].first];
+            const uint16_t *s = mega_s2s_data_src(d, e);
+            for (int t = 0; t < S; t++) src[(size_t)k * S + t] = t < d->src_len[e] ? s[t] : MEGA_S2S_PAD;
+        }
+        if (translate_batch(m, src, nb, S, &spb, out, olen, cap)) {
+            rc = 1;
+            break;
+        }
+        for (int k = 0; k < nb && !rc; k++) {
+            const int gi = i + k;
+            hyp[gi] = malloc(bytes_cap(dc, 1, olen[k]));
+            if (!hyp[gi]) {
+                rc = cli_error("out of memory");
+                break;
+            }
+            /* the hypothesis as the bytes the model produced (invalid UTF-8 counts per byte) */
+            hl[gi] = tokens_text(dc, 1, out + (size_t)k * cap, olen[k], hyp[gi]);
+            *out_tokens += olen[k] + 1;
+        }
+        if (progress_due(&pr, i + nb >= ng)) progress_print(&pr, "  translating %d/%d segments", i + nb, ng);
+    }
+    progress_break(&pr);
+    free(src), free(out), free(olen), free(lim);
+    return rc;
+}
+
+/* --hyp-out: one line per segment, the source and the hypothesis (escaped as in the data) */
+static int write_hyps(const char *path, char *const *cp, char *const *hyp, const size_t *hl, int ng) {
+    FILE *f = fopen(path, "w");
+    if (!f) return cli_error("--hyp-out '%s': %s", path, strerror(errno));
+    int rc = 0;
+    char *tx = NULL;
+    for (int i = 0; !rc && i < ng; i++) {
+        free(tx);
+        tx = malloc(3 * hl[i] + 1);
+        if (!tx) {
+            rc = cli_error("out of memory");
+            break;
+        }
+        bytes_to_line((const uint8_t *)hyp[i], hl[i], tx);
+        fprintf(f, "%s\t%s\n", cp[i], tx);
+    }
+    free(tx);
+    if (fclose(f) && !rc) rc = cli_error("--hyp-out '%s': write failed", path);
+    return rc;
+}
+
 int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
                    int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory) {
     mega_s2s *m = NULL;
@@ -433,34 +589,11 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
         mega_s2s_free(m);
         return 2;
     }
-    if (d.n > 0) {
-        /* the memory: the weights and the pairs (in memory), the buffers of the largest
-         * teacher-forced batch (--max-tokens over the longest pair) and of the search (--batch
-         * sources of the longest length, --beam rows each) */
-        const int S = d.src_max, L = d.tgt_max, mx = S > L ? S : L;
-        int B = mx > 0 ? max_tokens / mx : 1;
-        B = B < 1 ? 1 : B > d.n ? d.n : B;
-        mega_memory mm;
-        run_memory rm;
-        char how[64];
-        snprintf(how, sizeof how, "%d pairs of %d -> %d tokens", B, S, L);
-        const uint64_t data_b = (uint64_t)d.pool_n * sizeof(uint16_t) + (uint64_t)d.n * 32; /* tokens, per-pair arrays */
-        size_t search = 0;
-        const int Bs = batch < d.n ? batch : d.n;
-        int bad = mega_s2s_memory(mega_s2s_get_config(m), 0, B, S > 0 ? S : 1, L > 0 ? L : 1, &mm) != MEGA_OK ||
-                  mega_s2s_search_memory(mega_s2s_get_config(m), Bs,
-                                         /* a limit in source bytes: at most the longest token's bytes per token */
-                                         (limit_in_bytes(&dc) ? S * (int)dc.src_longest : S) + 1, sp, &search) != MEGA_OK;
-        if (bad) cli_error("%s", mega_last_error());
-        mm.buffers += search, mm.total += search;
-        snprintf(how, sizeof how, "%d pairs of %d -> %d tokens; search %d x %d", B, S, L, Bs, sp->beam);
-        if (bad || memory_guard("this evaluation", how, "lower --max-tokens or --batch, or ", &mm, data_b,
-                                   mm.params + data_b, max_memory, &rm)) {
-            mega_s2s_data_free(&d);
-            s2s_dicts_free(&dc);
-            mega_s2s_free(m);
-            return 2;
-        }
+    if (d.n > 0 && eval_memory(m, &dc, &d, sp, batch, max_tokens, max_memory)) {
+        mega_s2s_data_free(&d);
+        s2s_dicts_free(&dc);
+        mega_s2s_free(m);
+        return 2;
     }
     char sk[512];
     if (mega_s2s_skip_summary(&d, sk, sizeof sk)) fprintf(stderr, "mega eval: skipped in %s: %s\n", data, sk);
@@ -471,83 +604,14 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
     char **hyp = calloc((size_t)n, sizeof(char *)), **cp = calloc((size_t)n, sizeof(char *));
     size_t *hl = calloc((size_t)n, sizeof(size_t)), *cl = calloc((size_t)n, sizeof(size_t));
     if (!order || !g || !hyp || !cp || !hl || !cl) rc = cli_error("out of memory");
-    /* segments: the examples with the same source, its translations the references (--no-group:
-     * every line its own segment) */
-    for (int i = 0; !rc && i < n; i++) order[i] = i;
-    if (!rc && group) {
-        g_sort_d = &d;
-        qsort(order, (size_t)n, sizeof(int), qcmp);
-    }
-    for (int i = 0; !rc && i < n;) {
-        int k = 1;
-        while (group && i + k < n && d.src_len[order[i + k]] == d.src_len[order[i]] &&
-               !memcmp(mega_s2s_data_src(&d, order[i + k]), mega_s2s_data_src(&d, order[i]), (size_t)d.src_len[order[i]] * 2))
-            k++;
-        g[ng++] = (group_t){i, k};
-        i += k;
-    }
+    if (!rc) ng = make_groups(&d, group, order, g);
     /* the teacher-forced loss */
     double nll = 0, acc = 0;
-    int64_t ntok = 0;
+    int64_t ntok = 0, out_tokens = 0;
     const double t0 = now_sec();
     if (!rc) rc = s2s_evaluate(m, &d, order, n, max_tokens, &nll, &acc, &ntok);
-    /* translations, one per segment, in batches of sources of similar length (sorted) */
-    int *sel = malloc((size_t)(ng > 0 ? ng : 1) * sizeof(int));
-    int32_t *src = NULL, *out = NULL;
-    int *olen = malloc((size_t)batch * sizeof(int));
-    progress_t pr;
-    progress_init(&pr, stderr, quiet, 10);
-    if (!sel || !olen) rc = rc ? rc : cli_error("out of memory");
-    for (int i = 0; !rc && i < ng; i++) sel[i] = i;
     const double t1 = now_sec();
-    int64_t out_tokens = 0;
-    int *lim = malloc((size_t)batch * sizeof(int));
-    mega_s2s_search spb = *sp;
-    if (!lim) rc = rc ? rc : cli_error("out of memory");
-    for (int i = 0; !rc && i < ng; i += batch) {
-        const int nb = ng - i < batch ? ng - i : batch;
-        int S = 0, SL = 0;
-        for (int k = 0; k < nb && !rc; k++) {
-            const int gi = sel[i + k], e = order[g[gi].first];
-            S = d.src_len[e] > S ? d.src_len[e] : S;
-            /* the source text (the copy baseline), and the length the search limit counts */
-            cl[gi] = row_text(&dc, 0, mega_s2s_data_src(&d, e), d.src_len[e], &cp[gi]);
-            if (!cp[gi]) rc = cli_error("out of memory");
-            lim[k] = limit_in_bytes(&dc) ? (int)cl[gi] + 1 : d.src_len[e];
-            SL = lim[k] > SL ? lim[k] : SL;
-        }
-        if (rc) break;
-        spb.limit_src_len = lim;
-        const int cap = (int)(sp->max_len_a * SL + sp->max_len_b) + 2;
-        free(src), free(out);
-        src = malloc((size_t)nb * S * sizeof(int32_t)), out = malloc((size_t)nb * cap * sizeof(int32_t));
-        if (!src || !out) {
-            rc = cli_error("out of memory");
-            break;
-        }
-        for (int k = 0; k < nb; k++) {
-            int e = order[g[sel[i + k]].first];
-            const uint16_t *s = mega_s2s_data_src(&d, e);
-            for (int t = 0; t < S; t++) src[(size_t)k * S + t] = t < d.src_len[e] ? s[t] : MEGA_S2S_PAD;
-        }
-        if (translate_batch(m, src, nb, S, &spb, out, olen, cap)) {
-            rc = 1;
-            break;
-        }
-        for (int k = 0; k < nb && !rc; k++) {
-            const int gi = sel[i + k];
-            hyp[gi] = malloc(bytes_cap(&dc, 1, olen[k]));
-            if (!hyp[gi]) {
-                rc = cli_error("out of memory");
-                break;
-            }
-            /* the hypothesis as the bytes the model produced (invalid UTF-8 counts per byte) */
-            hl[gi] = tokens_text(&dc, 1, out + (size_t)k * cap, olen[k], hyp[gi]);
-            out_tokens += olen[k] + 1;
-        }
-        if (progress_due(&pr, i + nb >= ng)) progress_print(&pr, "  translating %d/%d segments", i + nb, ng);
-    }
-    progress_break(&pr);
+    if (!rc) rc = search_groups(m, &dc, &d, order, g, ng, sp, batch, quiet, hyp, hl, cp, cl, &out_tokens);
     const double t2 = now_sec();
     mega_bleu_score bl, cb;
     mega_chrf_score cf, cc;
@@ -573,29 +637,13 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
         printf("BLEU signature  %s\nchrF signature  %s\n", sigb, sigc);
         printf("speed       %.1f s teacher-forced, %.1f s search (%.0f output tokens/s)\n", t1 - t0, t2 - t1,
                (double)out_tokens / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
-        if (hyp_out) {
-            FILE *f = fopen(hyp_out, "w");
-            if (!f) rc = cli_error("--hyp-out '%s': %s", hyp_out, strerror(errno));
-            char *tx = NULL;
-            for (int i = 0; f && !rc && i < ng; i++) {
-                free(tx);
-                tx = malloc(3 * hl[i] + 1);
-                if (!tx) {
-                    rc = cli_error("out of memory");
-                    break;
-                }
-                bytes_to_line((const uint8_t *)hyp[i], hl[i], tx);
-                fprintf(f, "%s\t%s\n", cp[i], tx);
-            }
-            free(tx);
-            if (f && fclose(f)) rc = cli_error("--hyp-out '%s': write failed", hyp_out);
-        }
+        if (hyp_out) rc = write_hyps(hyp_out, cp, hyp, hl, ng);
     }
     for (int i = 0; i < n; i++) {
         if (hyp) free(hyp[i]);
         if (cp) free(cp[i]);
     }
-    free(order), free(g), free(hyp), free(cp), free(hl), free(cl), free(sel), free(src), free(out), free(olen), free(lim);
+    free(order), free(g), free(hyp), free(cp), free(hl), free(cl);
     mega_s2s_data_free(&d);
     s2s_dicts_free(&dc);
     mega_s2s_free(m);

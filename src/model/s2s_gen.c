@@ -173,16 +173,144 @@ static void log_softmax(const real *l, int V, double *lp) {
  * scoring below greedy decoding (plain beam search can: it may prune the greedy path and then
  * stop on K worse hypotheses). Cost: one row in K+1.
  */
+/* the search's state: R = B*G rows (G per sentence: K beams, then the greedy row when K > 1) of
+ * histories up to tmax tokens; ended hypotheses: K per sentence, then the greedy one (slot
+ * b*G + K); done[b*G] = the beams of sentence b have ended, done[b*G + K] = its greedy row has */
+typedef struct {
+    int K, G, V, eos, pad, tmax;
+    double lenpen;
+    real *lg;
+    double *bscore, *fin_score, *lp;
+    int32_t *hist, *hist2, *prev, *fin_tok;
+    int *idx, *fin_n, *fin_len, *done;
+    cand *cd;
+} search_t;
+
+static void search_free(search_t *s) {
+    mega__free(s->lg);
+    free(s->lp), free(s->bscore), free(s->hist), free(s->hist2), free(s->prev), free(s->idx), free(s->fin_score);
+    free(s->fin_len), free(s->fin_tok), free(s->fin_n), free(s->done), free(s->cd);
+}
+
+static mega_status search_alloc(search_t *s, int B) {
+    const int R = B * s->G, K = s->K, V = s->V, tmax = s->tmax;
+    s->lg = mega__calloc((size_t)R * V, sizeof(real));
+    s->lp = calloc((size_t)V, sizeof(double));
+    s->bscore = calloc((size_t)R, sizeof(double));
+    s->hist = calloc((size_t)R * tmax, sizeof(int32_t)), s->hist2 = calloc((size_t)R * tmax, sizeof(int32_t));
+    s->prev = calloc((size_t)R, sizeof(int32_t));
+    s->idx = calloc((size_t)R, sizeof(int));
+    s->fin_score = calloc((size_t)R, sizeof(double)), s->fin_len = calloc((size_t)R, sizeof(int));
+    s->fin_tok = calloc((size_t)R * tmax, sizeof(int32_t));
+    s->fin_n = calloc((size_t)B, sizeof(int)), s->done = calloc((size_t)R, sizeof(int));
+    s->cd = calloc((size_t)2 * K * V + 1, sizeof(cand));
+    if (!s->lg || !s->lp || !s->bscore || !s->hist || !s->hist2 || !s->prev || !s->idx || !s->fin_score || !s->fin_len ||
+        !s->fin_tok || !s->fin_n || !s->done || !s->cd)
+        return mega__error(MEGA_ERR_OOM, "out of memory for the search of %d sentences x beam %d", B, K);
+    return MEGA_OK;
+}
+
+/* step t of row r's greedy hypothesis (the project rule above); 1 when it ended */
+static int greedy_step(search_t *s, int r, int t, int force_eos) {
+    const int V = s->V;
+    log_softmax(s->lg + (size_t)r * V, V, s->lp);
+    int best = -1;
+    for (int v = 0; v < V; v++)
+        if (v != s->pad && (!force_eos || v == s->eos) && (best < 0 || s->lp[v] > s->lp[best])) best = v;
+    s->bscore[r] += s->lp[best];
+    if (best != s->eos) {
+        s->prev[r] = best;
+        return 0;
+    }
+    s->fin_len[r] = t, s->fin_score[r] = s->bscore[r] / pow((double)(t + 1), s->lenpen);
+    memcpy(s->fin_tok + (size_t)r * s->tmax, s->hist + (size_t)r * s->tmax, (size_t)t * sizeof(int32_t));
+    s->done[r] = 1;
+    return 1;
+}
+
+/* step t of sentence b's beams (rows r0 = b*G ..): rank the candidates, end hypotheses, pick the
+ * next beams into idx/prev/bscore; 1 when the sentence's beams are done */
+static int beam_step(search_t *s, int b, int t, int force_eos) {
+    const int K = s->K, V = s->V, r0 = b * s->G, eos = s->eos;
+    cand *cd = s->cd;
+    int nc = 0;
+    for (int k = 0; k < (t == 0 ? 1 : K); k++) { /* step 0: the beams are identical */
+        const int r = r0 + k;
+        log_softmax(s->lg + (size_t)r * V, V, s->lp);
+        for (int v = 0; v < V; v++) {
+            if (v == s->pad || (force_eos && v != eos)) continue;
+            cd[nc++] = (cand){s->bscore[r] + s->lp[v], r, v};
+        }
+    }
+    /* the best 2K candidates, best first (ties: lower row, then lower token) */
+    const int top = MEGA_MIN(2 * K, nc);
+    for (int i = 0; i < top; i++) {
+        int bi = i;
+        for (int j = i + 1; j < nc; j++)
+            if (cd[j].score > cd[bi].score ||
+                (cd[j].score == cd[bi].score && (cd[j].row < cd[bi].row || (cd[j].row == cd[bi].row && cd[j].tok < cd[bi].tok))))
+                bi = j;
+        cand tmp = cd[i];
+        cd[i] = cd[bi], cd[bi] = tmp;
+    }
+    /* eos among the first K candidates ends a hypothesis (fairseq: eos_mask[:, :beam]) */
+    for (int i = 0; i < MEGA_MIN(K, top) && s->fin_n[b] < K; i++) {
+        if (cd[i].tok != eos) continue;
+        const int f = r0 + s->fin_n[b]++;
+        s->fin_len[f] = t; /* tokens before eos */
+        s->fin_score[f] = cd[i].score / pow((double)(t + 1), s->lenpen);
+        memcpy(s->fin_tok + (size_t)f * s->tmax, s->hist + (size_t)cd[i].row * s->tmax, (size_t)t * sizeof(int32_t));
+    }
+    if (s->fin_n[b] >= K || force_eos) {
+        s->done[r0] = 1;
+        return 1;
+    }
+    /* the next beams: the best K candidates that do not end */
+    int k = 0;
+    for (int i = 0; i < top && k < K; i++) {
+        if (cd[i].tok == eos) continue;
+        const int r = r0 + k++;
+        s->idx[r] = cd[i].row, s->prev[r] = cd[i].tok, s->bscore[r] = cd[i].score;
+    }
+    for (; k < K; k++) { /* fewer live candidates than beams (tiny vocabularies): repeat the last */
+        const int r = r0 + k;
+        s->idx[r] = s->idx[r - 1], s->prev[r] = s->prev[r - 1], s->bscore[r] = -INFINITY;
+    }
+    return 0;
+}
+
+/* the best ended hypothesis of sentence b into out/out_len/score (the greedy one only when
+ * strictly better) */
+static mega_status search_best(const search_t *s, int b, int32_t *out, int *out_len, int cap, double *score) {
+    const int G = s->G, K = s->K;
+    int best = -1;
+    for (int f = 0; f < s->fin_n[b]; f++)
+        if (best < 0 || s->fin_score[b * G + f] > s->fin_score[b * G + best]) best = f;
+    if (G > 1 && s->done[b * G + K] && (best < 0 || s->fin_score[b * G + K] > s->fin_score[b * G + best])) best = K;
+    if (best < 0) /* cannot happen: eos is forced at the length limit */
+        return mega__error(MEGA_ERR_INVALID, "sentence %d: no finished hypothesis", b);
+    const int f = b * G + best;
+    if (s->fin_len[f] > cap)
+        return mega__error(MEGA_ERR_INVALID, "sentence %d: translation of %d tokens exceeds the output capacity %d", b,
+                           s->fin_len[f], cap);
+    memcpy(out + (size_t)b * cap, s->fin_tok + (size_t)f * s->tmax, (size_t)s->fin_len[f] * sizeof(int32_t));
+    out_len[b] = s->fin_len[f];
+    if (score) score[b] = s->fin_score[f];
+    return MEGA_OK;
+}
+
 mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, const mega_s2s_search *p, int32_t *out,
                                int *out_len, int cap, double *score) {
     const mega_s2s_config *c = &m->cfg;
-    const int K = p->beam, V = c->tgt_vocab_size, eos = c->eos_idx, pad = c->padding_idx;
+    const int K = p->beam;
     if (K < 1 || K > 1024) MEGA_FAIL(MEGA_ERR_INVALID, "beam size must be in [1, 1024] (got %d)", K);
     if (B < 1 || S < 1) MEGA_FAIL(MEGA_ERR_INVALID, "nothing to translate (%d sources of %d tokens)", B, S);
     if (!(p->max_len_a >= 0) || p->max_len_b < 0) MEGA_FAIL(MEGA_ERR_INVALID, "max-len-a and max-len-b must be >= 0");
     if (!(p->lenpen >= 0)) MEGA_FAIL(MEGA_ERR_INVALID, "the length penalty must be >= 0 (got %g)", p->lenpen);
-    const int G = K > 1 ? K + 1 : 1; /* rows per sentence: the beams, then the greedy row */
-    const int R = B * G, lim = model_max_len(m) - 1;
+    search_t s = {0};
+    s.K = K, s.G = K > 1 ? K + 1 : 1, s.V = c->tgt_vocab_size, s.eos = c->eos_idx, s.pad = c->padding_idx;
+    s.lenpen = p->lenpen;
+    const int G = s.G, R = B * G, lim = model_max_len(m) - 1;
     /* each sentence's own length limit (its true source length, so that a translation does not
      * depend on the other sentences of the batch) */
     int tmax = 1;
@@ -190,142 +318,43 @@ mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, co
     if (!maxlen) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
     for (int b = 0; b < B; b++) {
         int n = 0;
-        while (n < S && src[(size_t)b * S + n] != pad) n++;
+        while (n < S && src[(size_t)b * S + n] != s.pad) n++;
         if (p->limit_src_len) n = p->limit_src_len[b];
         double ml = p->max_len_a * n + p->max_len_b;
         maxlen[b] = (int)MEGA_MIN(ml, (double)lim);
         if (maxlen[b] < 1) maxlen[b] = 1;
         tmax = MEGA_MAX(tmax, maxlen[b] + 1);
     }
+    s.tmax = tmax;
     mega_s2s_stream *st = NULL;
     mega_status rc = mega_s2s_stream_new(m, R, S, tmax, &st);
-    real *lg = NULL;
-    double *bscore = NULL, *fin_score = NULL, *lp = NULL;
-    int32_t *hist = NULL, *hist2 = NULL, *prev = NULL, *fin_tok = NULL;
-    int *idx = NULL, *fin_n = NULL, *fin_len = NULL, *done = NULL;
-    cand *cd = NULL;
+    if (!rc) rc = search_alloc(&s, B);
+    if (!rc) rc = mega_s2s_stream_start(st, src, S, G);
     if (rc) goto out;
-    lg = mega__calloc((size_t)R * V, sizeof(real));
-    lp = calloc((size_t)V, sizeof(double));
-    bscore = calloc((size_t)R, sizeof(double));
-    hist = calloc((size_t)R * tmax, sizeof(int32_t)), hist2 = calloc((size_t)R * tmax, sizeof(int32_t));
-    prev = calloc((size_t)R, sizeof(int32_t));
-    idx = calloc((size_t)R, sizeof(int));
-    /* ended hypotheses: K per sentence, then the greedy one (slot b*G + K) */
-    fin_score = calloc((size_t)R, sizeof(double)), fin_len = calloc((size_t)R, sizeof(int));
-    fin_tok = calloc((size_t)R * tmax, sizeof(int32_t));
-    fin_n = calloc((size_t)B, sizeof(int)), done = calloc((size_t)R, sizeof(int));
-    cd = calloc((size_t)2 * K * V + 1, sizeof(cand));
-    if (!lg || !lp || !bscore || !hist || !hist2 || !prev || !idx || !fin_score || !fin_len || !fin_tok || !fin_n ||
-        !done || !cd) {
-        rc = mega__error(MEGA_ERR_OOM, "out of memory for the search of %d sentences x beam %d", B, K);
-        goto out;
-    }
-    if ((rc = mega_s2s_stream_start(st, src, S, G))) goto out;
-    for (int r = 0; r < R; r++) prev[r] = eos, idx[r] = r;
-    /* done[b*G] = the beams of sentence b have ended; done[b*G + K] = its greedy row has */
+    for (int r = 0; r < R; r++) s.prev[r] = s.eos, s.idx[r] = r;
     int open = B * (G > 1 ? 2 : 1);
     for (int t = 0; t < tmax && open > 0; t++) {
-        if ((rc = mega_s2s_stream_step(st, prev, lg))) goto out;
-        for (int r = 0; r < R; r++) idx[r] = r;
+        if ((rc = mega_s2s_stream_step(st, s.prev, s.lg))) goto out;
+        for (int r = 0; r < R; r++) s.idx[r] = r;
         for (int b = 0; b < B; b++) {
             const int force_eos = t >= maxlen[b], r0 = b * G;
-            if (G > 1 && !done[r0 + K]) { /* the greedy row */
-                const int r = r0 + K;
-                log_softmax(lg + (size_t)r * V, V, lp);
-                int best = -1;
-                for (int v = 0; v < V; v++)
-                    if (v != pad && (!force_eos || v == eos) && (best < 0 || lp[v] > lp[best])) best = v;
-                bscore[r] += lp[best];
-                if (best == eos) {
-                    fin_len[r] = t, fin_score[r] = bscore[r] / pow((double)(t + 1), p->lenpen);
-                    memcpy(fin_tok + (size_t)r * tmax, hist + (size_t)r * tmax, (size_t)t * sizeof(int32_t));
-                    done[r] = 1, open--;
-                } else {
-                    prev[r] = best;
-                }
-            }
-            if (done[r0]) continue;
-            int nc = 0;
-            for (int k = 0; k < (t == 0 ? 1 : K); k++) { /* step 0: the beams are identical */
-                const int r = r0 + k;
-                log_softmax(lg + (size_t)r * V, V, lp);
-                for (int v = 0; v < V; v++) {
-                    if (v == pad || (force_eos && v != eos)) continue;
-                    cd[nc++] = (cand){bscore[r] + lp[v], r, v};
-                }
-            }
-            /* the best 2K candidates, best first (ties: lower row, then lower token) */
-            const int top = MEGA_MIN(2 * K, nc);
-            for (int i = 0; i < top; i++) {
-                int bi = i;
-                for (int j = i + 1; j < nc; j++)
-                    if (cd[j].score > cd[bi].score ||
-                        (cd[j].score == cd[bi].score && (cd[j].row < cd[bi].row || (cd[j].row == cd[bi].row && cd[j].tok < cd[bi].tok))))
-                        bi = j;
-                cand tmp = cd[i];
-                cd[i] = cd[bi], cd[bi] = tmp;
-            }
-            /* eos among the first K candidates ends a hypothesis (fairseq: eos_mask[:, :beam]) */
-            for (int i = 0; i < MEGA_MIN(K, top) && fin_n[b] < K; i++) {
-                if (cd[i].tok != eos) continue;
-                const int f = r0 + fin_n[b]++;
-                fin_len[f] = t; /* tokens before eos */
-                fin_score[f] = cd[i].score / pow((double)(t + 1), p->lenpen);
-                memcpy(fin_tok + (size_t)f * tmax, hist + (size_t)cd[i].row * tmax, (size_t)t * sizeof(int32_t));
-            }
-            if (fin_n[b] >= K || force_eos) {
-                done[r0] = 1, open--;
-                continue;
-            }
-            /* the next beams: the best K candidates that do not end */
-            int k = 0;
-            for (int i = 0; i < top && k < K; i++) {
-                if (cd[i].tok == eos) continue;
-                const int r = r0 + k++;
-                idx[r] = cd[i].row;
-                prev[r] = cd[i].tok;
-                bscore[r] = cd[i].score;
-            }
-            for (; k < K; k++) { /* fewer live candidates than beams (tiny vocabularies): repeat the last */
-                const int r = r0 + k;
-                idx[r] = idx[r - 1], prev[r] = prev[r - 1], bscore[r] = -INFINITY;
-            }
+            if (G > 1 && !s.done[r0 + K]) open -= greedy_step(&s, r0 + K, t, force_eos);
+            if (!s.done[r0]) open -= beam_step(&s, b, t, force_eos);
         }
         if (open == 0) break;
         /* the token histories and the decoder states follow the chosen rows */
         for (int r = 0; r < R; r++) {
-            memcpy(hist2 + (size_t)r * tmax, hist + (size_t)idx[r] * tmax, (size_t)t * sizeof(int32_t));
-            hist2[(size_t)r * tmax + t] = prev[r];
+            memcpy(s.hist2 + (size_t)r * tmax, s.hist + (size_t)s.idx[r] * tmax, (size_t)t * sizeof(int32_t));
+            s.hist2[(size_t)r * tmax + t] = s.prev[r];
         }
-        int32_t *sw = hist;
-        hist = hist2, hist2 = sw;
-        if (K > 1 && (rc = mega_s2s_stream_reorder(st, idx))) goto out;
+        int32_t *sw = s.hist;
+        s.hist = s.hist2, s.hist2 = sw;
+        if (K > 1 && (rc = mega_s2s_stream_reorder(st, s.idx))) goto out;
     }
-    /* the best ended hypothesis of each sentence (the greedy one only when strictly better) */
-    for (int b = 0; b < B; b++) {
-        int best = -1;
-        for (int f = 0; f < fin_n[b]; f++)
-            if (best < 0 || fin_score[b * G + f] > fin_score[b * G + best]) best = f;
-        if (G > 1 && done[b * G + K] && (best < 0 || fin_score[b * G + K] > fin_score[b * G + best])) best = K;
-        if (best < 0) { /* cannot happen: eos is forced at the length limit */
-            rc = mega__error(MEGA_ERR_INVALID, "sentence %d: no finished hypothesis", b);
-            goto out;
-        }
-        const int f = b * G + best;
-        if (fin_len[f] > cap) {
-            rc = mega__error(MEGA_ERR_INVALID, "sentence %d: translation of %d tokens exceeds the output capacity %d", b,
-                             fin_len[f], cap);
-            goto out;
-        }
-        memcpy(out + (size_t)b * cap, fin_tok + (size_t)f * tmax, (size_t)fin_len[f] * sizeof(int32_t));
-        out_len[b] = fin_len[f];
-        if (score) score[b] = fin_score[f];
-    }
+    for (int b = 0; b < B && !rc; b++) rc = search_best(&s, b, out, out_len, cap, score);
 out:
     mega_s2s_stream_free(st);
-    mega__free(lg);
-    free(lp), free(bscore), free(hist), free(hist2), free(prev), free(idx), free(fin_score), free(fin_len);
-    free(fin_tok), free(fin_n), free(done), free(cd), free(maxlen);
+    search_free(&s);
+    free(maxlen);
     return rc;
 }
