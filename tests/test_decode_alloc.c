@@ -21,8 +21,9 @@
  * (2) At the bench shapes, streaming (a prompt in one call, then one token per call, B = 3)
  * equals the full forward to 1e-4 of max |logit|, and gives the same bits with 1 and 2 threads.
  * (3) A stream's steps run on the thread team or on the calling thread alone, whichever its tuner
- * measures faster (ops/stepteam.c): 100 tokens always on the team, always alone and chosen by the
- * tuner (which must have timed both ways) give the same bits, at B = 1 and 8, 2 threads.
+ * measures faster (ops/stepteam.c): 300 tokens always on the team, always alone and chosen by the
+ * tuner (which must have timed both ways: windows of 20 ms) give the same bits, at B = 1 and 8,
+ * 2 threads.
  * (4) The step's products (mega_linear_step, mega_gemm_step: output columns in pieces, over the
  * threads) give the same bits with 1 and 2 threads on the decode shapes and agree with
  * mega_linear_forward / mega_gemm to rounding. (The step's attention query is checked against a
@@ -319,10 +320,11 @@ static void check_step_products(void) {
     printf("NOTE step products vs mega_linear_forward / mega_gemm: worst %.2e relative\n", worst);
 }
 
-/* (3): the logits of a prompt and 100 single tokens with the tuner forced to one way (force 1:
+/* (3): the logits of a prompt and N single tokens with the tuner forced to one way (force 1:
  * alone, 2: the team) or free (0); 1 when the free tuner timed both ways */
+enum { TUNER_TOKENS = 300 };
 static mega_real *tuned_run(mega_lm *m, int B, int force, int *both) {
-    enum { P = 5, N = 100 };
+    enum { P = 5, N = TUNER_TOKENS };
     const int V = m->cfg.vocab_size;
     mega_real *lg = malloc((size_t)B * (P + N) * V * sizeof *lg);
     int32_t *tok = malloc((size_t)B * P * sizeof *tok);
@@ -349,10 +351,10 @@ static void check_tuner_ways(mega_lm *m) {
     for (int B = 1; B <= 8; B += 7) {
         int both = 0, unused;
         mega_real *team = tuned_run(m, B, 2, &unused), *alone = tuned_run(m, B, 1, &unused), *free_ = tuned_run(m, B, 0, &both);
-        const size_t n = (size_t)B * 105 * m->cfg.vocab_size * sizeof(mega_real);
+        const size_t n = (size_t)B * (5 + TUNER_TOKENS) * m->cfg.vocab_size * sizeof(mega_real);
         TL_CHECK(team && alone && !memcmp(team, alone, n), "B=%d: steps on the team and on the calling thread alone give the same bits", B);
         TL_CHECK(team && free_ && !memcmp(team, free_, n), "B=%d: steps chosen by the tuner give the same bits", B);
-        TL_CHECK(both, "B=%d: the tuner timed both ways within 100 tokens", B);
+        TL_CHECK(both, "B=%d: the tuner timed both ways within %d tokens", B, TUNER_TOKENS);
         free(team), free(alone), free(free_);
     }
     mega_set_threads(0);

@@ -30,9 +30,12 @@
  * and any piece the worker had claimed when it was preempted, then wait for it. Measured on a
  * 2-core machine with one spin loop beside it (docs/performance.md): one-token decoding of the
  * bench's model fell from 1669 tokens/s on the team to 651, while the calling thread alone still
- * ran 998. So each stream times its calls in both ways (windows of STEP_WINDOW calls, per row
- * fed) and runs the faster one, re-measuring the other way one window in STEP_EXPLORE; the
- * exploited way is re-measured all the time, so a neighbour arriving shows in the next window.
+ * ran 998. So each stream times its calls in both ways (windows of at least STEP_WINDOW calls
+ * and STEP_WINDOW_SECONDS, per row fed) and runs the faster one, re-measuring the other way one
+ * window in STEP_EXPLORE; the exploited way is re-measured all the time, so a neighbour arriving
+ * shows in the next window. A window spans several of the scheduler's time slices: one shorter
+ * than a slice (8 tokens of 0.25 ms) can fall while the worker happens to run and time the team
+ * as fast as on a quiet machine, and the stream then stalls on the team until the next window.
  * The way chosen never changes a result: the pieces are the same, only the thread differs.
  */
 #include "ops/ops.h"
@@ -42,6 +45,7 @@
 /* calls per measured window, and one window in STEP_EXPLORE measures the way not chosen (about
  * 3% of calls run the slower way: at most a third slower, or twice, under a neighbour) */
 #define STEP_WINDOW 8
+#define STEP_WINDOW_SECONDS 0.02
 #define STEP_EXPLORE 32
 
 static double now_seconds(void) {
@@ -69,7 +73,12 @@ static int tuner_way(mega_step_tuner *tu) {
 static void tuner_add(mega_step_tuner *tu, double seconds, size_t rows) {
     if (tu->force == 1 || tu->force == 2) return;
     tu->seconds += seconds, tu->rows += (double)rows;
-    if (--tu->left == 0 && tu->rows > 0) tu->per_row[tu->way] = tu->seconds / tu->rows;
+    if (--tu->left > 0) return;
+    if (tu->seconds < STEP_WINDOW_SECONDS) {
+        tu->left = 1; /* the window goes on, a call at a time */
+        return;
+    }
+    if (tu->rows > 0) tu->per_row[tu->way] = tu->seconds / tu->rows;
 }
 
 #ifdef _OPENMP
