@@ -96,127 +96,168 @@ static void tick_label(char *b, size_t n, const axis *a, double v, int decimals)
  * chart look alike up to twenty */
 static int dashed(const svg_series *s, int k) { return (s[k].dashed != 0) != ((k / 10) % 2 == 1); }
 
-void svg_line_chart(sbuf *o, const svg_chart *c, const svg_series *s, int ns) {
-    axis ax = {INFINITY, -INFINITY, c->logx ? 2 : 0}, ay = {INFINITY, -INFINITY, c->logy ? 10 : 0};
+/* the line chart's canvas (px): width, height and the margins around the plot */
+static const double CW = 800, CH = 480, ML = 78, MR = 20, MT = 40, MB = 56;
+
+/* a line chart's axes: ranges in axis units, tick steps and label decimals of linear axes */
+typedef struct {
+    axis x, y;
+    double xs, ys;
+    int xd, yd;
+} frame;
+
+static double px(const frame *f, double v) { return ML + (v - f->x.lo) / (f->x.hi - f->x.lo) * (CW - ML - MR); }
+static double py(const frame *f, double v) { return MT + (f->y.hi - v) / (f->y.hi - f->y.lo) * (CH - MT - MB); }
+static int pt_ok(const frame *f, const svg_series *s, size_t i) { return ax_ok(&f->x, s->x[i]) && ax_ok(&f->y, s->y[i]); }
+static double pt_x(const frame *f, const svg_series *s, size_t i) { return px(f, ax_val(&f->x, s->x[i])); }
+static double pt_y(const frame *f, const svg_series *s, size_t i) { return py(f, ax_val(&f->y, s->y[i])); }
+
+/* the axes over every plottable point: whole decades on log axes, nice ticks on linear ones */
+static void chart_frame(frame *f, const svg_chart *c, const svg_series *s, int ns) {
+    *f = (frame){{INFINITY, -INFINITY, c->logx ? 2 : 0}, {INFINITY, -INFINITY, c->logy ? 10 : 0}, 1, 1, 0, 0};
+    axis *ax = &f->x, *ay = &f->y;
     for (int k = 0; k < ns; k++)
         for (size_t i = 0; i < s[k].n; i++)
-            if (ax_ok(&ax, s[k].x[i]) && ax_ok(&ay, s[k].y[i])) {
-                const double x = ax_val(&ax, s[k].x[i]), y = ax_val(&ay, s[k].y[i]);
-                ax.lo = fmin(ax.lo, x), ax.hi = fmax(ax.hi, x), ay.lo = fmin(ay.lo, y), ay.hi = fmax(ay.hi, y);
+            if (pt_ok(f, &s[k], i)) {
+                const double x = ax_val(ax, s[k].x[i]), y = ax_val(ay, s[k].y[i]);
+                ax->lo = fmin(ax->lo, x), ax->hi = fmax(ax->hi, x), ay->lo = fmin(ay->lo, y), ay->hi = fmax(ay->hi, y);
             }
-    if (!(ax.lo <= ax.hi)) ax.lo = 0, ax.hi = 1;
-    if (!(ay.lo <= ay.hi)) ay.lo = 0, ay.hi = 1;
-    double xs = 1, ys = 1;
-    int xd = 0, yd = 0;
-    if (ax.log) ax.lo = floor(ax.lo), ax.hi = ceil(ax.hi) > floor(ax.lo) ? ceil(ax.hi) : floor(ax.lo) + 1;
-    else nice_axis(&ax.lo, &ax.hi, 6, &xs, &xd);
-    if (ay.log) ay.lo = floor(ay.lo), ay.hi = ceil(ay.hi) > floor(ay.lo) ? ceil(ay.hi) : floor(ay.lo) + 1;
-    else nice_axis(&ay.lo, &ay.hi, 6, &ys, &yd);
-    const double W = 800, H = 480, L = 78, R = 20, T = 40, B = 56;
-#define PX(v) (L + ((v) - ax.lo) / (ax.hi - ax.lo) * (W - L - R))
-#define PY(v) (T + (ay.hi - (v)) / (ay.hi - ay.lo) * (H - T - B))
-    /* the legend: a line of each series' colour and its label, in a box. It goes in the first
-     * corner of the plot (the preferred top corner first, then the other, then the bottom ones)
-     * whose box covers no part of any curve, and to the right of the plot, on a wider canvas,
-     * when every corner would hide some: a legend must never hide the data it explains */
-    int nl = 0;
+    if (!(ax->lo <= ax->hi)) ax->lo = 0, ax->hi = 1;
+    if (!(ay->lo <= ay->hi)) ay->lo = 0, ay->hi = 1;
+    if (ax->log) ax->lo = floor(ax->lo), ax->hi = ceil(ax->hi) > floor(ax->lo) ? ceil(ax->hi) : floor(ax->lo) + 1;
+    else nice_axis(&ax->lo, &ax->hi, 6, &f->xs, &f->xd);
+    if (ay->log) ay->lo = floor(ay->lo), ay->hi = ceil(ay->hi) > floor(ay->lo) ? ceil(ay->hi) : floor(ay->lo) + 1;
+    else nice_axis(&ay->lo, &ay->hi, 6, &f->ys, &f->yd);
+}
+
+/* does any curve pass through the box (x, y, w, h), with a margin of 4 px? */
+static int curves_hit(const frame *f, const svg_series *s, int ns, double bx, double by, double w, double h) {
+    for (int k = 0; k < ns; k++) {
+        double qx = NAN, qy = NAN;
+        for (size_t i = 0; i < s[k].n; i++) {
+            if (!pt_ok(f, &s[k], i)) continue;
+            const double nx = pt_x(f, &s[k], i), ny = pt_y(f, &s[k], i);
+            /* the segment from the previous point, sampled every few pixels at most */
+            const int steps = isfinite(qx) ? 1 + (int)(hypot(nx - qx, ny - qy) / 4) : 0;
+            for (int j = 0; j <= steps; j++) {
+                const double t = steps ? (double)j / steps : 1, x = isfinite(qx) ? qx + t * (nx - qx) : nx,
+                             y = isfinite(qy) ? qy + t * (ny - qy) : ny;
+                if (x >= bx - 4 && x <= bx + w + 4 && y >= by - 4 && y <= by + h + 4) return 1;
+            }
+            qx = nx, qy = ny;
+        }
+    }
+    return 0;
+}
+
+/* the legend's box: a line of each series' colour and its label. It goes in the first corner of
+ * the plot (the preferred top corner first, then the other, then the bottom ones) whose box
+ * covers no part of any curve, and to the right of the plot, on a wider canvas (*canvas_w), when
+ * every corner would hide some: a legend must never hide the data it explains */
+typedef struct {
+    int n;               /* labelled series */
+    double x, y, w, h;
+} legend;
+
+static void place_legend(legend *lg, double *canvas_w, const frame *f, const svg_chart *c, const svg_series *s, int ns) {
     size_t longest = 0;
+    lg->n = 0;
     for (int k = 0; k < ns; k++)
-        if (s[k].label) nl++, longest = strlen(s[k].label) > longest ? strlen(s[k].label) : longest;
+        if (s[k].label) lg->n++, longest = strlen(s[k].label) > longest ? strlen(s[k].label) : longest;
     /* about 7 px a character at 12 px */
-    const double lw = 40 + 7.0 * (double)(longest < 60 ? longest : 60), lh = 17.0 * nl + 6;
-    const double left = L + 6, right = W - R - 6 - lw, top = T + 6, bottom = H - B - 6 - lh;
+    lg->w = 40 + 7.0 * (double)(longest < 60 ? longest : 60), lg->h = 17.0 * lg->n + 6;
+    const double left = ML + 6, right = CW - MR - 6 - lg->w, top = MT + 6, bottom = CH - MB - 6 - lg->h;
     const double cx[4] = {c->legend_left ? left : right, c->legend_left ? right : left, right, left};
     const double cy[4] = {top, top, bottom, bottom};
-    double bx = W - R + 10, by = T + 4, Wc = W; /* outside, unless a corner is free */
-    int placed = 0;
-    for (int q = 0; q < 4 && nl && !placed; q++) {
-        int hit = 0;
-        for (int k = 0; k < ns && !hit; k++) {
-            double px = NAN, py = NAN;
-            for (size_t i = 0; i < s[k].n && !hit; i++) {
-                if (!ax_ok(&ax, s[k].x[i]) || !ax_ok(&ay, s[k].y[i])) continue;
-                const double nx = PX(ax_val(&ax, s[k].x[i])), ny = PY(ax_val(&ay, s[k].y[i]));
-                /* the segment from the previous point, sampled every few pixels at most */
-                const int steps = isfinite(px) ? 1 + (int)(hypot(nx - px, ny - py) / 4) : 0;
-                for (int j = 0; j <= steps && !hit; j++) {
-                    const double t = steps ? (double)j / steps : 1, x = isfinite(px) ? px + t * (nx - px) : nx,
-                                 y = isfinite(py) ? py + t * (ny - py) : ny;
-                    hit = x >= cx[q] - 4 && x <= cx[q] + lw + 4 && y >= cy[q] - 4 && y <= cy[q] + lh + 4;
-                }
-                px = nx, py = ny;
-            }
+    lg->x = CW - MR + 10, lg->y = MT + 4, *canvas_w = CW; /* outside, unless a corner is free */
+    for (int q = 0; q < 4 && lg->n; q++)
+        if (!curves_hit(f, s, ns, cx[q], cy[q], lg->w, lg->h)) {
+            lg->x = cx[q], lg->y = cy[q];
+            return;
         }
-        if (!hit) bx = cx[q], by = cy[q], placed = 1;
-    }
-    if (nl && !placed) Wc = W + lw + 16;
-    sbuf_printf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-                   "font-family=\"sans-serif\" font-size=\"12\">\n", Wc, H, Wc, H);
-    sbuf_printf(o, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    sbuf_printf(o, "<text x=\"%.0f\" y=\"24\" font-size=\"15\">", L);
-    sbuf_xml(o, c->title);
-    sbuf_printf(o, "</text>\n");
+    if (lg->n) *canvas_w = CW + lg->w + 16;
+}
+
+/* grid lines and tick labels (1-2-5 ticks of each decade on a log10 y axis), axis labels, frame */
+static void draw_axes(sbuf *o, const frame *f, const svg_chart *c) {
     char lab[64];
-    /* y grid and labels; on a log10 axis the 1-2-5 ticks of each decade */
-    if (ay.log) {
-        for (double d = ay.lo; d < ay.hi + 1e-9; d++)
+    if (f->y.log) {
+        for (double d = f->y.lo; d < f->y.hi + 1e-9; d++)
             for (int m = 1; m <= 5; m += m == 1 ? 1 : 3) {
                 const double v = d + log10(m);
-                if (v > ay.hi + 1e-9) break;
-                tick_label(lab, sizeof lab, &ay, pow(10, v), 0);
-                sbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, PY(v), W - R, PY(v));
-                sbuf_printf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", L - 6, PY(v) + 4, lab);
+                if (v > f->y.hi + 1e-9) break;
+                tick_label(lab, sizeof lab, &f->y, pow(10, v), 0);
+                sbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", ML, py(f, v), CW - MR,
+                            py(f, v));
+                sbuf_printf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", ML - 6, py(f, v) + 4, lab);
             }
     } else
-        for (int i = 0, nt = tick_count(ay.lo, ay.hi, ys); i <= nt; i++) {
-            const double v = ay.lo + i * ys;
-            sbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, PY(v), W - R, PY(v));
-            sbuf_printf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.*f</text>\n", L - 6, PY(v) + 4, yd, v);
+        for (int i = 0, nt = tick_count(f->y.lo, f->y.hi, f->ys); i <= nt; i++) {
+            const double v = f->y.lo + i * f->ys;
+            sbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", ML, py(f, v), CW - MR, py(f, v));
+            sbuf_printf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.*f</text>\n", ML - 6, py(f, v) + 4, f->yd, v);
         }
-    const int nx = ax.log ? (int)(ax.hi - ax.lo) : tick_count(ax.lo, ax.hi, xs);
+    const int nx = f->x.log ? (int)(f->x.hi - f->x.lo) : tick_count(f->x.lo, f->x.hi, f->xs);
     for (int i = 0; i <= nx && i <= 50; i++) {
-        const double v = ax.lo + i * (ax.log ? 1 : xs);
-        tick_label(lab, sizeof lab, &ax, ax.log ? pow(2, v) : v, xd);
-        sbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", PX(v), T, PX(v), H - B);
-        sbuf_printf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", PX(v), H - B + 18, lab);
+        const double v = f->x.lo + i * (f->x.log ? 1 : f->xs);
+        tick_label(lab, sizeof lab, &f->x, f->x.log ? pow(2, v) : v, f->xd);
+        sbuf_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>\n", px(f, v), MT, px(f, v), CH - MB);
+        sbuf_printf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", px(f, v), CH - MB + 18, lab);
     }
-    sbuf_printf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", (L + W - R) / 2, H - 14);
+    sbuf_printf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", (ML + CW - MR) / 2, CH - 14);
     sbuf_xml(o, c->xlabel);
-    sbuf_printf(o, "</text>\n<text transform=\"translate(18 %.1f) rotate(-90)\" text-anchor=\"middle\">", (T + H - B) / 2);
+    sbuf_printf(o, "</text>\n<text transform=\"translate(18 %.1f) rotate(-90)\" text-anchor=\"middle\">", (MT + CH - MB) / 2);
     sbuf_xml(o, c->ylabel);
     sbuf_printf(o, "</text>\n");
-    sbuf_printf(o, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#333\"/>\n", L, T,
-                W - L - R, H - T - B);
+    sbuf_printf(o, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#333\"/>\n", ML, MT,
+                CW - ML - MR, CH - MT - MB);
+}
+
+/* each series as a polyline (and its markers), then the legend */
+static void draw_series(sbuf *o, const frame *f, const legend *lg, const svg_series *s, int ns) {
     for (int k = 0; k < ns; k++) {
         const char *col = palette[k % 10];
         sbuf_printf(o, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\"%s points=\"", col,
                     dashed(s, k) ? " stroke-dasharray=\"6 4\"" : "");
         for (size_t i = 0; i < s[k].n; i++)
-            if (ax_ok(&ax, s[k].x[i]) && ax_ok(&ay, s[k].y[i]))
-                sbuf_printf(o, "%.1f,%.1f ", PX(ax_val(&ax, s[k].x[i])), PY(ax_val(&ay, s[k].y[i])));
+            if (pt_ok(f, &s[k], i)) sbuf_printf(o, "%.1f,%.1f ", pt_x(f, &s[k], i), pt_y(f, &s[k], i));
         sbuf_printf(o, "\"/>\n");
         if (s[k].markers)
             for (size_t i = 0; i < s[k].n; i++)
-                if (ax_ok(&ax, s[k].x[i]) && ax_ok(&ay, s[k].y[i]))
-                    sbuf_printf(o, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(ax_val(&ax, s[k].x[i])),
-                                PY(ax_val(&ay, s[k].y[i])), col);
+                if (pt_ok(f, &s[k], i))
+                    sbuf_printf(o, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", pt_x(f, &s[k], i),
+                                pt_y(f, &s[k], i), col);
     }
-    if (nl)
-        sbuf_printf(o, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"white\" stroke=\"#bbb\"/>\n", bx, by,
-                    lw, lh);
+    if (lg->n)
+        sbuf_printf(o, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"white\" stroke=\"#bbb\"/>\n", lg->x,
+                    lg->y, lg->w, lg->h);
     for (int k = 0, j = 0; k < ns; k++) {
         if (!s[k].label) continue;
         const char *col = palette[k % 10];
-        const double lx = bx + 6, ly = by + 16 + 17 * j++;
+        const double lx = lg->x + 6, ly = lg->y + 16 + 17 * j++;
         sbuf_printf(o, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"2.5\"%s/>\n", lx,
                     ly - 4, lx + 22, ly - 4, col, dashed(s, k) ? " stroke-dasharray=\"6 4\"" : "");
         sbuf_printf(o, "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">", lx + 28, ly, col);
         sbuf_xml(o, s[k].label);
         sbuf_printf(o, "</text>\n");
     }
+}
+
+void svg_line_chart(sbuf *o, const svg_chart *c, const svg_series *s, int ns) {
+    frame f;
+    chart_frame(&f, c, s, ns);
+    legend lg;
+    double Wc;
+    place_legend(&lg, &Wc, &f, c, s, ns);
+    sbuf_printf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+                   "font-family=\"sans-serif\" font-size=\"12\">\n", Wc, CH, Wc, CH);
+    sbuf_printf(o, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    sbuf_printf(o, "<text x=\"%.0f\" y=\"24\" font-size=\"15\">", ML);
+    sbuf_xml(o, c->title);
+    sbuf_printf(o, "</text>\n");
+    draw_axes(o, &f, c);
+    draw_series(o, &f, &lg, s, ns);
     sbuf_printf(o, "</svg>\n");
-#undef PX
-#undef PY
 }
 
 void svg_heatmap(sbuf *o, const char *title, const char *xlabel, const char *ylabel, const double *m, int rows,
