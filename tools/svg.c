@@ -112,7 +112,15 @@ static int pt_ok(const frame *f, const svg_series *s, size_t i) { return ax_ok(&
 static double pt_x(const frame *f, const svg_series *s, size_t i) { return px(f, ax_val(&f->x, s->x[i])); }
 static double pt_y(const frame *f, const svg_series *s, size_t i) { return py(f, ax_val(&f->y, s->y[i])); }
 
-/* the axes over every plottable point: whole decades on log axes, nice ticks on linear ones */
+/* an axis over the data's range [lo, hi] (an empty range becomes [0, 1]): whole decades on a log
+ * axis, nice ticks (*step, label *decimals) on a linear one */
+static void fit_axis(axis *a, double *step, int *decimals) {
+    if (!(a->lo <= a->hi)) a->lo = 0, a->hi = 1;
+    if (a->log) a->lo = floor(a->lo), a->hi = ceil(a->hi) > floor(a->lo) ? ceil(a->hi) : floor(a->lo) + 1;
+    else nice_axis(&a->lo, &a->hi, 6, step, decimals);
+}
+
+/* the axes over every plottable point */
 static void chart_frame(frame *f, const svg_chart *c, const svg_series *s, int ns) {
     *f = (frame){{INFINITY, -INFINITY, c->logx ? 2 : 0}, {INFINITY, -INFINITY, c->logy ? 10 : 0}, 1, 1, 0, 0};
     axis *ax = &f->x, *ay = &f->y;
@@ -122,12 +130,8 @@ static void chart_frame(frame *f, const svg_chart *c, const svg_series *s, int n
                 const double x = ax_val(ax, s[k].x[i]), y = ax_val(ay, s[k].y[i]);
                 ax->lo = fmin(ax->lo, x), ax->hi = fmax(ax->hi, x), ay->lo = fmin(ay->lo, y), ay->hi = fmax(ay->hi, y);
             }
-    if (!(ax->lo <= ax->hi)) ax->lo = 0, ax->hi = 1;
-    if (!(ay->lo <= ay->hi)) ay->lo = 0, ay->hi = 1;
-    if (ax->log) ax->lo = floor(ax->lo), ax->hi = ceil(ax->hi) > floor(ax->lo) ? ceil(ax->hi) : floor(ax->lo) + 1;
-    else nice_axis(&ax->lo, &ax->hi, 6, &f->xs, &f->xd);
-    if (ay->log) ay->lo = floor(ay->lo), ay->hi = ceil(ay->hi) > floor(ay->lo) ? ceil(ay->hi) : floor(ay->lo) + 1;
-    else nice_axis(&ay->lo, &ay->hi, 6, &f->ys, &f->yd);
+    fit_axis(ax, &f->xs, &f->xd);
+    fit_axis(ay, &f->ys, &f->yd);
 }
 
 /* does any curve pass through the box (x, y, w, h), with a margin of 4 px? */
