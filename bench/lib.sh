@@ -25,3 +25,31 @@ bench_machine() {
     echo "$1: WARNING: the machine is busy (load ${load_before%% *} on $2 cores): the numbers will be noisy" >&2
   fi
 }
+
+# The peer's BLAS. Debian's torch (BLAS_INFO=generic) multiplies through libblas.so.3, which the
+# alternatives system points at OpenBLAS's pthread build: a thread pool of its own next to torch's
+# OpenMP one, so 2 + 2 busy threads on 2 cores, whose workers spin after every product while
+# torch's threads do the element-wise work. OpenBLAS's OpenMP build shares torch's pool instead
+# (as MKL does in the usual PyTorch wheels). docs/performance.md ("The peer's BLAS") has the
+# figures. BENCH_PEER_BLAS=openmp (default) runs the peer on the OpenMP build; =system keeps the
+# machine's choice. Sets peer_ld (the peer's LD_LIBRARY_PATH, empty for system) and peer_blas (a
+# description); exits when openmp is asked for and not installed.
+# usage: bench_peer_blas NAME
+bench_peer_blas() {
+  peer_ld=""
+  case "${BENCH_PEER_BLAS:-openmp}" in
+    system) peer_ld=${LD_LIBRARY_PATH:-}; peer_blas="the system's libblas.so.3 ($(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo unknown))" ;;
+    openmp)
+      for d in /usr/lib/*/openblas-openmp; do
+        [ -e "$d/libblas.so.3" ] && peer_ld=$d && break
+      done
+      if [ -z "$peer_ld" ]; then
+        echo "$1: OpenBLAS's OpenMP build (libopenblas0-openmp) is not installed: install it, or BENCH_PEER_BLAS=system" >&2
+        exit 1
+      fi
+      peer_blas="OpenBLAS OpenMP build ($peer_ld), sharing torch's OpenMP threads" ;;
+    *) echo "$1: BENCH_PEER_BLAS must be openmp or system, not '$BENCH_PEER_BLAS'" >&2; exit 2 ;;
+  esac
+  [ "${BENCH_PEER_BLAS:-openmp}" = openmp ] && peer_ld=$peer_ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  return 0
+}

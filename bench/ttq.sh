@@ -44,6 +44,8 @@ for b in $budgets; do
 done
 
 bench_machine bench-ttq "$cores"
+bench_peer_blas bench-ttq
+echo "bench-ttq: the peer's BLAS: $peer_blas"
 echo "bench-ttq: $("$MEGA" version | head -n 1) vs $("$PY" -c 'import torch; print("torch", torch.__version__)')"
 echo "bench-ttq: $cpu, $cores cores; $threads threads each side; budgets $budgets s; $eval_bytes held-out bytes"
 
@@ -75,7 +77,7 @@ for b in $budgets; do
   echo "{\"impl\": \"mega\", \"budget\": $b, \"threads\": $threads, \"steps\": ${steps:-null}, \"train_seconds\": ${secs:-null}, \"tokens_per_s\": ${tps:-null}, \"bpb\": ${bpb:-null}, \"eval_bytes\": ${cnt:-null}}" |
     tee -a "$tmp/results.jsonl" >&2
   echo "== budget $b s: the PyTorch peer" >&2
-  OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads "$PY" "$PEER" --budget "$b" --threads "$threads" \
+  LD_LIBRARY_PATH=$peer_ld OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads "$PY" "$PEER" --budget "$b" --threads "$threads" \
     --eval-bytes "$eval_bytes" --json | tee -a "$tmp/results.jsonl" >&2
 done
 t1=$(date +%s)

@@ -15,7 +15,8 @@
  *
  * Timing: --warmup W untimed steps, then --repeat R timed steps (fewer when the timed steps
  * already add up to --budget seconds; at least one); ms/step is the median (min and max are
- * reported too). For the decode workloads one "run" generates 512 tokens from a reset
+ * reported too). Under bench/pair.py (make bench) the environment variable MEGA_BENCH_TURNS hands
+ * the timed steps to that driver, one at a time (step_go below). For the decode workloads one "run" generates 512 tokens from a reset
  * stream; the median run is divided by 512 for ms/step (one mega_lm_stream_feed of B tokens).
  *
  * Analytic FLOP count (docs/performance.md has the same text). MACs of the forward pass of one
@@ -50,6 +51,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -214,15 +216,57 @@ typedef struct {
     double loss;
     double budget_ms;  /* stop timing once the timed steps add up to this (at least one step) */
     double sum_ms;
+    int turn_r, turn_w; /* paired timing: the driver's pipe ends (-1: timing on our own) */
+    int untimed;        /* paired timing: the driver asked for an untimed step */
+    double last_ms;     /* paired timing: the last step's time, warm-up included */
 } timings;
+
+/* Paired timing (bench/pair.py, docs/performance.md). With MEGA_BENCH_TURNS="R,W" (two pipe file
+ * descriptors the driver passed down), every step after the warm-up waits for its turn: the child
+ * writes "ready MS" on W (MS: its last step, warm-up included, so that the driver knows how
+ * long a step is) and reads one line on R; "go" runs a timed step, "warm" an untimed one (the
+ * driver warms a side's caches again after the other side ran), and "done MS" follows on W;
+ * anything else (or end of file) ends the timing. The driver alternates our timed steps with the
+ * peer's, each side in its own process, so that the two halves of every ratio are measured
+ * seconds apart, and it starts or stops the co-tenant between steps. --repeat still bounds the
+ * steps (untimed ones included); --budget is the driver's business then. */
+static void turns_open(timings *tm) {
+    tm->turn_r = tm->turn_w = -1;
+    const char *v = getenv("MEGA_BENCH_TURNS");
+    int r, w;
+    if (!v || sscanf(v, "%d,%d", &r, &w) != 2 || r < 0 || w < 0) return;
+    tm->turn_r = r, tm->turn_w = w;
+    signal(SIGPIPE, SIG_IGN); /* a driver gone: the write fails and the timing ends, no signal */
+}
+
+/* may step s run? Warm-up steps always do; timed ones while the budget lasts, or on the driver's
+ * "go" */
+static int step_go(timings *tm, int s, int warmup) {
+    if (s < warmup) return 1;
+    if (tm->turn_w < 0) return !(tm->n > 0 && tm->sum_ms >= tm->budget_ms);
+    if (dprintf(tm->turn_w, "ready %.6f\n", tm->last_ms) < 0) return 0;
+    char line[32];
+    size_t n = 0;
+    while (n + 1 < sizeof line) {
+        ssize_t k = read(tm->turn_r, line + n, 1);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0 || line[n] == '\n') break;
+        n++;
+    }
+    line[n] = 0;
+    tm->untimed = strcmp(line, "warm") == 0;
+    return tm->untimed || strcmp(line, "go") == 0;
+}
 
 /* record step s (the first `warmup` are untimed) */
 static void record_step(timings *tm, int s, int warmup, double sec) {
+    tm->last_ms = sec * 1e3;
     if (s < warmup) return;
+    if (tm->turn_w >= 0) dprintf(tm->turn_w, "done %.6f\n", sec * 1e3);
+    if (tm->untimed) return;
     tm->ms[tm->n++] = sec * 1e3;
     tm->sum_ms += sec * 1e3;
 }
-static int timing_done(const timings *tm) { return tm->n > 0 && tm->sum_ms >= tm->budget_ms; }
 
 static void put_num(cJSON *o, const char *k, double v) {
     if (isfinite(v)) cJSON_AddNumberToObject(o, k, v);
@@ -306,7 +350,7 @@ static int child_lm_train(const workload *w, int warmup, int repeat, timings *tm
     mega_paramset *ps = mega_lm_paramset(m);
     const mega_adamw_hp hp = {0.9, 0.98, 1e-8, 0.01, 0};
     int rc = 0;
-    for (int s = 0; s < warmup + repeat && !rc && !timing_done(tm); s++) {
+    for (int s = 0; s < warmup + repeat && !rc && step_go(tm, s, warmup); s++) {
         double t0 = now_sec(), loss;
         int64_t cnt;
         mega_lm_run run = {1, (uint64_t)s};
@@ -349,7 +393,7 @@ static int child_cls_train(const workload *w, int warmup, int repeat, timings *t
     mega_cls_input in = {tok, NULL, len, w->T};
     mega_paramset *ps = mega_cls_paramset(m);
     int rc = 0;
-    for (int s = 0; s < warmup + repeat && !timing_done(tm); s++) {
+    for (int s = 0; s < warmup + repeat && step_go(tm, s, warmup); s++) {
         double t0 = now_sec(), loss;
         int64_t correct;
         mega_lm_run run = {1, (uint64_t)s};
@@ -389,7 +433,7 @@ static int child_lm_decode(const workload *w, int warmup, int repeat, timings *t
         return cli_error("out of memory");
     }
     int rc = 0;
-    for (int run = 0; run < warmup + repeat && !rc && !timing_done(tm); run++) {
+    for (int run = 0; run < warmup + repeat && !rc && step_go(tm, run, warmup); run++) {
         mega_lm_stream_reset(s);
         for (int b = 0; b < B; b++) tok[b] = (int32_t)('A' + b);
         uint64_t h = 1469598103934665603ull;
@@ -429,7 +473,8 @@ static int run_child(const char *name, int threads, int warmup, int repeat, doub
     if (w->kind == WK_SGEMM) {
         rc = child_sgemm(threads, o);
     } else {
-        timings tm = {calloc((size_t)repeat + 1, sizeof(double)), 0, NAN, budget * 1e3, 0};
+        timings tm = {calloc((size_t)repeat + 1, sizeof(double)), 0, NAN, budget * 1e3, 0, -1, -1, 0, NAN};
+        turns_open(&tm);
         char why[512] = "";
         uint64_t digest = 0;
         int r;
@@ -443,6 +488,10 @@ static int run_child(const char *name, int threads, int warmup, int repeat, doub
             free(tm.ms);
             cJSON_Delete(o);
             return 2;
+        }
+        if (r == 0 && tm.n == 0) { /* the driver ended the timing before the first timed step */
+            r = -1;
+            snprintf(why, sizeof why, "no timed step");
         }
         if (r < 0) {
             cJSON_AddStringToObject(o, "status", "n/a");

@@ -120,6 +120,55 @@ def build_transformer_classifier(torch, nn, F, T):
     return TransformerClassifier()
 
 
+def blas_loaded():
+    """The BLAS library this process multiplies with (bench/lib.sh chooses it), from its maps."""
+    libs = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                name = os.path.basename(path)
+                if name.startswith(("libblas.so", "libopenblas", "libmkl_core", "libblis")):
+                    libs.add(os.path.realpath(path))
+    except OSError:
+        return "unknown"
+    return ",".join(sorted(libs)) or "none found"
+
+
+class Turns:
+    """Paired timing (bench/pair.py): the protocol of `mega bench` (tools/bench.c, step_go). With
+    MEGA_BENCH_TURNS="R,W" every step after the warm-up writes "ready MS" (its last step) on W and waits for one line
+    on R: "go" runs a timed step, "warm" an untimed one ("done MS" follows either), anything else
+    or end of file ends the timing."""
+
+    def __init__(self):
+        self.on, self.untimed, self.last_ms = False, False, float("nan")
+        v = os.environ.get("MEGA_BENCH_TURNS", "")
+        try:
+            r, w = (int(x) for x in v.split(","))
+        except ValueError:
+            return
+        self.r, self.w, self.on = os.fdopen(r, "r"), os.fdopen(w, "w"), True
+
+    def ready(self):
+        try:
+            self.w.write(f"ready {self.last_ms:.6f}\n")
+            self.w.flush()
+            cmd = self.r.readline().strip()
+        except (BrokenPipeError, OSError):
+            return False
+        self.untimed = cmd == "warm"
+        return cmd in ("go", "warm")
+
+    def done(self, ms):
+        if self.on:
+            try:
+                self.w.write(f"done {ms:.6f}\n")
+                self.w.flush()
+            except (BrokenPipeError, OSError):
+                pass
+
+
 def run_child(name, threads, warmup, repeat, budget):
     base = rss_mib("VmRSS")  # before torch is imported (the interpreter alone)
     import torch
@@ -136,8 +185,21 @@ def run_child(name, threads, warmup, repeat, budget):
     g = torch.Generator().manual_seed(7)
     times, loss_v, extra = [], float("nan"), {}
 
-    def done():  # the timed steps already add up to the budget (at least one)
-        return len(times) > 0 and sum(times) >= budget * 1e3
+    turns = Turns()
+
+    def go(s):  # may step s run? warm-up steps always; timed ones within the budget or on the driver's turn
+        if s < warmup:
+            return True
+        if turns.on:
+            return turns.ready()
+        return not (len(times) > 0 and sum(times) >= budget * 1e3)
+
+    def timed(s, dt):
+        turns.last_ms = dt * 1e3
+        if s >= warmup:
+            turns.done(dt * 1e3)
+            if not turns.untimed:
+                times.append(dt * 1e3)
 
     if kind == "lm-train":
         model = mega_ref.build("lm", lm_config()).train()
@@ -148,7 +210,7 @@ def run_child(name, threads, warmup, repeat, budget):
         seq = torch.randint(0, 256, (B, T + 1), generator=g)
         tok, tgt = seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
         for s in range(warmup + repeat):
-            if done():
+            if not go(s):
                 break
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
@@ -157,9 +219,7 @@ def run_child(name, threads, warmup, repeat, budget):
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-            dt = time.perf_counter() - t0
-            if s >= warmup:
-                times.append(dt * 1e3)
+            timed(s, time.perf_counter() - t0)
             loss_v = float(loss)
         per_run = 1
     elif kind == "cls-train":
@@ -171,16 +231,14 @@ def run_child(name, threads, warmup, repeat, budget):
         lengths = torch.full((B,), T, dtype=torch.long)
         y = torch.arange(B) % 2
         for s in range(warmup + repeat):
-            if done():
+            if not go(s):
                 break
             t0 = time.perf_counter()
             model.zero_grad(set_to_none=True)
             logits, _ = model(tok, lengths)
             loss = F.cross_entropy(logits, y)
             loss.backward()
-            dt = time.perf_counter() - t0
-            if s >= warmup:
-                times.append(dt * 1e3)
+            timed(s, time.perf_counter() - t0)
             loss_v = float(loss)
         per_run = 1
     else:  # lm-decode
@@ -188,7 +246,7 @@ def run_child(name, threads, warmup, repeat, budget):
         h = 1469598103934665603
         with torch.inference_mode():
             for s in range(warmup + repeat):
-                if done():
+                if not go(s):
                     break
                 state = []
                 tokens = torch.tensor([[ord("A") + b] for b in range(B)], dtype=torch.long)
@@ -199,12 +257,14 @@ def run_child(name, threads, warmup, repeat, budget):
                     tokens = logits[:, -1, :256].argmax(-1, keepdim=True)
                     for v in tokens[:, 0].tolist():
                         h = ((h ^ v) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-                dt = time.perf_counter() - t0
-                if s >= warmup:
-                    times.append(dt * 1e3)
+                timed(s, time.perf_counter() - t0)
         extra["tokens_digest"] = "%016x" % h
         per_run = T
 
+    if not times:  # the driver ended the timing before the first timed step
+        print(json.dumps({"workload": name, "status": "n/a", "note": "no timed step"}))
+        sys.stdout.flush()
+        return
     times.sort()
     n = len(times)
     med = times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
@@ -214,7 +274,7 @@ def run_child(name, threads, warmup, repeat, budget):
         "ms_min": times[0] / per_run, "ms_max": times[-1] / per_run, "tokens_per_s": tokens / (med * 1e-3),
         "steps_timed": n, "loss": loss_v if math.isfinite(loss_v) else None, "base_rss_mib": base, "torch_rss_mib": base_torch,
         "self_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        "build": f"torch {torch.__version__} python {platform.python_version()}",
+        "build": f"torch {torch.__version__} python {platform.python_version()} blas {blas_loaded()}",
     }
     out.update(extra)
     print(json.dumps(out))
@@ -232,7 +292,9 @@ def spawn(name, threads, warmup, repeat, budget):
     env["MKL_NUM_THREADS"] = str(threads)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--threads", str(threads),
            "--warmup", str(warmup), "--repeat", str(repeat), "--budget", str(budget)]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
+    turns = env.get("MEGA_BENCH_TURNS", "")  # paired timing: the child gets the driver's pipe ends
+    fds = tuple(int(x) for x in turns.split(",")) if turns.replace(",", "").isdigit() else ()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, pass_fds=fds)
     out = p.stdout.read().decode()
     p.stdout.close()
     _, status, ru = os.wait4(p.pid, 0)
@@ -345,6 +407,23 @@ def load_jsonl(path):
     return out
 
 
+def _median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return None if n == 0 else (xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2]))
+
+
+def paired(*recs):
+    """The records' per-round timed steps (bench/pair.py "step_ms"), one tuple per round, when
+    every record has them for the same rounds; None otherwise (a record from an unpaired run)."""
+    lists = [r.get("step_ms") if r is not None and r.get("status") == "ok" else None for r in recs]
+    if any(not isinstance(x, list) or not x for x in lists) or len({len(x) for x in lists}) != 1:
+        return None
+    if any(v is None or v <= 0 for x in lists for v in x):
+        return None
+    return list(zip(*lists))
+
+
 def report(ours_path, peer_path, save, meta_kv, cotenant=None):
     ours, peer = load_jsonl(ours_path), load_jsonl(peer_path)
     ours_ct, peer_ct = (load_jsonl(cotenant[0]), load_jsonl(cotenant[1])) if cotenant else ({}, {})
@@ -358,6 +437,14 @@ def report(ours_path, peer_path, save, meta_kv, cotenant=None):
 
     def ratio(a, b):
         return a / b if a is not None and b not in (None, 0) else None
+
+    def speed(w):
+        """ours over the peer: the median of the per-round ratios when the two were timed in
+        turns (bench/pair.py), the ratio of the two medians otherwise"""
+        rounds = paired(ours.get(w), peer.get(w))
+        if rounds:
+            return _median([p / o for o, p in rounds])
+        return ratio(num(ours.get(w), "tokens_per_s"), num(peer.get(w), "tokens_per_s"))
 
     hdr = ("workload", "ours tok/s", "peer tok/s", "speedup", "ours ms/step", "peer ms/step",
            "ours GFLOP/s (% sgemm)", "ours peak MiB", "peer peak MiB", "memory ratio")
@@ -379,7 +466,7 @@ def report(ours_path, peer_path, save, meta_kv, cotenant=None):
                 fr = ogf / sgemm
             gf = f"{ogf:.1f} ({100 * fr:.0f}%)" if fr is not None else f"{ogf:.1f}"
         rows.append((w, ot if isinstance(ot, str) else _f(ot, "{:.0f}"), _f(pt, "{:.0f}"),
-                     _f(ratio(ot if not isinstance(ot, str) else None, pt), "{:.2f}x"),
+                     _f(speed(w) if not isinstance(ot, str) else None, "{:.2f}x"),
                      _f(oms, "{:.3f}"), _f(pms, "{:.3f}"), gf or "-", _f(omem, "{:.0f}"), _f(pmem, "{:.0f}"),
                      _f(ratio(omem, pmem), "{:.2f}x")))
     widths = [max(len(str(r[i])) for r in rows + [hdr]) for i in range(len(hdr))]
@@ -390,6 +477,10 @@ def report(ours_path, peer_path, save, meta_kv, cotenant=None):
         lines.append("| " + " | ".join(str(c).ljust(widths[i]) if i == 0 else str(c).rjust(widths[i])
                                        for i, c in enumerate(r)) + " |")
     lines.extend(notes)
+    npair = [len(paired(ours.get(w), peer.get(w)) or []) for w in order if w != "sgemm"]
+    if any(npair):
+        lines.append(f"timed in turns (bench/pair.py), {min(npair)}-{max(npair)} rounds: tok/s and ms/step are each "
+                     "side's median step, the speedup the median of the per-round ratios")
     if sgemm:
         shapes = ", ".join(f"{s['m']}x{s['n']}x{s['k']} {s['gflops']:.1f} GFLOP/s" for s in sg.get("shapes", []))
         lines.append(f"sgemm (OpenBLAS, {sg.get('threads')} threads): {shapes}")
@@ -402,9 +493,6 @@ def report(ours_path, peer_path, save, meta_kv, cotenant=None):
     def target(label, cond, text):
         mark = "n/a" if cond is None else ("met" if cond else "NOT met")
         t.append(f"  [{mark:7s}] {label}: {text}")
-
-    def speed(w):
-        return ratio(num(ours.get(w), "tokens_per_s"), num(peer.get(w), "tokens_per_s"))
 
     def mem(w):
         return ratio(num(ours.get(w), "peak_rss_mib"), num(peer.get(w), "peak_rss_mib"))
@@ -495,7 +583,9 @@ def report(ours_path, peer_path, save, meta_kv, cotenant=None):
 def cotenant_table(ours, peer, ours_ct, peer_ct, order, num, ratio, target):
     """The speedups measured quiet and with a co-tenant (one busy process on one core, both sides
     alike), and the robustness targets: the speedup drops by at most 25% under the co-tenant,
-    decode b1/b8 stay >= 10x."""
+    decode b1/b8 stay >= 10x. Timed in turns (bench/pair.py), every round has the four steps
+    (ours and the peer, quiet and with the co-tenant) and each figure is the median over the
+    rounds of that round's ratio; otherwise the ratios of the medians."""
     hdr = ("workload", "quiet: ours / peer tok/s", "speedup", "co-tenant: ours / peer tok/s", "speedup",
            "speedup change", "ours slowed", "peer slowed")
     rows = []
@@ -504,12 +594,20 @@ def cotenant_table(ours, peer, ours_ct, peer_ct, order, num, ratio, target):
             continue
         oq, pq = num(ours.get(w), "tokens_per_s"), num(peer.get(w), "tokens_per_s")
         oc, pc = num(ours_ct.get(w), "tokens_per_s"), num(peer_ct.get(w), "tokens_per_s")
-        sq, sc = ratio(oq, pq), ratio(oc, pc)
-        ch = ratio(sc, sq)
+        rounds = paired(ours.get(w), peer.get(w), ours_ct.get(w), peer_ct.get(w))
+        if rounds:  # (ours, peer, ours with the co-tenant, peer with it): step times of one round
+            sq = _median([p / o for o, p, _, _ in rounds])
+            sc = _median([p / o for _, _, o, p in rounds])
+            ch = _median([(pc_ / oc_) / (pq_ / oq_) for oq_, pq_, oc_, pc_ in rounds])
+            oslow, pslow = _median([c / q for q, _, c, _ in rounds]), _median([c / q for _, q, _, c in rounds])
+        else:
+            sq, sc = ratio(oq, pq), ratio(oc, pc)
+            ch = ratio(sc, sq)
+            oslow, pslow = ratio(oq, oc), ratio(pq, pc)
         rows.append((w, f"{_f(oq, '{:.0f}')} / {_f(pq, '{:.0f}')}", _f(sq, "{:.2f}x"),
                      f"{_f(oc, '{:.0f}')} / {_f(pc, '{:.0f}')}", _f(sc, "{:.2f}x"),
                      _f(None if ch is None else 100 * (ch - 1), "{:+.0f}%"),
-                     _f(ratio(oq, oc), "{:.2f}x"), _f(ratio(pq, pc), "{:.2f}x")))
+                     _f(oslow, "{:.2f}x"), _f(pslow, "{:.2f}x")))
         target(f"{w}: speedup drops <= 25% with a co-tenant", None if ch is None else ch >= 0.75,
                f"{_f(sq, '{:.2f}x')} quiet, {_f(sc, '{:.2f}x')} with the co-tenant")
         if w in ("lm-decode-b1", "lm-decode-b8"):
