@@ -16,8 +16,9 @@
  * Timing: --warmup W untimed steps, then --repeat R timed steps (fewer when the timed steps
  * already add up to --budget seconds; at least one); ms/step is the median (min and max are
  * reported too). Under bench/pair.py (make bench) the environment variable MEGA_BENCH_TURNS hands
- * the timed steps to that driver, one at a time (step_go below). For the decode workloads one "run" generates 512 tokens from a reset
- * stream; the median run is divided by 512 for ms/step (one mega_lm_stream_feed of B tokens).
+ * the timed steps to that driver, one at a time (step_go below). For the decode workloads one
+ * "run" generates 512 tokens from a reset stream; the median run is divided by 512 for ms/step
+ * (one mega_lm_stream_feed of B tokens).
  *
  * Analytic FLOP count (docs/performance.md has the same text). MACs of the forward pass of one
  * sequence of L tokens through one Mega block (docs/mega.md §6, §11), D embed, Z zdim, E hdim,

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """The PyTorch peer of `mega bench`: the same workloads in idiomatic PyTorch.
 
-Run with /usr/bin/python3 (Debian's torch 1.13, CPU, OpenBLAS). The Mega models are the modules
+Run with /usr/bin/python3 (Debian's torch 1.13, CPU, OpenBLAS: make bench gives it OpenBLAS's
+OpenMP build through LD_LIBRARY_PATH, bench/lib.sh; alone it uses the system's libblas.so.3, and
+its JSON "build" names the library either way). The Mega models are the modules
 of tests/ref/mega_ref.py, our PyTorch implementation written from the Mega paper and the official
 code (docs/mega.md) and checked against the official fixtures: EMA by FFT convolution, attention
 as batched matmuls over the chunks, as the official code does it. `--check` re-runs those modules
