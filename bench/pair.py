@@ -39,14 +39,14 @@ class Side:
     def __init__(self, name, cmd, ld_path=""):
         self.name, self.error = name, None
         go_r, self.go_w = os.pipe()  # driver -> side: "go" / "stop"
-        self.ev_r, ev_w = os.pipe()  # side -> driver: "ready", "done MS"
+        ev_r, ev_w = os.pipe()  # side -> driver: "ready", "done MS"
         env = dict(os.environ, MEGA_BENCH_TURNS=f"{go_r},{ev_w}")
         if ld_path:
             env["LD_LIBRARY_PATH"] = ld_path
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, pass_fds=(go_r, ev_w))
         os.close(go_r)
         os.close(ev_w)
-        self.events = os.fdopen(self.ev_r, "r")
+        self.events = os.fdopen(ev_r, "r")
         self.ready, self.last_ms = False, float("nan")
 
     def wait_ready(self):

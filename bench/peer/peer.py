@@ -34,6 +34,7 @@ import math
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -137,20 +138,26 @@ def blas_loaded():
     return ",".join(sorted(libs)) or "none found"
 
 
+def turn_fds(env):
+    """The driver's two pipe ends from MEGA_BENCH_TURNS="R,W" (bench/pair.py), or None."""
+    try:
+        r, w = (int(x) for x in env.get("MEGA_BENCH_TURNS", "").split(","))
+    except ValueError:
+        return None
+    return (r, w) if r >= 0 and w >= 0 else None
+
+
 class Turns:
     """Paired timing (bench/pair.py): the protocol of `mega bench` (tools/bench.c, step_go). With
-    MEGA_BENCH_TURNS="R,W" every step after the warm-up writes "ready MS" (its last step) on W and waits for one line
-    on R: "go" runs a timed step, "warm" an untimed one ("done MS" follows either), anything else
-    or end of file ends the timing."""
+    MEGA_BENCH_TURNS="R,W" every step after the warm-up writes "ready MS" (its last step) on W
+    and waits for one line on R: "go" runs a timed step, "warm" an untimed one ("done MS" follows
+    either), anything else or end of file ends the timing."""
 
     def __init__(self):
         self.on, self.untimed, self.last_ms = False, False, float("nan")
-        v = os.environ.get("MEGA_BENCH_TURNS", "")
-        try:
-            r, w = (int(x) for x in v.split(","))
-        except ValueError:
-            return
-        self.r, self.w, self.on = os.fdopen(r, "r"), os.fdopen(w, "w"), True
+        fds = turn_fds(os.environ)
+        if fds:
+            self.r, self.w, self.on = os.fdopen(fds[0], "r"), os.fdopen(fds[1], "w"), True
 
     def ready(self):
         try:
@@ -269,7 +276,7 @@ def run_child(name, threads, warmup, repeat, budget):
         return
     times.sort()
     n = len(times)
-    med = times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
+    med = statistics.median(times)
     tokens = B * T
     out = {
         "workload": name, "status": "ok", "note": "", "ms_per_step": med / per_run,
@@ -294,8 +301,7 @@ def spawn(name, threads, warmup, repeat, budget):
     env["MKL_NUM_THREADS"] = str(threads)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name, "--threads", str(threads),
            "--warmup", str(warmup), "--repeat", str(repeat), "--budget", str(budget)]
-    turns = env.get("MEGA_BENCH_TURNS", "")  # paired timing: the child gets the driver's pipe ends
-    fds = tuple(int(x) for x in turns.split(",")) if turns.replace(",", "").isdigit() else ()
+    fds = turn_fds(env) or ()  # paired timing: the child gets the driver's pipe ends
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, pass_fds=fds)
     out = p.stdout.read().decode()
     p.stdout.close()
@@ -409,12 +415,6 @@ def load_jsonl(path):
     return out
 
 
-def _median(xs):
-    xs = sorted(xs)
-    n = len(xs)
-    return None if n == 0 else (xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2]))
-
-
 def paired(*recs):
     """The records' per-round timed steps (bench/pair.py "step_ms"), one tuple per round, when
     every record has them for the same rounds; None otherwise (a record from an unpaired run)."""
@@ -445,7 +445,7 @@ def report(ours_path, peer_path, save, meta_kv, cotenant=None):
         turns (bench/pair.py), the ratio of the two medians otherwise"""
         rounds = paired(ours.get(w), peer.get(w))
         if rounds:
-            return _median([p / o for o, p in rounds])
+            return statistics.median([p / o for o, p in rounds])
         return ratio(num(ours.get(w), "tokens_per_s"), num(peer.get(w), "tokens_per_s"))
 
     hdr = ("workload", "ours tok/s", "peer tok/s", "speedup", "ours ms/step", "peer ms/step",
@@ -598,10 +598,10 @@ def cotenant_table(ours, peer, ours_ct, peer_ct, order, num, ratio, target):
         oc, pc = num(ours_ct.get(w), "tokens_per_s"), num(peer_ct.get(w), "tokens_per_s")
         rounds = paired(ours.get(w), peer.get(w), ours_ct.get(w), peer_ct.get(w))
         if rounds:  # (ours, peer, ours with the co-tenant, peer with it): step times of one round
-            sq = _median([p / o for o, p, _, _ in rounds])
-            sc = _median([p / o for _, _, o, p in rounds])
-            ch = _median([(pc_ / oc_) / (pq_ / oq_) for oq_, pq_, oc_, pc_ in rounds])
-            oslow, pslow = _median([c / q for q, _, c, _ in rounds]), _median([c / q for _, q, _, c in rounds])
+            sq = statistics.median([p / o for o, p, _, _ in rounds])
+            sc = statistics.median([p / o for _, _, o, p in rounds])
+            ch = statistics.median([(pc_ / oc_) / (pq_ / oq_) for oq_, pq_, oc_, pc_ in rounds])
+            oslow, pslow = statistics.median([c / q for q, _, c, _ in rounds]), statistics.median([c / q for _, q, _, c in rounds])
         else:
             sq, sc = ratio(oq, pq), ratio(oc, pc)
             ch = ratio(sc, sq)
