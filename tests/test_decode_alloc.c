@@ -26,12 +26,14 @@
  * 2 threads.
  * (4) The step's products (mega_linear_step, mega_gemm_step: output columns in pieces, over the
  * threads) give the same bits with 1 and 2 threads on the decode shapes and agree with
- * mega_linear_forward / mega_gemm to rounding. (The step's attention query is checked against a
- * double-precision reference in t64_attn.)
+ * mega_linear_forward / mega_gemm to rounding; up to 16 rows, each row has the bits of its one-row
+ * product. (The step's attention query is checked against a double-precision reference in
+ * t64_attn.)
  */
 #include "mega_data.h"
 #include "model/lm.h"
 #include "ops/ops.h"
+#include "ops/vec.h" /* MEGA_VEC: the vector step kernels are built */
 #include "testlib.h"
 #define MEGA_S2S_EOS_ID MEGA_S2S_EOS
 #include <errno.h>
@@ -273,14 +275,18 @@ static void check_stream_vs_forward(mega_lm *m, int threads, mega_real **keep) {
 
 /* mega_linear_step / mega_gemm_step (output columns split over the threads, in pieces) give the
  * same bits with 1 and 2 threads, and agree with mega_linear_forward / mega_gemm to rounding
- * (a different BLAS kernel may sum in another order). */
+ * (a different BLAS kernel may sum in another order). Up to 16 rows (batch decoding), each row
+ * of the product has the bits of that row multiplied alone: a sequence decodes to the same
+ * tokens whatever the batch it is in (gemm.c, step_dots: tiles of 4 rows, the rows left over one
+ * at a time, every output the same tree of sums). */
 static void check_step_products(void) {
     /* decode shapes: v_proj / fc1, mx_proj, h_proj / fc2, the output layer; odd sizes for the
-     * slice and piece boundaries; rows 1 (batch 1), 3, 8 (batch 8) and a prompt piece */
+     * slice and piece boundaries (K 300 and 33: a K % 16 tail); rows 1 (batch 1), 2-17 (the
+     * few-row tiles and the rows left over; batch 8) and a prompt piece */
     static const size_t shapes[][2] = {{256, 512}, {256, 1088}, {512, 256}, {256, 257}, {300, 77}, {33, 1000}};
-    static const size_t rows[] = {1, 3, 8, 64};
+    static const size_t rows[] = {1, 2, 3, 4, 5, 8, 13, 16, 17, 64};
     unsigned long long seed = 0xdec0de;
-    int differ = 0, checked = 0;
+    int differ = 0, checked = 0, row_differ = 0, row_checked = 0;
     double worst = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
@@ -312,10 +318,31 @@ static void check_step_products(void) {
                     printf("NOTE step product R=%zu In=%zu O=%zu form %d: 1 and 2 threads differ\n", R, In, O, form);
                 }
                 worst = fmax(worst, rel_diff(Y[2], Y[0], R * O));
+                /* row r alone (2 threads), into Y[1]'s row: the same bits as in the R-row product */
+                if (R > 1 && R <= 16)
+                    for (size_t r = 0; r < R; r++) {
+                        mega_real *y = Y[1] + r * O;
+                        if (form == 2) memcpy(y, b, O * sizeof *b);
+                        if (form < 2) mega_linear_step(y, X + r * In, W, form ? b : NULL, 1, In, O);
+                        if (form == 2) mega_gemm_step(1, O, In, X + r * In, In, W, In, 1, y, O);
+                        row_checked++;
+                        if (memcmp(y, Y[2] + r * O, O * sizeof *y)) {
+                            row_differ++;
+                            printf("NOTE step product R=%zu In=%zu O=%zu form %d: row %zu alone differs\n", R, In, O,
+                                   form, r);
+                        }
+                    }
             }
             free(X), free(W), free(b), free(Y[0]), free(Y[1]), free(Y[2]);
         }
     TL_CHECK(!differ, "step products: the same bits with 1 and 2 threads (%d of %d cases differ)", differ, checked);
+#ifdef MEGA_VEC
+    TL_CHECK(!row_differ, "step products of 2-16 rows: each row has the bits of its one-row product (%d of %d differ)",
+             row_differ, row_checked);
+#else
+    printf("NOTE rows alone vs in a few-row product: %d of %d differ (no vector kernels in this build: not "
+           "checked)\n", row_differ, row_checked);
+#endif
     TL_CHECK(worst < 1e-5, "step products agree with mega_linear_forward / mega_gemm (worst %.2e relative)", worst);
     printf("NOTE step products vs mega_linear_forward / mega_gemm: worst %.2e relative\n", worst);
 }

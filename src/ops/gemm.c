@@ -344,16 +344,17 @@ void mega_linear_backward(real *dX, real *dW, real *db, const real *dY, const re
  * mega_gemm runs such a product on the calling thread (OpenBLAS's small-matrix kernel, M = 1) or
  * through OpenBLAS's threaded path (M = 8), which packs (copies) the whole weight matrix for a
  * few rows and mallocs a job table per call. The step forms instead
- *  - cut the output columns (the rows of W) into pieces that OpenBLAS's direct small-matrix
- *    kernels accept (they multiply without packing; see step_piece): at 8 rows about 3x faster
- *    than the packing path; one row (batch-1 decoding) goes through step_dot instead, because
- *    those kernels exist only on OpenBLAS's AVX-512 targets;
+ *  - cut the output columns (the rows of W) into pieces; up to STEP_DOT_ROWS rows (decoding a
+ *    batch) a piece is dot products along K (step_dot, step_dots: no copy of the weights, which
+ *    OpenBLAS's packing paths make for every call), more rows (a prompt) one OpenBLAS call whose
+ *    width its direct small-matrix kernels accept where it has them (step_piece);
  *  - run the pieces through mega_step_parallel: over the step team while a token is decoded
- *    (stepteam.c), else over one OpenMP region. Each piece is one single-threaded GEMM call
- *    (the OpenMP build of OpenBLAS runs a call made inside a parallel region on its thread), so
- *    every core streams weights and nothing is allocated.
+ *    (stepteam.c), else over one OpenMP region. Each piece runs on one thread (the OpenMP build
+ *    of OpenBLAS runs a call made inside a parallel region on its thread), so every core streams
+ *    weights and nothing is allocated.
  * The piece grid depends on the shape only, so a product gives the same bits with any number of
- * threads and any assignment of pieces to threads (tests/test_decode_alloc.c checks it). */
+ * threads and any assignment of pieces to threads; up to STEP_DOT_ROWS rows, a row also gets the
+ * same bits whatever the other rows (tests/test_decode_alloc.c checks both). */
 
 /* No split below this many multiply-adds: handing pieces to other threads costs about a
  * microsecond as an OpenMP region (less in the step team), while 16K MACs of streamed weights
@@ -392,12 +393,25 @@ typedef struct {
  * small-matrix kernels exist only among its AVX-512 (SkylakeX) kernels; elsewhere (AVX2
  * machines, or OPENBLAS_CORETYPE=Haswell) every call packs (copies) its slice of the weights
  * first. Measured on a Zen 5 core with the Haswell kernels, 1 thread, 256 x 1088 weights: one row
- * 99 us (11 GB/s of weights) against 21 us for cblas_sgemv; 8 rows 116 us. Dot products along K
- * instead: each weight row is read once from memory per call, the rows of A stay in L1, and a
- * tile of MB rows of A by JB rows of B keeps MB x JB vector accumulators (8: enough independent
- * FMA chains for two FMA units of latency 4). The summation order (VL-wide partial sums, lanes
- * added in order, then the K % VL tail) depends on K alone, so the bits do not depend on the
- * piece grid's assignment to threads. */
+ * 99 us (11 GB/s of weights) against 21 us for cblas_sgemv; 8 rows 116 us, half of it copying
+ * (perf of lm-decode-b8: sgemm_incopy 24%, its kernel 24%). Dot products along K instead: each
+ * weight row is read once from memory per call, the rows of A stay in L1.
+ *  - one row (dot_row): VL outputs at a time, VL accumulators;
+ *  - a few rows (dot_tile): TILE_ROWS = VL / 4 rows by 4 outputs, VL accumulators, each weight
+ *    vector used for every row of the tile (32 vector registers with AVX-512: 16 accumulators,
+ *    4 + 1 operands; 16 with AVX2: 8 + 4 + 1).
+ * Every output is summed the same way: VL-wide partial sums along K, the lanes added as a tree
+ * (vsum), then the K % VL tail. That order depends on K alone, so the bits depend neither on the
+ * piece grid's assignment to threads nor on how many rows are multiplied together. */
+#define TILE_ROWS (VL / 4)
+/* an empty statement the compiler must assume changes v in its register: keeps a loaded vector in
+ * a register instead of folding the load into every instruction that uses it (x86 only) */
+#if defined(__x86_64__) || defined(__i386__)
+#define KEEP_IN_REG(v) __asm__("" : "+v"(v))
+#else
+#define KEEP_IN_REG(v) (void)0
+#endif
+
 /* the lanes' sum as a tree (halves added, log2 VL deep): a fixed order, and shuffles instead of a
  * chain of VL dependent additions */
 INLINE float vsum(vf v) {
@@ -408,41 +422,152 @@ INLINE float vsum(vf v) {
     return t[0];
 }
 
-/* C[i, j] (i < MB, j < JB) = A[i,:] . B[j,:] + (bias[j], or beta C[i, j], or nothing). One function
- * per tile shape, so that the accumulators are an array of constant size the compiler keeps in
- * registers (a size fixed at the largest tile kept it on the stack: 4x slower). */
-#define DOT_TILE(MB, JB)                                                                                              \
-    static void dot_tile_##MB##x##JB(size_t K, const float *A, size_t lda, const float *B, size_t ldb,             \
-                                     const float *bias, float beta, float *C, size_t ldc) {                         \
-        vf acc[MB][JB];                                                                                               \
-        for (int i = 0; i < MB; i++)                                                                                  \
-            for (int j = 0; j < JB; j++) acc[i][j] = vbc(0);                                                          \
-        size_t k = 0;                                                                                                 \
-        for (; k + VL <= K; k += VL) {                                                                                \
-            vf b[JB];                                                                                                 \
-            for (int j = 0; j < JB; j++) b[j] = vld(B + (size_t)j * ldb + k);                                         \
-            for (int i = 0; i < MB; i++) {                                                                            \
-                const vf a = vld(A + (size_t)i * lda + k);                                                            \
-                for (int j = 0; j < JB; j++) acc[i][j] = vfma(a, b[j], acc[i][j]);                                    \
-            }                                                                                                         \
-        }                                                                                                             \
-        for (int i = 0; i < MB; i++)                                                                                  \
-            for (int j = 0; j < JB; j++) {                                                                            \
-                float sum = vsum(acc[i][j]);                                                                          \
-                for (size_t t = k; t < K; t++) sum += A[(size_t)i * lda + t] * B[(size_t)j * ldb + t];               \
-                float *c = C + (size_t)i * ldc + j;                                                                   \
-                *c = bias ? sum + bias[j] : beta != 0 ? sum + beta * *c : sum;                                        \
-            }                                                                                                         \
-    }
-DOT_TILE(1, 8)
-DOT_TILE(1, 1)
+/* where vsum_all wants the vector whose sum goes to lane L */
+#define VSUM_SRC(L) ((L) % 4 * (VL / 4) + (L) / 4)
 
-/* c[0:n] = a B[0:n]^T (+ bias or beta c) for one row a: tiles of 8 outputs, then one at a time */
+/* VL lane sums at once: r[L] = vsum(a[VSUM_SRC(L)]), the very same tree of additions (at each
+ * level lane l gets t[l] + t[l + w]) with the VL vectors reduced side by side: VL - 1 vector
+ * additions and twice as many shuffles instead of VL scalar trees. At K = 256 a tile does only
+ * K / VL steps of multiply-adds per output, so VL scalar trees cost about as much as the
+ * products themselves. */
+INLINE void vsum_all(const vf a[VL], float r[VL]) {
+#if VL == 16
+    __m512 s[8], u[4], v[2];
+    for (int p = 0; p < 8; p++) { /* w = 8: lanes 0-7 of a[2p], then of a[2p + 1] */
+        const __m512 x = (__m512)a[2 * p], y = (__m512)a[2 * p + 1];
+        s[p] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
+    }
+    for (int p = 0; p < 4; p++) /* w = 4: quad q of u[p] belongs to a[4p + q] */
+        u[p] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * p], s[2 * p + 1], 0x88),
+                             _mm512_shuffle_f32x4(s[2 * p], s[2 * p + 1], 0xDD));
+    for (int p = 0; p < 2; p++) /* w = 2: quad q of v[p] = a[8p + q] (lanes 0-1), a[8p + 4 + q] (2-3) */
+        v[p] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * p], u[2 * p + 1], 0x44),
+                             _mm512_shuffle_ps(u[2 * p], u[2 * p + 1], 0xEE));
+    /* w = 1: lane 4q + m = a[4m + q] */
+    _mm512_storeu_ps(r, _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD)));
+#elif VL == 8 && defined(__AVX2__)
+    __m256 s[4], u[2];
+    for (int p = 0; p < 4; p++) { /* w = 4: lanes 0-3 of a[2p], then of a[2p + 1] */
+        const __m256 x = (__m256)a[2 * p], y = (__m256)a[2 * p + 1];
+        s[p] = _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+    }
+    for (int p = 0; p < 2; p++) /* w = 2: half h of u[p] = a[4p + h] (lanes 0-1), a[4p + 2 + h] (2-3) */
+        u[p] = _mm256_add_ps(_mm256_shuffle_ps(s[2 * p], s[2 * p + 1], 0x44),
+                             _mm256_shuffle_ps(s[2 * p], s[2 * p + 1], 0xEE));
+    /* w = 1: lane 4h + m = a[2m + h] */
+    _mm256_storeu_ps(r, _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], 0x88), _mm256_shuffle_ps(u[0], u[1], 0xDD)));
+#else
+    for (int L = 0; L < VL; L++) r[L] = vsum(a[VSUM_SRC(L)]);
+#endif
+}
+
+/* n sums to c[0:n] with the bias (or beta c) when there is no K % VL tail; in vector-friendly
+ * loops (the branch hoisted) */
+INLINE void sums_store(const float *sum, size_t n, const float *bias, float beta, float *c) {
+    if (bias)
+        for (size_t j = 0; j < n; j++) c[j] = sum[j] + bias[j];
+    else if (beta != 0)
+        for (size_t j = 0; j < n; j++) c[j] = sum[j] + beta * c[j];
+    else
+        for (size_t j = 0; j < n; j++) c[j] = sum[j];
+}
+
+/* the K % VL tail of one dot product, then the bias (or beta C) */
+INLINE void dot_finish(float sum, size_t k, size_t K, const float *a, const float *b, const float *bias, float beta,
+                       float *c) {
+    for (size_t t = k; t < K; t++) sum += a[t] * b[t];
+    *c = bias ? sum + *bias : beta != 0 ? sum + beta * *c : sum;
+}
+
+/* c[0:VL] = a B[0:VL]^T (+ bias or beta c) for one row a: one accumulator per output */
+static void dot_row(size_t K, const float *a, const float *B, size_t ldb, const float *bias, float beta, float *c) {
+    vf acc[VL]; /* output j in acc[VSUM_SRC(j)], so that vsum_all puts it in lane j */
+#pragma GCC unroll 16 /* unrolled before GCC turns the loop into a memset of the (stack) array */
+    for (int j = 0; j < VL; j++) acc[j] = vbc(0);
+    size_t k = 0;
+    for (; k + VL <= K; k += VL) {
+        const vf x = vld(a + k);
+        for (int j = 0; j < VL; j++) acc[VSUM_SRC(j)] = vfma(x, vld(B + (size_t)j * ldb + k), acc[VSUM_SRC(j)]);
+    }
+    float sum[VL];
+    vsum_all(acc, sum);
+    if (k == K) {
+        sums_store(sum, VL, bias, beta, c);
+        return;
+    }
+    for (int j = 0; j < VL; j++) dot_finish(sum[j], k, K, a, B + (size_t)j * ldb, bias ? bias + j : NULL, beta, c + j);
+}
+
+/* C[0:TILE_ROWS, 0:4] = A B[0:4]^T (+ bias or beta C): each weight vector used for every row */
+static void dot_tile(size_t K, const float *A, size_t lda, const float *B, size_t ldb, const float *bias, float beta,
+                     float *C, size_t ldc) {
+    vf acc[VL]; /* row i, output j in acc[j * TILE_ROWS + i] = VSUM_SRC(4i + j): lanes 4i..4i+3 */
+#pragma GCC unroll 16 /* as in dot_row */
+    for (int f = 0; f < VL; f++) acc[f] = vbc(0);
+    size_t k = 0;
+    for (; k + VL <= K; k += VL) {
+        vf b[4];
+        for (int j = 0; j < 4; j++) {
+            /* the rows two tiles on, a line per row per step: the tile walks 4 rows side by side,
+             * which the hardware prefetchers follow late (8 rows x 256 x 1088 products over 27 MB
+             * of weights, 2 threads: 36 us each without, 25 with) */
+            __builtin_prefetch(B + (size_t)(j + 8) * ldb + k);
+            b[j] = vld(B + (size_t)j * ldb + k);
+            /* keep it in a register: GCC otherwise folds the load into each multiply-add that uses
+             * it (one load per multiply-add, the load ports then bound the tile) */
+            KEEP_IN_REG(b[j]);
+        }
+        for (int i = 0; i < TILE_ROWS; i++) {
+            vf x = vld(A + (size_t)i * lda + k);
+            KEEP_IN_REG(x); /* the same for the row */
+            for (int j = 0; j < 4; j++) acc[j * TILE_ROWS + i] = vfma(x, b[j], acc[j * TILE_ROWS + i]);
+        }
+    }
+    float sum[VL];
+    vsum_all(acc, sum);
+    if (k == K) {
+        for (int i = 0; i < TILE_ROWS; i++) sums_store(sum + 4 * i, 4, bias, beta, C + (size_t)i * ldc);
+        return;
+    }
+    for (int i = 0; i < TILE_ROWS; i++)
+        for (int j = 0; j < 4; j++)
+            dot_finish(sum[4 * i + j], k, K, A + (size_t)i * lda, B + (size_t)j * ldb, bias ? bias + j : NULL, beta,
+                       C + (size_t)i * ldc + j);
+}
+
+/* one output: c = a . b (+ bias or beta c) */
+static void dot_one(size_t K, const float *a, const float *b, const float *bias, float beta, float *c) {
+    vf acc = vbc(0);
+    size_t k = 0;
+    for (; k + VL <= K; k += VL) acc = vfma(vld(a + k), vld(b + k), acc);
+    dot_finish(vsum(acc), k, K, a, b, bias, beta, c);
+}
+
+/* c[0:n] = a B[0:n]^T (+ bias or beta c) for one row a: VL outputs at a time, then one at a time */
 static void step_dot(size_t n, size_t K, const float *a, const float *B, size_t ldb, const float *bias, float beta,
                      float *c) {
     size_t j = 0;
-    for (; j + 8 <= n; j += 8) dot_tile_1x8(K, a, 0, B + j * ldb, ldb, bias ? bias + j : NULL, beta, c + j, 0);
-    for (; j < n; j++) dot_tile_1x1(K, a, 0, B + j * ldb, ldb, bias ? bias + j : NULL, beta, c + j, 0);
+    for (; j + VL <= n; j += VL) dot_row(K, a, B + j * ldb, ldb, bias ? bias + j : NULL, beta, c + j);
+    for (; j < n; j++) dot_one(K, a, B + j * ldb, bias ? bias + j : NULL, beta, c + j);
+}
+
+/* Rows at most this many go through step_dots instead of OpenBLAS */
+#define STEP_DOT_ROWS 16
+
+/* C[0:M, 0:n] = A B[0:n]^T (+ bias or beta C) for a few rows: for each 4 outputs, the rows of A in
+ * tiles of TILE_ROWS, so the 4 weight rows are read from memory once and from L1 for the other
+ * row tiles; the rows left over (M % TILE_ROWS) one at a time. */
+static void step_dots(size_t M, size_t n, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
+                      const float *bias, float beta, float *C, size_t ldc) {
+    const size_t Mt = M / TILE_ROWS * TILE_ROWS;
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4)
+        for (size_t i = 0; i < Mt; i += TILE_ROWS)
+            dot_tile(K, A + i * lda, lda, B + j * ldb, ldb, bias ? bias + j : NULL, beta, C + i * ldc + j, ldc);
+    for (; j < n; j++)
+        for (size_t i = 0; i < Mt; i++)
+            dot_one(K, A + i * lda, B + j * ldb, bias ? bias + j : NULL, beta, C + i * ldc + j);
+    for (size_t i = Mt; i < M; i++) step_dot(n, K, A + i * lda, B, ldb, bias, beta, C + i * ldc);
 }
 #endif
 
@@ -453,6 +578,11 @@ static void step_piece_run(void *arg, int i) {
 #ifdef MEGA_VEC
     if (a->M == 1) {
         step_dot(j1 - j0, a->K, a->A, a->B + j0 * a->ldb, a->ldb, a->bias ? a->bias + j0 : NULL, a->beta, a->C + j0);
+        return;
+    }
+    if (a->M <= STEP_DOT_ROWS) {
+        step_dots(a->M, j1 - j0, a->K, a->A, a->lda, a->B + j0 * a->ldb, a->ldb, a->bias ? a->bias + j0 : NULL, a->beta,
+                  a->C + j0, a->ldc);
         return;
     }
 #endif
@@ -476,7 +606,7 @@ static void step_product(size_t M, size_t N, size_t K, const real *A, size_t lda
      * rows once (a repack of M x K per M x STEP_WIDTH x K multiply-adds) */
     a.width = p ? MEGA_MIN(p, (size_t)STEP_WIDTH) : STEP_WIDTH;
 #ifdef MEGA_VEC
-    if (M == 1) a.width = STEP_WIDTH / 2; /* step_dot: any width; more pieces to share */
+    if (M <= STEP_DOT_ROWS) a.width = STEP_WIDTH / 2; /* step_dot(s): any width; more pieces to share */
 #endif
     const size_t n = (N + a.width - 1) / a.width;
     mega_step_parallel((int)n, step_piece_run, &a, split);
