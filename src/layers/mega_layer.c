@@ -416,7 +416,7 @@ static size_t state_view(const mega_mlayer *L, real *mem, int B, int cap, int64_
 /* token t of every sequence: the step's attention, in two passes over mega_step_parallel pieces
  * (the weights per sequence, then the output in blocks of MEGA_ATTN_QBLOCK values per sequence:
  * reading the value cache is most of the work, and at batch 1 the blocks spread it over the
- * threads) */
+ * threads; E 512 is 2 blocks with AVX-512, 4 with AVX) */
 typedef struct {
     const mega_attn_k *ak;
     mg_state *S;
