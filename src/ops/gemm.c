@@ -476,7 +476,7 @@ INLINE void sums_store(const float *sum, size_t n, const float *bias, float beta
 INLINE void dot_finish(float sum, size_t k, size_t K, const float *a, const float *b, const float *bias, float beta,
                        float *c) {
     for (size_t t = k; t < K; t++) sum += a[t] * b[t];
-    *c = bias ? sum + *bias : beta != 0 ? sum + beta * *c : sum;
+    sums_store(&sum, 1, bias, beta, c);
 }
 
 /* c[0:VL] = a B[0:VL]^T (+ bias or beta c) for one row a: one accumulator per output */
@@ -576,11 +576,7 @@ static void step_piece_run(void *arg, int i) {
     const step_args *a = arg;
     const size_t j0 = (size_t)i * a->width, j1 = MEGA_MIN(a->N, j0 + a->width);
 #ifdef MEGA_VEC
-    if (a->M == 1) {
-        step_dot(j1 - j0, a->K, a->A, a->B + j0 * a->ldb, a->ldb, a->bias ? a->bias + j0 : NULL, a->beta, a->C + j0);
-        return;
-    }
-    if (a->M <= STEP_DOT_ROWS) {
+    if (a->M <= STEP_DOT_ROWS) { /* one row too (batch-1 decoding): a row left over, through step_dot */
         step_dots(a->M, j1 - j0, a->K, a->A, a->lda, a->B + j0 * a->ldb, a->ldb, a->bias ? a->bias + j0 : NULL, a->beta,
                   a->C + j0, a->ldc);
         return;
