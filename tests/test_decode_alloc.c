@@ -225,25 +225,31 @@ static double rel_diff(const mega_real *a, const mega_real *b, size_t n) {
 }
 
 /* Streaming at the bench shapes (the step team, the split products, the transposed key cache,
- * chunk borders) equals the full forward: B = 3 sequences, a 20-token prompt fed in one call,
- * then 100 tokens one at a time; the logits of every position against mega_lm_forward (eval
- * mode) over the whole input, within 1e-4 of max |logit| (test_lm's tolerance). The logits are
- * kept in *keep (B*T*V reals, caller frees) to compare thread counts. */
-enum { SV_B = 3, SV_P = 20, SV_G = 100, SV_T = SV_P + SV_G }; /* batch, prompt, generated, total */
+ * chunk borders) equals the full forward: B sequences, a 20-token prompt fed in one call, then
+ * 100 tokens one at a time; the logits of every position against mega_lm_forward (eval mode)
+ * over the whole input, within 1e-4 of max |logit| (test_lm's tolerance). The logits are kept
+ * in *keep (B*T*V reals, caller frees) to compare thread counts. With 2 threads, B = 9 runs as
+ * groups of sequences (lm.c, stream_groups: the prompt one group after the other, the tokens
+ * side by side); with 1 thread it is one batch, so the two must give the same bits. groups:
+ * the stream's groups (1 = one batch). A feed with a bad token in the middle of the batch
+ * fails, names the token and feeds nothing (every group included). */
+enum { SV_P = 20, SV_G = 100, SV_T = SV_P + SV_G }; /* prompt, generated, total */
 
-static void check_stream_vs_forward(mega_lm *m, int threads, mega_real **keep) {
-    enum { B = SV_B, P = SV_P, T = SV_T };
+static void check_stream_vs_forward(mega_lm *m, int B, int threads, mega_real **keep, int *groups) {
+    enum { P = SV_P, T = SV_T };
     const int V = mega_lm_get_config(m)->vocab_size;
     mega_set_threads(threads);
-    int32_t *in = malloc((size_t)B * T * sizeof *in), *prompt = malloc((size_t)B * P * sizeof *prompt), tok[B];
+    int32_t *in = malloc((size_t)B * T * sizeof *in), *prompt = malloc((size_t)B * P * sizeof *prompt);
+    int32_t *tok = malloc((size_t)B * sizeof *tok);
     mega_real *ls = malloc((size_t)B * T * V * sizeof *ls), *step = malloc((size_t)B * P * V * sizeof *step);
     mega_lm_stream *s = NULL;
-    if (!in || !prompt || !ls || !step || mega_lm_stream_new(m, B, 1024, &s) != MEGA_OK) {
-        TL_CHECK(0, "stream vs forward: setup: %s", mega_last_error());
-        free(in), free(prompt), free(ls), free(step), mega_lm_stream_free(s);
-        *keep = NULL;
+    *keep = NULL, *groups = 0;
+    if (!in || !prompt || !tok || !ls || !step || mega_lm_stream_new(m, B, 1024, &s) != MEGA_OK) {
+        TL_CHECK(0, "stream vs forward B=%d: setup: %s", B, mega_last_error());
+        free(in), free(prompt), free(tok), free(ls), free(step), mega_lm_stream_free(s);
         return;
     }
+    *groups = s->ngroups;
     unsigned long long seed = 0x5eed;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < P; t++) in[(size_t)b * T + t] = prompt[(size_t)b * P + t] = (int32_t)(tl_rand01(&seed) * 256);
@@ -257,20 +263,74 @@ static void check_stream_vs_forward(mega_lm *m, int threads, mega_real **keep) {
                 if (l[v] > l[best]) best = v;
             tok[b] = in[(size_t)b * T + t] = best;
         }
+        if (t == P + 7) { /* a bad token in the last sequence: an error, nothing fed */
+            const int32_t keep_tok = tok[B - 1];
+            tok[B - 1] = V + 3;
+            const int64_t pos = mega_lm_stream_pos(s);
+            const mega_status st = mega_lm_stream_feed(s, tok, 1, step);
+            TL_CHECK(st == MEGA_ERR_INVALID && strstr(mega_last_error(), "token") && mega_lm_stream_pos(s) == pos,
+                     "B=%d threads %d: a bad token fails the feed (%s) and feeds nothing", B, threads,
+                     mega_last_error());
+            tok[B - 1] = keep_tok;
+        }
         ok = mega_lm_stream_feed(s, tok, 1, step) == MEGA_OK;
         for (int b = 0; b < B && ok; b++) memcpy(ls + ((size_t)b * T + t) * V, step + (size_t)b * V, (size_t)V * sizeof *ls);
     }
     mega_lm_run run = {0, 0};
     ok = ok && mega_lm_forward(m, in, NULL, B, T, &run, NULL, NULL) == MEGA_OK;
-    TL_CHECK(ok, "stream vs forward (threads %d): %s", threads, ok ? "" : mega_last_error());
+    TL_CHECK(ok, "stream vs forward (B=%d, threads %d): %s", B, threads, ok ? "" : mega_last_error());
     if (ok) {
         double e = rel_diff(ls, mega_lm_logits(m), (size_t)B * T * V);
-        printf("NOTE stream vs full forward, bench shapes, threads %d: worst %.2e of max |logit|\n", threads, e);
-        TL_CHECK(e < 1e-4, "stream == full forward at the bench shapes (threads %d): %.2e", threads, e);
+        printf("NOTE stream vs full forward, bench shapes, B=%d, threads %d (%d groups): worst %.2e of max |logit|\n", B,
+               threads, *groups, e);
+        TL_CHECK(e < 1e-4, "stream == full forward at the bench shapes (B=%d, threads %d): %.2e", B, threads, e);
     }
     *keep = ls;
-    free(in), free(prompt), free(step);
+    free(in), free(prompt), free(tok), free(step);
     mega_lm_stream_free(s);
+}
+
+/* Decoding token by token, a sequence gets the same bits whatever batch it is in: B = 9 (groups
+ * of sequences, lm.c stream_groups) and B = 3 (one batch) against each sequence decoded alone,
+ * 80 greedy tokens from one start token (past a chunk border), 2 threads. */
+static void check_batch_independent(mega_lm *m) {
+    enum { N = 80 };
+    const int V = mega_lm_get_config(m)->vocab_size;
+    mega_set_threads(2);
+    for (int B = 3; B <= 9; B += 6) {
+        int32_t *seq = malloc((size_t)B * N * sizeof *seq), tok[9];
+        mega_real *lb = malloc((size_t)B * N * V * sizeof *lb), *l1 = malloc((size_t)V * sizeof *l1);
+        mega_lm_stream *s = NULL, *one = NULL;
+        int ok = seq && lb && l1 && mega_lm_stream_new(m, B, 1024, &s) == MEGA_OK &&
+                 mega_lm_stream_new(m, 1, 1024, &one) == MEGA_OK;
+        const int G = ok ? s->ngroups : 0;
+        for (int b = 0; b < B; b++) tok[b] = 'a' + 2 * b;
+        for (int t = 0; t < N && ok; t++) {
+            for (int b = 0; b < B; b++) seq[(size_t)b * N + t] = tok[b];
+            ok = mega_lm_stream_feed(s, tok, 1, lb + (size_t)t * B * V) == MEGA_OK;
+            for (int b = 0; b < B && ok; b++) {
+                const mega_real *l = lb + ((size_t)t * B + b) * V;
+                int best = 0;
+                for (int v = 1; v < 256; v++)
+                    if (l[v] > l[best]) best = v;
+                tok[b] = best;
+            }
+        }
+        int differ = 0;
+        for (int b = 0; b < B && ok; b++) {
+            mega_lm_stream_reset(one);
+            for (int t = 0; t < N && ok; t++) {
+                ok = mega_lm_stream_feed(one, seq + (size_t)b * N + t, 1, l1) == MEGA_OK;
+                differ += ok && memcmp(l1, lb + ((size_t)t * B + b) * V, (size_t)V * sizeof *l1) != 0;
+            }
+        }
+        TL_CHECK(ok, "batch independence B=%d: %s", B, ok ? "" : mega_last_error());
+        TL_CHECK(ok && !differ, "B=%d (%d groups): each sequence decodes to the bits it has alone (%d of %d steps differ)",
+                 B, G, differ, B * N);
+        free(seq), free(lb), free(l1);
+        mega_lm_stream_free(s), mega_lm_stream_free(one);
+    }
+    mega_set_threads(0);
 }
 
 /* mega_linear_step / mega_gemm_step (output columns split over the threads, in pieces) give the
@@ -402,13 +462,21 @@ int main(int argc, char **argv) {
         return tl_finish();
     }
     mega_lm_init_params(m, 1);
-    mega_real *l2 = NULL, *l1 = NULL;
-    check_stream_vs_forward(m, 2, &l2);
-    check_stream_vs_forward(m, 1, &l1);
-    /* the pieces' grid does not depend on the thread count, nor which thread runs a piece */
-    TL_CHECK(l1 && l2 && !memcmp(l1, l2, (size_t)SV_B * SV_T * c.vocab_size * sizeof *l1),
-             "streamed logits with 1 and 2 threads are bit-identical");
-    free(l1), free(l2);
+    /* the pieces' grid does not depend on the thread count, nor which thread runs a piece; B 9
+     * with 2 threads runs as groups of sequences, with 1 thread as one batch */
+    for (int B = 3; B <= 9; B += 6) {
+        mega_real *l2 = NULL, *l1 = NULL;
+        int g2 = 0, g1 = 0;
+        check_stream_vs_forward(m, B, 2, &l2, &g2);
+        check_stream_vs_forward(m, B, 1, &l1, &g1);
+        TL_CHECK(l1 && l2 && !memcmp(l1, l2, (size_t)B * SV_T * c.vocab_size * sizeof *l1),
+                 "B=%d: streamed logits with 1 and 2 threads (%d and %d groups) are bit-identical", B, g1, g2);
+#ifdef _OPENMP
+        TL_CHECK(g1 == g2 && g2 == (B == 9 ? 2 : 1), "B=%d: groups %d with 1 thread, %d with 2", B, g1, g2);
+#endif
+        free(l1), free(l2);
+    }
+    check_batch_independent(m);
     check_tuner_ways(m);
 #ifdef NO_INTERPOSE
     printf("NOTE allocation counting skipped: %s\n", NO_INTERPOSE);

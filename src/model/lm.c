@@ -381,17 +381,68 @@ static mega_status backward_stack(mega_lm *m) {
 
 #define STREAM_TMAX 64 /* tokens per internal step (projections batched as GEMMs) */
 
-mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out) {
+/* Pieces of at most this many rows (batch x tokens) of a Mega model run in one step-team region
+ * (stepteam.c: the ~25 products and attentions of a decoded token share one region instead of
+ * opening one each). Only where nothing in the step opens a region of its own, which would be
+ * nested in the team: the Mega step's norms and activations stay on the calling thread up to
+ * MEGA_PAR_MIN elements (checked below), its EMA inside a team always; other mixers' step code
+ * may parallelise with plain OpenMP regions. */
+#define STREAM_TEAM_ROWS 16
+
+/* Decoding a batch as groups of sequences. With the products of a token split over the threads
+ * (mega_linear_step), a batch-8 token of the bench's model ends about 33 parallel jobs, each a
+ * wait for the slowest thread, and runs its norms, activations, gates and EMA on one thread
+ * while the others spin. Run instead as groups of consecutive sequences, each group going
+ * through the whole model on one thread (its own state, buffers and products), a token ends one
+ * job; each thread reads every weight, which costs less than the waits (docs/performance.md,
+ * seventh round: 0.65 -> 0.48 ms per batch-8 token on 2 cores).
+ * Bits: every output of a step product is the same sum whichever rows share it (gemm.c,
+ * step_dots; test_decode_alloc) and the rest of a token's step is per sequence, so decoding
+ * gives the same bits grouped or not. A prompt's rows go through GEMMs whose last bits depend on
+ * the rows multiplied together, so the grouping is a function of the batch and the model only,
+ * never of the thread count: a stream gives the same bits with any number of threads (with one,
+ * the groups run one after the other). Groups: none below 2 x STREAM_GROUP_ROWS sequences
+ * (fewer rows per product read the weights for too little work: batch 4 split over 2 threads
+ * was no faster), then pairs of groups (the machines measured have 2 cores) of at most
+ * STREAM_TEAM_ROWS rows; the Mega mixer without an adaptive softmax only (the step team's
+ * conditions). */
+#define STREAM_GROUP_ROWS 4
+#define STREAM_GROUP_PAIR 2
+
+static size_t stream_wide(const mega_lm_config *c) {
+    const size_t D = (size_t)c->block.embed_dim;
+    return MEGA_MAX(MEGA_MAX((size_t)c->block.hidden_dim, (size_t)c->block.ffn_dim),
+                    2 * D + (size_t)c->block.z_dim + (size_t)c->block.hidden_dim);
+}
+
+/* rows a step-team region may take: STREAM_TEAM_ROWS, and no row-wide pass above MEGA_PAR_MIN */
+static size_t stream_team_rows(const mega_lm *m) {
+    return MEGA_MIN((size_t)STREAM_TEAM_ROWS, (size_t)MEGA_PAR_MIN / stream_wide(&m->cfg));
+}
+
+static int stream_team_ok(const mega_lm *m, size_t rows) {
+    return m->cfg.block.mixer == MEGA_MIXER_MEGA && !m->has_as && rows <= stream_team_rows(m);
+}
+
+/* the number of groups for B sequences (1 = not grouped) */
+static int stream_groups(const mega_lm *m, int B) {
+    const size_t rmax = stream_team_rows(m);
+    if (B < STREAM_GROUP_ROWS * STREAM_GROUP_PAIR || !stream_team_ok(m, 1) || rmax < 1) return 1;
+    const size_t per = rmax * STREAM_GROUP_PAIR; /* sequences a pair of groups can take */
+    const size_t G = STREAM_GROUP_PAIR * (((size_t)B + per - 1) / per);
+    return G > (size_t)B ? B : (int)G;
+}
+
+/* group g's first sequence */
+static int group_first(const mega_lm_stream *s, int g) { return (int)((int64_t)s->B * g / s->ngroups); }
+
+/* one stream of B sequences with its own state and buffers (cap: already the cache capacity) */
+static mega_status stream_alloc(mega_lm *m, int B, int cap, mega_lm_stream **out) {
     *out = NULL;
     const mega_lm_config *c = &m->cfg;
-    if (B < 1) MEGA_FAIL(MEGA_ERR_INVALID, "stream batch must be positive");
-    /* chunked Mega needs one chunk of cache; every other case needs the longest stream (mixers
-     * with a bounded state, e.g. local windows or recurrences, ignore the capacity) */
-    if (c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size > 0) cap = c->block.chunk_size;
-    if (cap < 1) MEGA_FAIL(MEGA_ERR_INVALID, "full-attention streaming needs a capacity (the longest stream)");
     mega_lm_stream *s = calloc(1, sizeof *s);
     if (!s) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
-    s->m = m, s->B = B, s->cap = cap;
+    s->m = m, s->B = B, s->cap = cap, s->ngroups = 1;
     const int L = c->layers;
     const size_t D = (size_t)c->block.embed_dim;
     s->tmax = STREAM_TMAX;
@@ -424,8 +475,44 @@ mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out)
     return MEGA_OK;
 }
 
+mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out) {
+    *out = NULL;
+    const mega_lm_config *c = &m->cfg;
+    if (B < 1) MEGA_FAIL(MEGA_ERR_INVALID, "stream batch must be positive");
+    /* chunked Mega needs one chunk of cache; every other case needs the longest stream (mixers
+     * with a bounded state, e.g. local windows or recurrences, ignore the capacity) */
+    if (c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size > 0) cap = c->block.chunk_size;
+    if (cap < 1) MEGA_FAIL(MEGA_ERR_INVALID, "full-attention streaming needs a capacity (the longest stream)");
+    const int G = stream_groups(m, B);
+    if (G == 1) return stream_alloc(m, B, cap, out);
+    mega_lm_stream *s = calloc(1, sizeof *s);
+    if (!s) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    s->m = m, s->B = B, s->cap = cap, s->tmax = STREAM_TMAX, s->ngroups = G;
+    s->group = calloc((size_t)G, sizeof *s->group);
+    s->gst = calloc((size_t)G, sizeof *s->gst);
+    s->gerr = calloc((size_t)G, sizeof *s->gerr);
+    if (!s->group || !s->gst || !s->gerr) {
+        mega_lm_stream_free(s);
+        MEGA_FAIL(MEGA_ERR_OOM, "out of memory allocating the streaming state");
+    }
+    for (int g = 0; g < G; g++) {
+        mega_status st = stream_alloc(m, group_first(s, g + 1) - group_first(s, g), cap, &s->group[g]);
+        if (st) {
+            mega_lm_stream_free(s);
+            return st;
+        }
+    }
+    *out = s;
+    return MEGA_OK;
+}
+
 void mega_lm_stream_free(mega_lm_stream *s) {
     if (!s) return;
+    if (s->group)
+        for (int g = 0; g < s->ngroups; g++) mega_lm_stream_free(s->group[g]);
+    free(s->group);
+    free(s->gst);
+    free(s->gerr);
     free(s->S);
     mega__free(s->mem);
     mega__free(s->x);
@@ -438,7 +525,10 @@ void mega_lm_stream_free(mega_lm_stream *s) {
 }
 
 void mega_lm_stream_reset(mega_lm_stream *s) {
-    for (int l = 0; l < s->m->cfg.layers; l++) mega_block_state_reset(&s->m->st.blocks[l], &s->S[l]);
+    if (s->group)
+        for (int g = 0; g < s->ngroups; g++) mega_lm_stream_reset(s->group[g]);
+    else
+        for (int l = 0; l < s->m->cfg.layers; l++) mega_block_state_reset(&s->m->st.blocks[l], &s->S[l]);
     s->pos = 0;
 }
 
@@ -451,6 +541,7 @@ mega_status mega_lm_stream_probe_attention(mega_lm_stream *s, int layer, mega_re
         MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "attention weights can be probed in Mega layers only (this model's mixer is %s)",
                   mega_mixer_name(c->block.mixer));
     if (rows && ld < s->cap) MEGA_FAIL(MEGA_ERR_INVALID, "probe row stride %d is below the stream's cache capacity %d", ld, s->cap);
+    if (s->group) return mega_lm_stream_probe_attention(s->group[0], layer, rows, ld); /* sequence 0 */
     s->S[layer].probe = rows, s->S[layer].probe_ld = rows ? (size_t)ld : 0;
     return MEGA_OK;
 }
@@ -501,23 +592,14 @@ static mega_status feed_layers(void *arg) {
     return MEGA_OK;
 }
 
-/* Pieces of at most this many rows (batch x tokens) of a Mega model run in one step-team region
- * (stepteam.c: the ~25 products and attentions of a decoded token share one region instead of
- * opening one each). Only where nothing in the step opens a region of its own, which would be
- * nested in the team: the Mega step's norms and activations stay on the calling thread up to
- * MEGA_PAR_MIN elements (checked below), its EMA inside a team always; other mixers' step code
- * may parallelise with plain OpenMP regions. */
-#define STREAM_TEAM_ROWS 16
-
-mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T, mega_real *logits) {
+/* T tokens of an ungrouped stream (tokens already checked) */
+static mega_status stream_feed_rows(mega_lm_stream *s, const int32_t *tokens, int T, mega_real *logits) {
     mega_lm *m = s->m;
     const mega_lm_config *c = &m->cfg;
     const int B = s->B;
     const size_t D = (size_t)c->block.embed_dim;
     const real *W = m->P.data;
     const real scale = c->scale_embedding ? (real)sqrt((double)D) : (real)1;
-    const size_t wide = MEGA_MAX(MEGA_MAX((size_t)c->block.hidden_dim, (size_t)c->block.ffn_dim),
-                                 2 * D + (size_t)c->block.z_dim + (size_t)c->block.hidden_dim);
     for (int t0 = 0; t0 < T; t0 += s->tmax) {
         const int n = MEGA_MIN(s->tmax, T - t0);
         const size_t R = (size_t)B * n;
@@ -525,8 +607,7 @@ mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T,
         uint8_t *pd = s->pad;
         for (int b = 0; b < B; b++)
             for (int t = 0; t < n; t++) {
-                int32_t v = tokens[(size_t)b * T + t0 + t];
-                if (v < 0 || v >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "token %d is outside the vocabulary of %d", v, c->vocab_size);
+                const int32_t v = tokens[(size_t)b * T + t0 + t];
                 tk[(size_t)b * n + t] = v;
                 pd[(size_t)b * n + t] = c->padding_idx >= 0 && v == c->padding_idx;
             }
@@ -534,9 +615,66 @@ mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T,
         else mega_embedding_forward(s->x, W + m->emb, tk, pd, R, D, scale);
         feed_piece f = {s, logits, T, t0, n};
         /* the adaptive softmax opens regions of its own (GEMMs, rows): no team around it */
-        const int team = c->block.mixer == MEGA_MIXER_MEGA && !m->has_as && R <= STREAM_TEAM_ROWS && R * wide <= MEGA_PAR_MIN;
-        MEGA_TRY(team ? mega_step_team_run(&s->tune, R, feed_layers, &f) : feed_layers(&f));
+        MEGA_TRY(stream_team_ok(m, R) ? mega_step_team_run(&s->tune, R, feed_layers, &f) : feed_layers(&f));
         s->pos += n;
     }
+    return MEGA_OK;
+}
+
+/* a grouped feed: group g takes sequences [group_first(g), group_first(g + 1)) */
+typedef struct {
+    mega_lm_stream *s;
+    const int32_t *tokens;
+    mega_real *logits;
+    int T;
+} group_feed;
+
+static void group_piece(void *arg, int g) {
+    const group_feed *a = arg;
+    mega_lm_stream *s = a->s;
+    const size_t b0 = (size_t)group_first(s, g), T = (size_t)a->T, V = (size_t)s->m->cfg.vocab_size;
+    s->gst[g] = stream_feed_rows(s->group[g], a->tokens + b0 * T, a->T, a->logits ? a->logits + b0 * T * V : NULL);
+    /* the message is this thread's (error.c): kept for the caller's thread */
+    if (s->gst[g]) snprintf(s->gerr[g], sizeof s->gerr[g], "%s", mega_last_error());
+}
+
+static mega_status group_body(void *arg) {
+    const group_feed *a = arg;
+    mega_step_parallel(a->s->ngroups, group_piece, (void *)a, 1);
+    return MEGA_OK;
+}
+
+mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T, mega_real *logits) {
+    mega_lm *m = s->m;
+    const mega_lm_config *c = &m->cfg;
+    const int B = s->B;
+    if (T < 0) MEGA_FAIL(MEGA_ERR_INVALID, "stream feed of %d tokens", T);
+    /* the whole call is checked first: a bad token or an overflowing cache feeds nothing */
+    for (size_t i = 0; i < (size_t)B * (size_t)T; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            MEGA_FAIL(MEGA_ERR_INVALID, "token %d is outside the vocabulary of %d", tokens[i], c->vocab_size);
+    if (c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size <= 0 && s->pos + T > s->cap)
+        MEGA_FAIL(MEGA_ERR_INVALID, "stream of %lld tokens exceeds the attention cache capacity %d",
+                  (long long)(s->pos + T), s->cap);
+    if (!s->group) return stream_feed_rows(s, tokens, T, logits);
+    if (T == 0) return MEGA_OK;
+    const int G = s->ngroups;
+    int bmax = 0;
+    for (int g = 0; g < G; g++) bmax = MEGA_MAX(bmax, group_first(s, g + 1) - group_first(s, g));
+    group_feed a = {s, tokens, logits, T};
+    for (int g = 0; g < G; g++) s->gst[g] = MEGA_OK;
+    if (stream_team_ok(m, (size_t)bmax * T)) {
+        /* a token (or a few): the groups side by side, one team job */
+        MEGA_TRY(mega_step_team_run(&s->tune, (size_t)B * T, group_body, &a));
+    } else {
+        /* a prompt: the groups one after the other, each with the threads (GEMMs) */
+        for (int g = 0; g < G; g++) {
+            group_piece(&a, g);
+            if (s->gst[g]) break;
+        }
+    }
+    for (int g = 0; g < G; g++)
+        if (s->gst[g]) return mega__error(s->gst[g], "%s", s->gerr[g]);
+    s->pos += T;
     return MEGA_OK;
 }
