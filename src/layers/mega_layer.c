@@ -453,7 +453,11 @@ static mega_status mg_step(const void *layer, const real *W, mega_mixer_state *S
     const mega_block_config *c = L->cfg;
     const int B = St->B;
     mg_state sv, *S = &sv;
-    state_view(L, St->mem, B, St->cap, St->pos, S);
+    state_view(L, St->mem, St->Bmem ? St->Bmem : B, St->cap, St->pos, S);
+    if (St->Bmem) { /* sequences [b0, b0 + B) of the state (mega_mixer_state) */
+        const size_t b0 = (size_t)St->b0, cap = (size_t)S->cap;
+        S->h += b0 * c->n_dim * c->embed_dim, S->kc += b0 * cap * c->z_dim, S->vc += b0 * cap * c->hidden_dim;
+    }
     const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim, P = P_(c);
     if (c->chunk_size <= 0 && S->len + T > S->cap)
         MEGA_FAIL(MEGA_ERR_INVALID, "stream of %d tokens exceeds the attention cache capacity %d", S->len + T, S->cap);

@@ -50,6 +50,10 @@ typedef struct {
      * in the cache) of probe, rows probe_ld apart; NULL = off */
     real *probe;
     size_t probe_ld;
+    /* a view of sequences [b0, b0 + B) of a state laid out for Bmem sequences (0: not a view);
+     * the Mega mixer's step only (model/lm.c decodes a batch as groups of sequences through such
+     * views); views are stepped, never initialised, reset or reordered */
+    int b0, Bmem;
 } mega_mixer_state;
 
 enum {

@@ -391,19 +391,21 @@ static mega_status backward_stack(mega_lm *m) {
 
 /* Decoding a batch as groups of sequences. With the products of a token split over the threads
  * (mega_linear_step), a batch-8 token of the bench's model ends about 33 parallel jobs, each a
- * wait for the slowest thread, and runs its norms, activations, gates and EMA on one thread
- * while the others spin. Run instead as groups of consecutive sequences, each group going
- * through the whole model on one thread (its own state, buffers and products), a token ends one
- * job; each thread reads every weight, which costs less than the waits (docs/performance.md,
- * seventh round: 0.65 -> 0.48 ms per batch-8 token on 2 cores).
+ * wait for the slower thread, and runs its norms, activations, gates and EMA on one thread while
+ * the other spins. Run instead as groups of consecutive sequences, each group going through the
+ * whole model on one thread (its own buffers, and a view of its sequences in the stream's state:
+ * mega_mixer_state.b0), a token ends one job; each thread reads every weight, which costs less
+ * than the waits (docs/performance.md, seventh round: 0.65 -> 0.48 ms per batch-8 token on 2
+ * cores). On one thread (or when the step tuner finds the team slower, stepteam.c) a token runs
+ * as one batch again, each weight read once.
  * Bits: every output of a step product is the same sum whichever rows share it (gemm.c,
- * step_dots; test_decode_alloc) and the rest of a token's step is per sequence, so decoding
- * gives the same bits grouped or not. A prompt's rows go through GEMMs whose last bits depend on
- * the rows multiplied together, so the grouping is a function of the batch and the model only,
- * never of the thread count: a stream gives the same bits with any number of threads (with one,
- * the groups run one after the other). Groups: none below 2 x STREAM_GROUP_ROWS sequences
- * (fewer rows per product read the weights for too little work: batch 4 split over 2 threads
- * was no faster), then pairs of groups (the machines measured have 2 cores) of at most
+ * step_dots; test_decode_alloc) and the rest of a token's step is per sequence, so a token gives
+ * the same bits grouped or not. A prompt's rows go through GEMMs whose last bits depend on the
+ * rows multiplied together, so a prompt always runs group by group, and the grouping is a
+ * function of the batch and the model only, never of the thread count: a stream gives the same
+ * bits with any number of threads. Groups: none below 2 x STREAM_GROUP_ROWS sequences (fewer
+ * rows per product read the weights for too little work: batch 4 split over 2 threads was no
+ * faster), then pairs of groups (the machines measured have 2 cores) of at most
  * STREAM_TEAM_ROWS rows; the Mega mixer without an adaptive softmax only (the step team's
  * conditions). */
 #define STREAM_GROUP_ROWS 4
@@ -436,8 +438,9 @@ static int stream_groups(const mega_lm *m, int B) {
 /* group g's first sequence */
 static int group_first(const mega_lm_stream *s, int g) { return (int)((int64_t)s->B * g / s->ngroups); }
 
-/* one stream of B sequences with its own state and buffers (cap: already the cache capacity) */
-static mega_status stream_alloc(mega_lm *m, int B, int cap, mega_lm_stream **out) {
+/* one stream of B sequences with its own buffers (cap: already the cache capacity): with its own
+ * state (of NULL), or a view of sequences [b0, b0 + B) of the state of stream of (a group) */
+static mega_status stream_alloc(mega_lm *m, int B, int cap, const mega_lm_stream *of, int b0, mega_lm_stream **out) {
     *out = NULL;
     const mega_lm_config *c = &m->cfg;
     mega_lm_stream *s = calloc(1, sizeof *s);
@@ -449,7 +452,7 @@ static mega_status stream_alloc(mega_lm *m, int B, int cap, mega_lm_stream **out
     size_t per = mega_block_state_size(&m->st.blocks[0], B, cap);
     size_t scr = mega_block_step_scratch(&m->st.blocks[0], B, s->tmax, cap);
     s->S = calloc((size_t)L, sizeof *s->S);
-    s->mem = mega__calloc(per * (size_t)L, sizeof(real));
+    if (!of) s->mem = mega__calloc(per * (size_t)L, sizeof(real));
     /* x, y ([B, tmax, D] each) and the final-norm statistics (2 per row, or 2*D for batchnorm) */
     s->x = mega__calloc((size_t)B * s->tmax * D * 2 + 2 * (size_t)B * s->tmax + 2 * D, sizeof(real));
     s->scratch = mega__calloc(scr, sizeof(real));
@@ -460,11 +463,16 @@ static mega_status stream_alloc(mega_lm *m, int B, int cap, mega_lm_stream **out
         s->ascr = mega__calloc(as, sizeof(real));
         s->aorder = calloc((size_t)B * s->tmax, sizeof(int32_t));
     }
-    if (!s->S || !s->mem || !s->x || !s->scratch || !s->tok || !s->pad || (as && (!s->ascr || !s->aorder))) {
+    if (!s->S || (!of && !s->mem) || !s->x || !s->scratch || !s->tok || !s->pad || (as && (!s->ascr || !s->aorder))) {
         mega_lm_stream_free(s);
         MEGA_FAIL(MEGA_ERR_OOM, "out of memory allocating the streaming state");
     }
     for (int l = 0; l < L; l++) {
+        if (of) { /* a view: the same memory, cache and tables, B of its sequences, no probe */
+            s->S[l] = of->S[l];
+            s->S[l].B = B, s->S[l].b0 = b0, s->S[l].Bmem = of->B, s->S[l].probe = NULL, s->S[l].probe_ld = 0;
+            continue;
+        }
         mega_status st = mega_block_state_init(&m->st.blocks[l], m->P.data, &s->S[l], s->mem + (size_t)l * per, B, cap);
         if (st) {
             mega_lm_stream_free(s);
@@ -483,11 +491,14 @@ mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out)
      * with a bounded state, e.g. local windows or recurrences, ignore the capacity) */
     if (c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size > 0) cap = c->block.chunk_size;
     if (cap < 1) MEGA_FAIL(MEGA_ERR_INVALID, "full-attention streaming needs a capacity (the longest stream)");
+    mega_lm_stream *s = NULL;
+    MEGA_TRY(stream_alloc(m, B, cap, NULL, 0, &s));
     const int G = stream_groups(m, B);
-    if (G == 1) return stream_alloc(m, B, cap, out);
-    mega_lm_stream *s = calloc(1, sizeof *s);
-    if (!s) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
-    s->m = m, s->B = B, s->cap = cap, s->tmax = STREAM_TMAX, s->ngroups = G;
+    if (G == 1) {
+        *out = s;
+        return MEGA_OK;
+    }
+    s->ngroups = G;
     s->group = calloc((size_t)G, sizeof *s->group);
     s->gst = calloc((size_t)G, sizeof *s->gst);
     s->gerr = calloc((size_t)G, sizeof *s->gerr);
@@ -496,7 +507,8 @@ mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out)
         MEGA_FAIL(MEGA_ERR_OOM, "out of memory allocating the streaming state");
     }
     for (int g = 0; g < G; g++) {
-        mega_status st = stream_alloc(m, group_first(s, g + 1) - group_first(s, g), cap, &s->group[g]);
+        const int b0 = group_first(s, g);
+        mega_status st = stream_alloc(m, group_first(s, g + 1) - b0, cap, s, b0, &s->group[g]);
         if (st) {
             mega_lm_stream_free(s);
             return st;
@@ -524,12 +536,22 @@ void mega_lm_stream_free(mega_lm_stream *s) {
     free(s);
 }
 
-void mega_lm_stream_reset(mega_lm_stream *s) {
+/* a grouped stream's position, in the stream, its groups and every layer's state and view */
+static void stream_set_pos(mega_lm_stream *s, int64_t pos) {
+    const int L = s->m->cfg.layers;
+    s->pos = pos;
+    for (int l = 0; l < L; l++) s->S[l].pos = pos;
     if (s->group)
-        for (int g = 0; g < s->ngroups; g++) mega_lm_stream_reset(s->group[g]);
-    else
-        for (int l = 0; l < s->m->cfg.layers; l++) mega_block_state_reset(&s->m->st.blocks[l], &s->S[l]);
-    s->pos = 0;
+        for (int g = 0; g < s->ngroups; g++) {
+            s->group[g]->pos = pos;
+            for (int l = 0; l < L; l++) s->group[g]->S[l].pos = pos;
+        }
+}
+
+void mega_lm_stream_reset(mega_lm_stream *s) {
+    /* the whole state (the groups' views included) */
+    for (int l = 0; l < s->m->cfg.layers; l++) mega_block_state_reset(&s->m->st.blocks[l], &s->S[l]);
+    stream_set_pos(s, 0);
 }
 
 int64_t mega_lm_stream_pos(const mega_lm_stream *s) { return s->pos; }
@@ -541,8 +563,8 @@ mega_status mega_lm_stream_probe_attention(mega_lm_stream *s, int layer, mega_re
         MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "attention weights can be probed in Mega layers only (this model's mixer is %s)",
                   mega_mixer_name(c->block.mixer));
     if (rows && ld < s->cap) MEGA_FAIL(MEGA_ERR_INVALID, "probe row stride %d is below the stream's cache capacity %d", ld, s->cap);
-    if (s->group) return mega_lm_stream_probe_attention(s->group[0], layer, rows, ld); /* sequence 0 */
     s->S[layer].probe = rows, s->S[layer].probe_ld = rows ? (size_t)ld : 0;
+    if (s->group) s->group[0]->S[layer].probe = rows, s->group[0]->S[layer].probe_ld = s->S[layer].probe_ld; /* sequence 0 */
     return MEGA_OK;
 }
 
@@ -638,9 +660,23 @@ static void group_piece(void *arg, int g) {
     if (s->gst[g]) snprintf(s->gerr[g], sizeof s->gerr[g], "%s", mega_last_error());
 }
 
+/* the groups one after the other, up to the first that fails */
+static void groups_in_turn(const group_feed *a) {
+    for (int g = 0; g < a->s->ngroups; g++) {
+        group_piece((void *)a, g);
+        if (a->s->gst[g]) break;
+    }
+}
+
+/* a grouped feed of rows the step products take (every row the bits it has alone): on the team,
+ * the groups side by side; on one thread, the whole batch in one pass when it fits (each weight
+ * read once), else the groups one after the other */
 static mega_status group_body(void *arg) {
     const group_feed *a = arg;
-    mega_step_parallel(a->s->ngroups, group_piece, (void *)a, 1);
+    mega_lm_stream *s = a->s;
+    if (mega_step_threads() > 1) mega_step_parallel(s->ngroups, group_piece, (void *)a, 1);
+    else if (stream_team_ok(s->m, (size_t)s->B * a->T)) return stream_feed_rows(s, a->tokens, a->T, a->logits);
+    else groups_in_turn(a);
     return MEGA_OK;
 }
 
@@ -659,22 +695,23 @@ mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T,
     if (!s->group) return stream_feed_rows(s, tokens, T, logits);
     if (T == 0) return MEGA_OK;
     const int G = s->ngroups;
+    const int64_t pos = s->pos + T;
     int bmax = 0;
     for (int g = 0; g < G; g++) bmax = MEGA_MAX(bmax, group_first(s, g + 1) - group_first(s, g));
     group_feed a = {s, tokens, logits, T};
     for (int g = 0; g < G; g++) s->gst[g] = MEGA_OK;
+    mega_status st = MEGA_OK;
     if (stream_team_ok(m, (size_t)bmax * T)) {
-        /* a token (or a few): the groups side by side, one team job */
-        MEGA_TRY(mega_step_team_run(&s->tune, (size_t)B * T, group_body, &a));
+        /* a token (or a few): the step team's tuner picks the groups side by side or one thread */
+        st = mega_step_team_run(&s->tune, (size_t)B * T, group_body, &a);
     } else {
-        /* a prompt: the groups one after the other, each with the threads (GEMMs) */
-        for (int g = 0; g < G; g++) {
-            group_piece(&a, g);
-            if (s->gst[g]) break;
-        }
+        /* a prompt: the groups one after the other, each with the threads (GEMMs whose bits
+         * depend on the rows multiplied together: always the same groups) */
+        groups_in_turn(&a);
     }
-    for (int g = 0; g < G; g++)
-        if (s->gst[g]) return mega__error(s->gst[g], "%s", s->gerr[g]);
-    s->pos += T;
+    for (int g = 0; g < G && !st; g++)
+        if (s->gst[g]) st = mega__error(s->gst[g], "%s", s->gerr[g]);
+    if (st) return st;
+    stream_set_pos(s, pos);
     return MEGA_OK;
 }

@@ -37,9 +37,9 @@ struct mega_lm_stream {
     int32_t *tok;
     uint8_t *pad;
     mega_step_tuner tune; /* team or calling thread alone for this stream's steps (stepteam.c) */
-    /* a batch decoded as groups of sequences (lm.c, stream_groups): ngroups > 1 sub-streams of
-     * consecutive sequences, each with its own state and buffers (the fields above unused but
-     * m, B, cap, pos, tune); gst/gerr: each group's status and message of the last feed */
+    /* a batch decoded as groups of sequences (lm.c, stream_groups): ngroups > 1 streams of
+     * consecutive sequences, each with its own buffers and a view of this stream's state
+     * (mega_mixer_state.b0); gst/gerr: each group's status and message of the last feed */
     int ngroups;
     mega_lm_stream **group;
     mega_status *gst;
