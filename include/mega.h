@@ -462,7 +462,9 @@ typedef struct mega_lm_stream mega_lm_stream;
 mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out);
 void mega_lm_stream_free(mega_lm_stream *s);
 void mega_lm_stream_reset(mega_lm_stream *s);
-/* feed T tokens per sequence (tokens [B,T]); logits [B,T,V] (or NULL) */
+/* feed T tokens per sequence (tokens [B,T]); logits [B,T,V] (or NULL). The whole call is checked
+ * first (every token in the vocabulary; an unchunked Mega model's cache capacity): on an error
+ * nothing is fed. */
 mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T, mega_real *logits);
 int64_t mega_lm_stream_pos(const mega_lm_stream *s);
 /* Inspection: while streaming, every token of sequence 0 writes the attention weights of Mega
