@@ -397,7 +397,8 @@ static mega_status backward_stack(mega_lm *m) {
  * mega_mixer_state.b0), a token ends one job; each thread reads every weight, which costs less
  * than the waits (docs/performance.md, seventh round: 0.65 -> 0.48 ms per batch-8 token on 2
  * cores). On one thread (or when the step tuner finds the team slower, stepteam.c) a token runs
- * as one batch again, each weight read once.
+ * as one batch again, each weight read once; so it does on more threads than groups, its
+ * products split over them as without groups.
  * Bits: every output of a step product is the same sum whichever rows share it (gemm.c,
  * step_dots; test_decode_alloc) and the rest of a token's step is per sequence, so a token gives
  * the same bits grouped or not. A prompt's rows go through GEMMs whose last bits depend on the
@@ -668,13 +669,16 @@ static void groups_in_turn(const group_feed *a) {
     }
 }
 
-/* a grouped feed of rows the step products take (every row the bits it has alone): on the team,
- * the groups side by side; on one thread, the whole batch in one pass when it fits (each weight
- * read once), else the groups one after the other */
+/* a grouped feed of rows the step products take (every row the bits it has alone): on a team of
+ * at most as many threads as groups, the groups side by side; on one thread, or a team larger
+ * than the groups (the threads would sit idle), the whole batch in one pass when it fits (each
+ * weight read once; the products split over the team's threads), else the groups one after the
+ * other */
 static mega_status group_body(void *arg) {
     const group_feed *a = arg;
     mega_lm_stream *s = a->s;
-    if (mega_step_threads() > 1) mega_step_parallel(s->ngroups, group_piece, (void *)a, 1);
+    const int th = mega_step_threads();
+    if (th > 1 && th <= s->ngroups) mega_step_parallel(s->ngroups, group_piece, (void *)a, 1);
     else if (stream_team_ok(s->m, (size_t)s->B * a->T)) return stream_feed_rows(s, a->tokens, a->T, a->logits);
     else groups_in_turn(a);
     return MEGA_OK;
