@@ -230,9 +230,9 @@ static double rel_diff(const mega_real *a, const mega_real *b, size_t n) {
  * over the whole input, within 1e-4 of max |logit| (test_lm's tolerance). The logits are kept
  * in *keep (B*T*V reals, caller frees) to compare thread counts. With 2 threads, B = 9 runs as
  * groups of sequences (lm.c, stream_groups: the prompt one group after the other, the tokens
- * side by side); with 1 thread it is one batch, so the two must give the same bits. groups:
- * the stream's groups (1 = one batch). A feed with a bad token in the middle of the batch
- * fails, names the token and feeds nothing (every group included). */
+ * side by side); with 1 thread the tokens run as one batch, so the two must give the same bits.
+ * groups: the stream's groups (1 = none). A feed with a bad token in the last sequence fails,
+ * names the token and feeds nothing (every group included). */
 enum { SV_P = 20, SV_G = 100, SV_T = SV_P + SV_G }; /* prompt, generated, total */
 
 static void check_stream_vs_forward(mega_lm *m, int B, int threads, mega_real **keep, int *groups) {
