@@ -430,7 +430,7 @@ static int stream_team_ok(const mega_lm *m, size_t rows) {
 /* the number of groups for B sequences (1 = not grouped) */
 static int stream_groups(const mega_lm *m, int B) {
     const size_t rmax = stream_team_rows(m);
-    if (B < STREAM_GROUP_ROWS * STREAM_GROUP_PAIR || !stream_team_ok(m, 1) || rmax < 1) return 1;
+    if (B < STREAM_GROUP_ROWS * STREAM_GROUP_PAIR || !stream_team_ok(m, 1)) return 1; /* ok(1): rmax >= 1 */
     const size_t per = rmax * STREAM_GROUP_PAIR; /* sequences a pair of groups can take */
     const size_t G = STREAM_GROUP_PAIR * (((size_t)B + per - 1) / per);
     return G > (size_t)B ? B : (int)G;
