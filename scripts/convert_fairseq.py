@@ -233,8 +233,10 @@ def checkpoint_args(ck):
 # ---- the dictionary -------------------------------------------------------------------------
 
 def read_dict(path):
-    """the tokens of a fairseq dict.txt in id order after the 4 specials (Dictionary.add_from_file:
-    'token count' per line, an optional '#fairseq:overwrite' flag)"""
+    """the tokens of a fairseq dict.txt in id order after the 4 specials, as Dictionary.add_from_file
+    reads what Dictionary.save writes: 'token count' per line (counts of 0 for the madeupword
+    fillers), trailing whitespace ignored, and an optional '#fairseq:overwrite' flag after the count
+    that lets a token repeat an earlier one: the repeat gets a new id and takes the spelling over"""
     if not os.path.isfile(path):
         raise Refused(f"--dict '{path}': no such file")
     toks = []
@@ -242,13 +244,13 @@ def read_dict(path):
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
             try:
-                line = raw.decode("utf-8").rstrip("\r\n")
+                line = raw.decode("utf-8").rstrip()
             except UnicodeDecodeError as e:
                 raise Refused(f"--dict {path}:{n}: not UTF-8 ({e.reason})") from e
-            overwrite = False
-            if line.endswith(" #fairseq:overwrite"):
-                overwrite, line = True, line[: -len(" #fairseq:overwrite")]
             word, sep, count = line.rpartition(" ")
+            overwrite = bool(sep) and count == "#fairseq:overwrite"
+            if overwrite:
+                word, sep, count = word.rpartition(" ")
             if not sep or not word:
                 raise Refused(f"--dict {path}:{n}: expected 'token count', got {line[:60]!r}")
             try:
@@ -265,6 +267,11 @@ def read_dict(path):
     return toks
 
 
+def is_filler(t):
+    """a padding token of Dictionary.pad_to_multiple_ ('madeupword{:04d}')"""
+    return t.startswith("madeupword") and len(t) >= 14 and t[10:].isdigit() and t[10:].isascii()
+
+
 def vocabulary(dict_tokens, rows, unit):
     """the full id -> token list for an embedding of `rows` rows, and the unit"""
     toks = SPECIALS + dict_tokens
@@ -279,7 +286,11 @@ def vocabulary(dict_tokens, rows, unit):
     if unit == "auto":
         def is_byte(t):
             return t.isdigit() and t.isascii() and (t == "0" or not t.startswith("0")) and int(t) < 256
-        unit = "byte" if all(is_byte(t) for t in dict_tokens) else "word"
+
+        # the fillers Dictionary.save writes (madeupword0000 0, ...) and a special symbol written
+        # as a token (<unk> in a word list) say nothing of the unit
+        ordinary = [t for t in dict_tokens if not is_filler(t) and t not in SPECIALS]
+        unit = "byte" if ordinary and all(is_byte(t) for t in ordinary) else "word"
     return toks, unit
 
 
