@@ -79,9 +79,11 @@ def _allowed_globals():
     import argparse as ap
     import collections
     import copyreg
+    import typing
     import torch
     ok = {"collections.OrderedDict": collections.OrderedDict, "collections.defaultdict": collections.defaultdict,
           "collections.Counter": collections.Counter, "argparse.Namespace": ap.Namespace,
+          "typing.Any": typing.Any,  # the key and element types an omegaconf config records
           # protocol 0/1 objects: copyreg._reconstructor(cls, object, state) -> object.__new__(cls)
           "copyreg._reconstructor": copyreg._reconstructor, "builtins.object": object,
           "torch.Size": torch.Size, "torch.device": torch.device, "torch.Tensor": torch.Tensor,
@@ -125,7 +127,18 @@ def _restricted_pickle_module():
     import pickle
     allowed, stubs = _allowed_globals(), {}
 
-    class Unpickler(pickle.Unpickler):
+    class Unpickler(pickle._Unpickler):  # the Python one: its BUILD can be guarded
+        dispatch = dict(pickle._Unpickler.dispatch)
+
+        def load_build(self):
+            # BUILD on a class would set attributes of an allowed class (torch.Tensor, ...) for the
+            # whole process; state is for instances only
+            if isinstance(self.stack[-2], type):
+                c = self.stack[-2]
+                raise Forbidden(f"{c.__module__}.{c.__qualname__} (setting attributes of a class)")
+            super().load_build()
+        dispatch[pickle.BUILD[0]] = load_build
+
         def find_class(self, module, name):
             # the Python 2 spellings protocols 0-2 write (__builtin__.set, copy_reg._reconstructor)
             module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
@@ -144,7 +157,7 @@ def _restricted_pickle_module():
 
     m = types.ModuleType("convert_fairseq_restricted_pickle")
     m.__dict__.update({k: v for k, v in vars(pickle).items() if not k.startswith("__")})
-    for k in ("_Unpickler", "_load", "_loads"):  # every way in is through find_class above
+    for k in ("_Unpickler", "_load", "_loads"):  # every way in is through the Unpickler above
         m.__dict__.pop(k, None)
     m.Unpickler, m.load, m.loads = Unpickler, load, lambda b, **kw: load(io.BytesIO(b), **kw)
     return m

@@ -6,7 +6,8 @@
 #  - malicious checkpoints, each naming one callable that would leave a marker file (os.system,
 #    builtins.eval, builtins.exec, builtins.open, subprocess.Popen, subprocess.check_output,
 #    torch.save, numpy.save; hand-written pickles: getattr(__import__('os'), 'system')(...),
-#    torch._utils._import_dotted_name('os.system')(...), collections.OrderedDict.fromkeys), in
+#    torch._utils._import_dotted_name('os.system')(...), collections.OrderedDict.fromkeys, and
+#    state set on the class argparse.Namespace instead of an instance), in
 #    the zip format of torch.save and the legacy one: each is refused with exit 2 and one line
 #    naming the global, its marker is not made, and nothing is written;
 #  - a TorchScript archive (code that torch.load would hand to torch.jit.load) is refused;
@@ -86,6 +87,8 @@ def sb(t):  # SHORT_BINUNICODE
 for name, payload in {
     "getattr_chain": b"c__builtin__\ngetattr\n(c__builtin__\n__import__\n(Vos\ntRVsystem\ntR(Vtouch %s\ntR." % m("getattr_chain").encode(),
     "import_dotted": b"ctorch._utils\n_import_dotted_name\n(Vos.system\ntR(Vtouch %s\ntR." % m("import_dotted").encode(),
+    # BUILD on a class: slot state that sets argparse.Namespace.__repr__ = int for the whole process
+    "class_build": b"cargparse\nNamespace\n(N}V__repr__\ncbuiltins\nint\nstbN.",
     "fromkeys": b"\x80\x04" + sb("collections") + sb("OrderedDict.fromkeys") + b"\x93(" + sb(m("fromkeys")) + b"\x85tR.",
 }.items():
     with open(os.path.join(out, name + ".pt"), "wb") as f:
@@ -135,6 +138,7 @@ evil numpy_save numpy.save
 evil getattr_chain builtins.getattr
 evil import_dotted torch._utils._import_dotted_name
 evil fromkeys collections.OrderedDict.fromkeys
+evil class_build "argparse.Namespace (setting attributes of a class)"
 
 "$PY" "$CONV" --checkpoint "$T/f/torchscript.pt" --dict "$FX/dict.txt" --out "$T/o" >"$T/out" 2>"$T/err"; rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$T/err")" -eq 1 ] && grep -q "is a TorchScript archive" "$T/err" && [ ! -e "$T/o" ] &&
