@@ -8,9 +8,10 @@
 The official repository (facebookresearch/mega, a fork of fairseq) saves checkpoints with
 fairseq/checkpoint_utils.py save_state: a pickled dict {"args": argparse.Namespace, "model": the
 state dict, "optimizer_history": [...], "extra_state": {...}, ...}, whose extra state holds
-objects of fairseq classes (meters, iterators). This script reads it WITHOUT fairseq: while it
-loads, the packages fairseq, fairseq_cli, omegaconf and hydra, when not installed, are empty
-stand-in modules whose classes build inert objects; only the args and the tensors are used.
+objects of fairseq classes (meters, iterators). This script reads it WITHOUT fairseq and without
+running anything the file names: the unpickler resolves only tensors, storages and plain data
+(_allowed_globals), the classes of fairseq, fairseq_cli, omegaconf and hydra become inert stand-ins,
+and any other global is refused with one line naming it; only the args and the tensors are used.
 
 It writes DIR/model.safetensors: the weights by their official names (this project loads them by
 those names, docs/checkpoints.md), the model config from the fairseq arguments, the fairseq
@@ -25,9 +26,7 @@ Exit status: 0 converted, 2 refused or failed (nothing written).
 Needs /usr/bin/python3 with torch and numpy (whoever holds a .pt has torch).
 """
 import argparse
-import importlib.abc
-import importlib.machinery
-import importlib.util
+import importlib
 import json
 import os
 import struct
@@ -43,11 +42,18 @@ class Refused(Exception):
     """a checkpoint, dictionary or option this converter cannot represent (one line)"""
 
 
-# ---- reading a fairseq checkpoint without fairseq -------------------------------------------
+# ---- reading a fairseq checkpoint without fairseq, and without running anything it names ----
+#
+# A .pt file is a pickle, and an unrestricted unpickler calls whatever callable the file names
+# (os.system, builtins.eval, ...) while it loads. torch.load is therefore given a pickle module
+# whose Unpickler resolves only the globals of _allowed_globals (data, tensors, storages), builds
+# inert stand-ins for the classes of fairseq and its config packages, and refuses every other
+# global at the opcode that names it, before anything can call it. torch's own weights_only
+# unpickler is not enough: it refuses argparse.Namespace and the fairseq objects of extra_state.
 
 class _Stub:
-    """stands in for an object of a class that cannot be imported here (fairseq meters, omegaconf
-    configs, ...): accepts any construction and keeps its pickled state"""
+    """stands in for an object of a fairseq / omegaconf / hydra class: accepts any construction
+    and keeps its pickled state; nothing of the real class runs"""
 
     def __init__(self, *args, **kwargs):
         self._args, self._kwargs = args, kwargs
@@ -59,27 +65,142 @@ class _Stub:
         return _Stub(*args, **kwargs)
 
 
-# packages a released checkpoint may name in its pickle that need not be installed here
+# packages a released checkpoint names in its pickle (their classes become _Stub subclasses,
+# whether or not the package is installed: a real class's __setstate__ would run its code)
 STUB_PACKAGES = ("fairseq", "fairseq_cli", "omegaconf", "hydra")
 
 
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """imports of STUB_PACKAGES (when they are not installed) give empty modules whose every
-    attribute is a _Stub subclass: pickle finds its classes, and nothing of them runs"""
+class Forbidden(Exception):
+    """a global that the checkpoint names and that is not allowed (its 'module.name')"""
 
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] not in STUB_PACKAGES:
-            return None
-        return importlib.machinery.ModuleSpec(name, self, is_package=True)
 
-    def create_module(self, spec):
-        m = types.ModuleType(spec.name)
-        m.__path__ = []
-        m.__getattr__ = lambda attr, mod=spec.name: type(attr, (_Stub,), {"__module__": mod})
-        return m
+def _allowed_globals():
+    """'module.name' -> object: everything a fairseq checkpoint needs that is not a fairseq class"""
+    import argparse as ap
+    import collections
+    import copyreg
+    import typing
+    import torch
+    ok = {"collections.OrderedDict": collections.OrderedDict, "collections.defaultdict": collections.defaultdict,
+          "collections.Counter": collections.Counter, "argparse.Namespace": ap.Namespace,
+          "typing.Any": typing.Any,  # the key and element types an omegaconf config records
+          # protocol 0/1 objects: copyreg._reconstructor(cls, object, state) -> object.__new__(cls)
+          "copyreg._reconstructor": copyreg._reconstructor, "builtins.object": object,
+          "torch.Size": torch.Size, "torch.device": torch.device, "torch.Tensor": torch.Tensor,
+          "torch.nn.parameter.Parameter": torch.nn.Parameter,
+          "torch.serialization._get_layout": torch.serialization._get_layout}
+    def latin1(text, encoding):  # the bytes of protocols 0-2: _codecs.encode(text, 'latin1'), nothing else
+        if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+            raise Forbidden(f"_codecs.encode with {encoding!r}"[:80])
+        return text.encode("latin1")
+    ok["_codecs.encode"] = latin1
+    for t in (set, frozenset, bytearray, complex, slice, range, int, float, bool, str, bytes, list, dict, tuple):
+        ok["builtins." + t.__name__] = t  # data types (not eval, exec, getattr, open, __import__, ...)
+    for name in ("_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter",
+                 "_rebuild_parameter_with_state", "_rebuild_sparse_tensor", "_rebuild_sparse_csr_tensor",
+                 "_rebuild_meta_tensor_no_storage"):
+        if hasattr(torch._utils, name):
+            ok["torch._utils." + name] = getattr(torch._utils, name)
+    for name, v in vars(torch).items():  # torch.float32, torch.strided, torch.contiguous_format, ...
+        if isinstance(v, (torch.dtype, torch.layout, torch.memory_format)):
+            ok["torch." + name] = v
+    for s in torch._storage_classes:  # torch.FloatStorage, torch.UntypedStorage, ...
+        ok[f"{s.__module__}.{s.__name__}"] = ok[f"torch.{s.__name__}"] = s
+    for core in ("numpy._core", "numpy.core"):  # numpy scalars and arrays (a loss kept as float64)
+        try:
+            mm, num = importlib.import_module(core + ".multiarray"), importlib.import_module(core + ".numeric")
+        except ImportError:
+            continue
+        for c in ("numpy._core", "numpy.core"):  # numpy 2 reads the files of numpy 1
+            ok[c + ".multiarray.scalar"], ok[c + ".multiarray._reconstruct"] = mm.scalar, mm._reconstruct
+            ok[c + ".numeric._frombuffer"] = num._frombuffer  # protocol 5 arrays
+        ok["numpy.dtype"], ok["numpy.ndarray"] = mm.dtype, mm.ndarray
+        break
+    return ok
 
-    def exec_module(self, module):
-        pass
+
+def _restricted_pickle_module():
+    """a module with the pickle interface torch.load uses (Unpickler, load, __name__), whose
+    unpickler resolves only the allowed globals"""
+    import _compat_pickle
+    import io
+    import pickle
+    allowed, stubs = _allowed_globals(), {}
+
+    class Unpickler(pickle._Unpickler):  # the Python one: its BUILD can be guarded
+        dispatch = dict(pickle._Unpickler.dispatch)
+
+        def load_build(self):
+            # BUILD on a class would set attributes of an allowed class (torch.Tensor, ...) for the
+            # whole process; state is for instances only
+            if isinstance(self.stack[-2], type):
+                c = self.stack[-2]
+                raise Forbidden(f"{c.__module__}.{c.__qualname__} (setting attributes of a class)")
+            super().load_build()
+        dispatch[pickle.BUILD[0]] = load_build
+
+        def find_class(self, module, name):
+            # the Python 2 spellings protocols 0-2 write (__builtin__.set, copy_reg._reconstructor)
+            module, name = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
+            module = _compat_pickle.IMPORT_MAPPING.get(module, module)
+            key = f"{module}.{name}"
+            if key in allowed:
+                return allowed[key]
+            if module.split(".")[0] in STUB_PACKAGES and name.isidentifier():
+                if key not in stubs:
+                    stubs[key] = type(name, (_Stub,), {"__module__": module})
+                return stubs[key]
+            raise Forbidden(key)
+
+    def load(f, **kwargs):
+        return Unpickler(f, **kwargs).load()
+
+    m = types.ModuleType("convert_fairseq_restricted_pickle")
+    m.__dict__.update({k: v for k, v in vars(pickle).items() if not k.startswith("__")})
+    for k in ("_Unpickler", "_load", "_loads"):  # every way in is through the Unpickler above
+        m.__dict__.pop(k, None)
+    m.Unpickler, m.load, m.loads = Unpickler, load, lambda b, **kw: load(io.BytesIO(b), **kw)
+    return m
+
+
+class TorchScript(Exception):
+    """the file is a TorchScript archive (code), which torch.load hands to torch.jit.load"""
+
+
+def _torch_load(torch, f, m):
+    """torch.load through the pickle module m. torch 1.13 ignores its pickle_module argument unless
+    weights_only is set (it unpickles with its module global `pickle`), so that global is m while
+    torch.load runs (_restricted_load checks that the restriction holds before any real file), and
+    torch.jit.load refuses instead of loading a TorchScript archive"""
+    import warnings
+
+    def no_jit(*args, **kwargs):
+        raise TorchScript()
+    ser, jit_load = torch.serialization, torch.jit.load
+    saved = ser.pickle
+    ser.pickle, torch.jit.load = m, no_jit
+    try:
+        with warnings.catch_warnings():  # torch's notes on storages and sources; the converter prints one line
+            warnings.simplefilter("ignore")
+            return torch.load(f, map_location="cpu", pickle_module=m)  # m.Unpickler: the allowed globals only
+    finally:
+        ser.pickle, torch.jit.load = saved, jit_load
+
+
+def _restricted_load(torch, path):
+    import io
+    m = _restricted_pickle_module()
+    for zipped in (True, False):  # both formats refuse a global that is not allowed, or nothing is read
+        probe = io.BytesIO()
+        torch.save({"probe": types.SimpleNamespace()}, probe, _use_new_zipfile_serialization=zipped)
+        probe.seek(0)
+        try:
+            _torch_load(torch, probe, m)
+        except Forbidden:
+            continue
+        raise Refused(f"this PyTorch ({torch.__version__}) does not let the converter restrict what a checkpoint "
+                      "may name when it loads: not reading it")
+    return _torch_load(torch, path, m)
 
 
 def load_checkpoint(path):
@@ -89,21 +210,18 @@ def load_checkpoint(path):
         raise Refused(f"PyTorch is needed to read a .pt file ({e}); use /usr/bin/python3 with python3-torch") from e
     if not os.path.isfile(path):
         raise Refused(f"--checkpoint '{path}': no such file")
-    finder, before = _StubFinder(), set(sys.modules)
-    missing = [p for p in STUB_PACKAGES if importlib.util.find_spec(p) is None]
-    if missing:
-        sys.meta_path.append(finder)
     try:
-        ck = torch.load(path, map_location="cpu")
+        ck = _restricted_load(torch, path)
+    except Refused:
+        raise
+    except TorchScript:
+        raise Refused(f"--checkpoint '{path}' is a TorchScript archive (code), not a fairseq checkpoint") from None
+    except Forbidden as e:
+        raise Refused(f"--checkpoint '{path}' names {e.args[0]}, which a checkpoint may not name (only tensors, plain "
+                      "data and fairseq classes, read as inert stand-ins): refused before it could run") from None
     except Exception as e:  # noqa: BLE001 - a corrupt or truncated file raises many kinds
         raise Refused(f"--checkpoint '{path}' is not a readable PyTorch checkpoint ({type(e).__name__}: "
                       f"{str(e).splitlines()[0][:120] if str(e) else 'no detail'})") from e
-    finally:
-        if missing:
-            sys.meta_path.remove(finder)
-            for name in set(sys.modules) - before:  # the stand-in modules, not real ones
-                if name.split(".")[0] in missing:
-                    del sys.modules[name]
     if not isinstance(ck, dict) or "model" not in ck or not isinstance(ck["model"], dict):
         raise Refused(f"--checkpoint '{path}' is not a fairseq checkpoint (no 'model' state dict)")
     return ck
@@ -128,8 +246,10 @@ def checkpoint_args(ck):
 # ---- the dictionary -------------------------------------------------------------------------
 
 def read_dict(path):
-    """the tokens of a fairseq dict.txt in id order after the 4 specials (Dictionary.add_from_file:
-    'token count' per line, an optional '#fairseq:overwrite' flag)"""
+    """the tokens of a fairseq dict.txt in id order after the 4 specials, as Dictionary.add_from_file
+    reads what Dictionary.save writes: 'token count' per line (counts of 0 for the madeupword
+    fillers), trailing whitespace ignored, and an optional '#fairseq:overwrite' flag after the count
+    that lets a token repeat an earlier one: the repeat gets a new id and takes the spelling over"""
     if not os.path.isfile(path):
         raise Refused(f"--dict '{path}': no such file")
     toks = []
@@ -137,13 +257,13 @@ def read_dict(path):
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
             try:
-                line = raw.decode("utf-8").rstrip("\r\n")
+                line = raw.decode("utf-8").rstrip()
             except UnicodeDecodeError as e:
                 raise Refused(f"--dict {path}:{n}: not UTF-8 ({e.reason})") from e
-            overwrite = False
-            if line.endswith(" #fairseq:overwrite"):
-                overwrite, line = True, line[: -len(" #fairseq:overwrite")]
             word, sep, count = line.rpartition(" ")
+            overwrite = bool(sep) and count == "#fairseq:overwrite"
+            if overwrite:
+                word, sep, count = word.rpartition(" ")
             if not sep or not word:
                 raise Refused(f"--dict {path}:{n}: expected 'token count', got {line[:60]!r}")
             try:
@@ -160,6 +280,11 @@ def read_dict(path):
     return toks
 
 
+def is_filler(t):
+    """a padding token of Dictionary.pad_to_multiple_ ('madeupword{:04d}')"""
+    return t.startswith("madeupword") and len(t) >= 14 and t[10:].isdigit() and t[10:].isascii()
+
+
 def vocabulary(dict_tokens, rows, unit):
     """the full id -> token list for an embedding of `rows` rows, and the unit"""
     toks = SPECIALS + dict_tokens
@@ -174,7 +299,11 @@ def vocabulary(dict_tokens, rows, unit):
     if unit == "auto":
         def is_byte(t):
             return t.isdigit() and t.isascii() and (t == "0" or not t.startswith("0")) and int(t) < 256
-        unit = "byte" if all(is_byte(t) for t in dict_tokens) else "word"
+
+        # the fillers Dictionary.save writes (madeupword0000 0, ...) and a special symbol written
+        # as a token (<unk> in a word list) say nothing of the unit
+        ordinary = [t for t in dict_tokens if not is_filler(t) and t not in SPECIALS]
+        unit = "byte" if ordinary and all(is_byte(t) for t in ordinary) else "word"
     return toks, unit
 
 

@@ -19,6 +19,9 @@
 #  - an LRA ListOps classifier (lra_cls/): the converted model's logits equal the official ones, its
 #    Python encoding of text lines equals the ids of the official lra-text task, its classes are the
 #    label dictionary's; `mega eval` refuses it with a clear line (the tool does not read its data yet);
+#  - a byte dict.txt as fairseq's Dictionary.save writes it (madeupword fillers with counts of 0;
+#    a '#fairseq:overwrite' repeat) is still found to be a byte dictionary, and with the fillers
+#    converts to the fixture's model (the official evaluation's figures);
 #  - malformed input (garbage and truncated .pt, a dict.txt with a bad line or a duplicate, a
 #    dictionary of the wrong size, another architecture, missing files) is refused with one line,
 #    exit 2, and nothing written.
@@ -68,6 +71,33 @@ want=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.6f %d
 got=$("$B/mega" eval --model "$T/m" --data "$FX/eval.txt" --quiet 2>"$T/err" | sed -n 's/.*bits per byte \([0-9.]*\) .*| \([0-9]*\) tokens scored.*/\1 \2/p')
 "$PY" -c 'import sys; g, w = sys.argv[1].split(), sys.argv[2].split(); sys.exit(0 if len(g) == 2 and g[1] == w[1] and abs(float(g[0]) - float(w[0])) <= 1e-4 * float(w[0]) else 1)' "$got" "$want" &&
   ok "mega eval = the official evaluation: $got vs $want (bits/byte, tokens)" || bad "mega eval: got '$got' want '$want' $(cat "$T/err")"
+
+# dict.txt as fairseq's Dictionary.save writes it: the madeupword fillers of pad_to_multiple_(8)
+# with their counts of 0 (the fixture's dict.txt leaves them out); the unit is still found to be
+# byte, and the model is the fixture's bit for bit, so `mega eval` prints the official figures
+{ cat "$FX/dict.txt"; i=0; while [ $i -lt 7 ]; do printf 'madeupword%04d 0\n' $i; i=$((i + 1)); done; } >"$T/fill.txt"
+"$PY" "$CONV" --checkpoint "$FX/model.pt" --dict "$T/fill.txt" --out "$T/fill" >"$T/out" 2>&1
+grep -q "56 tokens (byte unit)" "$T/out" && cmp -s "$T/fill/model.safetensors" "$T/m/model.safetensors" &&
+  ok "dict.txt with fillers: byte unit detected, the same model as the fixture's: $(cat "$T/out")" || bad "dict.txt with fillers: $(cat "$T/out")"
+"$PY" "$CONV" --checkpoint "$FX/model.pt" --dict "$T/fill.txt" --out "$T/fillb" --unit byte >"$T/out" 2>&1
+cmp -s "$T/fill/model.safetensors" "$T/fillb/model.safetensors" && ok "dict.txt with fillers: auto = --unit byte" || bad "dict.txt with fillers, --unit byte: $(cat "$T/out")"
+got=$("$B/mega" eval --model "$T/fill" --data "$FX/eval.txt" --quiet 2>"$T/err" | sed -n 's/.*bits per byte \([0-9.]*\) .*| \([0-9]*\) tokens scored.*/\1 \2/p')
+"$PY" -c 'import sys; g, w = sys.argv[1].split(), sys.argv[2].split(); sys.exit(0 if len(g) == 2 and g[1] == w[1] and abs(float(g[0]) - float(w[0])) <= 1e-4 * float(w[0]) else 1)' "$got" "$want" &&
+  ok "dict.txt with fillers: mega eval = the official evaluation: $got vs $want (bits/byte, tokens)" || bad "dict.txt with fillers, mega eval: got '$got' want '$want' $(cat "$T/err")"
+# the last filler replaced by a byte token repeated with '#fairseq:overwrite' (add_from_file gives
+# the repeat a new id, which then spells the byte): still a byte dictionary, the repeat at id 55
+{ cat "$FX/dict.txt"; i=0; while [ $i -lt 6 ]; do printf 'madeupword%04d 0\n' $i; i=$((i + 1)); done; echo "32 0 #fairseq:overwrite"; } >"$T/over.txt"
+"$PY" "$CONV" --checkpoint "$FX/model.pt" --dict "$T/over.txt" --out "$T/over" >"$T/out" 2>&1
+tok=$("$PY" - "$T/over/model.safetensors" <<'EOF' 2>&1
+import json, struct, sys
+f = open(sys.argv[1], "rb")
+n = struct.unpack("<Q", f.read(8))[0]
+v = json.loads(json.loads(f.read(n))["__metadata__"]["vocab"])
+print(v["unit"], len(v["tokens"]), v["tokens"][4], v["tokens"][55])
+EOF
+)
+grep -q "56 tokens (byte unit)" "$T/out" && [ "$tok" = "byte 56 32 32" ] && ok "dict.txt with '#fairseq:overwrite': byte unit, the repeat at id 55 ($tok)" ||
+  bad "dict.txt with '#fairseq:overwrite': $(cat "$T/out") [$tok]"
 
 # refusals: exit 2, one line naming the problem, no output
 refuse() { # NAME PATTERN ARGS...
