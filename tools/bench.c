@@ -128,6 +128,15 @@ static void cls_bench_config(const workload *w, mega_cls_config *c) {
     k->dropout = k->attention_dropout = k->hidden_dropout = k->activation_dropout = 0;
 }
 
+/* whether the mixer k reads the block option `name` (its declared options) */
+static int mixer_reads(mega_mixer_kind k, const char *name) {
+    int n;
+    const mega_field *f = mega_block_config_fields(&n);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(f[i].name, name)) return f[i].mixers != 0 && mega_field_applies(&f[i], k);
+    return 0;
+}
+
 /* The classifier's token mixer: one config field (mix.mixer; the rest of the model is unchanged).
  * Returns 1 with the reason when this library does not have the mixer. */
 static int cls_select_mixer(const workload *w, mega_cls_config *c, char *why, size_t nwhy) {
@@ -135,7 +144,8 @@ static int cls_select_mixer(const workload *w, mega_cls_config *c, char *why, si
     if (mega_mixer_parse(w->mixer, &k) != 0) return snprintf(why, nwhy, "unknown mixer %s", w->mixer), 1;
     if (!mega_mixer_available(k)) return snprintf(why, nwhy, "%s mixer not built yet", w->mixer), 1;
     c->block.mixer = k;
-    if (k != MEGA_MIXER_MEGA) c->block.heads = MHA_HEADS; /* positions: the default (none), as nn.MultiheadAttention */
+    /* positions: the default (none), as nn.MultiheadAttention */
+    if (mixer_reads(k, "heads")) c->block.heads = MHA_HEADS;
     return 0;
 }
 
