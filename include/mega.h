@@ -328,7 +328,8 @@ typedef struct {
     const char *const *choices; /* CHOICE: the names, index = the stored value */
     int nchoices;
     unsigned flags;
-    unsigned mixers;            /* 0: every mixer; else the mixers it applies to, a bit per kind */
+    unsigned mixers;            /* 0: every mixer; else the mixers it applies to, a bit per kind
+                                 * (block fields: built from the options each mixer declares) */
     const char *help;           /* one line: the meaning, including what 0 / -1 mean */
 } mega_field;
 const mega_field *mega_block_config_fields(int *count);
