@@ -282,6 +282,33 @@ void mega_block_config_resolve(mega_block_config *c);
  * the mixer's own rules included) */
 mega_status mega_block_config_check(const mega_block_config *c);
 
+/* What a caller running a block needs to know about its mixer, for sequences (or streams) of up
+ * to T tokens: asked instead of testing which mixer it is (each mixer answers for itself). */
+typedef struct {
+    int segment;   /* the length attended over at a time in a T-token forward: Mega's chunk when
+                    * 0 < chunk-size < T, otherwise T; a forward pads T up to a multiple of it */
+    int cache;     /* the streaming cache capacity to ask for (mega_lm_stream_new's cap) for
+                    * streams of up to T tokens: chunked Mega needs its chunk, every other case T
+                    * (mixers with a bounded state, a window or a recurrence, ignore it) */
+    int cache_full; /* 1: the cache keeps every streamed position, so a stream longer than `cache`
+                     * tokens fails (Mega under full attention, attention without a window,
+                     * aft-full, gmlp); 0: the state is bounded */
+    int carry;     /* 1: a long text is evaluated in segments with the state carried across them
+                    * (chunked Mega: attention within a chunk, the EMA carries the rest, as in
+                    * training); 0: each segment restarts, so the context is one segment */
+    int eval_len;  /* the segment length to evaluate a text in when none is given (`mega eval`):
+                    * chunked Mega its chunk, Mega under full attention 2048, the other mixers
+                    * max-len (2048 when not positive) */
+    int positions; /* the longest sequence the mixer's relative-position table covers (Mega's
+                    * simple bias under full attention: max-positions); 0: no such bound (mixers
+                    * with absolute-position parameters check max-len themselves) */
+    const char *cross_attention; /* the cross-attention of an encoder-decoder whose decoder has
+                                  * this mixer: "gated" (Mega) or "multi-head" (the others) */
+} mega_block_context;
+/* the context of config c (as a model holds it: the mixer's defaults resolved) for sequences of up
+ * to T tokens (T < 1: the longest is not known; chunked Mega still answers its chunk) */
+void mega_block_context_of(const mega_block_config *c, int T, mega_block_context *x);
+
 /* Field tables: the name, type, location, range and meaning of every config field, in order.
  * The JSON reader/writer and the command line are built from them. */
 /* MEGA_FIELD_INTS: a list of up to MEGA_INTS_MAX ints, strictly increasing, each in [lo, hi], stored
@@ -301,7 +328,8 @@ typedef struct {
     const char *const *choices; /* CHOICE: the names, index = the stored value */
     int nchoices;
     unsigned flags;
-    unsigned mixers;            /* 0: every mixer; else the mixers it applies to, a bit per kind */
+    unsigned mixers;            /* 0: every mixer; else the mixers it applies to, a bit per kind
+                                 * (block fields: built from the options each mixer declares) */
     const char *help;           /* one line: the meaning, including what 0 / -1 mean */
 } mega_field;
 const mega_field *mega_block_config_fields(int *count);
@@ -463,8 +491,9 @@ mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out)
 void mega_lm_stream_free(mega_lm_stream *s);
 void mega_lm_stream_reset(mega_lm_stream *s);
 /* feed T tokens per sequence (tokens [B,T]); logits [B,T,V] (or NULL). The whole call is checked
- * first (every token in the vocabulary; an unchunked Mega model's cache capacity): on an error
- * nothing is fed. */
+ * first (every token in the vocabulary; the cache capacity when the mixer's cache keeps the whole
+ * stream, mega_block_context.cache_full: Mega under full attention, mha): on an error nothing is
+ * fed. */
 mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T, mega_real *logits);
 int64_t mega_lm_stream_pos(const mega_lm_stream *s);
 /* Inspection: while streaming, every token of sequence 0 writes the attention weights of Mega

@@ -128,6 +128,15 @@ static void cls_bench_config(const workload *w, mega_cls_config *c) {
     k->dropout = k->attention_dropout = k->hidden_dropout = k->activation_dropout = 0;
 }
 
+/* whether the mixer k reads the block option `name` (its declared options) */
+static int mixer_reads(mega_mixer_kind k, const char *name) {
+    int n;
+    const mega_field *f = mega_block_config_fields(&n);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(f[i].name, name)) return f[i].mixers != 0 && mega_field_applies(&f[i], k);
+    return 0;
+}
+
 /* The classifier's token mixer: one config field (mix.mixer; the rest of the model is unchanged).
  * Returns 1 with the reason when this library does not have the mixer. */
 static int cls_select_mixer(const workload *w, mega_cls_config *c, char *why, size_t nwhy) {
@@ -135,14 +144,15 @@ static int cls_select_mixer(const workload *w, mega_cls_config *c, char *why, si
     if (mega_mixer_parse(w->mixer, &k) != 0) return snprintf(why, nwhy, "unknown mixer %s", w->mixer), 1;
     if (!mega_mixer_available(k)) return snprintf(why, nwhy, "%s mixer not built yet", w->mixer), 1;
     c->block.mixer = k;
-    if (k != MEGA_MIXER_MEGA) c->block.heads = MHA_HEADS; /* positions: the default (none), as nn.MultiheadAttention */
+    /* positions: the default (none), as nn.MultiheadAttention */
+    if (mixer_reads(k, "heads")) c->block.heads = MHA_HEADS;
     return 0;
 }
 
 /* ---- analytic FLOP count (see the header comment) ------------------------------------------ */
 
-static double mega_block_macs(double D, double Z, double E, double N, double F, double L, int chunk, int causal) {
-    double c = chunk > 0 && chunk < L ? chunk : L;
+/* c: the attention segment (mega_block_context.segment: the chunk, or L) */
+static double mega_block_macs(double D, double Z, double E, double N, double F, double L, double c, int causal) {
     double proj = L * D * (2 * D + Z + 3 * E);
     double ema = 3 * L * (causal ? D : 2 * D) * N;
     double attn = L * c * (Z + E) * (causal ? 0.5 : 1.0);
@@ -158,13 +168,15 @@ static double workload_flops(const workload *w) {
         mega_lm_config c;
         lm_bench_config(&c);
         const double D = c.block.embed_dim, Z = c.block.z_dim, E = c.block.hidden_dim, N = c.block.n_dim, F = c.block.ffn_dim, V = c.vocab_size;
+        mega_block_context x;
+        mega_block_context_of(&c.block, w->T, &x);
         if (w->kind == WK_LM_TRAIN) {
-            double fwd = c.layers * mega_block_macs(D, Z, E, N, F, w->T, c.block.chunk_size, 1) + (double)w->T * D * V;
+            double fwd = c.layers * mega_block_macs(D, Z, E, N, F, w->T, x.segment, 1) + (double)w->T * D * V;
             return 2.0 * 3.0 * fwd * w->B;
         }
         double macs = 0;
         for (int t = 0; t < w->T; t++) {
-            double n = c.block.chunk_size > 0 ? (double)(t % c.block.chunk_size + 1) : (double)(t + 1);
+            double n = (double)(t % x.cache + 1); /* the positions cached when token t attends */
             macs += c.layers * (D * (2 * D + Z + 3 * E) + 3 * D * N + n * (Z + E) + 2 * D * F) + D * V;
         }
         return 2.0 * macs * w->B;
@@ -174,7 +186,9 @@ static double workload_flops(const workload *w) {
         cls_bench_config(w, &c);
         const mega_block_config *k = &c.block;
         const double D = k->embed_dim, Z = k->z_dim, E = k->hidden_dim, N = k->n_dim, F = k->ffn_dim;
-        double blk = strcmp(w->mixer, "mega") ? mha_block_macs(D, F, w->T) : mega_block_macs(D, Z, E, N, F, w->T, k->chunk_size, 0);
+        mega_block_context x;
+        mega_block_context_of(k, w->T, &x);
+        double blk = strcmp(w->mixer, "mega") ? mha_block_macs(D, F, w->T) : mega_block_macs(D, Z, E, N, F, w->T, x.segment, 0);
         double head = D * c.classifier_dim + (double)c.classifier_dim * c.classes;
         return 2.0 * 3.0 * (c.layers * blk + head) * w->B;
     }

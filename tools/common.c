@@ -128,9 +128,11 @@ int eval_stream(mega_lm *m, const tok_seq *sq, int seg, size_t restart, int verb
     const int V = c->vocab_size;
     /* chunked Mega carries its whole state across segments (the cache resets at chunk borders);
      * full attention, and every other mixer, restarts at every segment (their caches would grow
-     * with the text): their context is one segment */
-    const int full = !(c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size > 0);
-    int cap = full ? seg : c->block.chunk_size;
+     * with the text): their context is one segment (mega_block_context.carry) */
+    mega_block_context x;
+    mega_block_context_of(&c->block, seg, &x);
+    const int full = !x.carry;
+    int cap = x.cache;
     mega_lm_stream *s;
     if (mega_lm_stream_new(m, 1, cap, &s) != MEGA_OK) return cli_error("%s", mega_last_error());
     int32_t *tok = malloc((size_t)seg * sizeof(int32_t));

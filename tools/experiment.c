@@ -469,7 +469,9 @@ static int cmp_real(const void *a, const void *b) {
  * query position, column: key position; causal, so the upper triangle is empty). */
 static int attn_fig(xctx *c, mega_lm *m, const char *text, int layer, const char *file) {
     const mega_lm_config *cf = mega_lm_get_config(m);
-    const int C = cf->block.chunk_size > 0 ? cf->block.chunk_size : 128;
+    mega_block_context x; /* one chunk, or 128 positions under full attention */
+    mega_block_context_of(&cf->block, 128, &x);
+    const int C = x.cache;
     mega_bytes b;
     if (mega_read_file_max(text, "held-out text", (uint64_t)C, &b) != MEGA_OK) return cli_error("%s", mega_last_error()), -1;
     const int n = (int)(b.n < (size_t)C ? b.n : (size_t)C);

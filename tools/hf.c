@@ -230,9 +230,16 @@ static int is_float_dt(mega_dtype t) { return t == MEGA_DT_F32 || t == MEGA_DT_F
  * sides. Our attention functions (softmax, relu2, laplace) and relative biases (simple, rotary)
  * have MegaConfig's names too. */
 
+/* the one mixer of transformers' MegaModel blocks, ours by its name (the official Mega layer) */
+static mega_mixer_kind hf_mixer(void) {
+    mega_mixer_kind k = (mega_mixer_kind)0;
+    mega_mixer_parse("mega", &k);
+    return k;
+}
+
 /* the block options transformers can represent, checked on export; 0 or 1 after the error */
 static int block_exportable(const mega_block_config *b, const char *what) {
-    if (b->mixer != MEGA_MIXER_MEGA)
+    if (b->mixer != hf_mixer())
         return cli_error("%s: the %s mixer has no Hugging Face counterpart (transformers has Mega blocks only)", what,
                          mega_mixer_name(b->mixer));
     if (b->prenorm)
@@ -570,7 +577,7 @@ static int cfg_choice(const hf_cfg *c, const char *k, const char *def, const cha
 static int block_from_hf(const hf_cfg *c, mega_block_config *b, int want_bidir) {
     int v = 0, pre_mega = 1, pre_ffn = 1, chunking = 0, chunk, ffn = 0, trunc = 0;
     mega_block_config_default(b);
-    b->mixer = MEGA_MIXER_MEGA;
+    b->mixer = hf_mixer();
     if (cfg_int(c, "hidden_size", 1, 0, 1, &b->embed_dim) || cfg_int(c, "shared_representation_size", 1, 0, 1, &b->z_dim) ||
         cfg_int(c, "intermediate_size", 1, 0, 1, &b->hidden_dim) || cfg_int(c, "ema_projection_size", 1, 0, 1, &b->n_dim) ||
         cfg_int(c, "max_positions", 1, 0, 1, &b->max_positions))

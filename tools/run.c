@@ -283,9 +283,10 @@ static int lengths_valid(const char *s) {
 static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const char *lengths, int seq_len, size_t tps,
                    int64_t max_bytes, int64_t max_memory, int quiet) {
     const mega_lm_config *c = mega_lm_get_config(m);
+    mega_block_context x;
+    mega_block_context_of(&c->block, seq_len, &x);
     if (seq_len <= 0) /* Mega: the chunk (state carried) or 2048; other mixers: their trained context */
-        seq_len = c->block.mixer == MEGA_MIXER_MEGA ? (c->block.chunk_size > 0 ? c->block.chunk_size : 2048)
-                                                    : (c->block.max_len > 0 ? c->block.max_len : 2048);
+        seq_len = x.eval_len;
     {
         /* the memory: the weights (loaded), a forward of one segment (more than a stream holds) or
          * of the largest --lengths batch, and the text read (with its ids for a dictionary) */
@@ -366,8 +367,7 @@ static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const c
             fprintf(stderr, "mega eval: %s, %zu bytes", data, nbytes);
             if (dict) fprintf(stderr, " = %zu tokens (%zu <unk>)", ntok, unk);
             fprintf(stderr, ", segments of %d, chunk %d (%s)", seq_len, c->block.chunk_size,
-                    (c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size > 0) ? "state carried across segments"
-                                                                              : "each segment restarts");
+                    x.carry ? "state carried across segments" : "each segment restarts");
             if (tps) fprintf(stderr, ", restarting every %zu tokens", tps);
             fprintf(stderr, "\n");
         }
@@ -592,9 +592,10 @@ int cmd_info(int argc, char **argv) {
         if (mega_s2s_load_ex(p, &INFERENCE, &sm) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
         const mega_s2s_config *sc = mega_s2s_get_config(sm);
         char *js = mega_s2s_config_to_json(sc);
+        mega_block_context x;
+        mega_block_context_of(&sc->decoder, 0, &x);
         printf("model      %s\nkind       mega_s2s (encoder-decoder, %s mixer, %s cross-attention)\nparameters %zu\n", p,
-               mega_mixer_name(sc->encoder.mixer), sc->decoder.mixer == MEGA_MIXER_MEGA ? "gated" : "multi-head",
-               mega_ps_trainable(mega_s2s_paramset(sm)));
+               mega_mixer_name(sc->encoder.mixer), x.cross_attention, mega_ps_trainable(mega_s2s_paramset(sm)));
         print_s2s_config(stdout, sc, "           ");
         mega_bpe *sb = NULL, *tb = NULL;
         if (meta_bpe(p, sc, &sb, &tb)) {

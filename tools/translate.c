@@ -147,11 +147,12 @@ static size_t fdict_line(const mega_fdict *d, const int32_t *tok, int n, int rem
     return o;
 }
 
-/* the longest source the model accepts (its simple relative bias under full attention) */
+/* the longest source the model accepts (the encoder's relative table: Mega's simple bias under
+ * full attention) */
 static int max_source(const mega_s2s *m) {
-    const mega_block_config *e = &mega_s2s_get_config(m)->encoder;
-    if (e->mixer == MEGA_MIXER_MEGA && e->rel_pos_bias == MEGA_RELPOS_SIMPLE && e->chunk_size <= 0) return e->max_positions;
-    return 1 << 20;
+    mega_block_context x;
+    mega_block_context_of(&mega_s2s_get_config(m)->encoder, 0, &x);
+    return x.positions > 0 ? x.positions : 1 << 20;
 }
 
 /* translate n sources (tok rows of width S, right-padded) into out (rows of cap), lengths */

@@ -98,6 +98,9 @@ static inline int mega__num_threads(void) {
 
 #define MEGA_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MEGA_MAX(a, b) ((a) > (b) ? (a) : (b))
+/* Mega's chunk rule, the one place it is derived: a T-token sequence is attended in segments of
+ * chunk positions when 0 < chunk < T, else as one segment of T (chunk <= 0: full attention) */
+static inline int mega__segment(int chunk, int T) { return chunk > 0 && chunk < T ? chunk : T; }
 
 /* record an error message; returns st */
 mega_status mega__error(mega_status st, const char *fmt, ...)

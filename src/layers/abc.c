@@ -560,16 +560,23 @@ static mega_status abc_step(const void *layer, const real *W, mega_mixer_state *
     return MEGA_OK;
 }
 
-#define ABC_OPS(NAME, FLAGS, RESOLVE, CHECK, DECLARE)                                                          \
+/* a bounded memory: the default context */
+#define ABC_OPTIONS "attention-dropout", "heads", "memory-size"
+static const char *const ABC_OPTS[] = {ABC_OPTIONS, NULL};
+static const char *const LIN_OPTS[] = {ABC_OPTIONS, "max-len", NULL};
+
+#define ABC_OPS(NAME, FLAGS, RESOLVE, CHECK, DECLARE, OPTIONS)                                                 \
     {                                                                                                           \
         .name = NAME, .flags = FLAGS, .layer_size = sizeof(abc_layer), .resolve = RESOLVE, .check = CHECK,      \
+        .options = OPTIONS,                                                                                     \
         .declare = DECLARE, .init = abc_init, .acts_size = abc_acts_size, .scratch_size = abc_scratch,          \
         .forward = abc_forward, .backward = abc_backward, .state_size = abc_state_size,                         \
         .state_init = abc_state_init, .state_reset = abc_state_reset, .step_scratch = abc_step_scratch,         \
         .step = abc_step,                                                                                       \
     }
-const mega_mixer_ops mega_mixer_ops_abc_window = ABC_OPS("abc-window", MEGA_MIXER_CAUSAL, abc_resolve, win_check, win_declare);
+const mega_mixer_ops mega_mixer_ops_abc_window =
+    ABC_OPS("abc-window", MEGA_MIXER_CAUSAL, abc_resolve, win_check, win_declare, ABC_OPTS);
 const mega_mixer_ops mega_mixer_ops_abc_linformer =
-    ABC_OPS("abc-linformer", MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR, lin_resolve, lin_check, lin_declare);
+    ABC_OPS("abc-linformer", MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR, lin_resolve, lin_check, lin_declare, LIN_OPTS);
 const mega_mixer_ops mega_mixer_ops_abc_mlp =
-    ABC_OPS("abc-mlp", MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR, abc_resolve, abc_check, mlp_declare);
+    ABC_OPS("abc-mlp", MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR, abc_resolve, abc_check, mlp_declare, ABC_OPTS);

@@ -87,8 +87,7 @@ static mega_status table_check(const mega_block_config *c, int lim) {
 static mega_status full_check(const mega_block_config *c) { return table_check(c, 16384); }
 static mega_status local_check(const mega_block_config *c) {
     MEGA_TRY(table_check(c, 1 << 20));
-    if (c->window < 1 || c->window > 1 << 20)
-        MEGA_FAIL(MEGA_ERR_INVALID, "aft-local needs a window in [1, 2^20], got %d", c->window);
+    MEGA_TRY(mega__window_check(c));
     if ((double)c->max_len * mega_aft_local_cols(c->window, c->bidirectional) > (double)(1 << 28))
         MEGA_FAIL(MEGA_ERR_INVALID, "aft-local: the band table max-len x %d is too large (window %d; a window >= max-len "
                   "covers every position, use aft-full)", mega_aft_local_cols(c->window, c->bidirectional), c->window);
@@ -440,15 +439,31 @@ static mega_status aft_step(const void *layer, const real *W, mega_mixer_state *
     return MEGA_OK;
 }
 
-#define AFT_OPS(NAME, RESOLVE, CHECK, DECLARE)                                                                     \
+/* aft-full caches every key and value of the stream (up to max-len); the others keep a window or
+ * a recurrence */
+static void full_context(const mega_block_config *c, int T, mega_block_context *x) {
+    mega__context_default(&mega_mixer_ops_aft_full, c, T, x);
+    x->cache_full = 1;
+}
+
+static const char *const FULL_OPTIONS[] = {"max-len", NULL};
+static const char *const LOCAL_OPTIONS[] = {"window", "max-len", NULL};
+static const char *const SIMPLE_OPTIONS[] = {NULL};
+static const char *const TW_OPTIONS[] = {"heads", "max-len", NULL};
+
+#define AFT_OPS(NAME, RESOLVE, CHECK, DECLARE, OPTIONS, CONTEXT)                                                  \
     {                                                                                                             \
         .name = NAME, .flags = MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR, .layer_size = sizeof(aft_layer),            \
-        .resolve = RESOLVE, .check = CHECK, .declare = DECLARE, .init = aft_init, .acts_size = aft_acts_size,    \
+        .resolve = RESOLVE, .check = CHECK, .options = OPTIONS, .context = CONTEXT, .declare = DECLARE,          \
+        .init = aft_init, .acts_size = aft_acts_size,                                                             \
         .scratch_size = aft_scratch, .forward = aft_forward, .backward = aft_backward,                           \
         .state_size = aft_state_size, .state_init = aft_state_init, .state_reset = aft_state_reset,              \
         .step_scratch = aft_step_scratch, .step = aft_step,                                                       \
     }
-const mega_mixer_ops mega_mixer_ops_aft_full = AFT_OPS("aft-full", pos_resolve, full_check, full_declare);
-const mega_mixer_ops mega_mixer_ops_aft_local = AFT_OPS("aft-local", local_resolve, local_check, local_declare);
-const mega_mixer_ops mega_mixer_ops_aft_simple = AFT_OPS("aft-simple", NULL, NULL, simple_declare);
-const mega_mixer_ops mega_mixer_ops_aft_tw = AFT_OPS("aft-tw", tw_resolve, tw_check, tw_declare);
+const mega_mixer_ops mega_mixer_ops_aft_full =
+    AFT_OPS("aft-full", pos_resolve, full_check, full_declare, FULL_OPTIONS, full_context);
+const mega_mixer_ops mega_mixer_ops_aft_local =
+    AFT_OPS("aft-local", local_resolve, local_check, local_declare, LOCAL_OPTIONS, NULL);
+const mega_mixer_ops mega_mixer_ops_aft_simple =
+    AFT_OPS("aft-simple", NULL, NULL, simple_declare, SIMPLE_OPTIONS, NULL);
+const mega_mixer_ops mega_mixer_ops_aft_tw = AFT_OPS("aft-tw", tw_resolve, tw_check, tw_declare, TW_OPTIONS, NULL);

@@ -283,12 +283,22 @@ static mega_status gm_step(const void *layer, const real *W, mega_mixer_state *S
     return MEGA_OK;
 }
 
+/* the stream's cache holds every position's N2 row (up to max-len) */
+static void gm_context(const mega_block_config *c, int T, mega_block_context *x) {
+    mega__context_default(&mega_mixer_ops_gmlp, c, T, x);
+    x->cache_full = 1;
+}
+
+static const char *const GM_OPTIONS[] = {"hidden-dim", "heads", "max-len", NULL};
+
 const mega_mixer_ops mega_mixer_ops_gmlp = {
     .name = "gmlp",
     .flags = MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR,
     .layer_size = sizeof(gmlp_layer),
     .resolve = gm_resolve,
     .check = gm_check,
+    .options = GM_OPTIONS,
+    .context = gm_context,
     .declare = gm_declare,
     .init = gm_init,
     .acts_size = gm_acts_size,

@@ -24,6 +24,9 @@ static inline size_t P_(const mega_block_config *c) { return 2 * (size_t)c->embe
 
 MEGA_MIXER_LAYER_FITS(mega_mlayer);
 
+/* the positions one attention covers when the sequence (or the cache) has n: a chunk, else n */
+static int chunk_or(const mega_block_config *c, int n) { return c->chunk_size > 0 ? c->chunk_size : n; }
+
 static mega_status mg_declare(void *layer, const mega_block_config *c, mega_params *P, const char *prefix) {
     mega_mlayer *L = layer;
     char pre[MEGA_NAME_MAX];
@@ -46,7 +49,8 @@ static mega_status mg_declare(void *layer, const mega_block_config *c, mega_para
     MEGA_TRY(MEGA_PADD(P, pre, "gamma", 0, &L->qk_g, 2, Z));
     MEGA_TRY(MEGA_PADD(P, pre, "beta", 0, &L->qk_b, 2, Z));
     snprintf(pre, sizeof pre, "%smega_layer.rel_pos_bias.", prefix);
-    MEGA_TRY(mega_relpos_declare(&L->rp, P, pre, (c->rel_pos_bias == MEGA_RELPOS_ROTARY), c->chunk_size > 0 ? c->chunk_size : c->max_positions, c->z_dim));
+    MEGA_TRY(mega_relpos_declare(&L->rp, P, pre, (c->rel_pos_bias == MEGA_RELPOS_ROTARY), chunk_or(c, c->max_positions),
+                                 c->z_dim));
     return MEGA_OK;
 }
 
@@ -68,7 +72,7 @@ static void mg_init(const void *layer, real *W, mega_rng *rng) {
     mega_relpos_init(&L->rp, W, rng);
 }
 
-static int attn_len(const mega_block_config *c, int T) { return (c->chunk_size > 0 && c->chunk_size < T) ? c->chunk_size : T; }
+static int attn_len(const mega_block_config *c, int T) { return mega__segment(c->chunk_size, T); }
 
 static size_t btab_size(const mega_mlayer *L, int T) { return mega_relpos_table_size(&L->rp, attn_len(L->cfg, T)); }
 
@@ -408,7 +412,7 @@ static size_t state_view(const mega_mlayer *L, real *mem, int B, int cap, int64_
     v->coef = mega_bump_take(&b, c->n_dim > 0 ? mega_ema_coef_size(&L->ema) : 0);
     v->btab = mega_bump_take(&b, mega_relpos_table_size(&L->rp, cap));
     v->cap = cap;
-    v->Mc = L->rp.rotary ? (c->chunk_size > 0 ? c->chunk_size : cap) : L->rp.Mp;
+    v->Mc = L->rp.rotary ? chunk_or(c, cap) : L->rp.Mp;
     v->len = (int)(c->chunk_size > 0 ? pos % c->chunk_size : pos);
     return b.off;
 }
@@ -574,16 +578,37 @@ static mega_status mg_state_init(const void *layer, const real *W, mega_mixer_st
     state_view(L, S->mem, S->B, S->cap, 0, &v);
     if (c->n_dim > 0) mega_ema_layer_coef(&L->ema, W, v.coef, 0);
     int Mc;
-    MEGA_TRY(mega_relpos_table(&L->rp, W, c->chunk_size > 0 ? c->chunk_size : S->cap, v.btab, &Mc));
+    MEGA_TRY(mega_relpos_table(&L->rp, W, chunk_or(c, S->cap), v.btab, &Mc));
     mg_state_reset(L, S);
     return MEGA_OK;
 }
 
+/* A chunk bounds the stream: one chunk of cache, and the state carried across segments (the EMA
+ * carries what lies before the chunk, as in training). Under full attention the cache holds the
+ * whole stream and a simple bias covers max-positions. */
+static void mg_context(const mega_block_config *c, int T, mega_block_context *x) {
+    mega__context_default(&mega_mixer_ops_mega, c, T, x);
+    const int chunked = c->chunk_size > 0;
+    x->segment = attn_len(c, T);
+    x->cache = chunk_or(c, T);
+    x->cache_full = !chunked;
+    x->carry = chunked;
+    x->eval_len = chunk_or(c, 2048);
+    x->positions = !chunked && c->rel_pos_bias == MEGA_RELPOS_SIMPLE ? c->max_positions : 0;
+}
+
+static const char *const MG_OPTIONS[] = {"z-dim", "hidden-dim", "n-dim", "chunk-size", "truncation", "max-positions",
+                                         "attention-activation", "rel-pos-bias", "attention-dropout", "hidden-dropout",
+                                         NULL};
+
 const mega_mixer_ops mega_mixer_ops_mega = {
     .name = "mega",
-    .flags = MEGA_MIXER_SELF_RESIDUAL | MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR,
+    .flags = MEGA_MIXER_SELF_RESIDUAL | MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR | MEGA_MIXER_STEP_TEAM | MEGA_MIXER_PROBE |
+             MEGA_MIXER_GATED_XATTN,
     .layer_size = sizeof(mega_mlayer),
     .check = mg_check,
+    .options = MG_OPTIONS,
+    .context = mg_context,
     .declare = mg_declare,
     .init = mg_init,
     .acts_size = mg_acts_size,

@@ -140,7 +140,7 @@ static mega_status am_check(const mega_block_config *c) {
     return MEGA_OK;
 }
 static mega_status local_check(const mega_block_config *c) {
-    if (c->window < 1) MEGA_FAIL(MEGA_ERR_INVALID, "mixer local needs --window >= 1 (the attention span)");
+    MEGA_TRY(mega__window_check(c));
     return am_check(c);
 }
 static mega_status mhatw_check(const mega_block_config *c) {
@@ -498,14 +498,29 @@ static mega_status am_step(const void *layer, const real *W, mega_mixer_state *S
     return MEGA_OK;
 }
 
-#define ATTN_OPS(NAME, RESOLVE, CHECK, DECLARE)                                                                                     \
+/* mha, mhatw: without a local mask the cache holds every position of the stream (local: a ring
+ * of its window, the default context) */
+static void am_context(const mega_block_config *c, int T, mega_block_context *x) {
+    mega__context_default(mega_mixer_ops_of(c->mixer), c, T, x);
+    x->cache_full = c->attn_window <= 0;
+}
+
+#define ATTN_OPTIONS "attention-dropout", "heads", "pos", "attn-window", "log-n-scaling"
+static const char *const MHA_OPTIONS[] = {ATTN_OPTIONS, NULL};
+static const char *const LOCAL_OPTIONS[] = {ATTN_OPTIONS, "window", NULL};
+static const char *const MHATW_OPTIONS[] = {ATTN_OPTIONS, "max-len", NULL};
+
+#define ATTN_OPS(NAME, RESOLVE, CHECK, DECLARE, OPTIONS, CONTEXT)                                                    \
     {                                                                                                               \
         .name = NAME, .flags = MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR, .layer_size = sizeof(mha_layer),              \
-        .resolve = RESOLVE, .check = CHECK, .declare = DECLARE, .init = am_init, .acts_size = am_acts_size,  \
+        .resolve = RESOLVE, .check = CHECK, .options = OPTIONS, .context = CONTEXT,                              \
+        .declare = DECLARE, .init = am_init, .acts_size = am_acts_size,                                           \
         .scratch_size = am_scratch, .forward = am_forward, .backward = am_backward, .state_size = am_state_size,   \
         .state_init = am_state_init, .state_reset = am_state_reset, .state_reorder = am_state_reorder, .step_scratch = am_step_scratch,              \
         .step = am_step,                                                                                            \
     }
-const mega_mixer_ops mega_mixer_ops_mha = ATTN_OPS("mha", am_resolve, am_check, mha_declare);
-const mega_mixer_ops mega_mixer_ops_local = ATTN_OPS("local", local_resolve, local_check, local_declare);
-const mega_mixer_ops mega_mixer_ops_mhatw = ATTN_OPS("mhatw", mhatw_resolve, mhatw_check, mhatw_declare);
+const mega_mixer_ops mega_mixer_ops_mha = ATTN_OPS("mha", am_resolve, am_check, mha_declare, MHA_OPTIONS, am_context);
+const mega_mixer_ops mega_mixer_ops_local =
+    ATTN_OPS("local", local_resolve, local_check, local_declare, LOCAL_OPTIONS, NULL);
+const mega_mixer_ops mega_mixer_ops_mhatw =
+    ATTN_OPS("mhatw", mhatw_resolve, mhatw_check, mhatw_declare, MHATW_OPTIONS, am_context);

@@ -7,6 +7,19 @@ static const mega_mixer_ops *const OPS[MEGA_MIXER_COUNT] = {MEGA_MIXER_LIST(OPS_
 const mega_mixer_ops *mega_mixer_ops_of(mega_mixer_kind k) { return (unsigned)k < MEGA_MIXER_COUNT ? OPS[k] : NULL; }
 int mega_mixer_available(mega_mixer_kind k) { return mega_mixer_ops_of(k) != NULL; }
 
+void mega__context_default(const mega_mixer_ops *ops, const mega_block_config *c, int T, mega_block_context *x) {
+    memset(x, 0, sizeof *x);
+    x->segment = T, x->cache = T;
+    x->eval_len = c->max_len > 0 ? c->max_len : 2048;
+    x->cross_attention = ops && (ops->flags & MEGA_MIXER_GATED_XATTN) ? "gated" : "multi-head";
+}
+
+void mega_block_context_of(const mega_block_config *c, int T, mega_block_context *x) {
+    const mega_mixer_ops *ops = mega_mixer_ops_of(c->mixer);
+    if (ops && ops->context) ops->context(c, T, x);
+    else mega__context_default(ops, c, T, x);
+}
+
 void mega__rows_gather(real *a, size_t per, int B, const int *idx, real *tmp) {
     memcpy(tmp, a, (size_t)B * per * sizeof(real));
     for (int b = 0; b < B; b++) memcpy(a + (size_t)b * per, tmp + (size_t)idx[b] * per, per * sizeof(real));

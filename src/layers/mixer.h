@@ -59,7 +59,12 @@ typedef struct {
 enum {
     MEGA_MIXER_SELF_RESIDUAL = 1u << 0, /* forward produces the whole sublayer output (Mega) */
     MEGA_MIXER_CAUSAL = 1u << 1,        /* has a causal form (and a streaming step) */
-    MEGA_MIXER_BIDIR = 1u << 2          /* has a bidirectional form */
+    MEGA_MIXER_BIDIR = 1u << 2,         /* has a bidirectional form */
+    MEGA_MIXER_STEP_TEAM = 1u << 3,     /* its step runs on the step team (ops.h), so a language
+                                         * model's stream may be fed in groups (model/lm.c) */
+    MEGA_MIXER_PROBE = 1u << 4,         /* its step writes attention weights into state.probe */
+    MEGA_MIXER_GATED_XATTN = 1u << 5    /* a decoder with it uses the gated cross-attention
+                                         * (xattn.h); the others use multi-head */
 };
 
 /* bytes a block reserves for a mixer's layer struct (each mixer asserts that it fits) */
@@ -72,6 +77,12 @@ typedef struct {
     /* the configuration: fill the mixer's options left at 0; the mixer's own validity rules */
     void (*resolve)(mega_block_config *c);
     mega_status (*check)(const mega_block_config *c);
+    /* the options it reads: names of mega_block_config fields (the field table's "applies to
+     * these mixers" masks are built from these lists), NULL-terminated */
+    const char *const *options;
+    /* what callers need for sequences of up to T tokens (mega_block_context_of; NULL: the
+     * default, mega__context_default) */
+    void (*context)(const mega_block_config *c, int T, mega_block_context *x);
     /* parameters: declare them into P (under prefix) and remember their offsets in L */
     mega_status (*declare)(void *L, const mega_block_config *c, mega_params *P, const char *prefix);
     void (*init)(const void *L, real *W, mega_rng *rng);
@@ -109,8 +120,17 @@ MEGA_MIXER_LIST(MEGA_MIXER_OPS_DECL_)
  * positional scheme rotates pairs); max-len: the training length, else 1024 */
 #define MEGA_DEFAULT_WINDOW 64
 #define MEGA_DEFAULT_MEMORY 32
+/* The one rule for the window option (local, aft-local), after the default is resolved: [1, 2^24]
+ * (the field table's range, 0 there being the default). */
+#define MEGA_WINDOW_MAX (1 << 24)
+mega_status mega__window_check(const mega_block_config *c);
 int mega__default_heads(int width, int even_head);
 int mega__default_max_len(const mega_block_config *c);
+
+/* the context most mixers share: no chunk (segment and cache T), a bounded state, no carry,
+ * max-len (else 2048) to evaluate in, no relative table, the cross-attention the flags name;
+ * a mixer's context op starts from it */
+void mega__context_default(const mega_mixer_ops *ops, const mega_block_config *c, int T, mega_block_context *x);
 
 /* The four projections of multi-head attention, shared by the attention and ABC mixers: fairseq
  * MultiheadAttention's q_proj, k_proj, v_proj, out_proj ([D, D] weights, [D] biases) under

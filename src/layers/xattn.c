@@ -19,7 +19,7 @@ static inline size_t rnd(size_t n) { return (n + 15) & ~(size_t)15; }
 mega_status mega_xattn_declare(mega_xattn *X, mega_params *P, const char *prefix, const mega_block_config *c, int M) {
     memset(X, 0, sizeof *X);
     X->cfg = c;
-    X->kind = c->mixer == MEGA_MIXER_MEGA ? MEGA_XATTN_GATED : MEGA_XATTN_MHA;
+    X->kind = mega_mixer_ops_of(c->mixer)->flags & MEGA_MIXER_GATED_XATTN ? MEGA_XATTN_GATED : MEGA_XATTN_MHA;
     const int64_t D = c->embed_dim, Z = c->z_dim;
     char pre[MEGA_NAME_MAX];
     snprintf(pre, sizeof pre, "%scross_attn.", prefix);

@@ -424,7 +424,8 @@ static size_t stream_team_rows(const mega_lm *m) {
 }
 
 static int stream_team_ok(const mega_lm *m, size_t rows) {
-    return m->cfg.block.mixer == MEGA_MIXER_MEGA && !m->has_as && rows <= stream_team_rows(m);
+    const mega_mixer_ops *ops = mega_mixer_ops_of(m->cfg.block.mixer);
+    return (ops->flags & MEGA_MIXER_STEP_TEAM) && !m->has_as && rows <= stream_team_rows(m);
 }
 
 /* the number of groups for B sequences (1 = not grouped) */
@@ -488,9 +489,11 @@ mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out)
     *out = NULL;
     const mega_lm_config *c = &m->cfg;
     if (B < 1) MEGA_FAIL(MEGA_ERR_INVALID, "stream batch must be positive");
-    /* chunked Mega needs one chunk of cache; every other case needs the longest stream (mixers
-     * with a bounded state, e.g. local windows or recurrences, ignore the capacity) */
-    if (c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size > 0) cap = c->block.chunk_size;
+    /* the mixer's cache for the longest stream (chunked Mega: one chunk; mixers with a bounded
+     * state, e.g. local windows or recurrences, ignore the capacity) */
+    mega_block_context x;
+    mega_block_context_of(&c->block, cap, &x);
+    cap = x.cache;
     if (cap < 1) MEGA_FAIL(MEGA_ERR_INVALID, "full-attention streaming needs a capacity (the longest stream)");
     mega_lm_stream *s = NULL;
     MEGA_TRY(stream_alloc(m, B, cap, NULL, 0, &s));
@@ -560,7 +563,7 @@ int64_t mega_lm_stream_pos(const mega_lm_stream *s) { return s->pos; }
 mega_status mega_lm_stream_probe_attention(mega_lm_stream *s, int layer, mega_real *rows, int ld) {
     const mega_lm_config *c = &s->m->cfg;
     if (layer < 0 || layer >= c->layers) MEGA_FAIL(MEGA_ERR_INVALID, "layer %d is out of range [0, %d)", layer, c->layers);
-    if (c->block.mixer != MEGA_MIXER_MEGA)
+    if (!(mega_mixer_ops_of(c->block.mixer)->flags & MEGA_MIXER_PROBE))
         MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "attention weights can be probed in Mega layers only (this model's mixer is %s)",
                   mega_mixer_name(c->block.mixer));
     if (rows && ld < s->cap) MEGA_FAIL(MEGA_ERR_INVALID, "probe row stride %d is below the stream's cache capacity %d", ld, s->cap);
@@ -693,9 +696,11 @@ mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T,
     for (size_t i = 0; i < (size_t)B * (size_t)T; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
             MEGA_FAIL(MEGA_ERR_INVALID, "token %d is outside the vocabulary of %d", tokens[i], c->vocab_size);
-    if (c->block.mixer == MEGA_MIXER_MEGA && c->block.chunk_size <= 0 && s->pos + T > s->cap)
-        MEGA_FAIL(MEGA_ERR_INVALID, "stream of %lld tokens exceeds the attention cache capacity %d",
-                  (long long)(s->pos + T), s->cap);
+    mega_block_context x;
+    mega_block_context_of(&c->block, s->cap, &x);
+    if (x.cache_full && s->pos + T > s->cap)
+        MEGA_FAIL(MEGA_ERR_INVALID, "stream of %lld tokens exceeds the %s cache capacity %d", (long long)(s->pos + T),
+                  mega_mixer_name(c->block.mixer), s->cap);
     if (!s->group) return stream_feed_rows(s, tokens, T, logits);
     if (T == 0) return MEGA_OK;
     const int G = s->ngroups;

@@ -229,8 +229,19 @@ void mega_s2s_init_params(mega_s2s *m, uint64_t seed) {
 }
 
 int mega__s2s_padded(const mega_block_config *c, int T) {
-    const int k = c->mixer == MEGA_MIXER_MEGA ? c->chunk_size : -1;
-    return (k > 0 && k < T && T % k) ? (T + k - 1) / k * k : T;
+    mega_block_context x;
+    mega_block_context_of(c, T, &x);
+    const int k = x.segment; /* a chunk shorter than T, else T */
+    return (k < T && T % k) ? (T + k - 1) / k * k : T;
+}
+
+int mega__s2s_max_len(const mega_s2s *m) {
+    mega_block_context x;
+    mega_block_context_of(&m->cfg.decoder, 0, &x);
+    int lim = x.positions > 0 ? x.positions : 1 << 20;
+    const mega_xattn *X = &m->dl[0].x;
+    if (X->kind == MEGA_XATTN_GATED && !X->rp.rotary) lim = MEGA_MIN(lim, X->M);
+    return lim;
 }
 
 /* the capacities a batch B x S -> L needs: rows of each side, activation reals per decoder layer
@@ -346,12 +357,11 @@ mega_status mega_s2s_search_memory(const mega_s2s_config *c, int B, int S, const
     /* the sizes of mega_s2s_translate (s2s_gen.c): the decoded length, the stream's state
      * (mega_s2s_stream_new: self-attention state, cross-attention keys and values, the encoder
      * output per row, scratch) and the search's arrays; the sources' encoding (mega__s2s_reserve) */
-    int lim = 1 << 20;
-    if (d->mixer == MEGA_MIXER_MEGA && d->rel_pos_bias == MEGA_RELPOS_SIMPLE)
-        lim = d->chunk_size <= 0 ? MEGA_MIN(m->Mx, d->max_positions) : m->Mx;
-    const double ml = MEGA_MIN(p->max_len_a * S + p->max_len_b, (double)(lim - 1));
+    const double ml = MEGA_MIN(p->max_len_a * S + p->max_len_b, (double)(mega__s2s_max_len(m) - 1));
     const int tmax = MEGA_MAX((int)ml, 1) + 1;
-    const int cap = d->mixer == MEGA_MIXER_MEGA && d->chunk_size > 0 ? d->chunk_size : tmax;
+    mega_block_context x;
+    mega_block_context_of(d, tmax, &x);
+    const int cap = x.cache;
     const size_t sper = mega_block_state_size(&m->dl[0].self, R, cap), xper = mega_xattn_state_size(&m->dl[0].x, R, S, tmax);
     size_t scr = MEGA_MAX(mega_block_step_scratch(&m->dl[0].self, R, 1, cap), mega_xattn_step_scratch(&m->dl[0].x, R, S));
     if (d->ffn_dim > 0) scr = MEGA_MAX(scr, mega_nffn_step_scratch(&m->dl[0].ffn, (size_t)R));

@@ -50,6 +50,9 @@ struct mega_s2s {
 
 /* padded lengths (official: right-padded to a chunk multiple when longer than a chunk) */
 int mega__s2s_padded(const mega_block_config *c, int T);
+/* the longest target the model decodes: the decoder's relative table (mega_block_context
+ * positions) and the gated cross-attention's simple bias (max(max positions)) */
+int mega__s2s_max_len(const mega_s2s *m);
 /* encoder forward on src [B,S] into m->E (and m->spadc, m->src_any_pad); eval or training */
 mega_status mega__s2s_encode(mega_s2s *m, const int32_t *src, int B, int S, int training, uint64_t key);
 /* reserve the buffers for B x S (source) and B x L (target) */

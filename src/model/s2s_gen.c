@@ -19,8 +19,10 @@ mega_status mega_s2s_stream_new(mega_s2s *m, int B, int Smax, int tmax, mega_s2s
                   Smax, tmax);
     const int Ld = c->decoder_layers;
     const size_t D = (size_t)c->decoder.embed_dim;
-    /* chunked Mega keeps one chunk of keys; every other case the whole decoded stream */
-    const int cap = (c->decoder.mixer == MEGA_MIXER_MEGA && c->decoder.chunk_size > 0) ? c->decoder.chunk_size : tmax;
+    /* the decoder mixer's cache for tmax tokens (chunked Mega: one chunk of keys) */
+    mega_block_context x;
+    mega_block_context_of(&c->decoder, tmax, &x);
+    const int cap = x.cache;
     mega_s2s_stream *s = calloc(1, sizeof *s);
     if (!s) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
     s->m = m, s->B = B, s->Smax = Smax, s->tmax = tmax;
@@ -134,18 +136,6 @@ mega_status mega_s2s_stream_reorder(mega_s2s_stream *s, const int *idx) {
 
 void mega_s2s_search_default(mega_s2s_search *p) {
     p->beam = 4, p->lenpen = 1.0, p->max_len_a = 1.2, p->max_len_b = 10, p->limit_src_len = NULL;
-}
-
-/* the longest target the model can decode: the decoder's simple bias covers max-positions
- * positions under full attention, the cross-attention's covers max(max positions) */
-static int model_max_len(const mega_s2s *m) {
-    const mega_block_config *d = &m->cfg.decoder;
-    int lim = 1 << 20;
-    if (d->mixer == MEGA_MIXER_MEGA) {
-        if (d->rel_pos_bias == MEGA_RELPOS_SIMPLE) lim = m->Mx;
-        if (d->rel_pos_bias == MEGA_RELPOS_SIMPLE && d->chunk_size <= 0) lim = MEGA_MIN(lim, d->max_positions);
-    }
-    return lim;
 }
 
 typedef struct {
@@ -310,7 +300,7 @@ mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, co
     search_t s = {0};
     s.K = K, s.G = K > 1 ? K + 1 : 1, s.V = c->tgt_vocab_size, s.eos = c->eos_idx, s.pad = c->padding_idx;
     s.lenpen = p->lenpen;
-    const int G = s.G, R = B * G, lim = model_max_len(m) - 1;
+    const int G = s.G, R = B * G, lim = mega__s2s_max_len(m) - 1;
     /* each sentence's own length limit (its true source length, so that a translation does not
      * depend on the other sentences of the batch) */
     int tmax = 1;

@@ -60,7 +60,7 @@ static inline int block_rows(const mega_attn_k *k, int C) {
     return (!k->causal && C >= 1024) ? 4 * MEGA_ATTN_BR : MEGA_ATTN_BR;
 }
 
-static inline int chunk_len(const mega_attn_k *k, int T) { return (k->chunk_size > 0 && k->chunk_size < T) ? k->chunk_size : T; }
+static inline int chunk_len(const mega_attn_k *k, int T) { return mega__segment(k->chunk_size, T); }
 
 size_t mega_attn_scratch(const mega_attn_k *k, int T) {
     size_t c = (size_t)chunk_len(k, T);
