@@ -34,9 +34,7 @@ int mega__data_number(const char *s, double *x);
 
 /* ---- characters (metrics.c) ---- */
 
-/* The next character of s[*i..n): strict UTF-8 (no overlong forms, no surrogates, nothing above
- * U+10FFFF); each byte of an invalid or truncated sequence is one character 0xDC00 + byte. */
-uint32_t mega__utf8_next(const unsigned char *s, size_t n, size_t *i);
+/* (the next character of s[*i..n): mega__utf8_next with MEGA__UTF8_ESCAPE, core/internal.h) */
 /* Python's str.isspace(), which str.split() and str.rstrip() use */
 int mega__py_isspace(uint32_t c);
 /* the words of s[0..n) as str.split() finds them: calls out(ctx, offset, length) per word; stops
