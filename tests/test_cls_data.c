@@ -1037,6 +1037,88 @@ static void test_formats(void) {
     TL_CHECK(f1 == h && f1 != f2, "dataset fingerprint: tokens and labels in order; one byte changes it");
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * the table of formats, and real-valued sequences */
+static void test_format_table(void) {
+    int n = 0, ok = 1;
+    const mega_data_format_info *rows = mega_data_formats(&n);
+    for (int i = 0; i < n; i++) {
+        mega_data_format g = MEGA_DATA_AUTO;
+        ok &= !mega_data_format_parse(rows[i].name, &g) && g == rows[i].id && mega_data_format_row(g) == &rows[i] &&
+              rows[i].load && rows[i].help && rows[i].flag[0];
+    }
+    TL_CHECK(n == 5 && ok && mega_data_format_row(MEGA_DATA_AUTO) == NULL && !strcmp(mega_data_format_name(MEGA_DATA_REAL), "real"),
+             "one row per format (%d), each with a name that parses back, a loader, help and its flags", n);
+    const mega_data_format_info *idx = mega_data_format_row(MEGA_DATA_IDX);
+    TL_CHECK(idx && !strcmp(idx->flag[0], "images") && !strcmp(idx->flag[1], "labels") && !idx->detect &&
+                 !mega_data_format_row(MEGA_DATA_REAL)->detect && !mega_data_format_row(MEGA_DATA_TEXT)->flag[1],
+             "IDX takes --images and --labels; IDX and real are never detected; text takes one file");
+    write_str("rd.txt", "1,2,3\n");
+    TL_CHECK(mega_data_detect(tpath("rd.txt")) == MEGA_DATA_TEXT, "a line of numbers is detected as text (real is chosen by name)");
+}
+
+/* a real-valued file that loads: labels, values, lengths, format, fingerprint, batches */
+static void test_real_load(void) {
+    write_str("r.txt", "label, x1, x2, x3\r\n1\t0.5, -2 3e-1\n\n , \n0,1,2,3\nb 4 5 6");
+    mega_dataset d;
+    int r = mega_dataset_load(MEGA_DATA_REAL, tpath("r.txt"), NULL, NULL, NULL, &d);
+    TL_CHECK(r == MEGA_OK && d.n == 3 && d.val && !d.tok && d.max_len == 3 && d.classes.n == 3 && d.n_tokens == 9,
+             "real: 3 examples of 3 values (header, empty and separator-only lines skipped; rc %d: %s)", r,
+             r ? mega_last_error() : "");
+    if (r != MEGA_OK) return;
+    TL_CHECK(d.val[0][0] == 0.5f && d.val[0][1] == -2.f && d.val[0][2] == 0.3f && d.val[2][2] == 6.f && d.line[1] == 5 &&
+                 d.line[2] == 6 && mega_dataset_format(&d) == MEGA_DATA_REAL,
+             "real: the values, the line numbers and the format");
+    TL_CHECK(!strcmp(d.classes.names[d.label[0]], "1") && !strcmp(d.classes.names[d.label[2]], "b"), "real: the labels");
+    const uint64_t fp = mega_dataset_fingerprint(&d);
+    d.val[1][1] = 2.5f;
+    TL_CHECK(mega_dataset_fingerprint(&d) != fp, "real: the fingerprint covers the values");
+    mega_batch b;
+    int idx[2] = {2, 0};
+    r = mega_batch_init(&b, 2, 4, 0, 1);
+    r = r ? r : mega_batch_fill(&b, &d, idx, 2);
+    TL_CHECK(r == MEGA_OK && b.val[0] == 4 && b.val[2] == 6 && b.val[3] == 0 && b.val[4] == (mega_real)0.5f && b.len[0] == 3,
+             "real: a real-valued batch holds the values, padded with 0");
+    mega_batch_free(&b);
+    r = mega_batch_init(&b, 2, 4, 0, 0);
+    if (r == MEGA_OK) expect_fail(mega_batch_fill(&b, &d, idx, 2), "real values into a token batch", "real-valued batch", NULL);
+    mega_batch_free(&b);
+    mega_dataset_free(&d);
+    mega_data_opts o = {0};
+    o.max_len = 2;
+    r = mega_dataset_load_real(tpath("r.txt"), &o, &d);
+    TL_CHECK(r == MEGA_OK && d.max_len == 2 && d.n_truncated == 3, "real: --seq-len cuts the values");
+    mega_dataset_free(&d);
+}
+
+/* malformed real-valued files: one clear line each, the dataset left empty */
+static void test_real_errors(void) {
+    static const struct {
+        const char *what, *text, *n1, *n2;
+    } bad[] = {
+        {"not a number", "1 0.5 2\n0 0.5 x2\n", "r_bad.txt:2:", "value 2 'x2' is not a number"},
+        {"NaN", "1 nan 2\n", "r_bad.txt:1:", "value 1 'nan' is not finite"},
+        {"Inf", "1 2 -inf\n", "r_bad.txt:1:", "value 2 '-inf' is not finite"},
+        {"beyond float", "1 2 1e39\n", "r_bad.txt:1:", "beyond the float range"},
+        {"beyond double", "1 2 1e999\n", "r_bad.txt:1:", "beyond the float range"},
+        {"a label alone", "1 2\n3\n", "r_bad.txt:2:", "no values after the label"},
+        {"ragged lengths", "1 2 3\n0 4 5\n1 6\n", "r_bad.txt:3: 1 values", "line 1) has 2"},
+        {"empty file", "", "r_bad.txt", "no examples"},
+        {"only a header", "label,x\n", "r_bad.txt", "no examples"},
+        {"trailing junk", "1 0.5e\n", "r_bad.txt:1:", "'0.5e' is not a number"},
+        {"bad UTF-8 label", "\377 1 2\n", "r_bad.txt:1:", "not valid UTF-8"},
+    };
+    mega_dataset d;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_str("r_bad.txt", bad[i].text);
+        expect_fail(mega_dataset_load(MEGA_DATA_REAL, tpath("r_bad.txt"), NULL, NULL, NULL, &d), bad[i].what, bad[i].n1, bad[i].n2);
+        TL_CHECK(d.n == 0 && !d.val && !d.vpool && !d.path, "%s: the dataset is left empty", bad[i].what);
+    }
+    expect_fail(mega_dataset_load(MEGA_DATA_REAL, tpath("r_missing.txt"), NULL, NULL, NULL, &d), "real: a missing file",
+                "r_missing.txt", NULL);
+    expect_fail(mega_dataset_load(MEGA_DATA_REAL, NULL, NULL, NULL, NULL, &d), "real: no file", "--data FILE is required", NULL);
+}
+
 int main(int argc, char **argv) {
     const char *bin = getenv("MEGA_BIN"), *slash = argc > 0 ? strrchr(argv[0], '/') : NULL;
     if (bin) snprintf(mega_bin, sizeof mega_bin, "%s", bin);
@@ -1058,6 +1140,9 @@ int main(int argc, char **argv) {
     test_vocab();
     test_text_helpers();
     test_formats();
+    test_format_table();
+    test_real_load();
+    test_real_errors();
     test_fuzz();
     rm_tree(tmpdir);
     return tl_finish();

@@ -105,6 +105,14 @@ void fmt_run_memory(char *buf, size_t n, const run_memory *r, const char *how);
  * without blocking); NULL after "mega: error: <what> '<path>' ..." */
 FILE *open_input(const char *path, const char *what);
 
+/* The table of data formats (mega_data_formats) on the command line: --format's choices
+ * ("auto|listops|...") and help, one clause per row; the flags of the format read from two files
+ * (IDX: "images", "labels"; prefix "valid-" for the validation ones) and their help. */
+const char *data_format_choices(void);
+const char *data_format_help(void);
+const char *data_file_flag(const char *prefix, int i);
+const char *data_file_help(const char *prefix, int i);
+
 /* A classifier's data: --data (a TSV) or --images with --labels (IDX), never both, and never one
  * of the IDX pair alone. flag: the three flags' names ("data", "images", "labels"; or the
  * validation ones). 0, or 1 after the error. */
