@@ -412,10 +412,10 @@ static void test_handmade(void) {
 #define T4(name, dt, shape, b, e) \
     "\"" name "\":{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":[" b "," e "]}"
 
-static void test_corrupt(void) {
-    unsigned char d16[16] = {0}, d12[12] = {0}, d8[8] = {0};
+/* the baseline of the cases below is valid; header sizes */
+static void corrupt_sizes(void) {
+    unsigned char d16[16] = {0}, d8[8] = {0};
     size_t len;
-
     /* sanity: the baseline of the cases below is valid */
     expect_good("baseline", "{" T4("a", "F32", "[2,2]", "0", "16") "}", d16, 16);
     expect_good("empty header {}", "{}", NULL, 0);
@@ -469,7 +469,11 @@ static void test_corrupt(void) {
                  "NUL byte in header rejected: %s", mega_last_error());
         free(img);
     }
+}
 
+/* bad JSON and bad dtypes */
+static void corrupt_json_dtype(void) {
+    unsigned char d8[8] = {0};
     /* JSON */
     expect_bad("truncated JSON", "{\"a\":", NULL, 0, "JSON");
     expect_bad("not JSON", "{hello}", NULL, 0, "JSON");
@@ -494,7 +498,11 @@ static void test_corrupt(void) {
     expect_bad("duplicate field",
                "{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
                d8, 1, "duplicate field");
+}
 
+/* bad shapes and data offsets */
+static void corrupt_shape_offsets(void) {
+    unsigned char d16[16] = {0}, d12[12] = {0}, d8[8] = {0};
     /* shape */
     expect_bad("negative dim", "{" T4("a", "F32", "[-1]", "0", "4") "}", d8, 4, "shape[0]");
     expect_bad("float dim", "{" T4("a", "F32", "[1.5]", "0", "6") "}", d8, 6, "shape[0]");
@@ -538,7 +546,11 @@ static void test_corrupt(void) {
     expect_bad("gap at start", "{" T4("a", "F32", "[1]", "4", "8") "}", d8, 8, "gap");
     expect_bad("trailing bytes", "{" T4("a", "F32", "[1]", "0", "4") "}", d8, 8, "cover");
     expect_bad("data without tensors", "{}", d8, 8, "cover");
+}
 
+/* duplicate names and bad metadata */
+static void corrupt_names_meta(void) {
+    unsigned char d8[8] = {0};
     /* names */
     expect_bad("duplicate names", "{" T4("a", "F32", "[1]", "0", "4") "," T4("a", "F32", "[1]",
                "4", "8") "}", d8, 8, "duplicate tensor name 'a'");
@@ -555,11 +567,13 @@ static void test_corrupt(void) {
                0, "duplicate __metadata__ key");
     expect_bad("metadata twice", "{\"__metadata__\":{},\"__metadata__\":{}}", NULL, 0,
                "duplicate __metadata__");
+}
 
-    /* files */
+/* missing, directory and corrupt files on disk */
+static void corrupt_files(void) {
     char path[512];
     path_in(path, sizeof path, "does-not-exist.safetensors");
-    f = (mega_st_file *)(uintptr_t)1;
+    mega_st_file *f = (mega_st_file *)(uintptr_t)1;
     mega_clear_error();
     TL_CHECK(mega_st_open(path, &f) == MEGA_ERR_IO && f == NULL &&
                  strstr(mega_last_error(), "does-not-exist.safetensors"),
@@ -574,6 +588,14 @@ static void test_corrupt(void) {
     TL_CHECK(mega_st_open(path, &f) == MEGA_ERR_FORMAT &&
                  strstr(mega_last_error(), "corrupt.safetensors"),
              "corrupt file -> MEGA_ERR_FORMAT naming the path: %s", mega_last_error());
+}
+
+static void test_corrupt(void) {
+    corrupt_sizes();
+    corrupt_json_dtype();
+    corrupt_shape_offsets();
+    corrupt_names_meta();
+    corrupt_files();
 }
 
 /* a small valid image with metadata, several dtypes and a zero-element tensor */
