@@ -1,15 +1,18 @@
-/* The classification TSV loaders through mega_dataset_load (auto-detected, ListOps, text,
+/* The classification TSV loaders through mega_dataset_load (auto-detected, ListOps, text, real,
  * pairs), then every example through padded batches and the fingerprint. The first three bytes
  * are the options:
  *   byte 0: bits 0-1 the format (auto, listops, text, pairs), bit 2 keep_parens, bit 3 map the
  *           labels with a given class list (evaluation), bit 4 a batch shorter than the longest
- *           example (cut rows)
+ *           example (cut rows), bit 5 the real format instead (real-valued sequences)
  *   byte 1: max_len (0 = keep everything, else 1..63)
  *   byte 2: max_examples (0 = all, else 1..15)
  * and the rest is the file. Invariants: every example has a length in [1, max_len], a label in
- * [0, classes), tokens inside the vocabulary; a batch row never exceeds its capacity. The
+ * [0, classes), tokens inside the vocabulary (real: finite values, every example as long as the
+ * first); a batch row never exceeds its capacity. The
  * ListOps evaluator (mega_listops_eval) also reads the text, as an expression. */
 #include "fuzz_common.h"
+
+#include <math.h>
 
 static char *given_names[] = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "neg", "pos"};
 
@@ -19,7 +22,7 @@ static void check_batches(const mega_dataset *d, int cut) {
     if (cut && L2 > 1) L2 = L2 / 2;
     const int B = d->n < 8 ? d->n : 8;
     mega_batch b;
-    FZ_CHECK(mega_batch_init(&b, B, L, L2, 0) == MEGA_OK);
+    FZ_CHECK(mega_batch_init(&b, B, L, L2, d->val != NULL) == MEGA_OK);
     int idx[8];
     for (int i0 = 0; i0 < d->n; i0 += B) {
         int n = d->n - i0 < B ? d->n - i0 : B;
@@ -29,7 +32,8 @@ static void check_batches(const mega_dataset *d, int cut) {
         for (int r = 0; r < B; r++) {
             FZ_CHECK(b.len[r] >= 0 && b.len[r] <= L);
             FZ_CHECK(r < n ? b.label[r] == d->label[idx[r]] : b.label[r] == -1);
-            for (int t = 0; t < L; t++) FZ_CHECK(b.tok[(size_t)r * L + t] >= 0 && b.tok[(size_t)r * L + t] < d->vocab.size);
+            for (int t = 0; t < L && !d->val; t++) FZ_CHECK(b.tok[(size_t)r * L + t] >= 0 && b.tok[(size_t)r * L + t] < d->vocab.size);
+            for (int t = 0; t < L && d->val; t++) FZ_CHECK(isfinite(b.val[(size_t)r * L + t]));
             if (L2) FZ_CHECK(b.len2[r] >= 0 && b.len2[r] <= L2);
         }
     }
@@ -55,12 +59,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int value = -1;
     if (mega_listops_eval(expr, &value) == MEGA_OK) FZ_CHECK(value >= 0 && value <= 9);
     free(expr);
-    mega_data_format fmt = formats[o0 & 3];
+    mega_data_format fmt = (o0 >> 5) & 1 ? MEGA_DATA_REAL : formats[o0 & 3];
     (void)mega_data_detect(path);
     mega_dataset d;
     mega_status st = mega_dataset_load(fmt, path, NULL, NULL, &o, &d);
     if (st != MEGA_OK) {
-        FZ_CHECK(d.n == 0 && d.tok == NULL && d.pool == NULL && d.classes.n == 0);
+        FZ_CHECK(d.n == 0 && d.tok == NULL && d.pool == NULL && d.val == NULL && d.vpool == NULL && d.classes.n == 0);
         FZ_CHECK(mega_last_error()[0] != 0);
         mega_dataset_free(&d);
         return 0;
@@ -72,7 +76,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FZ_CHECK(d.len[i] >= 1 && d.len[i] <= d.max_len);
         if (o.max_len) FZ_CHECK(d.len[i] <= o.max_len);
         FZ_CHECK(d.label[i] >= 0 && d.label[i] < d.classes.n);
-        for (int t = 0; t < d.len[i]; t++) FZ_CHECK(d.tok[i][t] < d.vocab.size && d.tok[i][t] != d.vocab.pad);
+        for (int t = 0; t < d.len[i] && !d.val; t++) FZ_CHECK(d.tok[i][t] < d.vocab.size && d.tok[i][t] != d.vocab.pad);
+        for (int t = 0; t < d.len[i] && d.val; t++) FZ_CHECK(isfinite(d.val[i][t]));
+        if (d.val) FZ_CHECK(d.len[i] == d.len[0]); /* real: every example as long as the first */
         if (d.pairs) {
             FZ_CHECK(d.len2[i] >= 1 && d.len2[i] <= d.max_len2);
             for (int t = 0; t < d.len2[i]; t++) FZ_CHECK(d.tok2[i][t] < d.vocab.size);

@@ -5,8 +5,8 @@
  *    sampler that decides the data order (its one uint64 of state goes into checkpoints) and
  *    random contiguous windows of bytes with their next-byte targets;
  *  - long-sequence classification (Long Range Arena style): vocabularies, class lists, dataset
- *    loaders (ListOps TSV, byte-level text TSV, text pairs TSV, IDX images), format detection,
- *    padded batches;
+ *    loaders (ListOps TSV, byte-level text TSV, text pairs TSV, IDX images, real-valued
+ *    sequences) in one table of formats, format detection, padded batches;
  *  - ListOps: the evaluator and a bit-exact copy of the published generator;
  *  - parallel text for translation: "source<TAB>target" TSV with per-reason counts of the lines
  *    skipped, batching by length (fairseq --max-tokens) in a reproducible order, padded batches.
@@ -222,14 +222,15 @@ mega_status mega_classes_from_json(const char *json, mega_classes *c);
 /* ---------------------------------------------------------------------------------------------
  * datasets */
 typedef enum {
-    MEGA_DATA_AUTO = 0, /* ListOps header, 3 or more fields = pairs, else text (mega_data_detect) */
+    MEGA_DATA_AUTO = 0, /* the first format whose detector accepts the file's first line (mega_data_detect) */
     MEGA_DATA_LISTOPS,
     MEGA_DATA_TEXT,
     MEGA_DATA_PAIRS,
-    MEGA_DATA_IDX
+    MEGA_DATA_IDX,
+    MEGA_DATA_REAL
 } mega_data_format;
 
-/* "auto", "listops", "text", "pairs", "idx" (as on the command line and in checkpoints) */
+/* "auto", "listops", "text", "pairs", "idx", "real" (as on the command line and in checkpoints) */
 const char *mega_data_format_name(mega_data_format f);
 int mega_data_format_parse(const char *s, mega_data_format *f); /* 0 on success */
 
@@ -259,9 +260,11 @@ typedef struct {
     int64_t n_unk;         /* ListOps tokens mapped to <unk> */
     int rows, cols;        /* IDX images: one example is rows*cols pixels, row-major */
     char *path;            /* the file read (the images file for IDX) */
+    float **val;           /* real: [n] the len[i] values of each example (tok is then NULL) */
     /* storage (internal) */
     uint16_t *pool;
     size_t pool_n;
+    float *vpool;
 } mega_dataset;
 
 /* Every loader fills *d (overwritten; the caller frees it with mega_dataset_free) and returns
@@ -287,13 +290,43 @@ mega_status mega_dataset_load_pairs(const char *path, const mega_data_opts *opts
  * then decompressed whole. */
 mega_status mega_dataset_load_idx(const char *images, const char *labels, const mega_data_opts *opts, mega_dataset *d);
 
-/* The format of a TSV from its first line: the ListOps header "Source<TAB>...", else two or more
- * TABs = pairs, else text (also when the file cannot be opened: the loader then says why). */
+/* Real-valued sequences: one example per line, fields separated by commas, spaces or TABs (a run
+ * of them is one separator), the label first, then the values, each a finite number that fits a
+ * float ("1\t0.25, -3e-2 7" is label "1" with 3 values); every example has the same number of
+ * values. Empty lines are skipped; a first line whose first field is "label" is a header. The
+ * values are stored as floats in d->val (d->tok is NULL); mega_batch_fill copies them into a
+ * real-valued batch. Errors name the line: a value that is not a number or not finite, a line
+ * without values, a line whose count differs from the first example's. No model reads them yet:
+ * this is the input format, loaded and validated. */
+mega_status mega_dataset_load_real(const char *path, const mega_data_opts *opts, mega_dataset *d);
+
+/* One row per data format: the CLI's --format choices, their help and the files each takes, the
+ * detection and the loader all come from this table (src/data/formats.c). */
+typedef struct {
+    mega_data_format id;
+    const char *name;         /* mega_data_format_name */
+    const char *what;         /* in messages: "ListOps", "IDX", ... */
+    const char *help;         /* one line: what a file of this format holds */
+    const char *flag[2];      /* the CLI flags of its files: {"data", NULL} or {"images", "labels"} */
+    const char *flag_help[2]; /* their help */
+    /* whether a file starting with the line s[0..n) (no newline) is in this format; NULL: never
+     * detected, only chosen by name */
+    int (*detect)(const char *s, size_t n);
+    /* path[0], path[1]: the files of flag[0], flag[1] (NULL when not given: MEGA_ERR_INVALID) */
+    mega_status (*load)(const char *const path[2], const mega_data_opts *opts, mega_dataset *d);
+} mega_data_format_info;
+
+/* the rows, in detection order (*n of them; "auto" has no row) */
+const mega_data_format_info *mega_data_formats(int *n);
+/* the row of a format (NULL for MEGA_DATA_AUTO or an unknown value) */
+const mega_data_format_info *mega_data_format_row(mega_data_format f);
+/* The format of a file from its first line: the first row whose detector accepts it; text when
+ * none does (also when the file cannot be opened: the loader then says why). */
 mega_data_format mega_data_detect(const char *path);
-/* The one entry point of the CLI: IDX when format is MEGA_DATA_IDX or only images are given
- * (images and labels both required), else the TSV at data in the given format (MEGA_DATA_AUTO:
- * mega_data_detect). MEGA_ERR_INVALID when the needed paths are NULL; the messages name the CLI
- * flags (--data, --images, --labels). */
+/* The one entry point of the CLI: the format's row decides which files it reads; a format with a
+ * second file (IDX) is also chosen when only that row's files are given (images without data).
+ * MEGA_DATA_AUTO: mega_data_detect on data. MEGA_ERR_INVALID when the needed paths are NULL; the
+ * messages name the CLI flags of the row (--data, --images, --labels). */
 mega_status mega_dataset_load(mega_data_format format, const char *data, const char *images, const char *labels,
                               const mega_data_opts *opts, mega_dataset *d);
 /* the format a loaded dataset came from (never MEGA_DATA_AUTO) */
@@ -326,7 +359,8 @@ void mega_batch_free(mega_batch *b);
 int mega_batch_max_len(const mega_dataset *d, const int *idx, int n, int which);
 /* Copy examples idx[0..n) (n <= B) into the batch; longer sequences are cut at L (L2).
  * MEGA_ERR_INVALID: n out of range, an index out of range, a pairs dataset into a batch without
- * L2, or reals requested for something other than pixels. */
+ * L2, reals requested for tokens other than pixels, or real values (the real format) into a
+ * batch of token ids. */
 mega_status mega_batch_fill(mega_batch *b, const mega_dataset *d, const int *idx, int n);
 
 /* ---------------------------------------------------------------------------------------------

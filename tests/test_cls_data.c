@@ -197,16 +197,10 @@ static int published_length(const char *s) {
     return n;
 }
 
-static void test_generator(void) {
-    mega_listops_params p = mega_listops_defaults();
-    p.n_train = 1600, p.n_valid = 200, p.n_test = 200;
-    p.min_len = 10, p.max_len = 200, p.max_depth = 6, p.max_args = 8, p.seed = 42;
-    const int N = 2000;
-    mega_listops_gen *g = gen_new(&p);
-    TL_CHECK(g != NULL, "mega_listops_gen_new");
-    if (!g) return;
-    char **src = calloc((size_t)N, sizeof *src);
-    int *tgt = calloc((size_t)N, sizeof *tgt), *lens = calloc((size_t)N, sizeof *lens);
+/* the generator's examples (sources, targets, lengths): they evaluate to their targets, have the
+ * published lengths, cover every target and are distinct */
+static void check_generated(const mega_listops_params *pp, mega_listops_gen *g, int N, char **src, int *tgt, int *lens) {
+    const mega_listops_params p = *pp;
     int bad_eval = 0, bad_len = 0, fails = 0, hist[10] = {0};
     for (int i = 0; i < N; i++) {
         const char *s;
@@ -220,7 +214,6 @@ static void test_generator(void) {
         if (published_length(s) != lens[i] || lens[i] <= p.min_len || lens[i] >= p.max_len) bad_len++;
         if (tgt[i] >= 0 && tgt[i] < 10) hist[tgt[i]]++;
     }
-    mega_listops_gen_free(g);
     TL_CHECK(fails == 0, "2000 examples generated");
     TL_CHECK(bad_eval == 0, "the evaluator agrees with the generator's target on all 2000 examples (%d disagree)", bad_eval);
     TL_CHECK(bad_len == 0, "every length is the published one (no parentheses) and min < length < max (%d bad)", bad_len);
@@ -236,8 +229,10 @@ static void test_generator(void) {
     }
     TL_CHECK(!fails && dup == 0, "no duplicate examples (%d)", dup);
     free(sorted);
+}
 
-    /* determinism in the seed */
+/* the same seed gives the same examples, another seed others */
+static void check_gen_seed(mega_listops_params p, int N, char **src, const int *tgt) {
     mega_listops_gen *g2 = gen_new(&p);
     int same = 1;
     for (int i = 0; i < N && g2; i++) {
@@ -257,8 +252,10 @@ static void test_generator(void) {
     }
     mega_listops_gen_free(g2);
     TL_CHECK(differ >= 15, "another seed, other examples (%d/20 differ)", differ);
+}
 
-    /* write as TSV and parse back */
+/* the examples written as a ListOps TSV parse back: labels, tokens, lengths, parentheses, limits */
+static void check_gen_parse_back(int N, char **src, const int *tgt, const int *lens) {
     FILE *f = fopen(tpath("gen.tsv"), "wb");
     fprintf(f, "Source\tTarget\n");
     for (int i = 0; i < N; i++) fprintf(f, "%s\t%d\n", src[i] ? src[i] : "0", tgt[i]);
@@ -319,7 +316,22 @@ static void test_generator(void) {
         TL_CHECK(ok, "max_len truncates, max_examples stops (%d examples, longest %d, %d cut)", d.n, d.max_len, d.n_truncated);
         mega_dataset_free(&d);
     } else TL_CHECK(0, "truncated load: %s", mega_last_error());
+}
 
+static void test_generator(void) {
+    mega_listops_params p = mega_listops_defaults();
+    p.n_train = 1600, p.n_valid = 200, p.n_test = 200;
+    p.min_len = 10, p.max_len = 200, p.max_depth = 6, p.max_args = 8, p.seed = 42;
+    const int N = 2000;
+    mega_listops_gen *g = gen_new(&p);
+    TL_CHECK(g != NULL, "mega_listops_gen_new");
+    if (!g) return;
+    char **src = calloc((size_t)N, sizeof *src);
+    int *tgt = calloc((size_t)N, sizeof *tgt), *lens = calloc((size_t)N, sizeof *lens);
+    check_generated(&p, g, N, src, tgt, lens);
+    mega_listops_gen_free(g);
+    check_gen_seed(p, N, src, tgt);
+    check_gen_parse_back(N, src, tgt, lens);
     for (int i = 0; i < N; i++) free(src[i]);
     free(src), free(tgt), free(lens);
 
@@ -503,10 +515,10 @@ static void test_listops_malformed(void) {
 
 /* ---------------------------------------------------------------------------------------------
  * text and pairs */
-static void test_text(void) {
+/* text: numeric labels sort numerically; header skipped; raw bytes kept; eval with the training classes */
+static void text_numeric_labels(void) {
     mega_dataset d;
     mega_data_opts o = {0};
-    /* numeric labels sort numerically; header skipped; raw bytes kept */
     const char txt[] = "label\ttext\n10\thello\n9\tw\xc3\xa9\xff\n2\tab\r\n10\tx\n";
     write_file(tpath("t.tsv"), txt, sizeof txt - 1);
     int rc = mega_dataset_load_text(tpath("t.tsv"), &o, &d);
@@ -536,9 +548,14 @@ static void test_text(void) {
         o.classes = NULL;
         mega_classes_free(&tr);
     }
-    /* string labels sort bytewise */
+}
+
+/* text: string labels sort bytewise; the class list as JSON */
+static void text_string_labels(void) {
+    mega_dataset d;
+    mega_data_opts o = {0};
     write_str("s.tsv", "pos\tgood\nneg\tbad\nneutral\tmeh\nneg\tugh\n");
-    rc = mega_dataset_load_text(tpath("s.tsv"), &o, &d);
+    int rc = mega_dataset_load_text(tpath("s.tsv"), &o, &d);
     TL_CHECK(rc == 0 && d.classes.n == 3 && !strcmp(d.classes.names[0], "neg") && !strcmp(d.classes.names[1], "neutral") &&
                  !strcmp(d.classes.names[2], "pos") && d.label[0] == 2 && d.label[3] == 0,
              "string labels sort bytewise: neg, neutral, pos");
@@ -556,11 +573,16 @@ static void test_text(void) {
     expect_fail(mega_classes_from_json("{}", &bc), "class JSON object", "array", NULL);
     expect_fail(mega_classes_from_json("[1]", &bc), "class JSON number", "not a string", NULL);
     expect_fail(mega_classes_from_json("[", &bc), "class JSON broken", NULL, NULL);
-    /* NUL bytes in the text are bytes; truncation */
+}
+
+/* text: NUL bytes in the text are bytes; truncation; malformed files */
+static void text_malformed(void) {
+    mega_dataset d;
+    mega_data_opts o = {0};
     const char nul[] = "1\ta\0b\n0\tlong text here\n";
     write_file(tpath("n.tsv"), nul, sizeof nul - 1);
     o.max_len = 4;
-    rc = mega_dataset_load_text(tpath("n.tsv"), &o, &d);
+    int rc = mega_dataset_load_text(tpath("n.tsv"), &o, &d);
     TL_CHECK(rc == 0 && d.len[0] == 3 && d.tok[0][1] == 0 && d.len[1] == 4 && d.n_truncated == 1,
              "NUL is a byte like any other; --seq-len truncates (%s)", rc ? mega_last_error() : "");
     if (!rc) mega_dataset_free(&d);
@@ -596,8 +618,12 @@ static void test_text(void) {
     rc = mega_dataset_load_text(tpath("x.tsv"), NULL, &d);
     if (!rc) mega_dataset_free(&d);
     expect_fail(rc, "NUL in a label", "x.tsv:2:", "NUL");
+}
 
-    /* pairs: 3 fields and the AAN 5-field layout */
+/* pairs: 3 fields and the AAN 5-field layout; batches; malformed files */
+static void pairs_tsv(void) {
+    mega_dataset d;
+    int rc;
     write_str("p.tsv", "label\ttext1\ttext2\n1\tabc\tde\n0\tx\tyz w\n");
     rc = mega_dataset_load_pairs(tpath("p.tsv"), NULL, &d);
     TL_CHECK(rc == 0 && d.pairs && d.n == 2 && d.len[0] == 3 && d.len2[0] == 2 && d.tok2[1][0] == 'y' && d.len2[1] == 4 &&
@@ -641,6 +667,13 @@ static void test_text(void) {
     }
 }
 
+static void test_text(void) {
+    text_numeric_labels();
+    text_string_labels();
+    text_malformed();
+    pairs_tsv();
+}
+
 /* ---------------------------------------------------------------------------------------------
  * IDX */
 static size_t idx_images(uint8_t *b, uint32_t magic, uint32_t n, uint32_t r, uint32_t c) {
@@ -658,12 +691,8 @@ static size_t idx_labels(uint8_t *b, uint32_t magic, uint32_t n, const uint8_t *
     return 8 + n;
 }
 
-static void test_idx(void) {
-    uint8_t im[256], lb[64];
-    const uint8_t lab[3] = {7, 0, 7};
-    size_t ni = idx_images(im, 0x803, 3, 2, 3), nl = idx_labels(lb, 0x801, 3, lab);
-    write_file(tpath("img.idx"), im, ni);
-    write_file(tpath("lab.idx"), lb, nl);
+/* IDX: 3 images of 2x3 as tokens and as reals, batches, normalisation, unknown labels */
+static void idx_load(const uint8_t *im) {
     mega_dataset d;
     mega_data_opts o = {0};
     int rc = mega_dataset_load_idx(tpath("img.idx"), tpath("lab.idx"), &o, &d);
@@ -719,8 +748,11 @@ static void test_idx(void) {
     o.classes = &only0;
     expect_fail(mega_dataset_load_idx(tpath("img.idx"), tpath("lab.idx"), &o, &d), "IDX unknown label", "unknown label '7'", "image number");
     o.classes = NULL;
+}
 
-    /* malformed */
+/* IDX: malformed files, each one clear error */
+static void idx_malformed(const uint8_t *lab) {
+    mega_dataset d;
     uint8_t bad[256];
     size_t n;
     n = idx_images(bad, 0x803, 3, 2, 3);
@@ -750,6 +782,14 @@ static void test_idx(void) {
     expect_fail(mega_dataset_load_idx(tpath("img.idx"), tpath("bl.idx"), NULL, &d), "count mismatch", "3 images", "2 labels");
     write_file(tpath("bl.idx"), lb0, idx_labels(lb0, 0x801, 3, lab) - 1);
     expect_fail(mega_dataset_load_idx(tpath("img.idx"), tpath("bl.idx"), NULL, &d), "truncated labels", "truncated", "3 labels");
+}
+
+/* IDX: gzip-compressed files, missing files, absurd dimensions */
+static void idx_gzip_and_files(const uint8_t *im, size_t ni, const uint8_t *lb, size_t nl) {
+    mega_dataset d;
+    int rc;
+    uint8_t bad[256];
+    size_t n;
     /* gzip-compressed files (as MNIST and Fashion-MNIST are published) are decompressed: the same
      * examples as the plain files; a gzip header without its data is corrupt */
     {
@@ -782,6 +822,17 @@ static void test_idx(void) {
     rc = mega_dataset_load_idx(tpath("bi.idx"), tpath("lab.idx"), NULL, &d);
     if (!rc) mega_dataset_free(&d);
     TL_CHECK(rc != 0, "huge announced dimensions rejected: %s", mega_last_error());
+}
+
+static void test_idx(void) {
+    uint8_t im[256], lb[64];
+    const uint8_t lab[3] = {7, 0, 7};
+    size_t ni = idx_images(im, 0x803, 3, 2, 3), nl = idx_labels(lb, 0x801, 3, lab);
+    write_file(tpath("img.idx"), im, ni);
+    write_file(tpath("lab.idx"), lb, nl);
+    idx_load(im);
+    idx_malformed(lab);
+    idx_gzip_and_files(im, ni, lb, nl);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1037,6 +1088,88 @@ static void test_formats(void) {
     TL_CHECK(f1 == h && f1 != f2, "dataset fingerprint: tokens and labels in order; one byte changes it");
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * the table of formats, and real-valued sequences */
+static void test_format_table(void) {
+    int n = 0, ok = 1;
+    const mega_data_format_info *rows = mega_data_formats(&n);
+    for (int i = 0; i < n; i++) {
+        mega_data_format g = MEGA_DATA_AUTO;
+        ok &= !mega_data_format_parse(rows[i].name, &g) && g == rows[i].id && mega_data_format_row(g) == &rows[i] &&
+              rows[i].load && rows[i].help && rows[i].flag[0];
+    }
+    TL_CHECK(n == 5 && ok && mega_data_format_row(MEGA_DATA_AUTO) == NULL && !strcmp(mega_data_format_name(MEGA_DATA_REAL), "real"),
+             "one row per format (%d), each with a name that parses back, a loader, help and its flags", n);
+    const mega_data_format_info *idx = mega_data_format_row(MEGA_DATA_IDX);
+    TL_CHECK(idx && !strcmp(idx->flag[0], "images") && !strcmp(idx->flag[1], "labels") && !idx->detect &&
+                 !mega_data_format_row(MEGA_DATA_REAL)->detect && !mega_data_format_row(MEGA_DATA_TEXT)->flag[1],
+             "IDX takes --images and --labels; IDX and real are never detected; text takes one file");
+    write_str("rd.txt", "1,2,3\n");
+    TL_CHECK(mega_data_detect(tpath("rd.txt")) == MEGA_DATA_TEXT, "a line of numbers is detected as text (real is chosen by name)");
+}
+
+/* a real-valued file that loads: labels, values, lengths, format, fingerprint, batches */
+static void test_real_load(void) {
+    write_str("r.txt", "label, x1, x2, x3\r\n1\t0.5, -2 3e-1\n\n , \n0,1,2,3\nb 4 5 6");
+    mega_dataset d;
+    int r = mega_dataset_load(MEGA_DATA_REAL, tpath("r.txt"), NULL, NULL, NULL, &d);
+    TL_CHECK(r == MEGA_OK && d.n == 3 && d.val && !d.tok && d.max_len == 3 && d.classes.n == 3 && d.n_tokens == 9,
+             "real: 3 examples of 3 values (header, empty and separator-only lines skipped; rc %d: %s)", r,
+             r ? mega_last_error() : "");
+    if (r != MEGA_OK) return;
+    TL_CHECK(d.val[0][0] == 0.5f && d.val[0][1] == -2.f && d.val[0][2] == 0.3f && d.val[2][2] == 6.f && d.line[1] == 5 &&
+                 d.line[2] == 6 && mega_dataset_format(&d) == MEGA_DATA_REAL,
+             "real: the values, the line numbers and the format");
+    TL_CHECK(!strcmp(d.classes.names[d.label[0]], "1") && !strcmp(d.classes.names[d.label[2]], "b"), "real: the labels");
+    const uint64_t fp = mega_dataset_fingerprint(&d);
+    d.val[1][1] = 2.5f;
+    TL_CHECK(mega_dataset_fingerprint(&d) != fp, "real: the fingerprint covers the values");
+    mega_batch b;
+    int idx[2] = {2, 0};
+    r = mega_batch_init(&b, 2, 4, 0, 1);
+    r = r ? r : mega_batch_fill(&b, &d, idx, 2);
+    TL_CHECK(r == MEGA_OK && b.val[0] == 4 && b.val[2] == 6 && b.val[3] == 0 && b.val[4] == (mega_real)0.5f && b.len[0] == 3,
+             "real: a real-valued batch holds the values, padded with 0");
+    mega_batch_free(&b);
+    r = mega_batch_init(&b, 2, 4, 0, 0);
+    if (r == MEGA_OK) expect_fail(mega_batch_fill(&b, &d, idx, 2), "real values into a token batch", "real-valued batch", NULL);
+    mega_batch_free(&b);
+    mega_dataset_free(&d);
+    mega_data_opts o = {0};
+    o.max_len = 2;
+    r = mega_dataset_load_real(tpath("r.txt"), &o, &d);
+    TL_CHECK(r == MEGA_OK && d.max_len == 2 && d.n_truncated == 3, "real: --seq-len cuts the values");
+    mega_dataset_free(&d);
+}
+
+/* malformed real-valued files: one clear line each, the dataset left empty */
+static void test_real_errors(void) {
+    static const struct {
+        const char *what, *text, *n1, *n2;
+    } bad[] = {
+        {"not a number", "1 0.5 2\n0 0.5 x2\n", "r_bad.txt:2:", "value 2 'x2' is not a number"},
+        {"NaN", "1 nan 2\n", "r_bad.txt:1:", "value 1 'nan' is not finite"},
+        {"Inf", "1 2 -inf\n", "r_bad.txt:1:", "value 2 '-inf' is not finite"},
+        {"beyond float", "1 2 1e39\n", "r_bad.txt:1:", "beyond the float range"},
+        {"beyond double", "1 2 1e999\n", "r_bad.txt:1:", "beyond the float range"},
+        {"a label alone", "1 2\n3\n", "r_bad.txt:2:", "no values after the label"},
+        {"ragged lengths", "1 2 3\n0 4 5\n1 6\n", "r_bad.txt:3: 1 values", "line 1) has 2"},
+        {"empty file", "", "r_bad.txt", "no examples"},
+        {"only a header", "label,x\n", "r_bad.txt", "no examples"},
+        {"trailing junk", "1 0.5e\n", "r_bad.txt:1:", "'0.5e' is not a number"},
+        {"bad UTF-8 label", "\377 1 2\n", "r_bad.txt:1:", "not valid UTF-8"},
+    };
+    mega_dataset d;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_str("r_bad.txt", bad[i].text);
+        expect_fail(mega_dataset_load(MEGA_DATA_REAL, tpath("r_bad.txt"), NULL, NULL, NULL, &d), bad[i].what, bad[i].n1, bad[i].n2);
+        TL_CHECK(d.n == 0 && !d.val && !d.vpool && !d.path, "%s: the dataset is left empty", bad[i].what);
+    }
+    expect_fail(mega_dataset_load(MEGA_DATA_REAL, tpath("r_missing.txt"), NULL, NULL, NULL, &d), "real: a missing file",
+                "r_missing.txt", NULL);
+    expect_fail(mega_dataset_load(MEGA_DATA_REAL, NULL, NULL, NULL, NULL, &d), "real: no file", "--data FILE is required", NULL);
+}
+
 int main(int argc, char **argv) {
     const char *bin = getenv("MEGA_BIN"), *slash = argc > 0 ? strrchr(argv[0], '/') : NULL;
     if (bin) snprintf(mega_bin, sizeof mega_bin, "%s", bin);
@@ -1058,6 +1191,9 @@ int main(int argc, char **argv) {
     test_vocab();
     test_text_helpers();
     test_formats();
+    test_format_table();
+    test_real_load();
+    test_real_errors();
     test_fuzz();
     rm_tree(tmpdir);
     return tl_finish();

@@ -375,9 +375,10 @@ static int same_order(const mega_s2s_plan *a, const mega_s2s_plan *b) {
     return !memcmp(a->idx, b->idx, (size_t)a->n_idx * sizeof *a->idx);
 }
 
-static void test_batches(void) {
-    /* 300 lines of random lengths 1..60 bytes per side */
-    enum { N = 300 };
+/* 300 lines of random lengths 1..60 bytes per side, loaded; 0 after a failed check */
+enum { N_MANY = 300 };
+static int many_pairs(mega_s2s_data *d) {
+    enum { N = N_MANY };
     size_t cap = (size_t)N * 130, n = 0;
     char *text = malloc(cap);
     unsigned long long rs = 12345;
@@ -390,109 +391,121 @@ static void test_batches(void) {
     }
     const char *p = put("many.tsv", text, n);
     free(text);
-    mega_s2s_data d;
-    if (mega_s2s_data_load(p, NULL, &d) != MEGA_OK || d.n != N) {
+    if (mega_s2s_data_load(p, NULL, d) != MEGA_OK || d->n != N) {
         tl_check(0, "many.tsv loads with %d examples: %s", N, mega_last_error());
-        mega_s2s_data_free(&d);
-        return;
+        mega_s2s_data_free(d);
+        return 0;
     }
-    mega_s2s_plan a, b, c, e;
+    return 1;
+}
+
+/* a plan without shuffle is sorted, consecutive and greedy */
+static void check_sorted_plan(const mega_s2s_data *d, const mega_s2s_plan *a) {
     /* no shuffle: sorted by (source, target, index), batches consecutive */
-    mega_status rc = mega_s2s_batches(&d, 256, 0, 1, 1, 0, &a);
-    TL_CHECK(rc == MEGA_OK, "batches (%s)", rc ? mega_last_error() : "");
-    if (rc) return;
-    plan_ok(&d, &a, 256, 0, "max_tokens 256, sorted");
+    plan_ok(d, a, 256, 0, "max_tokens 256, sorted");
     int sorted = 1, consecutive = 1;
-    for (int k = 1; k < a.n_idx; k++) {
-        int i = a.idx[k - 1], j = a.idx[k];
-        int lt = d.src_len[i] < d.src_len[j] ||
-                 (d.src_len[i] == d.src_len[j] && (d.tgt_len[i] < d.tgt_len[j] || (d.tgt_len[i] == d.tgt_len[j] && i < j)));
+    for (int k = 1; k < a->n_idx; k++) {
+        int i = a->idx[k - 1], j = a->idx[k];
+        int lt = d->src_len[i] < d->src_len[j] ||
+                 (d->src_len[i] == d->src_len[j] && (d->tgt_len[i] < d->tgt_len[j] || (d->tgt_len[i] == d->tgt_len[j] && i < j)));
         sorted &= lt;
     }
-    for (int k = 0; k < a.n; k++) consecutive &= a.off[k] == (k ? a.off[k - 1] + a.count[k - 1] : 0);
+    for (int k = 0; k < a->n; k++) consecutive &= a->off[k] == (k ? a->off[k - 1] + a->count[k - 1] : 0);
     TL_CHECK(sorted, "no shuffle: examples sorted by (source length, target length, index)");
     TL_CHECK(consecutive, "no shuffle: batches in sorted order");
     /* greedy: adding the next example to a batch would break the limit */
     int greedy = 1;
-    for (int k = 0; k + 1 < a.n; k++) {
+    for (int k = 0; k + 1 < a->n; k++) {
         int S, L;
-        mega_s2s_batch_shape(&d, a.idx + a.off[k], a.count[k] + 1, &S, &L);
-        greedy &= (long)(a.count[k] + 1) * (S > L ? S : L) > 256;
+        mega_s2s_batch_shape(d, a->idx + a->off[k], a->count[k] + 1, &S, &L);
+        greedy &= (long)(a->count[k] + 1) * (S > L ? S : L) > 256;
     }
     TL_CHECK(greedy, "every batch is as large as the limit allows");
-    TL_CHECK(a.n_oversize == 0 && a.max_count >= 4, "no oversize batch, largest %d", a.max_count);
+    TL_CHECK(a->n_oversize == 0 && a->max_count >= 4, "no oversize batch, largest %d", a->max_count);
+}
 
-    /* shuffle: same (seed, epoch) -> same order; other epoch or seed -> another order; same batches */
-    mega_s2s_batches(&d, 256, 0, 7, 3, 1, &b);
-    mega_s2s_batches(&d, 256, 0, 7, 3, 1, &c);
-    TL_CHECK(same_order(&b, &c), "shuffle is deterministic for (seed 7, epoch 3)");
-    plan_ok(&d, &b, 256, 0, "shuffled");
-    TL_CHECK(!memcmp(a.idx, b.idx, sizeof(int) * N), "shuffle keeps the example order inside the index array");
+/* shuffle: same (seed, epoch) -> same order; other epoch or seed -> another order; same batches */
+static void check_shuffled_plan(const mega_s2s_data *d, const mega_s2s_plan *a, mega_s2s_plan *b) {
+    mega_s2s_plan c;
+    mega_s2s_batches(d, 256, 0, 7, 3, 1, b);
+    mega_s2s_batches(d, 256, 0, 7, 3, 1, &c);
+    TL_CHECK(same_order(b, &c), "shuffle is deterministic for (seed 7, epoch 3)");
+    plan_ok(d, b, 256, 0, "shuffled");
+    TL_CHECK(!memcmp(a->idx, b->idx, sizeof(int) * N_MANY), "shuffle keeps the example order inside the index array");
     int moved = 0;
-    for (int k = 0; k < b.n; k++) moved += b.off[k] != a.off[k];
-    TL_CHECK(moved > b.n / 2, "shuffle moves most batches (%d of %d)", moved, b.n);
+    for (int k = 0; k < b->n; k++) moved += b->off[k] != a->off[k];
+    TL_CHECK(moved > b->n / 2, "shuffle moves most batches (%d of %d)", moved, b->n);
     mega_s2s_plan_free(&c);
-    mega_s2s_batches(&d, 256, 0, 7, 4, 1, &c);
-    TL_CHECK(!same_order(&b, &c), "epoch 4 gives another order than epoch 3");
+    mega_s2s_batches(d, 256, 0, 7, 4, 1, &c);
+    TL_CHECK(!same_order(b, &c), "epoch 4 gives another order than epoch 3");
     mega_s2s_plan_free(&c);
-    mega_s2s_batches(&d, 256, 0, 8, 3, 1, &c);
-    TL_CHECK(!same_order(&b, &c), "seed 8 gives another order than seed 7");
+    mega_s2s_batches(d, 256, 0, 8, 3, 1, &c);
+    TL_CHECK(!same_order(b, &c), "seed 8 gives another order than seed 7");
     /* the documented recipe reproduces the order */
     {
         uint64_t st = mega_data_rng_seed(7 ^ (0x9E3779B97F4A7C15ull * 3));
-        int *o = malloc((size_t)a.n * sizeof *o), *cn = malloc((size_t)a.n * sizeof *cn), same = 1;
-        memcpy(o, a.off, (size_t)a.n * sizeof *o), memcpy(cn, a.count, (size_t)a.n * sizeof *cn);
-        for (int i = a.n - 1; i > 0; i--) {
+        int *o = malloc((size_t)a->n * sizeof *o), *cn = malloc((size_t)a->n * sizeof *cn), same = 1;
+        memcpy(o, a->off, (size_t)a->n * sizeof *o), memcpy(cn, a->count, (size_t)a->n * sizeof *cn);
+        for (int i = a->n - 1; i > 0; i--) {
             int j = (int)mega_data_rng_below(&st, (uint64_t)i + 1), t = o[i], u = cn[i];
             o[i] = o[j], cn[i] = cn[j], o[j] = t, cn[j] = u;
         }
-        for (int i = 0; i < a.n; i++) same &= o[i] == b.off[i] && cn[i] == b.count[i];
+        for (int i = 0; i < a->n; i++) same &= o[i] == b->off[i] && cn[i] == b->count[i];
         TL_CHECK(same, "the documented Fisher-Yates recipe gives the same order");
         free(o), free(cn);
     }
     mega_s2s_plan_free(&c);
 
+}
+
+/* the limits: sentences, both, below the longest example, one huge batch, bad arguments */
+static void check_plan_limits(const mega_s2s_data *d) {
+    enum { N = N_MANY };
+    mega_s2s_plan c, e;
+    mega_status rc;
     /* max_sentences caps the count; both limits; sentences only */
-    mega_s2s_batches(&d, 0, 16, 1, 1, 1, &c);
-    plan_ok(&d, &c, 0, 16, "max_sentences 16 only");
+    mega_s2s_batches(d, 0, 16, 1, 1, 1, &c);
+    plan_ok(d, &c, 0, 16, "max_sentences 16 only");
     TL_CHECK(c.n == (N + 15) / 16 && c.max_count == 16, "sentences only: %d batches of up to 16", c.n);
     mega_s2s_plan_free(&c);
-    mega_s2s_batches(&d, 1000, 5, 1, 1, 0, &c);
-    plan_ok(&d, &c, 1000, 5, "max_tokens 1000 and max_sentences 5");
+    mega_s2s_batches(d, 1000, 5, 1, 1, 0, &c);
+    plan_ok(d, &c, 1000, 5, "max_tokens 1000 and max_sentences 5");
     TL_CHECK(c.max_count == 5, "max_sentences caps at 5");
     mega_s2s_plan_free(&c);
     /* a limit below the longest example: those become batches of one, counted */
-    mega_s2s_batches(&d, 40, 0, 1, 1, 0, &c);
-    plan_ok(&d, &c, 40, 0, "max_tokens 40 (some examples longer)");
+    mega_s2s_batches(d, 40, 0, 1, 1, 0, &c);
+    plan_ok(d, &c, 40, 0, "max_tokens 40 (some examples longer)");
     TL_CHECK(c.n_oversize > 0, "examples over max_tokens are alone (%d)", c.n_oversize);
     mega_s2s_plan_free(&c);
     /* one huge batch */
-    mega_s2s_batches(&d, 1 << 30, 0, 1, 1, 1, &c);
+    mega_s2s_batches(d, 1 << 30, 0, 1, 1, 1, &c);
     TL_CHECK(c.n == 1 && c.count[0] == N && c.off[0] == 0, "a large max_tokens gives one batch");
     mega_s2s_plan_free(&c);
 
-    rc = mega_s2s_batches(&d, 0, 0, 1, 1, 0, &e);
+    rc = mega_s2s_batches(d, 0, 0, 1, 1, 0, &e);
     expect_fail(rc, MEGA_ERR_INVALID, "batches: no limit", "at least one");
     TL_CHECK(e.n == 0 && e.idx == NULL, "failed plan is empty");
-    rc = mega_s2s_batches(&d, -5, 0, 1, 1, 0, &e);
+    rc = mega_s2s_batches(d, -5, 0, 1, 1, 0, &e);
     expect_fail(rc, MEGA_ERR_INVALID, "batches: negative", "max_tokens -5");
     mega_s2s_plan_free(&e);
     mega_s2s_plan_free(NULL);
+}
 
-    /* fill a whole shuffled epoch: every row's tokens match the stored example */
+/* fill a whole shuffled epoch: every row's tokens match the stored example */
+static void check_epoch_fill(const mega_s2s_data *d, const mega_s2s_plan *b) {
     int ok = 1;
-    for (int k = 0; k < b.n && ok; k++) {
-        const int *ix = b.idx + b.off[k];
-        int B = b.count[k], S, L;
-        mega_s2s_batch_shape(&d, ix, B, &S, &L);
+    for (int k = 0; k < b->n && ok; k++) {
+        const int *ix = b->idx + b->off[k];
+        int B = b->count[k], S, L;
+        mega_s2s_batch_shape(d, ix, B, &S, &L);
         int32_t *src = malloc(sizeof(int32_t) * (size_t)B * S), *prev = malloc(sizeof(int32_t) * (size_t)B * L),
                 *tgt = malloc(sizeof(int32_t) * (size_t)B * L), *sl = malloc(sizeof(int32_t) * B);
-        ok = mega_s2s_fill(&d, ix, B, src, S, prev, tgt, L, sl, NULL) == MEGA_OK;
+        ok = mega_s2s_fill(d, ix, B, src, S, prev, tgt, L, sl, NULL) == MEGA_OK;
         for (int r = 0; r < B && ok; r++) {
-            const uint16_t *ps = mega_s2s_data_src(&d, ix[r]), *pt = mega_s2s_data_tgt(&d, ix[r]);
+            const uint16_t *ps = mega_s2s_data_src(d, ix[r]), *pt = mega_s2s_data_tgt(d, ix[r]);
             for (int t = 0; t < S; t++) ok &= src[(size_t)r * S + t] == (t < sl[r] ? ps[t] : MEGA_S2S_PAD);
             for (int t = 0; t < L; t++) {
-                int tl = d.tgt_len[ix[r]];
+                int tl = d->tgt_len[ix[r]];
                 ok &= tgt[(size_t)r * L + t] == (t < tl ? pt[t] : MEGA_S2S_PAD);
                 ok &= prev[(size_t)r * L + t] == (t >= tl ? MEGA_S2S_PAD : t ? pt[t - 1] : MEGA_S2S_EOS);
             }
@@ -500,9 +513,23 @@ static void test_batches(void) {
         free(src), free(prev), free(tgt), free(sl);
     }
     TL_CHECK(ok, "every batch of a shuffled epoch fills with the stored tokens");
+}
 
+static void test_batches(void) {
+    mega_s2s_data d;
+    if (!many_pairs(&d)) return;
+    mega_s2s_plan a, b;
+    /* no shuffle: sorted by (source, target, index), batches consecutive */
+    mega_status rc = mega_s2s_batches(&d, 256, 0, 1, 1, 0, &a);
+    TL_CHECK(rc == MEGA_OK, "batches (%s)", rc ? mega_last_error() : "");
+    if (rc) return;
+    check_sorted_plan(&d, &a);
+    check_shuffled_plan(&d, &a, &b);
+    check_plan_limits(&d);
+    check_epoch_fill(&d, &b);
     mega_s2s_plan_free(&a), mega_s2s_plan_free(&b);
     mega_s2s_data_free(&d);
+    mega_s2s_plan e;
     mega_s2s_data z;
     memset(&z, 0, sizeof z);
     rc = mega_s2s_batches(&z, 100, 0, 1, 1, 0, &e);

@@ -87,53 +87,8 @@ typedef struct {
     size_t numel;
 } rt_item;
 
-static void test_round_trip(void) {
-    float f32[6] = {1.5f, -2.25f, 0.0f, 3.0e-8f, -1.0e30f, 42.0f};
-    double f64[4] = {0.1, -1e300, 3.141592653589793, -0.0};
-    uint16_t f16[3] = {0x3C00, 0xC000, 0x0001}; /* 1, -2, 2^-24 */
-    uint16_t bf16[2] = {0x3F80, 0xC0A0};        /* 1, -5 */
-    int64_t i64[4] = {-3, 1ll << 40, 0, INT64_MIN};
-    int32_t i32[5] = {-1, 2, INT32_MAX, INT32_MIN, 7};
-    int16_t i16[2] = {-32768, 1234};
-    int8_t i8[3] = {-128, 0, 127};
-    uint8_t u8[4] = {0, 1, 200, 255};
-    uint8_t bl[3] = {1, 0, 1};
-    float scalar = 3.5f;
-    float f32src[6];
-    memcpy(f32src, f32, sizeof f32);
-    const rt_item items[] = {
-        {"layer.0/weight", MEGA_DT_F32, 2, {2, 3}, f32src, 6},
-        {"f64", MEGA_DT_F64, 1, {4}, f64, 4},
-        {"half", MEGA_DT_F16, 1, {3}, f16, 3},
-        {"bhalf", MEGA_DT_BF16, 3, {1, 2, 1}, bf16, 2},
-        {"i64", MEGA_DT_I64, 2, {2, 2}, i64, 4},
-        {"i32", MEGA_DT_I32, 1, {5}, i32, 5},
-        {"i16", MEGA_DT_I16, 1, {2}, i16, 2},
-        {"i8", MEGA_DT_I8, 1, {3}, i8, 3},
-        {"u8", MEGA_DT_U8, 2, {2, 2}, u8, 4},
-        {"mask", MEGA_DT_BOOL, 1, {3}, bl, 3},
-        {"scalar", MEGA_DT_F32, 0, {0}, &scalar, 1},
-        {"empty", MEGA_DT_F32, 2, {0, 4}, NULL, 0},
-        {"empty_i32", MEGA_DT_I32, 3, {3, 0, 2}, NULL, 0},
-        {"n\xc3\xa4me \"quoted\" \\ back", MEGA_DT_U8, 1, {1}, u8 + 3, 1},
-    };
-    const int n = (int)(sizeof items / sizeof items[0]);
-
-    mega_st_writer *w = mega_st_writer_new();
-    TL_CHECK(w != NULL, "writer_new");
-    if (!w) return;
-    int add_ok = 1;
-    for (int i = 0; i < n; i++)
-        add_ok &= mega_st_writer_add(w, items[i].name, items[i].dt, items[i].ndim,
-                                     items[i].shape, items[i].data) == MEGA_OK;
-    TL_CHECK(add_ok, "writer_add of %d tensors: %s", n, mega_last_error());
-    TL_CHECK(mega_st_writer_meta(w, "format", "pt") == MEGA_OK, "writer_meta format");
-    TL_CHECK(mega_st_writer_meta(w, "note", "first") == MEGA_OK, "writer_meta note");
-    TL_CHECK(mega_st_writer_meta(w, "note", "caf\xc3\xa9 \"x\"\n\\") == MEGA_OK,
-             "writer_meta replaces a key");
-    TL_CHECK(mega_st_writer_meta(w, "", "empty key") == MEGA_OK, "writer_meta empty key");
-
-    /* invalid additions */
+/* the writer refuses bad additions, each with MEGA_ERR_INVALID */
+static void rt_invalid_adds(mega_st_writer *w, const float *f32, const int32_t *i32) {
     int64_t sh2[2] = {2, 3}, neg[1] = {-1}, sh9[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
     TL_CHECK(mega_st_writer_add(w, "i32", MEGA_DT_I32, 1, sh2, i32) == MEGA_ERR_INVALID &&
                  mega_last_error()[0],
@@ -155,17 +110,10 @@ static void test_round_trip(void) {
              "writer rejects NULL data for a non-empty tensor");
     TL_CHECK(mega_st_writer_add(w, "bad\xff", MEGA_DT_F32, 2, sh2, f32) == MEGA_ERR_INVALID,
              "writer rejects a non-UTF-8 name");
+}
 
-    /* the data is copied by writer_add: clobbering the source must not change the file */
-    for (int i = 0; i < 6; i++) f32src[i] = -999.0f;
-
-    char path[512];
-    path_in(path, sizeof path, "rt.safetensors");
-    mega_status st = mega_st_writer_write(w, path);
-    TL_CHECK(st == MEGA_OK, "writer_write: %s", mega_last_error());
-    mega_st_writer_free(w);
-    TL_CHECK(tl_count_entries(g_dir, ".tmp.") == 0, "no temporary file left after a write");
-
+/* the written file's header: its length padded to 8, a JSON object, padded with spaces */
+static void rt_header_checks(const char *path) {
     size_t flen = 0;
     unsigned char *raw = tl_read_file(path, &flen);
     TL_CHECK(raw && flen >= 8, "written file readable");
@@ -179,11 +127,10 @@ static void test_round_trip(void) {
         TL_CHECK(jend > 8 && raw[jend - 1] == '}', "header is padded only with spaces");
     }
     free(raw);
+}
 
-    mega_st_file *f = NULL;
-    st = mega_st_open(path, &f);
-    TL_CHECK(st == MEGA_OK && f, "open written file: %s", mega_last_error());
-    if (!f) return;
+/* the tensors read back in insertion order, contiguous and aligned, and the metadata */
+static void rt_tensors_and_meta(const mega_st_file *f, const rt_item *items, int n, const float *f32) {
     TL_CHECK(mega_st_count(f) == n, "count %d == %d", mega_st_count(f), n);
     size_t expect_off = 0;
     const unsigned char *base = NULL;
@@ -222,8 +169,11 @@ static void test_round_trip(void) {
     for (int i = 0; i < mega_st_meta_count(f); i++)
         keys_ok &= mega_st_meta(f, mega_st_meta_key(f, i)) != NULL;
     TL_CHECK(keys_ok && mega_st_meta_key(f, 3) == NULL, "meta_key enumerates keys");
+}
 
-    /* conversions */
+/* the conversions of read_real and read_i32 */
+static void rt_conversions(const mega_st_file *f, const float *f32, const double *f64, const int32_t *i32) {
+    mega_status st;
     mega_real r[8];
     const mega_st_tensor *t;
     t = mega_st_get(f, "layer.0/weight");
@@ -281,20 +231,92 @@ static void test_round_trip(void) {
     TL_CHECK(mega_st_read_i32(t, iv, 6) == MEGA_ERR_SHAPE, "read_i32 of F32 -> MEGA_ERR_SHAPE");
     t = mega_st_get(f, "empty_i32");
     TL_CHECK(t && mega_st_read_i32(t, iv, 0) == MEGA_OK, "read_i32 zero-element");
-    mega_st_close(f);
-    mega_st_close(NULL);
-    TL_CHECK(mega_st_count(NULL) == 0 && mega_st_get(NULL, "x") == NULL, "NULL file accessors");
+}
 
-    /* writer with nothing added: "{}" header, valid file with no tensors */
-    w = mega_st_writer_new();
+/* a writer with nothing added: "{}" header, valid file with no tensors */
+static void rt_empty_writer(void) {
+    char path[512];
+    mega_st_file *f = NULL;
+    mega_st_writer *w = mega_st_writer_new();
     path_in(path, sizeof path, "empty.safetensors");
     TL_CHECK(mega_st_writer_write(w, path) == MEGA_OK, "write empty file");
     mega_st_writer_free(w);
-    f = NULL;
     TL_CHECK(mega_st_open(path, &f) == MEGA_OK && mega_st_count(f) == 0 &&
                  mega_st_meta_count(f) == 0,
              "empty file reads back with 0 tensors");
     mega_st_close(f);
+}
+
+static void test_round_trip(void) {
+    float f32[6] = {1.5f, -2.25f, 0.0f, 3.0e-8f, -1.0e30f, 42.0f};
+    double f64[4] = {0.1, -1e300, 3.141592653589793, -0.0};
+    uint16_t f16[3] = {0x3C00, 0xC000, 0x0001}; /* 1, -2, 2^-24 */
+    uint16_t bf16[2] = {0x3F80, 0xC0A0};        /* 1, -5 */
+    int64_t i64[4] = {-3, 1ll << 40, 0, INT64_MIN};
+    int32_t i32[5] = {-1, 2, INT32_MAX, INT32_MIN, 7};
+    int16_t i16[2] = {-32768, 1234};
+    int8_t i8[3] = {-128, 0, 127};
+    uint8_t u8[4] = {0, 1, 200, 255};
+    uint8_t bl[3] = {1, 0, 1};
+    float scalar = 3.5f;
+    float f32src[6];
+    memcpy(f32src, f32, sizeof f32);
+    const rt_item items[] = {
+        {"layer.0/weight", MEGA_DT_F32, 2, {2, 3}, f32src, 6},
+        {"f64", MEGA_DT_F64, 1, {4}, f64, 4},
+        {"half", MEGA_DT_F16, 1, {3}, f16, 3},
+        {"bhalf", MEGA_DT_BF16, 3, {1, 2, 1}, bf16, 2},
+        {"i64", MEGA_DT_I64, 2, {2, 2}, i64, 4},
+        {"i32", MEGA_DT_I32, 1, {5}, i32, 5},
+        {"i16", MEGA_DT_I16, 1, {2}, i16, 2},
+        {"i8", MEGA_DT_I8, 1, {3}, i8, 3},
+        {"u8", MEGA_DT_U8, 2, {2, 2}, u8, 4},
+        {"mask", MEGA_DT_BOOL, 1, {3}, bl, 3},
+        {"scalar", MEGA_DT_F32, 0, {0}, &scalar, 1},
+        {"empty", MEGA_DT_F32, 2, {0, 4}, NULL, 0},
+        {"empty_i32", MEGA_DT_I32, 3, {3, 0, 2}, NULL, 0},
+        {"n\xc3\xa4me \"quoted\" \\ back", MEGA_DT_U8, 1, {1}, u8 + 3, 1},
+    };
+    const int n = (int)(sizeof items / sizeof items[0]);
+
+    mega_st_writer *w = mega_st_writer_new();
+    TL_CHECK(w != NULL, "writer_new");
+    if (!w) return;
+    int add_ok = 1;
+    for (int i = 0; i < n; i++)
+        add_ok &= mega_st_writer_add(w, items[i].name, items[i].dt, items[i].ndim,
+                                     items[i].shape, items[i].data) == MEGA_OK;
+    TL_CHECK(add_ok, "writer_add of %d tensors: %s", n, mega_last_error());
+    TL_CHECK(mega_st_writer_meta(w, "format", "pt") == MEGA_OK, "writer_meta format");
+    TL_CHECK(mega_st_writer_meta(w, "note", "first") == MEGA_OK, "writer_meta note");
+    TL_CHECK(mega_st_writer_meta(w, "note", "caf\xc3\xa9 \"x\"\n\\") == MEGA_OK,
+             "writer_meta replaces a key");
+    TL_CHECK(mega_st_writer_meta(w, "", "empty key") == MEGA_OK, "writer_meta empty key");
+
+    rt_invalid_adds(w, f32, i32);
+
+    /* the data is copied by writer_add: clobbering the source must not change the file */
+    for (int i = 0; i < 6; i++) f32src[i] = -999.0f;
+
+    char path[512];
+    path_in(path, sizeof path, "rt.safetensors");
+    mega_status st = mega_st_writer_write(w, path);
+    TL_CHECK(st == MEGA_OK, "writer_write: %s", mega_last_error());
+    mega_st_writer_free(w);
+    TL_CHECK(tl_count_entries(g_dir, ".tmp.") == 0, "no temporary file left after a write");
+
+    rt_header_checks(path);
+
+    mega_st_file *f = NULL;
+    st = mega_st_open(path, &f);
+    TL_CHECK(st == MEGA_OK && f, "open written file: %s", mega_last_error());
+    if (!f) return;
+    rt_tensors_and_meta(f, items, n, f32);
+    rt_conversions(f, f32, f64, i32);
+    mega_st_close(f);
+    mega_st_close(NULL);
+    TL_CHECK(mega_st_count(NULL) == 0 && mega_st_get(NULL, "x") == NULL, "NULL file accessors");
+    rt_empty_writer();
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -390,10 +412,10 @@ static void test_handmade(void) {
 #define T4(name, dt, shape, b, e) \
     "\"" name "\":{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":[" b "," e "]}"
 
-static void test_corrupt(void) {
-    unsigned char d16[16] = {0}, d12[12] = {0}, d8[8] = {0};
+/* the baseline of the cases below is valid; header sizes */
+static void corrupt_sizes(void) {
+    unsigned char d16[16] = {0}, d8[8] = {0};
     size_t len;
-
     /* sanity: the baseline of the cases below is valid */
     expect_good("baseline", "{" T4("a", "F32", "[2,2]", "0", "16") "}", d16, 16);
     expect_good("empty header {}", "{}", NULL, 0);
@@ -447,7 +469,11 @@ static void test_corrupt(void) {
                  "NUL byte in header rejected: %s", mega_last_error());
         free(img);
     }
+}
 
+/* bad JSON and bad dtypes */
+static void corrupt_json_dtype(void) {
+    unsigned char d8[8] = {0};
     /* JSON */
     expect_bad("truncated JSON", "{\"a\":", NULL, 0, "JSON");
     expect_bad("not JSON", "{hello}", NULL, 0, "JSON");
@@ -472,7 +498,11 @@ static void test_corrupt(void) {
     expect_bad("duplicate field",
                "{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
                d8, 1, "duplicate field");
+}
 
+/* bad shapes and data offsets */
+static void corrupt_shape_offsets(void) {
+    unsigned char d16[16] = {0}, d12[12] = {0}, d8[8] = {0};
     /* shape */
     expect_bad("negative dim", "{" T4("a", "F32", "[-1]", "0", "4") "}", d8, 4, "shape[0]");
     expect_bad("float dim", "{" T4("a", "F32", "[1.5]", "0", "6") "}", d8, 6, "shape[0]");
@@ -516,7 +546,11 @@ static void test_corrupt(void) {
     expect_bad("gap at start", "{" T4("a", "F32", "[1]", "4", "8") "}", d8, 8, "gap");
     expect_bad("trailing bytes", "{" T4("a", "F32", "[1]", "0", "4") "}", d8, 8, "cover");
     expect_bad("data without tensors", "{}", d8, 8, "cover");
+}
 
+/* duplicate names and bad metadata */
+static void corrupt_names_meta(void) {
+    unsigned char d8[8] = {0};
     /* names */
     expect_bad("duplicate names", "{" T4("a", "F32", "[1]", "0", "4") "," T4("a", "F32", "[1]",
                "4", "8") "}", d8, 8, "duplicate tensor name 'a'");
@@ -533,11 +567,13 @@ static void test_corrupt(void) {
                0, "duplicate __metadata__ key");
     expect_bad("metadata twice", "{\"__metadata__\":{},\"__metadata__\":{}}", NULL, 0,
                "duplicate __metadata__");
+}
 
-    /* files */
+/* missing, directory and corrupt files on disk */
+static void corrupt_files(void) {
     char path[512];
     path_in(path, sizeof path, "does-not-exist.safetensors");
-    f = (mega_st_file *)(uintptr_t)1;
+    mega_st_file *f = (mega_st_file *)(uintptr_t)1;
     mega_clear_error();
     TL_CHECK(mega_st_open(path, &f) == MEGA_ERR_IO && f == NULL &&
                  strstr(mega_last_error(), "does-not-exist.safetensors"),
@@ -552,6 +588,14 @@ static void test_corrupt(void) {
     TL_CHECK(mega_st_open(path, &f) == MEGA_ERR_FORMAT &&
                  strstr(mega_last_error(), "corrupt.safetensors"),
              "corrupt file -> MEGA_ERR_FORMAT naming the path: %s", mega_last_error());
+}
+
+static void test_corrupt(void) {
+    corrupt_sizes();
+    corrupt_json_dtype();
+    corrupt_shape_offsets();
+    corrupt_names_meta();
+    corrupt_files();
 }
 
 /* a small valid image with metadata, several dtypes and a zero-element tensor */

@@ -297,12 +297,66 @@ FILE *open_input(const char *path, const char *what) {
     return f;
 }
 
+/* the row of the format read from two files (IDX) */
+static const mega_data_format_info *file_pair_row(void) {
+    int n;
+    const mega_data_format_info *r = mega_data_formats(&n);
+    for (int i = 0; i < n; i++)
+        if (r[i].flag[1]) return &r[i];
+    return NULL;
+}
+
+const char *data_format_choices(void) {
+    static char buf[256];
+    if (!buf[0]) {
+        int n, o = snprintf(buf, sizeof buf, "auto");
+        const mega_data_format_info *r = mega_data_formats(&n);
+        for (int i = 0; i < n && o > 0 && (size_t)o < sizeof buf; i++) o += snprintf(buf + o, sizeof buf - (size_t)o, "|%s", r[i].name);
+    }
+    return buf;
+}
+
+const char *data_format_help(void) {
+    static char buf[2048];
+    if (!buf[0]) {
+        int n, o = snprintf(buf, sizeof buf, "input format (auto: from the first line of --data, one of");
+        const mega_data_format_info *r = mega_data_formats(&n);
+        for (int i = 0, k = 0; i < n && (size_t)o < sizeof buf; i++)
+            if (r[i].detect) o += snprintf(buf + o, sizeof buf - (size_t)o, "%s %s", k++ ? "," : "", r[i].name);
+        if ((size_t)o < sizeof buf) o += snprintf(buf + o, sizeof buf - (size_t)o, ")");
+        for (int i = 0; i < n && (size_t)o < sizeof buf; i++) o += snprintf(buf + o, sizeof buf - (size_t)o, "; %s: %s", r[i].name, r[i].help);
+    }
+    return buf;
+}
+
+const char *data_file_flag(const char *prefix, int i) {
+    static char buf[2][2][64];
+    const int v = prefix && *prefix, k = i ? 1 : 0;
+    const mega_data_format_info *r = file_pair_row();
+    if (!buf[v][k][0]) snprintf(buf[v][k], sizeof buf[v][k], "%s%s", v ? prefix : "", r ? r->flag[k] : "?");
+    return buf[v][k];
+}
+
+const char *data_file_help(const char *prefix, int i) {
+    static char buf[2][2][256];
+    const int v = prefix && *prefix, k = i ? 1 : 0;
+    const mega_data_format_info *r = file_pair_row();
+    if (!r) return "";
+    /* the first file names its partner: "..., with --labels" */
+    if (!buf[v][k][0])
+        snprintf(buf[v][k], sizeof buf[v][k], "%s%s%s%s", v ? "validation data: " : "", r->flag_help[k], k ? "" : ", with --",
+                 k ? "" : data_file_flag(prefix, 1));
+    return buf[v][k];
+}
+
 int data_flags_check(const char *const flag[3], const char *data, const char *images, const char *labels) {
+    const mega_data_format_info *r = file_pair_row();
+    const char *what = r ? r->what : "?";
     /* two datasets named at once: one of them would be silently ignored */
     if (data && (images || labels))
-        return cli_error("--%s and --%s/--%s name two datasets: give --%s (text) or --%s with --%s (IDX images), not both",
-                         flag[0], flag[1], flag[2], flag[0], flag[1], flag[2]);
-    if (!images != !labels) return cli_error("IDX data needs both --%s and --%s", flag[1], flag[2]);
+        return cli_error("--%s and --%s/--%s name two datasets: give --%s (text) or --%s with --%s (%s images), not both",
+                         flag[0], flag[1], flag[2], flag[0], flag[1], flag[2], what);
+    if (!images != !labels) return cli_error("%s data needs both --%s and --%s", what, flag[1], flag[2]);
     return 0;
 }
 

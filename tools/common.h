@@ -105,6 +105,14 @@ void fmt_run_memory(char *buf, size_t n, const run_memory *r, const char *how);
  * without blocking); NULL after "mega: error: <what> '<path>' ..." */
 FILE *open_input(const char *path, const char *what);
 
+/* The table of data formats (mega_data_formats) on the command line: --format's choices
+ * ("auto|listops|...") and help, one clause per row; the flags of the format read from two files
+ * (IDX: "images", "labels"; prefix "valid-" for the validation ones) and their help. */
+const char *data_format_choices(void);
+const char *data_format_help(void);
+const char *data_file_flag(const char *prefix, int i);
+const char *data_file_help(const char *prefix, int i);
+
 /* A classifier's data: --data (a TSV) or --images with --labels (IDX), never both, and never one
  * of the IDX pair alone. flag: the three flags' names ("data", "images", "labels"; or the
  * validation ones). 0, or 1 after the error. */
@@ -140,4 +148,16 @@ int cmd_experiment(int argc, char **argv);
 /* hf.c: the Hugging Face transformers layout */
 int cmd_hf_export(int argc, char **argv);
 int cmd_hf_import(int argc, char **argv);
+/* The four rows of cli_flag for the beam search (a mega_s2s_search *sp), shared by `mega
+ * translate` and `mega eval --task translate`; P prefixes each help text ("" or "translate: "). */
+#define SEARCH_FLAGS(P, sp)                                                                                              \
+    {"beam", F_INT, &(sp)->beam, P "beam size (1 = greedy)", NULL, 1, 1024, 0},                                          \
+        {"lenpen", F_DBL, &(sp)->lenpen, P "length penalty: a hypothesis scores log P / length^lenpen (fairseq --lenpen)", \
+         NULL, 0, 100, 0},                                                                                               \
+        {"max-len-a", F_DBL, &(sp)->max_len_a,                                                                           \
+         P "longest output = a * source tokens + b (fairseq --max-len-a; a model with subword sources and byte targets " \
+           "counts the source in bytes)",                                                                                \
+         NULL, 0, 1000, 0},                                                                                              \
+        {"max-len-b", F_INT, &(sp)->max_len_b, P "see --max-len-a", NULL, 0, 1 << 20, 0}
+
 #endif

@@ -11,8 +11,8 @@
  * mega_model_file); NULL with mega_last_error() set when it names no model file */
 static const char *model_path(const char *m, char *buf, size_t n) { return mega_model_file(m, buf, n) ? NULL : buf; }
 
-/* the flags naming a classifier's data (data_flags_check) */
-static const char *const DATA_FLAGS[3] = {"data", "images", "labels"};
+/* the flags naming a classifier's data (data_flags_check; the IDX pair from the table of formats) */
+#define DATA_FLAGS ((const char *const[3]){"data", data_file_flag("", 0), data_file_flag("", 1)})
 
 /* every model these commands load is for inference: no gradient buffer */
 static const mega_load_opts INFERENCE = {1, 0};
@@ -237,8 +237,8 @@ int cmd_predict(int argc, char **argv) {
     cli_flag fl[] = {
         {"model", F_STR, &model, "classifier checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
         {"data", F_STR, &data, "inputs in the training format (the label column is read but not used)", NULL, 1, 0, 0},
-        {"images", F_STR, &images, "IDX images (with --labels)", NULL, 1, 0, 0},
-        {"labels", F_STR, &labels, "IDX labels", NULL, 1, 0, 0},
+        {data_file_flag("", 0), F_STR, &images, data_file_help("", 0), NULL, 1, 0, 0},
+        {data_file_flag("", 1), F_STR, &labels, data_file_help("", 1), NULL, 1, 0, 0},
         {"seq-len", F_INT, &seq_len, "truncate inputs to this many tokens", NULL, 1, 1 << 24, 0},
         {"batch", F_INT, &batch, "examples per forward pass", NULL, 1, 1 << 16, 0},
         {"threads", F_INT, &threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
@@ -397,16 +397,13 @@ int cmd_eval(int argc, char **argv) {
         {"lengths", F_STR, &lengths, "lm: bits per byte at several lengths in one call (e.g. 512,1024,2048,4096): full forward over non-overlapping windows of each length (train short, test long)", NULL, 1, 0, 0},
         {"attn-window", F_INT, &attn_window, "lm, attention mixers: apply a local attention mask of this width (-1 = as trained)", NULL, -1, 1 << 24, 0},
         {"task", F_ENUM, &task, "lm, classify or translate (auto: from the model)", "auto|lm|classify|translate", 1, 0, 0},
-        {"beam", F_INT, &sp.beam, "translate: beam size (1 = greedy)", NULL, 1, 1024, 0},
-        {"lenpen", F_DBL, &sp.lenpen, "translate: length penalty (log P / length^lenpen)", NULL, 0, 100, 0},
-        {"max-len-a", F_DBL, &sp.max_len_a, "translate: longest output = a * source tokens + b (source bytes for subword sources with byte targets)", NULL, 0, 1000, 0},
-        {"max-len-b", F_INT, &sp.max_len_b, "translate: see --max-len-a", NULL, 0, 1 << 20, 0},
+        SEARCH_FLAGS("translate: ", &sp),
         {"max-examples", F_I64, &max_examples, "translate: the first N usable pairs only (0 = all)", NULL, 0, 1e12, 0},
         {"max-tokens", F_INT, &max_tokens, "translate: tokens per teacher-forced batch", NULL, 2, 1 << 30, 0},
         {"no-group", F_SET, &no_group, "translate: score every line as its own segment (default: lines with the same source are one segment with several references)", NULL, 1, 0, 0},
         {"hyp-out", F_STR, &hyp_out, "translate: write source<TAB>translation per segment to this file", NULL, 1, 0, 0},
-        {"images", F_STR, &images, "classify: IDX images (with --labels)", NULL, 1, 0, 0},
-        {"labels", F_STR, &labels, "classify: IDX labels", NULL, 1, 0, 0},
+        {data_file_flag("", 0), F_STR, &images, data_file_help("", 0), NULL, 1, 0, 0},
+        {data_file_flag("", 1), F_STR, &labels, data_file_help("", 1), NULL, 1, 0, 0},
         {"confusion", F_SET, &confusion, "classify: print the confusion matrix", NULL, 1, 0, 0},
         {"batch", F_INT, &batch, "classify: examples per forward pass; translate: sentences per search", NULL, 1, 1 << 16, 0},
         {"model", F_STR, &model, "checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},

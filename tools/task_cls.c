@@ -279,6 +279,10 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     mega_data_format_parse(a->format, &fmt); /* the flag table allows only the known names */
     if (mega_dataset_load(fmt, a->data, a->images, a->labels, &o, &C->train) != MEGA_OK) goto fail_msg;
     C->format = mega_data_format_name(mega_dataset_format(&C->train));
+    if (C->train.val) { /* the format is loaded and checked; the models take tokens or pixels */
+        cli_error("%s: real-valued sequences load, but no model reads them yet (use --format text or idx)", a->data);
+        goto fail;
+    }
     if (a->cls.embedding == MEGA_EMBED_REAL && !C->train.vocab.real) {
         cli_error("--embedding real needs real-valued inputs (IDX images)");
         goto fail;

@@ -364,11 +364,12 @@ static int build_flags(cli_flag *fl, train_args *a, int kind) {
     }
     if (classify) {
         const cli_flag cf[] = {
-            {"format", F_ENUM, &a->format, "input format (auto: ListOps header, 3 fields = pairs, else text)", "auto|listops|text|pairs|idx", 1, 0, 0},
-            {"images", F_STR, &a->images, "IDX image file (the MNIST format; .gz read as published), with --labels", NULL, 1, 0, 0},
-            {"labels", F_STR, &a->labels, "IDX label file", NULL, 1, 0, 0},
-            {"valid-images", F_STR, &a->valid_images, "IDX validation images", NULL, 1, 0, 0},
-            {"valid-labels", F_STR, &a->valid_labels, "IDX validation labels", NULL, 1, 0, 0},
+            /* from the table of data formats (mega_data_formats) */
+            {"format", F_ENUM, &a->format, data_format_help(), data_format_choices(), 1, 0, 0},
+            {data_file_flag("", 0), F_STR, &a->images, data_file_help("", 0), NULL, 1, 0, 0},
+            {data_file_flag("", 1), F_STR, &a->labels, data_file_help("", 1), NULL, 1, 0, 0},
+            {data_file_flag("valid-", 0), F_STR, &a->valid_images, data_file_help("valid-", 0), NULL, 1, 0, 0},
+            {data_file_flag("valid-", 1), F_STR, &a->valid_labels, data_file_help("valid-", 1), NULL, 1, 0, 0},
             {"pixel-mean", F_DBL, &a->pixel_mean, "pixel normalisation (x/255 - mean)/std for --embedding real", NULL, -10, 10, 0},
             {"pixel-std", F_DBL, &a->pixel_std, "pixel normalisation std", NULL, 1e-6, 10, 0},
             {"keep-parens", F_SET, &a->keep_parens, "keep ListOps parentheses as tokens", NULL, 1, 0, 0},
@@ -503,8 +504,8 @@ static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
     if (!a->out) return cli_error("--out DIR is required (see 'mega train --help')"), 2;
     if (a->force && a->resume) return cli_error("--force replaces the run in --out and --resume continues it: give one of them"), 2;
     if (a->reschedule && !a->resume) return cli_error("--reschedule changes the schedule of a resumed run: it needs --resume"), 2;
-    static const char *const train_flags[3] = {"data", "images", "labels"},
-                             *const valid_flags[3] = {"valid", "valid-images", "valid-labels"};
+    const char *const train_flags[3] = {"data", data_file_flag("", 0), data_file_flag("", 1)},
+                      *const valid_flags[3] = {"valid", data_file_flag("valid-", 0), data_file_flag("valid-", 1)};
     if (data_flags_check(train_flags, a->data, a->images, a->labels) ||
         data_flags_check(valid_flags, a->valid, a->valid_images, a->valid_labels))
         return 2;

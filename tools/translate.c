@@ -308,10 +308,7 @@ int cmd_translate(int argc, char **argv) {
     cli_flag fl[] = {
         {"model", F_STR, &model, "checkpoint directory of a `mega train --task translate` run or of a converted official model (or its model.safetensors)", NULL, 1, 0, 0},
         {"input", F_STR, &input, "source sentences, one per line (default: standard input)", NULL, 1, 0, 0},
-        {"beam", F_INT, &sp.beam, "beam size (1 = greedy)", NULL, 1, 1024, 0},
-        {"lenpen", F_DBL, &sp.lenpen, "length penalty: a hypothesis scores log P / length^lenpen (fairseq --lenpen)", NULL, 0, 100, 0},
-        {"max-len-a", F_DBL, &sp.max_len_a, "longest output = a * source tokens + b (fairseq --max-len-a; a model with subword sources and byte targets counts the source in bytes)", NULL, 0, 1000, 0},
-        {"max-len-b", F_INT, &sp.max_len_b, "see --max-len-a", NULL, 0, 1 << 20, 0},
+        SEARCH_FLAGS("", &sp),
         {"batch", F_INT, &batch, "sentences translated together", NULL, 1, 1 << 16, 0},
         {"remove-bpe", F_SET, &remove_bpe, "models with fairseq dictionaries: join subword-nmt pieces (\"@@ \") in the output", NULL, 1, 0, 0},
         {"strict", F_SET, &strict, "stop at the first bad input line (default: print an empty line, report it, exit 1 at the end)", NULL, 1, 0, 0},

@@ -158,4 +158,19 @@ static inline real *mega_bump_take(mega_bump *b, size_t n) {
     return p;
 }
 
+/* ---- UTF-8 (utf8.c), by Unicode table 3-7: no overlong forms, no surrogates U+D800..DFFF,
+ * nothing above U+10FFFF, no sequence cut short by the end ---- */
+enum {
+    MEGA__UTF8_STRICT = 0, /* an ill-formed sequence returns MEGA__UTF8_BAD, *i unchanged */
+    MEGA__UTF8_ESCAPE = 1  /* each byte of an ill-formed sequence is one character 0xDC00 + byte
+                            * (Python's surrogateescape: the metrics count such bytes as sacreBLEU
+                            * counts its decoded text) */
+};
+#define MEGA__UTF8_BAD 0xFFFFFFFFu
+/* The code point at s[*i] (*i < n), *i moved past it; an ill-formed sequence as mode says. */
+uint32_t mega__utf8_next(const unsigned char *s, size_t n, size_t *i, int mode);
+/* n when s[0..n) is well-formed, else the offset of the first byte of the first bad sequence
+ * (also public, in mega_data.h) */
+size_t mega_utf8_check(const void *s, size_t n);
+
 #endif /* MEGA_INTERNAL_H */

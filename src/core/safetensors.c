@@ -71,38 +71,6 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-/* strict UTF-8 check: no overlong forms, no surrogates, nothing above U+10FFFF.
- * Returns the byte offset of the first invalid sequence, or len if the text is valid. */
-static size_t utf8_check(const unsigned char *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t n;
-        unsigned lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) n = 1;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            n = 2;
-            if (c == 0xE0) lo = 0xA0;
-            if (c == 0xED) hi = 0x9F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            n = 3;
-            if (c == 0xF0) lo = 0x90;
-            if (c == 0xF4) hi = 0x8F;
-        } else
-            return i;
-        if (len - i - 1 < n) return i;
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t k = 2; k <= n; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-        i += n + 1;
-    }
-    return len;
-}
-
 /* format a shape as "[2,3]" into buf */
 static const char *fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
     size_t o = 0;
@@ -360,7 +328,7 @@ static mega_status st_check_header(const unsigned char *img, size_t len, const c
         MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header length %" PRIu64 " exceeds the file size (%zu bytes)", src, hn, len);
     const char *hdr = (const char *)img + 8;
     *hlen = (size_t)hn;
-    size_t bad = utf8_check((const unsigned char *)hdr, *hlen);
+    size_t bad = mega_utf8_check(hdr, *hlen);
     if (bad != *hlen) MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header is not valid UTF-8 (byte %zu)", src, bad);
     if (memchr(hdr, 0, *hlen)) MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header contains a NUL byte", src);
     if (hdr[0] != '{') MEGA_FAIL(MEGA_ERR_FORMAT, "%s: header does not start with '{'", src);
@@ -751,7 +719,7 @@ mega_status mega_st_writer_add(mega_st_writer *w, const char *name, mega_dtype d
     if (strcmp(name, ST_METADATA_KEY) == 0)
         MEGA_FAIL(MEGA_ERR_INVALID, "mega_st_writer_add: '%s' is reserved", ST_METADATA_KEY);
     size_t nl = strlen(name);
-    if (utf8_check((const unsigned char *)name, nl) != nl)
+    if (mega_utf8_check(name, nl) != nl)
         MEGA_FAIL(MEGA_ERR_INVALID, "mega_st_writer_add: tensor name is not valid UTF-8");
     if ((int)dtype < 0 || (int)dtype >= ST_NDTYPES)
         MEGA_FAIL(MEGA_ERR_INVALID, "mega_st_writer_add: tensor '%s' has invalid dtype %d", name,
@@ -809,8 +777,8 @@ mega_status mega_st_writer_meta(mega_st_writer *w, const char *key, const char *
     if (!w) MEGA_FAIL(MEGA_ERR_INVALID, "mega_st_writer_meta: writer is NULL");
     if (!key || !value) MEGA_FAIL(MEGA_ERR_INVALID, "mega_st_writer_meta: NULL key or value");
     size_t kl = strlen(key), vl = strlen(value);
-    if (utf8_check((const unsigned char *)key, kl) != kl ||
-        utf8_check((const unsigned char *)value, vl) != vl)
+    if (mega_utf8_check(key, kl) != kl ||
+        mega_utf8_check(value, vl) != vl)
         MEGA_FAIL(MEGA_ERR_INVALID, "mega_st_writer_meta: key or value is not valid UTF-8");
     char *v = dup_str(value);
     if (!v) MEGA_FAIL(MEGA_ERR_OOM, "mega_st_writer_meta: out of memory");

@@ -34,9 +34,7 @@ int mega__data_number(const char *s, double *x);
 
 /* ---- characters (metrics.c) ---- */
 
-/* The next character of s[*i..n): strict UTF-8 (no overlong forms, no surrogates, nothing above
- * U+10FFFF); each byte of an invalid or truncated sequence is one character 0xDC00 + byte. */
-uint32_t mega__utf8_next(const unsigned char *s, size_t n, size_t *i);
+/* (the next character of s[*i..n): mega__utf8_next with MEGA__UTF8_ESCAPE, core/internal.h) */
 /* Python's str.isspace(), which str.split() and str.rstrip() use */
 int mega__py_isspace(uint32_t c);
 /* the words of s[0..n) as str.split() finds them: calls out(ctx, offset, length) per word; stops
@@ -76,6 +74,9 @@ mega_status mega__builder_grow(mega__builder *b, int pairs);
 mega_status mega__builder_reserve(mega__builder *b, size_t more);
 /* store bytes s[0..n) as tokens (cut at opts->max_len); *off = their pool offset, *len = count */
 mega_status mega__builder_put_bytes(mega__builder *b, const char *s, size_t n, size_t *off, int *len);
+/* the values x[0..n) (cut at opts->max_len) of a real-valued example into d->vpool: *off, *len;
+ * a dataset is either all tokens or all values (finish makes d->val, not d->tok) */
+mega_status mega__builder_put_reals(mega__builder *b, const float *x, size_t n, size_t *off, int *len);
 /* map the distinct labels to classes (opts->classes, else fixed_default, else sorted) and point
  * the examples into the pool */
 mega_status mega__builder_finish(mega__builder *b, const mega_classes *fixed_default);

@@ -1,6 +1,6 @@
-/* The dataset builder shared by the loaders (distinct labels -> classes, one token pool), the
- * "load any format" entry point with format detection, the data fingerprint, and padded
- * batches. */
+/* The dataset builder shared by the loaders (distinct labels -> classes, one token pool, or one
+ * pool of values for real-valued sequences), the data fingerprint, and padded batches. The
+ * formats themselves, their detection and the "load any format" entry point: formats.c. */
 #include "data/data.h"
 
 /* ---------------------------------------------------------------------------------------------
@@ -129,6 +129,27 @@ mega_status mega__builder_reserve(mega__builder *b, size_t more) {
     return MEGA_OK;
 }
 
+mega_status mega__builder_put_reals(mega__builder *b, const float *x, size_t n, size_t *off, int *len) {
+    mega_dataset *d = b->d;
+    if (b->o->max_len > 0 && n > (size_t)b->o->max_len) n = (size_t)b->o->max_len, d->n_truncated++;
+    if (d->pool_n + n > b->pool_cap) {
+        size_t nc = b->pool_cap ? b->pool_cap : 1 << 14;
+        while (nc < d->pool_n + n) {
+            if (nc > ((size_t)1 << 38)) MEGA_FAIL(MEGA_ERR_OOM, "%s: out of memory", b->path);
+            nc *= 2;
+        }
+        float *p = realloc(d->vpool, nc * sizeof *p);
+        if (!p) MEGA_FAIL(MEGA_ERR_OOM, "%s: out of memory (%zu values)", b->path, nc);
+        d->vpool = p, b->pool_cap = nc;
+    }
+    *off = d->pool_n;
+    memcpy(d->vpool + d->pool_n, x, n * sizeof *x);
+    d->pool_n += n;
+    d->n_tokens += (int64_t)n;
+    *len = (int)n;
+    return MEGA_OK;
+}
+
 mega_status mega__builder_put_bytes(mega__builder *b, const char *s, size_t n, size_t *off, int *len) {
     mega_dataset *d = b->d;
     if (b->o->max_len > 0 && n > (size_t)b->o->max_len) n = (size_t)b->o->max_len, d->n_truncated++;
@@ -210,6 +231,15 @@ mega_status mega__builder_finish(mega__builder *b, const mega_classes *fixed_def
     free(map);
     if (st != MEGA_OK) return st;
     /* pointers into the pool */
+    if (d->vpool) {
+        d->val = malloc((size_t)d->n * sizeof *d->val);
+        if (!d->val) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+        for (int i = 0; i < d->n; i++) {
+            d->val[i] = d->vpool + b->off[i];
+            if (d->len[i] > d->max_len) d->max_len = d->len[i];
+        }
+        return MEGA_OK;
+    }
     d->tok = malloc((size_t)d->n * sizeof *d->tok);
     if (!d->tok) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
     if (d->pairs) {
@@ -230,66 +260,17 @@ mega_status mega__builder_finish(mega__builder *b, const mega_classes *fixed_def
 void mega_dataset_free(mega_dataset *d) {
     if (!d) return;
     free(d->tok), free(d->len), free(d->tok2), free(d->len2), free(d->label), free(d->line), free(d->pool), free(d->path);
+    free(d->val), free(d->vpool);
     mega_classes_free(&d->classes);
     memset(d, 0, sizeof *d);
-}
-
-/* ---------------------------------------------------------------------------------------------
- * formats */
-static const char *const format_names[] = {"auto", "listops", "text", "pairs", "idx"};
-
-const char *mega_data_format_name(mega_data_format f) {
-    return (unsigned)f < sizeof format_names / sizeof *format_names ? format_names[f] : "?";
-}
-
-int mega_data_format_parse(const char *s, mega_data_format *f) {
-    for (int i = 0; s && i < (int)(sizeof format_names / sizeof *format_names); i++)
-        if (!strcmp(s, format_names[i])) return *f = (mega_data_format)i, 0;
-    return -1;
-}
-
-mega_data_format mega_data_detect(const char *path) {
-    FILE *f; /* regular files only (never blocks on a FIFO); the loader reports what is wrong */
-    if (mega__data_open(path, "data", &f) != MEGA_OK) return MEGA_DATA_TEXT;
-    char line[8192];
-    mega_data_format fmt = MEGA_DATA_TEXT;
-    if (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "Source\t", 7)) fmt = MEGA_DATA_LISTOPS;
-        else {
-            int tabs = 0;
-            for (char *p = line; *p && *p != '\n'; p++) tabs += *p == '\t';
-            if (tabs >= 2) fmt = MEGA_DATA_PAIRS;
-        }
-    }
-    fclose(f);
-    return fmt;
-}
-
-mega_status mega_dataset_load(mega_data_format format, const char *data, const char *images, const char *labels,
-                              const mega_data_opts *o, mega_dataset *d) {
-    memset(d, 0, sizeof *d);
-    if (format == MEGA_DATA_IDX || (images && !data)) {
-        if (!images || !labels) MEGA_FAIL(MEGA_ERR_INVALID, "IDX data needs both --images and --labels");
-        return mega_dataset_load_idx(images, labels, o, d);
-    }
-    if (!data) MEGA_FAIL(MEGA_ERR_INVALID, "--data FILE is required");
-    if (format == MEGA_DATA_AUTO) format = mega_data_detect(data);
-    return format == MEGA_DATA_LISTOPS ? mega_dataset_load_listops(data, o, d)
-           : format == MEGA_DATA_PAIRS ? mega_dataset_load_pairs(data, o, d)
-                                       : mega_dataset_load_text(data, o, d);
-}
-
-mega_data_format mega_dataset_format(const mega_dataset *d) {
-    if (d->pairs) return MEGA_DATA_PAIRS;
-    if (d->rows) return MEGA_DATA_IDX;
-    return d->vocab.kind == MEGA_VOCAB_LISTOPS ? MEGA_DATA_LISTOPS : MEGA_DATA_TEXT;
 }
 
 uint64_t mega_dataset_fingerprint(const mega_dataset *d) {
     /* one FNV-1a step per 64-bit word: the hash of an example's tokens, then its label */
     uint64_t h = MEGA__FNV_BASIS;
     for (int i = 0; i < d->n; i++) {
-        h = (h ^ mega_fnv1a64(d->tok[i], (size_t)d->len[i] * sizeof(uint16_t))) * MEGA__FNV_PRIME;
+        const void *x = d->val ? (const void *)d->val[i] : (const void *)d->tok[i];
+        h = (h ^ mega_fnv1a64(x, (size_t)d->len[i] * (d->val ? sizeof(float) : sizeof(uint16_t)))) * MEGA__FNV_PRIME;
         h = (h ^ (uint64_t)d->label[i]) * MEGA__FNV_PRIME;
     }
     return h;
@@ -340,6 +321,9 @@ static void batch_row(mega_batch *b, const mega_dataset *d, int r, int e) {
     if (b->tok) {
         for (int t = 0; t < l; t++) b->tok[o + t] = d->tok[e][t];
         for (int t = l; t < b->L; t++) b->tok[o + t] = d->vocab.pad;
+    } else if (d->val) {
+        for (int t = 0; t < l; t++) b->val[o + t] = (mega_real)d->val[e][t];
+        for (int t = l; t < b->L; t++) b->val[o + t] = 0;
     } else {
         for (int t = 0; t < l; t++) b->val[o + t] = (mega_real)mega_pixel_value(&d->vocab, d->tok[e][t]);
         for (int t = l; t < b->L; t++) b->val[o + t] = 0;
@@ -358,8 +342,9 @@ static void batch_row(mega_batch *b, const mega_dataset *d, int r, int e) {
 mega_status mega_batch_fill(mega_batch *b, const mega_dataset *d, const int *idx, int n) {
     if (n < 0 || n > b->B) MEGA_FAIL(MEGA_ERR_INVALID, "mega_batch_fill: %d examples for a batch of %d rows", n, b->B);
     if (d->pairs && !b->tok2) MEGA_FAIL(MEGA_ERR_INVALID, "mega_batch_fill: a pairs dataset needs a batch with L2 > 0");
-    if (b->val && d->vocab.kind != MEGA_VOCAB_PIXELS)
-        MEGA_FAIL(MEGA_ERR_INVALID, "mega_batch_fill: real-valued batches hold pixels only");
+    if (b->val && !d->val && d->vocab.kind != MEGA_VOCAB_PIXELS)
+        MEGA_FAIL(MEGA_ERR_INVALID, "mega_batch_fill: real-valued batches hold pixels or real values only");
+    if (b->tok && d->val) MEGA_FAIL(MEGA_ERR_INVALID, "mega_batch_fill: real values need a real-valued batch");
     for (int r = 0; r < b->B; r++) {
         int e = r < n ? idx[r] : -1;
         if (r < n && (e < 0 || e >= d->n))

@@ -230,28 +230,6 @@ mega_status mega_dictd_get(const mega_dictd *d, size_t i, mega_dictd_entry *e) {
 /* ---------------------------------------------------------------------------------------------
  * the cleaning rule */
 
-static int fd_utf8_ok(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k;
-        uint8_t lo = 0x80, hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) k = 1;
-        else if (c >= 0xE0 && c <= 0xEF) k = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-        else if (c >= 0xF0 && c <= 0xF4) k = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-        else return 0;
-        if (n - i <= k || s[i + 1] < lo || s[i + 1] > hi) return 0;
-        for (size_t j = 2; j <= k; j++)
-            if ((s[i + j] & 0xC0) != 0x80) return 0;
-        i += k + 1;
-    }
-    return 1;
-}
-
 /* what may follow a label or a pronunciation: the end, a space or a separator */
 static int fd_after(const char *s, size_t j, size_t n) { return j >= n || s[j] == ' ' || s[j] == ',' || s[j] == ';'; }
 
@@ -420,7 +398,7 @@ static int fd_meta_line(const char *s, size_t n) {
 
 mega_freedict_reason mega_freedict_clean(const char *text, size_t len, char *src, char *tgt) {
     src[0] = tgt[0] = 0;
-    if (!fd_utf8_ok((const uint8_t *)text, len)) return MEGA_FREEDICT_BAD_UTF8;
+    if (mega_utf8_check(text, len) < len) return MEGA_FREEDICT_BAD_UTF8;
     const char *p = text, *end = text + len;
     /* the headword line: the first that is not blank */
     const char *h = NULL, *he = NULL;

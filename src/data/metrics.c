@@ -26,40 +26,6 @@
 /* ---------------------------------------------------------------------------------------------
  * characters */
 
-/* declared in data.h (fdict.c splits words with them too) */
-uint32_t mega__utf8_next(const unsigned char *s, size_t n, size_t *i) {
-    size_t k = *i;
-    unsigned c = s[k];
-    if (c < 0x80) {
-        *i = k + 1;
-        return c;
-    }
-    int len = 0;
-    unsigned lo = 0x80, hi = 0xBF;
-    uint32_t cp = 0;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3, cp = c & 0x0F;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4, cp = c & 0x07;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    }
-    if (len == 0 || k + (size_t)len > n) goto bad;
-    for (int j = 1; j < len; j++) {
-        unsigned b = s[k + (size_t)j];
-        if (b < (j == 1 ? lo : 0x80) || b > (j == 1 ? hi : 0xBF)) goto bad;
-        cp = (cp << 6) | (b & 0x3F);
-    }
-    *i = k + (size_t)len;
-    return cp;
-bad:
-    *i = k + 1;
-    return 0xDC00 + c;
-}
-
 int mega__py_isspace(uint32_t c) {
     if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20);
     return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
@@ -72,7 +38,7 @@ int mega__py_split(const char *s, size_t n, mega__word_fn out, void *ctx) {
     int in_word = 0;
     while (i < n) {
         size_t at = i;
-        uint32_t c = mega__utf8_next(u, n, &i);
+        uint32_t c = mega__utf8_next(u, n, &i, MEGA__UTF8_ESCAPE);
         if (mega__py_isspace(c)) {
             if (in_word && out(ctx, start, at - start)) return -1;
             in_word = 0;
@@ -89,7 +55,7 @@ static size_t py_rstrip_len(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0, end = 0;
     while (i < n) {
-        uint32_t c = mega__utf8_next(u, n, &i);
+        uint32_t c = mega__utf8_next(u, n, &i, MEGA__UTF8_ESCAPE);
         if (!mega__py_isspace(c)) end = i;
     }
     return end;
@@ -440,7 +406,7 @@ static int on_word(void *ctx, size_t off, size_t len) {
      * string.punctuation is split off, or else an initial one. Those characters are ASCII, so
      * "one character" is one byte here (a longer single character has no punctuation to split). */
     size_t i = 0;
-    (void)mega__utf8_next((const unsigned char *)w, len, &i);
+    (void)mega__utf8_next((const unsigned char *)w, len, &i, MEGA__UTF8_ESCAPE);
     if (i == len) return add_word(c->m, w, len);
     if (is_punct((unsigned char)w[len - 1])) return add_word(c->m, w, len - 1) || add_word(c->m, w + len - 1, 1);
     if (is_punct((unsigned char)w[0])) return add_word(c->m, w, 1) || add_word(c->m, w + 1, len - 1);
@@ -698,7 +664,7 @@ static mega_status chrf_segment(mega_metrics *m, const char *hyp, size_t hyp_n, 
             GROW(m->cp, m->cpcap, m->ncp + n + 1, fail);
             if (fail) MEGA_FAIL(MEGA_ERR_OOM, "metrics: out of memory");
             while (i < n) {
-                uint32_t c = mega__utf8_next(u, n, &i);
+                uint32_t c = mega__utf8_next(u, n, &i, MEGA__UTF8_ESCAPE);
                 if (m->o.whitespace || !mega__py_isspace(c)) m->cp[m->ncp++] = c;
             }
             m->seq_len[s] = m->ncp - m->seq_off[s];

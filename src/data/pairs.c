@@ -11,42 +11,6 @@
 #define S2S_MAX_BYTES 0x3ffffffe
 
 /* ---------------------------------------------------------------------------------------------
- * UTF-8 */
-
-/* Unicode 15, table 3-7 (well-formed byte sequences): no overlong forms, no surrogates
- * (U+D800..DFFF), nothing above U+10FFFF */
-size_t mega_utf8_check(const void *p, size_t n) {
-    const uint8_t *s = p;
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k;
-        uint8_t lo = 0x80, hi = 0xBF; /* range of the second byte */
-        if (c >= 0xC2 && c <= 0xDF) k = 1;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            k = 2;
-            if (c == 0xE0) lo = 0xA0;      /* overlong below U+0800 */
-            else if (c == 0xED) hi = 0x9F; /* surrogates */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            k = 3;
-            if (c == 0xF0) lo = 0x90;      /* overlong below U+10000 */
-            else if (c == 0xF4) hi = 0x8F; /* above U+10FFFF */
-        } else
-            return i; /* a continuation byte, C0/C1 (overlong ASCII) or F5..FF */
-        if (n - i <= k) return i; /* truncated at the end */
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t j = 2; j <= k; j++)
-            if ((s[i + j] & 0xC0) != 0x80) return i;
-        i += k + 1;
-    }
-    return n;
-}
-
-/* ---------------------------------------------------------------------------------------------
  * reasons */
 
 /* short names (logs, JSON) and the phrases of the skip summary, index = mega_s2s_bad */

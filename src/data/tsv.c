@@ -1,10 +1,12 @@
-/* The TSV loaders: ListOps ("Source<TAB>Target"), byte-level text ("label<TAB>text") and text
- * pairs ("label<TAB>text1<TAB>text2", or the AAN "label<TAB>id1<TAB>id2<TAB>text1<TAB>text2").
+/* The line loaders: ListOps ("Source<TAB>Target"), byte-level text ("label<TAB>text"), text
+ * pairs ("label<TAB>text1<TAB>text2", or the AAN "label<TAB>id1<TAB>id2<TAB>text1<TAB>text2")
+ * and real-valued sequences ("label, x1, x2, ...").
  * Every malformed line is an error naming the file and line. */
 #include "data/data.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <strings.h>
 #include <sys/types.h>
 
@@ -190,12 +192,92 @@ static mega_status text_read(mega__builder *b, tsv_reader *r, int pairs) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * real-valued sequences: "label, x1, x2, ..." (commas, spaces or TABs) */
+static int real_sep(char c) { return c == ',' || c == ' ' || c == '\t'; }
+
+/* the next field of s[*i..n) NUL-terminated in place (its start), NULL at the end */
+static char *real_field(char *s, size_t n, size_t *i) {
+    while (*i < n && real_sep(s[*i])) (*i)++;
+    if (*i >= n) return NULL;
+    char *f = s + *i;
+    while (*i < n && !real_sep(s[*i])) (*i)++;
+    if (*i < n) s[(*i)++] = 0;
+    return f;
+}
+
+/* one value of a line: a whole finite number that fits a float */
+static mega_status real_value(const tsv_reader *r, const char *f, size_t k, float *x) {
+    char buf[40];
+    char *end;
+    errno = 0;
+    const double v = strtod(f, &end);
+    if (end == f || *end)
+        MEGA_FAIL(MEGA_ERR_FORMAT, "%s:%d: value %zu '%s' is not a number", r->path, r->lineno, k,
+                  mega__data_show(f, strlen(f), buf, sizeof buf));
+    if (isnan(v) || (isinf(v) && errno != ERANGE)) MEGA_FAIL(MEGA_ERR_FORMAT, "%s:%d: value %zu '%s' is not finite", r->path, r->lineno, k, f);
+    if (fabs(v) > FLT_MAX)
+        MEGA_FAIL(MEGA_ERR_FORMAT, "%s:%d: value %zu '%s' is beyond the float range", r->path, r->lineno, k,
+                  mega__data_show(f, strlen(f), buf, sizeof buf));
+    *x = (float)v;
+    return MEGA_OK;
+}
+
+/* one line: the label, then the values (as many as the first example's, *width; 0 before it) */
+static mega_status real_line(mega__builder *b, tsv_reader *r, long n, float **x, size_t *cap, int *width, int *first) {
+    mega_dataset *d = b->d;
+    size_t i = 0, k = 0;
+    r->line[n] = 0;
+    const char *lab = real_field(r->line, (size_t)n, &i);
+    if (!lab) return MEGA_OK; /* only separators: an empty line */
+    if (r->lineno == 1 && !strcasecmp(lab, "label")) return MEGA_OK;
+    for (const char *f; (f = real_field(r->line, (size_t)n, &i)); k++) {
+        if (k == *cap) {
+            size_t nc = *cap ? *cap * 2 : 256;
+            float *p = nc < ((size_t)1 << 40) ? realloc(*x, nc * sizeof *p) : NULL;
+            if (!p) MEGA_FAIL(MEGA_ERR_OOM, "%s:%d: out of memory", r->path, r->lineno);
+            *x = p, *cap = nc;
+        }
+        MEGA_TRY(real_value(r, f, k + 1, *x + k));
+    }
+    if (k == 0)
+        MEGA_FAIL(MEGA_ERR_FORMAT, "%s:%d: no values after the label (expected: label, then values separated by commas or spaces)",
+                  r->path, r->lineno);
+    if (k > 0x7fffffff) MEGA_FAIL(MEGA_ERR_FORMAT, "%s:%d: more than 2^31 values", r->path, r->lineno);
+    if (*width && (int)k != *width)
+        MEGA_FAIL(MEGA_ERR_FORMAT, "%s:%d: %zu values, but the first example (line %d) has %d: every example needs as many",
+                  r->path, r->lineno, k, *first, *width);
+    if (!*width) *width = (int)k, *first = r->lineno;
+    MEGA_TRY(mega__builder_grow(b, 0));
+    int li;
+    MEGA_TRY(mega__builder_label(b, lab, strlen(lab), r->lineno, &li));
+    MEGA_TRY(mega__builder_put_reals(b, *x, k, &b->off[d->n], &d->len[d->n]));
+    d->line[d->n] = r->lineno, b->ex_lab[d->n] = li;
+    d->n++;
+    return MEGA_OK;
+}
+
+static mega_status real_read(mega__builder *b, tsv_reader *r) {
+    float *x = NULL;
+    size_t cap = 0;
+    int width = 0, first = 0;
+    mega_status st = MEGA_OK;
+    for (long n; st == MEGA_OK;) {
+        st = tsv_next(r, &n);
+        if (st != MEGA_OK || n < 0) break;
+        if (b->o->max_examples > 0 && b->d->n >= b->o->max_examples) break;
+        st = real_line(b, r, n, &x, &cap, &width, &first);
+    }
+    free(x);
+    return st != MEGA_OK ? st : mega__builder_finish(b, NULL);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * the loaders */
-typedef enum { TSV_LISTOPS, TSV_TEXT, TSV_PAIRS } tsv_kind;
+typedef enum { TSV_LISTOPS, TSV_TEXT, TSV_PAIRS, TSV_REAL } tsv_kind;
 
 /* the shared frame: options, builder, reader, cleanup on failure */
 static mega_status tsv_load(const char *path, const mega_data_opts *o, mega_dataset *d, tsv_kind kind) {
-    static const char *const what[] = {"ListOps", "text", "pairs"};
+    static const char *const what[] = {"ListOps", "text", "pairs", "real-valued"};
     mega_data_opts def;
     if (!o) memset(&def, 0, sizeof def), o = &def;
     mega__builder b;
@@ -204,10 +286,14 @@ static mega_status tsv_load(const char *path, const mega_data_opts *o, mega_data
     mega_status st = mega__builder_init(&b, path, o, d);
     if (st == MEGA_OK) {
         d->vocab = kind == TSV_LISTOPS ? mega_vocab_listops(o->keep_parens) : mega_vocab_bytes();
+        if (kind == TSV_REAL) /* no ids: the values are the inputs */
+            memset(&d->vocab, 0, sizeof d->vocab), d->vocab.kind = MEGA_VOCAB_BYTES, d->vocab.pad = d->vocab.unk = -1,
+                d->vocab.real = 1, d->vocab.std = 1;
         d->pairs = kind == TSV_PAIRS;
         st = tsv_open(&r, path, what[kind]);
     }
-    if (st == MEGA_OK) st = kind == TSV_LISTOPS ? listops_read(&b, &r) : text_read(&b, &r, kind == TSV_PAIRS);
+    if (st == MEGA_OK)
+        st = kind == TSV_LISTOPS ? listops_read(&b, &r) : kind == TSV_REAL ? real_read(&b, &r) : text_read(&b, &r, kind == TSV_PAIRS);
     tsv_close(&r);
     mega__builder_free(&b);
     if (st != MEGA_OK) mega_dataset_free(d);
@@ -222,4 +308,7 @@ mega_status mega_dataset_load_text(const char *path, const mega_data_opts *o, me
 }
 mega_status mega_dataset_load_pairs(const char *path, const mega_data_opts *o, mega_dataset *d) {
     return tsv_load(path, o, d, TSV_PAIRS);
+}
+mega_status mega_dataset_load_real(const char *path, const mega_data_opts *o, mega_dataset *d) {
+    return tsv_load(path, o, d, TSV_REAL);
 }

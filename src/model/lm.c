@@ -395,8 +395,8 @@ static mega_status backward_stack(mega_lm *m) {
  * the other spins. Run instead as groups of consecutive sequences, each group going through the
  * whole model on one thread (its own buffers, and a view of its sequences in the stream's state:
  * mega_mixer_state.b0), a token ends one job; each thread reads every weight, which costs less
- * than the waits (docs/performance.md, seventh round: 0.65 -> 0.48 ms per batch-8 token on 2
- * cores). On one thread (or when the step tuner finds the team slower, stepteam.c) a token runs
+ * than the waits (the measurements on 2 cores: docs/performance.md, seventh round).
+ * On one thread (or when the step tuner finds the team slower, stepteam.c) a token runs
  * as one batch again, each weight read once; so it does on more threads than groups, its
  * products split over them as without groups.
  * Bits: every output of a step product is the same sum whichever rows share it (gemm.c,

@@ -153,8 +153,7 @@ static void gemm_grid(size_t M, size_t N, size_t K, size_t *rm, size_t *rn) {
  * cut instead: slice s (KSPLIT_LEN of K) computes the whole C, slice 0 into C itself (with beta),
  * the others into a workspace, and the slices are then added to C in slice order. The slices
  * and that order depend on the shape only, so the bits still do not depend on the thread count.
- * Measured in lm-train, 2 threads: its dW products (512 x 256, 256 x 512 and 1088 x 256, K 8192)
- * went from 135-138 to 173-176 GFLOP/s. */
+ * (The measurements before and after: docs/performance.md, fourth round.) */
 #define KSPLIT_MIN_K 4096
 #define KSPLIT_LEN 2048
 #define KSPLIT_MAX_SLICES 8

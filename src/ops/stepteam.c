@@ -27,10 +27,10 @@
  * Why the team is sometimes not used (mega_step_tuner): the region still ends in a join, and on a
  * machine where another process keeps one core busy, the worker that shares that core is
  * descheduled for whole time slices (milliseconds, against a token's half millisecond): the join,
- * and any piece the worker had claimed when it was preempted, then wait for it. Measured on a
- * 2-core machine with one spin loop beside it (docs/performance.md): one-token decoding of the
- * bench's model fell from 1669 tokens/s on the team to 651, while the calling thread alone still
- * ran 998. So each stream times its calls in both ways (windows of at least STEP_WINDOW calls
+ * and any piece the worker had claimed when it was preempted, then wait for it. On a 2-core
+ * machine with one spin loop beside it, one-token decoding on the team fell below the speed of
+ * the calling thread alone (the numbers: docs/performance.md, third round). So each stream
+ * times its calls in both ways (windows of at least STEP_WINDOW calls
  * and STEP_WINDOW_SECONDS, per row fed) and runs the faster one, re-measuring the other way one
  * window in STEP_EXPLORE; the exploited way is re-measured all the time, so a neighbour arriving
  * shows in the next window. A window spans several of the scheduler's time slices: one shorter

@@ -5,6 +5,7 @@
 #   status CODE NAME       ok when CODE is 0, else bad
 #   check NAME CMD...      ok when the command succeeds
 #   finish                 print "N passed, M failed" and exit (1 on any failure)
+#   expect_error NAME PATTERN CMD...   the command fails cleanly (see below)
 B=${1:-build}
 VERBOSE=${2:-}
 case "$B" in /*) ;; *) B="$(pwd)/$B" ;; esac
@@ -24,4 +25,44 @@ finish() {
   echo "$pass passed, $fail failed"
   [ "$fail" -eq 0 ] && exit 0
   exit 1
+}
+# expect_error NAME PATTERN CMD...: the command fails cleanly: exactly one "mega: error: " line
+# on stderr, containing PATTERN (grep -F; "" for any), and no crash (exit 124 and above: a
+# timeout, a signal). stdout goes to out.txt, stderr to err.txt, the exit code to $rc. What a
+# script wants beyond that is set in variables before the calls:
+#   ERR_RC       the exit code: 2 (default), or "any" for any of 1..123
+#   ERR_OTHER    other stderr lines allowed: "any" (default), "notes" (only "mega: warning: " and
+#                "mega: note: " lines), "none" (the error line is all of stderr)
+#   ERR_TIMEOUT  seconds before the command is killed (default: none; needs CMD to be a program,
+#                not a shell function)
+# A LeakSanitizer report on stderr is named in the failure.
+expect_error() {
+  _ee_d=$1 _ee_pat=$2
+  shift 2
+  if [ -n "${ERR_TIMEOUT:-}" ]; then
+    timeout -k 5 "$ERR_TIMEOUT" "$@" >out.txt 2>err.txt
+  else
+    "$@" >out.txt 2>err.txt
+  fi
+  rc=$?
+  _ee_ok=1
+  case "${ERR_RC:-2}" in
+    any) [ $rc -ge 1 ] && [ $rc -lt 124 ] || _ee_ok=0 ;;
+    *) [ $rc -eq "${ERR_RC:-2}" ] || _ee_ok=0 ;;
+  esac
+  [ "$(grep -c '^mega: error: ' err.txt)" -eq 1 ] || _ee_ok=0
+  case "${ERR_OTHER:-any}" in
+    notes) ! grep -qv '^mega: \(error\|warning\|note\): ' err.txt || _ee_ok=0 ;;
+    none) [ "$(wc -l < err.txt)" -eq 1 ] || _ee_ok=0 ;;
+  esac
+  [ -z "$_ee_pat" ] || grep -qF -- "$_ee_pat" err.txt || _ee_ok=0
+  if [ $_ee_ok -eq 1 ]; then
+    ok "$_ee_d: $(grep -m1 '^mega: error: ' err.txt)"
+  elif grep -q 'LeakSanitizer' err.txt; then
+    bad "$_ee_d: exit $rc; LeakSanitizer reports a leak on this error path: $(head -n 1 err.txt)"
+  elif [ $rc -ge 124 ]; then
+    bad "$_ee_d: crash or hang (exit $rc): $(head -n 3 err.txt | tr '\n' '|')"
+  else
+    bad "$_ee_d (exit $rc, want ${ERR_RC:-2} and one error line${_ee_pat:+ with '$_ee_pat'}; stderr: $(head -n 4 err.txt | tr '\n' '|'))"
+  fi
 }

@@ -29,20 +29,8 @@ cd "$T" || { bad "cd $T"; finish; }
 TIME=""
 [ -x /usr/bin/time ] && /usr/bin/time -v true >/dev/null 2>&1 && TIME="/usr/bin/time -v -o rss.txt"
 
-# expect_error NAME PATTERN CMD...: exit 2, exactly one "mega: error:" line on stderr, containing
-# PATTERN (grep -F; "" for any), within 10 s (a blocked open would hit the timeout: exit 124)
-expect_error() {
-  d=$1 pat=$2
-  shift 2
-  timeout -k 5 10 "$@" >out.txt 2>err.txt
-  rc=$?
-  n=$(grep -c "^mega: error:" err.txt)
-  if [ $rc -eq 2 ] && [ "$n" -eq 1 ] && { [ -z "$pat" ] || grep -qF -- "$pat" err.txt; }; then
-    ok "$d: $(grep '^mega: error:' err.txt)"
-  else
-    bad "$d (exit $rc, $n error lines: $(head -n 3 err.txt))"
-  fi
-}
+# expect_error (lib.sh): exit 2, within 10 s (a blocked open would hit the timeout)
+ERR_TIMEOUT=10
 # peak RSS of the last $TIME run in MB (0 without /usr/bin/time)
 rss_mb() { [ -s rss.txt ] && awk '/Maximum resident/ { printf "%d", $NF / 1024 }' rss.txt || echo 0; }
 

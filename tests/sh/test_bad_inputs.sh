@@ -40,19 +40,8 @@ one_error() {
   [ "$(grep -c '^mega: error: ' err.txt)" -eq 1 ] && ! grep -qv '^mega: \(error\|warning\|note\): ' err.txt
 }
 errline() { grep -m1 '^mega: error: ' err.txt; }
-# expect_error NAME PHRASE CMD...: exit 2, one error line, containing PHRASE (grep -F)
-expect_error() {
-  d=$1 pat=$2
-  shift 2
-  run "$@"
-  if [ $rc -eq 2 ] && one_error && grep -qF -- "$pat" err.txt; then
-    ok "$d: $(errline)"
-  elif [ $rc -ge 124 ]; then
-    bad "$d: crash or hang (exit $rc): $(head -n 3 err.txt | tr '\n' '|')"
-  else
-    bad "$d (exit $rc, want 2 and one error line with '$pat'; stderr: $(head -n 3 err.txt | tr '\n' '|'))"
-  fi
-}
+# expect_error (lib.sh): exit 2, within 10 s, one error line and otherwise only warnings and notes
+ERR_TIMEOUT=10 ERR_OTHER=notes
 # expect_rc NAME RC PHRASE CMD...: a documented behaviour: exit RC, PHRASE on stdout or stderr
 # ("" for none), never more than one error line
 expect_rc() {

@@ -233,23 +233,8 @@ else
 fi
 
 # ---- 4. bad input: exactly one "mega: error:" line, exit in [1, 127] ------------------------
-# expect_error DESCRIPTION COMMAND...   (a LeakSanitizer report after the line counts as a failure)
-expect_error() {
-  desc=$1
-  shift
-  "$@" > err.out 2> err.txt
-  rc=$?
-  lines=$(wc -l < err.txt)
-  first=$(head -n 1 err.txt)
-  case "$first" in "mega: error: "*) pfx=1 ;; *) pfx=0 ;; esac
-  if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$lines" -eq 1 ] && [ $pfx -eq 1 ]; then
-    ok "$desc: $first"
-  elif grep -q 'LeakSanitizer' err.txt; then
-    bad "$desc: exit $rc; LeakSanitizer reports a leak on this error path: $first"
-  else
-    bad "$desc: exit $rc, $lines stderr line(s): $(head -n 4 err.txt | tr '\n' '|')"
-  fi
-}
+# expect_error (lib.sh): any exit code of 1..123 and the error line is all of stderr
+ERR_RC=any ERR_OTHER=none
 : > empty.txt
 head -c 40 corpus.txt > short.txt
 mkdir -p emptydir
@@ -265,54 +250,54 @@ head -c 5000 corpus.txt > other.txt
 echo "not a directory" > afile
 S="--steps 5 $MODEL"
 
-expect_error "train: missing data file" mega train --data nope.txt --out o1 $S
-expect_error "train: empty data file" mega train --data empty.txt --out o1 $S
-expect_error "train: data shorter than --seq-len" mega train --data short.txt --out o1 $S
-expect_error "train: a directory as data" mega train --data emptydir --out o1 $S
-expect_error "train: unknown flag" mega train --data corpus.txt --out o1 --bogus-flag 3
-expect_error "unknown command" mega frobnicate --data corpus.txt
-expect_error "train: missing --out" mega train --data corpus.txt $S
-expect_error "train: missing --data" mega train --out o1 $S
-expect_error "train: --layers 0" mega train --data corpus.txt --out o1 $S --layers 0
-expect_error "train: --lr -1" mega train --data corpus.txt --out o1 $S --lr -1
-expect_error "train: --chunk-size 0" mega train --data corpus.txt --out o1 $S --chunk-size 0
-expect_error "train: --chunk-size -5" mega train --data corpus.txt --out o1 $S --chunk-size -5
-expect_error "train: --n-dim 100" mega train --data corpus.txt --out o1 $S --n-dim 100
-expect_error "train: --dropout 1.5" mega train --data corpus.txt --out o1 $S --dropout 1.5
-expect_error "train: non-numeric --steps" mega train --data corpus.txt --out o1 --steps abc
-expect_error "train: --steps 2.5" mega train --data corpus.txt --out o1 --steps 2.5
-expect_error "train: --batch without a value" mega train --data corpus.txt --out o1 --batch
-expect_error "train: bad --attention-activation" mega train --data corpus.txt --out o1 $S --attention-activation tanh
-expect_error "train: odd --z-dim with rotary" mega train --data corpus.txt --out o1 $S --z-dim 15 --rel-pos-bias rotary
-expect_error "train: --min-lr above --lr" mega train --data corpus.txt --out o1 $S --lr 1e-3 --min-lr 1e-2
-expect_error "train: --out is a file" mega train --data corpus.txt --out afile $S
-expect_error "train: --resume with no checkpoint (missing dir)" mega train --data corpus.txt --out nodir --resume
-expect_error "train: --resume with no checkpoint (empty dir)" mega train --data corpus.txt --out emptydir --resume
-expect_error "train: --resume with a conflicting --embed-dim" mega train --data corpus.txt --out A --resume --embed-dim 48 --steps 80
-expect_error "train: --resume with a different data file" mega train --data other.txt --out A --resume --steps 80
+expect_error "train: missing data file" "" mega train --data nope.txt --out o1 $S
+expect_error "train: empty data file" "" mega train --data empty.txt --out o1 $S
+expect_error "train: data shorter than --seq-len" "" mega train --data short.txt --out o1 $S
+expect_error "train: a directory as data" "" mega train --data emptydir --out o1 $S
+expect_error "train: unknown flag" "" mega train --data corpus.txt --out o1 --bogus-flag 3
+expect_error "unknown command" "" mega frobnicate --data corpus.txt
+expect_error "train: missing --out" "" mega train --data corpus.txt $S
+expect_error "train: missing --data" "" mega train --out o1 $S
+expect_error "train: --layers 0" "" mega train --data corpus.txt --out o1 $S --layers 0
+expect_error "train: --lr -1" "" mega train --data corpus.txt --out o1 $S --lr -1
+expect_error "train: --chunk-size 0" "" mega train --data corpus.txt --out o1 $S --chunk-size 0
+expect_error "train: --chunk-size -5" "" mega train --data corpus.txt --out o1 $S --chunk-size -5
+expect_error "train: --n-dim 100" "" mega train --data corpus.txt --out o1 $S --n-dim 100
+expect_error "train: --dropout 1.5" "" mega train --data corpus.txt --out o1 $S --dropout 1.5
+expect_error "train: non-numeric --steps" "" mega train --data corpus.txt --out o1 --steps abc
+expect_error "train: --steps 2.5" "" mega train --data corpus.txt --out o1 --steps 2.5
+expect_error "train: --batch without a value" "" mega train --data corpus.txt --out o1 --batch
+expect_error "train: bad --attention-activation" "" mega train --data corpus.txt --out o1 $S --attention-activation tanh
+expect_error "train: odd --z-dim with rotary" "" mega train --data corpus.txt --out o1 $S --z-dim 15 --rel-pos-bias rotary
+expect_error "train: --min-lr above --lr" "" mega train --data corpus.txt --out o1 $S --lr 1e-3 --min-lr 1e-2
+expect_error "train: --out is a file" "" mega train --data corpus.txt --out afile $S
+expect_error "train: --resume with no checkpoint (missing dir)" "" mega train --data corpus.txt --out nodir --resume
+expect_error "train: --resume with no checkpoint (empty dir)" "" mega train --data corpus.txt --out emptydir --resume
+expect_error "train: --resume with a conflicting --embed-dim" "" mega train --data corpus.txt --out A --resume --embed-dim 48 --steps 80
+expect_error "train: --resume with a different data file" "" mega train --data other.txt --out A --resume --steps 80
 if ls o1 > /dev/null 2>&1 && [ -n "$(ls o1)" ]; then bad "failed train runs left files in o1: $(ls o1)"; else ok "failed train runs leave no checkpoint files"; fi
 for cmd in eval generate info; do
   extra=""
   [ $cmd = eval ] && extra="--data held.txt"
-  expect_error "$cmd: missing model" mega $cmd --model nomodel $extra
-  expect_error "$cmd: directory without a model" mega $cmd --model emptydir $extra
-  expect_error "$cmd: truncated model.safetensors" mega $cmd --model cut.safetensors $extra
-  expect_error "$cmd: truncated model in a run directory" mega $cmd --model cutdir $extra
-  expect_error "$cmd: garbage in the header" mega $cmd --model garbage.safetensors $extra
-  expect_error "$cmd: absurd header length" mega $cmd --model badlen.safetensors $extra
-  expect_error "$cmd: not a safetensors file" mega $cmd --model junk.safetensors $extra
-  expect_error "$cmd: training state instead of a model" mega $cmd --model run/train_state.safetensors $extra
-  expect_error "$cmd: unknown flag" mega $cmd --model run --frobnicate $extra
+  expect_error "$cmd: missing model" "" mega $cmd --model nomodel $extra
+  expect_error "$cmd: directory without a model" "" mega $cmd --model emptydir $extra
+  expect_error "$cmd: truncated model.safetensors" "" mega $cmd --model cut.safetensors $extra
+  expect_error "$cmd: truncated model in a run directory" "" mega $cmd --model cutdir $extra
+  expect_error "$cmd: garbage in the header" "" mega $cmd --model garbage.safetensors $extra
+  expect_error "$cmd: absurd header length" "" mega $cmd --model badlen.safetensors $extra
+  expect_error "$cmd: not a safetensors file" "" mega $cmd --model junk.safetensors $extra
+  expect_error "$cmd: training state instead of a model" "" mega $cmd --model run/train_state.safetensors $extra
+  expect_error "$cmd: unknown flag" "" mega $cmd --model run --frobnicate $extra
 done
-expect_error "eval --chunk-size 64 on a simple-bias model" mega eval --model run --data held.txt --chunk-size 64
-expect_error "eval: missing --data file" mega eval --model run --data nope.txt
-expect_error "eval: empty --data file" mega eval --model run --data empty.txt
-expect_error "eval: missing --data flag" mega eval --model run
-expect_error "generate: empty prompt" mega generate --model run --prompt ""
-expect_error "generate: negative --tokens" mega generate --model run --tokens -3
-expect_error "generate: --top-p 2" mega generate --model run --top-p 2
-expect_error "plot: directory without log.jsonl" mega plot emptydir
-expect_error "plot: missing directory" mega plot nodir
+expect_error "eval --chunk-size 64 on a simple-bias model" "" mega eval --model run --data held.txt --chunk-size 64
+expect_error "eval: missing --data file" "" mega eval --model run --data nope.txt
+expect_error "eval: empty --data file" "" mega eval --model run --data empty.txt
+expect_error "eval: missing --data flag" "" mega eval --model run
+expect_error "generate: empty prompt" "" mega generate --model run --prompt ""
+expect_error "generate: negative --tokens" "" mega generate --model run --tokens -3
+expect_error "generate: --top-p 2" "" mega generate --model run --top-p 2
+expect_error "plot: directory without log.jsonl" "" mega plot emptydir
+expect_error "plot: missing directory" "" mega plot nodir
 
 # ---- --time-budget: the schedule follows the training time -----------------------------------
 # A budget of 3 s, stopped by --time-limit 1 and resumed: the run ends once it has trained 3 s in
@@ -353,11 +338,11 @@ echo "$lrs" | awk 'NR == 1 { first = $1 } { if ($1 > max) max = $1; last = $1 }
 status $? "the learning rate warms up to --lr, then decays to --min-lr at the end: $(echo "$lrs" | head -n 3 | tr '\n' ' ')... $(echo "$lrs" | tail -n 1)"
 mega train --data corpus.txt --out tb --resume --threads 1 > tb3.out 2>&1 && grep -q "it is complete" tb3.out
 status $? "--resume of a run whose budget is spent: nothing to do"
-expect_error "train: --time-budget -1" mega train --data corpus.txt --out o1 $S --time-budget -1
-expect_error "train: --time-budget nan" mega train --data corpus.txt --out o1 $S --time-budget nan
-expect_error "train: --time-budget 3s" mega train --data corpus.txt --out o1 $S --time-budget 3s
-expect_error "train: --resume with another --time-budget" mega train --data corpus.txt --out tb --resume --time-budget 5
-expect_error "train: --resume --reschedule of a budget run" mega train --data corpus.txt --out tb --resume --steps 200000000 --reschedule
+expect_error "train: --time-budget -1" "" mega train --data corpus.txt --out o1 $S --time-budget -1
+expect_error "train: --time-budget nan" "" mega train --data corpus.txt --out o1 $S --time-budget nan
+expect_error "train: --time-budget 3s" "" mega train --data corpus.txt --out o1 $S --time-budget 3s
+expect_error "train: --resume with another --time-budget" "" mega train --data corpus.txt --out tb --resume --time-budget 5
+expect_error "train: --resume --reschedule of a budget run" "" mega train --data corpus.txt --out tb --resume --steps 200000000 --reschedule
 
 # ---- a run written before the block-configuration refactor (tests/fixtures/runs/lm_v010) ------
 # The numbers come from that build (OpenBLAS, AVX-512); another GEMM or CPU rounds differently,
