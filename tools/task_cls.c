@@ -31,6 +31,26 @@ static const preset PRESETS[] = {
     {"lra-pathfinder", "idx", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 6, 128, 256, 64, 256, 1024, 1, 256, 1e-2, 0.01, 0.0, 128, 1024, 250000, 50000, 0.5, 0.5},
 };
 
+/* the classify task's own flags: its data, and
+ * the config flags that also have another name (its row in tasks.c) */
+int cls_task_flags(train_args *a, cli_flag *fl, int n) {
+    const cli_flag cf[] = {
+        {"format", F_ENUM, &a->format, "input format (auto: ListOps header, 3 fields = pairs, else text)", "auto|listops|text|pairs|idx", 1, 0, 0},
+        {"images", F_STR, &a->images, "IDX image file (the MNIST format; .gz read as published), with --labels", NULL, 1, 0, 0},
+        {"labels", F_STR, &a->labels, "IDX label file", NULL, 1, 0, 0},
+        {"valid-images", F_STR, &a->valid_images, "IDX validation images", NULL, 1, 0, 0},
+        {"valid-labels", F_STR, &a->valid_labels, "IDX validation labels", NULL, 1, 0, 0},
+        {"pixel-mean", F_DBL, &a->pixel_mean, "pixel normalisation (x/255 - mean)/std for --embedding real", NULL, -10, 10, 0},
+        {"pixel-std", F_DBL, &a->pixel_std, "pixel normalisation std", NULL, 1e-6, 10, 0},
+        {"keep-parens", F_SET, &a->keep_parens, "keep ListOps parentheses as tokens", NULL, 1, 0, 0},
+        {"classes", F_INT, &a->classes, "number of classes (0 = from the training labels)", NULL, 0, 1 << 20, 0},
+        {"postnorm", F_CLEAR, &a->cls.block.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
+        {"no-affine-final-norm", F_CLEAR, &a->cls.final_norm_affine, "= --final-norm-affine=false", NULL, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cf / sizeof *cf; i++) fl[n++] = cf[i];
+    return n;
+}
+
 void cls_apply_classify_defaults(train_args *a) {
     a->seq_len = 4096, a->schedule = "linear", a->min_lr = 0, a->eval_tokens = 0;
     a->cls.block.truncation = 1024;

@@ -88,6 +88,18 @@ static void lm_destroy(task *t) {
     free(t);
 }
 
+/* the lm task's own flags: the config flags that also have another name (its
+ * row in tasks.c) */
+int lm_task_flags(train_args *a, cli_flag *fl, int n) {
+    const cli_flag lf[] = {
+        {"postnorm", F_CLEAR, &a->lm.block.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
+        {"no-scale-embedding", F_CLEAR, &a->lm.scale_embedding, "= --scale-embedding=false", NULL, 1, 0, 0},
+        {"no-affine-final-norm", F_CLEAR, &a->lm.final_norm_affine, "= --final-norm-affine=false", NULL, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof lf / sizeof *lf; i++) fl[n++] = lf[i];
+    return n;
+}
+
 int lm_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
     static const task LM = {.kind = "lm", .metric = "bpb", .unit = "tok/s", .step = lm_step, .validate = lm_validate,

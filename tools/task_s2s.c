@@ -313,6 +313,31 @@ void s2s_apply_translate_defaults(train_args *a) {
     a->eval_tokens = 1000; /* validation pairs per evaluation */
 }
 
+/* the translate task's own flags: batches by tokens, subword units, and
+ * the config flags that also have another name (its row in tasks.c) */
+int s2s_task_flags(train_args *a, cli_flag *fl, int n) {
+    const cli_flag sf[] = {
+        {"max-tokens", F_INT, &a->max_tokens, "tokens per batch: sentences x their longest side (fairseq --max-tokens)", NULL, 2, 1 << 30, 0},
+        {"label-smoothing", F_DBL, &a->label_smoothing, "label smoothing of the cross-entropy (fairseq; 0 = none)", NULL, 0, 0.99, 0},
+        {"bpe", F_INT, &a->bpe_merges, "subword units: learn this many byte-pair merges from the training pairs (both sides, "
+         "one vocabulary of 258 + N tokens, stored in the checkpoint; docs/translation.md); 0 = bytes on both sides", NULL, 0,
+         MEGA_BPE_MAX_MERGES, 0},
+        {"bpe-sides", F_ENUM, &a->bpe_sides, "with --bpe: the sides in subword units (both: one vocabulary learned from "
+         "both sides; source or target: learned from that side only, the other side stays bytes, separate embedding "
+         "tables)", "both|source|target", 1, 0, 0},
+        {"postnorm", F_CLEAR, &a->s2s.encoder.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
+        {"no-scale-embedding", F_CLEAR, &a->s2s.scale_embedding, "= --scale-embedding=false", NULL, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof sf / sizeof *sf; i++) fl[n++] = sf[i];
+    return n;
+}
+
+/* after the flags: the block flags describe both sides; the decoder is causal */
+void s2s_finish_flags(train_args *a) {
+    a->s2s.decoder = a->s2s.encoder;
+    a->s2s.encoder.bidirectional = 1, a->s2s.decoder.bidirectional = 0;
+}
+
 int s2s_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
     static const task S2S = {.kind = "translate", .metric = "acc", .unit = "tok/s", .step = s2s_step,
