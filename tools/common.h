@@ -110,16 +110,6 @@ FILE *open_input(const char *path, const char *what);
  * validation ones). 0, or 1 after the error. */
 int data_flags_check(const char *const flag[3], const char *data, const char *images, const char *labels);
 
-/* subcommands */
-int cmd_train(int argc, char **argv);
-int cmd_eval(int argc, char **argv);
-int cmd_generate(int argc, char **argv);
-int cmd_info(int argc, char **argv);
-int cmd_plot(int argc, char **argv);
-int cmd_predict(int argc, char **argv);
-int cmd_bench(int argc, char **argv);
-int cmd_listops(int argc, char **argv);
-int cmd_translate(int argc, char **argv);
 /* mega eval on a translation model (translate.c) */
 /* The subword units of a translation model file (metadata "vocab" of kind "bpe", the merge
  * lists "src-bpe" and "tgt-bpe"; a side without one uses bytes), checked against the config's
@@ -130,14 +120,9 @@ int meta_bpe(const char *path, const mega_s2s_config *c, mega_bpe **src, mega_bp
 size_t bpe_longest(const mega_bpe *b);
 int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
                    int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory);
-int cmd_freedict(int argc, char **argv);
 /* The fairseq dictionary stored under metadata key of an open model file (models converted from
  * official checkpoints, docs/interop.md): *d = NULL when there is none (the byte models this
  * project trains); an error (printed, naming path and `what`) when it does not parse or its size
  * is not `size`. */
 int meta_fdict(const mega_st_file *f, const char *key, int size, const char *path, const char *what, mega_fdict **d);
-int cmd_experiment(int argc, char **argv);
-/* hf.c: the Hugging Face transformers layout */
-int cmd_hf_export(int argc, char **argv);
-int cmd_hf_import(int argc, char **argv);
 #endif
