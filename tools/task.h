@@ -48,7 +48,7 @@ typedef struct train_args {
 
 typedef struct task task;
 struct task {
-    const char *kind;        /* "lm" or "classify" */
+    const char *kind;        /* the name of its task (its row in TASKS, set by train.c) */
     const char *metric;      /* "bpb" or "acc" */
     const char *unit;        /* throughput unit: "tok/s" */
     mega_paramset *ps;

@@ -265,7 +265,7 @@ static void config_from_data(train_args *a, const mega_dataset *d, int nclasses)
 
 int cls_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
-    static const task CLS = {.kind = "classify", .metric = "acc", .unit = "tok/s", .step = cls_step,
+    static const task CLS = {.metric = "acc", .unit = "tok/s", .step = cls_step,
                              .validate = cls_validate, .save = cls_save, .describe = cls_describe, .destroy = cls_destroy};
     task *t = task_create(&CLS, sizeof(cls_task));
     if (!t) return 1;

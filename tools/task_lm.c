@@ -102,7 +102,7 @@ int lm_task_flags(train_args *a, cli_flag *fl, int n) {
 
 int lm_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
-    static const task LM = {.kind = "lm", .metric = "bpb", .unit = "tok/s", .step = lm_step, .validate = lm_validate,
+    static const task LM = {.metric = "bpb", .unit = "tok/s", .step = lm_step, .validate = lm_validate,
                             .save = lm_save, .describe = lm_describe, .destroy = lm_destroy};
     task *t = task_create(&LM, sizeof(lm_task));
     if (!t) return 1;

@@ -340,7 +340,7 @@ void s2s_finish_flags(train_args *a) {
 
 int s2s_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
-    static const task S2S = {.kind = "translate", .metric = "acc", .unit = "tok/s", .step = s2s_step,
+    static const task S2S = {.metric = "acc", .unit = "tok/s", .step = s2s_step,
                              .validate = s2s_validate, .save = s2s_save, .describe = s2s_describe, .destroy = s2s_destroy};
     task *t = task_create(&S2S, sizeof(s2s_task));
     if (!t) return 1;

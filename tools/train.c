@@ -403,7 +403,7 @@ static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
     a->flags = fl;
     a->model_flags_seen = model_flags_seen(a, fl);
     const task_def *pt = task_with_presets();
-    if (a->preset && pt && strcmp(a->task, pt->name)) {
+    if (a->preset && pt && task_find(a->task) != pt) {
         if (cli_seen(fl, "task")) return cli_error("--preset is for --task %s", pt->name), 2;
         a->task = pt->name;
     }
@@ -432,6 +432,7 @@ static int new_task(train_args *a, const char *model_path, task **t, mega_adamw 
     const task_def *td = task_find(a->task);
     if (!td) return cli_error("internal: no task '%s'", a->task), 2;
     if (td->create(a, model_path, t)) return 2;
+    (*t)->kind = td->name;
     if (mega_adamw_new(mega_ps_total((*t)->ps), opt) != MEGA_OK) {
         (*t)->destroy(*t), *t = NULL;
         return cli_error("%s", mega_last_error()), 2;
@@ -557,7 +558,7 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw *
     if (find_checkpoint(a->out, &g, &is_gen)) return 2;
     char ck_task[32];
     model_step(g.model, ck_task, sizeof ck_task);
-    if (cli_seen(fl, "task") && strcmp(ck_task, a->task))
+    if (cli_seen(fl, "task") && task_find(ck_task) != task_find(a->task))
         return cli_error("--resume: the checkpoint in '%s' is a '%s' run, not '%s'", a->out, ck_task, a->task), 2;
     a->task = task_find(ck_task) ? task_find(ck_task)->name : TASKS[0].name;
     /* the training setup stored with the state */
@@ -743,7 +744,7 @@ static int validate_now(train_progress *p, const train_args *a, task *t, const t
         progress_break(&p->bar);
         printf("valid step %6lld | loss %.4f | %s %.4f | %lld %s (%.1fs)\n", (long long)pos->step, vl,
                t->metric, vm, (long long)vc,
-               task_find(t->kind) ? task_find(t->kind)->valid_unit : "examples",
+               task_find(t->kind)->valid_unit,
                now_sec() - te);
         fprintf(p->log, "{\"step\": %lld, \"valid_loss\": %.6f, \"valid_%s\": %.6f, \"valid_count\": %lld}\n",
                 (long long)pos->step, vl, t->metric, vm, (long long)vc);
