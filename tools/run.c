@@ -33,6 +33,30 @@ static int load_cls_data(const cls_model *cm, const char *data, const char *imag
     return 0;
 }
 
+/* the progress line of a long evaluation (stderr) */
+typedef struct {
+    progress_t pr;
+    double t0;
+    const char *unit, *metric; /* streams: what is counted and the measure */
+} eval_bar;
+
+static void cls_progress(void *ctx, int64_t done, int64_t total, double acc) {
+    eval_bar *e = ctx;
+    if (progress_due(&e->pr, done >= total))
+        progress_print(&e->pr, "  eval %d/%d examples, accuracy %.4f", (int)done, (int)total, acc);
+}
+
+static void stream_progress(void *ctx, int64_t done, int64_t total, double loss) {
+    eval_bar *e = ctx;
+    if (!progress_due(&e->pr, done >= total)) return;
+    char eta[32], rate[32];
+    double r = (double)done / (now_sec() - e->t0 + 1e-9);
+    fmt_duration(eta, sizeof eta, (double)(total - done) / (r + 1e-9));
+    fmt_rate(rate, sizeof rate, r);
+    progress_print(&e->pr, "  eval %5.1f%%  %zu/%zu %s  %s %.4f  %s tok/s  ETA %s", 100.0 * (double)done / (double)total,
+                   (size_t)done, (size_t)total, e->unit, e->metric, loss / log(2.0), rate, eta);
+}
+
 /* a classifier run over every example of its data: the predictions, loss and accuracy */
 typedef struct {
     cls_model cm;
@@ -81,7 +105,12 @@ static int cls_run_all(cls_run *r, const char *model, const char *data, const ch
     if (!idx || !r->pred) return free(idx), cli_error("out of memory"), 2;
     for (int i = 0; i < r->d.n; i++) idx[i] = i;
     const double t0 = now_sec();
-    int rc = cls_evaluate(r->cm.m, &r->d, idx, r->d.n, batch, seq_len, &r->loss, &r->correct, r->pred, verbose);
+    eval_bar bar = {.t0 = t0};
+    progress_init(&bar.pr, stderr, !verbose, 10);
+    int rc = mega_cls_evaluate(r->cm.m, &r->d, idx, r->d.n, batch, seq_len, cls_progress, &bar, &r->loss, &r->correct,
+                               r->pred) != MEGA_OK;
+    progress_break(&bar.pr);
+    if (rc) cli_error("%s", mega_last_error());
     r->seconds = now_sec() - t0;
     free(idx);
     return rc ? 2 : 0;
@@ -202,7 +231,7 @@ static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const c
     if (mega_read_file_max(data, "--data", max_bytes > 0 ? (uint64_t)max_bytes : 0, &txt) != MEGA_OK)
         return cli_error("%s", mega_last_error()), 2;
     const size_t nbytes = txt.n;
-    tok_seq sq = {txt.data, NULL, txt.n};
+    mega_tokens sq = {txt.data, NULL, txt.n};
     int32_t *ids = NULL;
     size_t ntok = 0, unk = 0;
     if (dict) {
@@ -217,7 +246,7 @@ static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const c
         }
         ids[0] = mega_fdict_get_specials(dict).eos;
         mega_bytes_free(&txt);
-        sq = (tok_seq){NULL, ids, ntok + 1};
+        sq = (mega_tokens){NULL, ids, ntok + 1};
     }
     const char *per = dict ? (mega_fdict_get_unit(dict) == MEGA_FDICT_BYTE ? "bits per byte" : "bits per token") : "bits per byte";
     const char *units = dict ? "tokens" : "bytes";
@@ -238,7 +267,8 @@ static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const c
             }
             int B = (int)(65536 / L > 0 ? 65536 / L : 1);
             mega_clear_error();
-            if (eval_windows(m, &sq, B > 16 ? 16 : B, (int)L, 0, &loss, &cnt)) {
+            if (mega_lm_eval_windows(m, &sq, B > 16 ? 16 : B, (int)L, 0, &loss, &cnt) != MEGA_OK) {
+                cli_error("%s", mega_last_error());
                 printf("%-10ld %-12s %-12s %s\n", L, "n/a", "-", "(error above)");
                 continue;
             }
@@ -257,7 +287,11 @@ static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const c
             if (tps) fprintf(stderr, ", restarting every %zu tokens", tps);
             fprintf(stderr, "\n");
         }
-        rc = eval_stream(m, &sq, seq_len, tps, !quiet, &loss, &cnt);
+        eval_bar bar = {.t0 = t0, .unit = sq.bytes ? "bytes" : "tokens", .metric = sq.bytes ? "bpb" : "bits/token"};
+        progress_init(&bar.pr, stderr, quiet, 10);
+        rc = mega_lm_eval_stream(m, &sq, seq_len, tps, stream_progress, &bar, &loss, &cnt) != MEGA_OK;
+        progress_break(&bar.pr);
+        if (rc) cli_error("%s", mega_last_error());
         if (!rc) {
             double dt = now_sec() - t0;
             printf("loss %.6f nats/%s | %s %.6f", loss, dict ? "token" : "byte", per, loss / M_LN2);

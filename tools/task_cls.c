@@ -188,7 +188,8 @@ static int cls_validate(task *t, const train_args *a, int64_t max_units, double 
     int n = C->n_valid;
     if (max_units > 0 && max_units < n) n = (int)max_units;
     int64_t ok;
-    if (cls_evaluate(C->m, vset(C), C->vidx, n, a->batch, a->seq_len, loss, &ok, NULL, 0)) return -1;
+    if (mega_cls_evaluate(C->m, vset(C), C->vidx, n, a->batch, a->seq_len, NULL, NULL, loss, &ok, NULL) != MEGA_OK)
+        return cli_error("%s", mega_last_error()), -1;
     *metric = (double)ok / n;
     *count = n;
     return 0;
@@ -373,41 +374,3 @@ fail:
     return 1;
 }
 
-int cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
-                 int64_t *correct, int *pred, int verbose) {
-    cls_task C;
-    memset(&C, 0, sizeof C);
-    C.m = m;
-    double tot = 0;
-    int64_t ok = 0;
-    mega_lm_run run = {0, 0};
-    const int C_ = mega_cls_get_config(m)->classes;
-    progress_t pr;
-    progress_init(&pr, stderr, !verbose, 10);
-    for (int i = 0; i < n; i += batch) {
-        int nb = n - i < batch ? n - i : batch;
-        double l;
-        int64_t c;
-        if (run_batch(&C, d, idx + i, nb, maxlen, 0, 0, &run, &l, &c, NULL)) {
-            mega_batch_free(&C.batch);
-            return 1;
-        }
-        tot += l * nb, ok += c;
-        if (pred) {
-            const mega_real *lg = mega_cls_logits(m);
-            for (int b = 0; b < nb; b++) {
-                int am = 0;
-                for (int k = 1; k < C_; k++)
-                    if (lg[(size_t)b * C_ + k] > lg[(size_t)b * C_ + am]) am = k;
-                pred[i + b] = am;
-            }
-        }
-        if (progress_due(&pr, i + nb >= n))
-            progress_print(&pr, "  eval %d/%d examples, accuracy %.4f", i + nb, n, (double)ok / (i + nb));
-    }
-    progress_break(&pr);
-    mega_batch_free(&C.batch);
-    *loss = n ? tot / n : 0;
-    *correct = ok;
-    return 0;
-}

@@ -44,8 +44,9 @@ static int lm_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, in
 static int lm_validate(task *t, const train_args *a, int64_t max_units, double *loss, double *metric, int64_t *count) {
     lm_task *L = t->impl;
     if (!L->val_txt) return 1;
-    const tok_seq val = {L->val_txt, NULL, L->nval};
-    if (eval_windows(L->m, &val, a->batch, a->seq_len, (size_t)max_units, loss, count)) return -1;
+    const mega_tokens val = {L->val_txt, NULL, L->nval};
+    if (mega_lm_eval_windows(L->m, &val, a->batch, a->seq_len, (size_t)max_units, loss, count) != MEGA_OK)
+        return cli_error("%s", mega_last_error()), -1;
     *metric = *loss / M_LN2;
     return 0;
 }

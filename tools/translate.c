@@ -550,7 +550,8 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
     double nll = 0, acc = 0;
     int64_t ntok = 0, out_tokens = 0;
     const double t0 = now_sec();
-    if (!rc) rc = s2s_evaluate(m, &d, order, n, max_tokens, &nll, &acc, &ntok);
+    if (!rc && mega_s2s_evaluate(m, &d, order, n, max_tokens, &nll, &acc, &ntok) != MEGA_OK)
+        rc = cli_error("%s", mega_last_error());
     const double t1 = now_sec();
     if (!rc) rc = search_groups(m, &dc, &d, order, g, ng, sp, batch, quiet, hyp, hl, cp, cl, &out_tokens);
     const double t2 = now_sec();
