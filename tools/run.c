@@ -504,8 +504,8 @@ int cmd_generate(int argc, char **argv) {
 static void info_s2s(const loaded_model *lm) {
     const mega_s2s_config *sc = mega_s2s_get_config(lm->s2s);
     char *js = mega_s2s_config_to_json(sc);
-    printf("model      %s\nkind       mega_s2s (encoder-decoder, %s mixer, %s cross-attention)\nparameters %zu\n", lm->path,
-           mega_mixer_name(sc->encoder.mixer), sc->decoder.mixer == MEGA_MIXER_MEGA ? "gated" : "multi-head",
+    printf("model      %s\nkind       %s (encoder-decoder, %s mixer, %s cross-attention)\nparameters %zu\n", lm->path,
+           model_kind_name(lm->kind), mega_mixer_name(sc->encoder.mixer), sc->decoder.mixer == MEGA_MIXER_MEGA ? "gated" : "multi-head",
            mega_ps_trainable(mega_s2s_paramset(lm->s2s)));
     print_s2s_config(stdout, sc, "           ");
     const mega_bpe *sb = lm->src_bpe, *tb = lm->tgt_bpe;
@@ -523,8 +523,8 @@ static void info_s2s(const loaded_model *lm) {
 static void info_cls(const loaded_model *lm) {
     const mega_cls_config *cc = mega_cls_get_config(lm->cls.m);
     char *js = mega_cls_config_to_json(cc);
-    printf("model      %s\nkind       mega_cls (classifier, %s encoder)\nparameters %zu\nclasses    %d\n", lm->path,
-           mega_mixer_name(cc->block.mixer), mega_ps_trainable(mega_cls_paramset(lm->cls.m)), lm->cls.classes.n);
+    printf("model      %s\nkind       %s (classifier, %s encoder)\nparameters %zu\nclasses    %d\n", lm->path,
+           model_kind_name(lm->kind), mega_mixer_name(cc->block.mixer), mega_ps_trainable(mega_cls_paramset(lm->cls.m)), lm->cls.classes.n);
     print_cls_config(stdout, cc, "           ");
     printf("config     %s\n", js ? js : "");
     free(js);
@@ -544,7 +544,8 @@ static void info_lm(const loaded_model *lm, int tensors) {
                  mega_fdict_get_unit(dict) == MEGA_FDICT_BYTE ? "byte" : "word");
     else
         snprintf(vocab, sizeof vocab, "%s", bytes ? "byte-level: 256 bytes + pad" : "token vocabulary");
-    printf("kind       mega_lm (causal language model, %s mixer, %s)\n", mega_mixer_name(lc->block.mixer), vocab);
+    printf("kind       %s (causal language model, %s mixer, %s)\n", model_kind_name(lm->kind), mega_mixer_name(lc->block.mixer),
+           vocab);
     if (lm->tps) printf("eval       fairseq tokens-per-sample %zu (mega eval restarts the state every %zu tokens)\n", lm->tps, lm->tps);
     if (step) printf("step       %s\n", step);
     printf("parameters %zu\n", mega_lm_num_params(lm->lm));
