@@ -724,6 +724,36 @@ double mega_lm_grad_norm(const mega_lm *m);
 void mega_lm_scale_grads(mega_lm *m, double s);
 
 /* ---------------------------------------------------------------------------------------------
+ * Evaluation: the loops that score a model on held-out data, shared by training (validation) and
+ * the inference commands. Nothing is printed: a long evaluation reports through an optional
+ * progress callback. The classifier's and the encoder-decoder's (mega_cls_evaluate,
+ * mega_s2s_evaluate) take the datasets of include/mega_data.h and are declared there. */
+
+/* A token sequence to score: bytes (byte-level models), or token ids when bytes is NULL (models
+ * with a fairseq dictionary); the model predicts token i + 1 from tokens 0..i. */
+typedef struct {
+    const uint8_t *bytes;
+    const int32_t *ids;
+    size_t n;
+} mega_tokens;
+
+/* called after each batch or segment: `done` of `total` units (predictions or examples) and the
+ * running value (mean loss in nats, or accuracy) */
+typedef void (*mega_eval_progress)(void *ctx, int64_t done, int64_t total, double value);
+
+/* mean loss (nats per token) over non-overlapping windows of T tokens, B windows per forward
+ * pass (eval mode; the validation of language-model training); max_tokens caps the work (0 =
+ * all). *count: the predictions scored. MEGA_ERR_INVALID when s has fewer than 2 tokens. */
+mega_status mega_lm_eval_windows(mega_lm *m, const mega_tokens *s, int B, int T, size_t max_tokens, double *loss,
+                                 int64_t *count);
+/* streaming evaluation of every prediction of s, fed in segments of `seg` tokens: chunked Mega
+ * carries its state across segments, every other model restarts at each one; the state also
+ * restarts every `restart` predictions (0 = never: fairseq's --tokens-per-sample blocks).
+ * progress (optional) after each segment, with the running mean loss. */
+mega_status mega_lm_eval_stream(mega_lm *m, const mega_tokens *s, int seg, size_t restart, mega_eval_progress progress,
+                                void *ctx, double *loss, int64_t *count);
+
+/* ---------------------------------------------------------------------------------------------
  * Sampling the next token from a row of logits, as `mega generate` does. The sampler owns its
  * buffers and its random stream: a token costs no allocation, and a seed gives the same
  * choices on every run. Greedy (temperature 0) takes the first index of the largest logit.

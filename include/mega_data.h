@@ -829,6 +829,20 @@ void mega_freedict_pairs_free(mega_freedict_pairs *p); /* NULL allowed */
 mega_status mega_freedict_split(const mega_freedict_pairs *p, uint64_t seed, double valid_frac, double test_frac,
                                 size_t *order, size_t count[3], size_t groups[3]);
 
+/* ---------------------------------------------------------------------------------------------
+ * Evaluation on datasets (with mega_lm_eval_windows / mega_lm_eval_stream of include/mega.h). */
+
+/* a classifier's mean loss and correct count over examples idx[0..n) of d, in batches of at most
+ * `batch` (inputs cut to maxlen tokens); pred (optional) receives the argmax per example;
+ * progress (optional) after each batch, with the running accuracy */
+mega_status mega_cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen,
+                              mega_eval_progress progress, void *ctx, double *loss, int64_t *correct, int *pred);
+/* an encoder-decoder's mean NLL per target token (nats) and teacher-forced token accuracy over
+ * examples sel[0..n) of d, in length-sorted batches of at most max_tokens tokens; *tokens
+ * (optional): the target tokens counted */
+mega_status mega_s2s_evaluate(mega_s2s *m, const mega_s2s_data *d, const int *sel, int n, int max_tokens, double *nll,
+                              double *acc, int64_t *tokens);
+
 #ifdef __cplusplus
 }
 #endif

@@ -56,42 +56,6 @@ int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-int eval_windows(mega_lm *m, const tok_seq *sq, int B, int T, size_t max_tokens, double *loss, int64_t *count) {
-    const size_t n = sq->n;
-    if (n < 2) return cli_error("validation text is too short (%zu bytes)", n);
-    if ((size_t)T + 1 > n) T = (int)(n - 1);
-    size_t nwin = (n - 1) / (size_t)T;
-    if (max_tokens && nwin * (size_t)T > max_tokens) nwin = max_tokens / (size_t)T > 0 ? max_tokens / (size_t)T : 1;
-    int32_t *tok = malloc((size_t)B * T * sizeof(int32_t)), *tgt = malloc((size_t)B * T * sizeof(int32_t));
-    if (!tok || !tgt) {
-        free(tok), free(tgt);
-        return cli_error("out of memory");
-    }
-    double tot = 0;
-    int64_t cnt = 0;
-    mega_lm_run run = {0, 0};
-    for (size_t w0 = 0; w0 < nwin; w0 += (size_t)B) {
-        int nb = (int)((nwin - w0) < (size_t)B ? (nwin - w0) : (size_t)B);
-        for (int b = 0; b < nb; b++) {
-            const size_t s = (w0 + (size_t)b) * (size_t)T;
-            for (int t = 0; t < T; t++)
-                tok[(size_t)b * T + t] = tok_at(sq, s + (size_t)t), tgt[(size_t)b * T + t] = tok_at(sq, s + (size_t)t + 1);
-        }
-        double l;
-        int64_t c;
-        if (mega_lm_forward(m, tok, tgt, nb, T, &run, &l, &c) != MEGA_OK) {
-            free(tok), free(tgt);
-            return cli_error("%s", mega_last_error());
-        }
-        tot += l * (double)c;
-        cnt += c;
-    }
-    free(tok), free(tgt);
-    *loss = cnt ? tot / (double)cnt : 0;
-    *count = cnt;
-    return 0;
-}
-
 void progress_init(progress_t *p, FILE *f, int quiet, double every) {
     p->f = f, p->tty = is_tty(f), p->quiet = quiet, p->live = 0, p->every = every, p->next = 0;
 }
@@ -118,72 +82,6 @@ void progress_print(progress_t *p, const char *fmt, ...) {
 void progress_break(progress_t *p) {
     if (p->live) fputc('\n', p->f), fflush(p->f);
     p->live = 0;
-}
-
-int eval_stream(mega_lm *m, const tok_seq *sq, int seg, size_t restart, int verbose, double *loss, int64_t *count) {
-    const mega_lm_config *c = mega_lm_get_config(m);
-    const size_t n = sq->n;
-    const char *unit = sq->bytes ? "bytes" : "tokens";
-    if (n < 2) return cli_error("evaluation text is too short (%zu %s)", n, unit);
-    const int V = c->vocab_size;
-    /* chunked Mega carries its whole state across segments (the cache resets at chunk borders);
-     * full attention, and every other mixer, restarts at every segment (their caches would grow
-     * with the text): their context is one segment (mega_block_context.carry) */
-    mega_block_context x;
-    mega_block_context_of(&c->block, seg, &x);
-    const int full = !x.carry;
-    int cap = x.cache;
-    mega_lm_stream *s;
-    if (mega_lm_stream_new(m, 1, cap, &s) != MEGA_OK) return cli_error("%s", mega_last_error());
-    int32_t *tok = malloc((size_t)seg * sizeof(int32_t));
-    mega_real *lg = malloc((size_t)seg * V * sizeof(mega_real));
-    if (!tok || !lg) {
-        free(tok), free(lg);
-        mega_lm_stream_free(s);
-        return cli_error("out of memory");
-    }
-    double tot = 0;
-    int64_t cnt = 0;
-    double t0 = now_sec();
-    progress_t pr;
-    progress_init(&pr, stderr, !verbose, 10);
-    const size_t N = n - 1; /* predictions */
-    for (size_t p = 0; p < N;) {
-        /* a segment never crosses a restart */
-        size_t end = restart ? (p / restart + 1) * restart : N;
-        end = end < N ? end : N;
-        int T = (int)((end - p) < (size_t)seg ? (end - p) : (size_t)seg);
-        for (int t = 0; t < T; t++) tok[t] = tok_at(sq, p + (size_t)t);
-        if (full || (restart && p % restart == 0)) mega_lm_stream_reset(s);
-        if (mega_lm_stream_feed(s, tok, T, lg) != MEGA_OK) {
-            free(tok), free(lg);
-            mega_lm_stream_free(s);
-            return cli_error("%s", mega_last_error());
-        }
-        for (int t = 0; t < T; t++) {
-            const mega_real *l = lg + (size_t)t * V;
-            double mx = l[0], sum = 0;
-            for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-            for (int v = 0; v < V; v++) sum += exp((double)l[v] - mx);
-            tot += mx + log(sum) - (double)l[tok_at(sq, p + (size_t)t + 1)];
-            cnt++;
-        }
-        p += (size_t)T;
-        if (progress_due(&pr, p >= N)) {
-            char eta[32], rate[32];
-            double r = (double)p / (now_sec() - t0 + 1e-9);
-            fmt_duration(eta, sizeof eta, (double)(N - p) / (r + 1e-9));
-            fmt_rate(rate, sizeof rate, r);
-            progress_print(&pr, "  eval %5.1f%%  %zu/%zu %s  %s %.4f  %s tok/s  ETA %s", 100.0 * (double)p / (double)N,
-                           p, N, unit, sq->bytes ? "bpb" : "bits/token", tot / (double)cnt / log(2.0), rate, eta);
-        }
-    }
-    progress_break(&pr);
-    free(tok), free(lg);
-    mega_lm_stream_free(s);
-    *loss = tot / (double)cnt;
-    *count = cnt;
-    return 0;
 }
 
 /* "name value" pairs of one field table, comma-separated, wrapped before 100 columns; block

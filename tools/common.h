@@ -35,40 +35,12 @@ void progress_print(progress_t *p, const char *fmt, ...)
 /* end a live line (before other output) */
 void progress_break(progress_t *p);
 
-/* A token sequence to score: bytes (byte-level models) or token ids (models with a fairseq
- * dictionary, mega_fdict_encode); the model predicts token i + 1 from tokens 0..i. */
-typedef struct {
-    const uint8_t *bytes; /* NULL: ids */
-    const int32_t *ids;
-    size_t n;
-} tok_seq;
-static inline int32_t tok_at(const tok_seq *s, size_t i) { return s->bytes ? (int32_t)s->bytes[i] : s->ids[i]; }
-
-/* mean loss over non-overlapping windows of T tokens (full forward, eval mode): the validation
- * measure used during training. max_tokens caps the work (0 = all). */
-int eval_windows(mega_lm *m, const tok_seq *s, int B, int T, size_t max_tokens, double *loss, int64_t *count);
-
-/* streaming evaluation of every prediction with state carried across segments of `seg` tokens;
- * the state restarts every `restart` predictions (0 = never: fairseq's --tokens-per-sample
- * blocks); progress on stderr when verbose */
-int eval_stream(mega_lm *m, const tok_seq *s, int seg, size_t restart, int verbose, double *loss, int64_t *count);
-
-/* a classifier's mean loss and correct count over examples idx[0..n) of d, in batches of at most
- * `batch` (inputs cut to maxlen); pred (optional) receives the argmax per example; progress on
- * stderr when verbose (defined in task_cls.c) */
-int cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
-                 int64_t *correct, int *pred, int verbose);
-
 /* print a model config as "key value" pairs (lines begin with indent): the model's fields, then
  * the block fields that apply to its mixer */
 void print_config(FILE *f, const mega_field *mf, int nmf, const void *cfg, const mega_block_config *block, const char *indent);
 void print_lm_config(FILE *f, const mega_lm_config *c, const char *indent);
 void print_cls_config(FILE *f, const mega_cls_config *c, const char *indent);
 void print_s2s_config(FILE *f, const mega_s2s_config *c, const char *indent); /* task_s2s.c */
-/* an encoder-decoder's mean NLL per target token (nats) and teacher-forced token accuracy over
- * examples sel[0..n) of d, in length-sorted batches of at most max_tokens (task_s2s.c) */
-int s2s_evaluate(mega_s2s *m, const mega_s2s_data *d, const int *sel, int n, int max_tokens, double *nll, double *acc,
-                 int64_t *tokens);
 
 /* ---- memory: what a run needs, and --max-memory ---- */
 
@@ -118,16 +90,6 @@ const char *data_file_help(const char *prefix, int i);
  * validation ones). 0, or 1 after the error. */
 int data_flags_check(const char *const flag[3], const char *data, const char *images, const char *labels);
 
-/* subcommands */
-int cmd_train(int argc, char **argv);
-int cmd_eval(int argc, char **argv);
-int cmd_generate(int argc, char **argv);
-int cmd_info(int argc, char **argv);
-int cmd_plot(int argc, char **argv);
-int cmd_predict(int argc, char **argv);
-int cmd_bench(int argc, char **argv);
-int cmd_listops(int argc, char **argv);
-int cmd_translate(int argc, char **argv);
 /* mega eval on a translation model (translate.c) */
 /* The subword units of a translation model file (metadata "vocab" of kind "bpe", the merge
  * lists "src-bpe" and "tgt-bpe"; a side without one uses bytes), checked against the config's
@@ -138,16 +100,11 @@ int meta_bpe(const char *path, const mega_s2s_config *c, mega_bpe **src, mega_bp
 size_t bpe_longest(const mega_bpe *b);
 int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
                    int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory);
-int cmd_freedict(int argc, char **argv);
 /* The fairseq dictionary stored under metadata key of an open model file (models converted from
  * official checkpoints, docs/interop.md): *d = NULL when there is none (the byte models this
  * project trains); an error (printed, naming path and `what`) when it does not parse or its size
  * is not `size`. */
 int meta_fdict(const mega_st_file *f, const char *key, int size, const char *path, const char *what, mega_fdict **d);
-int cmd_experiment(int argc, char **argv);
-/* hf.c: the Hugging Face transformers layout */
-int cmd_hf_export(int argc, char **argv);
-int cmd_hf_import(int argc, char **argv);
 /* The four rows of cli_flag for the beam search (a mega_s2s_search *sp), shared by `mega
  * translate` and `mega eval --task translate`; P prefixes each help text ("" or "translate: "). */
 #define SEARCH_FLAGS(P, sp)                                                                                              \

@@ -9,25 +9,54 @@
 #include <string.h>
 #include <unistd.h>
 
+static int cmd_version(int argc, char **argv);
+static int cmd_help(int argc, char **argv);
+
+/* Every command, one row each: its name, its function, and its line in `mega help` (a "\n" in it
+ * continues the line, indented). A new command is its function, in its own file, and one row here;
+ * the row declares the function too. */
+#define MEGA_COMMANDS(X)                                                                                                \
+    X("train", cmd_train, "train a byte-level Mega language model, a classifier (--task classify) or a\n"                \
+                          "translation model (--task translate)")                                                       \
+    X("eval", cmd_eval, "bits per byte of a language model (streaming), or a classifier's accuracy")                     \
+    X("generate", cmd_generate, "sample text from a model, token by token")                                             \
+    X("predict", cmd_predict, "print one predicted label per input (classifiers)")                                      \
+    X("translate", cmd_translate, "translate lines with an encoder-decoder (mega train --task translate)")               \
+    X("info", cmd_info, "print a model's config and parameter count")                                                   \
+    X("plot", cmd_plot, "write an SVG of the training and validation curves of a run")                                  \
+    X("listops", cmd_listops, "generate the ListOps task of the Long Range Arena (--out DIR)")                           \
+    X("freedict", cmd_freedict, "parallel phrases (train/valid/test TSV) from a FreeDict dictionary (--dict, --out)")   \
+    X("experiment", cmd_experiment, "rerun a claim of the papers with figures (docs/results.md; 'mega experiment --list')") \
+    X("hf-export", cmd_hf_export, "write a model in the Hugging Face transformers Mega layout (--model, --out)")         \
+    X("hf-import", cmd_hf_import, "read a Hugging Face transformers Mega model (--hf, --out)")                          \
+    X("bench", cmd_bench, "performance workloads (tokens/s, GFLOP/s, peak memory; 'mega bench --list')")                \
+    X("version", cmd_version, "version and build description")                                                          \
+    X("help", cmd_help, "this text")
+
+#define DECLARE(name, fn, summary) int fn(int argc, char **argv);
+MEGA_COMMANDS(DECLARE)
+#undef DECLARE
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} command;
+
+#define ROW(name, fn, summary) {name, fn, summary},
+static const command COMMANDS[] = {MEGA_COMMANDS(ROW)};
+#undef ROW
+
 static void usage(FILE *f) {
     fprintf(f, "usage: mega <command> [options]     ('mega <command> --help' lists every flag and default)\n\n"
-               "commands:\n"
-               "  train      train a byte-level Mega language model, a classifier (--task classify) or a\n"
-               "             translation model (--task translate)\n"
-               "  eval       bits per byte of a language model (streaming), or a classifier's accuracy\n"
-               "  generate   sample text from a model, token by token\n"
-               "  predict    print one predicted label per input (classifiers)\n"
-               "  translate  translate lines with an encoder-decoder (mega train --task translate)\n"
-               "  info       print a model's config and parameter count\n"
-               "  plot       write an SVG of the training and validation curves of a run\n"
-               "  listops    generate the ListOps task of the Long Range Arena (--out DIR)\n"
-               "  freedict   parallel phrases (train/valid/test TSV) from a FreeDict dictionary (--dict, --out)\n"
-               "  experiment rerun a claim of the papers with figures (docs/results.md; 'mega experiment --list')\n"
-               "  hf-export  write a model in the Hugging Face transformers Mega layout (--model, --out)\n"
-               "  hf-import  read a Hugging Face transformers Mega model (--hf, --out)\n"
-               "  bench      performance workloads (tokens/s, GFLOP/s, peak memory; 'mega bench --list')\n"
-               "  version    version and build description\n"
-               "  help       this text\n");
+               "commands:\n");
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++) {
+        fprintf(f, "  %-10s ", COMMANDS[i].name);
+        for (const char *c = COMMANDS[i].summary; *c; c++)
+            if (*c == '\n') fprintf(f, "\n%13s", "");
+            else fputc(*c, f);
+        fprintf(f, "\n");
+    }
 }
 
 /* Large data files are mapped (mega_read_file_max), and touching a page that another process cut
@@ -71,6 +100,50 @@ static void short_spin(char **argv) {
 #endif
 }
 
+/* run the command called name (argv[1] may be its alias) */
+static int dispatch(const char *name, int argc, char **argv) {
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof *COMMANDS; i++)
+        if (!strcmp(COMMANDS[i].name, name)) return COMMANDS[i].fn(argc, argv);
+    fprintf(stderr, "mega: error: unknown command '%s' (see 'mega help')\n", name);
+    return 2;
+}
+
+/* mega help: the commands; mega help CMD == mega CMD --help */
+static int cmd_help(int argc, char **argv) {
+    if (argc > 2 && argv[2][0] != '-' && strcmp(argv[2], "help")) {
+        static char help_flag[] = "--help";
+        char *hv[4] = {argv[0], argv[2], help_flag, NULL};
+        return dispatch(argv[2], 3, hv);
+    }
+    usage(stdout);
+    return 0;
+}
+
+static int cmd_version(int argc, char **argv) {
+    (void)argc, (void)argv;
+    const char *spin = getenv("GOMP_SPINCOUNT"), *wait = getenv("OMP_WAIT_POLICY");
+    printf("%s\ncommit %s\ndistributed %s\nopenmp wait GOMP_SPINCOUNT=%s OMP_WAIT_POLICY=%s\ncompiler %s\n", mega_build_info(),
+           MEGA_COMMIT, dist_describe(), spin ? spin : "(default)", wait ? wait : "(default)",
+#if defined(__clang__)
+           "clang " __clang_version__
+#elif defined(__GNUC__)
+           "gcc " __VERSION__
+#else
+           "unknown"
+#endif
+    );
+#ifdef MEGA_USE_BLAS
+    /* OpenBLAS picks its kernels from the CPU when it is loaded, unless OPENBLAS_CORETYPE
+     * names them; the GEMM rate depends on it (docs/performance.md, "The BLAS kernels") */
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    printf("blas OpenBLAS %s kernels%s%s%s\n", openblas_get_corename(), ct ? " (OPENBLAS_CORETYPE=" : "",
+           ct ? ct : "", ct ? ")" : "");
+#else
+    printf("blas none (portable GEMM)\n");
+#endif
+    return 0;
+}
+
 int main(int argc, char **argv) {
     short_spin(argv);
     struct sigaction sb;
@@ -83,55 +156,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *c = argv[1];
-    static char help_flag[] = "--help";
-    static char *hv[4];
-    if (!strcmp(c, "help") || !strcmp(c, "--help") || !strcmp(c, "-h")) {
-        if (argc > 2 && argv[2][0] != '-' && strcmp(argv[2], "help")) { /* mega help CMD == mega CMD --help */
-            hv[0] = argv[0], hv[1] = argv[2], hv[2] = help_flag, hv[3] = NULL;
-            argv = hv;
-            argc = 3;
-            c = argv[1];
-        } else {
-            usage(stdout);
-            return 0;
-        }
-    }
-    if (!strcmp(c, "version") || !strcmp(c, "--version")) {
-        const char *spin = getenv("GOMP_SPINCOUNT"), *wait = getenv("OMP_WAIT_POLICY");
-        printf("%s\ncommit %s\ndistributed %s\nopenmp wait GOMP_SPINCOUNT=%s OMP_WAIT_POLICY=%s\ncompiler %s\n", mega_build_info(),
-               MEGA_COMMIT, dist_describe(), spin ? spin : "(default)", wait ? wait : "(default)",
-#if defined(__clang__)
-               "clang " __clang_version__
-#elif defined(__GNUC__)
-               "gcc " __VERSION__
-#else
-               "unknown"
-#endif
-        );
-#ifdef MEGA_USE_BLAS
-        /* OpenBLAS picks its kernels from the CPU when it is loaded, unless OPENBLAS_CORETYPE
-         * names them; the GEMM rate depends on it (docs/performance.md, "The BLAS kernels") */
-        const char *ct = getenv("OPENBLAS_CORETYPE");
-        printf("blas OpenBLAS %s kernels%s%s%s\n", openblas_get_corename(), ct ? " (OPENBLAS_CORETYPE=" : "",
-               ct ? ct : "", ct ? ")" : "");
-#else
-        printf("blas none (portable GEMM)\n");
-#endif
-        return 0;
-    }
-    if (!strcmp(c, "train")) return cmd_train(argc, argv);
-    if (!strcmp(c, "eval")) return cmd_eval(argc, argv);
-    if (!strcmp(c, "generate")) return cmd_generate(argc, argv);
-    if (!strcmp(c, "info")) return cmd_info(argc, argv);
-    if (!strcmp(c, "plot")) return cmd_plot(argc, argv);
-    if (!strcmp(c, "predict")) return cmd_predict(argc, argv);
-    if (!strcmp(c, "listops")) return cmd_listops(argc, argv);
-    if (!strcmp(c, "translate")) return cmd_translate(argc, argv);
-    if (!strcmp(c, "freedict")) return cmd_freedict(argc, argv);
-    if (!strcmp(c, "bench")) return cmd_bench(argc, argv);
-    if (!strcmp(c, "experiment")) return cmd_experiment(argc, argv);
-    if (!strcmp(c, "hf-export")) return cmd_hf_export(argc, argv);
-    if (!strcmp(c, "hf-import")) return cmd_hf_import(argc, argv);
-    fprintf(stderr, "mega: error: unknown command '%s' (see 'mega help')\n", c);
-    return 2;
+    /* the usual spellings of help and version */
+    if (!strcmp(c, "--help") || !strcmp(c, "-h")) c = "help";
+    if (!strcmp(c, "--version")) c = "version";
+    return dispatch(c, argc, argv);
 }

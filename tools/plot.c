@@ -1,6 +1,7 @@
 /* mega plot DIR: an SVG of the training (and validation) curves from DIR/log.jsonl. */
 #include "common.h"
 #include "svg.h"
+#include "task.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -94,8 +95,8 @@ static const char *metric_title(const char *dir, const char *metric) {
     if (file_exists(p) && mega_read_file_max(p, "checkpoint", 1 << 16, &b) == MEGA_OK) {
         cJSON *j = cJSON_ParseWithLength((const char *)b.data, b.n);
         const cJSON *k = j ? cJSON_GetObjectItemCaseSensitive(j, "task") : NULL;
-        if (cJSON_IsString(k) && !strcmp(k->valuestring, "translate")) t = "token accuracy (teacher forcing)";
-        else if (cJSON_IsString(k) && !strcmp(k->valuestring, "classify")) t = "accuracy";
+        const task_def *td = cJSON_IsString(k) ? task_find(k->valuestring) : NULL;
+        if (td) t = td->metric_title;
         cJSON_Delete(j);
         mega_bytes_free(&b);
     }

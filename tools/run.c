@@ -1,5 +1,7 @@
 /* mega eval / generate / info: using a trained language model. */
 #include "common.h"
+#include "models.h"
+#include "task.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -7,135 +9,17 @@
 #include <time.h>
 #include <unistd.h>
 
-/* --model accepts a checkpoint directory or a .safetensors file (the library's rule,
- * mega_model_file); NULL with mega_last_error() set when it names no model file */
-static const char *model_path(const char *m, char *buf, size_t n) { return mega_model_file(m, buf, n) ? NULL : buf; }
 
 /* the flags naming a classifier's data (data_flags_check; the IDX pair from the table of formats) */
 #define DATA_FLAGS ((const char *const[3]){"data", data_file_flag("", 0), data_file_flag("", 1)})
 
-/* every model these commands load is for inference: no gradient buffer */
-static const mega_load_opts INFERENCE = {1, 0};
 
-static int load_model_ex(const char *arg, int chunk_override, int attn_window, mega_lm **out);
-static int load_model(const char *arg, int chunk_override, mega_lm **out) { return load_model_ex(arg, chunk_override, -1, out); }
 
-/* *m rebuilt with config c and its weights reloaded from path (the evaluation-time options that
- * change the layers' shapes or masks) */
-static mega_status rebuild_model(mega_lm **m, const mega_lm_config *c, const char *path) {
-    mega_lm_free(*m);
-    *m = NULL;
-    const mega_load_opts o = {1, 1}; /* no gradients; the weights are loaded next, not drawn */
-    mega_status st = mega_lm_create_ex(c, &o, m);
-    if (!st) st = mega_lm_load_weights(*m, path);
-    if (st) mega_lm_free(*m), *m = NULL;
-    return st;
-}
 
-/* attn_window >= 0 replaces the model's evaluation-time local attention mask */
-static int load_model_ex(const char *arg, int chunk_override, int attn_window, mega_lm **out) {
-    char p[4096];
-    if (!model_path(arg, p, sizeof p) || mega_lm_load_ex(p, &INFERENCE, out) != MEGA_OK) return cli_error("%s", mega_last_error());
-    if (attn_window >= 0 && attn_window != mega_lm_get_config(*out)->block.attn_window) {
-        mega_lm_config c = *mega_lm_get_config(*out);
-        c.block.attn_window = attn_window;
-        if (rebuild_model(out, &c, p) != MEGA_OK) return cli_error("--attn-window: %s", mega_last_error());
-    }
-    if (chunk_override != 0 && chunk_override != mega_lm_get_config(*out)->block.chunk_size) {
-        /* train short, test long: rebuild with another attention chunk and reload the weights */
-        mega_lm_config c = *mega_lm_get_config(*out);
-        if (c.block.rel_pos_bias != MEGA_RELPOS_ROTARY) {
-            mega_lm_free(*out);
-            *out = NULL;
-            return cli_error("--chunk-size %d: this model has a simple relative-position bias, whose table is sized by the "
-                             "training chunk (%d); only rotary-bias models can change the chunk at evaluation",
-                             chunk_override, c.block.chunk_size);
-        }
-        c.block.chunk_size = chunk_override;
-        if (rebuild_model(out, &c, p) != MEGA_OK) return cli_error("%s", mega_last_error());
-    }
-    return 0;
-}
-
-/* The vocabulary of the language model at (resolved) path: *d = NULL for the byte models this
- * project trains, a fairseq dictionary for models converted from official checkpoints
- * (docs/interop.md), with the fairseq --tokens-per-sample of its training in *tps (0 = none). */
-static int lm_vocab(const char *path, const mega_lm_config *c, mega_fdict **d, size_t *tps) {
-    *d = NULL, *tps = 0;
-    mega_st_file *f;
-    if (mega_st_open(path, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
-    const char *t = mega_st_meta(f, "tokens-per-sample");
-    int rc = 0;
-    if (t) {
-        char *e;
-        long long x = strtoll(t, &e, 10);
-        if (*e || x < 0) rc = cli_error("%s: metadata tokens-per-sample '%s' is not a count", path, t);
-        else *tps = (size_t)x;
-    }
-    if (!rc) rc = meta_fdict(f, "vocab", c->vocab_size, path, "fairseq dictionary", d);
-    mega_st_close(f);
-    return rc;
-}
 
 /* ---- classifiers ---------------------------------------------------------------------- */
 
-/* the kind of model stored at path: "mega_lm" or "mega_cls" (NULL if unreadable) */
-static const char *model_kind(const char *path, char *buf, size_t n) {
-    mega_st_file *f;
-    if (mega_st_open(path, &f) != MEGA_OK) return NULL;
-    const char *cfg = mega_st_meta(f, "config");
-    snprintf(buf, n, "%s", cfg && strstr(cfg, "\"mega_cls\"") ? "mega_cls" : "mega_lm");
-    if (cfg && strstr(cfg, "encoder_layers")) snprintf(buf, n, "mega_cls");
-    if (cfg && (strstr(cfg, "\"mega_s2s\"") || (strstr(cfg, "encoder_layers") && strstr(cfg, "decoder_layers"))))
-        snprintf(buf, n, "mega_s2s");
-    mega_st_close(f);
-    return buf;
-}
 
-typedef struct {
-    mega_cls *m;
-    mega_classes classes;
-    mega_vocab vocab;
-    mega_data_format format;
-    int fairseq; /* converted from an official LRA checkpoint: a fairseq dictionary (docs/interop.md) */
-} cls_model;
-
-static int load_cls_model(const char *arg, cls_model *cm) {
-    char p[4096];
-    memset(cm, 0, sizeof *cm);
-    if (!model_path(arg, p, sizeof p) || mega_cls_load_ex(p, &INFERENCE, &cm->m) != MEGA_OK) return cli_error("%s", mega_last_error());
-    mega_st_file *f;
-    if (mega_st_open(p, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
-    const char *cj = mega_st_meta(f, "classes"), *vj = mega_st_meta(f, "vocab"), *fm = mega_st_meta(f, "data-format");
-    const char *fs = mega_st_meta(f, "format");
-    /* scripts/convert_fairseq.py: a fairseq dictionary, classes named by the label dictionary or not
-     * at all (then by their ids) */
-    cm->fairseq = fs && !strncmp(fs, "mega-convert-fairseq", 20);
-    char ids[64 * 12] = "[";
-    if (cm->fairseq && !cj) {
-        const int C = mega_cls_get_config(cm->m)->classes;
-        for (int i = 0; i < C && strlen(ids) + 16 < sizeof ids; i++) snprintf(ids + strlen(ids), 16, "%s\"%d\"", i ? "," : "", i);
-        strcat(ids, "]");
-        cj = ids;
-    }
-    int bad = !cj || mega_classes_from_json(cj, &cm->classes) != MEGA_OK ||
-              (!cm->fairseq && (!vj || mega_vocab_from_json(vj, &cm->vocab) != MEGA_OK));
-    /* a format this build does not know reads as text (the loaders' fallback) */
-    if (!fm) cm->format = MEGA_DATA_AUTO;
-    else if (mega_data_format_parse(fm, &cm->format)) cm->format = MEGA_DATA_TEXT;
-    mega_st_close(f);
-    if (bad) return cli_error("%s: no readable vocabulary/classes in the metadata (was it written by mega train --task classify?)", p);
-    /* mega_cls_load refuses more names than outputs; fewer is what --classes N writes (N above
-     * the labels of the training data: the extra outputs have no name) */
-    const int C = mega_cls_get_config(cm->m)->classes;
-    if (cm->classes.n > C) return cli_error("%s: %d class names but the head has %d outputs", p, cm->classes.n, C);
-    return 0;
-}
-
-static void free_cls_model(cls_model *cm) {
-    mega_cls_free(cm->m);
-    mega_classes_free(&cm->classes);
-}
 
 static int load_cls_data(const cls_model *cm, const char *data, const char *images, const char *labels, int seq_len,
                          mega_dataset *d) {
@@ -147,6 +31,30 @@ static int load_cls_data(const cls_model *cm, const char *data, const char *imag
     o.classes = &cm->classes;
     if (mega_dataset_load(cm->format, data, images, labels, &o, d) != MEGA_OK) return cli_error("%s", mega_last_error());
     return 0;
+}
+
+/* the progress line of a long evaluation (stderr) */
+typedef struct {
+    progress_t pr;
+    double t0;
+    const char *unit, *metric; /* streams: what is counted and the measure */
+} eval_bar;
+
+static void cls_progress(void *ctx, int64_t done, int64_t total, double acc) {
+    eval_bar *e = ctx;
+    if (progress_due(&e->pr, done >= total))
+        progress_print(&e->pr, "  eval %d/%d examples, accuracy %.4f", (int)done, (int)total, acc);
+}
+
+static void stream_progress(void *ctx, int64_t done, int64_t total, double loss) {
+    eval_bar *e = ctx;
+    if (!progress_due(&e->pr, done >= total)) return;
+    char eta[32], rate[32];
+    double r = (double)done / (now_sec() - e->t0 + 1e-9);
+    fmt_duration(eta, sizeof eta, (double)(total - done) / (r + 1e-9));
+    fmt_rate(rate, sizeof rate, r);
+    progress_print(&e->pr, "  eval %5.1f%%  %zu/%zu %s  %s %.4f  %s tok/s  ETA %s", 100.0 * (double)done / (double)total,
+                   (size_t)done, (size_t)total, e->unit, e->metric, loss / log(2.0), rate, eta);
 }
 
 /* a classifier run over every example of its data: the predictions, loss and accuracy */
@@ -197,7 +105,12 @@ static int cls_run_all(cls_run *r, const char *model, const char *data, const ch
     if (!idx || !r->pred) return free(idx), cli_error("out of memory"), 2;
     for (int i = 0; i < r->d.n; i++) idx[i] = i;
     const double t0 = now_sec();
-    int rc = cls_evaluate(r->cm.m, &r->d, idx, r->d.n, batch, seq_len, &r->loss, &r->correct, r->pred, verbose);
+    eval_bar bar = {.t0 = t0};
+    progress_init(&bar.pr, stderr, !verbose, 10);
+    int rc = mega_cls_evaluate(r->cm.m, &r->d, idx, r->d.n, batch, seq_len, cls_progress, &bar, &r->loss, &r->correct,
+                               r->pred) != MEGA_OK;
+    progress_break(&bar.pr);
+    if (rc) cli_error("%s", mega_last_error());
     r->seconds = now_sec() - t0;
     free(idx);
     return rc ? 2 : 0;
@@ -248,12 +161,14 @@ int cmd_predict(int argc, char **argv) {
     if (data_flags_check(DATA_FLAGS, data, images, labels)) return 2;
     if (!model || (!data && !images)) return cli_error("--model and --data are required (see 'mega predict --help')"), 2;
     mega_set_threads(threads);
-    char p[4096], kind[16];
-    if (!model_path(model, p, sizeof p)) return cli_error("%s", mega_last_error()), 2;
+    char p[4096];
+    model_kind kind;
     /* a file that cannot be read says why (as eval and info do); only a readable model of
      * another task is "not a classifier" */
-    if (!model_kind(p, kind, sizeof kind)) return cli_error("%s", mega_last_error()), 2;
-    if (strcmp(kind, "mega_cls")) return cli_error("'%s' is not a classifier (predict is for --task classify models)", model), 2;
+    if (model_open(model, p, sizeof p, &kind)) return 2;
+    if (kind != MODEL_CLS)
+        return cli_error("'%s' is not a %s (predict is for --task %s models)", model, model_kind_noun(MODEL_CLS),
+                         task_of_kind(MODEL_CLS)->name), 2;
     cls_run run;
     int rc = cls_run_all(&run, model, data, images, labels, seq_len, batch, 0, 0);
     if (!rc) {
@@ -317,7 +232,7 @@ static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const c
     if (mega_read_file_max(data, "--data", max_bytes > 0 ? (uint64_t)max_bytes : 0, &txt) != MEGA_OK)
         return cli_error("%s", mega_last_error()), 2;
     const size_t nbytes = txt.n;
-    tok_seq sq = {txt.data, NULL, txt.n};
+    mega_tokens sq = {txt.data, NULL, txt.n};
     int32_t *ids = NULL;
     size_t ntok = 0, unk = 0;
     if (dict) {
@@ -332,7 +247,7 @@ static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const c
         }
         ids[0] = mega_fdict_get_specials(dict).eos;
         mega_bytes_free(&txt);
-        sq = (tok_seq){NULL, ids, ntok + 1};
+        sq = (mega_tokens){NULL, ids, ntok + 1};
     }
     const char *per = dict ? (mega_fdict_get_unit(dict) == MEGA_FDICT_BYTE ? "bits per byte" : "bits per token") : "bits per byte";
     const char *units = dict ? "tokens" : "bytes";
@@ -353,7 +268,8 @@ static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const c
             }
             int B = (int)(65536 / L > 0 ? 65536 / L : 1);
             mega_clear_error();
-            if (eval_windows(m, &sq, B > 16 ? 16 : B, (int)L, 0, &loss, &cnt)) {
+            if (mega_lm_eval_windows(m, &sq, B > 16 ? 16 : B, (int)L, 0, &loss, &cnt) != MEGA_OK) {
+                cli_error("%s", mega_last_error());
                 printf("%-10ld %-12s %-12s %s\n", L, "n/a", "-", "(error above)");
                 continue;
             }
@@ -371,7 +287,11 @@ static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const c
             if (tps) fprintf(stderr, ", restarting every %zu tokens", tps);
             fprintf(stderr, "\n");
         }
-        rc = eval_stream(m, &sq, seq_len, tps, !quiet, &loss, &cnt);
+        eval_bar bar = {.t0 = t0, .unit = sq.bytes ? "bytes" : "tokens", .metric = sq.bytes ? "bpb" : "bits/token"};
+        progress_init(&bar.pr, stderr, quiet, 10);
+        rc = mega_lm_eval_stream(m, &sq, seq_len, tps, stream_progress, &bar, &loss, &cnt) != MEGA_OK;
+        progress_break(&bar.pr);
+        if (rc) cli_error("%s", mega_last_error());
         if (!rc) {
             double dt = now_sec() - t0;
             printf("loss %.6f nats/%s | %s %.6f", loss, dict ? "token" : "byte", per, loss / M_LN2);
@@ -388,7 +308,7 @@ int cmd_eval(int argc, char **argv) {
     const char *model = NULL, *data = NULL;
     int seq_len = 0, chunk = 0, threads = 0, quiet = 0, confusion = 0, batch = 32, attn_window = -1;
     int64_t max_bytes = 0, max_memory = 0, tps_flag = -1;
-    const char *task = "auto", *images = NULL, *labels = NULL, *lengths = NULL, *hyp_out = NULL;
+    const char *task_name = "auto", *images = NULL, *labels = NULL, *lengths = NULL, *hyp_out = NULL;
     mega_s2s_search sp;
     mega_s2s_search_default(&sp);
     int64_t max_examples = 0;
@@ -396,7 +316,7 @@ int cmd_eval(int argc, char **argv) {
     cli_flag fl[] = {
         {"lengths", F_STR, &lengths, "lm: bits per byte at several lengths in one call (e.g. 512,1024,2048,4096): full forward over non-overlapping windows of each length (train short, test long)", NULL, 1, 0, 0},
         {"attn-window", F_INT, &attn_window, "lm, attention mixers: apply a local attention mask of this width (-1 = as trained)", NULL, -1, 1 << 24, 0},
-        {"task", F_ENUM, &task, "lm, classify or translate (auto: from the model)", "auto|lm|classify|translate", 1, 0, 0},
+        {"task", F_ENUM, &task_name, "lm, classify or translate (auto: from the model)", NULL, 1, 0, 0}, /* choices: below */
         SEARCH_FLAGS("translate: ", &sp),
         {"max-examples", F_I64, &max_examples, "translate: the first N usable pairs only (0 = all)", NULL, 0, 1e12, 0},
         {"max-tokens", F_INT, &max_tokens, "translate: tokens per teacher-forced batch", NULL, 2, 1 << 30, 0},
@@ -416,6 +336,9 @@ int cmd_eval(int argc, char **argv) {
         {"threads", F_INT, &threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
         {"quiet", F_SET, &quiet, "no progress output", NULL, 1, 0, 0},
         FL_END};
+    char choices[300];
+    snprintf(choices, sizeof choices, "auto|%s", task_choices());
+    cli_flag_named(fl, "task")->choices = choices;
     int r = cli_parse("eval", "--model DIR --data FILE [--seq-len L] [--chunk-size C] [--task classify --confusion]", fl, argc, argv, 2);
     if (r) return r == 1 ? 0 : 2;
     if (data_flags_check(DATA_FLAGS, data, images, labels)) return 2;
@@ -425,21 +348,23 @@ int cmd_eval(int argc, char **argv) {
         return cli_error("--lengths expects a comma-separated list of lengths >= 2, got '%s'", lengths), 2;
     mega_set_threads(threads);
     {
-        char p[4096], kind[16];
-        if (!model_path(model, p, sizeof p)) return cli_error("%s", mega_last_error()), 2;
-        if (!model_kind(p, kind, sizeof kind)) return cli_error("%s", mega_last_error()), 2;
-        int is_cls = !strcmp(kind, "mega_cls"), is_s2s = !strcmp(kind, "mega_s2s");
-        if (!strcmp(task, "translate") && !is_s2s) return cli_error("'%s' is not a translation model (mega train --task translate)", model), 2;
-        if (is_s2s && strcmp(task, "auto") && strcmp(task, "translate"))
-            return cli_error("'%s' is a translation model (use --task translate)", model), 2;
-        if (!is_cls && images)
+        char p[4096];
+        model_kind k;
+        if (model_open(model, p, sizeof p, &k)) return 2;
+        /* --task: the model must be of the task's kind; a translation model reads its own data */
+        const task_def *td = task_find(task_name); /* NULL: auto */
+        if (td && td->kind != k && td->kind == MODEL_S2S)
+            return cli_error("'%s' is not a %s (mega train --task %s)", model, model_kind_noun(td->kind), td->name), 2;
+        if (td && td->kind != k && k == MODEL_S2S)
+            return cli_error("'%s' is a %s (use --task %s)", model, model_kind_noun(k), task_of_kind(k)->name), 2;
+        if (k != MODEL_CLS && images)
             return cli_error("'%s' is a %s: it reads --data text, not --images/--labels (IDX images)", model,
-                             is_s2s ? "translation model" : "language model"), 2;
-        if (is_s2s)
+                             model_kind_noun(k)), 2;
+        if (k == MODEL_S2S)
             return eval_translate(model, data, &sp, batch, max_examples, !no_group, max_tokens, hyp_out, quiet, max_memory);
-        if (!strcmp(task, "classify") && !is_cls) return cli_error("'%s' is a language model, not a classifier", model), 2;
-        if (!strcmp(task, "lm") && is_cls) return cli_error("'%s' is a classifier, not a language model", model), 2;
-        if (is_cls)
+        if (td && td->kind != k)
+            return cli_error("'%s' is a %s, not a %s", model, model_kind_noun(k), model_kind_noun(td->kind)), 2;
+        if (k == MODEL_CLS)
             return eval_classifier(model, data, images, labels, seq_len > 0 ? seq_len : 1 << 20, batch, confusion, quiet,
                                    max_memory);
     }
@@ -573,87 +498,58 @@ int cmd_generate(int argc, char **argv) {
     return rc ? 2 : 0;
 }
 
-int cmd_info(int argc, char **argv) {
-    const char *model = NULL;
-    int tensors = 0;
-    cli_flag fl[] = {{"model", F_STR, &model, "checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
-                     {"tensors", F_SET, &tensors, "also list every tensor with its shape", NULL, 1, 0, 0},
-                     FL_END};
-    int r = cli_parse("info", "--model DIR [--tensors]", fl, argc, argv, 2);
-    if (r) return r == 1 ? 0 : 2;
-    if (!model) return cli_error("--model is required (see 'mega info --help')"), 2;
-    char p[4096], kind[16];
-    if (!model_path(model, p, sizeof p)) return cli_error("%s", mega_last_error()), 2;
-    if (model_kind(p, kind, sizeof kind) && !strcmp(kind, "mega_s2s")) {
-        mega_s2s *sm;
-        if (mega_s2s_load_ex(p, &INFERENCE, &sm) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
-        const mega_s2s_config *sc = mega_s2s_get_config(sm);
-        char *js = mega_s2s_config_to_json(sc);
-        mega_block_context x;
-        mega_block_context_of(&sc->decoder, 0, &x);
-        printf("model      %s\nkind       mega_s2s (encoder-decoder, %s mixer, %s cross-attention)\nparameters %zu\n", p,
-               mega_mixer_name(sc->encoder.mixer), x.cross_attention, mega_ps_trainable(mega_s2s_paramset(sm)));
-        print_s2s_config(stdout, sc, "           ");
-        mega_bpe *sb = NULL, *tb = NULL;
-        if (meta_bpe(p, sc, &sb, &tb)) {
-            free(js);
-            mega_s2s_free(sm);
-            return 2;
-        }
-        for (int side = 0; side < 2; side++) {
-            const mega_bpe *b = side ? tb : sb;
-            if (!b || (side && tb == sb)) continue;
-            printf("vocabulary %s subword units: %d byte-pair merges, %d tokens (longest %zu bytes)\n",
-                   sb == tb ? "both sides:" : side ? "target:" : "source:", mega_bpe_merges(b), mega_bpe_vocab_size(b),
-                   bpe_longest(b));
-        }
-        if (tb != sb) mega_bpe_free(tb);
-        mega_bpe_free(sb);
-        printf("config     %s\n", js ? js : "");
-        free(js);
-        mega_s2s_free(sm);
-        return 0;
+static void info_s2s(const loaded_model *lm) {
+    const mega_s2s_config *sc = mega_s2s_get_config(lm->s2s);
+    char *js = mega_s2s_config_to_json(sc);
+    mega_block_context x;
+    mega_block_context_of(&sc->decoder, 0, &x);
+    printf("model      %s\nkind       %s (encoder-decoder, %s mixer, %s cross-attention)\nparameters %zu\n", lm->path,
+           model_kind_name(lm->kind), mega_mixer_name(sc->encoder.mixer), x.cross_attention,
+           mega_ps_trainable(mega_s2s_paramset(lm->s2s)));
+    print_s2s_config(stdout, sc, "           ");
+    const mega_bpe *sb = lm->src_bpe, *tb = lm->tgt_bpe;
+    for (int side = 0; side < 2; side++) {
+        const mega_bpe *b = side ? tb : sb;
+        if (!b || (side && tb == sb)) continue;
+        printf("vocabulary %s subword units: %d byte-pair merges, %d tokens (longest %zu bytes)\n",
+               sb == tb ? "both sides:" : side ? "target:" : "source:", mega_bpe_merges(b), mega_bpe_vocab_size(b),
+               bpe_longest(b));
     }
-    if (model_kind(p, kind, sizeof kind) && !strcmp(kind, "mega_cls")) {
-        cls_model cm;
-        if (load_cls_model(model, &cm)) return free_cls_model(&cm), 2;
-        const mega_cls_config *cc = mega_cls_get_config(cm.m);
-        char *js = mega_cls_config_to_json(cc);
-        printf("model      %s\nkind       mega_cls (classifier, %s encoder)\nparameters %zu\nclasses    %d\n", p,
-               mega_mixer_name(cc->block.mixer), mega_ps_trainable(mega_cls_paramset(cm.m)), cm.classes.n);
-        print_cls_config(stdout, cc, "           ");
-        printf("config     %s\n", js ? js : "");
-        free(js);
-        free_cls_model(&cm);
-        return 0;
-    }
-    mega_lm *m;
-    if (load_model(model, 0, &m)) return 2;
+    printf("config     %s\n", js ? js : "");
+    free(js);
+}
+
+static void info_cls(const loaded_model *lm) {
+    const mega_cls_config *cc = mega_cls_get_config(lm->cls.m);
+    char *js = mega_cls_config_to_json(cc);
+    printf("model      %s\nkind       %s (classifier, %s encoder)\nparameters %zu\nclasses    %d\n", lm->path,
+           model_kind_name(lm->kind), mega_mixer_name(cc->block.mixer), mega_ps_trainable(mega_cls_paramset(lm->cls.m)), lm->cls.classes.n);
+    print_cls_config(stdout, cc, "           ");
+    printf("config     %s\n", js ? js : "");
+    free(js);
+}
+
+static void info_lm(const loaded_model *lm, int tensors) {
     mega_st_file *f = NULL;
     const char *step = NULL;
-    if (mega_st_open(p, &f) == MEGA_OK) step = mega_st_meta(f, "step");
-    printf("model      %s\n", p);
-    const mega_lm_config *lc = mega_lm_get_config(m);
+    if (mega_st_open(lm->path, &f) == MEGA_OK) step = mega_st_meta(f, "step");
+    printf("model      %s\n", lm->path);
+    const mega_lm_config *lc = mega_lm_get_config(lm->lm);
     const int bytes = lc->vocab_size == 257 && lc->padding_idx == 256;
-    mega_fdict *dict = NULL;
-    size_t tps = 0;
-    if (lm_vocab(p, lc, &dict, &tps)) {
-        if (f) mega_st_close(f);
-        return mega_lm_free(m), 2;
-    }
+    const mega_fdict *dict = lm->dict;
     char vocab[128];
     if (dict)
         snprintf(vocab, sizeof vocab, "fairseq dictionary of %d %s tokens", mega_fdict_size(dict),
                  mega_fdict_get_unit(dict) == MEGA_FDICT_BYTE ? "byte" : "word");
     else
         snprintf(vocab, sizeof vocab, "%s", bytes ? "byte-level: 256 bytes + pad" : "token vocabulary");
-    mega_fdict_free(dict);
-    printf("kind       mega_lm (causal language model, %s mixer, %s)\n", mega_mixer_name(lc->block.mixer), vocab);
-    if (tps) printf("eval       fairseq tokens-per-sample %zu (mega eval restarts the state every %zu tokens)\n", tps, tps);
+    printf("kind       %s (causal language model, %s mixer, %s)\n", model_kind_name(lm->kind), mega_mixer_name(lc->block.mixer),
+           vocab);
+    if (lm->tps) printf("eval       fairseq tokens-per-sample %zu (mega eval restarts the state every %zu tokens)\n", lm->tps, lm->tps);
     if (step) printf("step       %s\n", step);
-    printf("parameters %zu\n", mega_lm_num_params(m));
-    print_lm_config(stdout, mega_lm_get_config(m), "           ");
-    char *js = mega_lm_config_to_json(mega_lm_get_config(m));
+    printf("parameters %zu\n", mega_lm_num_params(lm->lm));
+    print_lm_config(stdout, lc, "           ");
+    char *js = mega_lm_config_to_json(lc);
     printf("config     %s\n", js ? js : "");
     free(js);
     if (tensors && f)
@@ -664,6 +560,22 @@ int cmd_info(int argc, char **argv) {
             printf("]\n");
         }
     mega_st_close(f);
-    mega_lm_free(m);
-    return 0;
+}
+
+int cmd_info(int argc, char **argv) {
+    const char *model = NULL;
+    int tensors = 0;
+    cli_flag fl[] = {{"model", F_STR, &model, "checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
+                     {"tensors", F_SET, &tensors, "also list every tensor with its shape", NULL, 1, 0, 0},
+                     FL_END};
+    int r = cli_parse("info", "--model DIR [--tensors]", fl, argc, argv, 2);
+    if (r) return r == 1 ? 0 : 2;
+    if (!model) return cli_error("--model is required (see 'mega info --help')"), 2;
+    loaded_model lm;
+    int rc = model_load(model, &lm);
+    if (!rc && lm.kind == MODEL_S2S) info_s2s(&lm);
+    else if (!rc && lm.kind == MODEL_CLS) info_cls(&lm);
+    else if (!rc) info_lm(&lm, tensors);
+    loaded_model_free(&lm);
+    return rc ? 2 : 0;
 }

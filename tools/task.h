@@ -6,6 +6,7 @@
 #ifndef MEGA_TASK_H
 #define MEGA_TASK_H
 #include "common.h"
+#include "models.h"
 
 typedef struct train_args {
     /* task and data */
@@ -47,7 +48,7 @@ typedef struct train_args {
 
 typedef struct task task;
 struct task {
-    const char *kind;        /* "lm" or "classify" */
+    const char *kind;        /* the name of its task (its row in TASKS, set by train.c) */
     const char *metric;      /* "bpb" or "acc" */
     const char *unit;        /* throughput unit: "tok/s" */
     mega_paramset *ps;
@@ -87,20 +88,57 @@ static inline int task_valid_count(int n, double fraction) {
 /* a task from its template with a zeroed implementation struct of impl_size bytes (NULL after
  * printing the error when out of memory) */
 task *task_create(const task *proto, size_t impl_size);
-/* build from flags, or (resume) from the checkpoint at model_path with its config; the data is
- * loaded in both cases. Print errors with cli_error and return non-zero on failure. */
-int lm_task_new(train_args *a, const char *model_path, task **out);
-int cls_task_new(train_args *a, const char *model_path, task **out);
-int s2s_task_new(train_args *a, const char *model_path, task **out);
-/* the translate task's defaults that differ from the language model's (before the flags) */
-void s2s_apply_translate_defaults(train_args *a);
 /* --resume with model flags: 1 (after printing the error naming the flag) when a field the user
  * set (mine: the config from the flags, resolved) differs from the checkpoint's (ck); every field
  * that applies to the mixer is compared when a --preset was given */
 int resume_config_differs(const train_args *a, const mega_field *mf, int nmf, const void *mine, const void *ck,
                           size_t block_off);
-/* the classify task's defaults that differ from the language model's (before the flags) */
+/* a note for each block flag the user set that the mixer has no use for (--heads with the mega
+ * mixer): the flag is ignored, as the other ignored flags are, with a word */
+void note_unused_block_flags(const train_args *a, const mega_block_config *mine, mega_mixer_kind mixer);
+
+/* One row per training task (tasks.c): everything `mega train` does differently per task. Adding
+ * a task is one task_X.c with its row's functions, plus the row. */
+typedef struct task_def {
+    const char *name;         /* --task NAME, and the "task" a checkpoint records */
+    model_kind kind;          /* the model it trains */
+    const char *valid_unit;   /* what its validation count counts ("examples") */
+    const char *metric_title; /* mega plot: the title of its validation metric's axis */
+    int uneven_shards;        /* its batches vary in rows: ranks and micro-batches get uneven shards */
+    size_t config_off, block_off;        /* its model config, and that config's block, in train_args */
+    const mega_field *(*fields)(int *n); /* its model config's fields (one flag each) */
+    /* its own flags, appended to fl[n..]; returns the new count */
+    int (*add_flags)(train_args *a, cli_flag *fl, int n);
+    void (*defaults)(train_args *a); /* its defaults that differ from the first row's (before the flags); NULL: none */
+    /* apply --preset to the flags the user did not set (NULL: the task has no presets); non-zero
+     * on an unknown preset */
+    int (*preset)(train_args *a, const cli_flag *fl);
+    void (*finish)(train_args *a); /* after the flags are parsed (NULL: nothing) */
+    /* build from flags, or (resume) from the checkpoint at model_path with its config; the data is
+     * loaded in both cases. Print errors with cli_error and return non-zero on failure. */
+    int (*create)(train_args *a, const char *model_path, task **out);
+} task_def;
+
+/* the tasks, the first the default */
+extern const task_def TASKS[];
+extern const int N_TASKS;
+/* the row of --task NAME (NULL if none); of the task that trains models of kind k (the first) */
+const task_def *task_find(const char *name);
+const task_def *task_of_kind(model_kind k);
+/* the row with presets (NULL if none) */
+const task_def *task_with_presets(void);
+/* "lm|classify|translate" */
+const char *task_choices(void);
+
+/* the rows' functions (task_lm.c, task_cls.c, task_s2s.c) */
+int lm_task_new(train_args *a, const char *model_path, task **out);
+int lm_task_flags(train_args *a, cli_flag *fl, int n);
+int cls_task_new(train_args *a, const char *model_path, task **out);
+int cls_task_flags(train_args *a, cli_flag *fl, int n);
 void cls_apply_classify_defaults(train_args *a);
-/* apply --preset defaults to every flag the user did not set; returns non-zero on an unknown preset */
-int cls_apply_preset(train_args *a, const cli_flag *flags);
+int cls_apply_preset(train_args *a, const cli_flag *fl);
+int s2s_task_new(train_args *a, const char *model_path, task **out);
+int s2s_task_flags(train_args *a, cli_flag *fl, int n);
+void s2s_apply_translate_defaults(train_args *a);
+void s2s_finish_flags(train_args *a);
 #endif

@@ -31,6 +31,27 @@ static const preset PRESETS[] = {
     {"lra-pathfinder", "idx", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 6, 128, 256, 64, 256, 1024, 1, 256, 1e-2, 0.01, 0.0, 128, 1024, 250000, 50000, 0.5, 0.5},
 };
 
+/* the classify task's own flags: its data, and
+ * the config flags that also have another name (its row in tasks.c) */
+int cls_task_flags(train_args *a, cli_flag *fl, int n) {
+    const cli_flag cf[] = {
+        /* from the table of data formats (mega_data_formats) */
+        {"format", F_ENUM, &a->format, data_format_help(), data_format_choices(), 1, 0, 0},
+        {data_file_flag("", 0), F_STR, &a->images, data_file_help("", 0), NULL, 1, 0, 0},
+        {data_file_flag("", 1), F_STR, &a->labels, data_file_help("", 1), NULL, 1, 0, 0},
+        {data_file_flag("valid-", 0), F_STR, &a->valid_images, data_file_help("valid-", 0), NULL, 1, 0, 0},
+        {data_file_flag("valid-", 1), F_STR, &a->valid_labels, data_file_help("valid-", 1), NULL, 1, 0, 0},
+        {"pixel-mean", F_DBL, &a->pixel_mean, "pixel normalisation (x/255 - mean)/std for --embedding real", NULL, -10, 10, 0},
+        {"pixel-std", F_DBL, &a->pixel_std, "pixel normalisation std", NULL, 1e-6, 10, 0},
+        {"keep-parens", F_SET, &a->keep_parens, "keep ListOps parentheses as tokens", NULL, 1, 0, 0},
+        {"classes", F_INT, &a->classes, "number of classes (0 = from the training labels)", NULL, 0, 1 << 20, 0},
+        {"postnorm", F_CLEAR, &a->cls.block.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
+        {"no-affine-final-norm", F_CLEAR, &a->cls.final_norm_affine, "= --final-norm-affine=false", NULL, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cf / sizeof *cf; i++) fl[n++] = cf[i];
+    return n;
+}
+
 void cls_apply_classify_defaults(train_args *a) {
     a->seq_len = 4096, a->schedule = "linear", a->min_lr = 0, a->eval_tokens = 0;
     a->cls.block.truncation = 1024;
@@ -168,7 +189,8 @@ static int cls_validate(task *t, const train_args *a, int64_t max_units, double 
     int n = C->n_valid;
     if (max_units > 0 && max_units < n) n = (int)max_units;
     int64_t ok;
-    if (cls_evaluate(C->m, vset(C), C->vidx, n, a->batch, a->seq_len, loss, &ok, NULL, 0)) return -1;
+    if (mega_cls_evaluate(C->m, vset(C), C->vidx, n, a->batch, a->seq_len, NULL, NULL, loss, &ok, NULL) != MEGA_OK)
+        return cli_error("%s", mega_last_error()), -1;
     *metric = (double)ok / n;
     *count = n;
     return 0;
@@ -245,7 +267,7 @@ static void config_from_data(train_args *a, const mega_dataset *d, int nclasses)
 
 int cls_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
-    static const task CLS = {.kind = "classify", .metric = "acc", .unit = "tok/s", .step = cls_step,
+    static const task CLS = {.metric = "acc", .unit = "tok/s", .step = cls_step,
                              .validate = cls_validate, .save = cls_save, .describe = cls_describe, .destroy = cls_destroy};
     task *t = task_create(&CLS, sizeof(cls_task));
     if (!t) return 1;
@@ -357,41 +379,3 @@ fail:
     return 1;
 }
 
-int cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen, double *loss,
-                 int64_t *correct, int *pred, int verbose) {
-    cls_task C;
-    memset(&C, 0, sizeof C);
-    C.m = m;
-    double tot = 0;
-    int64_t ok = 0;
-    mega_lm_run run = {0, 0};
-    const int C_ = mega_cls_get_config(m)->classes;
-    progress_t pr;
-    progress_init(&pr, stderr, !verbose, 10);
-    for (int i = 0; i < n; i += batch) {
-        int nb = n - i < batch ? n - i : batch;
-        double l;
-        int64_t c;
-        if (run_batch(&C, d, idx + i, nb, maxlen, 0, 0, &run, &l, &c, NULL)) {
-            mega_batch_free(&C.batch);
-            return 1;
-        }
-        tot += l * nb, ok += c;
-        if (pred) {
-            const mega_real *lg = mega_cls_logits(m);
-            for (int b = 0; b < nb; b++) {
-                int am = 0;
-                for (int k = 1; k < C_; k++)
-                    if (lg[(size_t)b * C_ + k] > lg[(size_t)b * C_ + am]) am = k;
-                pred[i + b] = am;
-            }
-        }
-        if (progress_due(&pr, i + nb >= n))
-            progress_print(&pr, "  eval %d/%d examples, accuracy %.4f", i + nb, n, (double)ok / (i + nb));
-    }
-    progress_break(&pr);
-    mega_batch_free(&C.batch);
-    *loss = n ? tot / n : 0;
-    *correct = ok;
-    return 0;
-}

@@ -44,8 +44,9 @@ static int lm_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, in
 static int lm_validate(task *t, const train_args *a, int64_t max_units, double *loss, double *metric, int64_t *count) {
     lm_task *L = t->impl;
     if (!L->val_txt) return 1;
-    const tok_seq val = {L->val_txt, NULL, L->nval};
-    if (eval_windows(L->m, &val, a->batch, a->seq_len, (size_t)max_units, loss, count)) return -1;
+    const mega_tokens val = {L->val_txt, NULL, L->nval};
+    if (mega_lm_eval_windows(L->m, &val, a->batch, a->seq_len, (size_t)max_units, loss, count) != MEGA_OK)
+        return cli_error("%s", mega_last_error()), -1;
     *metric = *loss / M_LN2;
     return 0;
 }
@@ -88,9 +89,21 @@ static void lm_destroy(task *t) {
     free(t);
 }
 
+/* the lm task's own flags: the config flags that also have another name (its
+ * row in tasks.c) */
+int lm_task_flags(train_args *a, cli_flag *fl, int n) {
+    const cli_flag lf[] = {
+        {"postnorm", F_CLEAR, &a->lm.block.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
+        {"no-scale-embedding", F_CLEAR, &a->lm.scale_embedding, "= --scale-embedding=false", NULL, 1, 0, 0},
+        {"no-affine-final-norm", F_CLEAR, &a->lm.final_norm_affine, "= --final-norm-affine=false", NULL, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof lf / sizeof *lf; i++) fl[n++] = lf[i];
+    return n;
+}
+
 int lm_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
-    static const task LM = {.kind = "lm", .metric = "bpb", .unit = "tok/s", .step = lm_step, .validate = lm_validate,
+    static const task LM = {.metric = "bpb", .unit = "tok/s", .step = lm_step, .validate = lm_validate,
                             .save = lm_save, .describe = lm_describe, .destroy = lm_destroy};
     task *t = task_create(&LM, sizeof(lm_task));
     if (!t) return 1;

@@ -110,48 +110,6 @@ static int s2s_step(task *t, const train_args *a, uint64_t *rng, uint64_t key, i
 
 static const mega_s2s_data *vset(const s2s_task *C) { return C->valid_from_train ? &C->train : &C->valid; }
 
-/* mean NLL per target token (nats) and token accuracy over the validation examples, in length-
- * sorted batches of max_tokens */
-int s2s_evaluate(mega_s2s *m, const mega_s2s_data *d, const int *sel, int n, int max_tokens, double *nll_out,
-                 double *acc_out, int64_t *tokens) {
-    s2s_task C;
-    memset(&C, 0, sizeof C);
-    /* sort the selection by length (the batches then waste little padding) */
-    int *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
-    if (!idx) return cli_error("out of memory");
-    memcpy(idx, sel, (size_t)n * sizeof(int));
-    for (int i = 1; i < n; i++) { /* insertion sort by (source, target) length: n is a validation set */
-        int v = idx[i], j = i - 1;
-        while (j >= 0 && (d->src_len[idx[j]] > d->src_len[v] ||
-                          (d->src_len[idx[j]] == d->src_len[v] && d->tgt_len[idx[j]] > d->tgt_len[v])))
-            idx[j + 1] = idx[j], j--;
-        idx[j + 1] = v;
-    }
-    double tot = 0;
-    int64_t cnt = 0, ok = 0;
-    mega_lm_run run = {0, 0};
-    int rc = 0;
-    for (int i = 0; i < n && !rc;) {
-        int B = 1, mx = MAXI(d->src_len[idx[i]], d->tgt_len[idx[i]]);
-        while (i + B < n) {
-            int w = MAXI(mx, MAXI(d->src_len[idx[i + B]], d->tgt_len[idx[i + B]]));
-            if ((int64_t)(B + 1) * w > max_tokens) break;
-            mx = w, B++;
-        }
-        double l = 0, nll = 0;
-        int64_t c = 0, k = 0;
-        rc = s2s_run_batch(m, &C, d, idx + i, B, &run, 0.0, &l, &nll, &c, &k, NULL);
-        tot += nll * (double)c, cnt += c, ok += k;
-        i += B;
-    }
-    free(idx);
-    free(C.src), free(C.prev), free(C.tgt);
-    if (rc) return rc;
-    *nll_out = cnt ? tot / (double)cnt : 0;
-    *acc_out = cnt ? (double)ok / (double)cnt : 0;
-    if (tokens) *tokens = cnt;
-    return 0;
-}
 
 static int s2s_validate(task *t, const train_args *a, int64_t max_units, double *loss, double *metric, int64_t *count) {
     s2s_task *C = t->impl;
@@ -160,7 +118,8 @@ static int s2s_validate(task *t, const train_args *a, int64_t max_units, double 
     if (max_units > 0 && max_units < n) n = (int)max_units;
     /* a held-out tail lies beyond train.n (the batches' range): visible for the evaluation only */
     if (C->valid_from_train) C->train.n = C->n_total;
-    int rc = s2s_evaluate(C->m, vset(C), C->vidx, n, a->max_tokens, loss, metric, count);
+    int rc = mega_s2s_evaluate(C->m, vset(C), C->vidx, n, a->max_tokens, loss, metric, count) != MEGA_OK;
+    if (rc) cli_error("%s", mega_last_error());
     if (C->valid_from_train) C->train.n = C->n_total - C->n_valid;
     return rc ? -1 : 0;
 }
@@ -314,9 +273,34 @@ void s2s_apply_translate_defaults(train_args *a) {
     a->eval_tokens = 1000; /* validation pairs per evaluation */
 }
 
+/* the translate task's own flags: batches by tokens, subword units, and
+ * the config flags that also have another name (its row in tasks.c) */
+int s2s_task_flags(train_args *a, cli_flag *fl, int n) {
+    const cli_flag sf[] = {
+        {"max-tokens", F_INT, &a->max_tokens, "tokens per batch: sentences x their longest side (fairseq --max-tokens)", NULL, 2, 1 << 30, 0},
+        {"label-smoothing", F_DBL, &a->label_smoothing, "label smoothing of the cross-entropy (fairseq; 0 = none)", NULL, 0, 0.99, 0},
+        {"bpe", F_INT, &a->bpe_merges, "subword units: learn this many byte-pair merges from the training pairs (both sides, "
+         "one vocabulary of 258 + N tokens, stored in the checkpoint; docs/translation.md); 0 = bytes on both sides", NULL, 0,
+         MEGA_BPE_MAX_MERGES, 0},
+        {"bpe-sides", F_ENUM, &a->bpe_sides, "with --bpe: the sides in subword units (both: one vocabulary learned from "
+         "both sides; source or target: learned from that side only, the other side stays bytes, separate embedding "
+         "tables)", "both|source|target", 1, 0, 0},
+        {"postnorm", F_CLEAR, &a->s2s.encoder.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
+        {"no-scale-embedding", F_CLEAR, &a->s2s.scale_embedding, "= --scale-embedding=false", NULL, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof sf / sizeof *sf; i++) fl[n++] = sf[i];
+    return n;
+}
+
+/* after the flags: the block flags describe both sides; the decoder is causal */
+void s2s_finish_flags(train_args *a) {
+    a->s2s.decoder = a->s2s.encoder;
+    a->s2s.encoder.bidirectional = 1, a->s2s.decoder.bidirectional = 0;
+}
+
 int s2s_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
-    static const task S2S = {.kind = "translate", .metric = "acc", .unit = "tok/s", .step = s2s_step,
+    static const task S2S = {.metric = "acc", .unit = "tok/s", .step = s2s_step,
                              .validate = s2s_validate, .save = s2s_save, .describe = s2s_describe, .destroy = s2s_destroy};
     task *t = task_create(&S2S, sizeof(s2s_task));
     if (!t) return 1;

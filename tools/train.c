@@ -203,19 +203,19 @@ static int load_state_file(const char *path, mega_paramset *ps, mega_adamw *opt,
     return 0;
 }
 
-/* the step recorded in model.safetensors' metadata (-1 if absent) and its task */
+/* the step recorded in model.safetensors' metadata (-1 if absent) and its task (as recorded, else
+ * the task of its model's kind; the first task when unreadable) */
 static int64_t model_step(const char *path, char *task_out, size_t n) {
     mega_st_file *f;
     int64_t s = -1;
-    if (task_out) snprintf(task_out, n, "lm");
+    if (task_out) snprintf(task_out, n, "%s", TASKS[0].name);
     if (mega_st_open(path, &f) == MEGA_OK) {
         const char *ss = mega_st_meta(f, "step");
         if (ss) s = atoll(ss);
         const char *tk = mega_st_meta(f, "task");
-        const char *cfg = mega_st_meta(f, "config");
+        const task_def *td = task_of_kind(model_kind_of_config(mega_st_meta(f, "config")));
         if (task_out && tk) snprintf(task_out, n, "%s", tk);
-        else if (task_out && cfg && strstr(cfg, "\"mega_cls\"")) snprintf(task_out, n, "classify");
-        else if (task_out && cfg && strstr(cfg, "\"mega_s2s\"")) snprintf(task_out, n, "translate");
+        else if (task_out && td) snprintf(task_out, n, "%s", td->name);
         mega_st_close(f);
     }
     return s;
@@ -257,61 +257,6 @@ static FILE *open_log(const train_args *a, int64_t keep_upto) {
     return f;
 }
 
-task *task_create(const task *proto, size_t impl_size) {
-    task *t = malloc(sizeof *t);
-    void *impl = calloc(1, impl_size);
-    if (!t || !impl) return free(t), free(impl), cli_error("out of memory"), NULL;
-    *t = *proto;
-    t->impl = impl;
-    return t;
-}
-
-/* the fields of one table that the user set, compared with the checkpoint's */
-static int field_differs(const train_args *a, const mega_field *f, int n, const void *mine, const void *ck,
-                         mega_mixer_kind mixer, int all) {
-    for (int i = 0; i < n; i++) {
-        if ((f[i].flags & MEGA_FIELD_NOFLAG) || !mega_field_applies(&f[i], mixer)) continue;
-        const void *addr = (const char *)mine + f[i].offset;
-        int seen = all;
-        for (const cli_flag *g = a->flags; g->name && !seen; g++) seen = g->seen && g->dst == addr;
-        if (!seen) continue;
-        char x[64], y[64];
-        mega_field_format(&f[i], mine, x, sizeof x);
-        mega_field_format(&f[i], ck, y, sizeof y);
-        if (strcmp(x, y)) {
-            cli_error("--resume: --%s %s differs from the checkpoint's %s (see 'mega info --model %s')", f[i].name, x, y,
-                      a->out);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* a note for each block flag the user set that the mixer has no use for (--heads with the mega
- * mixer): the flag is ignored, as the other ignored flags are, with a word */
-static void note_unused_block_flags(const train_args *a, const mega_block_config *mine, mega_mixer_kind mixer) {
-    int nb;
-    const mega_field *bf = mega_block_config_fields(&nb);
-    for (int i = 0; i < nb; i++) {
-        if ((bf[i].flags & MEGA_FIELD_NOFLAG) || mega_field_applies(&bf[i], mixer)) continue;
-        const void *addr = (const char *)mine + bf[i].offset;
-        for (const cli_flag *g = a->flags; g->name; g++)
-            if (g->seen && g->dst == addr)
-                fprintf(stderr, "mega: note: --%s does not apply to --mixer %s; the flag is ignored\n", g->name,
-                        mega_mixer_name(mixer));
-    }
-}
-
-int resume_config_differs(const train_args *a, const mega_field *mf, int nmf, const void *mine, const void *ck,
-                          size_t block_off) {
-    const mega_block_config *bm = (const void *)((const char *)mine + block_off), *bc = (const void *)((const char *)ck + block_off);
-    note_unused_block_flags(a, bm, bc->mixer); /* the checkpoint's mixer decides */
-    const int all = a->preset != NULL; /* a preset sets many fields at once: all of them must agree */
-    int nb;
-    const mega_field *bf = mega_block_config_fields(&nb);
-    return field_differs(a, mf, nmf, mine, ck, bc->mixer, all) || field_differs(a, bf, nb, bm, bc, bc->mixer, all);
-}
-
 /* ---- the command: flags ------------------------------------------------------------------ */
 
 #define MAX_FLAGS 128
@@ -319,7 +264,7 @@ int resume_config_differs(const train_args *a, const mega_field *mf, int nmf, co
 /* the defaults of the training flags (the model's are its config's defaults) */
 static void set_defaults(train_args *a) {
     memset(a, 0, sizeof *a);
-    a->task = "lm", a->format = "auto";
+    a->task = TASKS[0].name, a->format = "auto";
     a->valid_fraction = 0.05, a->pixel_mean = 0.5, a->pixel_std = 0.5;
     mega_lm_config_default(&a->lm);
     mega_cls_config_default(&a->cls);
@@ -335,7 +280,7 @@ static void set_defaults(train_args *a) {
 }
 
 static const cli_flag DATA_FLAGS[] = {
-    {"task", F_ENUM, NULL, "what to train", "lm|classify|translate", 1, 0, 0},
+    {"task", F_ENUM, NULL, "what to train", NULL, 1, 0, 0}, /* the choices: task_choices() */
     {"preset", F_ENUM, NULL, "classify: the paper's LRA configuration (Table 8) and training defaults; explicit flags override",
      "lra-listops|lra-text|lra-retrieval|lra-image|lra-pathfinder", 1, 0, 0},
     {"data", F_STR, NULL, "training data: text (lm); a TSV (classify: ListOps, label<TAB>text, label<TAB>text1<TAB>text2; "
@@ -350,11 +295,8 @@ static const cli_flag DATA_FLAGS[] = {
      "its current value to --min-lr over the new length", NULL, 1, 0, 0},
 };
 
-enum { K_LM = 0, K_CLS, K_S2S };
-
 /* the command's flags for the task: data, model (straight into the task's config), training */
-static int build_flags(cli_flag *fl, train_args *a, int kind) {
-    const int classify = kind == K_CLS;
+static int build_flags(cli_flag *fl, train_args *a, const task_def *td) {
     int n = 0;
     void *const data_dst[] = {&a->task,   &a->preset, &a->data, &a->valid,     &a->valid_fraction,
                               &a->out,    &a->resume, &a->force, &a->keep, &a->reschedule};
@@ -362,50 +304,13 @@ static int build_flags(cli_flag *fl, train_args *a, int kind) {
         fl[n] = DATA_FLAGS[i];
         fl[n++].dst = data_dst[i];
     }
-    if (classify) {
-        const cli_flag cf[] = {
-            /* from the table of data formats (mega_data_formats) */
-            {"format", F_ENUM, &a->format, data_format_help(), data_format_choices(), 1, 0, 0},
-            {data_file_flag("", 0), F_STR, &a->images, data_file_help("", 0), NULL, 1, 0, 0},
-            {data_file_flag("", 1), F_STR, &a->labels, data_file_help("", 1), NULL, 1, 0, 0},
-            {data_file_flag("valid-", 0), F_STR, &a->valid_images, data_file_help("valid-", 0), NULL, 1, 0, 0},
-            {data_file_flag("valid-", 1), F_STR, &a->valid_labels, data_file_help("valid-", 1), NULL, 1, 0, 0},
-            {"pixel-mean", F_DBL, &a->pixel_mean, "pixel normalisation (x/255 - mean)/std for --embedding real", NULL, -10, 10, 0},
-            {"pixel-std", F_DBL, &a->pixel_std, "pixel normalisation std", NULL, 1e-6, 10, 0},
-            {"keep-parens", F_SET, &a->keep_parens, "keep ListOps parentheses as tokens", NULL, 1, 0, 0},
-            {"classes", F_INT, &a->classes, "number of classes (0 = from the training labels)", NULL, 0, 1 << 20, 0},
-            {"postnorm", F_CLEAR, &a->cls.block.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
-            {"no-affine-final-norm", F_CLEAR, &a->cls.final_norm_affine, "= --final-norm-affine=false", NULL, 1, 0, 0},
-        };
-        for (size_t i = 0; i < sizeof cf / sizeof *cf; i++) fl[n++] = cf[i];
-    } else if (kind == K_S2S) {
-        const cli_flag sf[] = {
-            {"max-tokens", F_INT, &a->max_tokens, "tokens per batch: sentences x their longest side (fairseq --max-tokens)", NULL, 2, 1 << 30, 0},
-            {"label-smoothing", F_DBL, &a->label_smoothing, "label smoothing of the cross-entropy (fairseq; 0 = none)", NULL, 0, 0.99, 0},
-            {"bpe", F_INT, &a->bpe_merges, "subword units: learn this many byte-pair merges from the training pairs (both sides, "
-             "one vocabulary of 258 + N tokens, stored in the checkpoint; docs/translation.md); 0 = bytes on both sides", NULL, 0,
-             MEGA_BPE_MAX_MERGES, 0},
-            {"bpe-sides", F_ENUM, &a->bpe_sides, "with --bpe: the sides in subword units (both: one vocabulary learned from "
-             "both sides; source or target: learned from that side only, the other side stays bytes, separate embedding "
-             "tables)", "both|source|target", 1, 0, 0},
-            {"postnorm", F_CLEAR, &a->s2s.encoder.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
-            {"no-scale-embedding", F_CLEAR, &a->s2s.scale_embedding, "= --scale-embedding=false", NULL, 1, 0, 0},
-        };
-        for (size_t i = 0; i < sizeof sf / sizeof *sf; i++) fl[n++] = sf[i];
-    } else {
-        const cli_flag lf[] = {
-            {"postnorm", F_CLEAR, &a->lm.block.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
-            {"no-scale-embedding", F_CLEAR, &a->lm.scale_embedding, "= --scale-embedding=false", NULL, 1, 0, 0},
-            {"no-affine-final-norm", F_CLEAR, &a->lm.final_norm_affine, "= --final-norm-affine=false", NULL, 1, 0, 0},
-        };
-        for (size_t i = 0; i < sizeof lf / sizeof *lf; i++) fl[n++] = lf[i];
-    }
+    fl[0].choices = task_choices(); /* --task */
+    n = td->add_flags(a, fl, n);
     /* the model: one flag per config field */
     int nm, nb;
-    const mega_field *mf = kind == K_S2S ? mega_s2s_config_fields(&nm) : classify ? mega_cls_config_fields(&nm) : mega_lm_config_fields(&nm);
+    const mega_field *mf = td->fields(&nm);
     const mega_field *bf = mega_block_config_fields(&nb);
-    void *mc = kind == K_S2S ? (void *)&a->s2s : classify ? (void *)&a->cls : (void *)&a->lm;
-    mega_block_config *bc = kind == K_S2S ? &a->s2s.encoder : classify ? &a->cls.block : &a->lm.block;
+    void *mc = (char *)a + td->config_off, *bc = (char *)a + td->block_off;
     n = cli_add_fields(fl, n, MAX_FLAGS, mf, nm, mc);
     if (n >= 0) n = cli_add_fields(fl, n, MAX_FLAGS, bf, nb, bc);
     const cli_flag tf[] = {
@@ -450,11 +355,12 @@ static int build_flags(cli_flag *fl, train_args *a, int kind) {
     return n;
 }
 
-/* the task of this invocation, known before the flags are parsed: --task, a --preset
- * (classify), or with --resume the checkpoint's */
-static const char *task_of(int argc, char **argv, char *buf, size_t n) {
+/* the task of this invocation, known before the flags are parsed: --task, a --preset (the task
+ * with presets), or with --resume the checkpoint's; the first task by default (an unknown --task
+ * is left to the flag's check) */
+static const task_def *task_of(int argc, char **argv) {
     const char *t = cli_find(argc, argv, 2, "task");
-    if (t) return t;
+    if (t) return task_find(t) ? task_find(t) : &TASKS[0];
     for (int i = 2; i < argc; i++)
         if (!strcmp(argv[i], "--resume") || !strncmp(argv[i], "--resume=t", 10) || !strcmp(argv[i], "--resume=1")) {
             const char *out = cli_find(argc, argv, 2, "out");
@@ -462,11 +368,12 @@ static const char *task_of(int argc, char **argv, char *buf, size_t n) {
             struct stat sb;
             /* the newest complete generation's model (mega_model_file) */
             if (out && stat(out, &sb) == 0 && S_ISDIR(sb.st_mode) && mega_model_file(out, p, sizeof p) == MEGA_OK) {
-                model_step(p, buf, n);
-                return !strcmp(buf, "classify") ? "classify" : !strcmp(buf, "translate") ? "translate" : "lm";
+                char buf[32];
+                model_step(p, buf, sizeof buf);
+                return task_find(buf) ? task_find(buf) : &TASKS[0];
             }
         }
-    return cli_find(argc, argv, 2, "preset") ? "classify" : "lm";
+    return cli_find(argc, argv, 2, "preset") && task_with_presets() ? task_with_presets() : &TASKS[0];
 }
 
 /* some model flag was set explicitly (with --resume the checkpoint must agree with them): the
@@ -484,23 +391,23 @@ static int model_flags_seen(const train_args *a, const cli_flag *fl) {
 
 /* parse into a; 0 ok, 1 help printed, 2 error */
 static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
-    char tbuf[32];
     set_defaults(a);
-    const char *tk = task_of(argc, argv, tbuf, sizeof tbuf);
-    const int classify = !strcmp(tk, "classify"), kind = classify ? K_CLS : !strcmp(tk, "translate") ? K_S2S : K_LM;
-    if (build_flags(fl, a, kind) < 0) return cli_error("internal: too many flags for 'mega train'"), 2;
-    if (classify) cls_apply_classify_defaults(a);
-    if (kind == K_S2S) s2s_apply_translate_defaults(a);
-    const char *usage = "[--task lm|classify|translate] --data FILE [--valid FILE | --valid-fraction F] --out DIR [options]";
+    const task_def *td = task_of(argc, argv);
+    if (build_flags(fl, a, td) < 0) return cli_error("internal: too many flags for 'mega train'"), 2;
+    if (td->defaults) td->defaults(a);
+    char usage[320];
+    snprintf(usage, sizeof usage, "[--task %s] --data FILE [--valid FILE | --valid-fraction F] --out DIR [options]",
+             task_choices());
     int r = cli_parse("train", usage, fl, argc, argv, 2);
     if (r) return r;
     a->flags = fl;
     a->model_flags_seen = model_flags_seen(a, fl);
-    if (a->preset && strcmp(a->task, "classify")) {
-        if (cli_seen(fl, "task")) return cli_error("--preset is for --task classify"), 2;
-        a->task = "classify";
+    const task_def *pt = task_with_presets();
+    if (a->preset && pt && task_find(a->task) != pt) {
+        if (cli_seen(fl, "task")) return cli_error("--preset is for --task %s", pt->name), 2;
+        a->task = pt->name;
     }
-    if (classify && cls_apply_preset(a, fl)) return 2;
+    if (td->preset && td->preset(a, fl)) return 2;
     if (!a->out) return cli_error("--out DIR is required (see 'mega train --help')"), 2;
     if (a->force && a->resume) return cli_error("--force replaces the run in --out and --resume continues it: give one of them"), 2;
     if (a->reschedule && !a->resume) return cli_error("--reschedule changes the schedule of a resumed run: it needs --resume"), 2;
@@ -513,20 +420,19 @@ static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
     if (a->min_lr > a->lr) return cli_error("--min-lr (%g) is larger than --lr (%g)", a->min_lr, a->lr), 2;
     /* the training length: log-n scaling, and the default context of absolute positions */
     a->lm.block.train_len = a->cls.block.train_len = a->s2s.encoder.train_len = a->seq_len;
-    const mega_block_config *blk = kind == K_S2S ? &a->s2s.encoder : classify ? &a->cls.block : &a->lm.block;
+    const mega_block_config *blk = (const void *)((const char *)a + td->block_off);
     if (!a->resume) note_unused_block_flags(a, blk, blk->mixer); /* resumed: the checkpoint's mixer (resume_config_differs) */
-    /* translate: the block flags describe both sides; the decoder is causal */
-    a->s2s.decoder = a->s2s.encoder;
-    a->s2s.encoder.bidirectional = 1, a->s2s.decoder.bidirectional = 0;
+    if (td->finish) td->finish(a);
     return 0;
 }
 
 /* ---- the command: starting and resuming ----------------------------------------------------- */
 
 static int new_task(train_args *a, const char *model_path, task **t, mega_adamw **opt) {
-    int (*fn)(train_args *, const char *, task **) =
-        !strcmp(a->task, "translate") ? s2s_task_new : !strcmp(a->task, "classify") ? cls_task_new : lm_task_new;
-    if (fn(a, model_path, t)) return 2;
+    const task_def *td = task_find(a->task);
+    if (!td) return cli_error("internal: no task '%s'", a->task), 2;
+    if (td->create(a, model_path, t)) return 2;
+    (*t)->kind = td->name;
     if (mega_adamw_new(mega_ps_total((*t)->ps), opt) != MEGA_OK) {
         (*t)->destroy(*t), *t = NULL;
         return cli_error("%s", mega_last_error()), 2;
@@ -652,9 +558,9 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw *
     if (find_checkpoint(a->out, &g, &is_gen)) return 2;
     char ck_task[32];
     model_step(g.model, ck_task, sizeof ck_task);
-    if (cli_seen(fl, "task") && strcmp(ck_task, a->task))
+    if (cli_seen(fl, "task") && task_find(ck_task) != task_find(a->task))
         return cli_error("--resume: the checkpoint in '%s' is a '%s' run, not '%s'", a->out, ck_task, a->task), 2;
-    a->task = !strcmp(ck_task, "classify") ? "classify" : !strcmp(ck_task, "translate") ? "translate" : "lm";
+    a->task = task_find(ck_task) ? task_find(ck_task)->name : TASKS[0].name;
     /* the training setup stored with the state */
     mega_st_file *f;
     if (mega_st_open(g.state, &f) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
@@ -838,7 +744,7 @@ static int validate_now(train_progress *p, const train_args *a, task *t, const t
         progress_break(&p->bar);
         printf("valid step %6lld | loss %.4f | %s %.4f | %lld %s (%.1fs)\n", (long long)pos->step, vl,
                t->metric, vm, (long long)vc,
-               !strcmp(t->kind, "lm") ? "bytes in windows" : !strcmp(t->kind, "translate") ? "target tokens" : "examples",
+               task_find(t->kind)->valid_unit,
                now_sec() - te);
         fprintf(p->log, "{\"step\": %lld, \"valid_loss\": %.6f, \"valid_%s\": %.6f, \"valid_count\": %lld}\n",
                 (long long)pos->step, vl, t->metric, vm, (long long)vc);
@@ -1021,7 +927,7 @@ static int open_run(train_args *a, const cli_flag *fl, task **t, mega_adamw **op
  * (printed by rank 0) */
 static int check_shards(const train_args *a) {
     const int K = dist_size(), shards = K * a->grad_accum;
-    if (!strcmp(a->task, "translate") || a->batch % shards == 0) return 0;
+    if (task_find(a->task)->uneven_shards || a->batch % shards == 0) return 0;
     if (dist_rank() == 0)
         cli_error("--batch %d cannot be split into %d equal shards (%d rank%s x --grad-accum %d): give a multiple of %d",
                   a->batch, shards, K, K > 1 ? "s" : "", a->grad_accum, shards);
@@ -1060,10 +966,11 @@ int cmd_train(int argc, char **argv) {
                     (long long)a.warmup, (long long)a.steps, a.lr * (double)a.steps / (double)a.warmup);
         /* batchnorm: the ranks' shards share their statistics (lm, classify); micro-batches,
          * computed one after the other, cannot, nor can translate's uneven shards */
-        const int per_shard = a.grad_accum > 1 || (K > 1 && !strcmp(a.task, "translate"));
+        const int per_shard = a.grad_accum > 1 || (K > 1 && task_find(a.task)->uneven_shards);
         if (lead && t->batchnorm && per_shard)
-            fprintf(stderr, "mega: warning: batchnorm statistics are those of each %s, not of the whole batch\n",
-                    a.grad_accum > 1 ? "micro-batch (--grad-accum)" : "rank's shard (translate)");
+            fprintf(stderr, "mega: warning: batchnorm statistics are those of each %s%s%s, not of the whole batch\n",
+                    a.grad_accum > 1 ? "micro-batch (--grad-accum)" : "rank's shard (", a.grad_accum > 1 ? "" : a.task,
+                    a.grad_accum > 1 ? "" : ")");
         if (lead) describe_run(&a, t, pos.step);
         FILE *log = lead ? open_log(&a, pos.step) : NULL;
         if (lead && !log) rc = 2;

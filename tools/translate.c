@@ -4,6 +4,7 @@
  * as sacreBLEU computes them, exact match, the teacher-forced loss, and the copy baseline.
  */
 #include "common.h"
+#include "models.h"
 
 #include <errno.h>
 #include <math.h>
@@ -32,66 +33,6 @@ static size_t bytes_to_line(const uint8_t *b, size_t n, char *out) {
     return o;
 }
 
-/* The source and target fairseq dictionaries of a model converted from an official translation
- * checkpoint (metadata "vocab" and "tgt-vocab", docs/interop.md), or NULL for the byte models
- * this project trains. */
-typedef struct {
-    mega_fdict *src, *tgt;
-    /* subword units of a model trained with --bpe, per side (NULL: bytes or dictionaries; one
-     * object when shared) and their longest token in bytes (1 for bytes) */
-    mega_bpe *src_bpe, *tgt_bpe;
-    size_t src_longest, tgt_longest;
-} s2s_dicts;
-
-static void s2s_dicts_free(s2s_dicts *d) {
-    mega_fdict_free(d->src), mega_fdict_free(d->tgt);
-    if (d->tgt_bpe != d->src_bpe) mega_bpe_free(d->tgt_bpe);
-    mega_bpe_free(d->src_bpe);
-    memset(d, 0, sizeof *d);
-}
-
-static int s2s_vocab(const char *path, const mega_s2s_config *c, s2s_dicts *d) {
-    memset(d, 0, sizeof *d);
-    mega_st_file *f;
-    if (mega_st_open(path, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
-    int rc = meta_fdict(f, "vocab", c->src_vocab_size, path, "source dictionary", &d->src);
-    if (!rc) rc = meta_fdict(f, "tgt-vocab", c->tgt_vocab_size, path, "target dictionary", &d->tgt);
-    if (!rc && !d->src != !d->tgt) rc = cli_error("%s: a fairseq dictionary for one side only", path);
-    mega_st_close(f);
-    if (rc) mega_fdict_free(d->src), mega_fdict_free(d->tgt), memset(d, 0, sizeof *d);
-    return rc;
-}
-
-/* the model at arg with its vocabulary: bytes, subword units (--bpe) or, with allow_fdict, the
- * fairseq dictionaries of a converted official model (mega eval reads the other two only) */
-static int load_s2s(const char *arg, mega_s2s **m, s2s_dicts *dicts, int allow_fdict) {
-    char p[4096];
-    const mega_load_opts inference = {1, 0}; /* no gradient buffer */
-    memset(dicts, 0, sizeof *dicts);
-    if (mega_model_file(arg, p, sizeof p) != MEGA_OK || mega_s2s_load_ex(p, &inference, m) != MEGA_OK)
-        return cli_error("%s", mega_last_error());
-    const mega_s2s_config *c = mega_s2s_get_config(*m);
-    if (s2s_vocab(p, c, dicts) || (!dicts->src && meta_bpe(p, c, &dicts->src_bpe, &dicts->tgt_bpe))) {
-        s2s_dicts_free(dicts);
-        mega_s2s_free(*m), *m = NULL;
-        return 1;
-    }
-    if (dicts->src && !allow_fdict) {
-        s2s_dicts_free(dicts);
-        mega_s2s_free(*m), *m = NULL;
-        return cli_error("'%s' was converted from an official checkpoint (fairseq dictionaries): `mega translate` "
-                         "translates with it; this evaluation reads the models `mega train --task translate` makes", arg);
-    }
-    if (dicts->src) return 0;
-    if (c->src_vocab_size != mega_bpe_vocab_size(dicts->src_bpe) || c->tgt_vocab_size != mega_bpe_vocab_size(dicts->tgt_bpe) ||
-        c->eos_idx != MEGA_S2S_EOS || c->padding_idx != MEGA_S2S_PAD) {
-        s2s_dicts_free(dicts);
-        mega_s2s_free(*m), *m = NULL;
-        return cli_error("'%s' does not use the byte vocabulary (258, pad 256, eos 257) of parallel text, nor subword units", arg);
-    }
-    dicts->src_longest = bpe_longest(dicts->src_bpe), dicts->tgt_longest = bpe_longest(dicts->tgt_bpe);
-    return 0;
-}
 
 /* a token row of one side (tgt: the target) as text: subword units decoded to their bytes, or the
  * bytes (ids < 256) of a byte vocabulary (</s> and <pad> give nothing); out needs
@@ -607,7 +548,8 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
     double nll = 0, acc = 0;
     int64_t ntok = 0, out_tokens = 0;
     const double t0 = now_sec();
-    if (!rc) rc = s2s_evaluate(m, &d, order, n, max_tokens, &nll, &acc, &ntok);
+    if (!rc && mega_s2s_evaluate(m, &d, order, n, max_tokens, &nll, &acc, &ntok) != MEGA_OK)
+        rc = cli_error("%s", mega_last_error());
     const double t1 = now_sec();
     if (!rc) rc = search_groups(m, &dc, &d, order, g, ng, sp, batch, quiet, hyp, hl, cp, cl, &out_tokens);
     const double t2 = now_sec();
