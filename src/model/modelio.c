@@ -135,3 +135,63 @@ mega_status mega__check_class_names(const mega_st_file *f, int classes) {
                   "the config's classes)", n, classes);
     return MEGA_OK;
 }
+
+/* ---- every kind through its table (model/kinds.h) --------------------------------------------- */
+
+mega_status mega__model_create(mega_model_kind k, const void *cfg, const mega_load_opts *o, mega_model **out) {
+    *out = NULL;
+    const mega_model_ops *ops = mega__kind(k);
+    if (!ops) MEGA_FAIL(MEGA_ERR_INVALID, "model kind %d is not one of the %d kinds", (int)k, MEGA_MODEL_COUNT);
+    mega_model *m;
+    MEGA_TRY(ops->declare(cfg, &m));
+    mega_status st = mega_params_alloc(ops->params(m), !(o && o->inference));
+    if (st) {
+        ops->free(m);
+        return st;
+    }
+    if (!(o && o->no_init)) ops->init_params(m, 0);
+    *out = m;
+    return MEGA_OK;
+}
+
+/* the config of the file, the parameter table declared from it and compared with the file's
+ * tensors, and only then the memory (docs/library.md) */
+static mega_status load_from(const mega_model_ops *ops, const mega_st_file *f, const char *cfgs,
+                             const mega_load_opts *o, mega_model **out) {
+    void *c = calloc(1, ops->config_size);
+    if (!c) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    mega_model *m = NULL;
+    mega_status st = ops->config_from_json(cfgs, c);
+    if (!st && ops->check_file) st = ops->check_file(f, c);
+    if (!st) st = ops->declare(c, &m);
+    free(c);
+    mega_ignore_list g;
+    if (!st) st = mega__model_fill(ops->params(m), f, ops->ignore(m, &g), o);
+    if (st && m) ops->free(m);
+    *out = st ? NULL : m;
+    return st;
+}
+
+mega_status mega__model_load(const char *path, const mega_model_kind *k, const mega_load_opts *o, mega_model **out) {
+    *out = NULL;
+    mega_st_file *f;
+    const char *cfgs;
+    MEGA_TRY(mega__model_open(path, &f, &cfgs));
+    mega_model_kind kind = k ? *k : MEGA_MODEL_LM;
+    mega_status st = k ? MEGA_OK : mega_model_kind_of_json(cfgs, &kind);
+    const mega_model_ops *ops = mega__kind(kind);
+    if (!st && !ops) st = mega__error(MEGA_ERR_INVALID, "model kind %d is not one of the %d kinds", (int)kind, MEGA_MODEL_COUNT);
+    if (!st) st = load_from(ops, f, cfgs, o, out);
+    mega_st_close(f);
+    if (st) return mega__error_prefix(st, path);
+    return MEGA_OK;
+}
+
+mega_status mega__model_save_kind(const mega_model *m, const char *path, const char *const *kv) {
+    const mega_model_ops *ops = mega__kind(m->kind);
+    char *cfg = ops->config_to_json(ops->config(m));
+    if (!cfg) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    mega_status st = mega__model_save(ops->params((mega_model *)m), path, cfg, kv);
+    free(cfg);
+    return st;
+}

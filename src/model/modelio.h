@@ -4,19 +4,12 @@
 #define MEGA_MODELIO_H
 #include "core/json.h"
 #include "core/params.h"
+#include "model/kinds.h"
 #include "model/stack.h"
 
 /* JSON of a model config: {"model": kind, <the model's fields>, <the block's fields>}; the block
  * config is at block_off inside cfg. Caller frees. */
 char *mega__config_to_json(const char *kind, const mega_field *mf, int nmf, const void *cfg, size_t block_off);
-
-/* One official fairseq argument and the field it sets (flags: MEGA_OFFICIAL_INVERT for
- * negated booleans such as no_scale_embedding). */
-enum { MEGA_OFFICIAL_INVERT = 1 };
-typedef struct {
-    const char *arg, *field;
-    unsigned flags;
-} mega_official_arg;
 
 /* Read a model config written by mega__config_to_json (keys = field names; "model", when
  * present, must be `kind`), or, when the JSON has the key `official_marker`, one with the official

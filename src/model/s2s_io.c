@@ -12,7 +12,7 @@ char *mega_s2s_config_to_json(const mega_s2s_config *c) {
     }
     int n, nb;
     const mega_field *f = mega_s2s_config_fields(&n), *bf = mega_block_config_fields(&nb);
-    cJSON_AddStringToObject(o, "model", "mega_s2s");
+    cJSON_AddStringToObject(o, "model", mega_model_kind_name(MEGA_MODEL_S2S));
     mega__fields_to_json(o, f, n, c);
     mega__fields_to_json(e, bf, nb, &c->encoder);
     mega__fields_to_json(d, bf, nb, &c->decoder);
@@ -98,7 +98,7 @@ mega_status mega_s2s_config_from_json(const char *json, mega_s2s_config *c) {
         st = from_official(o, c);
     } else {
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "model");
-        if (m && (!cJSON_IsString(m) || strcmp(m->valuestring, "mega_s2s"))) {
+        if (m && (!cJSON_IsString(m) || strcmp(m->valuestring, mega_model_kind_name(MEGA_MODEL_S2S)))) {
             st = mega__error(MEGA_ERR_FORMAT, "config describes a '%s' model, not an encoder-decoder (mega_s2s)",
                              cJSON_IsString(m) ? m->valuestring : "?");
         } else {
@@ -129,11 +129,7 @@ mega_status mega_s2s_config_from_json(const char *json, mega_s2s_config *c) {
 }
 
 mega_status mega_s2s_save_ex(const mega_s2s *m, const char *path, const char *const *kv) {
-    char *cfg = mega_s2s_config_to_json(&m->cfg);
-    if (!cfg) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
-    mega_status st = mega__model_save(&m->P, path, cfg, kv);
-    free(cfg);
-    return st;
+    return mega__model_save_kind(&m->hdr, path, kv);
 }
 
 /* official state dicts also list the shared matrices under their other names */
@@ -146,25 +142,56 @@ static const char *const *s2s_ignore(const mega_s2s *m) {
     return m->cfg.share_all_embeddings ? all : m->cfg.tie_embeddings ? tied : ignore;
 }
 
-/* the config of the file, the parameter table declared from it and compared with the file's
- * tensors, and only then the memory (docs/library.md) */
 mega_status mega_s2s_load_ex(const char *path, const mega_load_opts *o, mega_s2s **out) {
-    *out = NULL;
-    mega_st_file *f;
-    const char *cfgs;
-    MEGA_TRY(mega__model_open(path, &f, &cfgs));
-    mega_s2s_config c;
-    mega_s2s *m = NULL;
-    mega_status st = mega_s2s_config_from_json(cfgs, &c);
-    if (!st) st = mega__s2s_declare(&c, &m);
-    if (!st) st = mega__model_fill(&m->P, f, s2s_ignore(m), o);
-    mega_st_close(f);
-    if (st) {
-        mega_s2s_free(m);
-        return mega__error_prefix(st, path);
-    }
-    *out = m;
-    return MEGA_OK;
+    const mega_model_kind k = MEGA_MODEL_S2S;
+    mega_model *m;
+    mega_status st = mega__model_load(path, &k, o, &m);
+    *out = (mega_s2s *)m;
+    return st;
 }
 
 mega_status mega_s2s_load(const char *path, mega_s2s **out) { return mega_s2s_load_ex(path, NULL, out); }
+
+/* ---- the kind's table (model/kinds.h) ---------------------------------------------------------- */
+
+static void cfg_default(void *c) { mega_s2s_config_default(c); }
+static mega_status cfg_check(const void *c) { return mega_s2s_config_check(c); }
+static char *cfg_to_json(const void *c) { return mega_s2s_config_to_json(c); }
+static mega_status cfg_from_json(const char *json, void *c) { return mega_s2s_config_from_json(json, c); }
+static mega_status declare(const void *c, mega_model **out) {
+    mega_s2s *m;
+    MEGA_TRY(mega__s2s_declare(c, &m));
+    *out = &m->hdr;
+    return MEGA_OK;
+}
+static void init_params(mega_model *m, uint64_t seed) { mega_s2s_init_params((mega_s2s *)m, seed); }
+static void model_free(mega_model *m) { mega_s2s_free((mega_s2s *)m); }
+static const void *model_config(const mega_model *m) { return &((const mega_s2s *)m)->cfg; }
+static mega_params *model_params(mega_model *m) { return &((mega_s2s *)m)->P; }
+static const char *const *ignore(const mega_model *m, mega_ignore_list *g) {
+    (void)g;
+    return s2s_ignore((const mega_s2s *)m);
+}
+/* T source and T target tokens */
+static mega_status memory(const void *c, int training, int B, int T, mega_memory *out) {
+    return mega_s2s_memory(c, training, B, T, T, out);
+}
+
+const mega_model_ops mega__kind_s2s = {
+    .what = "encoder-decoder",
+    .config_size = sizeof(mega_s2s_config),
+    .official_keys = {"encoder_layers", "decoder_layers"},
+    .official = NULL,
+    .config_fields = mega_s2s_config_fields,
+    .config_default = cfg_default,
+    .config_check = cfg_check,
+    .config_to_json = cfg_to_json,
+    .config_from_json = cfg_from_json,
+    .declare = declare,
+    .init_params = init_params,
+    .free = model_free,
+    .config = model_config,
+    .params = model_params,
+    .ignore = ignore,
+    .memory = memory,
+};

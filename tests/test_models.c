@@ -1,0 +1,191 @@
+/* The generic model API over every kind of MEGA_MODEL_LIST: a tiny model of each kind created,
+ * saved and loaded back through mega_model_load (the kind read from the file), with the same
+ * config JSON and the same parameter bits; kind names; an unknown kind in a file; the official
+ * fixtures and a committed run loaded without naming their kind. */
+#include "testlib.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* the widths of a tiny model, applied to every object of the config JSON (an encoder-decoder
+ * has its block fields under "encoder" and "decoder") */
+static const struct {
+    const char *key;
+    int value;
+} TINY[] = {{"layers", 1},       {"encoder-layers", 1}, {"decoder-layers", 1}, {"embed-dim", 16}, {"z-dim", 8},
+            {"hidden-dim", 16},  {"n-dim", 2},          {"ffn-dim", 16},       {"chunk-size", 8}, {"classifier-dim", 8},
+            {"vocab-size", 40},  {"src-vocab-size", 40}, {"tgt-vocab-size", 41}, {"padding-idx", 1}, {"eos-idx", 2}, {"max-len", 32},
+            {"train-len", 32}};
+
+static void shrink(cJSON *o) {
+    for (cJSON *it = o ? o->child : NULL; it; it = it->next) {
+        if (cJSON_IsObject(it)) shrink(it);
+        for (size_t i = 0; i < sizeof TINY / sizeof *TINY; i++)
+            if (it->string && !strcmp(it->string, TINY[i].key) && cJSON_IsNumber(it)) cJSON_SetNumberValue(it, TINY[i].value);
+    }
+}
+
+/* the kind's defaults with the tiny widths, into cfg (mega_model_config_size bytes) */
+static int tiny_config(mega_model_kind k, void *cfg) {
+    mega_model_config_default(k, cfg);
+    char *js = mega_model_config_to_json(k, cfg);
+    cJSON *o = js ? cJSON_Parse(js) : NULL;
+    free(js);
+    shrink(o);
+    char *t = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    int ok = t && mega_model_config_from_json(k, t, cfg) == MEGA_OK;
+    if (!ok) printf("  %s: %s\n", mega_model_kind_name(k), mega_last_error());
+    free(t);
+    return ok;
+}
+
+static int same_params(mega_model *a, mega_model *b) {
+    mega_paramset *pa = mega_model_paramset(a), *pb = mega_model_paramset(b);
+    if (mega_ps_total(pa) != mega_ps_total(pb) || mega_ps_count(pa) != mega_ps_count(pb)) return 0;
+    return !memcmp(mega_ps_data(pa), mega_ps_data(pb), mega_ps_total(pa) * sizeof(mega_real));
+}
+
+static void round_trip(mega_model_kind k, const char *dir) {
+    const char *name = mega_model_kind_name(k);
+    void *cfg = calloc(1, mega_model_config_size(k));
+    TL_CHECK(cfg && mega_model_config_size(k) > 0, "%s: config size %zu", name, mega_model_config_size(k));
+    if (!cfg || !tiny_config(k, cfg)) {
+        TL_CHECK(0, "%s: a tiny config", name);
+        free(cfg);
+        return;
+    }
+    mega_model *m = NULL, *back = NULL;
+    TL_CHECK(mega_model_create(k, cfg, &m) == MEGA_OK && m, "%s: mega_model_create", name);
+    if (!m) {
+        free(cfg);
+        return;
+    }
+    TL_CHECK(mega_model_kind_of(m) == k, "%s: mega_model_kind_of", name);
+    /* the typed handle only for its own kind */
+    TL_CHECK((mega_model_lm(m) != NULL) == (k == MEGA_MODEL_LM) && (mega_model_cls(m) != NULL) == (k == MEGA_MODEL_CLS) &&
+                 (mega_model_s2s(m) != NULL) == (k == MEGA_MODEL_S2S),
+             "%s: mega_model_lm / _cls / _s2s give the typed model of this kind only", name);
+    mega_model_init_params(m, 7);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
+    const char *kv[] = {"note", "kinds", NULL};
+    TL_CHECK(mega_model_save_ex(m, path, kv) == MEGA_OK, "%s: mega_model_save_ex (%s)", name, mega_last_error());
+    TL_CHECK(mega_model_load(path, &back) == MEGA_OK && back, "%s: mega_model_load (%s)", name, back ? "" : mega_last_error());
+    if (back) {
+        TL_CHECK(mega_model_kind_of(back) == k, "%s: the kind is read from the file", name);
+        char *j1 = mega_model_config_json(m), *j2 = mega_model_config_json(back);
+        TL_CHECK(j1 && j2 && !strcmp(j1, j2), "%s: the same config JSON after the round trip", name);
+        TL_CHECK(j1 && strstr(j1, name), "%s: the config JSON names the kind", name);
+        free(j1), free(j2);
+        TL_CHECK(same_params(m, back), "%s: the same parameters, bit for bit", name);
+        mega_model_free(back);
+    }
+    mega_memory mem;
+    TL_CHECK(mega_model_memory(k, cfg, 1, 2, 16, &mem) == MEGA_OK && mem.params > 0 && mem.buffers > 0 &&
+                 mem.total > mem.params,
+             "%s: mega_model_memory (params %zu, buffers %zu)", name, mem.params, mem.buffers);
+    /* an inference load has no gradients */
+    const mega_load_opts inference = {1, 0};
+    TL_CHECK(mega_model_load_ex(path, &inference, &back) == MEGA_OK && !mega_ps_grad(mega_model_paramset(back)),
+             "%s: mega_model_load_ex for inference", name);
+    mega_model_free(back);
+    mega_model_free(m);
+    free(cfg);
+}
+
+static void names(void) {
+    for (int i = 0; i < MEGA_MODEL_COUNT; i++) {
+        mega_model_kind k = MEGA_MODEL_COUNT;
+        const char *n = mega_model_kind_name((mega_model_kind)i);
+        TL_CHECK(!mega_model_kind_from_name(n, &k) && k == (mega_model_kind)i, "kind name %s parses back", n);
+        TL_CHECK(strcmp(mega_model_kind_summary((mega_model_kind)i), "?"), "%s has a summary", n);
+    }
+    mega_model_kind k;
+    TL_CHECK(mega_model_kind_from_name("mega_foo", &k) == -1, "an unknown kind name is refused");
+    TL_CHECK(!strcmp(mega_model_kind_name(MEGA_MODEL_COUNT), "?"), "an out-of-range kind is named ?");
+    TL_CHECK(!strcmp(mega_model_kind_name(MEGA_MODEL_LM), "mega_lm") && !strcmp(mega_model_kind_name(MEGA_MODEL_CLS), "mega_cls") &&
+                 !strcmp(mega_model_kind_name(MEGA_MODEL_S2S), "mega_s2s"),
+             "the checkpoint kind names of the existing files");
+    /* official argument names mark the kind */
+    TL_CHECK(!mega_model_kind_of_json("{\"decoder_layers\": 2}", &k) && k == MEGA_MODEL_LM, "official decoder_layers: mega_lm");
+    TL_CHECK(!mega_model_kind_of_json("{\"encoder_layers\": 2}", &k) && k == MEGA_MODEL_CLS, "official encoder_layers: mega_cls");
+    TL_CHECK(!mega_model_kind_of_json("{\"encoder_layers\": 2, \"decoder_layers\": 2}", &k) && k == MEGA_MODEL_S2S,
+             "official encoder_layers and decoder_layers: mega_s2s");
+    TL_CHECK(!mega_model_kind_of_json("{\"model\": \"mega_cls\", \"decoder_layers\": 2}", &k) && k == MEGA_MODEL_CLS,
+             "\"model\" wins over the official keys");
+}
+
+/* a file whose config names a kind this library does not have */
+static void unknown_kind(const char *dir) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/unknown.safetensors", dir);
+    mega_st_writer *w = mega_st_writer_new();
+    const float x[2] = {1, 2};
+    const int64_t shape[1] = {2};
+    mega_st_writer_meta(w, "config", "{\"model\": \"mega_vision\", \"layers\": 1}");
+    mega_st_writer_add(w, "w", MEGA_DT_F32, 1, shape, x);
+    TL_CHECK(mega_st_writer_write(w, path) == MEGA_OK, "write a file of an unknown kind");
+    mega_st_writer_free(w);
+    mega_model *m = NULL;
+    mega_status st = mega_model_load(path, &m);
+    const char *e = mega_last_error();
+    TL_CHECK(st == MEGA_ERR_FORMAT && !m && strstr(e, "unknown model kind 'mega_vision'") && strstr(e, "mega_lm") &&
+                 strstr(e, path),
+             "an unknown kind fails clearly: %s", e);
+    mega_lm *lm = NULL;
+    TL_CHECK(mega_lm_load(path, &lm) != MEGA_OK && !lm && strstr(mega_last_error(), "mega_vision"),
+             "the typed load names the kind too: %s", mega_last_error());
+}
+
+/* committed files of every kind, loaded without naming their kind; the typed load has the same bits */
+static void old_files(void) {
+    static const struct {
+        const char *path;
+        mega_model_kind kind;
+    } FILES[] = {
+        {"tests/fixtures/runs/lm_v010", MEGA_MODEL_LM},
+        {"tests/fixtures/official/lm_softmax_simple_layernorm_pre_c8_L32/weights.safetensors", MEGA_MODEL_LM},
+        {"tests/fixtures/official/cls_sparse_pad_mp_head1_layernorm_pre_c8_L36/weights.safetensors", MEGA_MODEL_CLS},
+        {"tests/fixtures/s2s/s2s_softmax_simple_layernorm_pre_encc8_ragged_sep/weights.safetensors", MEGA_MODEL_S2S},
+    };
+    for (size_t i = 0; i < sizeof FILES / sizeof *FILES; i++) {
+        mega_model *m = NULL, *typed = NULL;
+        mega_status st = mega_model_load(FILES[i].path, &m);
+        TL_CHECK(!st && m && mega_model_kind_of(m) == FILES[i].kind, "%s loads as %s (%s)", FILES[i].path,
+                 mega_model_kind_name(FILES[i].kind), st ? mega_last_error() : "");
+        if (!m) continue;
+        switch (FILES[i].kind) {
+        case MEGA_MODEL_LM: {
+            mega_lm *t = NULL;
+            st = mega_lm_load(FILES[i].path, &t);
+            typed = mega_lm_model(t);
+        } break;
+        case MEGA_MODEL_CLS: {
+            mega_cls *t = NULL;
+            st = mega_cls_load(FILES[i].path, &t);
+            typed = mega_cls_model(t);
+        } break;
+        default: {
+            mega_s2s *t = NULL;
+            st = mega_s2s_load(FILES[i].path, &t);
+            typed = mega_s2s_model(t);
+        } break;
+        }
+        TL_CHECK(!st && typed && same_params(m, typed), "%s: the typed load has the same parameters", FILES[i].path);
+        mega_model_free(typed);
+        mega_model_free(m);
+    }
+}
+
+int main(void) {
+    char dir[512];
+    if (tl_mkdtemp(dir, sizeof dir, "mega_models_")) return tl_finish();
+    names();
+    for (int k = 0; k < MEGA_MODEL_COUNT; k++) round_trip((mega_model_kind)k, dir);
+    unknown_kind(dir);
+    old_files();
+    tl_rm_rf(dir);
+    return tl_finish();
+}
