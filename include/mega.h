@@ -774,6 +774,26 @@ mega_paramset *mega_model_paramset(mega_model *m);
 void mega_model_init_params(mega_model *m, uint64_t seed);
 /* as mega_lm_memory, for B inputs of T tokens (an encoder-decoder: T source and T target tokens) */
 mega_status mega_model_memory(mega_model_kind k, const void *cfg, int training, int B, int T, mega_memory *out);
+/* The official names of the config fields, in one table per kind (model-level fields) and one
+ * for the block: the fairseq argument ("%s" stands for the kind's side, "decoder" for mega_lm,
+ * "encoder" for mega_cls, either for mega_s2s) and transformers' MegaConfig key; NULL where there
+ * is none. The config readers, `mega hf-export` / `hf-import` and scripts/convert_fairseq.py
+ * (through scripts/official_names.json) all read them here. */
+enum {
+    MEGA_OFFICIAL_INVERT = 1,  /* a negated boolean (no_scale_embedding = !scale-embedding) */
+    MEGA_OFFICIAL_TRAINING = 2 /* a training setting (dropout) the official LM and LRA readers skip */
+};
+typedef struct {
+    const char *field;   /* our config key ("embed-dim") */
+    const char *fairseq; /* the official fairseq argument ("%s_embed_dim") */
+    const char *hf;      /* the Hugging Face MegaConfig key ("hidden_size") */
+    unsigned flags;
+} mega_official_name;
+const mega_official_name *mega_block_official_names(int *count);
+const mega_official_name *mega_model_official_names(mega_model_kind k, int *count);
+const char *mega_model_official_side(mega_model_kind k); /* "decoder", "encoder"; NULL: both sides */
+/* the Hugging Face key of a field of kind k (its own table first, then the block's); NULL if none */
+const char *mega_official_hf_name(mega_model_kind k, const char *field);
 /* typed <-> generic, one pair per kind */
 #define MEGA_MODEL_TYPED_(ID, id, name, help)                                                      \
     mega_##id *mega_model_##id(mega_model *m);                                                     \

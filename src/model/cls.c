@@ -495,32 +495,21 @@ char *mega_cls_config_to_json(const mega_cls_config *c) {
     return mega__config_to_json(mega_model_kind_name(MEGA_MODEL_CLS), f, n, c, offsetof(mega_cls_config, block));
 }
 
-/* the official LRA arguments (as in the reference fixtures) */
-static const mega_official_arg OFFICIAL[] = {
-    {"encoder_layers", "layers", 0},
-    {"encoder_embed_dim", "embed-dim", 0},
-    {"encoder_z_dim", "z-dim", 0},
-    {"encoder_hidden_dim", "hidden-dim", 0},
-    {"encoder_n_dim", "n-dim", 0},
-    {"encoder_ffn_embed_dim", "ffn-dim", 0},
-    {"encoder_chunk_size", "chunk-size", 0},
-    {"truncation_length", "truncation", 0},
-    {"max_positions", "max-positions", 0},
-    {"attention_activation_fn", "attention-activation", 0},
-    {"rel_pos_bias", "rel-pos-bias", 0},
-    {"normalization_type", "norm-type", 0},
-    {"normalize_before", "prenorm", 0},
-    {"activation_fn", "activation", 0},
-    {"embedding_type", "embedding", 0},
-    {"sen_rep_type", "pool", 0},
-    {"classifier_layers", "classifier-layers", 0},
-    {"classifier_out_dim", "classifier-dim", 0},
-    {"classifier_activation_fn", "classifier-activation", 0},
-    {"sentence_class_num", "classes", 0},
-    {"vocab_size", "vocab-size", 0},
-    {"padding_idx", "padding-idx", 0},
-    {"two_tower", "two-tower", 0},
-    {NULL, NULL, 0},
+/* the official names of the classifier's fields (fairseq LRA arguments, as in the reference
+ * fixtures; transformers' MegaModel for the encoder); the block's are in modelio.c */
+static const mega_official_name OFFICIAL[] = {
+    {"layers", "%s_layers", "num_hidden_layers", 0},
+    {"max-positions", "max_positions", NULL, 0},
+    {"embedding", "embedding_type", NULL, 0},
+    {"pool", "sen_rep_type", NULL, 0},
+    {"classifier-layers", "classifier_layers", NULL, 0},
+    {"classifier-dim", "classifier_out_dim", NULL, 0},
+    {"classifier-activation", "classifier_activation_fn", NULL, 0},
+    {"classes", "sentence_class_num", NULL, 0},
+    {"vocab-size", "vocab_size", "vocab_size", 0},
+    {"padding-idx", "padding_idx", "pad_token_id", 0},
+    {"two-tower", "two_tower", NULL, 0},
+    {NULL, NULL, NULL, 0},
 };
 
 mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c) {
@@ -529,8 +518,7 @@ mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c) {
     if (strstr(json, "\"encoder_layers\"")) c->classifier_dim = 128;
     int n;
     const mega_field *f = mega_cls_config_fields(&n);
-    MEGA_TRY(mega__config_from_json(json, mega_model_kind_name(MEGA_MODEL_CLS), mega__kind_cls.what, f, n, c, offsetof(mega_cls_config, block),
-                                    "encoder_layers", OFFICIAL));
+    MEGA_TRY(mega__config_from_json(json, MEGA_MODEL_CLS, f, n, c, offsetof(mega_cls_config, block)));
     c->block.bidirectional = 1;
     if (c->classifier_layers == 0) c->classifier_dim = 0;
     return mega_cls_config_check(c);
@@ -585,6 +573,7 @@ const mega_model_ops mega__kind_cls = {
     .config_size = sizeof(mega_cls_config),
     .official_keys = {"encoder_layers"},
     .official = OFFICIAL,
+    .official_side = "encoder",
     .config_fields = mega_cls_config_fields,
     .config_default = cfg_default,
     .config_check = cfg_check,

@@ -12,14 +12,6 @@ struct mega_model {
     mega_model_kind kind;
 };
 
-/* One official fairseq argument and the field it sets (flags: MEGA_OFFICIAL_INVERT for
- * negated booleans such as no_scale_embedding). */
-enum { MEGA_OFFICIAL_INVERT = 1 };
-typedef struct {
-    const char *arg, *field;
-    unsigned flags;
-} mega_official_arg;
-
 /* Tensors an official state dict holds besides the declared ones (buffers, second names of tied
  * matrices): full names or suffixes for mega_params_check's `ignore`. */
 #define MEGA_IGNORE_MAX (4 + 2 * MEGA_BANDS_MAX)
@@ -33,7 +25,12 @@ typedef struct {
     size_t config_size;                 /* sizeof the kind's config struct */
     /* keys that, all present, mark a config with the official fairseq argument names */
     const char *official_keys[3];
-    const mega_official_arg *official;  /* those names (NULL-terminated) */
+    /* the official names of the model-level fields (mega_official_name, ended by a NULL field),
+     * the side that stands for %s in the block's, and whether the reader takes the block's
+     * training settings (MEGA_OFFICIAL_TRAINING) */
+    const mega_official_name *official;
+    const char *official_side;
+    int official_training;
     const mega_field *(*config_fields)(int *count);
     void (*config_default)(void *c);
     mega_status (*config_check)(const void *c);
@@ -55,6 +52,9 @@ typedef struct {
 #define MEGA_KIND_OPS_(ID, id, name, help) extern const mega_model_ops mega__kind_##id;
 MEGA_MODEL_LIST(MEGA_KIND_OPS_)
 #undef MEGA_KIND_OPS_
+
+/* the official names of the block fields (ended by a NULL field; modelio.c) */
+extern const mega_official_name mega__block_official[];
 
 /* the kind's table (NULL out of range) */
 const mega_model_ops *mega__kind(mega_model_kind k);

@@ -10,36 +10,25 @@ char *mega_lm_config_to_json(const mega_lm_config *c) {
     return mega__config_to_json(mega_model_kind_name(MEGA_MODEL_LM), f, n, c, offsetof(mega_lm_config, block));
 }
 
-/* the official fairseq mega_lm arguments (as in the reference fixtures) */
-static const mega_official_arg OFFICIAL[] = {
-    {"vocab_size", "vocab-size", 0},
-    {"padding_idx", "padding-idx", 0},
-    {"decoder_layers", "layers", 0},
-    {"decoder_embed_dim", "embed-dim", 0},
-    {"decoder_z_dim", "z-dim", 0},
-    {"decoder_hidden_dim", "hidden-dim", 0},
-    {"decoder_n_dim", "n-dim", 0},
-    {"decoder_ffn_embed_dim", "ffn-dim", 0},
-    {"decoder_chunk_size", "chunk-size", 0},
-    {"truncation_length", "truncation", 0},
-    {"max_target_positions", "max-positions", 0},
-    {"attention_activation_fn", "attention-activation", 0},
-    {"rel_pos_bias", "rel-pos-bias", 0},
-    {"normalization_type", "norm-type", 0},
-    {"normalize_before", "prenorm", 0},
-    {"no_affine_final_norm", "final-norm-affine", MEGA_OFFICIAL_INVERT},
-    {"activation_fn", "activation", 0},
-    {"no_scale_embedding", "scale-embedding", MEGA_OFFICIAL_INVERT},
-    {"share_decoder_input_output_embed", "tie-embeddings", 0},
-    {"adaptive_input", "adaptive-input", 0},
-    {"adaptive_input_factor", "adaptive-input-factor", 0},
-    {"adaptive_input_cutoff", "adaptive-input-cutoff", 0},
-    {"adaptive_softmax_cutoff", "adaptive-softmax-cutoff", 0},
-    {"adaptive_softmax_factor", "adaptive-softmax-factor", 0},
-    {"adaptive_softmax_dropout", "adaptive-softmax-dropout", 0},
-    {"tie_adaptive_weights", "tie-adaptive-weights", 0},
-    {"tie_adaptive_proj", "tie-adaptive-proj", 0},
-    {NULL, NULL, 0},
+/* the official names of the language model's fields (fairseq mega_lm arguments, as in the
+ * reference fixtures; transformers' MegaForCausalLM); the block's are in modelio.c */
+static const mega_official_name OFFICIAL[] = {
+    {"vocab-size", "vocab_size", "vocab_size", 0},
+    {"padding-idx", "padding_idx", "pad_token_id", 0},
+    {"layers", "%s_layers", "num_hidden_layers", 0},
+    {"max-positions", "max_target_positions", NULL, 0},
+    {"final-norm-affine", "no_affine_final_norm", NULL, MEGA_OFFICIAL_INVERT},
+    {"scale-embedding", "no_scale_embedding", NULL, MEGA_OFFICIAL_INVERT},
+    {"tie-embeddings", "share_decoder_input_output_embed", "tie_word_embeddings", 0},
+    {"adaptive-input", "adaptive_input", NULL, 0},
+    {"adaptive-input-factor", "adaptive_input_factor", NULL, 0},
+    {"adaptive-input-cutoff", "adaptive_input_cutoff", NULL, 0},
+    {"adaptive-softmax-cutoff", "adaptive_softmax_cutoff", NULL, 0},
+    {"adaptive-softmax-factor", "adaptive_softmax_factor", NULL, 0},
+    {"adaptive-softmax-dropout", "adaptive_softmax_dropout", NULL, 0},
+    {"tie-adaptive-weights", "tie_adaptive_weights", NULL, 0},
+    {"tie-adaptive-proj", "tie_adaptive_proj", NULL, 0},
+    {NULL, NULL, NULL, 0},
 };
 
 mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c) {
@@ -50,8 +39,7 @@ mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c) {
     }
     int n;
     const mega_field *f = mega_lm_config_fields(&n);
-    MEGA_TRY(mega__config_from_json(json, mega_model_kind_name(MEGA_MODEL_LM), mega__kind_lm.what, f, n, c, offsetof(mega_lm_config, block),
-                                    "decoder_layers", OFFICIAL));
+    MEGA_TRY(mega__config_from_json(json, MEGA_MODEL_LM, f, n, c, offsetof(mega_lm_config, block)));
     c->block.bidirectional = 0;
     /* the official decoder builds no output projection when it has an adaptive softmax, whatever
      * share_decoder_input_output_embed says */
@@ -137,6 +125,7 @@ const mega_model_ops mega__kind_lm = {
     .config_size = sizeof(mega_lm_config),
     .official_keys = {"decoder_layers"},
     .official = OFFICIAL,
+    .official_side = "decoder",
     .config_fields = mega_lm_config_fields,
     .config_default = cfg_default,
     .config_check = cfg_check,

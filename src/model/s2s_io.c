@@ -23,34 +23,37 @@ char *mega_s2s_config_to_json(const mega_s2s_config *c) {
     return s;
 }
 
-/* the official arguments of one side (prefix "encoder_" or "decoder_") and the shared ones */
-static void official_side(mega_json_reader *r, const char *side, mega_block_config *b) {
-    char k[64];
-    static const struct {
-        const char *arg;
-        size_t off;
-    } DIMS[] = {{"embed_dim", offsetof(mega_block_config, embed_dim)},   {"z_dim", offsetof(mega_block_config, z_dim)},
-                {"hidden_dim", offsetof(mega_block_config, hidden_dim)}, {"n_dim", offsetof(mega_block_config, n_dim)},
-                {"ffn_embed_dim", offsetof(mega_block_config, ffn_dim)}, {"chunk_size", offsetof(mega_block_config, chunk_size)}};
-    for (size_t i = 0; i < sizeof DIMS / sizeof *DIMS; i++) {
-        snprintf(k, sizeof k, "%s%s", side, DIMS[i].arg);
-        mega_json_int(r, k, (int *)((char *)b + DIMS[i].off));
+/* the official names of the encoder-decoder's fields (fairseq mega translation arguments, as in
+ * the reference fixtures); the block's, per side, are in modelio.c */
+static const mega_official_name OFFICIAL[] = {
+    {"encoder-layers", "encoder_layers", NULL, 0},
+    {"decoder-layers", "decoder_layers", NULL, 0},
+    {"normalize-embedding", "normalize_embedding", NULL, 0},
+    {"scale-embedding", "no_scale_embedding", NULL, MEGA_OFFICIAL_INVERT},
+    {"tie-embeddings", "share_decoder_input_output_embed", NULL, 0},
+    {"share-all-embeddings", "share_all_embeddings", NULL, 0},
+    {"src-vocab-size", "src_vocab_size", NULL, 0},
+    {"tgt-vocab-size", "tgt_vocab_size", NULL, 0},
+    {"padding-idx", "padding_idx", NULL, 0},
+    {"eos-idx", "eos_idx", NULL, 0},
+    {NULL, NULL, NULL, 0},
+};
+
+/* the official arguments of one side (prefix "encoder_" or "decoder_") and the shared ones, and
+ * the side's max_*_positions */
+static void official_side(mega_json_reader *r, const char *side, const char *maxpos, mega_block_config *b) {
+    cJSON *t = mega__official_translate(r->o, NULL, side, 1, 1);
+    if (!t) {
+        if (!r->st) r->st = mega__error(MEGA_ERR_OOM, "out of memory");
+        return;
     }
-    mega_json_choice(r, "attention_activation_fn", mega__names_attn, MEGA_ATTN_COUNT, (int *)&b->attention_activation);
-    mega_json_choice(r, "normalization_type", mega__names_norm, MEGA_NORM_COUNT, (int *)&b->norm_type);
-    mega_json_bool(r, "normalize_before", &b->prenorm, 0);
-    mega_json_choice(r, "rel_pos_bias", mega__names_relpos, MEGA_RELPOS_COUNT, (int *)&b->rel_pos_bias);
-    mega_json_int(r, "truncation_length", &b->truncation);
-    mega_json_flt(r, "dropout", &b->dropout);
-    mega_json_flt(r, "attention_dropout", &b->attention_dropout);
-    mega_json_flt(r, "hidden_dropout", &b->hidden_dropout);
-    mega_json_flt(r, "activation_dropout", &b->activation_dropout);
-    /* "swish" is the official alias of silu */
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(r->o, "activation_fn");
-    if (cJSON_IsString(a) && !strcmp(a->valuestring, "swish"))
-        b->activation = MEGA_ACT_SILU;
-    else
-        mega_json_choice(r, "activation_fn", mega__names_act, MEGA_ACT_COUNT, (int *)&b->activation);
+    int nb;
+    const mega_field *bf = mega_block_config_fields(&nb);
+    mega_json_reader rs = {t, MEGA_OK};
+    mega__fields_from_json(&rs, bf, nb, b);
+    cJSON_Delete(t);
+    if (!r->st) r->st = rs.st;
+    mega_json_int(r, maxpos, &b->max_positions);
 }
 
 static mega_status from_official(const cJSON *o, mega_s2s_config *c) {
@@ -64,25 +67,23 @@ static mega_status from_official(const cJSON *o, mega_s2s_config *c) {
     c->padding_idx = 1, c->eos_idx = 2; /* fairseq dictionary: <s> <pad> </s> <unk> */
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "truncation_length");
     if (t && cJSON_IsNull(t)) c->encoder.truncation = c->decoder.truncation = 0; /* null = none */
-    mega_json_int(&r, "encoder_layers", &c->encoder_layers);
-    mega_json_int(&r, "decoder_layers", &c->decoder_layers);
-    official_side(&r, "encoder_", &c->encoder);
+    cJSON *m = mega__official_translate(o, OFFICIAL, NULL, 0, 0);
+    if (!m) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    int n;
+    const mega_field *f = mega_s2s_config_fields(&n);
+    mega_json_reader rm = {m, MEGA_OK};
+    mega__fields_from_json(&rm, f, n, c);
+    cJSON_Delete(m);
+    MEGA_TRY(rm.st);
+    const int enc_maxpos = c->encoder.max_positions;
+    official_side(&r, "encoder", "max_source_positions", &c->encoder);
     /* decoder dimensions default to the encoder's (base_architecture) */
     mega_block_config enc = c->encoder;
     c->decoder = enc;
     c->decoder.bidirectional = 0;
+    c->decoder.max_positions = enc_maxpos;
     if (!cJSON_GetObjectItemCaseSensitive(o, "decoder_chunk_size")) c->decoder.chunk_size = enc.chunk_size;
-    official_side(&r, "decoder_", &c->decoder);
-    mega_json_int(&r, "max_source_positions", &c->encoder.max_positions);
-    mega_json_int(&r, "max_target_positions", &c->decoder.max_positions);
-    mega_json_bool(&r, "normalize_embedding", &c->normalize_embedding, 0);
-    mega_json_bool(&r, "no_scale_embedding", &c->scale_embedding, 1);
-    mega_json_bool(&r, "share_decoder_input_output_embed", &c->tie_embeddings, 0);
-    mega_json_bool(&r, "share_all_embeddings", &c->share_all_embeddings, 0);
-    mega_json_int(&r, "src_vocab_size", &c->src_vocab_size);
-    mega_json_int(&r, "tgt_vocab_size", &c->tgt_vocab_size);
-    mega_json_int(&r, "padding_idx", &c->padding_idx);
-    mega_json_int(&r, "eos_idx", &c->eos_idx);
+    official_side(&r, "decoder", "max_target_positions", &c->decoder);
     return r.st;
 }
 
@@ -181,7 +182,9 @@ const mega_model_ops mega__kind_s2s = {
     .what = "encoder-decoder",
     .config_size = sizeof(mega_s2s_config),
     .official_keys = {"encoder_layers", "decoder_layers"},
-    .official = NULL,
+    .official = OFFICIAL,
+    .official_side = NULL,
+    .official_training = 1,
     .config_fields = mega_s2s_config_fields,
     .config_default = cfg_default,
     .config_check = cfg_check,
