@@ -1,4 +1,5 @@
-/* Config JSON and model file save/open shared by the model kinds. */
+/* Config JSON, the official names of the config fields, and model create / load / save shared by
+ * the model kinds (driven by their tables, model/kinds.h). */
 #include "model/modelio.h"
 
 char *mega__config_to_json(const char *kind, const mega_field *mf, int nmf, const void *cfg, size_t block_off) {
