@@ -222,6 +222,39 @@ static char *official_json(void) {
     return t ? t : s;
 }
 
+/* configs with the official fairseq argument names, read through the tables of official names */
+static void official_configs(void) {
+    mega_lm_config lc;
+    mega_status st = mega_model_config_from_json(
+        MEGA_MODEL_LM, "{\"decoder_layers\": 1, \"decoder_embed_dim\": 16, \"decoder_z_dim\": 8, \"activation_fn\": \"linear\", "
+                       "\"dropout\": 0.25, \"max_target_positions\": 77, \"no_scale_embedding\": true, \"vocab_size\": 10}",
+        &lc);
+    TL_CHECK(!st && lc.layers == 1 && lc.block.embed_dim == 16 && lc.block.z_dim == 8 && lc.block.activation == MEGA_ACT_LINEAR &&
+                 lc.block.max_positions == 77 && !lc.scale_embedding && lc.block.dropout == 0,
+             "official LM arguments (linear activation; dropout is not read) %s", st ? mega_last_error() : "");
+    mega_cls_config cc;
+    st = mega_model_config_from_json(MEGA_MODEL_CLS,
+                                     "{\"encoder_layers\": 1, \"encoder_embed_dim\": 16, \"activation_fn\": \"swish\", "
+                                     "\"embedding_type\": \"sparse\", \"sen_rep_type\": \"mp\", \"vocab_size\": 10, "
+                                     "\"padding_idx\": 1, \"sentence_class_num\": 3, \"max_positions\": 50}",
+                                     &cc);
+    TL_CHECK(!st && cc.layers == 1 && cc.block.embed_dim == 16 && cc.block.activation == MEGA_ACT_SILU &&
+                 cc.embedding == MEGA_EMBED_TOKEN && cc.pool == MEGA_POOL_MEAN && cc.classes == 3 && cc.block.max_positions == 50,
+             "official LRA arguments (swish, sparse, mp) %s", st ? mega_last_error() : "");
+    mega_s2s_config sc;
+    st = mega_model_config_from_json(MEGA_MODEL_S2S,
+                                     "{\"encoder_layers\": 1, \"decoder_layers\": 2, \"encoder_embed_dim\": 16, "
+                                     "\"encoder_z_dim\": 8, \"decoder_hidden_dim\": 24, \"dropout\": 0.25, "
+                                     "\"src_vocab_size\": 10, \"tgt_vocab_size\": 12, \"max_source_positions\": 99}",
+                                     &sc);
+    TL_CHECK(!st && sc.encoder_layers == 1 && sc.decoder_layers == 2 && sc.encoder.embed_dim == 16 && sc.decoder.embed_dim == 16 &&
+                 sc.decoder.z_dim == 8 && sc.decoder.hidden_dim == 24 && sc.encoder.hidden_dim != 24 &&
+                 sc.encoder.dropout == 0.25f && sc.decoder.dropout == 0.25f && sc.encoder.max_positions == 99 &&
+                 sc.decoder.max_positions == 1024 && sc.tgt_vocab_size == 12,
+             "official translation arguments (the decoder's default to the encoder's; dropout read) %s",
+             st ? mega_last_error() : "");
+}
+
 static void official_names(void) {
     char *want = official_json();
     unsigned char *have = tl_read_file("scripts/official_names.json", NULL);
@@ -245,6 +278,7 @@ int main(int argc, char **argv) {
         return rc;
     }
     official_names();
+    official_configs();
     char dir[512];
     if (tl_mkdtemp(dir, sizeof dir, "mega_models_")) return tl_finish();
     names();
