@@ -198,18 +198,29 @@ mega_status mega_write_file_atomic(const char *path, const void *data, size_t le
     X(ABC_MLP, abc_mlp, "abc-mlp", "bounded-memory attention, learned input-dependent control")    \
     X(LOCAL, local, "local", "multi-head attention restricted to a sliding window")
 
+/* Model kinds (docs/library.md, the generic model API). X(ID, id, name, summary): `name` is the
+ * kind a checkpoint's config names ("model": "mega_lm"); `id` names the typed API (mega_<id>,
+ * mega_<id>_config) and the kind's ops table, mega__kind_<id>, defined in its file in src/model/.
+ * A new model kind is one line here plus its file. */
+#define MEGA_MODEL_LIST(X)                                                                         \
+    X(LM, lm, "mega_lm", "causal language model (official mega_lm)")                               \
+    X(CLS, cls, "mega_cls", "long-sequence classifier (official LRA encoder and head)")           \
+    X(S2S, s2s, "mega_s2s", "encoder-decoder translation model (official mega)")
+
 #define MEGA_ENUM_ATTN_(ID, name, help) MEGA_ATTN_##ID,
 #define MEGA_ENUM_NORM_(ID, name, help) MEGA_NORM_##ID,
 #define MEGA_ENUM_ACT_(ID, name, help) MEGA_ACT_##ID,
 #define MEGA_ENUM_RELPOS_(ID, name, help) MEGA_RELPOS_##ID,
 #define MEGA_ENUM_POS_(ID, name, help) MEGA_POS_##ID,
 #define MEGA_ENUM_MIXER_(ID, id, name, help) MEGA_MIXER_##ID,
+#define MEGA_ENUM_MODEL_(ID, id, name, help) MEGA_MODEL_##ID,
 typedef enum { MEGA_ATTN_LIST(MEGA_ENUM_ATTN_) MEGA_ATTN_COUNT } mega_attn_fn;
 typedef enum { MEGA_NORM_LIST(MEGA_ENUM_NORM_) MEGA_NORM_COUNT } mega_norm_type;
 typedef enum { MEGA_ACT_LIST(MEGA_ENUM_ACT_) MEGA_ACT_COUNT } mega_act;
 typedef enum { MEGA_RELPOS_LIST(MEGA_ENUM_RELPOS_) MEGA_RELPOS_COUNT } mega_relpos_kind;
 typedef enum { MEGA_POS_LIST(MEGA_ENUM_POS_) MEGA_POS_COUNT } mega_pos_kind;
 typedef enum { MEGA_MIXER_LIST(MEGA_ENUM_MIXER_) MEGA_MIXER_COUNT } mega_mixer_kind;
+typedef enum { MEGA_MODEL_LIST(MEGA_ENUM_MODEL_) MEGA_MODEL_COUNT } mega_model_kind;
 
 /* Names: *_name returns "?" for an out-of-range value; *_parse returns 0 on success, -1 for an
  * unknown name (a few historical aliases are accepted: "swish" = silu). */
@@ -777,6 +788,77 @@ void mega_sampler_reset(mega_sampler *s, uint64_t seed);
 /* the next token for logits[vocab], never `exclude` (e.g. the model's padding_idx; -1 = none):
  * the token (>= 0), or a negative mega_status (NaN or infinite logits: MEGA_ERR_NUMERIC) */
 int mega_sampler_next(mega_sampler *s, const mega_real *logits, int exclude);
+
+/* ---------------------------------------------------------------------------------------------
+ * Models of any kind (MEGA_MODEL_LIST): create, load, save, free, memory and config without
+ * naming the kind. A mega_model is the typed model itself: mega_model_lm(m) (mega_model_cls,
+ * mega_model_s2s) gives the typed handle, NULL for a model of another kind, and mega_lm_model(lm)
+ * (mega_cls_model, mega_s2s_model) the generic one; forward, backward, streams and search stay
+ * typed. A config is passed as a pointer to the kind's config struct (mega_lm_config, ...), of
+ * mega_model_config_size bytes.
+ */
+typedef struct mega_model mega_model;
+const char *mega_model_kind_name(mega_model_kind k);    /* "mega_lm"; "?" out of range */
+const char *mega_model_kind_summary(mega_model_kind k);
+int mega_model_kind_from_name(const char *s, mega_model_kind *k); /* 0, or -1 for an unknown name */
+/* the kind a config JSON describes: its "model" (a name outside MEGA_MODEL_LIST fails, naming it
+ * and the known kinds), else the kind whose official fairseq arguments it holds (decoder_layers:
+ * mega_lm, encoder_layers: mega_cls, both: mega_s2s), else mega_lm (as mega_lm_config_from_json
+ * reads a config without "model") */
+mega_status mega_model_kind_of_json(const char *json, mega_model_kind *k);
+
+size_t mega_model_config_size(mega_model_kind k); /* 0 out of range */
+void mega_model_config_default(mega_model_kind k, void *cfg);
+mega_status mega_model_config_check(mega_model_kind k, const void *cfg);
+char *mega_model_config_to_json(mega_model_kind k, const void *cfg); /* caller frees */
+mega_status mega_model_config_from_json(mega_model_kind k, const char *json, void *cfg);
+/* the kind's model-level fields (the block's: mega_block_config_fields) */
+const mega_field *mega_model_config_fields(mega_model_kind k, int *count);
+
+/* as mega_lm_create / _create_ex */
+mega_status mega_model_create(mega_model_kind k, const void *cfg, mega_model **out);
+mega_status mega_model_create_ex(mega_model_kind k, const void *cfg, const mega_load_opts *o, mega_model **out);
+/* a model file (or run directory) of any kind: the kind is read from the config in its metadata
+ * (mega_model_kind_of_json); then as mega_lm_load_ex */
+mega_status mega_model_load(const char *path, mega_model **out);
+mega_status mega_model_load_ex(const char *path, const mega_load_opts *o, mega_model **out);
+/* as mega_lm_save / _save_ex (kv: extra metadata pairs, NULL-terminated) */
+mega_status mega_model_save(const mega_model *m, const char *path);
+mega_status mega_model_save_ex(const mega_model *m, const char *path, const char *const *kv);
+void mega_model_free(mega_model *m);
+mega_model_kind mega_model_kind_of(const mega_model *m);
+const void *mega_model_config(const mega_model *m); /* the kind's config struct */
+char *mega_model_config_json(const mega_model *m);  /* caller frees */
+mega_paramset *mega_model_paramset(mega_model *m);
+void mega_model_init_params(mega_model *m, uint64_t seed);
+/* as mega_lm_memory, for B inputs of T tokens (an encoder-decoder: T source and T target tokens) */
+mega_status mega_model_memory(mega_model_kind k, const void *cfg, int training, int B, int T, mega_memory *out);
+/* The official names of the config fields, in one table per kind (model-level fields) and one
+ * for the block: the fairseq argument ("%s" stands for the kind's side, "decoder" for mega_lm,
+ * "encoder" for mega_cls, either for mega_s2s) and transformers' MegaConfig key; NULL where there
+ * is none. The config readers, `mega hf-export` / `hf-import` and scripts/convert_fairseq.py
+ * (through scripts/official_names.json) all read them here. */
+enum {
+    MEGA_OFFICIAL_INVERT = 1,  /* a negated boolean (no_scale_embedding = !scale-embedding) */
+    MEGA_OFFICIAL_TRAINING = 2 /* a training setting (dropout) the official LM and LRA readers skip */
+};
+typedef struct {
+    const char *field;   /* our config key ("embed-dim") */
+    const char *fairseq; /* the official fairseq argument ("%s_embed_dim") */
+    const char *hf;      /* the Hugging Face MegaConfig key ("hidden_size") */
+    unsigned flags;
+} mega_official_name;
+const mega_official_name *mega_block_official_names(int *count);
+const mega_official_name *mega_model_official_names(mega_model_kind k, int *count);
+const char *mega_model_official_side(mega_model_kind k); /* "decoder", "encoder"; NULL: both sides */
+/* the Hugging Face key of a field of kind k (its own table first, then the block's); NULL if none */
+const char *mega_official_hf_name(mega_model_kind k, const char *field);
+/* typed <-> generic, one pair per kind */
+#define MEGA_MODEL_TYPED_(ID, id, name, help)                                                      \
+    mega_##id *mega_model_##id(mega_model *m);                                                     \
+    mega_model *mega_##id##_model(mega_##id *m);
+MEGA_MODEL_LIST(MEGA_MODEL_TYPED_)
+#undef MEGA_MODEL_TYPED_
 
 /* ---------------------------------------------------------------------------------------------
  * Model files. Every function that loads a model (mega_lm_load, mega_lm_load_weights,

@@ -309,6 +309,34 @@ def vocabulary(dict_tokens, rows, unit):
 
 # ---- the model config -----------------------------------------------------------------------
 
+# the official names of our config fields: written from the library's tables (include/mega.h
+# mega_official_name) by `build/test_models --write-official`, which also checks that this file
+# still matches them
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "official_names.json")) as _f:
+    OFFICIAL = json.load(_f)
+
+
+def official_name(kind, field, side=None):
+    """the fairseq argument that our config field `field` of the model kind ("mega_lm", "mega_cls",
+    "mega_s2s") reads: the kind's own name, else the block's with the side for %s"""
+    k = OFFICIAL["kinds"][kind]
+    for n in k["names"] + OFFICIAL["block"]:
+        if n["field"] == field and n["fairseq"]:
+            return n["fairseq"].replace("%s", side or k["side"] or "")
+    raise KeyError(f"{kind} has no official name for {field}")
+
+
+def official_args(kind):
+    """every fairseq argument the kind's config reader takes (the block's training settings only
+    where the reader takes them)"""
+    k = OFFICIAL["kinds"][kind]
+    args = [n["fairseq"].replace("%s", k["side"] or "") for n in k["names"] if n["fairseq"]]
+    for n in OFFICIAL["block"]:
+        if n["fairseq"] and not n["training"] and n["field"] not in {m["field"] for m in k["names"]}:
+            args.append(n["fairseq"].replace("%s", k["side"]))
+    return args
+
+
 # fairseq/models/mega_lm.py base_lm_architecture: the defaults of the arguments we map
 LM_DEFAULTS = {
     "decoder_embed_dim": 512, "decoder_hidden_dim": 1664, "decoder_z_dim": 128, "decoder_n_dim": 16,
@@ -351,13 +379,9 @@ def lm_config(a, rows):
                       "(an input projection) is not supported")
     if g["normalize_embedding"]:
         raise Refused("normalize_embedding (a norm after the embedding) is not supported")
-    cfg = {k: g[k] for k in ("decoder_layers", "decoder_embed_dim", "decoder_z_dim", "decoder_hidden_dim",
-                             "decoder_n_dim", "decoder_ffn_embed_dim", "decoder_chunk_size", "truncation_length",
-                             "max_target_positions", "attention_activation_fn", "rel_pos_bias",
-                             "normalization_type", "normalize_before", "no_affine_final_norm", "activation_fn",
-                             "no_scale_embedding", "share_decoder_input_output_embed", "adaptive_input",
-                             "adaptive_input_factor", "adaptive_softmax_cutoff", "adaptive_softmax_factor",
-                             "adaptive_softmax_dropout", "tie_adaptive_weights", "tie_adaptive_proj")}
+    # the reader's arguments that have a value here (vocab_size and padding_idx come from the
+    # dictionary, the input cutoff only with an adaptive input)
+    cfg = {k: g[k] for k in official_args("mega_lm") if k in g and k != "adaptive_input_cutoff"}
     if g["adaptive_input"]:
         cfg["adaptive_input_cutoff"] = g["adaptive_input_cutoff"]
     cfg["vocab_size"], cfg["padding_idx"] = rows, SPECIALS.index("<pad>")
@@ -461,17 +485,17 @@ def lra_config(a, sd):
     else:
         raise Refused("the state dict has no encoder.encoder.embed_tokens (not an LRA Mega encoder?)")
     norm = "batchnorm" if g["norm_type"] == "syncbatchnorm" else g["norm_type"]  # the same at evaluation
-    cfg = {"encoder_layers": g["encoder_layers"], "encoder_embed_dim": D, "encoder_z_dim": g["z_dim"],
-           "encoder_hidden_dim": g["encoder_hidden_dim"], "encoder_n_dim": g["n_dim"],
-           "encoder_ffn_embed_dim": g["encoder_ffn_embed_dim"], "encoder_chunk_size": g["chunk_size"],
-           "truncation_length": g["truncation_length"], "max_positions": g["max_positions"],
-           "attention_activation_fn": g["attention_activation_fn"], "rel_pos_bias": g["rel_pos_bias"],
-           "normalization_type": norm, "normalize_before": bool(g["encoder_normalize_before"]),
-           "activation_fn": g["activation_fn"], "embedding_type": embedding, "sen_rep_type": g["sen_rep_type"],
-           "classifier_layers": g["classifier_layers"], "classifier_out_dim": g["classifier_out_dim"],
-           "classifier_activation_fn": g["classifier_activation_fn"], "sentence_class_num": g["sentence_class_num"],
-           "vocab_size": rows, "padding_idx": SPECIALS.index("<pad>") if rows else None,
-           "two_tower": g["classifier_in_dim"] == 2 * D}
+    # our fields from the LRA arguments, under the names mega_cls_config_from_json reads
+    ours = {"layers": g["encoder_layers"], "embed-dim": D, "z-dim": g["z_dim"], "hidden-dim": g["encoder_hidden_dim"],
+            "n-dim": g["n_dim"], "ffn-dim": g["encoder_ffn_embed_dim"], "chunk-size": g["chunk_size"],
+            "truncation": g["truncation_length"], "max-positions": g["max_positions"],
+            "attention-activation": g["attention_activation_fn"], "rel-pos-bias": g["rel_pos_bias"],
+            "norm-type": norm, "prenorm": bool(g["encoder_normalize_before"]), "activation": g["activation_fn"],
+            "embedding": embedding, "pool": g["sen_rep_type"], "classifier-layers": g["classifier_layers"],
+            "classifier-dim": g["classifier_out_dim"], "classifier-activation": g["classifier_activation_fn"],
+            "classes": g["sentence_class_num"], "vocab-size": rows,
+            "padding-idx": SPECIALS.index("<pad>") if rows else None, "two-tower": g["classifier_in_dim"] == 2 * D}
+    cfg = {official_name("mega_cls", field): v for field, v in ours.items()}
     return cfg, rows
 
 
@@ -568,7 +592,8 @@ MT_BASE = {
     "max_source_positions": 1024, "max_target_positions": 1024, "adaptive_softmax_cutoff": None,
     "adaptive_input": False,
 }
-MT_SIDE = ("embed_dim", "hidden_dim", "z_dim", "n_dim", "chunk_size")
+# the block arguments each side has ("encoder_embed_dim", "decoder_embed_dim", ...)
+MT_SIDE = tuple(n["fairseq"][3:] for n in OFFICIAL["block"] if (n["fairseq"] or "").startswith("%s_"))
 
 
 def mt_config(a, sd):
@@ -576,9 +601,8 @@ def mt_config(a, sd):
     `mega` translation checkpoint, and the source and target embedding rows"""
     g = {k: a.get(k, v) if a.get(k, v) is not None or k in NULLABLE else v for k, v in MT_BASE.items()}
     g["encoder_ffn_embed_dim"] = a.get("encoder_ffn_embed_dim", g["encoder_hidden_dim"])
-    for k in MT_SIDE:
+    for k in MT_SIDE:  # the decoder's default to the encoder's
         g["decoder_" + k] = a.get("decoder_" + k, g["encoder_" + k])
-    g["decoder_ffn_embed_dim"] = a.get("decoder_ffn_embed_dim", g["encoder_ffn_embed_dim"])
     if g["adaptive_softmax_cutoff"] is not None or g["adaptive_input"]:
         raise Refused("a translation model with adaptive input / adaptive softmax is not supported")
     if a.get("decoder_input_dim", g["decoder_embed_dim"]) != g["decoder_embed_dim"]:

@@ -254,6 +254,10 @@ static int block_exportable(const mega_block_config *b, const char *what) {
     return 0;
 }
 
+/* transformers' MegaConfig key of one of our fields, from the library's table of official names
+ * (the language model's own, then the block's; a classifier's encoder has the same keys) */
+#define HF(field) mega_official_hf_name(MEGA_MODEL_LM, field)
+
 /* a float config value as its shortest decimal (0.1, not 0.10000000149011612) */
 static double tidy(float v) {
     char b[32];
@@ -268,43 +272,43 @@ static cJSON *hf_config_json(const mega_block_config *b, int lm, int V, int L, i
     cJSON *arch = cJSON_AddArrayToObject(o, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString(lm ? "MegaForCausalLM" : "MegaModel"));
     cJSON_AddStringToObject(o, "model_type", "mega");
-    cJSON_AddNumberToObject(o, "vocab_size", V);
-    cJSON_AddNumberToObject(o, "hidden_size", b->embed_dim);
-    cJSON_AddNumberToObject(o, "num_hidden_layers", L);
-    cJSON_AddNumberToObject(o, "intermediate_size", b->hidden_dim);
-    cJSON_AddNumberToObject(o, "ema_projection_size", b->n_dim);
-    cJSON_AddBoolToObject(o, "bidirectional", b->bidirectional);
-    cJSON_AddNumberToObject(o, "shared_representation_size", b->z_dim);
+    cJSON_AddNumberToObject(o, HF("vocab-size"), V);
+    cJSON_AddNumberToObject(o, HF("embed-dim"), b->embed_dim);
+    cJSON_AddNumberToObject(o, HF("layers"), L);
+    cJSON_AddNumberToObject(o, HF("hidden-dim"), b->hidden_dim);
+    cJSON_AddNumberToObject(o, HF("n-dim"), b->n_dim);
+    cJSON_AddBoolToObject(o, HF("bidirectional"), b->bidirectional);
+    cJSON_AddNumberToObject(o, HF("z-dim"), b->z_dim);
     cJSON_AddBoolToObject(o, "use_chunking", b->chunk_size > 0);
-    cJSON_AddNumberToObject(o, "chunk_size", b->chunk_size > 0 ? b->chunk_size : -1);
-    if (b->truncation > 0) cJSON_AddNumberToObject(o, "truncation", b->truncation);
-    else cJSON_AddNullToObject(o, "truncation");
-    cJSON_AddBoolToObject(o, "normalize_before_mega", 0);
-    cJSON_AddStringToObject(o, "normalization_type", mega_norm_name(b->norm_type));
-    cJSON_AddBoolToObject(o, "norm_affine", b->norm_affine);
-    cJSON_AddStringToObject(o, "activation", mega_act_name(b->activation));
-    cJSON_AddStringToObject(o, "attention_activation", mega_attn_fn_name(b->attention_activation));
-    cJSON_AddNumberToObject(o, "dropout_prob", tidy(b->dropout));
-    cJSON_AddNumberToObject(o, "hidden_dropout_prob", tidy(b->hidden_dropout));
-    cJSON_AddNumberToObject(o, "attention_probs_dropout_prob", tidy(b->attention_dropout));
+    cJSON_AddNumberToObject(o, HF("chunk-size"), b->chunk_size > 0 ? b->chunk_size : -1);
+    if (b->truncation > 0) cJSON_AddNumberToObject(o, HF("truncation"), b->truncation);
+    else cJSON_AddNullToObject(o, HF("truncation"));
+    cJSON_AddBoolToObject(o, HF("prenorm"), 0);
+    cJSON_AddStringToObject(o, HF("norm-type"), mega_norm_name(b->norm_type));
+    cJSON_AddBoolToObject(o, HF("norm-affine"), b->norm_affine);
+    cJSON_AddStringToObject(o, HF("activation"), mega_act_name(b->activation));
+    cJSON_AddStringToObject(o, HF("attention-activation"), mega_attn_fn_name(b->attention_activation));
+    cJSON_AddNumberToObject(o, HF("dropout"), tidy(b->dropout));
+    cJSON_AddNumberToObject(o, HF("hidden-dropout"), tidy(b->hidden_dropout));
+    cJSON_AddNumberToObject(o, HF("attention-dropout"), tidy(b->attention_dropout));
     cJSON_AddBoolToObject(o, "use_feature_dropout", 0);
     cJSON_AddBoolToObject(o, "use_normalized_ffn", b->ffn_dim > 0);
-    cJSON_AddNumberToObject(o, "nffn_hidden_size", b->ffn_dim);
+    cJSON_AddNumberToObject(o, HF("ffn-dim"), b->ffn_dim);
     cJSON_AddBoolToObject(o, "normalize_before_ffn", 0);
-    cJSON_AddNumberToObject(o, "nffn_activation_dropout_prob", tidy(b->activation_dropout));
-    cJSON_AddNumberToObject(o, "max_positions", a->hf_maxpos);
+    cJSON_AddNumberToObject(o, HF("activation-dropout"), tidy(b->activation_dropout));
+    cJSON_AddNumberToObject(o, HF("max-positions"), a->hf_maxpos);
     cJSON_AddBoolToObject(o, "add_token_type_embeddings", 0);
     cJSON_AddNumberToObject(o, "type_vocab_size", 2);
     cJSON_AddNumberToObject(o, "initializer_range", 0.02);
     cJSON_AddNumberToObject(o, "ema_delta_alpha_range", 0.2);
     cJSON_AddNumberToObject(o, "ema_beta_range", 0.02);
     cJSON_AddNumberToObject(o, "ema_gamma_omega_range", 1.0);
-    cJSON_AddStringToObject(o, "relative_positional_bias", mega_relpos_name(b->rel_pos_bias));
+    cJSON_AddStringToObject(o, HF("rel-pos-bias"), mega_relpos_name(b->rel_pos_bias));
     cJSON_AddNullToObject(o, "classifier_dropout");
     cJSON_AddBoolToObject(o, "use_cache", 1);
     cJSON_AddBoolToObject(o, "add_lm_hidden_dense_layer", 0);
-    if (pad >= 0) cJSON_AddNumberToObject(o, "pad_token_id", pad);
-    else cJSON_AddNullToObject(o, "pad_token_id");
+    if (pad >= 0) cJSON_AddNumberToObject(o, HF("padding-idx"), pad);
+    else cJSON_AddNullToObject(o, HF("padding-idx"));
     /* bos/eos: a fairseq dictionary's (<s> 0, </s> 2, as MegaConfig's defaults); none for bytes,
      * where the defaults would make transformers' generate stop at byte 2 */
     const cJSON *vj = cJSON_IsObject(vocab) ? vocab : NULL;
@@ -314,7 +318,7 @@ static cJSON *hf_config_json(const mega_block_config *b, int lm, int V, int L, i
     if (cJSON_IsNumber(eos)) cJSON_AddNumberToObject(o, "eos_token_id", eos->valuedouble);
     else cJSON_AddNullToObject(o, "eos_token_id");
     cJSON_AddBoolToObject(o, "is_decoder", lm);
-    cJSON_AddBoolToObject(o, "tie_word_embeddings", tied);
+    cJSON_AddBoolToObject(o, HF("tie-embeddings"), tied);
     cJSON_AddStringToObject(o, "torch_dtype", "float32");
     return o;
 }
@@ -450,8 +454,13 @@ static int hf_export(const char *model, const char *out) {
         cli_error("%s: no model config in the file's __metadata__ (key 'config')", p);
         goto done;
     }
-    const int cls = strstr(cfg, "\"mega_cls\"") || strstr(cfg, "encoder_layers");
-    if (strstr(cfg, "\"mega_s2s\"") || (strstr(cfg, "encoder_layers") && strstr(cfg, "decoder_layers"))) {
+    mega_model_kind kind;
+    if (mega_model_kind_of_json(cfg, &kind)) {
+        cli_error("%s: %s", p, mega_last_error());
+        goto done;
+    }
+    const int cls = kind == MEGA_MODEL_CLS;
+    if (kind == MEGA_MODEL_S2S) {
         cli_error("%s: an encoder-decoder (translation) model: transformers has no Mega encoder-decoder class to export "
                   "it to", p);
         goto done;
@@ -578,22 +587,22 @@ static int block_from_hf(const hf_cfg *c, mega_block_config *b, int want_bidir) 
     int v = 0, pre_mega = 1, pre_ffn = 1, chunking = 0, chunk, ffn = 0, trunc = 0;
     mega_block_config_default(b);
     b->mixer = hf_mixer();
-    if (cfg_int(c, "hidden_size", 1, 0, 1, &b->embed_dim) || cfg_int(c, "shared_representation_size", 1, 0, 1, &b->z_dim) ||
-        cfg_int(c, "intermediate_size", 1, 0, 1, &b->hidden_dim) || cfg_int(c, "ema_projection_size", 1, 0, 1, &b->n_dim) ||
-        cfg_int(c, "max_positions", 1, 0, 1, &b->max_positions))
+    if (cfg_int(c, HF("embed-dim"), 1, 0, 1, &b->embed_dim) || cfg_int(c, HF("z-dim"), 1, 0, 1, &b->z_dim) ||
+        cfg_int(c, HF("hidden-dim"), 1, 0, 1, &b->hidden_dim) || cfg_int(c, HF("n-dim"), 1, 0, 1, &b->n_dim) ||
+        cfg_int(c, HF("max-positions"), 1, 0, 1, &b->max_positions))
         return 1;
-    if (cfg_bool(c, "bidirectional", 1, 0, &v)) return 1;
+    if (cfg_bool(c, HF("bidirectional"), 1, 0, &v)) return 1;
     if (v != want_bidir)
         return cli_error("%s: bidirectional is %s, but this project's %s", c->path, v ? "true" : "false",
                          want_bidir ? "encoders are bidirectional (both EMA directions and no causal mask)"
                                     : "language models are causal (a one-way EMA)");
     b->bidirectional = want_bidir;
-    const cJSON *t = cfg_get(c, "truncation");
+    const cJSON *t = cfg_get(c, HF("truncation"));
     if (t && (!cJSON_IsNumber(t) || t->valuedouble != floor(t->valuedouble) || t->valuedouble < 1 || t->valuedouble > 1 << 30))
         return cli_error("%s: 'truncation' must be null or a positive integer", c->path);
     if (t) trunc = (int)t->valuedouble;
     b->truncation = trunc;
-    if (cfg_bool(c, "normalize_before_mega", 0, 1, &pre_mega) || cfg_bool(c, "normalize_before_ffn", 0, 1, &pre_ffn)) return 1;
+    if (cfg_bool(c, HF("prenorm"), 0, 1, &pre_mega) || cfg_bool(c, "normalize_before_ffn", 0, 1, &pre_ffn)) return 1;
     if (pre_mega != pre_ffn)
         return cli_error("%s: normalize_before_mega and normalize_before_ffn differ; the official block (and this "
                          "project's) normalizes both sublayers the same way", c->path);
@@ -603,25 +612,25 @@ static int block_from_hf(const hf_cfg *c, mega_block_config *b, int want_bidir) 
                          "post-norm models can be imported", c->path);
     b->prenorm = 0;
     static const char *const NORMS[] = {"layernorm", "scalenorm", "rmsnorm", "batchnorm", "syncbatchnorm"};
-    if (cfg_choice(c, "normalization_type", "scalenorm", NORMS, 5, &v, NULL)) return 1;
+    if (cfg_choice(c, HF("norm-type"), "scalenorm", NORMS, 5, &v, NULL)) return 1;
     if (v == 2)
         return cli_error("%s: normalization_type rmsnorm is refused: transformers' MegaRMSNorm multiplies by its "
                          "weight but never divides by the RMS (modeling_mega.py), unlike the official RMSNorm", c->path);
     b->norm_type = v == 0 ? MEGA_NORM_LAYER : v == 1 ? MEGA_NORM_SCALE : MEGA_NORM_BATCH; /* sync: the same at inference */
-    if (cfg_bool(c, "norm_affine", 0, 1, &b->norm_affine)) return 1;
+    if (cfg_bool(c, HF("norm-affine"), 0, 1, &b->norm_affine)) return 1;
     const char *acts[MEGA_ACT_COUNT], *attns[MEGA_ATTN_COUNT], *rels[MEGA_RELPOS_COUNT];
     for (int i = 0; i < MEGA_ACT_COUNT; i++) acts[i] = mega_act_name((mega_act)i);
     for (int i = 0; i < MEGA_ATTN_COUNT; i++) attns[i] = mega_attn_fn_name((mega_attn_fn)i);
     for (int i = 0; i < MEGA_RELPOS_COUNT; i++) rels[i] = mega_relpos_name((mega_relpos_kind)i);
     int act;
-    if (cfg_choice(c, "activation", "silu", acts, MEGA_ACT_COUNT, &act, " (silu, gelu, relu, linear, sigmoid)")) return 1;
+    if (cfg_choice(c, HF("activation"), "silu", acts, MEGA_ACT_COUNT, &act, " (silu, gelu, relu, linear, sigmoid)")) return 1;
     b->activation = (mega_act)act;
-    if (cfg_choice(c, "attention_activation", "softmax", attns, MEGA_ATTN_COUNT, &act, NULL)) return 1;
+    if (cfg_choice(c, HF("attention-activation"), "softmax", attns, MEGA_ATTN_COUNT, &act, NULL)) return 1;
     b->attention_activation = (mega_attn_fn)act;
-    if (cfg_choice(c, "relative_positional_bias", "rotary", rels, MEGA_RELPOS_COUNT, &act, NULL)) return 1;
+    if (cfg_choice(c, HF("rel-pos-bias"), "rotary", rels, MEGA_RELPOS_COUNT, &act, NULL)) return 1;
     b->rel_pos_bias = (mega_relpos_kind)act;
     if (cfg_bool(c, "use_chunking", 0, 0, &chunking)) return 1;
-    const cJSON *cs = cfg_get(c, "chunk_size");
+    const cJSON *cs = cfg_get(c, HF("chunk-size"));
     if (cs && (!cJSON_IsNumber(cs) || cs->valuedouble != floor(cs->valuedouble) || cs->valuedouble > 1 << 20))
         return cli_error("%s: 'chunk_size' must be an integer", c->path);
     chunk = cs ? (int)cs->valuedouble : -1;
@@ -637,12 +646,12 @@ static int block_from_hf(const hf_cfg *c, mega_block_config *b, int want_bidir) 
         b->chunk_size = -1;
         if (chunk > 0 && b->rel_pos_bias == MEGA_RELPOS_SIMPLE) b->max_positions = chunk;
     }
-    if (cfg_bool(c, "use_normalized_ffn", 0, 1, &v) || cfg_int(c, "nffn_hidden_size", 0, 256, 0, &ffn)) return 1;
+    if (cfg_bool(c, "use_normalized_ffn", 0, 1, &v) || cfg_int(c, HF("ffn-dim"), 0, 256, 0, &ffn)) return 1;
     if (v && ffn < 1) return cli_error("%s: use_normalized_ffn is true but nffn_hidden_size is %d", c->path, ffn);
     b->ffn_dim = v ? ffn : 0;
-    if (cfg_flt(c, "dropout_prob", 0.1f, &b->dropout) || cfg_flt(c, "hidden_dropout_prob", 0.1f, &b->hidden_dropout) ||
-        cfg_flt(c, "attention_probs_dropout_prob", 0.1f, &b->attention_dropout) ||
-        cfg_flt(c, "nffn_activation_dropout_prob", 0.1f, &b->activation_dropout))
+    if (cfg_flt(c, HF("dropout"), 0.1f, &b->dropout) || cfg_flt(c, HF("hidden-dropout"), 0.1f, &b->hidden_dropout) ||
+        cfg_flt(c, HF("attention-dropout"), 0.1f, &b->attention_dropout) ||
+        cfg_flt(c, HF("activation-dropout"), 0.1f, &b->activation_dropout))
         return 1;
     if (cfg_bool(c, "add_token_type_embeddings", 0, 0, &v)) return 1;
     if (v)
@@ -770,7 +779,7 @@ static int import_lm_config(const hf_cfg *c, hf_arch *a, mega_lm_config *lc, int
     int dense = 1;
     mega_lm_config_default(lc);
     if (block_from_hf(c, &lc->block, 0) || cfg_bool(c, "add_lm_hidden_dense_layer", 0, 1, &dense) ||
-        cfg_bool(c, "tie_word_embeddings", 0, 1, &lc->tie_embeddings))
+        cfg_bool(c, HF("tie-embeddings"), 0, 1, &lc->tie_embeddings))
         return 1;
     if (dense)
         return cli_error("%s: add_lm_hidden_dense_layer is true (the transformers default): the dense+tanh layer before "
@@ -817,18 +826,12 @@ static int write_imported(mega_st_writer *w, const char *out, int lm, char *outp
     path_join(outp, n, out, "model.safetensors");
     if (mega_st_writer_write(w, outp)) return cli_error("%s", mega_last_error());
     const mega_load_opts inference = {1, 0};
-    mega_status st;
-    if (lm) {
-        mega_lm *m = NULL;
-        st = mega_lm_load_ex(outp, &inference, &m);
-        mega_lm_free(m);
-    } else {
-        mega_cls *m = NULL;
-        st = mega_cls_load_ex(outp, &inference, &m);
-        mega_cls_free(m);
-    }
-    if (st) {
-        cli_error("internal: the converted model does not load (%s); removed", mega_last_error());
+    mega_model *m = NULL;
+    mega_status st = mega_model_load_ex(outp, &inference, &m);
+    const int other = !st && mega_model_kind_of(m) != (lm ? MEGA_MODEL_LM : MEGA_MODEL_CLS);
+    mega_model_free(m);
+    if (st || other) {
+        cli_error("internal: the converted model does not load (%s); removed", st ? mega_last_error() : "another kind");
         unlink(outp);
         return 1;
     }
@@ -863,16 +866,16 @@ static int hf_import(const char *hfdir, const char *out) {
     mega_lm_config lc;
     mega_cls_config cc;
     int pad = -1;
-    if (cfg_int(&c, "vocab_size", 1, 0, 2, &a.V) || cfg_int(&c, "num_hidden_layers", 1, 0, 1, &a.L) ||
-        cfg_int(&c, "pad_token_id", 0, 1, 0, &pad))
+    if (cfg_int(&c, HF("vocab-size"), 1, 0, 2, &a.V) || cfg_int(&c, HF("layers"), 1, 0, 1, &a.L) ||
+        cfg_int(&c, HF("padding-idx"), 0, 1, 0, &pad))
         goto done;
-    if (!cfg_get(&c, "pad_token_id") && cJSON_GetObjectItemCaseSensitive(o, "pad_token_id")) pad = -1; /* null */
+    if (!cfg_get(&c, HF("padding-idx")) && cJSON_GetObjectItemCaseSensitive(o, HF("padding-idx"))) pad = -1; /* null */
     if (lm ? import_lm_config(&c, &a, &lc, pad) : import_cls_config(&c, hfdir, &a, &cc, pad, &hf)) goto done;
     arch_of_block(&a, lm ? &lc.block : &cc.block);
     /* transformers' parameter length is its own max_positions (read, not derived) */
     {
         int mp;
-        if (cfg_int(&c, "max_positions", 1, 0, 1, &mp)) goto done;
+        if (cfg_int(&c, HF("max-positions"), 1, 0, 1, &mp)) goto done;
         a.hf_maxpos = mp;
     }
     if (layout_build(&y, &a)) goto done;

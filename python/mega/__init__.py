@@ -66,13 +66,13 @@ def _metadata(file, keys):
 
 
 def _kind(cfg):
-    """the model kind of a config JSON, by the rule of the tool (tools/run.c model_kind)"""
-    cfg = cfg or ""
-    if '"mega_s2s"' in cfg or ("encoder_layers" in cfg and "decoder_layers" in cfg):
-        return "mega_s2s"
-    if '"mega_cls"' in cfg or "encoder_layers" in cfg:
-        return "mega_cls"
-    return "mega_lm"
+    """the model kind ("mega_lm", "mega_cls", "mega_s2s") of a config JSON, by the library's rule
+    (mega_model_kind_of_json); no config: "mega_lm", whose load then says what is missing"""
+    if cfg is None:
+        return "mega_lm"
+    k = c_int()
+    _lib.check(lib.mega_model_kind_of_json(cfg.encode(), byref(k)))
+    return lib.mega_model_kind_name(k.value).decode()
 
 
 def load(path, training=False):

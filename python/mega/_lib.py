@@ -96,6 +96,8 @@ PROTOTYPES = {
     "mega_st_open": (c_int, [c_char_p, PP]),
     "mega_st_meta": (c_char_p, [P, c_char_p]),
     "mega_st_close": (None, [P]),
+    "mega_model_kind_of_json": (c_int, [c_char_p, POINTER(c_int)]),
+    "mega_model_kind_name": (c_char_p, [c_int]),
     "mega_block_config_fields": (POINTER(Field), [POINTER(c_int)]),
     "mega_lm_config_fields": (POINTER(Field), [POINTER(c_int)]),
     "mega_cls_config_fields": (POINTER(Field), [POINTER(c_int)]),

@@ -27,6 +27,7 @@ typedef struct {
 } cls_pass;
 
 struct mega_cls {
+    mega_model hdr;      /* first: a mega_cls is a mega_model (model/kinds.h) */
     mega_cls_config cfg; /* the one copy; the blocks point at cfg.block */
     mega_params P;
     size_t emb, emb_w, emb_b;   /* token table, or real-embedding weight/bias */
@@ -121,6 +122,7 @@ mega_status mega__cls_declare(const mega_cls_config *c, mega_cls **out) {
     MEGA_TRY(mega_cls_config_check(c));
     mega_cls *m = calloc(1, sizeof *m);
     if (!m) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    m->hdr.kind = MEGA_MODEL_CLS;
     m->cfg = *c;
     mega_cls_config_resolve(&m->cfg);
     c = &m->cfg; /* from here on the resolved config (classifier-dim 0 = 2 x embed-dim, the mixer's defaults) */
@@ -162,15 +164,10 @@ fail:
 }
 
 mega_status mega_cls_create_ex(const mega_cls_config *c, const mega_load_opts *o, mega_cls **out) {
-    MEGA_TRY(mega__cls_declare(c, out));
-    mega_status st = mega_params_alloc(&(*out)->P, !(o && o->inference));
-    if (st) {
-        mega_cls_free(*out);
-        *out = NULL;
-        return st;
-    }
-    if (!(o && o->no_init)) mega_cls_init_params(*out, 0);
-    return MEGA_OK;
+    mega_model *m;
+    mega_status st = mega__model_create(MEGA_MODEL_CLS, c, o, &m);
+    *out = (mega_cls *)m;
+    return st;
 }
 
 mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out) { return mega_cls_create_ex(c, NULL, out); }
@@ -495,35 +492,24 @@ mega_status mega_cls_backward(mega_cls *m, double scale) {
 char *mega_cls_config_to_json(const mega_cls_config *c) {
     int n;
     const mega_field *f = mega_cls_config_fields(&n);
-    return mega__config_to_json("mega_cls", f, n, c, offsetof(mega_cls_config, block));
+    return mega__config_to_json(mega_model_kind_name(MEGA_MODEL_CLS), f, n, c, offsetof(mega_cls_config, block));
 }
 
-/* the official LRA arguments (as in the reference fixtures) */
-static const mega_official_arg OFFICIAL[] = {
-    {"encoder_layers", "layers", 0},
-    {"encoder_embed_dim", "embed-dim", 0},
-    {"encoder_z_dim", "z-dim", 0},
-    {"encoder_hidden_dim", "hidden-dim", 0},
-    {"encoder_n_dim", "n-dim", 0},
-    {"encoder_ffn_embed_dim", "ffn-dim", 0},
-    {"encoder_chunk_size", "chunk-size", 0},
-    {"truncation_length", "truncation", 0},
-    {"max_positions", "max-positions", 0},
-    {"attention_activation_fn", "attention-activation", 0},
-    {"rel_pos_bias", "rel-pos-bias", 0},
-    {"normalization_type", "norm-type", 0},
-    {"normalize_before", "prenorm", 0},
-    {"activation_fn", "activation", 0},
-    {"embedding_type", "embedding", 0},
-    {"sen_rep_type", "pool", 0},
-    {"classifier_layers", "classifier-layers", 0},
-    {"classifier_out_dim", "classifier-dim", 0},
-    {"classifier_activation_fn", "classifier-activation", 0},
-    {"sentence_class_num", "classes", 0},
-    {"vocab_size", "vocab-size", 0},
-    {"padding_idx", "padding-idx", 0},
-    {"two_tower", "two-tower", 0},
-    {NULL, NULL, 0},
+/* the official names of the classifier's fields (fairseq LRA arguments, as in the reference
+ * fixtures; transformers' MegaModel for the encoder); the block's are in modelio.c */
+static const mega_official_name OFFICIAL[] = {
+    {"layers", "%s_layers", "num_hidden_layers", 0},
+    {"max-positions", "max_positions", NULL, 0},
+    {"embedding", "embedding_type", NULL, 0},
+    {"pool", "sen_rep_type", NULL, 0},
+    {"classifier-layers", "classifier_layers", NULL, 0},
+    {"classifier-dim", "classifier_out_dim", NULL, 0},
+    {"classifier-activation", "classifier_activation_fn", NULL, 0},
+    {"classes", "sentence_class_num", NULL, 0},
+    {"vocab-size", "vocab_size", "vocab_size", 0},
+    {"padding-idx", "padding_idx", "pad_token_id", 0},
+    {"two-tower", "two_tower", NULL, 0},
+    {NULL, NULL, NULL, 0},
 };
 
 mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c) {
@@ -532,42 +518,73 @@ mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c) {
     if (strstr(json, "\"encoder_layers\"")) c->classifier_dim = 128;
     int n;
     const mega_field *f = mega_cls_config_fields(&n);
-    MEGA_TRY(mega__config_from_json(json, "mega_cls", "classifier", f, n, c, offsetof(mega_cls_config, block),
-                                    "encoder_layers", OFFICIAL));
+    MEGA_TRY(mega__config_from_json(json, MEGA_MODEL_CLS, f, n, c, offsetof(mega_cls_config, block)));
     c->block.bidirectional = 1;
     if (c->classifier_layers == 0) c->classifier_dim = 0;
     return mega_cls_config_check(c);
 }
 
 mega_status mega_cls_save_ex(const mega_cls *m, const char *path, const char *const *kv) {
-    char *cfg = mega_cls_config_to_json(&m->cfg);
-    if (!cfg) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
-    mega_status st = mega__model_save(&m->P, path, cfg, kv);
-    free(cfg);
+    return mega__model_save_kind(&m->hdr, path, kv);
+}
+
+/* the file's config, its class list (metadata "classes") checked against the head, the declared
+ * table compared with the file's tensors, and only then the memory (modelio.c) */
+mega_status mega_cls_load_ex(const char *path, const mega_load_opts *o, mega_cls **out) {
+    const mega_model_kind k = MEGA_MODEL_CLS;
+    mega_model *m;
+    mega_status st = mega__model_load(path, &k, o, &m);
+    *out = (mega_cls *)m;
     return st;
 }
 
-/* the config of the file, the parameter table declared from it and compared with the file's
- * tensors (and the class list of the metadata with the head), and only then the memory */
-mega_status mega_cls_load_ex(const char *path, const mega_load_opts *o, mega_cls **out) {
-    *out = NULL;
-    static const char *const ignore[] = {"_float_tensor", NULL};
-    mega_st_file *f;
-    const char *cfgs;
-    MEGA_TRY(mega__model_open(path, &f, &cfgs));
-    mega_cls_config c;
-    mega_cls *m = NULL;
-    mega_status st = mega_cls_config_from_json(cfgs, &c);
-    if (!st) st = mega__check_class_names(f, c.classes);
-    if (!st) st = mega__cls_declare(&c, &m);
-    if (!st) st = mega__model_fill(&m->P, f, ignore, o);
-    mega_st_close(f);
-    if (st) {
-        mega_cls_free(m);
-        return mega__error_prefix(st, path);
-    }
-    *out = m;
+mega_status mega_cls_load(const char *path, mega_cls **out) { return mega_cls_load_ex(path, NULL, out); }
+
+/* ---- the kind's table (model/kinds.h) ---------------------------------------------------------- */
+
+static void cfg_default(void *c) { mega_cls_config_default(c); }
+static mega_status cfg_check(const void *c) { return mega_cls_config_check(c); }
+static char *cfg_to_json(const void *c) { return mega_cls_config_to_json(c); }
+static mega_status cfg_from_json(const char *json, void *c) { return mega_cls_config_from_json(json, c); }
+static mega_status declare(const void *c, mega_model **out) {
+    mega_cls *m;
+    MEGA_TRY(mega__cls_declare(c, &m));
+    *out = &m->hdr;
     return MEGA_OK;
 }
+static void init_params(mega_model *m, uint64_t seed) { mega_cls_init_params((mega_cls *)m, seed); }
+static void model_free(mega_model *m) { mega_cls_free((mega_cls *)m); }
+static const void *model_config(const mega_model *m) { return &((const mega_cls *)m)->cfg; }
+static mega_params *model_params(mega_model *m) { return &((mega_cls *)m)->P; }
+static const char *const *ignore(const mega_model *m, mega_ignore_list *g) {
+    static const char *const list[] = {"_float_tensor", NULL};
+    (void)m, (void)g;
+    return list;
+}
+static mega_status check_file(const mega_st_file *f, const void *c) {
+    return mega__check_class_names(f, ((const mega_cls_config *)c)->classes);
+}
+static mega_status memory(const void *c, int training, int B, int T, mega_memory *out) {
+    return mega_cls_memory(c, training, B, T, out);
+}
 
-mega_status mega_cls_load(const char *path, mega_cls **out) { return mega_cls_load_ex(path, NULL, out); }
+const mega_model_ops mega__kind_cls = {
+    .what = "classifier",
+    .config_size = sizeof(mega_cls_config),
+    .official_keys = {"encoder_layers"},
+    .official = OFFICIAL,
+    .official_side = "encoder",
+    .config_fields = mega_cls_config_fields,
+    .config_default = cfg_default,
+    .config_check = cfg_check,
+    .config_to_json = cfg_to_json,
+    .config_from_json = cfg_from_json,
+    .declare = declare,
+    .init_params = init_params,
+    .free = model_free,
+    .config = model_config,
+    .params = model_params,
+    .ignore = ignore,
+    .check_file = check_file,
+    .memory = memory,
+};

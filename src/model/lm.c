@@ -106,6 +106,7 @@ mega_status mega__lm_declare(const mega_lm_config *c, mega_lm **out) {
     MEGA_TRY(mega_lm_config_check(c));
     mega_lm *m = calloc(1, sizeof *m);
     if (!m) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    m->hdr.kind = MEGA_MODEL_LM;
     m->cfg = *c;
     mega_lm_config_resolve(&m->cfg);
     c = &m->cfg; /* from here on the resolved config (the mixer's defaults) */
@@ -137,15 +138,10 @@ fail:
 }
 
 mega_status mega_lm_create_ex(const mega_lm_config *c, const mega_load_opts *o, mega_lm **out) {
-    MEGA_TRY(mega__lm_declare(c, out));
-    mega_status st = mega_params_alloc(&(*out)->P, !(o && o->inference));
-    if (st) {
-        mega_lm_free(*out);
-        *out = NULL;
-        return st;
-    }
-    if (!(o && o->no_init)) mega_lm_init_params(*out, 0);
-    return MEGA_OK;
+    mega_model *m;
+    mega_status st = mega__model_create(MEGA_MODEL_LM, c, o, &m);
+    *out = (mega_lm *)m;
+    return st;
 }
 
 mega_status mega_lm_create(const mega_lm_config *c, mega_lm **out) { return mega_lm_create_ex(c, NULL, out); }

@@ -2,9 +2,11 @@
 #ifndef MEGA_LM_INTERNAL_H
 #define MEGA_LM_INTERNAL_H
 #include "layers/adaptive.h"
+#include "model/kinds.h"
 #include "model/stack.h"
 
 struct mega_lm {
+    mega_model hdr; /* first: a mega_lm is a mega_model (model/kinds.h) */
     mega_lm_config cfg; /* the one copy; the blocks point at cfg.block */
     mega_params P;
     size_t emb, out_w;

@@ -7,39 +7,28 @@
 char *mega_lm_config_to_json(const mega_lm_config *c) {
     int n;
     const mega_field *f = mega_lm_config_fields(&n);
-    return mega__config_to_json("mega_lm", f, n, c, offsetof(mega_lm_config, block));
+    return mega__config_to_json(mega_model_kind_name(MEGA_MODEL_LM), f, n, c, offsetof(mega_lm_config, block));
 }
 
-/* the official fairseq mega_lm arguments (as in the reference fixtures) */
-static const mega_official_arg OFFICIAL[] = {
-    {"vocab_size", "vocab-size", 0},
-    {"padding_idx", "padding-idx", 0},
-    {"decoder_layers", "layers", 0},
-    {"decoder_embed_dim", "embed-dim", 0},
-    {"decoder_z_dim", "z-dim", 0},
-    {"decoder_hidden_dim", "hidden-dim", 0},
-    {"decoder_n_dim", "n-dim", 0},
-    {"decoder_ffn_embed_dim", "ffn-dim", 0},
-    {"decoder_chunk_size", "chunk-size", 0},
-    {"truncation_length", "truncation", 0},
-    {"max_target_positions", "max-positions", 0},
-    {"attention_activation_fn", "attention-activation", 0},
-    {"rel_pos_bias", "rel-pos-bias", 0},
-    {"normalization_type", "norm-type", 0},
-    {"normalize_before", "prenorm", 0},
-    {"no_affine_final_norm", "final-norm-affine", MEGA_OFFICIAL_INVERT},
-    {"activation_fn", "activation", 0},
-    {"no_scale_embedding", "scale-embedding", MEGA_OFFICIAL_INVERT},
-    {"share_decoder_input_output_embed", "tie-embeddings", 0},
-    {"adaptive_input", "adaptive-input", 0},
-    {"adaptive_input_factor", "adaptive-input-factor", 0},
-    {"adaptive_input_cutoff", "adaptive-input-cutoff", 0},
-    {"adaptive_softmax_cutoff", "adaptive-softmax-cutoff", 0},
-    {"adaptive_softmax_factor", "adaptive-softmax-factor", 0},
-    {"adaptive_softmax_dropout", "adaptive-softmax-dropout", 0},
-    {"tie_adaptive_weights", "tie-adaptive-weights", 0},
-    {"tie_adaptive_proj", "tie-adaptive-proj", 0},
-    {NULL, NULL, 0},
+/* the official names of the language model's fields (fairseq mega_lm arguments, as in the
+ * reference fixtures; transformers' MegaForCausalLM); the block's are in modelio.c */
+static const mega_official_name OFFICIAL[] = {
+    {"vocab-size", "vocab_size", "vocab_size", 0},
+    {"padding-idx", "padding_idx", "pad_token_id", 0},
+    {"layers", "%s_layers", "num_hidden_layers", 0},
+    {"max-positions", "max_target_positions", NULL, 0},
+    {"final-norm-affine", "no_affine_final_norm", NULL, MEGA_OFFICIAL_INVERT},
+    {"scale-embedding", "no_scale_embedding", NULL, MEGA_OFFICIAL_INVERT},
+    {"tie-embeddings", "share_decoder_input_output_embed", "tie_word_embeddings", 0},
+    {"adaptive-input", "adaptive_input", NULL, 0},
+    {"adaptive-input-factor", "adaptive_input_factor", NULL, 0},
+    {"adaptive-input-cutoff", "adaptive_input_cutoff", NULL, 0},
+    {"adaptive-softmax-cutoff", "adaptive_softmax_cutoff", NULL, 0},
+    {"adaptive-softmax-factor", "adaptive_softmax_factor", NULL, 0},
+    {"adaptive-softmax-dropout", "adaptive_softmax_dropout", NULL, 0},
+    {"tie-adaptive-weights", "tie_adaptive_weights", NULL, 0},
+    {"tie-adaptive-proj", "tie_adaptive_proj", NULL, 0},
+    {NULL, NULL, NULL, 0},
 };
 
 mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c) {
@@ -50,8 +39,7 @@ mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c) {
     }
     int n;
     const mega_field *f = mega_lm_config_fields(&n);
-    MEGA_TRY(mega__config_from_json(json, "mega_lm", "language model", f, n, c, offsetof(mega_lm_config, block),
-                                    "decoder_layers", OFFICIAL));
+    MEGA_TRY(mega__config_from_json(json, MEGA_MODEL_LM, f, n, c, offsetof(mega_lm_config, block)));
     c->block.bidirectional = 0;
     /* the official decoder builds no output projection when it has an adaptive softmax, whatever
      * share_decoder_input_output_embed says */
@@ -62,24 +50,14 @@ mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c) {
 mega_status mega_lm_save(const mega_lm *m, const char *path) { return mega_lm_save_ex(m, path, NULL); }
 
 mega_status mega_lm_save_ex(const mega_lm *m, const char *path, const char *const *kv) {
-    char *cfg = mega_lm_config_to_json(&m->cfg);
-    if (!cfg) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
-    mega_status st = mega__model_save(&m->P, path, cfg, kv);
-    free(cfg);
-    return st;
+    return mega__model_save_kind(&m->hdr, path, kv);
 }
 
 /* What an official state dict holds besides the declared tensors: buffers, and the second names
  * of tied matrices (one storage, two keys): output_projection.weight of a tied model; the
  * adaptive softmax's head.word_proj and tail.<i>.2 (the input's embeddings) and, with
  * tie-adaptive-proj, tail.<i>.0 (the input's projections). */
-#define LM_IGNORE_MAX (4 + 2 * MEGA_BANDS_MAX)
-typedef struct {
-    char name[LM_IGNORE_MAX][64];
-    const char *list[LM_IGNORE_MAX + 1];
-} lm_ignore_list;
-
-static const char *const *lm_ignore(const mega_lm *m, lm_ignore_list *g) {
+static const char *const *lm_ignore(const mega_lm *m, mega_ignore_list *g) {
     int n = 0;
     g->list[n++] = "_float_tensor";
     g->list[n++] = "decoder.version";
@@ -103,7 +81,7 @@ static const char *const *lm_ignore(const mega_lm *m, lm_ignore_list *g) {
 mega_status mega_lm_load_weights(mega_lm *m, const char *path) {
     mega_st_file *f;
     MEGA_TRY(mega__model_st_open(path, &f));
-    lm_ignore_list g;
+    mega_ignore_list g;
     mega_status st = mega_params_check(&m->P, f, "", lm_ignore(m, &g), 0);
     if (!st) st = mega_params_read(&m->P, m->P.data, f, "");
     mega_st_close(f);
@@ -111,26 +89,53 @@ mega_status mega_lm_load_weights(mega_lm *m, const char *path) {
     return MEGA_OK;
 }
 
-/* the config of the file, the parameter table declared from it and compared with the file's
- * tensors, and only then the memory (docs/library.md) */
 mega_status mega_lm_load_ex(const char *path, const mega_load_opts *o, mega_lm **out) {
-    *out = NULL;
-    mega_st_file *f;
-    const char *cfgs;
-    MEGA_TRY(mega__model_open(path, &f, &cfgs));
-    mega_lm_config c;
-    mega_lm *m = NULL;
-    mega_status st = mega_lm_config_from_json(cfgs, &c);
-    if (!st) st = mega__lm_declare(&c, &m);
-    lm_ignore_list g;
-    if (!st) st = mega__model_fill(&m->P, f, lm_ignore(m, &g), o);
-    mega_st_close(f);
-    if (st) {
-        mega_lm_free(m);
-        return mega__error_prefix(st, path);
-    }
-    *out = m;
-    return MEGA_OK;
+    const mega_model_kind k = MEGA_MODEL_LM;
+    mega_model *m;
+    mega_status st = mega__model_load(path, &k, o, &m);
+    *out = (mega_lm *)m;
+    return st;
 }
 
 mega_status mega_lm_load(const char *path, mega_lm **out) { return mega_lm_load_ex(path, NULL, out); }
+
+/* ---- the kind's table (model/kinds.h) ---------------------------------------------------------- */
+
+static void cfg_default(void *c) { mega_lm_config_default(c); }
+static mega_status cfg_check(const void *c) { return mega_lm_config_check(c); }
+static char *cfg_to_json(const void *c) { return mega_lm_config_to_json(c); }
+static mega_status cfg_from_json(const char *json, void *c) { return mega_lm_config_from_json(json, c); }
+static mega_status declare(const void *c, mega_model **out) {
+    mega_lm *m;
+    MEGA_TRY(mega__lm_declare(c, &m));
+    *out = &m->hdr;
+    return MEGA_OK;
+}
+static void init_params(mega_model *m, uint64_t seed) { mega_lm_init_params((mega_lm *)m, seed); }
+static void model_free(mega_model *m) { mega_lm_free((mega_lm *)m); }
+static const void *model_config(const mega_model *m) { return &((const mega_lm *)m)->cfg; }
+static mega_params *model_params(mega_model *m) { return &((mega_lm *)m)->P; }
+static const char *const *ignore(const mega_model *m, mega_ignore_list *g) { return lm_ignore((const mega_lm *)m, g); }
+static mega_status memory(const void *c, int training, int B, int T, mega_memory *out) {
+    return mega_lm_memory(c, training, B, T, out);
+}
+
+const mega_model_ops mega__kind_lm = {
+    .what = "language model",
+    .config_size = sizeof(mega_lm_config),
+    .official_keys = {"decoder_layers"},
+    .official = OFFICIAL,
+    .official_side = "decoder",
+    .config_fields = mega_lm_config_fields,
+    .config_default = cfg_default,
+    .config_check = cfg_check,
+    .config_to_json = cfg_to_json,
+    .config_from_json = cfg_from_json,
+    .declare = declare,
+    .init_params = init_params,
+    .free = model_free,
+    .config = model_config,
+    .params = model_params,
+    .ignore = ignore,
+    .memory = memory,
+};

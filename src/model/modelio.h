@@ -4,27 +4,24 @@
 #define MEGA_MODELIO_H
 #include "core/json.h"
 #include "core/params.h"
+#include "model/kinds.h"
 #include "model/stack.h"
 
 /* JSON of a model config: {"model": kind, <the model's fields>, <the block's fields>}; the block
  * config is at block_off inside cfg. Caller frees. */
 char *mega__config_to_json(const char *kind, const mega_field *mf, int nmf, const void *cfg, size_t block_off);
 
-/* One official fairseq argument and the field it sets (flags: MEGA_OFFICIAL_INVERT for
- * negated booleans such as no_scale_embedding). */
-enum { MEGA_OFFICIAL_INVERT = 1 };
-typedef struct {
-    const char *arg, *field;
-    unsigned flags;
-} mega_official_arg;
-
 /* Read a model config written by mega__config_to_json (keys = field names; "model", when
- * present, must be `kind`), or, when the JSON has the key `official_marker`, one with the official
- * fairseq argument names listed in `official` (NULL-terminated); cfg holds the defaults. `what`
- * names the kind in messages ("language model"). */
-mega_status mega__config_from_json(const char *json, const char *kind, const char *what, const mega_field *mf, int nmf,
-                                   void *cfg, size_t block_off, const char *official_marker,
-                                   const mega_official_arg *official);
+ * present, must be the kind's name), or, when the JSON has the kind's first official key
+ * (mega_model_ops.official_keys), one with the official fairseq argument names of the kind's and
+ * the block's tables; cfg holds the defaults. */
+mega_status mega__config_from_json(const char *json, mega_model_kind kind, const mega_field *mf, int nmf, void *cfg,
+                                   size_t block_off);
+/* a copy of the official arguments of o under our field names: the kind-level names `model`
+ * (NULL-terminated), then, when `block`, the block's with `side` for %s (the training settings
+ * only when `training`); choice aliases (sparse, mp, swish) become our names. Caller deletes. */
+cJSON *mega__official_translate(const cJSON *o, const mega_official_name *model, const char *side, int block,
+                                int training);
 
 /* write params with __metadata__ {config, format, kv...} atomically */
 mega_status mega__model_save(const mega_params *P, const char *path, const char *config_json, const char *const *kv);

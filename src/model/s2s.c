@@ -113,6 +113,7 @@ mega_status mega__s2s_declare(const mega_s2s_config *config, mega_s2s **out) {
     MEGA_TRY(mega_s2s_config_check(config));
     mega_s2s *m = calloc(1, sizeof *m);
     if (!m) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    m->hdr.kind = MEGA_MODEL_S2S;
     m->cfg = *config;
     mega_s2s_config_resolve(&m->cfg);
     const mega_s2s_config *c = &m->cfg;
@@ -164,15 +165,10 @@ fail:
 }
 
 mega_status mega_s2s_create_ex(const mega_s2s_config *c, const mega_load_opts *o, mega_s2s **out) {
-    MEGA_TRY(mega__s2s_declare(c, out));
-    mega_status st = mega_params_alloc(&(*out)->P, !(o && o->inference));
-    if (st) {
-        mega_s2s_free(*out);
-        *out = NULL;
-        return st;
-    }
-    if (!(o && o->no_init)) mega_s2s_init_params(*out, 0);
-    return MEGA_OK;
+    mega_model *m;
+    mega_status st = mega__model_create(MEGA_MODEL_S2S, c, o, &m);
+    *out = (mega_s2s *)m;
+    return st;
 }
 
 mega_status mega_s2s_create(const mega_s2s_config *c, mega_s2s **out) { return mega_s2s_create_ex(c, NULL, out); }

@@ -2,6 +2,7 @@
 #ifndef MEGA_S2S_INTERNAL_H
 #define MEGA_S2S_INTERNAL_H
 #include "layers/xattn.h"
+#include "model/kinds.h"
 #include "model/stack.h"
 
 /* one decoder layer (official MegaDecoderLayer): the mixer sublayer (a block without its FFN),
@@ -13,6 +14,7 @@ typedef struct {
 } mega_declayer;
 
 struct mega_s2s {
+    mega_model hdr;             /* first: a mega_s2s is a mega_model (model/kinds.h) */
     mega_s2s_config cfg;        /* the one copy; the layers point into it */
     mega_block_config dec_self; /* cfg.decoder without the FFN: the decoder layers' sublayer */
     mega_params P;

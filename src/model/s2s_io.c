@@ -12,7 +12,7 @@ char *mega_s2s_config_to_json(const mega_s2s_config *c) {
     }
     int n, nb;
     const mega_field *f = mega_s2s_config_fields(&n), *bf = mega_block_config_fields(&nb);
-    cJSON_AddStringToObject(o, "model", "mega_s2s");
+    cJSON_AddStringToObject(o, "model", mega_model_kind_name(MEGA_MODEL_S2S));
     mega__fields_to_json(o, f, n, c);
     mega__fields_to_json(e, bf, nb, &c->encoder);
     mega__fields_to_json(d, bf, nb, &c->decoder);
@@ -23,34 +23,37 @@ char *mega_s2s_config_to_json(const mega_s2s_config *c) {
     return s;
 }
 
-/* the official arguments of one side (prefix "encoder_" or "decoder_") and the shared ones */
-static void official_side(mega_json_reader *r, const char *side, mega_block_config *b) {
-    char k[64];
-    static const struct {
-        const char *arg;
-        size_t off;
-    } DIMS[] = {{"embed_dim", offsetof(mega_block_config, embed_dim)},   {"z_dim", offsetof(mega_block_config, z_dim)},
-                {"hidden_dim", offsetof(mega_block_config, hidden_dim)}, {"n_dim", offsetof(mega_block_config, n_dim)},
-                {"ffn_embed_dim", offsetof(mega_block_config, ffn_dim)}, {"chunk_size", offsetof(mega_block_config, chunk_size)}};
-    for (size_t i = 0; i < sizeof DIMS / sizeof *DIMS; i++) {
-        snprintf(k, sizeof k, "%s%s", side, DIMS[i].arg);
-        mega_json_int(r, k, (int *)((char *)b + DIMS[i].off));
+/* the official names of the encoder-decoder's fields (fairseq mega translation arguments, as in
+ * the reference fixtures); the block's, per side, are in modelio.c */
+static const mega_official_name OFFICIAL[] = {
+    {"encoder-layers", "encoder_layers", NULL, 0},
+    {"decoder-layers", "decoder_layers", NULL, 0},
+    {"normalize-embedding", "normalize_embedding", NULL, 0},
+    {"scale-embedding", "no_scale_embedding", NULL, MEGA_OFFICIAL_INVERT},
+    {"tie-embeddings", "share_decoder_input_output_embed", NULL, 0},
+    {"share-all-embeddings", "share_all_embeddings", NULL, 0},
+    {"src-vocab-size", "src_vocab_size", NULL, 0},
+    {"tgt-vocab-size", "tgt_vocab_size", NULL, 0},
+    {"padding-idx", "padding_idx", NULL, 0},
+    {"eos-idx", "eos_idx", NULL, 0},
+    {NULL, NULL, NULL, 0},
+};
+
+/* the official arguments of one side (prefix "encoder_" or "decoder_") and the shared ones, and
+ * the side's max_*_positions */
+static void official_side(mega_json_reader *r, const char *side, const char *maxpos, mega_block_config *b) {
+    cJSON *t = mega__official_translate(r->o, NULL, side, 1, 1);
+    if (!t) {
+        if (!r->st) r->st = mega__error(MEGA_ERR_OOM, "out of memory");
+        return;
     }
-    mega_json_choice(r, "attention_activation_fn", mega__names_attn, MEGA_ATTN_COUNT, (int *)&b->attention_activation);
-    mega_json_choice(r, "normalization_type", mega__names_norm, MEGA_NORM_COUNT, (int *)&b->norm_type);
-    mega_json_bool(r, "normalize_before", &b->prenorm, 0);
-    mega_json_choice(r, "rel_pos_bias", mega__names_relpos, MEGA_RELPOS_COUNT, (int *)&b->rel_pos_bias);
-    mega_json_int(r, "truncation_length", &b->truncation);
-    mega_json_flt(r, "dropout", &b->dropout);
-    mega_json_flt(r, "attention_dropout", &b->attention_dropout);
-    mega_json_flt(r, "hidden_dropout", &b->hidden_dropout);
-    mega_json_flt(r, "activation_dropout", &b->activation_dropout);
-    /* "swish" is the official alias of silu */
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(r->o, "activation_fn");
-    if (cJSON_IsString(a) && !strcmp(a->valuestring, "swish"))
-        b->activation = MEGA_ACT_SILU;
-    else
-        mega_json_choice(r, "activation_fn", mega__names_act, MEGA_ACT_COUNT, (int *)&b->activation);
+    int nb;
+    const mega_field *bf = mega_block_config_fields(&nb);
+    mega_json_reader rs = {t, MEGA_OK};
+    mega__fields_from_json(&rs, bf, nb, b);
+    cJSON_Delete(t);
+    if (!r->st) r->st = rs.st;
+    mega_json_int(r, maxpos, &b->max_positions);
 }
 
 static mega_status from_official(const cJSON *o, mega_s2s_config *c) {
@@ -64,25 +67,23 @@ static mega_status from_official(const cJSON *o, mega_s2s_config *c) {
     c->padding_idx = 1, c->eos_idx = 2; /* fairseq dictionary: <s> <pad> </s> <unk> */
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "truncation_length");
     if (t && cJSON_IsNull(t)) c->encoder.truncation = c->decoder.truncation = 0; /* null = none */
-    mega_json_int(&r, "encoder_layers", &c->encoder_layers);
-    mega_json_int(&r, "decoder_layers", &c->decoder_layers);
-    official_side(&r, "encoder_", &c->encoder);
+    cJSON *m = mega__official_translate(o, OFFICIAL, NULL, 0, 0);
+    if (!m) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    int n;
+    const mega_field *f = mega_s2s_config_fields(&n);
+    mega_json_reader rm = {m, MEGA_OK};
+    mega__fields_from_json(&rm, f, n, c);
+    cJSON_Delete(m);
+    MEGA_TRY(rm.st);
+    const int enc_maxpos = c->encoder.max_positions;
+    official_side(&r, "encoder", "max_source_positions", &c->encoder);
     /* decoder dimensions default to the encoder's (base_architecture) */
     mega_block_config enc = c->encoder;
     c->decoder = enc;
     c->decoder.bidirectional = 0;
+    c->decoder.max_positions = enc_maxpos;
     if (!cJSON_GetObjectItemCaseSensitive(o, "decoder_chunk_size")) c->decoder.chunk_size = enc.chunk_size;
-    official_side(&r, "decoder_", &c->decoder);
-    mega_json_int(&r, "max_source_positions", &c->encoder.max_positions);
-    mega_json_int(&r, "max_target_positions", &c->decoder.max_positions);
-    mega_json_bool(&r, "normalize_embedding", &c->normalize_embedding, 0);
-    mega_json_bool(&r, "no_scale_embedding", &c->scale_embedding, 1);
-    mega_json_bool(&r, "share_decoder_input_output_embed", &c->tie_embeddings, 0);
-    mega_json_bool(&r, "share_all_embeddings", &c->share_all_embeddings, 0);
-    mega_json_int(&r, "src_vocab_size", &c->src_vocab_size);
-    mega_json_int(&r, "tgt_vocab_size", &c->tgt_vocab_size);
-    mega_json_int(&r, "padding_idx", &c->padding_idx);
-    mega_json_int(&r, "eos_idx", &c->eos_idx);
+    official_side(&r, "decoder", "max_target_positions", &c->decoder);
     return r.st;
 }
 
@@ -98,7 +99,7 @@ mega_status mega_s2s_config_from_json(const char *json, mega_s2s_config *c) {
         st = from_official(o, c);
     } else {
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "model");
-        if (m && (!cJSON_IsString(m) || strcmp(m->valuestring, "mega_s2s"))) {
+        if (m && (!cJSON_IsString(m) || strcmp(m->valuestring, mega_model_kind_name(MEGA_MODEL_S2S)))) {
             st = mega__error(MEGA_ERR_FORMAT, "config describes a '%s' model, not an encoder-decoder (mega_s2s)",
                              cJSON_IsString(m) ? m->valuestring : "?");
         } else {
@@ -129,11 +130,7 @@ mega_status mega_s2s_config_from_json(const char *json, mega_s2s_config *c) {
 }
 
 mega_status mega_s2s_save_ex(const mega_s2s *m, const char *path, const char *const *kv) {
-    char *cfg = mega_s2s_config_to_json(&m->cfg);
-    if (!cfg) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
-    mega_status st = mega__model_save(&m->P, path, cfg, kv);
-    free(cfg);
-    return st;
+    return mega__model_save_kind(&m->hdr, path, kv);
 }
 
 /* official state dicts also list the shared matrices under their other names */
@@ -146,25 +143,58 @@ static const char *const *s2s_ignore(const mega_s2s *m) {
     return m->cfg.share_all_embeddings ? all : m->cfg.tie_embeddings ? tied : ignore;
 }
 
-/* the config of the file, the parameter table declared from it and compared with the file's
- * tensors, and only then the memory (docs/library.md) */
 mega_status mega_s2s_load_ex(const char *path, const mega_load_opts *o, mega_s2s **out) {
-    *out = NULL;
-    mega_st_file *f;
-    const char *cfgs;
-    MEGA_TRY(mega__model_open(path, &f, &cfgs));
-    mega_s2s_config c;
-    mega_s2s *m = NULL;
-    mega_status st = mega_s2s_config_from_json(cfgs, &c);
-    if (!st) st = mega__s2s_declare(&c, &m);
-    if (!st) st = mega__model_fill(&m->P, f, s2s_ignore(m), o);
-    mega_st_close(f);
-    if (st) {
-        mega_s2s_free(m);
-        return mega__error_prefix(st, path);
-    }
-    *out = m;
-    return MEGA_OK;
+    const mega_model_kind k = MEGA_MODEL_S2S;
+    mega_model *m;
+    mega_status st = mega__model_load(path, &k, o, &m);
+    *out = (mega_s2s *)m;
+    return st;
 }
 
 mega_status mega_s2s_load(const char *path, mega_s2s **out) { return mega_s2s_load_ex(path, NULL, out); }
+
+/* ---- the kind's table (model/kinds.h) ---------------------------------------------------------- */
+
+static void cfg_default(void *c) { mega_s2s_config_default(c); }
+static mega_status cfg_check(const void *c) { return mega_s2s_config_check(c); }
+static char *cfg_to_json(const void *c) { return mega_s2s_config_to_json(c); }
+static mega_status cfg_from_json(const char *json, void *c) { return mega_s2s_config_from_json(json, c); }
+static mega_status declare(const void *c, mega_model **out) {
+    mega_s2s *m;
+    MEGA_TRY(mega__s2s_declare(c, &m));
+    *out = &m->hdr;
+    return MEGA_OK;
+}
+static void init_params(mega_model *m, uint64_t seed) { mega_s2s_init_params((mega_s2s *)m, seed); }
+static void model_free(mega_model *m) { mega_s2s_free((mega_s2s *)m); }
+static const void *model_config(const mega_model *m) { return &((const mega_s2s *)m)->cfg; }
+static mega_params *model_params(mega_model *m) { return &((mega_s2s *)m)->P; }
+static const char *const *ignore(const mega_model *m, mega_ignore_list *g) {
+    (void)g;
+    return s2s_ignore((const mega_s2s *)m);
+}
+/* T source and T target tokens */
+static mega_status memory(const void *c, int training, int B, int T, mega_memory *out) {
+    return mega_s2s_memory(c, training, B, T, T, out);
+}
+
+const mega_model_ops mega__kind_s2s = {
+    .what = "encoder-decoder",
+    .config_size = sizeof(mega_s2s_config),
+    .official_keys = {"encoder_layers", "decoder_layers"},
+    .official = OFFICIAL,
+    .official_side = NULL,
+    .official_training = 1,
+    .config_fields = mega_s2s_config_fields,
+    .config_default = cfg_default,
+    .config_check = cfg_check,
+    .config_to_json = cfg_to_json,
+    .config_from_json = cfg_from_json,
+    .declare = declare,
+    .init_params = init_params,
+    .free = model_free,
+    .config = model_config,
+    .params = model_params,
+    .ignore = ignore,
+    .memory = memory,
+};
