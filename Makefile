@@ -186,7 +186,7 @@ endif
 
 CFLAGS := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
 
-LIB_SRC := $(wildcard src/core/*.c src/ops/*.c src/layers/*.c src/model/*.c src/data/*.c)
+LIB_SRC := $(wildcard src/core/*.c src/ops/*.c src/layers/*.c src/model/*.c src/data/*.c src/train/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB64_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj64/%.o)
 TOOL_SRC := $(wildcard tools/*.c)

@@ -730,4 +730,5 @@ mega_status mega_model_file(const char *path, char *buf, size_t size);
 #ifdef __cplusplus
 }
 #endif
+#include "mega_train.h" /* optimizers, schedules, training keys */
 #endif /* MEGA_H */
