@@ -154,32 +154,23 @@ def text_windows(text, batch, seq_len, state):
     return tok, tgt, st.value
 
 
-def lr_schedule(step, steps, lr, min_lr=1e-4, warmup=100, schedule="cosine"):
-    """the learning rate of 0-based step `step` under `mega train`'s schedule: linear warm-up
-    to lr over `warmup` steps, then cosine or linear decay to min_lr at `steps`, or constant"""
-    if warmup > 0 and step < warmup:
-        return lr * (step + 1) / warmup
-    span = steps - warmup
-    p = min((step - warmup) / span if span > 0 else 1.0, 1.0)
-    if schedule == "constant":
-        return lr
-    if schedule == "cosine":
-        return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * p))
-    if schedule == "linear":
-        return lr + (min_lr - lr) * p
-    raise MegaError(f"schedule must be cosine, linear or constant, got {schedule!r}", -1, "invalid argument")
+def lr_schedule(step, steps, lr, min_lr=1e-4, warmup=100, schedule="cosine", warmup_init_lr=-1.0, end_lr=0.0):
+    """the learning rate of 0-based step `step` under `mega train`'s schedule (the library's
+    mega_lr_at): cosine, linear or constant: linear warm-up to lr over `warmup` steps, then cosine
+    or linear decay to min_lr at `steps`, or constant; or one of fairseq's linear_decay,
+    inverse_sqrt, cosine_fairseq (warmup_init_lr, end_lr: their --warmup-init-lr and
+    --end-learning-rate; docs/training.md)"""
+    k = lib.mega_sched_find(str(schedule).encode())
+    if k < 0:
+        raise MegaError(f"schedule must be cosine, linear, constant, linear_decay, inverse_sqrt or cosine_fairseq, got {schedule!r}", -1, "invalid argument")
+    s = _lib.SchedInputs(kind=k, lr=float(lr), min_lr=float(min_lr), warmup=int(warmup), steps=int(steps),
+                         warmup_init_lr=float(warmup_init_lr), end_lr=float(end_lr))
+    _lib.check(lib.mega_sched_check(byref(s)))
+    return lib.mega_lr_at(byref(s), int(step), 0.0)
 
 
 def _ptr(a, typ):
     return a.ctypes.data_as(typ) if a is not None else None
-
-
-def _mix64(x):
-    """splitmix64's finaliser (as the tool's mix64): dropout keys from (seed, step)"""
-    M = 2**64 - 1
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & M
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & M
-    return x ^ (x >> 31)
 
 
 class _Model:
@@ -273,7 +264,7 @@ class _Model:
         method) and seed self.dropout_seed, so a loop can reproduce `mega train` exactly."""
         self.zero_grad()
         if key is None:
-            key = _mix64((self.dropout_seed * 0x9E3779B97F4A7C15 + self.steps + 0x1234567) & (2**64 - 1))
+            key = lib.mega_dropout_key(self.dropout_seed & (2**64 - 1), self.steps)
         loss = self.forward(inputs, targets, train=True, key=key, **kw)
         if not math.isfinite(loss):
             raise MegaError(f"the loss is not finite ({loss}); lower the learning rate", -8, "non-finite values")
