@@ -589,9 +589,14 @@ static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
 static int new_task(train_args *a, const char *model_path, task **t, mega_optim **opt) {
     int (*fn)(train_args *, const char *, task **) =
         !strcmp(a->task, "translate") ? s2s_task_new : !strcmp(a->task, "classify") ? cls_task_new : lm_task_new;
+    /* a checkpoint's names (the flags' are checked by the parser) */
+    if (mega_sched_find(a->schedule) < 0) return cli_error("the run's schedule '%s' is not one of %s", a->schedule, sched_choices()), 2;
+    if (mega_optim_find(a->optimizer) < 0)
+        return cli_error("the run's optimizer '%s' is not one of %s", a->optimizer, optim_choices()), 2;
     const mega_sched_inputs si = sched_of(a);
     if (mega_sched_check(&si) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
     tool_optim = (mega_optim_kind)mega_optim_find(a->optimizer); /* the memory estimate counts its state */
+    if (mega_optim_hp_check(tool_optim, &a->opt) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
     if (fn(a, model_path, t)) return 2;
     if (mega_optim_new((mega_optim_kind)mega_optim_find(a->optimizer), mega_ps_total((*t)->ps), opt) != MEGA_OK) {
         (*t)->destroy(*t), *t = NULL;
@@ -1057,7 +1062,8 @@ static void describe_run(const train_args *a, task *t, int64_t start) {
     t->describe(t, a, stdout);
     printf("  training  steps %lld, batch %d, seq-len %d, lr %g -> %g (%s, warmup %lld), weight-decay %g, clip %g, "
            "seed %lld, threads %d\n",
-           (long long)a->steps, a->batch, a->seq_len, a->lr, a->min_lr, a->schedule, (long long)a->warmup, a->opt.weight_decay,
+           (long long)a->steps, a->batch, a->seq_len, a->lr, !strcmp(a->schedule, "linear_decay") ? a->end_lr : a->min_lr,
+           a->schedule, (long long)a->warmup, a->opt.weight_decay,
            a->clip, (long long)a->seed, mega_get_threads());
     if (strcmp(a->optimizer, "adamw")) /* AdamW runs print as before */
         printf("  optimizer %s (%s)\n", a->optimizer, mega_optim_describe((mega_optim_kind)mega_optim_find(a->optimizer)));

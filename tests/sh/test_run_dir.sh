@@ -215,6 +215,13 @@ if grep -q '^  optimizer apollo' APconstant.1.out && grep -q 'apollo state' APco
 else
   bad "apollo run description: $(head -n 5 APconstant.1.out)"
 fi
+help=$(mega train --help 2>&1)
+if echo "$help" | grep -q -- '--lr-scheduler {cosine|linear|constant|linear_decay|inverse_sqrt|cosine_fairseq}' &&
+  echo "$help" | grep -q -- '--optimizer {adamw|apollo}' && echo "$help" | grep -q -- '--apollo-rebound {constant|belief}'; then
+  ok "mega train --help lists the tables' schedules, optimizers and the optimizers' flags"
+else
+  bad "mega train --help: $(echo "$help" | grep -e '--lr-scheduler' -e '--optimizer')"
+fi
 cp -r APconstant AP2
 mega train $F --out AP2 --resume --steps 20 --optimizer adamw > AP2.out 2> AP2.err
 rc=$?
