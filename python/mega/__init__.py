@@ -19,7 +19,7 @@ import numpy as np
 from . import _lib
 from ._lib import MegaError, lib
 
-__all__ = ["MegaError", "load", "create_lm", "LM", "Classifier", "AdamW", "set_threads", "get_threads",
+__all__ = ["MegaError", "load", "create_lm", "LM", "Classifier", "AdamW", "Apollo", "set_threads", "get_threads",
            "build_info", "data_rng_seed", "text_windows", "lr_schedule", "LIB_PATH"]
 __version__ = "0.1.0"
 LIB_PATH = _lib.LIB_PATH
@@ -664,3 +664,40 @@ class AdamW:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down the module
             pass
+
+
+class Apollo(AdamW):
+    """Apollo over a model's parameters (the library's optimizer table, mega_optim; class Apollo of
+    the official fairseq/optim/apollo.py, docs/training.md). rebound: "constant" or "belief";
+    weight_decay_type: "auto" (L2 with constant, decoupled with belief), "L2", "decoupled" or
+    "stable"; the decay applies to the matrices and embeddings, or to everything with decay_all."""
+
+    def __init__(self, model, beta=0.9, eps=1e-4, rebound="constant", weight_decay=0.01, weight_decay_type="auto",
+                 decay_all=False):
+        model._need_grads()
+        self.model = model
+        self._h = None
+        hp = _lib.OptimHP()
+        lib.mega_optim_hp_default(byref(hp))
+        rebounds, types = ["constant", "belief"], ["auto", "L2", "decoupled", "stable"]
+        if rebound not in rebounds or weight_decay_type not in types:
+            raise MegaError(f"rebound must be one of {rebounds} and weight_decay_type one of {types}", -1, "invalid argument")
+        hp.apollo_beta, hp.apollo_eps, hp.weight_decay, hp.decay_all = float(beta), float(eps), float(weight_decay), int(bool(decay_all))
+        hp.apollo_rebound, hp.weight_decay_type = rebounds.index(rebound), types.index(weight_decay_type)
+        self._kind = lib.mega_optim_find(b"apollo")
+        _lib.check(lib.mega_optim_hp_check(self._kind, byref(hp)))
+        self.hp = hp
+        h = c_void_p()
+        _lib.check(lib.mega_optim_new(self._kind, lib.mega_ps_total(model._paramset()), byref(h)))
+        self._h = h
+
+    def step(self, lr):
+        """one update from the accumulated gradients with learning rate lr"""
+        if not self._h:
+            raise MegaError("the optimizer is closed", -1, "invalid argument")
+        lib.mega_optim_step(self._h, self.model._paramset(), byref(self.hp), float(lr))
+
+    def close(self):
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            _lib.lib.mega_optim_free(h)
