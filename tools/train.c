@@ -28,7 +28,8 @@
 
 #include <cjson/cJSON.h>
 
-/* the schedule's inputs from the flags (an unknown name cannot pass the flag parser) */
+/* the schedule's inputs from the flags (an unknown name is refused before: by the flag parser, or
+ * by new_task for a checkpoint's) */
 static mega_sched_inputs sched_of(const train_args *a) {
     mega_sched_inputs s;
     memset(&s, 0, sizeof s);
