@@ -706,7 +706,8 @@ double mega_ps_grad_norm(const mega_paramset *p);
 void mega_ps_scale_grad(mega_paramset *p, double s);
 
 /* ---------------------------------------------------------------------------------------------
- * AdamW (decoupled weight decay, Loshchilov & Hutter) over a model's flat parameter buffer.
+ * AdamW (decoupled weight decay, Loshchilov & Hutter) over a model's flat parameter buffer: the
+ * AdamW row of the optimizer table (mega_train.h, mega_optim_*), kept as its own small API.
  * Weight decay applies to tensors flagged "decay" (matrices and embeddings) unless decay_all is
  * set; never to non-trainable buffers. */
 typedef struct {
@@ -871,4 +872,5 @@ mega_status mega_model_file(const char *path, char *buf, size_t size);
 #ifdef __cplusplus
 }
 #endif
+#include "mega_train.h" /* optimizers, schedules, training keys */
 #endif /* MEGA_H */

@@ -130,6 +130,7 @@ void print_cls_config(FILE *f, const mega_cls_config *c, const char *ind) {
 /* ---- memory -------------------------------------------------------------------------------- */
 
 int64_t tool_max_memory;
+mega_optim_kind tool_optim = MEGA_OPTIM_ADAMW;
 
 const char *fmt_bytes(char *buf, size_t n, uint64_t b) { return mega_fmt_bytes(buf, n, b); }
 
@@ -144,7 +145,9 @@ void fmt_run_memory(char *buf, size_t n, const run_memory *r, const char *how) {
     const mega_memory *m = &r->model;
     size_t k = (size_t)snprintf(buf, n, "about %s: weights %s", fmt_bytes(t, sizeof t, r->total), fmt_bytes(w, sizeof w, m->params));
     if (m->grads && k < n) k += (size_t)snprintf(buf + k, n - k, ", gradients %s", fmt_bytes(g, sizeof g, m->grads));
-    if (m->optimizer && k < n) k += (size_t)snprintf(buf + k, n - k, ", AdamW moments %s", fmt_bytes(o, sizeof o, m->optimizer));
+    if (m->optimizer && k < n)
+        k += (size_t)snprintf(buf + k, n - k, ", %s %s %s", tool_optim == MEGA_OPTIM_ADAMW ? "AdamW" : mega_optim_name(tool_optim),
+                              tool_optim == MEGA_OPTIM_ADAMW ? "moments" : "state", fmt_bytes(o, sizeof o, m->optimizer));
     if (k < n)
         k += (size_t)snprintf(buf + k, n - k, ", buffers %s%s%s%s", fmt_bytes(b, sizeof b, m->buffers), how ? " (" : "",
                               how ? how : "", how ? ")" : "");
@@ -159,7 +162,11 @@ int memory_guard(const char *what, const char *how, const char *advice, const me
                  uint64_t resident, int64_t max_memory, run_memory *r) {
     memset(r, 0, sizeof *r);
     r->model = *model, r->data = data;
-    r->save = 2 * (uint64_t)model->optimizer; /* 0 without an optimizer (evaluation) */
+    if (model->optimizer) { /* the models count AdamW's two moments: the optimizer of the run instead */
+        r->model.optimizer = (size_t)mega_optim_state_reals(tool_optim) * model->params;
+        r->model.total = model->total - model->optimizer + r->model.optimizer;
+    }
+    r->save = 2 * (uint64_t)r->model.optimizer; /* 0 without an optimizer (evaluation) */
     r->total = (uint64_t)model->total + data + r->save;
     r->limit_given = max_memory > 0;
     /* the memory available now no longer holds what is already allocated: add it back */

@@ -51,6 +51,8 @@ uint64_t file_size(const char *path);
 /* `mega train --max-memory`: the limit in bytes, 0 = the memory available (set by the flag table
  * of train.c; read by the tasks when they build their model) */
 extern int64_t tool_max_memory;
+/* the optimizer of a training run (`mega train --optimizer`): its state in the memory estimate */
+extern mega_optim_kind tool_optim;
 /* What a run needs: the model (mega_*_memory) and its data in memory (bytes). */
 typedef struct {
     mega_memory model;

@@ -32,7 +32,7 @@ typedef struct train_args {
      * trained_seconds / evaled_seconds: the run's training and validation+save seconds before this
      * invocation (restored by --resume) */
     double time_budget, trained_seconds, evaled_seconds;
-    int batch, seq_len, threads, resume, decay_all, quiet;
+    int batch, seq_len, threads, resume, quiet;
     int grad_accum;      /* micro-batches per step and rank (--grad-accum) */
     double dist_timeout; /* seconds a rank waits for the others (--dist-timeout) */
     int force, reschedule, keep; /* the run directory: --force, --reschedule, --keep */
@@ -42,8 +42,11 @@ typedef struct train_args {
     double sched_lr;
     const cli_flag *flags; /* the command's flag table (what a checkpoint stores of the training setup) */
     int model_flags_seen; /* some model flag was given explicitly (checked against a resumed checkpoint) */
-    double lr, min_lr, weight_decay, clip, beta1, beta2, eps;
-    const char *schedule;
+    double lr, min_lr, clip;
+    const char *schedule;  /* --schedule / --lr-scheduler: a name of MEGA_SCHED_LIST */
+    double warmup_init_lr, end_lr; /* the fairseq schedules' --warmup-init-lr, --end-learning-rate */
+    const char *optimizer; /* --optimizer: a name of MEGA_OPTIM_LIST */
+    mega_optim_hp opt;     /* its hyper-parameters (flags from the table's fields) */
 } train_args;
 
 typedef struct task task;

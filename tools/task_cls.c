@@ -86,15 +86,15 @@ int cls_apply_preset(train_args *a, const cli_flag *fl) {
     SET("activation", b->activation, MEGA_ACT_SILU);
     SET("truncation", b->truncation, 1024);
     SET("lr", a->lr, p->lr);
-    SET("weight-decay", a->weight_decay, p->wd);
+    SET("weight-decay", a->opt.weight_decay, p->wd);
     SET("dropout", b->dropout, (float)p->dropout);
     SET("attention-dropout", b->attention_dropout, 0.0f);
     SET("batch", a->batch, p->batch);
     SET("seq-len", a->seq_len, p->seq_len);
     SET("steps", a->steps, p->steps);
     SET("warmup", a->warmup, p->warmup);
-    SET("beta1", a->beta1, 0.9);
-    SET("beta2", a->beta2, 0.98);
+    SET("beta1", a->opt.beta1, 0.9);
+    SET("beta2", a->opt.beta2, 0.98);
     SET("clip", a->clip, 1.0);
     SET("pixel-mean", a->pixel_mean, p->pmean);
     SET("pixel-std", a->pixel_std, p->pstd);

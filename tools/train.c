@@ -4,8 +4,9 @@
  * Checkpoint directory (--out DIR; the protocol is in ckpt.h and docs/checkpoints.md):
  *   step-<N>.model.safetensors   weights by official name; __metadata__: config (JSON), step, and
  *                                the task's data description (classifier vocabulary and classes)
- *   step-<N>.state.safetensors   AdamW moments (exp_avg.<name>, exp_avg_sq.<name>), step, RNG and
- *                                data fingerprint; __metadata__: train (JSON), step
+ *   step-<N>.state.safetensors   the optimizer's state (AdamW: exp_avg.<name>, exp_avg_sq.<name>;
+ *                                mega_optim_save), step, RNG and data fingerprint; __metadata__:
+ *                                train (JSON, with "optimizer"), step
  *   step-<N>.manifest.json       written last: both files' sizes and checksums
  *   model.safetensors, train_state.safetensors   copies of the newest complete generation
  *   log.jsonl                    the training curve, one JSON object per line
@@ -27,50 +28,30 @@
 
 #include <cjson/cJSON.h>
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static uint64_t dropout_key(uint64_t seed, int64_t step) { return mix64(seed * 0x9E3779B97F4A7C15ull + (uint64_t)step + 0x1234567ull); }
-/* the dropout key of shard s of a step's batch: shard 0 keeps the step's key (a single process
- * draws exactly as before); the others get their own, so K ranks and --grad-accum K (the same K
- * shards) drop the same units */
-static uint64_t shard_key(uint64_t key, int shard) { return shard ? mix64(key ^ (0xD1B54A32D192ED03ull * (uint64_t)shard)) : key; }
-
-
-/* the decay of a schedule at progress p (clamped to [0, 1]): from `from` to `to`, cosine or linear;
- * constant stays at `from` */
-static double decay(const char *schedule, double from, double to, double p) {
-    if (p > 1) p = 1;
-    if (p < 0) p = 0;
-    if (!strcmp(schedule, "constant")) return from;
-    if (!strcmp(schedule, "cosine")) return to + 0.5 * (from - to) * (1 + cos(M_PI * p));
-    return from + (to - from) * p;
+/* the schedule's inputs from the flags (an unknown name is refused before: by the flag parser, or
+ * by new_task for a checkpoint's) */
+static mega_sched_inputs sched_of(const train_args *a) {
+    mega_sched_inputs s;
+    memset(&s, 0, sizeof s);
+    const int k = mega_sched_find(a->schedule);
+    s.kind = k < 0 ? MEGA_SCHED_COSINE : (mega_sched_kind)k;
+    s.lr = a->lr, s.min_lr = a->min_lr, s.warmup = a->warmup, s.steps = a->steps;
+    s.warmup_init_lr = a->warmup_init_lr, s.end_lr = a->end_lr;
+    s.time_budget = a->time_budget, s.sched_from = a->sched_from, s.sched_lr = a->sched_lr;
+    return s;
 }
 
+/* the learning rate of 0-based step `step` (mega_lr_at) */
 static double lr_at(const train_args *a, int64_t step, double trained) {
-    /* step is 0-based: linear warm-up to lr, then cosine / linear decay to min_lr, or constant;
-     * after a --reschedule at sched_from, the decay restarts there from the rate reached then.
-     * With --time-budget the decay's progress is the run's training seconds (`trained`, those of
-     * rank 0 under MPI) over the budget instead of the step over --steps: a run then reaches
-     * min_lr when its time is up, however fast the machine is; the warm-up stays in steps. */
-    if (a->time_budget > 0 && !(a->warmup > 0 && step < a->warmup))
-        return decay(a->schedule, a->lr, a->min_lr, trained / a->time_budget);
-    if (a->sched_from > 0 && step >= a->sched_from && strcmp(a->schedule, "constant")) {
-        int64_t span = a->steps - a->sched_from;
-        return decay(a->schedule, a->sched_lr, a->min_lr, span > 0 ? (double)(step - a->sched_from) / (double)span : 1.0);
-    }
-    if (a->warmup > 0 && step < a->warmup) return a->lr * (double)(step + 1) / (double)a->warmup;
-    int64_t span = a->steps - a->warmup;
-    return decay(a->schedule, a->lr, a->min_lr, span > 0 ? (double)(step - a->warmup) / (double)span : 1.0);
+    const mega_sched_inputs s = sched_of(a);
+    return mega_lr_at(&s, step, trained);
 }
 
 /* The training hyper-parameters stored in a checkpoint and restored by --resume: these flags of
  * the command's table (their JSON keys are the flag names). */
 static const char *const STORED[] = {"task", "steps", "batch", "seq-len", "lr", "min-lr", "warmup", "schedule",
                                      "weight-decay", "decay-all", "clip", "beta1", "beta2", "eps", "seed", "valid-fraction",
-                                     "max-tokens", "label-smoothing", "time-budget"};
+                                     "max-tokens", "label-smoothing", "time-budget", "optimizer"};
 #define NSTORED (sizeof STORED / sizeof *STORED)
 
 /* where a run stands: the step, the data position, and the run's training seconds and its
@@ -81,6 +62,42 @@ typedef struct {
     double train_seconds, eval_seconds;
 } train_pos;
 
+/* flag f's value into the stored setup o */
+static void json_add_flag(cJSON *o, const cli_flag *f) {
+    switch (f->kind) {
+    case F_INT: cJSON_AddNumberToObject(o, f->name, *(const int *)f->dst); break;
+    case F_I64: cJSON_AddNumberToObject(o, f->name, (double)*(const int64_t *)f->dst); break;
+    case F_DBL: cJSON_AddNumberToObject(o, f->name, *(const double *)f->dst); break;
+    case F_SET: cJSON_AddBoolToObject(o, f->name, *(const int *)f->dst); break;
+    case F_ENUM: cJSON_AddStringToObject(o, f->name, *(const char *const *)f->dst); break;
+    case F_CHOICE: { /* the name of the choice, as on the command line */
+        const char *c = f->choices;
+        for (int v = *(const int *)f->dst; v > 0 && c; v--) c = strchr(c, '|') ? strchr(c, '|') + 1 : NULL;
+        char buf[64];
+        snprintf(buf, sizeof buf, "%.*s", c ? (int)strcspn(c, "|") : 0, c ? c : "");
+        cJSON_AddStringToObject(o, f->name, buf);
+        break;
+    }
+    default: break;
+    }
+}
+
+/* the stored setup's flags beyond STORED: the optimizer's own hyper-parameters (kind k; -1 =
+ * every kind's) and the fairseq schedules' (sched: with a fairseq schedule; a run of another
+ * optimizer or schedule stores none of them, as before they existed) */
+static int extra_stored(const char *name, int k, int sched) {
+    for (size_t i = 0; i < NSTORED; i++)
+        if (!strcmp(STORED[i], name)) return 0;
+    if (sched && (!strcmp(name, "warmup-init-lr") || !strcmp(name, "end-learning-rate"))) return 1;
+    for (int j = 0; j < mega_optim_count(); j++) {
+        int nf;
+        const mega_optim_field *of = mega_optim_fields((mega_optim_kind)j, &nf);
+        for (int i = 0; (k < 0 || k == j) && i < nf; i++)
+            if (!strcmp(of[i].name, name)) return 1;
+    }
+    return 0;
+}
+
 /* the stored training setup; pos: where the run stands (NULL: the setup alone) */
 static char *train_json(const train_args *a, const train_pos *pos) {
     cJSON *o = cJSON_CreateObject();
@@ -88,15 +105,11 @@ static char *train_json(const train_args *a, const train_pos *pos) {
         const cli_flag *f = cli_flag_named(a->flags, STORED[i]);
         if (!f) continue;
         if (f->dst == &a->time_budget && a->time_budget <= 0) continue; /* older runs' files stay as they were */
-        switch (f->kind) {
-        case F_INT: cJSON_AddNumberToObject(o, f->name, *(const int *)f->dst); break;
-        case F_I64: cJSON_AddNumberToObject(o, f->name, (double)*(const int64_t *)f->dst); break;
-        case F_DBL: cJSON_AddNumberToObject(o, f->name, *(const double *)f->dst); break;
-        case F_SET: cJSON_AddBoolToObject(o, f->name, *(const int *)f->dst); break;
-        case F_ENUM: cJSON_AddStringToObject(o, f->name, *(const char *const *)f->dst); break;
-        default: break;
-        }
+        json_add_flag(o, f);
     }
+    const int sched = mega_sched_is_fairseq((mega_sched_kind)mega_sched_find(a->schedule));
+    for (const cli_flag *f = a->flags; o && f->name; f++)
+        if (extra_stored(f->name, mega_optim_find(a->optimizer), sched)) json_add_flag(o, f);
     if (o && a->sched_from > 0) { /* only after a --reschedule: older runs' files stay as they were */
         cJSON_AddNumberToObject(o, "schedule-from", (double)a->sched_from);
         cJSON_AddNumberToObject(o, "schedule-from-lr", a->sched_lr);
@@ -113,19 +126,26 @@ static char *train_json(const train_args *a, const train_pos *pos) {
 /* the stored values into the flags' variables ("task" is decided by the checkpoint's model) */
 static void restore_train_json(train_args *a, const cJSON *tj) {
     static char strs[NSTORED][32]; /* string values outlive the JSON */
-    for (size_t i = 0; i < NSTORED; i++) {
-        const cli_flag *f = cli_flag_named(a->flags, STORED[i]);
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(tj, STORED[i]);
-        if (!f || !v || !strcmp(f->name, "task")) continue;
+    for (const cli_flag *f = a->flags; f->name; f++) {
+        size_t i = 0;
+        while (i < NSTORED && strcmp(STORED[i], f->name)) i++;
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(tj, f->name);
+        if (!v || !strcmp(f->name, "task") || (i == NSTORED && !extra_stored(f->name, -1, 1))) continue;
         if (f->kind == F_INT && cJSON_IsNumber(v)) *(int *)f->dst = (int)v->valuedouble;
         else if (f->kind == F_I64 && cJSON_IsNumber(v)) *(int64_t *)f->dst = (int64_t)v->valuedouble;
         else if (f->kind == F_DBL && cJSON_IsNumber(v)) *(double *)f->dst = v->valuedouble;
         else if (f->kind == F_SET) *(int *)f->dst = cJSON_IsTrue(v);
-        else if (f->kind == F_ENUM && cJSON_IsString(v)) {
+        else if (f->kind == F_ENUM && cJSON_IsString(v) && i < NSTORED) {
             snprintf(strs[i], sizeof strs[i], "%s", v->valuestring);
             *(const char **)f->dst = strs[i];
+        } else if (f->kind == F_CHOICE && cJSON_IsString(v)) {
+            int k = 0;
+            for (const char *c = f->choices; c; c = strchr(c, '|') ? strchr(c, '|') + 1 : NULL, k++)
+                if (strlen(v->valuestring) == strcspn(c, "|") && !strncmp(c, v->valuestring, strcspn(c, "|"))) *(int *)f->dst = k;
         }
     }
+    /* a run saved before the optimizer table trained with AdamW */
+    if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(tj, "optimizer"))) a->optimizer = "adamw";
     const cJSON *from = cJSON_GetObjectItemCaseSensitive(tj, "schedule-from");
     const cJSON *from_lr = cJSON_GetObjectItemCaseSensitive(tj, "schedule-from-lr");
     a->sched_from = cJSON_IsNumber(from) && cJSON_IsNumber(from_lr) ? (int64_t)from->valuedouble : 0;
@@ -141,7 +161,7 @@ static void restore_train_json(train_args *a, const cJSON *tj) {
 /* ---- checkpoint ------------------------------------------------------------------------- */
 
 /* one checkpoint generation (ckpt.h): the model, the optimizer state, then the commit */
-static int save_checkpoint(const train_args *a, task *t, mega_adamw *opt, const train_pos *pos) {
+static int save_checkpoint(const train_args *a, task *t, mega_optim *opt, const train_pos *pos) {
     char mp[4096], sp[4096], stepstr[32];
     snprintf(stepstr, sizeof stepstr, "%lld", (long long)pos->step);
     ckpt_paths(a->out, pos->step, mp, sp, sizeof mp);
@@ -151,8 +171,8 @@ static int save_checkpoint(const train_args *a, task *t, mega_adamw *opt, const 
     /* 2. the optimizer state */
     mega_st_writer *w = mega_st_writer_new();
     if (!w) return cli_error("out of memory");
-    mega_status st = mega_adamw_save_moments(opt, t->ps, w);
-    int64_t scal[5] = {pos->step, *mega_adamw_t(opt), (int64_t)pos->data_rng, (int64_t)pos->data_hash, (int64_t)pos->data_size};
+    mega_status st = mega_optim_save(opt, t->ps, w);
+    int64_t scal[5] = {pos->step, *mega_optim_t(opt), (int64_t)pos->data_rng, (int64_t)pos->data_hash, (int64_t)pos->data_size};
     const char *sn[5] = {"step", "adam_step", "data_rng", "data_hash", "data_size"};
     for (int i = 0; i < 5 && !st; i++) st = mega_st_writer_add(w, sn[i], MEGA_DT_I64, 0, NULL, &scal[i]);
     char *tjs = train_json(a, pos);
@@ -182,12 +202,12 @@ static int64_t st_i64(const mega_st_file *f, const char *name, int *ok) {
     return v;
 }
 
-static int load_state_file(const char *path, mega_paramset *ps, mega_adamw *opt, train_pos *pos) {
+static int load_state_file(const char *path, mega_paramset *ps, mega_optim *opt, train_pos *pos) {
     mega_st_file *f;
     if (mega_st_open(path, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
     int ok = 1;
     pos->step = st_i64(f, "step", &ok);
-    *mega_adamw_t(opt) = st_i64(f, "adam_step", &ok);
+    *mega_optim_t(opt) = st_i64(f, "adam_step", &ok);
     pos->data_rng = (uint64_t)st_i64(f, "data_rng", &ok);
     pos->data_hash = (uint64_t)st_i64(f, "data_hash", &ok);
     pos->data_size = (uint64_t)st_i64(f, "data_size", &ok);
@@ -195,7 +215,7 @@ static int load_state_file(const char *path, mega_paramset *ps, mega_adamw *opt,
         mega_st_close(f);
         return cli_error("%s: missing step/RNG records (not a mega train_state file)", path);
     }
-    if (mega_adamw_load_moments(opt, ps, f) != MEGA_OK) {
+    if (mega_optim_load(opt, ps, f) != MEGA_OK) {
         mega_st_close(f);
         return cli_error("%s: %s", path, mega_last_error());
     }
@@ -261,6 +281,44 @@ static FILE *open_log(const train_args *a, int64_t keep_upto) {
 
 #define MAX_FLAGS 128
 
+/* "a|b|c" of a table's names */
+static const char *table_choices(char *buf, size_t size, int n, const char *(*name)(int)) {
+    size_t o = 0;
+    for (int k = 0; k < n && o < size; k++) o += (size_t)snprintf(buf + o, size - o, "%s%s", k ? "|" : "", name(k));
+    return buf;
+}
+static const char *optim_name_(int k) { return mega_optim_name((mega_optim_kind)k); }
+static const char *sched_name_(int k) { return mega_sched_name((mega_sched_kind)k); }
+static const char *optim_choices(void) {
+    static char buf[256];
+    return table_choices(buf, sizeof buf, mega_optim_count(), optim_name_);
+}
+static const char *sched_choices(void) {
+    static char buf[256];
+    return table_choices(buf, sizeof buf, mega_sched_count(), sched_name_);
+}
+
+/* the hyper-parameter flags of every optimizer (from their field tables; a field several kinds
+ * share once), into a->opt; n: the flags so far; the new count, or -1 when they do not fit */
+static int add_optim_flags(cli_flag *fl, int n, train_args *a) {
+    static const flag_kind kinds[] = {F_DBL, F_SET, F_CHOICE};
+    for (int k = 0; n >= 0 && k < mega_optim_count(); k++) {
+        int nf;
+        const mega_optim_field *of = mega_optim_fields((mega_optim_kind)k, &nf);
+        for (int i = 0; i < nf; i++) {
+            int dup = 0;
+            for (int j = 0; j < n; j++) dup |= !strcmp(fl[j].name, of[i].name);
+            if (dup) continue;
+            if (n + 1 >= MAX_FLAGS) return -1;
+            cli_flag g = {of[i].name, kinds[of[i].type], (char *)&a->opt + of[i].offset, of[i].help, of[i].choices,
+                          of[i].lo, of[i].hi, 0};
+            if (of[i].type != MEGA_OPTF_DOUBLE) g.lo = 1, g.hi = 0;
+            fl[n++] = g;
+        }
+    }
+    return n;
+}
+
 /* the defaults of the training flags (the model's are its config's defaults) */
 static void set_defaults(train_args *a) {
     memset(a, 0, sizeof *a);
@@ -272,7 +330,10 @@ static void set_defaults(train_args *a) {
     a->max_tokens = 4096, a->label_smoothing = 0.1, a->bpe_sides = "both";
     a->steps = 1000, a->batch = 16, a->seq_len = 256;
     a->lr = 2e-3, a->min_lr = 1e-4, a->warmup = 100, a->schedule = "cosine";
-    a->weight_decay = 0.01, a->clip = 1.0, a->beta1 = 0.9, a->beta2 = 0.98, a->eps = 1e-8;
+    a->warmup_init_lr = -1, a->end_lr = 0;
+    a->optimizer = "adamw";
+    mega_optim_hp_default(&a->opt);
+    a->clip = 1.0;
     a->seed = 1, a->threads = 0;
     a->eval_every = 200, a->save_every = 500, a->log_every = 0, a->eval_tokens = 65536;
     a->keep = 2;
@@ -321,16 +382,18 @@ static int build_flags(cli_flag *fl, train_args *a, const task_def *td) {
         {"lr", F_DBL, &a->lr, "peak learning rate", NULL, 0, 10, 0},
         {"min-lr", F_DBL, &a->min_lr, "final learning rate", NULL, 0, 10, 0},
         {"warmup", F_I64, &a->warmup, "linear warm-up steps", NULL, 0, 1e12, 0},
-        {"schedule", F_ENUM, &a->schedule, "decay after warm-up", "cosine|linear|constant", 1, 0, 0},
-        {"weight-decay", F_DBL, &a->weight_decay, "AdamW decoupled weight decay (matrices and embeddings)", NULL, 0, 10, 0},
-        {"decay-all", F_SET, &a->decay_all, "also decay norms, biases, EMA and bias parameters", NULL, 1, 0, 0},
+        {"schedule", F_ENUM, &a->schedule, "the learning-rate schedule (= --lr-scheduler)", sched_choices(), 1, 0, 0},
+        {"lr-scheduler", F_ENUM, &a->schedule, "the learning-rate schedule: cosine, linear, constant (linear warm-up to --lr, "
+         "then decay to --min-lr); the fairseq schedulers linear_decay, inverse_sqrt, cosine_fairseq (docs/training.md)",
+         sched_choices(), 1, 0, 0},
+        {"warmup-init-lr", F_DBL, &a->warmup_init_lr, "fairseq schedules: the rate the warm-up starts from (< 0: the "
+         "scheduler's default)", NULL, -1, 10, 0},
+        {"end-learning-rate", F_DBL, &a->end_lr, "linear_decay: the final rate", NULL, 0, 10, 0},
         {"clip", F_DBL, &a->clip, "clip the global gradient norm (0 = off)", NULL, 0, 1e9, 0},
-        {"beta1", F_DBL, &a->beta1, "AdamW beta1", NULL, 0, 0.999999, 0},
-        {"beta2", F_DBL, &a->beta2, "AdamW beta2", NULL, 0, 0.999999999, 0},
-        {"eps", F_DBL, &a->eps, "AdamW epsilon", NULL, 1e-30, 1, 0},
+        {"optimizer", F_ENUM, &a->optimizer, "the optimizer (its flags follow)", optim_choices(), 1, 0, 0},
         {"seed", F_I64, &a->seed, "seed (initialisation, data sampling, dropout)", NULL, 0, 9e15, 0},
         {"threads", F_INT, &a->threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
-        {"max-memory", F_SIZE, &tool_max_memory, "refuse a run whose expected memory (printed at the start: weights, gradients, AdamW moments, buffers, data, checkpoint saves) exceeds this: bytes, or with K/M/G/T (0 = the memory available)", NULL, 1, 0, 0},
+        {"max-memory", F_SIZE, &tool_max_memory, "refuse a run whose expected memory (printed at the start: weights, gradients, optimizer state, buffers, data, checkpoint saves) exceeds this: bytes, or with K/M/G/T (0 = the memory available)", NULL, 1, 0, 0},
         {"eval-every", F_I64, &a->eval_every, "validate every N steps (0 = only at the end)", NULL, 0, 1e12, 0},
         {"eval-tokens", F_I64, &a->eval_tokens, "lm: validation bytes per evaluation; classify: examples (0 = the whole split)", NULL, 0, 1e15, 0},
         {"save-every", F_I64, &a->save_every, "checkpoint every N steps (0 = only at the end)", NULL, 0, 1e12, 0},
@@ -350,6 +413,7 @@ static int build_flags(cli_flag *fl, train_args *a, const task_def *td) {
     for (size_t i = 0; n >= 0 && i < sizeof tf / sizeof *tf; i++) {
         if (n + 1 >= MAX_FLAGS) return -1;
         fl[n++] = tf[i];
+        if (tf[i].dst == &a->optimizer) n = add_optim_flags(fl, n, a);
     }
     if (n >= 0) memset(&fl[n], 0, sizeof fl[n]);
     return n;
@@ -402,6 +466,7 @@ static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
     if (r) return r;
     a->flags = fl;
     a->model_flags_seen = model_flags_seen(a, fl);
+    cli_flag_named(fl, "schedule")->seen |= cli_seen(fl, "lr-scheduler"); /* one flag, two names */
     const task_def *pt = task_with_presets();
     if (a->preset && pt && task_find(a->task) != pt) {
         if (cli_seen(fl, "task")) return cli_error("--preset is for --task %s", pt->name), 2;
@@ -428,12 +493,20 @@ static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
 
 /* ---- the command: starting and resuming ----------------------------------------------------- */
 
-static int new_task(train_args *a, const char *model_path, task **t, mega_adamw **opt) {
+static int new_task(train_args *a, const char *model_path, task **t, mega_optim **opt) {
     const task_def *td = task_find(a->task);
     if (!td) return cli_error("internal: no task '%s'", a->task), 2;
+    /* a checkpoint's names (the flags' are checked by the parser) */
+    if (mega_sched_find(a->schedule) < 0) return cli_error("the run's schedule '%s' is not one of %s", a->schedule, sched_choices()), 2;
+    if (mega_optim_find(a->optimizer) < 0)
+        return cli_error("the run's optimizer '%s' is not one of %s", a->optimizer, optim_choices()), 2;
+    const mega_sched_inputs si = sched_of(a);
+    if (mega_sched_check(&si) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
+    tool_optim = (mega_optim_kind)mega_optim_find(a->optimizer); /* the memory estimate counts its state */
+    if (mega_optim_hp_check(tool_optim, &a->opt) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
     if (td->create(a, model_path, t)) return 2;
     (*t)->kind = td->name;
-    if (mega_adamw_new(mega_ps_total((*t)->ps), opt) != MEGA_OK) {
+    if (mega_optim_new(tool_optim, mega_ps_total((*t)->ps), opt) != MEGA_OK) {
         (*t)->destroy(*t), *t = NULL;
         return cli_error("%s", mega_last_error()), 2;
     }
@@ -544,7 +617,7 @@ static int find_checkpoint(const char *dir, ckpt_gen *g, int *is_gen) {
  * checkpoint; *done when it is already at --steps. lead: the process that writes the directory
  * (rank 0: the lock, the clean-up, the adoption of the generation); the other ranks only read
  * the checkpoint, after rank 0 has adopted it. */
-static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw **opt, train_pos *pos, int *done, int lead) {
+static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_optim **opt, train_pos *pos, int *done, int lead) {
     struct stat sb;
     if (stat(a->out, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return cli_error("--resume: no checkpoint in '%s' (start the run without --resume)", a->out), 2;
@@ -572,12 +645,18 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw *
     const train_args cli = *a;
     restore_train_json(a, tj);
     cJSON_Delete(tj);
+    if (cli_seen(fl, "optimizer") && strcmp(cli.optimizer, a->optimizer))
+        return cli_error("--resume: the run in '%s' trains with --optimizer %s, not %s (its state is %s's)", a->out, a->optimizer,
+                         cli.optimizer, a->optimizer), 2;
     if (resume_schedule(a, &cli, fl, at)) return 2;
     a->lm.block.train_len = a->cls.block.train_len = a->s2s.encoder.train_len = a->s2s.decoder.train_len = a->seq_len;
     const char *tf[] = {"batch", "seq-len", "lr", "min-lr", "warmup", "weight-decay", "clip", "seed", "schedule"};
     for (size_t i = 0; lead && i < sizeof tf / sizeof *tf; i++)
         if (cli_seen(fl, tf[i]) && !(a->reschedule && (!strcmp(tf[i], "min-lr") || !strcmp(tf[i], "schedule"))))
             fprintf(stderr, "mega: note: --resume keeps the checkpoint's --%s; the flag is ignored\n", tf[i]);
+    for (const cli_flag *h = fl; lead && h->name; h++) /* the optimizer's and the fairseq schedules' flags */
+        if (h->seen && extra_stored(h->name, -1, 1) && strcmp(h->name, "weight-decay") && strcmp(h->name, "decay-all"))
+            fprintf(stderr, "mega: note: --resume keeps the checkpoint's --%s; the flag is ignored\n", h->name);
     if (new_task(a, g.model, t, opt)) return 2;
     if (load_state_file(g.state, (*t)->ps, *opt, pos)) return 2;
     if (pos->data_hash != (*t)->data_hash || pos->data_size != (*t)->data_size)
@@ -601,7 +680,7 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_adamw *
 
 /* a new run; lead: the process that writes the directory (rank 0), the other ranks only build the
  * task */
-static int open_fresh(train_args *a, task **t, mega_adamw **opt, train_pos *pos, int lead) {
+static int open_fresh(train_args *a, task **t, mega_optim **opt, train_pos *pos, int lead) {
     const char *exists = "'%s' already holds a training run; continue it with --resume, or replace it with --force";
     int locked = 0;
     if (lead && run_has_checkpoint(a->out)) { /* a run is there: is it running? */
@@ -759,12 +838,12 @@ static int validate_now(train_progress *p, const train_args *a, task *t, const t
 /* The model, the optimizer moments and the data position are the same on every rank: checked
  * (a hash, one small reduction) after the start and at each checkpoint, so a divergence, which
  * would make the checkpoint of rank 0 describe only one of the runs, stops the job at once. */
-static int ranks_in_sync(const task *t, const mega_adamw *opt, const train_pos *pos) {
+static int ranks_in_sync(const task *t, mega_optim *opt, const train_pos *pos) {
     if (dist_size() == 1) return 1;
     const size_t n = mega_ps_total(t->ps) * sizeof(mega_real);
     uint64_t h = mega_fnv1a64(mega_ps_data(t->ps), n);
-    h = mix64(h ^ mega_fnv1a64(mega_adamw_m((mega_adamw *)opt), n));
-    h = mix64(h ^ (uint64_t)pos->step ^ mix64(pos->data_rng));
+    h = mega_mix64(h ^ mega_fnv1a64(mega_optim_state(opt, 0), n));
+    h = mega_mix64(h ^ (uint64_t)pos->step ^ mega_mix64(pos->data_rng));
     if (dist_same_u64(h)) return 1;
     cli_error("rank %d: the ranks' models differ at step %lld (the reduction of the gradients was not the same on "
               "every rank)", dist_rank(), (long long)pos->step);
@@ -775,8 +854,7 @@ static int ranks_in_sync(const task *t, const mega_adamw *opt, const train_pos *
  * 0's training clock, which sets every rank's learning rate under --time-budget */
 enum { AG_LOSS, AG_METRIC, AG_UNITS, AG_SIGINT, AG_SIGTERM, AG_TIME, AG_CLOCK, AG_N };
 
-static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *pos, FILE *log) {
-    const mega_adamw_hp hp = {a->beta1, a->beta2, a->eps, a->weight_decay, a->decay_all};
+static int train_loop(const train_args *a, task *t, mega_optim *opt, train_pos *pos, FILE *log) {
     const int K = dist_size(), rank = dist_rank(), lead = rank == 0;
     const int N = a->grad_accum, shards = K * N;
     mega_real *grad = mega_ps_grad(t->ps);
@@ -798,13 +876,13 @@ static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *
         /* this rank's shards of the global batch, one micro-batch at a time: each draws the
          * whole batch from the same data position, so the position after the step is the same
          * on every rank and for every --grad-accum */
-        const uint64_t key = dropout_key((uint64_t)a->seed, step), rng0 = pos->data_rng;
+        const uint64_t key = mega_dropout_key((uint64_t)a->seed, step), rng0 = pos->data_rng;
         for (int j = 0; j < N; j++) {
             uint64_t rng = rng0;
             double l = 0, m = 0;
             int64_t u = 0;
             const int shard = rank * N + j;
-            if (t->step(t, a, &rng, shard_key(key, shard), shard, shards, &l, &m, &u)) return 2;
+            if (t->step(t, a, &rng, mega_shard_key(key, shard), shard, shards, &l, &m, &u)) return 2;
             ag[AG_LOSS] += l, ag[AG_METRIC] += m, ag[AG_UNITS] += (double)u;
             pos->data_rng = rng;
         }
@@ -825,7 +903,7 @@ static int train_loop(const train_args *a, task *t, mega_adamw *opt, train_pos *
             return cli_error("step %lld: the loss is not finite (%g); lower --lr or raise --warmup", (long long)step + 1, loss), 2;
         double gn = mega_ps_grad_norm(t->ps);
         if (a->clip > 0 && gn > a->clip) mega_ps_scale_grad(t->ps, a->clip / (gn + 1e-12));
-        mega_adamw_step(opt, t->ps, &hp, lr);
+        mega_optim_step(opt, t->ps, &a->opt, lr);
         pos->step = step + 1;
         p.trained = trained;
         if (lead) {
@@ -892,8 +970,11 @@ static void describe_run(const train_args *a, task *t, int64_t start) {
     t->describe(t, a, stdout);
     printf("  training  steps %lld, batch %d, seq-len %d, lr %g -> %g (%s, warmup %lld), weight-decay %g, clip %g, "
            "seed %lld, threads %d\n",
-           (long long)a->steps, a->batch, a->seq_len, a->lr, a->min_lr, a->schedule, (long long)a->warmup, a->weight_decay,
+           (long long)a->steps, a->batch, a->seq_len, a->lr, !strcmp(a->schedule, "linear_decay") ? a->end_lr : a->min_lr,
+           a->schedule, (long long)a->warmup, a->opt.weight_decay,
            a->clip, (long long)a->seed, mega_get_threads());
+    if (strcmp(a->optimizer, "adamw")) /* AdamW runs print as before */
+        printf("  optimizer %s (%s)\n", a->optimizer, mega_optim_describe((mega_optim_kind)mega_optim_find(a->optimizer)));
     if (dist_size() > 1 || a->grad_accum > 1)
         printf("  parallel  %d ranks x --grad-accum %d = %d shards of %d sequences per batch (%s)\n", dist_size(), a->grad_accum,
                dist_size() * a->grad_accum, a->batch / (dist_size() * a->grad_accum), dist_describe());
@@ -911,7 +992,7 @@ static void describe_run(const train_args *a, task *t, int64_t start) {
 /* the run's setup on every rank: rank 0 opens the run directory first (lock, clean-up, adoption of
  * the checkpoint), then the other ranks build the same task and read the same checkpoint; every
  * rank ends with the same status (0, or 2 after the ranks that failed printed why) */
-static int open_run(train_args *a, const cli_flag *fl, task **t, mega_adamw **opt, train_pos *pos, int *done) {
+static int open_run(train_args *a, const cli_flag *fl, task **t, mega_optim **opt, train_pos *pos, int *done) {
     const int lead = dist_rank() == 0;
     int rc = 0;
     if (lead) rc = a->resume ? open_resume(a, fl, t, opt, pos, done, 1) : open_fresh(a, t, opt, pos, 1);
@@ -953,7 +1034,7 @@ int cmd_train(int argc, char **argv) {
     }
     mega_set_threads(a.threads);
     train_pos pos = {0, 0, 0, 0, 0, 0};
-    mega_adamw *opt = NULL;
+    mega_optim *opt = NULL;
     task *t = NULL;
     int done = 0, in_loop = 0;
     int rc = open_run(&a, fl, &t, &opt, &pos, &done);
@@ -983,7 +1064,7 @@ int cmd_train(int argc, char **argv) {
         if (log) fclose(log);
     }
     if (t) t->destroy(t);
-    mega_adamw_free(opt);
+    mega_optim_free(opt);
     /* an error inside the loop may leave the other ranks in a collective: end the job */
     if (K > 1 && rc == 2 && in_loop) dist_abort(2);
     dist_finalize();

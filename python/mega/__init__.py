@@ -19,7 +19,7 @@ import numpy as np
 from . import _lib
 from ._lib import MegaError, lib
 
-__all__ = ["MegaError", "load", "create_lm", "LM", "Classifier", "AdamW", "set_threads", "get_threads",
+__all__ = ["MegaError", "load", "create_lm", "LM", "Classifier", "AdamW", "Apollo", "set_threads", "get_threads",
            "build_info", "data_rng_seed", "text_windows", "lr_schedule", "LIB_PATH"]
 __version__ = "0.1.0"
 LIB_PATH = _lib.LIB_PATH
@@ -154,32 +154,23 @@ def text_windows(text, batch, seq_len, state):
     return tok, tgt, st.value
 
 
-def lr_schedule(step, steps, lr, min_lr=1e-4, warmup=100, schedule="cosine"):
-    """the learning rate of 0-based step `step` under `mega train`'s schedule: linear warm-up
-    to lr over `warmup` steps, then cosine or linear decay to min_lr at `steps`, or constant"""
-    if warmup > 0 and step < warmup:
-        return lr * (step + 1) / warmup
-    span = steps - warmup
-    p = min((step - warmup) / span if span > 0 else 1.0, 1.0)
-    if schedule == "constant":
-        return lr
-    if schedule == "cosine":
-        return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * p))
-    if schedule == "linear":
-        return lr + (min_lr - lr) * p
-    raise MegaError(f"schedule must be cosine, linear or constant, got {schedule!r}", -1, "invalid argument")
+def lr_schedule(step, steps, lr, min_lr=1e-4, warmup=100, schedule="cosine", warmup_init_lr=-1.0, end_lr=0.0):
+    """the learning rate of 0-based step `step` under `mega train`'s schedule (the library's
+    mega_lr_at): cosine, linear or constant: linear warm-up to lr over `warmup` steps, then cosine
+    or linear decay to min_lr at `steps`, or constant; or one of fairseq's linear_decay,
+    inverse_sqrt, cosine_fairseq (warmup_init_lr, end_lr: their --warmup-init-lr and
+    --end-learning-rate; docs/training.md)"""
+    k = lib.mega_sched_find(str(schedule).encode())
+    if k < 0:
+        raise MegaError(f"schedule must be cosine, linear, constant, linear_decay, inverse_sqrt or cosine_fairseq, got {schedule!r}", -1, "invalid argument")
+    s = _lib.SchedInputs(kind=k, lr=float(lr), min_lr=float(min_lr), warmup=int(warmup), steps=int(steps),
+                         warmup_init_lr=float(warmup_init_lr), end_lr=float(end_lr))
+    _lib.check(lib.mega_sched_check(byref(s)))
+    return lib.mega_lr_at(byref(s), int(step), 0.0)
 
 
 def _ptr(a, typ):
     return a.ctypes.data_as(typ) if a is not None else None
-
-
-def _mix64(x):
-    """splitmix64's finaliser (as the tool's mix64): dropout keys from (seed, step)"""
-    M = 2**64 - 1
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & M
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & M
-    return x ^ (x >> 31)
 
 
 class _Model:
@@ -273,7 +264,7 @@ class _Model:
         method) and seed self.dropout_seed, so a loop can reproduce `mega train` exactly."""
         self.zero_grad()
         if key is None:
-            key = _mix64((self.dropout_seed * 0x9E3779B97F4A7C15 + self.steps + 0x1234567) & (2**64 - 1))
+            key = lib.mega_dropout_key(self.dropout_seed & (2**64 - 1), self.steps)
         loss = self.forward(inputs, targets, train=True, key=key, **kw)
         if not math.isfinite(loss):
             raise MegaError(f"the loss is not finite ({loss}); lower the learning rate", -8, "non-finite values")
@@ -673,3 +664,40 @@ class AdamW:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down the module
             pass
+
+
+class Apollo(AdamW):
+    """Apollo over a model's parameters (the library's optimizer table, mega_optim; class Apollo of
+    the official fairseq/optim/apollo.py, docs/training.md). rebound: "constant" or "belief";
+    weight_decay_type: "auto" (L2 with constant, decoupled with belief), "L2", "decoupled" or
+    "stable"; the decay applies to the matrices and embeddings, or to everything with decay_all."""
+
+    def __init__(self, model, beta=0.9, eps=1e-4, rebound="constant", weight_decay=0.01, weight_decay_type="auto",
+                 decay_all=False):
+        model._need_grads()
+        self.model = model
+        self._h = None
+        hp = _lib.OptimHP()
+        lib.mega_optim_hp_default(byref(hp))
+        rebounds, types = ["constant", "belief"], ["auto", "L2", "decoupled", "stable"]
+        if rebound not in rebounds or weight_decay_type not in types:
+            raise MegaError(f"rebound must be one of {rebounds} and weight_decay_type one of {types}", -1, "invalid argument")
+        hp.apollo_beta, hp.apollo_eps, hp.weight_decay, hp.decay_all = float(beta), float(eps), float(weight_decay), int(bool(decay_all))
+        hp.apollo_rebound, hp.weight_decay_type = rebounds.index(rebound), types.index(weight_decay_type)
+        self._kind = lib.mega_optim_find(b"apollo")
+        _lib.check(lib.mega_optim_hp_check(self._kind, byref(hp)))
+        self.hp = hp
+        h = c_void_p()
+        _lib.check(lib.mega_optim_new(self._kind, lib.mega_ps_total(model._paramset()), byref(h)))
+        self._h = h
+
+    def step(self, lr):
+        """one update from the accumulated gradients with learning rate lr"""
+        if not self._h:
+            raise MegaError("the optimizer is closed", -1, "invalid argument")
+        lib.mega_optim_step(self._h, self.model._paramset(), byref(self.hp), float(lr))
+
+    def close(self):
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            _lib.lib.mega_optim_free(h)

@@ -72,6 +72,18 @@ class AdamWHP(Structure):  # mega_adamw_hp
                 ("decay_all", c_int)]
 
 
+class OptimHP(Structure):  # mega_optim_hp
+    _fields_ = [("weight_decay", c_double), ("decay_all", c_int), ("beta1", c_double), ("beta2", c_double),
+                ("eps", c_double), ("apollo_beta", c_double), ("apollo_eps", c_double), ("apollo_rebound", c_int),
+                ("weight_decay_type", c_int)]
+
+
+class SchedInputs(Structure):  # mega_sched_inputs
+    _fields_ = [("kind", c_int), ("lr", c_double), ("min_lr", c_double), ("warmup", c_int64), ("steps", c_int64),
+                ("warmup_init_lr", c_double), ("end_lr", c_double), ("time_budget", c_double), ("sched_from", c_int64),
+                ("sched_lr", c_double)]
+
+
 class ClsInput(Structure):  # mega_cls_input
     _fields_ = [("tokens", POINTER(c_int32)), ("values", POINTER(c_float)), ("lengths", POINTER(c_int32)),
                 ("T", c_int)]
@@ -155,6 +167,17 @@ PROTOTYPES = {
     "mega_adamw_new": (c_int, [c_size_t, PP]),
     "mega_adamw_free": (None, [P]),
     "mega_adamw_step": (None, [P, P, POINTER(AdamWHP), c_double]),
+    # the optimizer table, schedules and training keys (mega_train.h)
+    "mega_optim_find": (c_int, [c_char_p]),
+    "mega_optim_hp_default": (None, [POINTER(OptimHP)]),
+    "mega_optim_hp_check": (c_int, [c_int, POINTER(OptimHP)]),
+    "mega_optim_new": (c_int, [c_int, c_size_t, PP]),
+    "mega_optim_free": (None, [P]),
+    "mega_optim_step": (None, [P, P, POINTER(OptimHP), c_double]),
+    "mega_sched_find": (c_int, [c_char_p]),
+    "mega_sched_check": (c_int, [POINTER(SchedInputs)]),
+    "mega_lr_at": (c_double, [POINTER(SchedInputs), c_int64, c_double]),
+    "mega_dropout_key": (c_uint64, [c_uint64, c_int64]),
 }
 
 

@@ -134,6 +134,13 @@ losses = [tm.train_step(*windows(8, 64), opt, lr=3e-3) for _ in range(25)]
 after = tm.loss(evx, evy)
 check(f"25 AdamW steps from Python lower the held-out loss ({before:.4f} -> {after:.4f})", after < before - 0.05)
 check("train_step returns finite losses", all(np.isfinite(losses)), str(losses[:3]))
+ta = mega.load("lm", training=True)
+aop = mega.Apollo(ta, rebound="belief")
+before_a = ta.loss(evx, evy)
+[ta.train_step(*windows(8, 64), aop, lr=1e-2) for _ in range(25)]
+after_a = ta.loss(evx, evy)
+check(f"25 Apollo steps from Python lower the held-out loss ({before_a:.4f} -> {after_a:.4f})", after_a < before_a - 0.05)
+aop.close()
 tm.zero_grad()
 check("zero_grad: gradient norm 0", tm.grad_norm() == 0.0)
 tm.forward(evx, evy)

@@ -12,7 +12,11 @@
 #   * the schedule: --resume with another --steps is refused (cosine), --reschedule accepts it
 #     and the learning rate goes on from the rate reached (the first resumed step has the old
 #     schedule's rate), falling (cosine) to --min-lr at the new length; --warmup >= --steps warns;
-#     --reschedule without --resume and --force with --resume are refused.
+#     --reschedule without --resume and --force with --resume are refused;
+#   * the optimizer and schedule tables: Apollo (both rebounds) under the fairseq schedules
+#     (linear_decay, inverse_sqrt) resumes byte-identically to a straight run; the run names its
+#     optimizer (the description and the memory estimate); --resume with another --optimizer is
+#     refused in one line, and a run saved before the table (no "optimizer") resumes as AdamW.
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
 MEGA="$B/mega"
@@ -189,6 +193,52 @@ fi
 mega train $M --out W --steps 4 --warmup 10 > W.out 2> W.err
 rc=$?
 if [ $rc -eq 0 ] && grep -q '^mega: warning: --warmup 10 >= --steps 4' W.err; then ok "--warmup >= --steps warns: $(cat W.err)"; else bad "no warning for --warmup >= --steps: exit $rc, $(cat W.err)"; fi
+
+# ---- 4. the optimizer and schedule tables ----------------------------------------------------
+for v in "constant linear_decay --warmup-init-lr 1e-5 --end-learning-rate 2e-4" "belief inverse_sqrt --weight-decay-type stable"; do
+  set -- $v
+  reb=$1 sch=$2
+  shift 2
+  O="$M --optimizer apollo --apollo-rebound $reb --lr-scheduler $sch --warmup 4 --lr 3e-3 --save-every 0 $*"
+  mega train $O --out "AP$reb" --steps 16 --stop-after 7 > "AP$reb.1.out" 2>&1 || bad "apollo $reb to 7: $(tail -n 2 "AP$reb.1.out")"
+  mega train $F --out "AP$reb" --resume --steps 16 > "AP$reb.2.out" 2>&1 || bad "apollo $reb resume: $(tail -n 2 "AP$reb.2.out")"
+  mega train $O --out "AQ$reb" --steps 16 > "AQ$reb.out" 2>&1 || bad "apollo $reb straight: $(tail -n 2 "AQ$reb.out")"
+  if same_run "AP$reb" "AQ$reb" && grep -q 'optimizer apollo' "AQ$reb.out" && grep -q '"lr"' "AQ$reb/log.jsonl" &&
+    ! grep -q 'nan' "AQ$reb/log.jsonl"; then
+    ok "apollo ($reb, $sch): stopped at 7 and resumed to 16, byte-identical to a straight run of 16"
+  else
+    bad "apollo ($reb, $sch): the resumed run differs from the straight one"
+  fi
+done
+if grep -q '^  optimizer apollo' APconstant.1.out && grep -q 'apollo state' APconstant.1.out; then
+  ok "an apollo run names its optimizer: $(grep '^  optimizer' APconstant.1.out | cut -c1-60)..."
+else
+  bad "apollo run description: $(head -n 5 APconstant.1.out)"
+fi
+help=$(mega train --help 2>&1)
+if echo "$help" | grep -q -- '--lr-scheduler {cosine|linear|constant|linear_decay|inverse_sqrt|cosine_fairseq}' &&
+  echo "$help" | grep -q -- '--optimizer {adamw|apollo}' && echo "$help" | grep -q -- '--apollo-rebound {constant|belief}'; then
+  ok "mega train --help lists the tables' schedules, optimizers and the optimizers' flags"
+else
+  bad "mega train --help: $(echo "$help" | grep -e '--lr-scheduler' -e '--optimizer')"
+fi
+cp -r APconstant AP2
+mega train $F --out AP2 --resume --steps 20 --optimizer adamw > AP2.out 2> AP2.err
+rc=$?
+if [ $rc -eq 2 ] && one_error AP2.err && grep -q -- '--optimizer apollo' AP2.err && cmp -s AP2/model.safetensors APconstant/model.safetensors; then
+  ok "--resume with another --optimizer: refused ($(cat AP2.err))"
+else
+  bad "--resume --optimizer adamw of an apollo run: exit $rc, $(cat AP2.err)"
+fi
+mkdir -p v0 && cp "$ROOT/tests/fixtures/runs/lm_v010"/*.safetensors "$ROOT/tests/fixtures/runs/lm_v010"/*.json* v0/ &&
+  cp "$ROOT/tests/fixtures/runs/lm_v010/data.txt" v0data.txt
+mega train --data v0data.txt --threads 1 --quiet --out v0 --resume --optimizer apollo > V0.out 2> V0.err
+rc=$?
+if [ $rc -eq 2 ] && one_error V0.err && grep -q -- '--optimizer adamw' V0.err; then
+  ok "a run saved before the optimizer table is an AdamW run: --optimizer apollo refused ($(cat V0.err))"
+else
+  bad "0.1.0 run with --optimizer apollo: exit $rc, $(cat V0.err)"
+fi
 
 echo "NOTE test_run_dir.sh: $(($(date +%s) - START)) s"
 finish
