@@ -15,7 +15,7 @@ trap 'rm -rf "$T"' EXIT
 # the names the headers declare with MEGA_API, after the preprocessor (the X-macro lists declare
 # functions too): each MEGA_API, marked, up to the name before its parenthesis
 CC=${CC:-cc}
-printf '#include "mega.h"\n#include "mega_data.h"\n#include "mega_train.h"\n' > "$T/all.c"
+printf '#include "mega.h"\n#include "mega_data.h"\n#include "mega_train.h"\n#include "mega_metrics.h"\n' > "$T/all.c"
 if ! "$CC" -E -P -DMEGA_API=MEGA_EXPORT_MARK -I"$SRC/include" "$T/all.c" > "$T/all.i" 2> "$T/cpp.err"; then
   bad "the preprocessor failed on the public headers: $(head -c 300 "$T/cpp.err")"; finish
 fi
