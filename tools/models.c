@@ -19,7 +19,7 @@ int model_file_kind(const char *path, mega_model_kind *k) {
     if (mega_st_open(path, &f) != MEGA_OK) return -1;
     const mega_status st = mega_model_kind_of_json(mega_st_meta(f, "config"), k);
     mega_st_close(f);
-    return st == MEGA_OK ? 0 : -1;
+    return st == MEGA_OK ? 0 : -2;
 }
 
 const mega_load_opts MODEL_INFERENCE = {1, 0};
@@ -28,7 +28,10 @@ const char *model_path(const char *m, char *buf, size_t n) { return mega_model_f
 
 int model_open(const char *arg, char *path, size_t n, mega_model_kind *k) {
     /* a file that cannot be read says why */
-    if (!model_path(arg, path, n) || model_file_kind(path, k)) return cli_error("%s", mega_last_error());
+    if (!model_path(arg, path, n)) return cli_error("%s", mega_last_error());
+    const int rc = model_file_kind(path, k);
+    if (rc == -2) return cli_error("%s: %s", path, mega_last_error()); /* the file's config: name the file */
+    if (rc) return cli_error("%s", mega_last_error());
     return 0;
 }
 

@@ -6,8 +6,8 @@
 #define MEGA_TOOLS_MODELS_H
 #include "common.h"
 
-/* the kind of the model file at path (the library's rule, mega_model_kind_of_json): 0, or -1
- * (mega_last_error set) when it cannot be read or names a kind this library does not know */
+/* the kind of the model file at path (the library's rule, mega_model_kind_of_json): 0, -1 when it
+ * cannot be read, -2 when its config names a kind this library does not know (mega_last_error set) */
 int model_file_kind(const char *path, mega_model_kind *k);
 
 
