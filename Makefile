@@ -291,7 +291,8 @@ BINDIR ?= $(PREFIX)/bin
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 LDCONFIG ?= ldconfig
 
-PIC_FLAGS := -fPIC
+# hidden visibility: libmega.so exports only what the public headers mark MEGA_API
+PIC_FLAGS := -fPIC -fvisibility=hidden
 ifeq ($(call try,-fPIC -fno-semantic-interposition,empty),yes)
 PIC_FLAGS += -fno-semantic-interposition
 endif

@@ -48,6 +48,17 @@ extern "C" {
 
 #define MEGA_VERSION "0.1.0"
 
+/* MEGA_API marks the public API: libmega.so is built with hidden visibility
+ * (-fvisibility=hidden), so it exports exactly the functions declared with MEGA_API in the public
+ * headers (tests/sh/test_exports.sh checks it); the library's internal functions stay internal. */
+#ifndef MEGA_API
+#if defined(__GNUC__) || defined(__clang__)
+#define MEGA_API __attribute__((visibility("default")))
+#else
+#define MEGA_API
+#endif
+#endif
+
 #ifdef MEGA_F64
 typedef double mega_real;
 #define MEGA_REAL_NAME "float64"
@@ -70,26 +81,26 @@ typedef enum {
     MEGA_ERR_NUMERIC = -8      /* non-finite values */
 } mega_status;
 
-const char *mega_status_str(mega_status s);
+MEGA_API const char *mega_status_str(mega_status s);
 /* The detail message of the most recent failure in this thread ("" if none). */
-const char *mega_last_error(void);
-void mega_clear_error(void);
+MEGA_API const char *mega_last_error(void);
+MEGA_API void mega_clear_error(void);
 
 /* Optional log sink for progress/info messages from the library (default: silent). Process-wide:
  * set it before starting threads; it may be called from any thread that calls the library. */
 typedef void (*mega_log_fn)(int level, const char *msg, void *user);
-void mega_set_log(mega_log_fn fn, void *user);
+MEGA_API void mega_set_log(mega_log_fn fn, void *user);
 
 /* Threads used by the library's OpenMP regions started from the calling thread (OpenMP keeps
  * the count per thread) and by OpenBLAS (process-wide); 0 = OMP_NUM_THREADS when set, else all
  * cores. */
 /* "512 bytes", "3.50 MiB", "12.3 GiB": a byte count for messages, into buf; returns buf */
-const char *mega_fmt_bytes(char *buf, size_t n, uint64_t bytes);
+MEGA_API const char *mega_fmt_bytes(char *buf, size_t n, uint64_t bytes);
 
-void mega_set_threads(int n);
-int mega_get_threads(void); /* the calling thread's count */
+MEGA_API void mega_set_threads(int n);
+MEGA_API int mega_get_threads(void); /* the calling thread's count */
 /* One line describing the build: precision, SIMD, OpenMP, BLAS. */
-const char *mega_build_info(void);
+MEGA_API const char *mega_build_info(void);
 
 /* ---------------------------------------------------------------------------------------------
  * safetensors (https://github.com/huggingface/safetensors): read, validate, write. */
@@ -114,39 +125,39 @@ typedef struct mega_st_file mega_st_file;
 
 /* Read and fully validate a safetensors file (header cap, JSON, dtypes, shapes, offsets in bounds
  * and non-overlapping, covering the data section, no duplicate names). */
-mega_status mega_st_open(const char *path, mega_st_file **out);
+MEGA_API mega_status mega_st_open(const char *path, mega_st_file **out);
 /* Same, from a memory image (copied). */
-mega_status mega_st_open_mem(const void *buf, size_t len, mega_st_file **out);
-void mega_st_close(mega_st_file *f);
-int mega_st_count(const mega_st_file *f);
-const mega_st_tensor *mega_st_at(const mega_st_file *f, int i);
-const mega_st_tensor *mega_st_get(const mega_st_file *f, const char *name); /* NULL if absent */
+MEGA_API mega_status mega_st_open_mem(const void *buf, size_t len, mega_st_file **out);
+MEGA_API void mega_st_close(mega_st_file *f);
+MEGA_API int mega_st_count(const mega_st_file *f);
+MEGA_API const mega_st_tensor *mega_st_at(const mega_st_file *f, int i);
+MEGA_API const mega_st_tensor *mega_st_get(const mega_st_file *f, const char *name); /* NULL if absent */
 /* __metadata__ value for key, or NULL. */
-const char *mega_st_meta(const mega_st_file *f, const char *key);
-int mega_st_meta_count(const mega_st_file *f);
-const char *mega_st_meta_key(const mega_st_file *f, int i);
+MEGA_API const char *mega_st_meta(const mega_st_file *f, const char *key);
+MEGA_API int mega_st_meta_count(const mega_st_file *f);
+MEGA_API const char *mega_st_meta_key(const mega_st_file *f, int i);
 /* Copy a tensor into a mega_real array of n elements, converting F32/F64/F16/BF16/ints.
  * Fails with MEGA_ERR_SHAPE if numel != n. */
-mega_status mega_st_read_real(const mega_st_tensor *t, mega_real *dst, size_t n);
+MEGA_API mega_status mega_st_read_real(const mega_st_tensor *t, mega_real *dst, size_t n);
 /* Copy an integer tensor (I32/I64/U8/I8/I16/BOOL) into int32. */
-mega_status mega_st_read_i32(const mega_st_tensor *t, int32_t *dst, size_t n);
+MEGA_API mega_status mega_st_read_i32(const mega_st_tensor *t, int32_t *dst, size_t n);
 
 /* Writer: add tensors (the data is copied by mega_st_writer_add, so the caller's buffer may be
  * freed right after), then write atomically (temporary file, fsync, rename). */
 typedef struct mega_st_writer mega_st_writer;
-mega_st_writer *mega_st_writer_new(void);
-void mega_st_writer_free(mega_st_writer *w);
-mega_status mega_st_writer_add(mega_st_writer *w, const char *name, mega_dtype dtype, int ndim,
+MEGA_API mega_st_writer *mega_st_writer_new(void);
+MEGA_API void mega_st_writer_free(mega_st_writer *w);
+MEGA_API mega_status mega_st_writer_add(mega_st_writer *w, const char *name, mega_dtype dtype, int ndim,
                                const int64_t *shape, const void *data);
-mega_status mega_st_writer_meta(mega_st_writer *w, const char *key, const char *value);
-mega_status mega_st_writer_write(mega_st_writer *w, const char *path);
+MEGA_API mega_status mega_st_writer_meta(mega_st_writer *w, const char *key, const char *value);
+MEGA_API mega_status mega_st_writer_write(mega_st_writer *w, const char *path);
 
-size_t mega_dtype_size(mega_dtype dt);
-const char *mega_dtype_name(mega_dtype dt); /* "F32", ... */
+MEGA_API size_t mega_dtype_size(mega_dtype dt);
+MEGA_API const char *mega_dtype_name(mega_dtype dt); /* "F32", ... */
 
 /* Atomically replace `path` with `len` bytes (temporary file in the same directory, fsync,
  * rename, fsync of the directory). */
-mega_status mega_write_file_atomic(const char *path, const void *data, size_t len);
+MEGA_API mega_status mega_write_file_atomic(const char *path, const void *data, size_t len);
 
 /* ---------------------------------------------------------------------------------------------
  * Mechanisms and their names. Each list below is the ONE place its values are written: the enum,
@@ -224,20 +235,20 @@ typedef enum { MEGA_MODEL_LIST(MEGA_ENUM_MODEL_) MEGA_MODEL_COUNT } mega_model_k
 
 /* Names: *_name returns "?" for an out-of-range value; *_parse returns 0 on success, -1 for an
  * unknown name (a few historical aliases are accepted: "swish" = silu). */
-const char *mega_attn_fn_name(mega_attn_fn f);
-int mega_attn_fn_parse(const char *s, mega_attn_fn *f);
-const char *mega_norm_name(mega_norm_type t);
-int mega_norm_parse(const char *s, mega_norm_type *t);
-const char *mega_act_name(mega_act a);
-int mega_act_parse(const char *s, mega_act *a);
-const char *mega_relpos_name(mega_relpos_kind r);
-int mega_relpos_parse(const char *s, mega_relpos_kind *r);
-const char *mega_pos_name(mega_pos_kind p);
-int mega_pos_parse(const char *s, mega_pos_kind *p);
-const char *mega_mixer_name(mega_mixer_kind k);
-int mega_mixer_parse(const char *s, mega_mixer_kind *k);
-const char *mega_mixer_summary(mega_mixer_kind k);
-int mega_mixer_available(mega_mixer_kind k); /* built into this library */
+MEGA_API const char *mega_attn_fn_name(mega_attn_fn f);
+MEGA_API int mega_attn_fn_parse(const char *s, mega_attn_fn *f);
+MEGA_API const char *mega_norm_name(mega_norm_type t);
+MEGA_API int mega_norm_parse(const char *s, mega_norm_type *t);
+MEGA_API const char *mega_act_name(mega_act a);
+MEGA_API int mega_act_parse(const char *s, mega_act *a);
+MEGA_API const char *mega_relpos_name(mega_relpos_kind r);
+MEGA_API int mega_relpos_parse(const char *s, mega_relpos_kind *r);
+MEGA_API const char *mega_pos_name(mega_pos_kind p);
+MEGA_API int mega_pos_parse(const char *s, mega_pos_kind *p);
+MEGA_API const char *mega_mixer_name(mega_mixer_kind k);
+MEGA_API int mega_mixer_parse(const char *s, mega_mixer_kind *k);
+MEGA_API const char *mega_mixer_summary(mega_mixer_kind k);
+MEGA_API int mega_mixer_available(mega_mixer_kind k); /* built into this library */
 
 /* ---------------------------------------------------------------------------------------------
  * The block configuration: everything a block (token mixer + normalized FFN) needs, one field
@@ -286,12 +297,12 @@ typedef struct {
 } mega_block_config;
 
 /* Mega's defaults (the small byte-level model of `mega train`); bidirectional 0 */
-void mega_block_config_default(mega_block_config *c);
+MEGA_API void mega_block_config_default(mega_block_config *c);
 /* fill the options left at 0 with the chosen mixer's defaults (idempotent) */
-void mega_block_config_resolve(mega_block_config *c);
+MEGA_API void mega_block_config_resolve(mega_block_config *c);
 /* one-line error naming the field for an invalid configuration (after resolving the defaults;
  * the mixer's own rules included) */
-mega_status mega_block_config_check(const mega_block_config *c);
+MEGA_API mega_status mega_block_config_check(const mega_block_config *c);
 
 /* What a caller running a block needs to know about its mixer, for sequences (or streams) of up
  * to T tokens: asked instead of testing which mixer it is (each mixer answers for itself). */
@@ -318,7 +329,7 @@ typedef struct {
 } mega_block_context;
 /* the context of config c (as a model holds it: the mixer's defaults resolved) for sequences of up
  * to T tokens (T < 1: the longest is not known; chunked Mega still answers its chunk) */
-void mega_block_context_of(const mega_block_config *c, int T, mega_block_context *x);
+MEGA_API void mega_block_context_of(const mega_block_config *c, int T, mega_block_context *x);
 
 /* Field tables: the name, type, location, range and meaning of every config field, in order.
  * The JSON reader/writer and the command line are built from them. */
@@ -343,14 +354,14 @@ typedef struct {
                                  * (block fields: built from the options each mixer declares) */
     const char *help;           /* one line: the meaning, including what 0 / -1 mean */
 } mega_field;
-const mega_field *mega_block_config_fields(int *count);
+MEGA_API const mega_field *mega_block_config_fields(int *count);
 /* whether field f matters for mixer k (e.g. z-dim only for Mega; heads not for Mega) */
-int mega_field_applies(const mega_field *f, mega_mixer_kind k);
+MEGA_API int mega_field_applies(const mega_field *f, mega_mixer_kind k);
 /* a field's value as text ("128", "0.1", "true", "softmax") */
-void mega_field_format(const mega_field *f, const void *config, char *buf, size_t n);
+MEGA_API void mega_field_format(const mega_field *f, const void *config, char *buf, size_t n);
 /* set a field from text (the forms mega_field_format writes); the value is not range-checked
  * here (the config check does that) */
-mega_status mega_field_parse(const mega_field *f, void *config, const char *text);
+MEGA_API mega_status mega_field_parse(const mega_field *f, void *config, const char *text);
 
 /* ---------------------------------------------------------------------------------------------
  * Creating and loading models (every model kind), and the memory they need.
@@ -380,7 +391,7 @@ typedef struct {
 /* The memory available to this process now, in bytes: MemAvailable of /proc/meminfo (else the
  * free physical pages), lowered to what a cgroup memory limit leaves. Files read whole (models,
  * data) must fit in it. */
-size_t mega_memory_available(void);
+MEGA_API size_t mega_memory_available(void);
 
 /* ---------------------------------------------------------------------------------------------
  * causal language model (official fairseq mega_lm / MegaDecoderNoCrossAttn; docs/mega.md §10).
@@ -411,46 +422,46 @@ typedef struct {
 } mega_lm_config;
 
 /* the defaults of `mega train` (a small byte-level model) */
-void mega_lm_config_default(mega_lm_config *c);
+MEGA_API void mega_lm_config_default(mega_lm_config *c);
 /* fill the defaults left at 0 (the block's mixer options), as mega_lm_create does */
-void mega_lm_config_resolve(mega_lm_config *c);
+MEGA_API void mega_lm_config_resolve(mega_lm_config *c);
 /* one-line error for an invalid configuration */
-mega_status mega_lm_config_check(const mega_lm_config *c);
+MEGA_API mega_status mega_lm_config_check(const mega_lm_config *c);
 /* JSON with the field names as keys ("layers", "embed-dim", ...; also reads the official fairseq
  * argument names); caller frees with free() */
-char *mega_lm_config_to_json(const mega_lm_config *c);
-mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c);
+MEGA_API char *mega_lm_config_to_json(const mega_lm_config *c);
+MEGA_API mega_status mega_lm_config_from_json(const char *json, mega_lm_config *c);
 /* the model-level fields (vocab-size ... tie-embeddings); the block's are in
  * mega_block_config_fields, at offsetof(mega_lm_config, block) */
-const mega_field *mega_lm_config_fields(int *count);
+MEGA_API const mega_field *mega_lm_config_fields(int *count);
 
 typedef struct mega_lm mega_lm;
 
-mega_status mega_lm_create(const mega_lm_config *c, mega_lm **out);
+MEGA_API mega_status mega_lm_create(const mega_lm_config *c, mega_lm **out);
 /* the same with options (NULL = mega_lm_create: gradients, the initialisation of seed 0) */
-mega_status mega_lm_create_ex(const mega_lm_config *c, const mega_load_opts *o, mega_lm **out);
+MEGA_API mega_status mega_lm_create_ex(const mega_lm_config *c, const mega_load_opts *o, mega_lm **out);
 /* what a model of config c needs: training (gradients, AdamW) or not, forward buffers for B x T
  * (mega_lm_reserve; B = 0: none). Streams (mega_lm_stream_new) need less than a forward of one
  * segment. */
-mega_status mega_lm_memory(const mega_lm_config *c, int training, int B, int T, mega_memory *out);
-void mega_lm_free(mega_lm *m);
-const mega_lm_config *mega_lm_get_config(const mega_lm *m);
+MEGA_API mega_status mega_lm_memory(const mega_lm_config *c, int training, int B, int T, mega_memory *out);
+MEGA_API void mega_lm_free(mega_lm *m);
+MEGA_API const mega_lm_config *mega_lm_get_config(const mega_lm *m);
 /* official initialisation (reset_parameters distributions), deterministic in seed */
-void mega_lm_init_params(mega_lm *m, uint64_t seed);
-size_t mega_lm_num_params(const mega_lm *m); /* trainable */
+MEGA_API void mega_lm_init_params(mega_lm *m, uint64_t seed);
+MEGA_API size_t mega_lm_num_params(const mega_lm *m); /* trainable */
 /* write model.safetensors (config JSON in __metadata__["config"]) atomically */
-mega_status mega_lm_save(const mega_lm *m, const char *path);
+MEGA_API mega_status mega_lm_save(const mega_lm *m, const char *path);
 /* same, with extra __metadata__ entries: kv = {key, value, key, value, ..., NULL} */
-mega_status mega_lm_save_ex(const mega_lm *m, const char *path, const char *const *kv);
+MEGA_API mega_status mega_lm_save_ex(const mega_lm *m, const char *path, const char *const *kv);
 /* create a model from a model.safetensors written by mega_lm_save (or an official-named file
  * with a config in the metadata); path is the file or the run directory holding it
  * (mega_model_file) */
-mega_status mega_lm_load(const char *path, mega_lm **out);
+MEGA_API mega_status mega_lm_load(const char *path, mega_lm **out);
 /* the same with options: o->inference loads without gradients (`mega eval`, `mega generate`) */
-mega_status mega_lm_load_ex(const char *path, const mega_load_opts *o, mega_lm **out);
+MEGA_API mega_status mega_lm_load_ex(const char *path, const mega_load_opts *o, mega_lm **out);
 /* load weights by official name into an existing model (the config must match: every tensor is
  * checked before any is read, so a failure leaves the weights unchanged); path as above */
-mega_status mega_lm_load_weights(mega_lm *m, const char *path);
+MEGA_API mega_status mega_lm_load_weights(mega_lm *m, const char *path);
 
 typedef struct {
     int training;      /* dropout on, batchnorm batch statistics */
@@ -467,53 +478,53 @@ typedef struct {
  * must be padded to the same shape). The running statistics then stay identical everywhere.
  * NULL (the default): the statistics of the rows given. Models without batchnorm never call it. */
 typedef void (*mega_sum_fn)(double *buf, size_t n, void *ctx);
-void mega_lm_set_batch_sync(mega_lm *m, mega_sum_fn sum, void *ctx);
+MEGA_API void mega_lm_set_batch_sync(mega_lm *m, mega_sum_fn sum, void *ctx);
 
 /* Reserve buffers for batches up to B x T (called implicitly by forward when needed). */
-mega_status mega_lm_reserve(mega_lm *m, int B, int T);
+MEGA_API mega_status mega_lm_reserve(mega_lm *m, int B, int T);
 /* Forward over tokens [B,T]. With targets (NULL = none; negative entries are ignored) computes
  * the mean cross-entropy over the counted targets (*loss, *count) and keeps what backward needs.
  * Logits are available with mega_lm_logits until the next call. */
-mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+MEGA_API mega_status mega_lm_forward(mega_lm *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                             const mega_lm_run *run, double *loss, int64_t *count);
 /* Gradients of the last forward's loss, ACCUMULATED into the gradient buffer (zero it first
  * with mega_lm_zero_grad). `scale` multiplies the gradient (1 for the mean loss). */
-mega_status mega_lm_backward(mega_lm *m, double scale);
-void mega_lm_zero_grad(mega_lm *m);
-const mega_real *mega_lm_logits(const mega_lm *m); /* [B, T, V] of the last forward (until backward) */
+MEGA_API mega_status mega_lm_backward(mega_lm *m, double scale);
+MEGA_API void mega_lm_zero_grad(mega_lm *m);
+MEGA_API const mega_real *mega_lm_logits(const mega_lm *m); /* [B, T, V] of the last forward (until backward) */
 /* hidden state i (0 = scaled embedding, i = output of layer i) of the last forward:
  * [B, Tp, D] with Tp = mega_lm_padded_len (T, except batchnorm models whose length is not a
  * multiple of the chunk: those are right-padded to a chunk multiple, as the official decoder) */
-const mega_real *mega_lm_hidden(const mega_lm *m, int i);
-int mega_lm_padded_len(const mega_lm *m);
+MEGA_API const mega_real *mega_lm_hidden(const mega_lm *m, int i);
+MEGA_API int mega_lm_padded_len(const mega_lm *m);
 
 /* the flat parameter / gradient buffers and their table */
-mega_real *mega_lm_params(mega_lm *m);
-mega_real *mega_lm_grads(mega_lm *m);
-size_t mega_lm_param_total(const mega_lm *m); /* reals in the buffer (incl. buffers and padding) */
-int mega_lm_tensor_count(const mega_lm *m);
+MEGA_API mega_real *mega_lm_params(mega_lm *m);
+MEGA_API mega_real *mega_lm_grads(mega_lm *m);
+MEGA_API size_t mega_lm_param_total(const mega_lm *m); /* reals in the buffer (incl. buffers and padding) */
+MEGA_API int mega_lm_tensor_count(const mega_lm *m);
 /* name, offset, numel, flags of tensor i (flags: 1 decay, 2 non-trainable buffer) */
-const char *mega_lm_tensor_info(const mega_lm *m, int i, size_t *offset, size_t *numel, unsigned *flags);
+MEGA_API const char *mega_lm_tensor_info(const mega_lm *m, int i, size_t *offset, size_t *numel, unsigned *flags);
 
 /* Streaming (incremental) inference for B sequences, caller-owned state. cap: longest stream
  * for full-attention models (ignored when chunked). */
 typedef struct mega_lm_stream mega_lm_stream;
-mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out);
-void mega_lm_stream_free(mega_lm_stream *s);
-void mega_lm_stream_reset(mega_lm_stream *s);
+MEGA_API mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out);
+MEGA_API void mega_lm_stream_free(mega_lm_stream *s);
+MEGA_API void mega_lm_stream_reset(mega_lm_stream *s);
 /* feed T tokens per sequence (tokens [B,T]); logits [B,T,V] (or NULL). The whole call is checked
  * first (every token in the vocabulary; the cache capacity when the mixer's cache keeps the whole
  * stream, mega_block_context.cache_full: Mega under full attention, mha): on an error nothing is
  * fed. */
-mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T, mega_real *logits);
-int64_t mega_lm_stream_pos(const mega_lm_stream *s);
+MEGA_API mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T, mega_real *logits);
+MEGA_API int64_t mega_lm_stream_pos(const mega_lm_stream *s);
 /* Inspection: while streaming, every token of sequence 0 writes the attention weights of Mega
  * layer `layer` over the cached positions (the current chunk up to and including it; the whole
  * stream for full attention) into row (its position in the cache) of `rows`, rows `ld` reals
  * apart (ld >= the cache capacity: the chunk size, or cap of mega_lm_stream_new). Feeding a
  * chunk from its start fills the chunk's causal attention map. rows NULL stops. Mega mixer only
  * (MEGA_ERR_UNSUPPORTED otherwise). */
-mega_status mega_lm_stream_probe_attention(mega_lm_stream *s, int layer, mega_real *rows, int ld);
+MEGA_API mega_status mega_lm_stream_probe_attention(mega_lm_stream *s, int layer, mega_real *rows, int ld);
 
 /* ---------------------------------------------------------------------------------------------
  * Classifier (official LRA model: MegaLRAEncoder + LRAModel head; docs/mega.md §10).
@@ -536,27 +547,27 @@ typedef struct {
     int two_tower;                 /* retrieval pairs: pooled vectors of both inputs concatenated */
 } mega_cls_config;
 
-void mega_cls_config_default(mega_cls_config *c);
+MEGA_API void mega_cls_config_default(mega_cls_config *c);
 /* fill the defaults left at 0 (the mixer's options, classifier-dim), as mega_cls_create does */
-void mega_cls_config_resolve(mega_cls_config *c);
-mega_status mega_cls_config_check(const mega_cls_config *c);
+MEGA_API void mega_cls_config_resolve(mega_cls_config *c);
+MEGA_API mega_status mega_cls_config_check(const mega_cls_config *c);
 /* JSON with the field names (also reads the official LRA argument names) */
-char *mega_cls_config_to_json(const mega_cls_config *c);
-mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c);
+MEGA_API char *mega_cls_config_to_json(const mega_cls_config *c);
+MEGA_API mega_status mega_cls_config_from_json(const char *json, mega_cls_config *c);
 /* the model-level fields (layers ... two-tower); the block's at offsetof(mega_cls_config, block) */
-const mega_field *mega_cls_config_fields(int *count);
+MEGA_API const mega_field *mega_cls_config_fields(int *count);
 
 typedef struct mega_cls mega_cls;
-mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out);
-mega_status mega_cls_create_ex(const mega_cls_config *c, const mega_load_opts *o, mega_cls **out);
+MEGA_API mega_status mega_cls_create(const mega_cls_config *c, mega_cls **out);
+MEGA_API mega_status mega_cls_create_ex(const mega_cls_config *c, const mega_load_opts *o, mega_cls **out);
 /* as mega_lm_memory: forward (and backward) buffers for B inputs of T tokens (two towers: pairs) */
-mega_status mega_cls_memory(const mega_cls_config *c, int training, int B, int T, mega_memory *out);
-void mega_cls_free(mega_cls *m);
-const mega_cls_config *mega_cls_get_config(const mega_cls *m);
-void mega_cls_init_params(mega_cls *m, uint64_t seed);
-mega_status mega_cls_save_ex(const mega_cls *m, const char *path, const char *const *kv);
-mega_status mega_cls_load(const char *path, mega_cls **out); /* path: file or run directory */
-mega_status mega_cls_load_ex(const char *path, const mega_load_opts *o, mega_cls **out);
+MEGA_API mega_status mega_cls_memory(const mega_cls_config *c, int training, int B, int T, mega_memory *out);
+MEGA_API void mega_cls_free(mega_cls *m);
+MEGA_API const mega_cls_config *mega_cls_get_config(const mega_cls *m);
+MEGA_API void mega_cls_init_params(mega_cls *m, uint64_t seed);
+MEGA_API mega_status mega_cls_save_ex(const mega_cls *m, const char *path, const char *const *kv);
+MEGA_API mega_status mega_cls_load(const char *path, mega_cls **out); /* path: file or run directory */
+MEGA_API mega_status mega_cls_load_ex(const char *path, const mega_load_opts *o, mega_cls **out);
 
 /* One input of a batch: tokens [B,T] (token embedding) or values [B,T] (real embedding), and the
  * true lengths [B] (positions >= length are padding; tokens there should be padding_idx). */
@@ -568,14 +579,14 @@ typedef struct {
 } mega_cls_input;
 /* logits [B, C]; with targets [B] the mean cross-entropy (*loss) and the number of correct
  * argmax predictions (*correct). in2 is the second document for two-tower models (else NULL). */
-mega_status mega_cls_forward(mega_cls *m, const mega_cls_input *in, const mega_cls_input *in2, int B,
+MEGA_API mega_status mega_cls_forward(mega_cls *m, const mega_cls_input *in, const mega_cls_input *in2, int B,
                              const int32_t *targets, const mega_lm_run *run, double *loss, int64_t *correct);
-mega_status mega_cls_backward(mega_cls *m, double scale);
+MEGA_API mega_status mega_cls_backward(mega_cls *m, double scale);
 /* synchronized batch statistics over processes (mega_lm_set_batch_sync) */
-void mega_cls_set_batch_sync(mega_cls *m, mega_sum_fn sum, void *ctx);
-const mega_real *mega_cls_logits(const mega_cls *m);
+MEGA_API void mega_cls_set_batch_sync(mega_cls *m, mega_sum_fn sum, void *ctx);
+MEGA_API const mega_real *mega_cls_logits(const mega_cls *m);
 /* hidden state i of the last forward ([B, Tp, D], Tp = padded length) of input `which` (0/1) */
-const mega_real *mega_cls_hidden(const mega_cls *m, int which, int i, int *Tp);
+MEGA_API const mega_real *mega_cls_hidden(const mega_cls *m, int which, int i, int *Tp);
 
 /* ---------------------------------------------------------------------------------------------
  * Encoder–decoder (translation; official fairseq/models/mega.py MegaModel = MegaEncoder +
@@ -607,61 +618,61 @@ typedef struct {
 /* a small byte-level model: 2 + 2 layers, separate decoder embeddings, the block defaults (also
  * the values of the fields a config.json leaves out; `mega train --task translate` starts from
  * these and sets its own recipe: 1 + 3 layers, one shared table) */
-void mega_s2s_config_default(mega_s2s_config *c);
-void mega_s2s_config_resolve(mega_s2s_config *c);
-mega_status mega_s2s_config_check(const mega_s2s_config *c);
+MEGA_API void mega_s2s_config_default(mega_s2s_config *c);
+MEGA_API void mega_s2s_config_resolve(mega_s2s_config *c);
+MEGA_API mega_status mega_s2s_config_check(const mega_s2s_config *c);
 /* JSON {"model":"mega_s2s", <fields>, "encoder":{block fields}, "decoder":{block fields}}; also
  * reads the official MegaModel argument names (encoder_layers, decoder_z_dim, ...) */
-char *mega_s2s_config_to_json(const mega_s2s_config *c);
-mega_status mega_s2s_config_from_json(const char *json, mega_s2s_config *c);
+MEGA_API char *mega_s2s_config_to_json(const mega_s2s_config *c);
+MEGA_API mega_status mega_s2s_config_from_json(const char *json, mega_s2s_config *c);
 /* the model-level fields (src-vocab-size ... tie-embeddings) */
-const mega_field *mega_s2s_config_fields(int *count);
+MEGA_API const mega_field *mega_s2s_config_fields(int *count);
 
 typedef struct mega_s2s mega_s2s;
-mega_status mega_s2s_create(const mega_s2s_config *c, mega_s2s **out);
-mega_status mega_s2s_create_ex(const mega_s2s_config *c, const mega_load_opts *o, mega_s2s **out);
+MEGA_API mega_status mega_s2s_create(const mega_s2s_config *c, mega_s2s **out);
+MEGA_API mega_status mega_s2s_create_ex(const mega_s2s_config *c, const mega_load_opts *o, mega_s2s **out);
 /* as mega_lm_memory: teacher-forced forward (and backward) buffers for B pairs of S source and L
  * target tokens (mega_s2s_forward) */
-mega_status mega_s2s_memory(const mega_s2s_config *c, int training, int B, int S, int L, mega_memory *out);
-void mega_s2s_free(mega_s2s *m);
-const mega_s2s_config *mega_s2s_get_config(const mega_s2s *m);
-void mega_s2s_init_params(mega_s2s *m, uint64_t seed);
-mega_status mega_s2s_save_ex(const mega_s2s *m, const char *path, const char *const *kv);
-mega_status mega_s2s_load(const char *path, mega_s2s **out); /* path: file or run directory */
-mega_status mega_s2s_load_ex(const char *path, const mega_load_opts *o, mega_s2s **out);
+MEGA_API mega_status mega_s2s_memory(const mega_s2s_config *c, int training, int B, int S, int L, mega_memory *out);
+MEGA_API void mega_s2s_free(mega_s2s *m);
+MEGA_API const mega_s2s_config *mega_s2s_get_config(const mega_s2s *m);
+MEGA_API void mega_s2s_init_params(mega_s2s *m, uint64_t seed);
+MEGA_API mega_status mega_s2s_save_ex(const mega_s2s *m, const char *path, const char *const *kv);
+MEGA_API mega_status mega_s2s_load(const char *path, mega_s2s **out); /* path: file or run directory */
+MEGA_API mega_status mega_s2s_load_ex(const char *path, const mega_load_opts *o, mega_s2s **out);
 
 /* Teacher-forced forward: src [B,S], prev (decoder input) and tgt [B,L], right-padded with
  * padding_idx. Logits [B,L,V] (0 at target pads). With tgt: the label-smoothed cross-entropy over
  * the non-pad targets (fairseq label_smoothed_cross_entropy: (1-eps-eps/(V-1)) nll + eps/(V-1)
  * sum_v -log p_v; eps = label_smoothing), its mean in *loss, the mean NLL in *nll, the number of
  * counted targets in *count. */
-mega_status mega_s2s_forward(mega_s2s *m, const int32_t *src, int S, const int32_t *prev, const int32_t *tgt, int L,
+MEGA_API mega_status mega_s2s_forward(mega_s2s *m, const int32_t *src, int S, const int32_t *prev, const int32_t *tgt, int L,
                              int B, const mega_lm_run *run, double label_smoothing, double *loss, double *nll,
                              int64_t *count);
 /* gradients of `scale` x the mean loss, accumulated */
-mega_status mega_s2s_backward(mega_s2s *m, double scale);
+MEGA_API mega_status mega_s2s_backward(mega_s2s *m, double scale);
 /* synchronized batch statistics over processes (mega_lm_set_batch_sync) */
-void mega_s2s_set_batch_sync(mega_s2s *m, mega_sum_fn sum, void *ctx);
-const mega_real *mega_s2s_logits(const mega_s2s *m);
+MEGA_API void mega_s2s_set_batch_sync(mega_s2s *m, mega_sum_fn sum, void *ctx);
+MEGA_API const mega_real *mega_s2s_logits(const mega_s2s *m);
 /* the last forward's hidden states: side 0 = encoder, 1 = decoder; i = 0 (embeddings) ..
  * layers; [B, Tp, D] with Tp (written) the padded length */
-const mega_real *mega_s2s_hidden(const mega_s2s *m, int side, int i, int *Tp);
+MEGA_API const mega_real *mega_s2s_hidden(const mega_s2s *m, int side, int i, int *Tp);
 /* the encoder output the cross-attention saw: [B, S, D], zero at source pads */
-const mega_real *mega_s2s_encoder_out(const mega_s2s *m);
+MEGA_API const mega_real *mega_s2s_encoder_out(const mega_s2s *m);
 
 /* Incremental decoding (eval semantics): the encoder runs once per source batch, the decoder one
  * token per row per step with its streaming state (EMA state, the current chunk's keys and
  * values, the encoder output's cross-attention keys and values). */
 typedef struct mega_s2s_stream mega_s2s_stream;
 /* B rows, sources up to Smax tokens, up to tmax decoded positions */
-mega_status mega_s2s_stream_new(mega_s2s *m, int B, int Smax, int tmax, mega_s2s_stream **out);
-void mega_s2s_stream_free(mega_s2s_stream *s);
+MEGA_API mega_status mega_s2s_stream_new(mega_s2s *m, int B, int Smax, int tmax, mega_s2s_stream **out);
+MEGA_API void mega_s2s_stream_free(mega_s2s_stream *s);
 /* encode src [B/rep, S] and restart decoding; row b of the stream decodes source row b / rep */
-mega_status mega_s2s_stream_start(mega_s2s_stream *s, const int32_t *src, int S, int rep);
+MEGA_API mega_status mega_s2s_stream_start(mega_s2s_stream *s, const int32_t *src, int S, int rep);
 /* one token per row (tok [B]) -> logits [B, V] of the next token */
-mega_status mega_s2s_stream_step(mega_s2s_stream *s, const int32_t *tok, mega_real *logits);
+MEGA_API mega_status mega_s2s_stream_step(mega_s2s_stream *s, const int32_t *tok, mega_real *logits);
 /* beam search: new row b continues old row idx[b] (rows of the same source only) */
-mega_status mega_s2s_stream_reorder(mega_s2s_stream *s, const int *idx);
+MEGA_API mega_status mega_s2s_stream_reorder(mega_s2s_stream *s, const int *idx);
 
 /* Search (fairseq SequenceGenerator): beam 1 is greedy. A hypothesis ends with eos; its score
  * is the sum of its token log-probabilities (eos included) divided by len^lenpen (len counts
@@ -677,33 +688,33 @@ typedef struct {
      * source's byte length + 1 here, so that a and b keep their meaning for byte targets. */
     const int *limit_src_len;
 } mega_s2s_search;
-void mega_s2s_search_default(mega_s2s_search *p); /* beam 4, lenpen 1, a 1.2, b 10, token lengths */
+MEGA_API void mega_s2s_search_default(mega_s2s_search *p); /* beam 4, lenpen 1, a 1.2, b 10, token lengths */
 /* translate B sources (src [B, S] right-padded, eos-terminated): out [B, cap] receives each best
  * hypothesis without its eos, out_len [B] its length, score [B] (may be NULL) its score. A
  * hypothesis longer than cap is an error. */
-mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, const mega_s2s_search *p, int32_t *out,
+MEGA_API mega_status mega_s2s_translate(mega_s2s *m, const int32_t *src, int B, int S, const mega_s2s_search *p, int32_t *out,
                                int *out_len, int cap, double *score);
 /* the bytes mega_s2s_translate allocates for B sources of S tokens (its decoding stream, the
  * search's arrays, the sources' encoding), computed from the sizes the allocations use */
-mega_status mega_s2s_search_memory(const mega_s2s_config *c, int B, int S, const mega_s2s_search *p, size_t *bytes);
+MEGA_API mega_status mega_s2s_search_memory(const mega_s2s_config *c, int B, int S, const mega_s2s_search *p, size_t *bytes);
 
 /* ---------------------------------------------------------------------------------------------
  * A model's parameter set: one flat buffer of values and one of gradients, described by a table
  * of named tensors. Shared by every model kind (optimizer, clipping, checkpoints). */
 typedef struct mega_paramset mega_paramset;
-mega_paramset *mega_lm_paramset(mega_lm *m);
-mega_paramset *mega_cls_paramset(mega_cls *m);
-mega_paramset *mega_s2s_paramset(mega_s2s *m);
-mega_real *mega_ps_data(mega_paramset *p);
-mega_real *mega_ps_grad(mega_paramset *p);
-size_t mega_ps_total(const mega_paramset *p);      /* reals in each buffer */
-size_t mega_ps_trainable(const mega_paramset *p);  /* trainable parameters */
-int mega_ps_count(const mega_paramset *p);
+MEGA_API mega_paramset *mega_lm_paramset(mega_lm *m);
+MEGA_API mega_paramset *mega_cls_paramset(mega_cls *m);
+MEGA_API mega_paramset *mega_s2s_paramset(mega_s2s *m);
+MEGA_API mega_real *mega_ps_data(mega_paramset *p);
+MEGA_API mega_real *mega_ps_grad(mega_paramset *p);
+MEGA_API size_t mega_ps_total(const mega_paramset *p);      /* reals in each buffer */
+MEGA_API size_t mega_ps_trainable(const mega_paramset *p);  /* trainable parameters */
+MEGA_API int mega_ps_count(const mega_paramset *p);
 /* name, offset, numel, flags (1 decay, 2 non-trainable buffer) of tensor i */
-const char *mega_ps_info(const mega_paramset *p, int i, size_t *offset, size_t *numel, unsigned *flags);
-void mega_ps_zero_grad(mega_paramset *p);
-double mega_ps_grad_norm(const mega_paramset *p);
-void mega_ps_scale_grad(mega_paramset *p, double s);
+MEGA_API const char *mega_ps_info(const mega_paramset *p, int i, size_t *offset, size_t *numel, unsigned *flags);
+MEGA_API void mega_ps_zero_grad(mega_paramset *p);
+MEGA_API double mega_ps_grad_norm(const mega_paramset *p);
+MEGA_API void mega_ps_scale_grad(mega_paramset *p, double s);
 
 /* ---------------------------------------------------------------------------------------------
  * AdamW (decoupled weight decay, Loshchilov & Hutter) over a model's flat parameter buffer: the
@@ -715,25 +726,25 @@ typedef struct {
     int decay_all;
 } mega_adamw_hp;
 typedef struct mega_adamw mega_adamw;
-mega_status mega_adamw_new(size_t total, mega_adamw **out);
-void mega_adamw_free(mega_adamw *o);
+MEGA_API mega_status mega_adamw_new(size_t total, mega_adamw **out);
+MEGA_API void mega_adamw_free(mega_adamw *o);
 /* one update of a parameter set from its gradients with learning rate lr */
-void mega_adamw_step(mega_adamw *o, mega_paramset *p, const mega_adamw_hp *hp, double lr);
+MEGA_API void mega_adamw_step(mega_adamw *o, mega_paramset *p, const mega_adamw_hp *hp, double lr);
 /* the same for a language model (mega_adamw_step on mega_lm_paramset) */
-void mega_adamw_step_lm(mega_adamw *o, mega_lm *m, const mega_adamw_hp *hp, double lr);
+MEGA_API void mega_adamw_step_lm(mega_adamw *o, mega_lm *m, const mega_adamw_hp *hp, double lr);
 /* The moments in a training-state file: exp_avg.<name> and exp_avg_sq.<name> per trainable
  * tensor of ps, flat ([numel]; F32, or F64 in a MEGA_F64 build). Loading checks each one against
  * its parameter (present, floating point, of shape [numel], finite, second moments >= 0) and
  * fails naming the tensor. */
-mega_status mega_adamw_save_moments(const mega_adamw *o, const mega_paramset *ps, mega_st_writer *w);
-mega_status mega_adamw_load_moments(mega_adamw *o, const mega_paramset *ps, const mega_st_file *f);
+MEGA_API mega_status mega_adamw_save_moments(const mega_adamw *o, const mega_paramset *ps, mega_st_writer *w);
+MEGA_API mega_status mega_adamw_load_moments(mega_adamw *o, const mega_paramset *ps, const mega_st_file *f);
 /* moment buffers (total reals each) and step counter, for checkpoints */
-mega_real *mega_adamw_m(mega_adamw *o);
-mega_real *mega_adamw_v(mega_adamw *o);
-int64_t *mega_adamw_t(mega_adamw *o);
+MEGA_API mega_real *mega_adamw_m(mega_adamw *o);
+MEGA_API mega_real *mega_adamw_v(mega_adamw *o);
+MEGA_API int64_t *mega_adamw_t(mega_adamw *o);
 /* global L2 norm of the trainable gradients; scale them */
-double mega_lm_grad_norm(const mega_lm *m);
-void mega_lm_scale_grads(mega_lm *m, double s);
+MEGA_API double mega_lm_grad_norm(const mega_lm *m);
+MEGA_API void mega_lm_scale_grads(mega_lm *m, double s);
 
 /* ---------------------------------------------------------------------------------------------
  * Evaluation: the loops that score a model on held-out data, shared by training (validation) and
@@ -756,13 +767,13 @@ typedef void (*mega_eval_progress)(void *ctx, int64_t done, int64_t total, doubl
 /* mean loss (nats per token) over non-overlapping windows of T tokens, B windows per forward
  * pass (eval mode; the validation of language-model training); max_tokens caps the work (0 =
  * all). *count: the predictions scored. MEGA_ERR_INVALID when s has fewer than 2 tokens. */
-mega_status mega_lm_eval_windows(mega_lm *m, const mega_tokens *s, int B, int T, size_t max_tokens, double *loss,
+MEGA_API mega_status mega_lm_eval_windows(mega_lm *m, const mega_tokens *s, int B, int T, size_t max_tokens, double *loss,
                                  int64_t *count);
 /* streaming evaluation of every prediction of s, fed in segments of `seg` tokens: chunked Mega
  * carries its state across segments, every other model restarts at each one; the state also
  * restarts every `restart` predictions (0 = never: fairseq's --tokens-per-sample blocks).
  * progress (optional) after each segment, with the running mean loss. */
-mega_status mega_lm_eval_stream(mega_lm *m, const mega_tokens *s, int seg, size_t restart, mega_eval_progress progress,
+MEGA_API mega_status mega_lm_eval_stream(mega_lm *m, const mega_tokens *s, int seg, size_t restart, mega_eval_progress progress,
                                 void *ctx, double *loss, int64_t *count);
 
 /* ---------------------------------------------------------------------------------------------
@@ -779,16 +790,16 @@ typedef struct {
     uint64_t seed;      /* the random stream */
 } mega_sample_params;
 /* the defaults of `mega generate`: temperature 0.8, top_k 0, top_p 0.95, seed 0 */
-void mega_sample_params_default(mega_sample_params *p);
+MEGA_API void mega_sample_params_default(mega_sample_params *p);
 typedef struct mega_sampler mega_sampler;
 /* a sampler for vocab-sized logit rows (p NULL = the defaults) */
-mega_status mega_sampler_new(int vocab, const mega_sample_params *p, mega_sampler **out);
-void mega_sampler_free(mega_sampler *s);
+MEGA_API mega_status mega_sampler_new(int vocab, const mega_sample_params *p, mega_sampler **out);
+MEGA_API void mega_sampler_free(mega_sampler *s);
 /* restart the random stream from seed (the state mega_sampler_new left it in for that seed) */
-void mega_sampler_reset(mega_sampler *s, uint64_t seed);
+MEGA_API void mega_sampler_reset(mega_sampler *s, uint64_t seed);
 /* the next token for logits[vocab], never `exclude` (e.g. the model's padding_idx; -1 = none):
  * the token (>= 0), or a negative mega_status (NaN or infinite logits: MEGA_ERR_NUMERIC) */
-int mega_sampler_next(mega_sampler *s, const mega_real *logits, int exclude);
+MEGA_API int mega_sampler_next(mega_sampler *s, const mega_real *logits, int exclude);
 
 /* ---------------------------------------------------------------------------------------------
  * Models of any kind (MEGA_MODEL_LIST): create, load, save, free, memory and config without
@@ -799,41 +810,41 @@ int mega_sampler_next(mega_sampler *s, const mega_real *logits, int exclude);
  * mega_model_config_size bytes.
  */
 typedef struct mega_model mega_model;
-const char *mega_model_kind_name(mega_model_kind k);    /* "mega_lm"; "?" out of range */
-const char *mega_model_kind_summary(mega_model_kind k);
-int mega_model_kind_from_name(const char *s, mega_model_kind *k); /* 0, or -1 for an unknown name */
+MEGA_API const char *mega_model_kind_name(mega_model_kind k);    /* "mega_lm"; "?" out of range */
+MEGA_API const char *mega_model_kind_summary(mega_model_kind k);
+MEGA_API int mega_model_kind_from_name(const char *s, mega_model_kind *k); /* 0, or -1 for an unknown name */
 /* the kind a config JSON describes: its "model" (a name outside MEGA_MODEL_LIST fails, naming it
  * and the known kinds), else the kind whose official fairseq arguments it holds (decoder_layers:
  * mega_lm, encoder_layers: mega_cls, both: mega_s2s), else mega_lm (as mega_lm_config_from_json
  * reads a config without "model") */
-mega_status mega_model_kind_of_json(const char *json, mega_model_kind *k);
+MEGA_API mega_status mega_model_kind_of_json(const char *json, mega_model_kind *k);
 
-size_t mega_model_config_size(mega_model_kind k); /* 0 out of range */
-void mega_model_config_default(mega_model_kind k, void *cfg);
-mega_status mega_model_config_check(mega_model_kind k, const void *cfg);
-char *mega_model_config_to_json(mega_model_kind k, const void *cfg); /* caller frees */
-mega_status mega_model_config_from_json(mega_model_kind k, const char *json, void *cfg);
+MEGA_API size_t mega_model_config_size(mega_model_kind k); /* 0 out of range */
+MEGA_API void mega_model_config_default(mega_model_kind k, void *cfg);
+MEGA_API mega_status mega_model_config_check(mega_model_kind k, const void *cfg);
+MEGA_API char *mega_model_config_to_json(mega_model_kind k, const void *cfg); /* caller frees */
+MEGA_API mega_status mega_model_config_from_json(mega_model_kind k, const char *json, void *cfg);
 /* the kind's model-level fields (the block's: mega_block_config_fields) */
-const mega_field *mega_model_config_fields(mega_model_kind k, int *count);
+MEGA_API const mega_field *mega_model_config_fields(mega_model_kind k, int *count);
 
 /* as mega_lm_create / _create_ex */
-mega_status mega_model_create(mega_model_kind k, const void *cfg, mega_model **out);
-mega_status mega_model_create_ex(mega_model_kind k, const void *cfg, const mega_load_opts *o, mega_model **out);
+MEGA_API mega_status mega_model_create(mega_model_kind k, const void *cfg, mega_model **out);
+MEGA_API mega_status mega_model_create_ex(mega_model_kind k, const void *cfg, const mega_load_opts *o, mega_model **out);
 /* a model file (or run directory) of any kind: the kind is read from the config in its metadata
  * (mega_model_kind_of_json); then as mega_lm_load_ex */
-mega_status mega_model_load(const char *path, mega_model **out);
-mega_status mega_model_load_ex(const char *path, const mega_load_opts *o, mega_model **out);
+MEGA_API mega_status mega_model_load(const char *path, mega_model **out);
+MEGA_API mega_status mega_model_load_ex(const char *path, const mega_load_opts *o, mega_model **out);
 /* as mega_lm_save / _save_ex (kv: extra metadata pairs, NULL-terminated) */
-mega_status mega_model_save(const mega_model *m, const char *path);
-mega_status mega_model_save_ex(const mega_model *m, const char *path, const char *const *kv);
-void mega_model_free(mega_model *m);
-mega_model_kind mega_model_kind_of(const mega_model *m);
-const void *mega_model_config(const mega_model *m); /* the kind's config struct */
-char *mega_model_config_json(const mega_model *m);  /* caller frees */
-mega_paramset *mega_model_paramset(mega_model *m);
-void mega_model_init_params(mega_model *m, uint64_t seed);
+MEGA_API mega_status mega_model_save(const mega_model *m, const char *path);
+MEGA_API mega_status mega_model_save_ex(const mega_model *m, const char *path, const char *const *kv);
+MEGA_API void mega_model_free(mega_model *m);
+MEGA_API mega_model_kind mega_model_kind_of(const mega_model *m);
+MEGA_API const void *mega_model_config(const mega_model *m); /* the kind's config struct */
+MEGA_API char *mega_model_config_json(const mega_model *m);  /* caller frees */
+MEGA_API mega_paramset *mega_model_paramset(mega_model *m);
+MEGA_API void mega_model_init_params(mega_model *m, uint64_t seed);
 /* as mega_lm_memory, for B inputs of T tokens (an encoder-decoder: T source and T target tokens) */
-mega_status mega_model_memory(mega_model_kind k, const void *cfg, int training, int B, int T, mega_memory *out);
+MEGA_API mega_status mega_model_memory(mega_model_kind k, const void *cfg, int training, int B, int T, mega_memory *out);
 /* The official names of the config fields, in one table per kind (model-level fields) and one
  * for the block: the fairseq argument ("%s" stands for the kind's side, "decoder" for mega_lm,
  * "encoder" for mega_cls, either for mega_s2s) and transformers' MegaConfig key; NULL where there
@@ -849,15 +860,15 @@ typedef struct {
     const char *hf;      /* the Hugging Face MegaConfig key ("hidden_size") */
     unsigned flags;
 } mega_official_name;
-const mega_official_name *mega_block_official_names(int *count);
-const mega_official_name *mega_model_official_names(mega_model_kind k, int *count);
-const char *mega_model_official_side(mega_model_kind k); /* "decoder", "encoder"; NULL: both sides */
+MEGA_API const mega_official_name *mega_block_official_names(int *count);
+MEGA_API const mega_official_name *mega_model_official_names(mega_model_kind k, int *count);
+MEGA_API const char *mega_model_official_side(mega_model_kind k); /* "decoder", "encoder"; NULL: both sides */
 /* the Hugging Face key of a field of kind k (its own table first, then the block's); NULL if none */
-const char *mega_official_hf_name(mega_model_kind k, const char *field);
+MEGA_API const char *mega_official_hf_name(mega_model_kind k, const char *field);
 /* typed <-> generic, one pair per kind */
 #define MEGA_MODEL_TYPED_(ID, id, name, help)                                                      \
-    mega_##id *mega_model_##id(mega_model *m);                                                     \
-    mega_model *mega_##id##_model(mega_##id *m);
+    MEGA_API mega_##id *mega_model_##id(mega_model *m);                                            \
+    MEGA_API mega_model *mega_##id##_model(mega_##id *m);
 MEGA_MODEL_LIST(MEGA_MODEL_TYPED_)
 #undef MEGA_MODEL_TYPED_
 
@@ -867,7 +878,7 @@ MEGA_MODEL_LIST(MEGA_MODEL_TYPED_)
  * writes), meaning the model.safetensors inside it. This is that rule: the file `path` names,
  * written to buf (size bytes). Fails with one line: MEGA_ERR_IO when path does not exist or is a
  * directory without model.safetensors, MEGA_ERR_INVALID when buf is too small. */
-mega_status mega_model_file(const char *path, char *buf, size_t size);
+MEGA_API mega_status mega_model_file(const char *path, char *buf, size_t size);
 
 #ifdef __cplusplus
 }

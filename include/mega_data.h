@@ -50,6 +50,7 @@
 #define MEGA_DATA_H
 
 #include "mega.h"
+#include "mega_metrics.h" /* the translation metrics */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -74,7 +75,7 @@ typedef struct {
  * "--data file 'x.txt' is empty"). Fails (out left empty) when the file is missing
  * (MEGA_ERR_NOT_FOUND), a directory, unreadable (MEGA_ERR_IO), empty (MEGA_ERR_FORMAT), or on
  * MEGA_ERR_OOM. */
-mega_status mega_read_file(const char *path, const char *what, mega_bytes *out);
+MEGA_API mega_status mega_read_file(const char *path, const char *what, mega_bytes *out);
 /* The same, reading at most max bytes (0 = the whole file): `mega eval --max-bytes` reads the
  * start of a large file without the rest. Only regular files are opened (a FIFO, a device or a
  * directory fails at once with MEGA_ERR_IO: "--data file '/dev/zero' is not a regular file (a
@@ -87,32 +88,32 @@ mega_status mega_read_file(const char *path, const char *what, mega_bytes *out);
  * so a data file must not be shortened under a running job (appending is harmless). Where mmap
  * fails the file is read as before. */
 #define MEGA_MAP_MIN ((size_t)1 << 16)
-mega_status mega_read_file_max(const char *path, const char *what, uint64_t max, mega_bytes *out);
-void mega_bytes_free(mega_bytes *b);
+MEGA_API mega_status mega_read_file_max(const char *path, const char *what, uint64_t max, mega_bytes *out);
+MEGA_API void mega_bytes_free(mega_bytes *b);
 /* A whole gzip (or dictzip) file, decompressed onto the heap, NUL-terminated like mega_read_file;
  * a file that is not gzip is taken as it is, unless its name ends in .gz or .dz. `what` names the
  * file in messages ("dictionary" gives "dictionary file 'x.dict.dz': corrupt compressed data
  * (...)"). Fails when the file is missing, a directory, unreadable, corrupt or truncated
  * compressed data, empty, larger than 16 GiB uncompressed, or on MEGA_ERR_OOM. */
-mega_status mega_read_gzip(const char *path, const char *what, mega_bytes *out);
+MEGA_API mega_status mega_read_gzip(const char *path, const char *what, mega_bytes *out);
 
 /* 64-bit FNV-1a of n bytes (prime 1099511628211): the fingerprint a checkpoint stores of its
  * training data. The offset basis is 1469598103934665603, a digit short of the published
  * 14695981039346656037; kept, since existing checkpoints hold hashes made with it. */
-uint64_t mega_fnv1a64(const void *p, size_t n);
+MEGA_API uint64_t mega_fnv1a64(const void *p, size_t n);
 
 /* The data-order sampler: a splitmix64 stream whose whole state is one uint64 (checkpoints save
  * it, so a resumed run draws exactly what the uninterrupted run would have drawn).
  * mega_data_rng_seed gives the CLI's initial state for a --seed; mega_data_rng_below returns a
  * uniform integer in [0, n) without modulo bias and advances *state (n <= 1: 0, state kept). */
-uint64_t mega_data_rng_seed(uint64_t seed);
-uint64_t mega_data_rng_below(uint64_t *state, uint64_t n);
+MEGA_API uint64_t mega_data_rng_seed(uint64_t seed);
+MEGA_API uint64_t mega_data_rng_below(uint64_t *state, uint64_t n);
 
 /* B random windows of T contiguous bytes of text[0..n), as `mega train --task lm` draws them:
  * for each row b in order, s = mega_data_rng_below(state, n - T), tokens[b*T + i] = text[s + i]
  * and targets[b*T + i] = text[s + i + 1] (the next byte). tokens and targets hold B*T values.
  * MEGA_ERR_INVALID when B < 1, T < 1 or n < T + 1 (nothing drawn then). */
-mega_status mega_text_windows(const uint8_t *text, size_t n, int B, int T, uint64_t *state, int32_t *tokens,
+MEGA_API mega_status mega_text_windows(const uint8_t *text, size_t n, int B, int T, uint64_t *state, int32_t *tokens,
                               int32_t *targets);
 
 /* ---------------------------------------------------------------------------------------------
@@ -137,21 +138,21 @@ typedef struct {
     double mean, std;
 } mega_vocab;
 
-mega_vocab mega_vocab_listops(int keep_parens);
-mega_vocab mega_vocab_bytes(void);
-mega_vocab mega_vocab_pixels(int reals, double mean, double std);
+MEGA_API mega_vocab mega_vocab_listops(int keep_parens);
+MEGA_API mega_vocab mega_vocab_bytes(void);
+MEGA_API mega_vocab mega_vocab_pixels(int reals, double mean, double std);
 /* ListOps map: token string of an id (NULL when out of range), and the id of a token (length n,
  * not NUL-terminated; MEGA_LISTOPS_UNK when unknown). */
-const char *mega_listops_token(int id);
-int mega_listops_id(const char *tok, size_t n);
+MEGA_API const char *mega_listops_token(int id);
+MEGA_API int mega_listops_id(const char *tok, size_t n);
 /* JSON object describing the vocabulary (malloc'd, the caller frees it; NULL when out of
  * memory). For ListOps it lists every token in id order:
  * {"kind":"listops","size":21,"pad":0,"unk":1,"keep_parens":false,"tokens":[...]};
  * bytes: {"kind":"bytes","size":257,"pad":256}; pixels add "real", "mean", "std". */
-char *mega_vocab_to_json(const mega_vocab *v);
+MEGA_API char *mega_vocab_to_json(const mega_vocab *v);
 /* Parse it back (MEGA_ERR_FORMAT when it is not such an object; a ListOps token list that
  * differs from this build's map is an error). */
-mega_status mega_vocab_from_json(const char *json, mega_vocab *v);
+MEGA_API mega_status mega_vocab_from_json(const char *json, mega_vocab *v);
 
 /* the real-valued input of one token (pixels): (x/255 - mean)/std */
 static inline float mega_pixel_value(const mega_vocab *v, int x) {
@@ -180,26 +181,26 @@ typedef struct {
 typedef struct mega_fdict mega_fdict;
 
 /* parse the metadata JSON (MEGA_ERR_FORMAT naming what is wrong) */
-mega_status mega_fdict_from_json(const char *json, mega_fdict **out);
-void mega_fdict_free(mega_fdict *d);
-int mega_fdict_size(const mega_fdict *d);
-mega_fdict_unit mega_fdict_get_unit(const mega_fdict *d);
-mega_fdict_specials mega_fdict_get_specials(const mega_fdict *d);
+MEGA_API mega_status mega_fdict_from_json(const char *json, mega_fdict **out);
+MEGA_API void mega_fdict_free(mega_fdict *d);
+MEGA_API int mega_fdict_size(const mega_fdict *d);
+MEGA_API mega_fdict_unit mega_fdict_get_unit(const mega_fdict *d);
+MEGA_API mega_fdict_specials mega_fdict_get_specials(const mega_fdict *d);
 /* the token string of an id, NULL out of range */
-const char *mega_fdict_token(const mega_fdict *d, int id);
+MEGA_API const char *mega_fdict_token(const mega_fdict *d, int id);
 /* Encode text[0..n) into ids (NULL: only count; else it holds *count ids, from a counting call).
  * final_eos: the last line gets its </s> even without a newline at the end (fairseq-preprocess
  * does; a prompt does not). *unknown (NULL = not wanted) counts the <unk> ids produced.
  * MEGA_ERR_FORMAT for a word-unit text that is not UTF-8. */
-mega_status mega_fdict_encode(const mega_fdict *d, const uint8_t *text, size_t n, int final_eos, int32_t *ids,
+MEGA_API mega_status mega_fdict_encode(const mega_fdict *d, const uint8_t *text, size_t n, int final_eos, int32_t *ids,
                               size_t *count, size_t *unknown);
 /* whether generation may produce id: not <s>, <pad> or a filler, and in the byte unit only
  * byte tokens and </s> */
-int mega_fdict_generable(const mega_fdict *d, int id);
+MEGA_API int mega_fdict_generable(const mega_fdict *d, int id);
 /* the text of a generated id into buf (at most cap bytes; returns the length): a byte, or a
  * word preceded by a space unless *line_start; </s> is a newline; ids that are not generable give
  * nothing. *line_start tracks the line across calls (start it at 1). */
-size_t mega_fdict_decode(const mega_fdict *d, int id, int *line_start, char *buf, size_t cap);
+MEGA_API size_t mega_fdict_decode(const mega_fdict *d, int id, int *line_start, char *buf, size_t cap);
 
 /* ---------------------------------------------------------------------------------------------
  * class lists */
@@ -209,15 +210,15 @@ typedef struct {
 } mega_classes;
 
 /* frees the names and empties the list (NULL allowed) */
-void mega_classes_free(mega_classes *c);
+MEGA_API void mega_classes_free(mega_classes *c);
 /* deep copy into dst (overwritten; mega_classes_free it); MEGA_ERR_OOM */
-mega_status mega_classes_copy(mega_classes *dst, const mega_classes *src);
+MEGA_API mega_status mega_classes_copy(mega_classes *dst, const mega_classes *src);
 /* class id of a label string (exact match, else numeric equality), -1 if absent */
-int mega_classes_find(const mega_classes *c, const char *label);
+MEGA_API int mega_classes_find(const mega_classes *c, const char *label);
 /* JSON array of the names (malloc'd; NULL when out of memory) and back: a non-empty array of
  * distinct strings, else MEGA_ERR_FORMAT. */
-char *mega_classes_to_json(const mega_classes *c);
-mega_status mega_classes_from_json(const char *json, mega_classes *c);
+MEGA_API char *mega_classes_to_json(const mega_classes *c);
+MEGA_API mega_status mega_classes_from_json(const char *json, mega_classes *c);
 
 /* ---------------------------------------------------------------------------------------------
  * datasets */
@@ -231,8 +232,8 @@ typedef enum {
 } mega_data_format;
 
 /* "auto", "listops", "text", "pairs", "idx", "real" (as on the command line and in checkpoints) */
-const char *mega_data_format_name(mega_data_format f);
-int mega_data_format_parse(const char *s, mega_data_format *f); /* 0 on success */
+MEGA_API const char *mega_data_format_name(mega_data_format f);
+MEGA_API int mega_data_format_parse(const char *s, mega_data_format *f); /* 0 on success */
 
 typedef struct {
     int max_len;                 /* truncate every sequence to this many tokens (0 = keep all) */
@@ -275,20 +276,20 @@ typedef struct {
 
 /* ListOps TSV: header line "Source<TAB>Target" (CRLF or LF), then "<tokens><TAB><0-9>" lines;
  * empty lines are skipped. */
-mega_status mega_dataset_load_listops(const char *path, const mega_data_opts *opts, mega_dataset *d);
+MEGA_API mega_status mega_dataset_load_listops(const char *path, const mega_data_opts *opts, mega_dataset *d);
 /* byte-level text: "label<TAB>text" lines (exactly two fields; the text is raw bytes, any byte but
  * TAB/LF, CR only stripped at the end of a line). An optional first line "label<TAB>text" is a
  * header and skipped. */
-mega_status mega_dataset_load_text(const char *path, const mega_data_opts *opts, mega_dataset *d);
+MEGA_API mega_status mega_dataset_load_text(const char *path, const mega_data_opts *opts, mega_dataset *d);
 /* text pairs (two-tower retrieval): "label<TAB>text1<TAB>text2", or the LRA AAN layout
  * "label<TAB>id1<TAB>id2<TAB>text1<TAB>text2" (ids ignored). Optional header "label<TAB>text1<TAB>text2". */
-mega_status mega_dataset_load_pairs(const char *path, const mega_data_opts *opts, mega_dataset *d);
+MEGA_API mega_status mega_dataset_load_pairs(const char *path, const mega_data_opts *opts, mega_dataset *d);
 /* IDX images (magic 0x00000803: unsigned bytes, N x rows x cols, big-endian dims) and labels
  * (0x00000801: N unsigned bytes); the pixel sequence of an image is row-major. The label of
  * image i is the decimal string of its byte; "line" numbers are image numbers. Either file may be
  * gzip-compressed (as MNIST and Fashion-MNIST are published: train-images-idx3-ubyte.gz); it is
  * then decompressed whole. */
-mega_status mega_dataset_load_idx(const char *images, const char *labels, const mega_data_opts *opts, mega_dataset *d);
+MEGA_API mega_status mega_dataset_load_idx(const char *images, const char *labels, const mega_data_opts *opts, mega_dataset *d);
 
 /* Real-valued sequences: one example per line, fields separated by commas, spaces or TABs (a run
  * of them is one separator), the label first, then the values, each a finite number that fits a
@@ -298,7 +299,7 @@ mega_status mega_dataset_load_idx(const char *images, const char *labels, const 
  * real-valued batch. Errors name the line: a value that is not a number or not finite, a line
  * without values, a line whose count differs from the first example's. No model reads them yet:
  * this is the input format, loaded and validated. */
-mega_status mega_dataset_load_real(const char *path, const mega_data_opts *opts, mega_dataset *d);
+MEGA_API mega_status mega_dataset_load_real(const char *path, const mega_data_opts *opts, mega_dataset *d);
 
 /* One row per data format: the CLI's --format choices, their help and the files each takes, the
  * detection and the loader all come from this table (src/data/formats.c). */
@@ -317,26 +318,26 @@ typedef struct {
 } mega_data_format_info;
 
 /* the rows, in detection order (*n of them; "auto" has no row) */
-const mega_data_format_info *mega_data_formats(int *n);
+MEGA_API const mega_data_format_info *mega_data_formats(int *n);
 /* the row of a format (NULL for MEGA_DATA_AUTO or an unknown value) */
-const mega_data_format_info *mega_data_format_row(mega_data_format f);
+MEGA_API const mega_data_format_info *mega_data_format_row(mega_data_format f);
 /* The format of a file from its first line: the first row whose detector accepts it; text when
  * none does (also when the file cannot be opened: the loader then says why). */
-mega_data_format mega_data_detect(const char *path);
+MEGA_API mega_data_format mega_data_detect(const char *path);
 /* The one entry point of the CLI: the format's row decides which files it reads; a format with a
  * second file (IDX) is also chosen when only that row's files are given (images without data).
  * MEGA_DATA_AUTO: mega_data_detect on data. MEGA_ERR_INVALID when the needed paths are NULL; the
  * messages name the CLI flags of the row (--data, --images, --labels). */
-mega_status mega_dataset_load(mega_data_format format, const char *data, const char *images, const char *labels,
+MEGA_API mega_status mega_dataset_load(mega_data_format format, const char *data, const char *images, const char *labels,
                               const mega_data_opts *opts, mega_dataset *d);
 /* the format a loaded dataset came from (never MEGA_DATA_AUTO) */
-mega_data_format mega_dataset_format(const mega_dataset *d);
+MEGA_API mega_data_format mega_dataset_format(const mega_dataset *d);
 /* The fingerprint a classifier checkpoint stores of its training data: FNV-1a over the examples'
  * first-sequence tokens (uint16, host byte order) and labels, in order. The second sequence of
  * pairs is not included (as in existing checkpoints). */
-uint64_t mega_dataset_fingerprint(const mega_dataset *d);
+MEGA_API uint64_t mega_dataset_fingerprint(const mega_dataset *d);
 /* frees everything and empties *d (NULL allowed; safe on a zeroed or failed dataset) */
-void mega_dataset_free(mega_dataset *d);
+MEGA_API void mega_dataset_free(mega_dataset *d);
 
 /* ---------------------------------------------------------------------------------------------
  * batches: rows [B, L] right-padded with the pad id (tokens) or 0 (reals), true lengths in len */
@@ -353,15 +354,15 @@ typedef struct {
 
 /* Allocate for B rows of L (and L2 for pairs, 0 otherwise) columns; reals != 0: val instead of
  * tok. *b is overwritten; free it with mega_batch_free. MEGA_ERR_INVALID (bad shape), MEGA_ERR_OOM. */
-mega_status mega_batch_init(mega_batch *b, int B, int L, int L2, int reals);
-void mega_batch_free(mega_batch *b);
+MEGA_API mega_status mega_batch_init(mega_batch *b, int B, int L, int L2, int reals);
+MEGA_API void mega_batch_free(mega_batch *b);
 /* longest first (which = 0) or second (which = 1) sequence among examples idx[0..n) */
-int mega_batch_max_len(const mega_dataset *d, const int *idx, int n, int which);
+MEGA_API int mega_batch_max_len(const mega_dataset *d, const int *idx, int n, int which);
 /* Copy examples idx[0..n) (n <= B) into the batch; longer sequences are cut at L (L2).
  * MEGA_ERR_INVALID: n out of range, an index out of range, a pairs dataset into a batch without
  * L2, reals requested for tokens other than pixels, or real values (the real format) into a
  * batch of token ids. */
-mega_status mega_batch_fill(mega_batch *b, const mega_dataset *d, const int *idx, int n);
+MEGA_API mega_status mega_batch_fill(mega_batch *b, const mega_dataset *d, const int *idx, int n);
 
 /* ---------------------------------------------------------------------------------------------
  * ListOps (Nangia & Bowman 2018, as generated for the Long Range Arena) */
@@ -372,7 +373,7 @@ mega_status mega_batch_fill(mega_batch *b, const mega_dataset *d, const int *idx
  * the two middle values, truncated: [MED 3 4 ] = 3, [MED 1 2 6 9 ] = 4), SM = sum mod 10, FIRST,
  * LAST. No recursion (any nesting depth). Returns MEGA_OK and *value, or MEGA_ERR_FORMAT with the
  * token position in the message (MEGA_ERR_INVALID for NULL, MEGA_ERR_OOM). */
-mega_status mega_listops_eval(const char *expr, int *value);
+MEGA_API mega_status mega_listops_eval(const char *expr, int *value);
 
 typedef struct {
     int64_t n_train, n_valid, n_test;
@@ -382,10 +383,10 @@ typedef struct {
 } mega_listops_params;
 
 /* the published defaults: 96000/2000/2000, lengths 500-2000, depth 10, 10 args, seed 0 */
-mega_listops_params mega_listops_defaults(void);
+MEGA_API mega_listops_params mega_listops_defaults(void);
 /* Check the parameters: MEGA_ERR_INVALID with a message naming the `mega listops` flags
  * (including lengths that no tree of the given depth/arguments can reach). */
-mega_status mega_listops_check(const mega_listops_params *p);
+MEGA_API mega_status mega_listops_check(const mega_listops_params *p);
 
 /* Generator state: the published recursive procedure driven by a bit-exact copy of CPython's
  * random module (MT19937, random.random, random.randint, random.choice), so seed S gives the
@@ -396,16 +397,16 @@ mega_status mega_listops_check(const mega_listops_params *p);
 typedef struct mega_listops_gen mega_listops_gen;
 /* *out = a new generator (free it with mega_listops_gen_free); fails as mega_listops_check, or
  * MEGA_ERR_OOM, with *out = NULL. */
-mega_status mega_listops_gen_new(const mega_listops_params *p, mega_listops_gen **out);
-void mega_listops_gen_free(mega_listops_gen *g);
+MEGA_API mega_status mega_listops_gen_new(const mega_listops_params *p, mega_listops_gen **out);
+MEGA_API void mega_listops_gen_free(mega_listops_gen *g);
 /* Draw until a tree with min_len < length < max_len that was not drawn before (every example of
  * every split is distinct). *src points to the Source string (owned by the generator, valid until
  * the next call), *length is the published length (tokens without parentheses), *target its
  * value. Fails with MEGA_ERR_INVALID when sampling makes no progress (the lengths are
  * unreachable or the distinct examples are exhausted), or MEGA_ERR_OOM. */
-mega_status mega_listops_gen_next(mega_listops_gen *g, const char **src, int *length, int *target);
+MEGA_API mega_status mega_listops_gen_next(mega_listops_gen *g, const char **src, int *length, int *target);
 /* draws made so far (accepted or not) */
-int64_t mega_listops_gen_attempts(const mega_listops_gen *g);
+MEGA_API int64_t mega_listops_gen_attempts(const mega_listops_gen *g);
 
 /* ---------------------------------------------------------------------------------------------
  * parallel text (sequence to sequence, translation; src/data/pairs.c)
@@ -437,34 +438,34 @@ typedef struct mega_bpe mega_bpe;
  * early when the best pair occurs fewer than min_count times (values below 1 mean 1). The result
  * depends on the texts only (not on their order beyond that). MEGA_ERR_INVALID (bad arguments),
  * MEGA_ERR_OOM; *out NULL on failure. */
-mega_status mega_bpe_learn(const uint8_t *const *texts, const size_t *lens, size_t nt, int merges, int min_count,
+MEGA_API mega_status mega_bpe_learn(const uint8_t *const *texts, const size_t *lens, size_t nt, int merges, int min_count,
                            mega_bpe **out);
-void mega_bpe_free(mega_bpe *b); /* NULL allowed */
-int mega_bpe_merges(const mega_bpe *b);     /* merges (0 for NULL) */
-int mega_bpe_vocab_size(const mega_bpe *b); /* 258 + merges */
+MEGA_API void mega_bpe_free(mega_bpe *b); /* NULL allowed */
+MEGA_API int mega_bpe_merges(const mega_bpe *b);     /* merges (0 for NULL) */
+MEGA_API int mega_bpe_vocab_size(const mega_bpe *b); /* 258 + merges */
 /* token id's bytes (len receives their count; <pad> and </s> have none); NULL for an id outside
  * the vocabulary */
-const uint8_t *mega_bpe_token(const mega_bpe *b, int id, size_t *len);
+MEGA_API const uint8_t *mega_bpe_token(const mega_bpe *b, int id, size_t *len);
 /* s[0..n) as tokens into ids (room for n values: a text never has more tokens than bytes);
  * returns the count. b NULL: the bytes themselves. No </s> is added. */
-size_t mega_bpe_encode(const mega_bpe *b, const uint8_t *s, size_t n, int32_t *ids);
+MEGA_API size_t mega_bpe_encode(const mega_bpe *b, const uint8_t *s, size_t n, int32_t *ids);
 /* the bytes of tokens ids[0..n) into out (room for the sum of their lengths: at most
  * n * the longest token); <pad>, </s> and ids outside the vocabulary give nothing. b NULL: the
  * byte vocabulary. Returns the byte count. */
-size_t mega_bpe_decode(const mega_bpe *b, const int32_t *ids, size_t n, uint8_t *out);
+MEGA_API size_t mega_bpe_decode(const mega_bpe *b, const int32_t *ids, size_t n, uint8_t *out);
 /* The merge list as text ("mega-bpe 1 <n>" then one "<left> <right>" line per merge), malloc'd
  * (free it); *len its length (may be NULL). NULL when out of memory. */
-char *mega_bpe_to_string(const mega_bpe *b, size_t *len);
+MEGA_API char *mega_bpe_to_string(const mega_bpe *b, size_t *len);
 /* ... and back: MEGA_ERR_FORMAT for anything but that exact form (decimal ids without leading
  * zeros, single spaces and newlines; a wrong header, a cut or
  * corrupt line, a merge using <pad>, </s> or a later token, a repeated merge, trailing bytes,
  * more than MEGA_BPE_MAX_MERGES), MEGA_ERR_OOM. */
-mega_status mega_bpe_from_string(const char *s, size_t n, mega_bpe **out);
+MEGA_API mega_status mega_bpe_from_string(const char *s, size_t n, mega_bpe **out);
 
 /* Whether s[0..n) is well-formed UTF-8 (Unicode table 3-7: no overlong forms, no surrogates
  * U+D800..DFFF, nothing above U+10FFFF, no sequence cut short by the end): returns n when it is,
  * else the offset of the first byte of the first bad sequence. */
-size_t mega_utf8_check(const void *s, size_t n);
+MEGA_API size_t mega_utf8_check(const void *s, size_t n);
 
 /* Why a line is not used; checked in this order, a line counts under the first reason only. */
 typedef enum {
@@ -480,7 +481,7 @@ typedef enum {
 
 /* "no-tab", "extra-tab", "empty-source", "empty-target", "bad-utf8", "source-too-long",
  * "target-too-long" ("?" out of range) */
-const char *mega_s2s_bad_name(int reason);
+MEGA_API const char *mega_s2s_bad_name(int reason);
 
 typedef struct {
     int max_src_len;  /* longest usable source in tokens, </s> included (0 = no limit; 1 is invalid) */
@@ -532,12 +533,12 @@ static inline const uint16_t *mega_s2s_data_tgt(const mega_s2s_data *d, int i) {
  * MEGA_ERR_FORMAT (empty file; no usable line, the message says why each line was skipped),
  * MEGA_ERR_INVALID (NULL path, negative options or a limit of 1), MEGA_ERR_OOM.
  * opts may be NULL (all zero). */
-mega_status mega_s2s_data_load(const char *path, const mega_s2s_opts *opts, mega_s2s_data *d);
+MEGA_API mega_status mega_s2s_data_load(const char *path, const mega_s2s_opts *opts, mega_s2s_data *d);
 /* frees everything and empties *d (NULL allowed; safe on a zeroed or failed load) */
-void mega_s2s_data_free(mega_s2s_data *d);
+MEGA_API void mega_s2s_data_free(mega_s2s_data *d);
 /* "2 without a tab (first at line 3), 1 with invalid UTF-8 (at line 7)" (reasons in mega_s2s_bad
  * order; "" when nothing was skipped) into buf (cap bytes, cut to fit); returns n_skipped. */
-int mega_s2s_skip_summary(const mega_s2s_data *d, char *buf, size_t cap);
+MEGA_API int mega_s2s_skip_summary(const mega_s2s_data *d, char *buf, size_t cap);
 
 /* One source sentence as the model's input (`mega translate` on stdin lines): one final "\n" or
  * "\r\n" of s[0..n) is dropped, the rest must be non-empty valid UTF-8 (else MEGA_ERR_FORMAT
@@ -545,10 +546,10 @@ int mega_s2s_skip_summary(const mega_s2s_data *d, char *buf, size_t cap);
  * with its </s> (0 = no limit; else MEGA_ERR_INVALID "source: N tokens (N-1 bytes + </s>), more
  * than the limit of M"). tok (room for n + 1 values) receives the bytes then MEGA_S2S_EOS, *len
  * their count (0 on failure). */
-mega_status mega_s2s_tokenize(const char *s, size_t n, int max_len, int32_t *tok, int *len);
+MEGA_API mega_status mega_s2s_tokenize(const char *s, size_t n, int max_len, int32_t *tok, int *len);
 /* the same with subword units (b NULL: bytes, as mega_s2s_tokenize); the limit then counts
  * subword tokens ("source: N tokens (N-1 subwords of B bytes + </s>), more than the limit of M") */
-mega_status mega_s2s_tokenize_bpe(const mega_bpe *b, const char *s, size_t n, int max_len, int32_t *tok, int *len);
+MEGA_API mega_status mega_s2s_tokenize_bpe(const mega_bpe *b, const char *s, size_t n, int max_len, int32_t *tok, int *len);
 
 /* The batches of one epoch: example indices in idx, batch b = idx[off[b] .. off[b] + count[b]). */
 typedef struct {
@@ -571,13 +572,13 @@ typedef struct {
  *     for (i = n - 1; i > 0; i--) swap batches i and mega_data_rng_below(&st, i + 1);
  * so a run resumes mid-epoch from (epoch, batch index) alone. *p is overwritten (free it with
  * mega_s2s_plan_free). MEGA_ERR_INVALID (no examples, bad limits), MEGA_ERR_OOM (*p empty). */
-mega_status mega_s2s_batches(const mega_s2s_data *d, int max_tokens, int max_sentences, uint64_t seed, int64_t epoch,
+MEGA_API mega_status mega_s2s_batches(const mega_s2s_data *d, int max_tokens, int max_sentences, uint64_t seed, int64_t epoch,
                              int shuffle, mega_s2s_plan *p);
-void mega_s2s_plan_free(mega_s2s_plan *p); /* NULL allowed */
+MEGA_API void mega_s2s_plan_free(mega_s2s_plan *p); /* NULL allowed */
 
 /* S = longest source and L = longest target (tokens) among examples idx[0..B) (either pointer
  * may be NULL). MEGA_ERR_INVALID for B < 1 or an index out of range. */
-mega_status mega_s2s_batch_shape(const mega_s2s_data *d, const int *idx, int B, int *S, int *L);
+MEGA_API mega_status mega_s2s_batch_shape(const mega_s2s_data *d, const int *idx, int B, int *S, int *L);
 /* Fill B rows with examples idx[0..B), everything right-padded with MEGA_S2S_PAD:
  *   src  [B, S]  source bytes, </s>
  *   tgt  [B, L]  target bytes, </s>                        (the labels of the decoder)
@@ -587,129 +588,8 @@ mega_status mega_s2s_batch_shape(const mega_s2s_data *d, const int *idx, int B, 
  *   src_len, tgt_len [B]  the tokens of each row (</s> included)
  * Any output may be NULL (not written). Nothing is cut: MEGA_ERR_INVALID when an example is longer
  * than S or L (size them with mega_s2s_batch_shape), an index is out of range or B, S, L < 1. */
-mega_status mega_s2s_fill(const mega_s2s_data *d, const int *idx, int B, int32_t *src, int S, int32_t *prev, int32_t *tgt,
+MEGA_API mega_status mega_s2s_fill(const mega_s2s_data *d, const int *idx, int B, int32_t *src, int S, int32_t *prev, int32_t *tgt,
                           int L, int32_t *src_len, int32_t *tgt_len);
-
-/* ---------------------------------------------------------------------------------------------
- * translation metrics: corpus BLEU, chrF and exact match (src/data/metrics.c, docs/metrics.md)
- *
- * Computed as sacreBLEU 2.6.0 computes them (mjpost/sacrebleu tag v2.6.0, commit 2277cacc):
- * with mega_metrics_defaults(), BLEU is sacrebleu.metrics.BLEU() (tokenizer 13a, mixed case,
- * exp smoothing, 4-grams, no effective order) and chrF is CHRF() (chrF2: 6 character orders,
- * no word n-grams, beta 2, whitespace removed, effective-order averaging, eps_smoothing=False),
- * both corpus-level (statistics summed over the sentences, then one score). Not supported:
- * lowercasing (case:lc) and the tokenizers other than 13a and none.
- *
- * Strings are UTF-8 bytes. Where sacreBLEU works on characters (chrF n-grams, str.split() and
- * str.rstrip() with Python's Unicode whitespace) each byte of an invalid UTF-8 sequence counts as
- * one character of its own (what Python's "surrogateescape" decoding gives); nothing fails on
- * bad input. Usage: new, add every (hypothesis, references) pair, then read the scores; adding
- * more afterwards and reading again is allowed. One accumulator must not be used by two threads
- * at once; different accumulators are independent. */
-
-#define MEGA_METRICS_SACREBLEU_VERSION "2.6.0"
-#define MEGA_METRICS_MAX_ORDER 16 /* largest BLEU n-gram order, chrF character or word order */
-
-typedef enum { MEGA_BLEU_TOK_13A = 0, MEGA_BLEU_TOK_NONE = 1 } mega_bleu_tok;
-typedef enum {
-    MEGA_BLEU_SMOOTH_EXP = 0, /* sacreBLEU "exp" (mteval-v13a) */
-    MEGA_BLEU_SMOOTH_NONE,
-    MEGA_BLEU_SMOOTH_FLOOR,
-    MEGA_BLEU_SMOOTH_ADD_K
-} mega_bleu_smooth;
-
-typedef struct {
-    /* BLEU (sacrebleu.metrics.BLEU arguments) */
-    mega_bleu_tok tokenize;         /* 13a */
-    mega_bleu_smooth smooth_method; /* exp */
-    double smooth_value;            /* floor / add-k value; < 0: sacreBLEU's default (0.1 / 1) */
-    int max_ngram_order;            /* 4 (1..MEGA_METRICS_MAX_ORDER) */
-    int effective_order;            /* 0 */
-    /* chrF (sacrebleu.metrics.CHRF arguments) */
-    int char_order;    /* 6 (0..MAX) */
-    int word_order;    /* 0 (0..MAX; 2 is chrF++); char_order + word_order >= 1 */
-    int beta;          /* 2 (0..1000) */
-    int whitespace;    /* 0: whitespace is removed before extracting character n-grams */
-    int eps_smoothing; /* 0: effective-order averaging (sacreBLEU's default) */
-} mega_metrics_options;
-
-/* sacreBLEU's defaults (above). A zeroed struct is not valid (max_ngram_order 0). */
-mega_metrics_options mega_metrics_defaults(void);
-
-typedef struct mega_metrics mega_metrics;
-
-/* *out = a new, empty accumulator (opts NULL: mega_metrics_defaults()). MEGA_ERR_INVALID for an
- * option out of range (the message names it), MEGA_ERR_OOM; *out is NULL on failure. */
-mega_status mega_metrics_new(const mega_metrics_options *opts, mega_metrics **out);
-void mega_metrics_free(mega_metrics *m); /* NULL allowed */
-/* forget every sentence added (the options and the scratch memory stay) */
-void mega_metrics_reset(mega_metrics *m);
-const mega_metrics_options *mega_metrics_get_options(const mega_metrics *m);
-
-/* Add one segment: the hypothesis and its nrefs >= 1 references (sacreBLEU's references for
- * this segment, one from each reference stream; "" is a valid, empty reference). Strings are
- * taken whole, with no trimming (BLEU itself applies sacreBLEU's rstrip() before tokenizing);
- * _n takes explicit byte lengths (NUL bytes are then ordinary characters), the other
- * NUL-terminated strings. MEGA_ERR_INVALID (NULL strings, nrefs < 1, a sentence of 2^31 words
- * or characters), MEGA_ERR_OOM; on failure nothing is added. */
-mega_status mega_metrics_add(mega_metrics *m, const char *hyp, const char *const *refs, int nrefs);
-mega_status mega_metrics_add_n(mega_metrics *m, const char *hyp, size_t hyp_len, const char *const *refs,
-                               const size_t *ref_lens, int nrefs);
-int64_t mega_metrics_sentences(const mega_metrics *m); /* segments added */
-
-/* sacreBLEU's BLEUScore: orders 1..order are used in the arrays */
-typedef struct {
-    double score;                                  /* 0..100 (0 when nothing matched, e.g. sys_len 0) */
-    double precisions[MEGA_METRICS_MAX_ORDER];     /* percent, after smoothing (BLEUScore.precisions) */
-    int64_t counts[MEGA_METRICS_MAX_ORDER];        /* clipped n-gram matches (before add-k) */
-    int64_t totals[MEGA_METRICS_MAX_ORDER];        /* hypothesis n-grams (before add-k) */
-    double bp;                                     /* brevity penalty (0 when sys_len is 0 < ref_len) */
-    double ratio;                                  /* sys_len / ref_len, 0 when ref_len is 0 */
-    int64_t sys_len, ref_len;                      /* tokens; ref_len sums the closest reference lengths */
-    int order;                                     /* max_ngram_order */
-} mega_bleu_score;
-
-/* sacreBLEU's CHRFScore, with the summed statistics: index i < char_order is the character
- * (i+1)-grams, then word_order entries for the word n-grams */
-typedef struct {
-    double score; /* 0..100 */
-    int64_t hyp[2 * MEGA_METRICS_MAX_ORDER], ref[2 * MEGA_METRICS_MAX_ORDER], match[2 * MEGA_METRICS_MAX_ORDER];
-    int char_order, word_order, beta;
-    char name[48]; /* "chrF2", "chrF2++" (f'chrF{beta}' + '+' * word_order) */
-} mega_chrf_score;
-
-typedef struct {
-    double score;      /* 100 * matches / sentences (0 with no sentences) */
-    int64_t matches;   /* hypotheses byte-equal to one of their references */
-    int64_t sentences;
-} mega_exact_score;
-
-/* The corpus scores of everything added so far (with nothing added: every field 0; sacreBLEU
- * refuses an empty corpus). MEGA_ERR_INVALID for NULL arguments only. */
-mega_status mega_metrics_bleu(const mega_metrics *m, mega_bleu_score *out);
-mega_status mega_metrics_chrf(const mega_metrics *m, mega_chrf_score *out);
-mega_status mega_metrics_exact_match(const mega_metrics *m, mega_exact_score *out);
-/* BLEU from summed statistics (sacreBLEU's BLEU.compute_bleu): counts[n-1] clipped matches and
- * totals[n-1] hypothesis n-grams for n = 1..opts->max_ngram_order, with opts' smoothing and
- * effective order (opts NULL: defaults; the other options are not used). MEGA_ERR_INVALID for
- * NULL arrays or invalid options. */
-mega_status mega_bleu_compute(const int64_t *counts, const int64_t *totals, int64_t sys_len, int64_t ref_len,
-                              const mega_metrics_options *opts, mega_bleu_score *out);
-
-/* sacreBLEU's signature strings (format as snprintf: returns the full length, -1 for m NULL):
- *   BLEU  "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
- *   chrF  "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0"
- * nrefs is "var" when segments had different numbers of references (0 before any was added);
- * floor and add-k smoothing print their value as sacreBLEU does ("smooth:floor[0.10]"). */
-int mega_metrics_bleu_signature(const mega_metrics *m, char *buf, size_t cap);
-int mega_metrics_chrf_signature(const mega_metrics *m, char *buf, size_t cap);
-
-/* sacreBLEU's Tokenizer13a()(line) (mteval-v13a: "<skipped>" dropped, "-\n" joined, "\n" to a
- * space, &quot; &amp; &lt; &gt; decoded; punctuation split off, "." and "," unless between
- * digits, "-" after a digit; words joined by single spaces) of line[0..n), written to out as a
- * NUL-terminated string cut to fit cap bytes. Returns the full length (as snprintf), or
- * (size_t)-1 when out of memory (out then ""). */
-size_t mega_tokenize_13a(const char *line, size_t n, char *out, size_t cap);
 
 /* ---------------------------------------------------------------------------------------------
  * FreeDict bilingual dictionaries as parallel phrases (src/data/freedict.c; `mega freedict`)
@@ -744,19 +624,19 @@ typedef struct {
  * that is not gzip, corrupt or truncated compressed data, an empty dictionary, an index line
  * that is not "headword<TAB>base64<TAB>base64": "X.index:LINE: reason", an index without
  * entries), MEGA_ERR_OOM. */
-mega_status mega_dictd_open(const char *dict_path, const char *index_path, mega_dictd **out);
-void mega_dictd_free(mega_dictd *d); /* NULL allowed */
+MEGA_API mega_status mega_dictd_open(const char *dict_path, const char *index_path, mega_dictd **out);
+MEGA_API void mega_dictd_free(mega_dictd *d); /* NULL allowed */
 /* index lines (entries in index order, 0-based) and the uncompressed size of the .dict */
-size_t mega_dictd_count(const mega_dictd *d);
-size_t mega_dictd_size(const mega_dictd *d);
+MEGA_API size_t mega_dictd_count(const mega_dictd *d);
+MEGA_API size_t mega_dictd_size(const mega_dictd *d);
 /* Entry i in index order. MEGA_ERR_INVALID for i out of range; MEGA_ERR_FORMAT when its offset
  * and length lie outside the .dict ("X.index:LINE: ..."): *e then still names the headword and
  * line, with text NULL and len 0. */
-mega_status mega_dictd_get(const mega_dictd *d, size_t i, mega_dictd_entry *e);
+MEGA_API mega_status mega_dictd_get(const mega_dictd *d, size_t i, mega_dictd_entry *e);
 /* whether a headword names a database description entry (00-database-*, 00database*) */
-int mega_dictd_is_meta(const char *headword);
+MEGA_API int mega_dictd_is_meta(const char *headword);
 /* dictd's base64 number in s[0..n) (1 to 10 digits) into *v; 0 on success, -1 when malformed */
-int mega_dictd_b64(const char *s, size_t n, uint64_t *v);
+MEGA_API int mega_dictd_b64(const char *s, size_t n, uint64_t *v);
 
 /* Why an entry gives no pair. mega_freedict_clean returns one of the first five; the counts of
  * mega_freedict_read use them all, an entry counting under the first that applies. */
@@ -775,13 +655,13 @@ typedef enum {
 
 /* "kept", "bad-utf8", "no-source", "no-target", "glued-abbreviation", "bad-offset", "too-long",
  * "identical", "duplicate" ("?" out of range) */
-const char *mega_freedict_reason_name(int reason);
+MEGA_API const char *mega_freedict_reason_name(int reason);
 
 /* Clean one entry (text[0..len), as mega_dictd_get gives it) into its source phrase and first
  * translation: NUL-terminated, UTF-8, no TAB, newline or other control byte, single spaces,
  * trimmed. src and tgt each need room for len + 1 bytes. Returns MEGA_FREEDICT_KEPT, or why
  * there is no pair (src and tgt are then "" or partial). */
-mega_freedict_reason mega_freedict_clean(const char *text, size_t len, char *src, char *tgt);
+MEGA_API mega_freedict_reason mega_freedict_clean(const char *text, size_t len, char *src, char *tgt);
 
 typedef struct {
     int max_len;        /* drop pairs whose source or target is longer, in bytes (0 = no limit) */
@@ -811,12 +691,12 @@ typedef struct {
  * the counts. Fails as mega_dictd_open, or MEGA_ERR_FORMAT when no pair is left ("...: no
  * usable entry (N entries: ...)"), or MEGA_ERR_INVALID (negative max_len), *p empty. opts may be
  * NULL (no limit, identical pairs kept). */
-mega_status mega_freedict_read(const char *dict_path, const char *index_path, const mega_freedict_opts *opts,
+MEGA_API mega_status mega_freedict_read(const char *dict_path, const char *index_path, const mega_freedict_opts *opts,
                                mega_freedict_pairs *p, mega_freedict_stats *st);
 /* the same from an open dictionary */
-mega_status mega_freedict_pairs_from(const mega_dictd *d, const mega_freedict_opts *opts, mega_freedict_pairs *p,
+MEGA_API mega_status mega_freedict_pairs_from(const mega_dictd *d, const mega_freedict_opts *opts, mega_freedict_pairs *p,
                                      mega_freedict_stats *st);
-void mega_freedict_pairs_free(mega_freedict_pairs *p); /* NULL allowed */
+MEGA_API void mega_freedict_pairs_free(mega_freedict_pairs *p); /* NULL allowed */
 
 /* Split the pairs into train / valid / test without leaking a source phrase: the pairs with one
  * source (a group; consecutive in p) always go to one split. The groups are shuffled
@@ -826,7 +706,7 @@ void mega_freedict_pairs_free(mega_freedict_pairs *p); /* NULL allowed */
  * pair indices, train then valid then test, each in the shuffled group order; count[3] the pairs
  * and groups[3] (may be NULL) the source phrases of each split. MEGA_ERR_INVALID when a fraction
  * is outside [0, 1) or their sum is not below 1; MEGA_ERR_OOM. */
-mega_status mega_freedict_split(const mega_freedict_pairs *p, uint64_t seed, double valid_frac, double test_frac,
+MEGA_API mega_status mega_freedict_split(const mega_freedict_pairs *p, uint64_t seed, double valid_frac, double test_frac,
                                 size_t *order, size_t count[3], size_t groups[3]);
 
 /* ---------------------------------------------------------------------------------------------
@@ -835,12 +715,12 @@ mega_status mega_freedict_split(const mega_freedict_pairs *p, uint64_t seed, dou
 /* a classifier's mean loss and correct count over examples idx[0..n) of d, in batches of at most
  * `batch` (inputs cut to maxlen tokens); pred (optional) receives the argmax per example;
  * progress (optional) after each batch, with the running accuracy */
-mega_status mega_cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen,
+MEGA_API mega_status mega_cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen,
                               mega_eval_progress progress, void *ctx, double *loss, int64_t *correct, int *pred);
 /* an encoder-decoder's mean NLL per target token (nats) and teacher-forced token accuracy over
  * examples sel[0..n) of d, in length-sorted batches of at most max_tokens tokens; *tokens
  * (optional): the target tokens counted */
-mega_status mega_s2s_evaluate(mega_s2s *m, const mega_s2s_data *d, const int *sel, int n, int max_tokens, double *nll,
+MEGA_API mega_status mega_s2s_evaluate(mega_s2s *m, const mega_s2s_data *d, const int *sel, int n, int max_tokens, double *nll,
                               double *acc, int64_t *tokens);
 
 #ifdef __cplusplus

@@ -50,7 +50,7 @@ typedef struct {
 } mega_optim_hp;
 /* the defaults of `mega train`: weight decay 0.01; AdamW 0.9, 0.98, 1e-8; Apollo as fairseq's
  * (beta 0.9, eps 1e-4, rebound constant, weight-decay type auto) */
-void mega_optim_hp_default(mega_optim_hp *hp);
+MEGA_API void mega_optim_hp_default(mega_optim_hp *hp);
 
 /* a hyper-parameter of the table: a double, an on/off switch, or one of `choices` ("a|b", stored
  * as the index in an int) */
@@ -64,35 +64,35 @@ typedef struct {
     const char *help;
 } mega_optim_field;
 
-int mega_optim_count(void);
-const char *mega_optim_name(mega_optim_kind k);        /* NULL when k is not a kind */
-const char *mega_optim_describe(mega_optim_kind k);
-int mega_optim_find(const char *name);                 /* the kind, or -1 */
-int mega_optim_state_reals(mega_optim_kind k);         /* optimizer state per parameter, in reals */
+MEGA_API int mega_optim_count(void);
+MEGA_API const char *mega_optim_name(mega_optim_kind k);        /* NULL when k is not a kind */
+MEGA_API const char *mega_optim_describe(mega_optim_kind k);
+MEGA_API int mega_optim_find(const char *name);                 /* the kind, or -1 */
+MEGA_API int mega_optim_state_reals(mega_optim_kind k);         /* optimizer state per parameter, in reals */
 /* the hyper-parameters kind k reads (shared ones appear in each kind's table) */
-const mega_optim_field *mega_optim_fields(mega_optim_kind k, int *count);
+MEGA_API const mega_optim_field *mega_optim_fields(mega_optim_kind k, int *count);
 /* one-line error naming the flag for a value out of range */
-mega_status mega_optim_hp_check(mega_optim_kind k, const mega_optim_hp *hp);
+MEGA_API mega_status mega_optim_hp_check(mega_optim_kind k, const mega_optim_hp *hp);
 
 typedef struct mega_optim mega_optim;
 /* an optimizer of kind k for a parameter set of `total` reals (mega_ps_total), state zero */
-mega_status mega_optim_new(mega_optim_kind k, size_t total, mega_optim **out);
-void mega_optim_free(mega_optim *o);
-mega_optim_kind mega_optim_kind_of(const mega_optim *o);
+MEGA_API mega_status mega_optim_new(mega_optim_kind k, size_t total, mega_optim **out);
+MEGA_API void mega_optim_free(mega_optim *o);
+MEGA_API mega_optim_kind mega_optim_kind_of(const mega_optim *o);
 /* one update of the trainable tensors of ps from their gradients with learning rate lr (nothing
  * for a parameter set without gradients) */
-void mega_optim_step(mega_optim *o, mega_paramset *ps, const mega_optim_hp *hp, double lr);
+MEGA_API void mega_optim_step(mega_optim *o, mega_paramset *ps, const mega_optim_hp *hp, double lr);
 /* the updates done (saved as "adam_step" by mega train whatever the kind) */
-int64_t *mega_optim_t(mega_optim *o);
+MEGA_API int64_t *mega_optim_t(mega_optim *o);
 /* state buffer i (0 <= i < state reals), `total` reals in the parameter layout */
-mega_real *mega_optim_state(mega_optim *o, int i);
+MEGA_API mega_real *mega_optim_state(mega_optim *o, int i);
 /* The state in a training-state file: <state name>.<tensor> per trainable tensor of ps, flat
  * ([numel]; F32, or F64 in a MEGA_F64 build): AdamW exp_avg / exp_avg_sq (the names of
  * torch.optim.AdamW), Apollo exp_avg_grad / approx_hessian / update (the official state keys).
  * Loading checks each one against its parameter (present, floating point, of shape [numel],
  * finite, second moments >= 0) and fails naming the tensor. */
-mega_status mega_optim_save(const mega_optim *o, const mega_paramset *ps, mega_st_writer *w);
-mega_status mega_optim_load(mega_optim *o, const mega_paramset *ps, const mega_st_file *f);
+MEGA_API mega_status mega_optim_save(const mega_optim *o, const mega_paramset *ps, mega_st_writer *w);
+MEGA_API mega_status mega_optim_load(mega_optim *o, const mega_paramset *ps, const mega_st_file *f);
 
 /* ---------------------------------------------------------------------------------------------
  * Learning-rate schedules. X(ID, name, description). mega (cosine, linear, constant): linear
@@ -126,25 +126,25 @@ typedef struct {
     double sched_lr;
 } mega_sched_inputs;
 
-int mega_sched_count(void);
-const char *mega_sched_name(mega_sched_kind k);  /* NULL when k is not a kind */
-const char *mega_sched_describe(mega_sched_kind k);
-int mega_sched_find(const char *name);           /* the kind, or -1 */
+MEGA_API int mega_sched_count(void);
+MEGA_API const char *mega_sched_name(mega_sched_kind k);  /* NULL when k is not a kind */
+MEGA_API const char *mega_sched_describe(mega_sched_kind k);
+MEGA_API int mega_sched_find(const char *name);           /* the kind, or -1 */
 /* whether the kind is one of fairseq's (no --time-budget, no --reschedule) */
-int mega_sched_is_fairseq(mega_sched_kind k);
+MEGA_API int mega_sched_is_fairseq(mega_sched_kind k);
 /* one-line error for inputs the scheduler refuses (as fairseq's asserts do) */
-mega_status mega_sched_check(const mega_sched_inputs *s);
+MEGA_API mega_status mega_sched_check(const mega_sched_inputs *s);
 /* the learning rate of 0-based update `step` (fairseq's num_updates before it); trained: the
  * run's training seconds (used with time_budget) */
-double mega_lr_at(const mega_sched_inputs *s, int64_t step, double trained);
+MEGA_API double mega_lr_at(const mega_sched_inputs *s, int64_t step, double trained);
 
 /* ---------------------------------------------------------------------------------------------
  * The random keys of a training step: splitmix64's finaliser; the dropout key of step `step` of
  * a run seeded `seed`; the key of shard s of a step's batch (shard 0 keeps the step's key, so a
  * single process draws as before; K ranks and --grad-accum K drop the same units). */
-uint64_t mega_mix64(uint64_t z);
-uint64_t mega_dropout_key(uint64_t seed, int64_t step);
-uint64_t mega_shard_key(uint64_t key, int shard);
+MEGA_API uint64_t mega_mix64(uint64_t z);
+MEGA_API uint64_t mega_dropout_key(uint64_t seed, int64_t step);
+MEGA_API uint64_t mega_shard_key(uint64_t key, int shard);
 
 #ifdef __cplusplus
 }

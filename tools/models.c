@@ -5,62 +5,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The one place a kind's name is compared: the "kind" each config's to_json writes. */
-static const struct {
-    const char *name;
-    model_kind kind;
-    const char *noun; /* in messages */
-} KINDS[] = {
-    {"mega_lm", MODEL_LM, "language model"},
-    {"mega_cls", MODEL_CLS, "classifier"},
-    {"mega_s2s", MODEL_S2S, "translation model"},
+/* what each kind of the library's list (MEGA_MODEL_LIST) is called in messages */
+static const char *const NOUNS[MEGA_MODEL_COUNT] = {
+    [MEGA_MODEL_LM] = "language model",
+    [MEGA_MODEL_CLS] = "classifier",
+    [MEGA_MODEL_S2S] = "translation model",
 };
 
-/* name appears in the JSON text as a string ("name") */
-static int has_string(const char *json, const char *name) {
-    const size_t n = strlen(name);
-    for (const char *p = strstr(json, name); p; p = strstr(p + 1, name))
-        if (p > json && p[-1] == '"' && p[n] == '"') return 1;
-    return 0;
-}
+const char *model_kind_noun(mega_model_kind k) { return (unsigned)k < MEGA_MODEL_COUNT && NOUNS[k] ? NOUNS[k] : "model"; }
 
-model_kind model_kind_of_config(const char *cfg) {
-    if (!cfg) return MODEL_LM;
-    for (size_t i = 0; i < sizeof KINDS / sizeof *KINDS; i++)
-        if (KINDS[i].kind != MODEL_LM && has_string(cfg, KINDS[i].name)) return KINDS[i].kind;
-    /* a config without its kind (converted or older files): an encoder with a decoder translates,
-     * an encoder alone classifies */
-    if (strstr(cfg, "encoder_layers")) return strstr(cfg, "decoder_layers") ? MODEL_S2S : MODEL_CLS;
-    return MODEL_LM;
-}
-
-const char *model_kind_name(model_kind k) {
-    for (size_t i = 0; i < sizeof KINDS / sizeof *KINDS; i++)
-        if (KINDS[i].kind == k) return KINDS[i].name;
-    return "?";
-}
-
-int model_file_kind(const char *path, model_kind *k) {
+int model_file_kind(const char *path, mega_model_kind *k) {
     mega_st_file *f;
     if (mega_st_open(path, &f) != MEGA_OK) return -1;
-    *k = model_kind_of_config(mega_st_meta(f, "config"));
+    const mega_status st = mega_model_kind_of_json(mega_st_meta(f, "config"), k);
     mega_st_close(f);
-    return 0;
-}
-
-const char *model_kind_noun(model_kind k) {
-    for (size_t i = 0; i < sizeof KINDS / sizeof *KINDS; i++)
-        if (KINDS[i].kind == k) return KINDS[i].noun;
-    return "model";
+    return st == MEGA_OK ? 0 : -2;
 }
 
 const mega_load_opts MODEL_INFERENCE = {1, 0};
 
 const char *model_path(const char *m, char *buf, size_t n) { return mega_model_file(m, buf, n) ? NULL : buf; }
 
-int model_open(const char *arg, char *path, size_t n, model_kind *k) {
+int model_open(const char *arg, char *path, size_t n, mega_model_kind *k) {
     /* a file that cannot be read says why */
-    if (!model_path(arg, path, n) || model_file_kind(path, k)) return cli_error("%s", mega_last_error());
+    if (!model_path(arg, path, n)) return cli_error("%s", mega_last_error());
+    const int rc = model_file_kind(path, k);
+    if (rc == -2) return cli_error("%s: %s", path, mega_last_error()); /* the file's config: name the file */
+    if (rc) return cli_error("%s", mega_last_error());
     return 0;
 }
 
@@ -214,14 +185,14 @@ int load_s2s(const char *arg, mega_s2s **m, s2s_dicts *dicts, int allow_fdict) {
 int model_load(const char *arg, loaded_model *m) {
     memset(m, 0, sizeof *m);
     if (!model_path(arg, m->path, sizeof m->path)) return cli_error("%s", mega_last_error());
-    if (model_file_kind(m->path, &m->kind)) m->kind = MODEL_LM; /* its loader says why it cannot be read */
+    if (model_file_kind(m->path, &m->kind)) m->kind = MEGA_MODEL_LM; /* its loader says why it cannot be read */
     switch (m->kind) {
-    case MODEL_S2S:
+    case MEGA_MODEL_S2S:
         if (mega_s2s_load_ex(m->path, &MODEL_INFERENCE, &m->s2s) != MEGA_OK) return cli_error("%s", mega_last_error());
         return meta_bpe(m->path, mega_s2s_get_config(m->s2s), &m->src_bpe, &m->tgt_bpe);
-    case MODEL_CLS:
+    case MEGA_MODEL_CLS:
         return load_cls_model(arg, &m->cls);
-    case MODEL_LM:
+    default: /* MEGA_MODEL_LM */
         break;
     }
     if (load_model(arg, 0, &m->lm)) return 1;
@@ -231,7 +202,7 @@ int model_load(const char *arg, loaded_model *m) {
 void loaded_model_free(loaded_model *m) {
     mega_lm_free(m->lm);
     mega_fdict_free(m->dict);
-    if (m->kind == MODEL_CLS) free_cls_model(&m->cls);
+    if (m->kind == MEGA_MODEL_CLS) free_cls_model(&m->cls);
     mega_s2s_free(m->s2s);
     if (m->tgt_bpe != m->src_bpe) mega_bpe_free(m->tgt_bpe);
     mega_bpe_free(m->src_bpe);

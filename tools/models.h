@@ -6,26 +6,20 @@
 #define MEGA_TOOLS_MODELS_H
 #include "common.h"
 
-typedef enum { MODEL_LM = 0, MODEL_CLS, MODEL_S2S } model_kind;
-
-/* the kind named in a config (JSON; the "kind" a library config writes, else guessed from the
- * fields of an older or official config) */
-model_kind model_kind_of_config(const char *config_json);
-/* the name of a kind ("mega_lm", "mega_cls", "mega_s2s") */
-const char *model_kind_name(model_kind k);
-/* the kind of the model file at path: 0, or -1 (mega_last_error set) when it cannot be read */
-int model_file_kind(const char *path, model_kind *k);
+/* the kind of the model file at path (the library's rule, mega_model_kind_of_json): 0, -1 when it
+ * cannot be read, -2 when its config names a kind this library does not know (mega_last_error set) */
+int model_file_kind(const char *path, mega_model_kind *k);
 
 
 /* --model accepts a checkpoint directory or a .safetensors file (the library's rule,
  * mega_model_file); NULL with mega_last_error() set when it names no model file */
 const char *model_path(const char *arg, char *buf, size_t n);
 /* the model file arg names (into path) and its kind: 0, or 1 after the error */
-int model_open(const char *arg, char *path, size_t n, model_kind *k);
+int model_open(const char *arg, char *path, size_t n, mega_model_kind *k);
 /* what the models these commands load are for: inference (no gradient buffer) */
 extern const mega_load_opts MODEL_INFERENCE;
 /* what a kind's model is called in messages ("language model", "classifier", ...) */
-const char *model_kind_noun(model_kind k);
+const char *model_kind_noun(mega_model_kind k);
 
 /* ---- language models ---- */
 
@@ -73,13 +67,13 @@ int load_s2s(const char *arg, mega_s2s **m, s2s_dicts *dicts, int allow_fdict);
 
 /* A model a command opened: whichever kind its file holds, with its vocabulary */
 typedef struct {
-    model_kind kind;
+    mega_model_kind kind;
     char path[4096];  /* the model file */
-    mega_lm *lm;      /* MODEL_LM, with its fairseq dictionary (NULL: bytes) and tokens-per-sample */
+    mega_lm *lm;      /* MEGA_MODEL_LM, with its fairseq dictionary (NULL: bytes) and tokens-per-sample */
     mega_fdict *dict;
     size_t tps;
-    cls_model cls;    /* MODEL_CLS */
-    mega_s2s *s2s;    /* MODEL_S2S, with the subword units of its sides (NULL: bytes) */
+    cls_model cls;    /* MEGA_MODEL_CLS */
+    mega_s2s *s2s;    /* MEGA_MODEL_S2S, with the subword units of its sides (NULL: bytes) */
     mega_bpe *src_bpe, *tgt_bpe;
 } loaded_model;
 /* open the model arg names and load it whatever its kind (a file whose kind cannot be read is

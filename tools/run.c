@@ -162,13 +162,13 @@ int cmd_predict(int argc, char **argv) {
     if (!model || (!data && !images)) return cli_error("--model and --data are required (see 'mega predict --help')"), 2;
     mega_set_threads(threads);
     char p[4096];
-    model_kind kind;
+    mega_model_kind kind;
     /* a file that cannot be read says why (as eval and info do); only a readable model of
      * another task is "not a classifier" */
     if (model_open(model, p, sizeof p, &kind)) return 2;
-    if (kind != MODEL_CLS)
-        return cli_error("'%s' is not a %s (predict is for --task %s models)", model, model_kind_noun(MODEL_CLS),
-                         task_of_kind(MODEL_CLS)->name), 2;
+    if (kind != MEGA_MODEL_CLS)
+        return cli_error("'%s' is not a %s (predict is for --task %s models)", model, model_kind_noun(MEGA_MODEL_CLS),
+                         task_of_kind(MEGA_MODEL_CLS)->name), 2;
     cls_run run;
     int rc = cls_run_all(&run, model, data, images, labels, seq_len, batch, 0, 0);
     if (!rc) {
@@ -349,22 +349,22 @@ int cmd_eval(int argc, char **argv) {
     mega_set_threads(threads);
     {
         char p[4096];
-        model_kind k;
+        mega_model_kind k;
         if (model_open(model, p, sizeof p, &k)) return 2;
         /* --task: the model must be of the task's kind; a translation model reads its own data */
         const task_def *td = task_find(task_name); /* NULL: auto */
-        if (td && td->kind != k && td->kind == MODEL_S2S)
+        if (td && td->kind != k && td->kind == MEGA_MODEL_S2S)
             return cli_error("'%s' is not a %s (mega train --task %s)", model, model_kind_noun(td->kind), td->name), 2;
-        if (td && td->kind != k && k == MODEL_S2S)
+        if (td && td->kind != k && k == MEGA_MODEL_S2S)
             return cli_error("'%s' is a %s (use --task %s)", model, model_kind_noun(k), task_of_kind(k)->name), 2;
-        if (k != MODEL_CLS && images)
+        if (k != MEGA_MODEL_CLS && images)
             return cli_error("'%s' is a %s: it reads --data text, not --images/--labels (IDX images)", model,
                              model_kind_noun(k)), 2;
-        if (k == MODEL_S2S)
+        if (k == MEGA_MODEL_S2S)
             return eval_translate(model, data, &sp, batch, max_examples, !no_group, max_tokens, hyp_out, quiet, max_memory);
         if (td && td->kind != k)
             return cli_error("'%s' is a %s, not a %s", model, model_kind_noun(k), model_kind_noun(td->kind)), 2;
-        if (k == MODEL_CLS)
+        if (k == MEGA_MODEL_CLS)
             return eval_classifier(model, data, images, labels, seq_len > 0 ? seq_len : 1 << 20, batch, confusion, quiet,
                                    max_memory);
     }
@@ -504,7 +504,7 @@ static void info_s2s(const loaded_model *lm) {
     mega_block_context x;
     mega_block_context_of(&sc->decoder, 0, &x);
     printf("model      %s\nkind       %s (encoder-decoder, %s mixer, %s cross-attention)\nparameters %zu\n", lm->path,
-           model_kind_name(lm->kind), mega_mixer_name(sc->encoder.mixer), x.cross_attention,
+           mega_model_kind_name(lm->kind), mega_mixer_name(sc->encoder.mixer), x.cross_attention,
            mega_ps_trainable(mega_s2s_paramset(lm->s2s)));
     print_s2s_config(stdout, sc, "           ");
     const mega_bpe *sb = lm->src_bpe, *tb = lm->tgt_bpe;
@@ -523,7 +523,7 @@ static void info_cls(const loaded_model *lm) {
     const mega_cls_config *cc = mega_cls_get_config(lm->cls.m);
     char *js = mega_cls_config_to_json(cc);
     printf("model      %s\nkind       %s (classifier, %s encoder)\nparameters %zu\nclasses    %d\n", lm->path,
-           model_kind_name(lm->kind), mega_mixer_name(cc->block.mixer), mega_ps_trainable(mega_cls_paramset(lm->cls.m)), lm->cls.classes.n);
+           mega_model_kind_name(lm->kind), mega_mixer_name(cc->block.mixer), mega_ps_trainable(mega_cls_paramset(lm->cls.m)), lm->cls.classes.n);
     print_cls_config(stdout, cc, "           ");
     printf("config     %s\n", js ? js : "");
     free(js);
@@ -543,7 +543,7 @@ static void info_lm(const loaded_model *lm, int tensors) {
                  mega_fdict_get_unit(dict) == MEGA_FDICT_BYTE ? "byte" : "word");
     else
         snprintf(vocab, sizeof vocab, "%s", bytes ? "byte-level: 256 bytes + pad" : "token vocabulary");
-    printf("kind       %s (causal language model, %s mixer, %s)\n", model_kind_name(lm->kind), mega_mixer_name(lc->block.mixer),
+    printf("kind       %s (causal language model, %s mixer, %s)\n", mega_model_kind_name(lm->kind), mega_mixer_name(lc->block.mixer),
            vocab);
     if (lm->tps) printf("eval       fairseq tokens-per-sample %zu (mega eval restarts the state every %zu tokens)\n", lm->tps, lm->tps);
     if (step) printf("step       %s\n", step);
@@ -573,8 +573,8 @@ int cmd_info(int argc, char **argv) {
     if (!model) return cli_error("--model is required (see 'mega info --help')"), 2;
     loaded_model lm;
     int rc = model_load(model, &lm);
-    if (!rc && lm.kind == MODEL_S2S) info_s2s(&lm);
-    else if (!rc && lm.kind == MODEL_CLS) info_cls(&lm);
+    if (!rc && lm.kind == MEGA_MODEL_S2S) info_s2s(&lm);
+    else if (!rc && lm.kind == MEGA_MODEL_CLS) info_cls(&lm);
     else if (!rc) info_lm(&lm, tensors);
     loaded_model_free(&lm);
     return rc ? 2 : 0;

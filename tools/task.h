@@ -104,7 +104,7 @@ void note_unused_block_flags(const train_args *a, const mega_block_config *mine,
  * a task is one task_X.c with its row's functions, plus the row. */
 typedef struct task_def {
     const char *name;         /* --task NAME, and the "task" a checkpoint records */
-    model_kind kind;          /* the model it trains */
+    mega_model_kind kind;          /* the model it trains */
     const char *valid_unit;   /* what its validation count counts ("examples") */
     const char *metric_title; /* mega plot: the title of its validation metric's axis */
     int uneven_shards;        /* its batches vary in rows: ranks and micro-batches get uneven shards */
@@ -127,7 +127,7 @@ extern const task_def TASKS[];
 extern const int N_TASKS;
 /* the row of --task NAME (NULL if none); of the task that trains models of kind k (the first) */
 const task_def *task_find(const char *name);
-const task_def *task_of_kind(model_kind k);
+const task_def *task_of_kind(mega_model_kind k);
 /* the row with presets (NULL if none) */
 const task_def *task_with_presets(void);
 /* "lm|classify|translate" */

@@ -9,12 +9,12 @@
 #include <string.h>
 
 const task_def TASKS[] = {
-    {"lm", MODEL_LM, "bytes in windows", "bits per byte", 0, offsetof(train_args, lm), offsetof(train_args, lm.block),
+    {"lm", MEGA_MODEL_LM, "bytes in windows", "bits per byte", 0, offsetof(train_args, lm), offsetof(train_args, lm.block),
      mega_lm_config_fields, lm_task_flags, NULL, NULL, NULL, lm_task_new},
-    {"classify", MODEL_CLS, "examples", "accuracy", 0, offsetof(train_args, cls), offsetof(train_args, cls.block),
+    {"classify", MEGA_MODEL_CLS, "examples", "accuracy", 0, offsetof(train_args, cls), offsetof(train_args, cls.block),
      mega_cls_config_fields, cls_task_flags, cls_apply_classify_defaults, cls_apply_preset, NULL, cls_task_new},
     /* translate's batches are bucketed by tokens: their sentence counts vary */
-    {"translate", MODEL_S2S, "target tokens", "token accuracy (teacher forcing)", 1, offsetof(train_args, s2s),
+    {"translate", MEGA_MODEL_S2S, "target tokens", "token accuracy (teacher forcing)", 1, offsetof(train_args, s2s),
      offsetof(train_args, s2s.encoder), mega_s2s_config_fields, s2s_task_flags, s2s_apply_translate_defaults, NULL, s2s_finish_flags,
      s2s_task_new},
 };
@@ -26,7 +26,7 @@ const task_def *task_find(const char *name) {
     return NULL;
 }
 
-const task_def *task_of_kind(model_kind k) {
+const task_def *task_of_kind(mega_model_kind k) {
     for (int i = 0; i < N_TASKS; i++)
         if (TASKS[i].kind == k) return &TASKS[i];
     return NULL;

@@ -233,7 +233,8 @@ static int64_t model_step(const char *path, char *task_out, size_t n) {
         const char *ss = mega_st_meta(f, "step");
         if (ss) s = atoll(ss);
         const char *tk = mega_st_meta(f, "task");
-        const task_def *td = task_of_kind(model_kind_of_config(mega_st_meta(f, "config")));
+        mega_model_kind k;
+        const task_def *td = mega_model_kind_of_json(mega_st_meta(f, "config"), &k) == MEGA_OK ? task_of_kind(k) : NULL;
         if (task_out && tk) snprintf(task_out, n, "%s", tk);
         else if (task_out && td) snprintf(task_out, n, "%s", td->name);
         mega_st_close(f);

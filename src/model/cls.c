@@ -542,20 +542,7 @@ mega_status mega_cls_load(const char *path, mega_cls **out) { return mega_cls_lo
 
 /* ---- the kind's table (model/kinds.h) ---------------------------------------------------------- */
 
-static void cfg_default(void *c) { mega_cls_config_default(c); }
-static mega_status cfg_check(const void *c) { return mega_cls_config_check(c); }
-static char *cfg_to_json(const void *c) { return mega_cls_config_to_json(c); }
-static mega_status cfg_from_json(const char *json, void *c) { return mega_cls_config_from_json(json, c); }
-static mega_status declare(const void *c, mega_model **out) {
-    mega_cls *m;
-    MEGA_TRY(mega__cls_declare(c, &m));
-    *out = &m->hdr;
-    return MEGA_OK;
-}
-static void init_params(mega_model *m, uint64_t seed) { mega_cls_init_params((mega_cls *)m, seed); }
-static void model_free(mega_model *m) { mega_cls_free((mega_cls *)m); }
-static const void *model_config(const mega_model *m) { return &((const mega_cls *)m)->cfg; }
-static mega_params *model_params(mega_model *m) { return &((mega_cls *)m)->P; }
+MEGA__KIND_ADAPTERS(cls)
 static const char *const *ignore(const mega_model *m, mega_ignore_list *g) {
     static const char *const list[] = {"_float_tensor", NULL};
     (void)m, (void)g;
@@ -569,21 +556,11 @@ static mega_status memory(const void *c, int training, int B, int T, mega_memory
 }
 
 const mega_model_ops mega__kind_cls = {
+    MEGA__KIND_ADAPTED(cls),
     .what = "classifier",
-    .config_size = sizeof(mega_cls_config),
     .official_keys = {"encoder_layers"},
     .official = OFFICIAL,
     .official_side = "encoder",
-    .config_fields = mega_cls_config_fields,
-    .config_default = cfg_default,
-    .config_check = cfg_check,
-    .config_to_json = cfg_to_json,
-    .config_from_json = cfg_from_json,
-    .declare = declare,
-    .init_params = init_params,
-    .free = model_free,
-    .config = model_config,
-    .params = model_params,
     .ignore = ignore,
     .check_file = check_file,
     .memory = memory,

@@ -49,6 +49,32 @@ typedef struct {
     mega_status (*memory)(const void *c, int training, int B, int T, mega_memory *out);
 } mega_model_ops;
 
+/* The adapters from a kind's typed API to its table, the same for every kind (its
+ * mega_<id>_config_* functions, mega__<id>_declare, mega_<id>_init_params / _free and the typed
+ * model's cfg and P members): defined once in the kind's file by MEGA__KIND_ADAPTERS(id) and named
+ * in its table by MEGA__KIND_ADAPTED(id). What differs between kinds (names, official keys, the
+ * ignore list, the file check, the memory estimate) is written in the table itself. */
+#define MEGA__KIND_ADAPTERS(id)                                                                                   \
+    static void id##_cfg_default(void *c) { mega_##id##_config_default(c); }                                    \
+    static mega_status id##_cfg_check(const void *c) { return mega_##id##_config_check(c); }                    \
+    static char *id##_cfg_to_json(const void *c) { return mega_##id##_config_to_json(c); }                      \
+    static mega_status id##_cfg_from_json(const char *json, void *c) { return mega_##id##_config_from_json(json, c); } \
+    static mega_status id##_declare(const void *c, mega_model **out) {                                          \
+        mega_##id *m;                                                                                           \
+        MEGA_TRY(mega__##id##_declare(c, &m));                                                                  \
+        *out = &m->hdr;                                                                                         \
+        return MEGA_OK;                                                                                         \
+    }                                                                                                           \
+    static void id##_init_params(mega_model *m, uint64_t seed) { mega_##id##_init_params((mega_##id *)m, seed); } \
+    static void id##_free(mega_model *m) { mega_##id##_free((mega_##id *)m); }                                  \
+    static const void *id##_config(const mega_model *m) { return &((const mega_##id *)m)->cfg; }                \
+    static mega_params *id##_params(mega_model *m) { return &((mega_##id *)m)->P; }
+#define MEGA__KIND_ADAPTED(id)                                                                                    \
+    .config_size = sizeof(mega_##id##_config), .config_fields = mega_##id##_config_fields,                      \
+    .config_default = id##_cfg_default, .config_check = id##_cfg_check, .config_to_json = id##_cfg_to_json,    \
+    .config_from_json = id##_cfg_from_json, .declare = id##_declare, .init_params = id##_init_params,          \
+    .free = id##_free, .config = id##_config, .params = id##_params
+
 #define MEGA_KIND_OPS_(ID, id, name, help) extern const mega_model_ops mega__kind_##id;
 MEGA_MODEL_LIST(MEGA_KIND_OPS_)
 #undef MEGA_KIND_OPS_

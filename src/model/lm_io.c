@@ -101,41 +101,18 @@ mega_status mega_lm_load(const char *path, mega_lm **out) { return mega_lm_load_
 
 /* ---- the kind's table (model/kinds.h) ---------------------------------------------------------- */
 
-static void cfg_default(void *c) { mega_lm_config_default(c); }
-static mega_status cfg_check(const void *c) { return mega_lm_config_check(c); }
-static char *cfg_to_json(const void *c) { return mega_lm_config_to_json(c); }
-static mega_status cfg_from_json(const char *json, void *c) { return mega_lm_config_from_json(json, c); }
-static mega_status declare(const void *c, mega_model **out) {
-    mega_lm *m;
-    MEGA_TRY(mega__lm_declare(c, &m));
-    *out = &m->hdr;
-    return MEGA_OK;
-}
-static void init_params(mega_model *m, uint64_t seed) { mega_lm_init_params((mega_lm *)m, seed); }
-static void model_free(mega_model *m) { mega_lm_free((mega_lm *)m); }
-static const void *model_config(const mega_model *m) { return &((const mega_lm *)m)->cfg; }
-static mega_params *model_params(mega_model *m) { return &((mega_lm *)m)->P; }
+MEGA__KIND_ADAPTERS(lm)
 static const char *const *ignore(const mega_model *m, mega_ignore_list *g) { return lm_ignore((const mega_lm *)m, g); }
 static mega_status memory(const void *c, int training, int B, int T, mega_memory *out) {
     return mega_lm_memory(c, training, B, T, out);
 }
 
 const mega_model_ops mega__kind_lm = {
+    MEGA__KIND_ADAPTED(lm),
     .what = "language model",
-    .config_size = sizeof(mega_lm_config),
     .official_keys = {"decoder_layers"},
     .official = OFFICIAL,
     .official_side = "decoder",
-    .config_fields = mega_lm_config_fields,
-    .config_default = cfg_default,
-    .config_check = cfg_check,
-    .config_to_json = cfg_to_json,
-    .config_from_json = cfg_from_json,
-    .declare = declare,
-    .init_params = init_params,
-    .free = model_free,
-    .config = model_config,
-    .params = model_params,
     .ignore = ignore,
     .memory = memory,
 };

@@ -155,20 +155,7 @@ mega_status mega_s2s_load(const char *path, mega_s2s **out) { return mega_s2s_lo
 
 /* ---- the kind's table (model/kinds.h) ---------------------------------------------------------- */
 
-static void cfg_default(void *c) { mega_s2s_config_default(c); }
-static mega_status cfg_check(const void *c) { return mega_s2s_config_check(c); }
-static char *cfg_to_json(const void *c) { return mega_s2s_config_to_json(c); }
-static mega_status cfg_from_json(const char *json, void *c) { return mega_s2s_config_from_json(json, c); }
-static mega_status declare(const void *c, mega_model **out) {
-    mega_s2s *m;
-    MEGA_TRY(mega__s2s_declare(c, &m));
-    *out = &m->hdr;
-    return MEGA_OK;
-}
-static void init_params(mega_model *m, uint64_t seed) { mega_s2s_init_params((mega_s2s *)m, seed); }
-static void model_free(mega_model *m) { mega_s2s_free((mega_s2s *)m); }
-static const void *model_config(const mega_model *m) { return &((const mega_s2s *)m)->cfg; }
-static mega_params *model_params(mega_model *m) { return &((mega_s2s *)m)->P; }
+MEGA__KIND_ADAPTERS(s2s)
 static const char *const *ignore(const mega_model *m, mega_ignore_list *g) {
     (void)g;
     return s2s_ignore((const mega_s2s *)m);
@@ -179,22 +166,12 @@ static mega_status memory(const void *c, int training, int B, int T, mega_memory
 }
 
 const mega_model_ops mega__kind_s2s = {
+    MEGA__KIND_ADAPTED(s2s),
     .what = "encoder-decoder",
-    .config_size = sizeof(mega_s2s_config),
     .official_keys = {"encoder_layers", "decoder_layers"},
     .official = OFFICIAL,
     .official_side = NULL,
     .official_training = 1,
-    .config_fields = mega_s2s_config_fields,
-    .config_default = cfg_default,
-    .config_check = cfg_check,
-    .config_to_json = cfg_to_json,
-    .config_from_json = cfg_from_json,
-    .declare = declare,
-    .init_params = init_params,
-    .free = model_free,
-    .config = model_config,
-    .params = model_params,
     .ignore = ignore,
     .memory = memory,
 };

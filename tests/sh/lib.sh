@@ -26,6 +26,21 @@ finish() {
   [ "$fail" -eq 0 ] && exit 0
   exit 1
 }
+# need_torch SCRIPT [asan-ok]: PY=/usr/bin/python3 (MEGA_TEST_PYTHON overrides it, only to test the
+# skip path); the script stops here (a NOTE line, no checks)
+# when it lacks torch and numpy, or (unless asan-ok) when $B is a sanitizer build, whose runtime
+# torch's process cannot load after the fact
+need_torch() {
+  PY=${MEGA_TEST_PYTHON:-/usr/bin/python3}
+  if ! [ -x "$PY" ] || ! "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
+    echo "NOTE $1 skipped: /usr/bin/python3 with torch and numpy not installed"
+    finish
+  fi
+  if [ "${2:-}" != asan-ok ] && grep -q __asan_init "$B/libmega.so" 2>/dev/null; then
+    echo "NOTE $1 skipped under AddressSanitizer (torch and the ASan runtime do not mix)"
+    finish
+  fi
+}
 # expect_error NAME PATTERN CMD...: the command fails cleanly: exactly one "mega: error: " line
 # on stderr, containing PATTERN (grep -F; "" for any), and no crash (exit 124 and above: a
 # timeout, a signal). stdout goes to out.txt, stderr to err.txt, the exit code to $rc. What a

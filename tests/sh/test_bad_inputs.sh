@@ -277,7 +277,7 @@ EOF
   python3 edit.py $W c14.safetensors 'rawconfig={"model": "mega_lm", "layers": '
   expect_error "C14 config that is not JSON" "model config is not a JSON object" "$M" info --model c14.safetensors
   python3 edit.py $W c15.safetensors 'model="gpt9"'
-  expect_error "C15 unknown model kind" "config describes a 'gpt9' model, not a language model (mega_lm)" "$M" eval --model c15.safetensors --data corpus.txt
+  expect_error "C15 unknown model kind" "c15.safetensors: unknown model kind 'gpt9' in the config (this library reads mega_lm, mega_cls, mega_s2s)" "$M" eval --model c15.safetensors --data corpus.txt
   python3 edit.py $W c16.safetensors 'mixer="frob"'
   expect_error "C16 unknown mixer in the config" "config key 'mixer' has an unknown value" "$M" info --model c16.safetensors
   python3 edit.py $W c17.safetensors 'layers=-3'

@@ -28,17 +28,9 @@
 # Needs /usr/bin/python3 with torch and numpy (CI installs them); else a NOTE and no checks.
 . "$(dirname "$0")/lib.sh"
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
-PY=/usr/bin/python3
 FX="$HERE/tests/fixtures/fairseq/byte_lm"
 CONV="$HERE/scripts/convert_fairseq.py"
-if ! [ -x "$PY" ] || ! "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
-  echo "NOTE test_fairseq.sh skipped: /usr/bin/python3 with torch and numpy not installed"
-  finish
-fi
-if grep -q __asan_init "$B/libmega.so" 2>/dev/null; then
-  echo "NOTE test_fairseq.sh skipped under AddressSanitizer (torch and the ASan runtime do not mix)"
-  finish
-fi
+need_torch test_fairseq.sh
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT INT TERM
 

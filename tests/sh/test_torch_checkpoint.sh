@@ -10,11 +10,7 @@
 # Without /usr/bin/python3 + torch the test prints a NOTE and "0 passed, 0 failed" (no checks).
 . "$(dirname "$0")/lib.sh"
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
-PY=${MEGA_TEST_PYTHON:-/usr/bin/python3} # (override only to test the skip path)
-if ! [ -x "$PY" ] || ! "$PY" -c 'import torch, numpy' > /dev/null 2>&1; then
-  echo "NOTE test_torch_checkpoint.sh skipped: python3-torch not installed ($PY -c 'import torch' failed)"
-  finish
-fi
+need_torch test_torch_checkpoint.sh asan-ok # (it runs no library code inside python3)
 for f in "$B/mega" "$B/test_dump_logits"; do
   [ -x "$f" ] || { bad "no executable $f (build first)"; finish; }
 done

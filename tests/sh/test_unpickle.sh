@@ -18,17 +18,9 @@
 # Needs /usr/bin/python3 with torch and numpy; else a SKIP line and no checks.
 . "$(dirname "$0")/lib.sh"
 HERE=$(cd "$(dirname "$0")/../.." && pwd)
-PY=/usr/bin/python3
 FX="$HERE/tests/fixtures/fairseq/byte_lm"
 CONV="$HERE/scripts/convert_fairseq.py"
-if ! [ -x "$PY" ] || ! "$PY" -c 'import torch, numpy' >/dev/null 2>&1; then
-  echo "SKIP test_unpickle.sh: /usr/bin/python3 with torch and numpy not installed"
-  finish
-fi
-if grep -q __asan_init "$B/libmega.so" 2>/dev/null; then
-  echo "SKIP test_unpickle.sh under AddressSanitizer (torch and the ASan runtime do not mix)"
-  finish
-fi
+need_torch test_unpickle.sh
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT INT TERM
 mkdir "$T/f" "$T/mark"
