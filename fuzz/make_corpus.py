@@ -206,6 +206,26 @@ def data_seeds():
     put("s2s_tokenize", "empty.txt", b"\x00\n")
 
 
+def fairseq_bin_seeds():
+    """fairseq binarized datasets (byte 0: 0 = a dataset read without a limit, 0x10 = with the id
+    limit 8; bytes 1-2 where the .idx ends) and dict.txt files (byte 0: 1 = word unit, 3 = byte)"""
+    fx = os.path.join(ROOT, "tests", "fixtures", "fairseq-bin")
+
+    def pair(name):
+        idx = open(os.path.join(fx, name + ".idx"), "rb").read()
+        return idx, open(os.path.join(fx, name + ".bin"), "rb").read()
+
+    for name in ("mmap", "cached"):
+        idx, bin_ = pair(name)
+        put("fairseq_bin", name + ".bin", b"\x00" + struct.pack("<H", len(idx)) + idx + bin_)
+    idx, bin_ = pair("mmap_i64")  # the .bin cut short: the later sequences point past its end
+    put("fairseq_bin", "mmap-i64-short.bin", b"\x00" + struct.pack("<H", len(idx)) + idx + bin_[:64])
+    idx, bin_ = pair("byte_lm/eval")
+    put("fairseq_bin", "byte-lm-limit.bin", b"\x10" + struct.pack("<H", len(idx)) + idx + bin_)
+    put("fairseq_bin", "dict-word.bin", b"\x01" + open(os.path.join(fx, "dict.txt"), "rb").read()[:200])
+    put("fairseq_bin", "dict-byte-overwrite.bin", b"\x03" + b"32 9\r\n101 4\n32 0 #fairseq:overwrite\nbad\n")
+
+
 def freedict_seeds():
     entries = [("00-database-short", "\n00-database-short\nTest dictionary\n"),
                ("haus", "Haus /haʊs/ <n, neut>\nhouse <n>, home <n>\n   Synonym: {Heim}\n\n see: {Häuser}\n"),
@@ -340,6 +360,7 @@ def main():
         safetensors_seeds(models)
         official_seeds()
         data_seeds()
+        fairseq_bin_seeds()
         freedict_seeds()
         metrics_seeds()
         cli_seeds()

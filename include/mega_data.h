@@ -203,6 +203,58 @@ MEGA_API int mega_fdict_generable(const mega_fdict *d, int id);
 MEGA_API size_t mega_fdict_decode(const mega_fdict *d, int id, int *line_start, char *buf, size_t cap);
 
 /* ---------------------------------------------------------------------------------------------
+ * fairseq binarized datasets: what fairseq-preprocess writes into data-bin/ (the official
+ * fairseq/data/indexed_dataset.py; docs/interop.md), a prefix such as data-bin/enwik8/test naming
+ * two files:
+ *  - test.idx, the index, either
+ *      "mmap" (MMapIndexedDataset, the default): the 9-byte magic "MMIDIDX\0\0", version (uint64,
+ *      1), dtype code (uint8), n (uint64), sizes (n int32: tokens per sequence), pointers (n int64:
+ *      byte offset of each sequence in the .bin); Megatron-LM's variant, with a count of documents
+ *      after n and that many int64 document starts after the pointers, is read too (its document
+ *      boundaries are not used);
+ *    or "cached"/"lazy" (IndexedDataset, the older TorchNet format): the 8-byte magic
+ *      "TNTIDX\0\0", version (1), dtype code, element size, n, s (uint64 each), dim_offsets (n+1
+ *      int64), data_offsets (n+1 int64, in elements), sizes (s int64); its ids are stored plus 1
+ *      (Lua indexing), which reading takes off as fairseq's loader does;
+ *  - test.bin, the token ids of every sequence, little-endian, of the dtype: 1 uint8, 2 int8,
+ *    3 int16, 4 int32, 5 int64, 8 uint16 (codes 6 and 7, floats, are not token ids and refused).
+ * fairseq-preprocess stores each line as its tokens then </s>. Opening checks the whole index
+ * before anything is allocated from its counts: magic, version, dtype code, element size, that
+ * the index has exactly the size its counts announce, sizes >= 0, every sequence within the
+ * .bin (no wrap-around in the arithmetic), one dimension per item (TNTIDX). Token values are
+ * checked as they are read. Errors name the file: "fairseq dataset 'x.idx': ...". */
+typedef struct mega_fbin mega_fbin;
+
+/* Whether path names a binarized dataset: a prefix P with P.idx and P.bin (P itself not a
+ * file), or the .idx or .bin file of such a pair. Writes the prefix into prefix[cap] (may be
+ * NULL); returns 1 for a dataset, 0 otherwise (too long a path: 0). */
+MEGA_API int mega_fbin_prefix(const char *path, char *prefix, size_t cap);
+/* Open the dataset that path names (as mega_fbin_prefix; a bare prefix whose files are missing
+ * gives MEGA_ERR_NOT_FOUND). The .bin is mapped when large, as text data is. */
+MEGA_API mega_status mega_fbin_open(const char *path, mega_fbin **out);
+MEGA_API void mega_fbin_close(mega_fbin *d);
+MEGA_API size_t mega_fbin_count(const mega_fbin *d);             /* sequences */
+MEGA_API size_t mega_fbin_length(const mega_fbin *d, size_t i);  /* tokens of sequence i (0 out of range) */
+MEGA_API uint64_t mega_fbin_tokens(const mega_fbin *d);          /* tokens of all sequences */
+/* "mmap uint16", "cached int32", ...: the format and the stored dtype */
+MEGA_API const char *mega_fbin_describe(const mega_fbin *d);
+/* The ids of sequence i into out[mega_fbin_length(d, i)]. MEGA_ERR_FORMAT for an id that is
+ * negative or not below limit (limit <= 0: any id up to INT32_MAX), naming the sequence, the
+ * position and the value; MEGA_ERR_INVALID for i out of range. */
+MEGA_API mega_status mega_fbin_read(const mega_fbin *d, size_t i, int32_t limit, int32_t *out);
+
+/* A fairseq dict.txt read as Dictionary.load does: the 4 specials <s> <pad> </s> <unk> (ids 0..3)
+ * then one token per line, "token count" with an optional " #fairseq:overwrite" after the count
+ * (a repeat without it is refused, as fairseq does; with it the repeat gets a new id and the
+ * spelling), trailing whitespace ignored; the text must be UTF-8. No fillers are added. unit
+ * says how the tokens spell text (include/mega_data.h above). Errors name "path:LINE". */
+MEGA_API mega_status mega_fdict_load_txt(const char *path, mega_fdict_unit unit, mega_fdict **out);
+/* Whether data (a dataset's dict.txt) numbers tokens as model does: the same token at every id of
+ * data, and model's further ids only madeupword fillers (Dictionary.pad_to_multiple_).
+ * MEGA_ERR_FORMAT naming the first difference, with `what` naming data in the message. */
+MEGA_API mega_status mega_fdict_check_same(const mega_fdict *model, const mega_fdict *data, const char *what);
+
+/* ---------------------------------------------------------------------------------------------
  * class lists */
 typedef struct {
     int n;

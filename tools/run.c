@@ -190,6 +190,42 @@ static int lengths_valid(const char *s) {
     return *s != 0;
 }
 
+/* `mega eval --data` naming a fairseq binarized dataset (data-bin/x/test, or its .idx or .bin;
+ * docs/interop.md): the ids of its sequences in order (each line's tokens and </s>, as
+ * fairseq-preprocess stored them) after a first </s>, as the text path gives; every id within the
+ * model's dictionary, and a dict.txt beside the dataset must be that dictionary */
+static int read_fbin(const char *data, const mega_fdict *dict, int32_t **ids, size_t *ntok, size_t *unk) {
+    char dir[4096], dpath[4200];
+    if (!dict)
+        return cli_error("--data '%s' is a fairseq binarized dataset, whose ids only a model converted from a fairseq "
+                         "checkpoint (with its dictionary) reads", data);
+    mega_fbin *d;
+    if (mega_fbin_open(data, &d) != MEGA_OK) return cli_error("%s", mega_last_error());
+    mega_fbin_prefix(data, dir, sizeof dir);
+    char *slash = strrchr(dir, '/');
+    snprintf(dpath, sizeof dpath, "%.*sdict.txt", slash ? (int)(slash - dir + 1) : 0, dir);
+    if (access(dpath, F_OK) == 0) {
+        mega_fdict *dd;
+        mega_status st = mega_fdict_load_txt(dpath, mega_fdict_get_unit(dict), &dd);
+        if (st == MEGA_OK) st = mega_fdict_check_same(dict, dd, dpath), mega_fdict_free(dd);
+        if (st != MEGA_OK) return mega_fbin_close(d), cli_error("%s: not the model's dictionary: %s", data, mega_last_error());
+    }
+    const uint64_t n = mega_fbin_tokens(d);
+    *ids = n && n < SIZE_MAX / sizeof **ids - 1 ? malloc(((size_t)n + 1) * sizeof **ids) : NULL;
+    if (!*ids) return mega_fbin_close(d), cli_error("--data '%s': %s", data, n ? "out of memory" : "no tokens");
+    (*ids)[0] = mega_fdict_get_specials(dict).eos;
+    size_t k = 1;
+    for (size_t i = 0; i < mega_fbin_count(d); k += mega_fbin_length(d, i), i++)
+        if (mega_fbin_read(d, i, mega_fdict_size(dict), *ids + k) != MEGA_OK) {
+            free(*ids), *ids = NULL, mega_fbin_close(d);
+            return cli_error("%s", mega_last_error());
+        }
+    *ntok = (size_t)n, *unk = 0;
+    for (size_t i = 1; i <= *ntok; i++) *unk += (*ids)[i] == mega_fdict_get_specials(dict).unk;
+    mega_fbin_close(d);
+    return 0;
+}
+
 /* `mega eval` of a language model: the streamed loss over the whole text, or the --lengths
  * table. Byte models score bytes; a converted fairseq model (dict) scores the ids fairseq-preprocess
  * would give the text, its first token predicted from </s> as fairseq's language-modeling task
@@ -205,7 +241,11 @@ static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const c
     {
         /* the memory: the weights (loaded), a forward of one segment (more than a stream holds) or
          * of the largest --lengths batch, and the text read (with its ids for a dictionary) */
-        uint64_t text = file_size(data);
+        char bin[4096 + 8];
+        const int fbin = mega_fbin_prefix(data, bin, sizeof bin - 8);
+        if (fbin && max_bytes > 0) return cli_error("--max-bytes reads the start of a text, not of a binarized dataset ('%s')", data), 2;
+        if (fbin) strcat(bin, ".bin"); /* at most 4 bytes of ids per byte of it (uint8 ids) */
+        uint64_t text = file_size(fbin ? bin : data);
         if (max_bytes > 0 && (uint64_t)max_bytes < text) text = (uint64_t)max_bytes;
         int B = 1, T = seq_len;
         for (const char *q = lengths; q && *q;) {
@@ -227,15 +267,19 @@ static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const c
         const char *advice = lengths ? "use shorter --lengths or --max-bytes, or " : "use a shorter --seq-len or --max-bytes, or ";
         if (memory_guard("this evaluation", how, advice, &mm, dict ? 5 * text + 4 : text, mm.params, max_memory, &rm)) return 2;
     }
-    mega_bytes txt;
-    /* --max-bytes: only that much of the file is read */
-    if (mega_read_file_max(data, "--data", max_bytes > 0 ? (uint64_t)max_bytes : 0, &txt) != MEGA_OK)
-        return cli_error("%s", mega_last_error()), 2;
-    const size_t nbytes = txt.n;
-    mega_tokens sq = {txt.data, NULL, txt.n};
+    mega_bytes txt = {0};
     int32_t *ids = NULL;
     size_t ntok = 0, unk = 0;
-    if (dict) {
+    const int binarized = mega_fbin_prefix(data, NULL, 0);
+    if (binarized) {
+        if (read_fbin(data, dict, &ids, &ntok, &unk)) return 2;
+    }
+    /* --max-bytes: only that much of the file is read */
+    else if (mega_read_file_max(data, "--data", max_bytes > 0 ? (uint64_t)max_bytes : 0, &txt) != MEGA_OK)
+        return cli_error("%s", mega_last_error()), 2;
+    const size_t nbytes = txt.n;
+    mega_tokens sq = ids ? (mega_tokens){NULL, ids, ntok + 1} : (mega_tokens){txt.data, NULL, txt.n};
+    if (dict && !ids) {
         const char *why = NULL;
         if (mega_fdict_encode(dict, txt.data, txt.n, 1, NULL, &ntok, NULL) != MEGA_OK) why = mega_last_error();
         else if (!(ids = malloc((ntok + 1) * sizeof *ids))) why = "out of memory";
@@ -280,8 +324,9 @@ static int eval_lm(mega_lm *m, const mega_fdict *dict, const char *data, const c
         double t0 = now_sec(), loss;
         int64_t cnt;
         if (!quiet) {
-            fprintf(stderr, "mega eval: %s, %zu bytes", data, nbytes);
-            if (dict) fprintf(stderr, " = %zu tokens (%zu <unk>)", ntok, unk);
+            if (binarized) fprintf(stderr, "mega eval: %s, fairseq binarized: %zu tokens (%zu <unk>)", data, ntok, unk);
+            else fprintf(stderr, "mega eval: %s, %zu bytes", data, nbytes);
+            if (dict && !binarized) fprintf(stderr, " = %zu tokens (%zu <unk>)", ntok, unk);
             fprintf(stderr, ", segments of %d, chunk %d (%s)", seq_len, c->block.chunk_size,
                     x.carry ? "state carried across segments" : "each segment restarts");
             if (tps) fprintf(stderr, ", restarting every %zu tokens", tps);
@@ -327,7 +372,7 @@ int cmd_eval(int argc, char **argv) {
         {"confusion", F_SET, &confusion, "classify: print the confusion matrix", NULL, 1, 0, 0},
         {"batch", F_INT, &batch, "classify: examples per forward pass; translate: sentences per search", NULL, 1, 1 << 16, 0},
         {"model", F_STR, &model, "checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
-        {"data", F_STR, &data, "text to score (bytes)", NULL, 1, 0, 0},
+        {"data", F_STR, &data, "text to score (bytes), or a fairseq binarized dataset (PREFIX, PREFIX.idx or PREFIX.bin) for a model converted from fairseq", NULL, 1, 0, 0},
         {"seq-len", F_INT, &seq_len, "segment length fed per call, state carried across segments (0 = the chunk size, or 2048 for full attention, where each segment restarts)", NULL, 0, 1 << 24, 0},
         {"chunk-size", F_INT, &chunk, "attention chunk at evaluation (0 = as trained; rotary models only)", NULL, -1, 1 << 20, 0},
         {"tokens-per-sample", F_I64, &tps_flag, "lm: restart the state every N tokens, as fairseq's evaluation of its --tokens-per-sample blocks (-1 = the converted checkpoint's value, else never; 0 = never)", NULL, -1, 1e15, 0},

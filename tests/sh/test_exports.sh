@@ -3,6 +3,8 @@
 #   * libmega.so (built with -fvisibility=hidden) exports exactly the functions that the public
 #     headers (include/*.h) declare with MEGA_API: nothing internal (no mega__ helper, no layer or
 #     kernel function such as mega_block_forward), and every declared function is defined;
+#   * every function declaration of the public headers carries MEGA_API (scripts/mega_api.py
+#     --check), so nothing public is left hidden;
 #   * the Python package (python/mega) calls only exported functions.
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
@@ -20,6 +22,16 @@ if ! "$CC" -E -P -DMEGA_API=MEGA_EXPORT_MARK -I"$SRC/include" "$T/all.c" > "$T/a
   bad "the preprocessor failed on the public headers: $(head -c 300 "$T/cpp.err")"; finish
 fi
 tr '\n' ' ' < "$T/all.i" | grep -oE 'MEGA_EXPORT_MARK[^;(]*\(' | grep -oE '[A-Za-z0-9_]+ *\($' | sed 's/ *($//' | sort -u > "$T/declared"
+# every public declaration is marked (a declaration without MEGA_API would not be exported)
+if command -v python3 > /dev/null 2>&1; then
+  if python3 "$SRC/scripts/mega_api.py" --check "$SRC"/include/*.h > "$T/unmarked" 2>&1; then
+    ok "every declaration of the public headers carries MEGA_API"
+  else
+    bad "public declarations without MEGA_API: $(head -c 400 "$T/unmarked")"
+  fi
+else
+  echo "NOTE test_exports.sh: python3 not installed: the MEGA_API marking is not checked"
+fi
 # what the library exports: defined symbols of the dynamic table (code and data)
 nm -D --defined-only "$SO" | awk '$2 ~ /^[TDRBVW]$/ {print $3}' | grep -v '^_' | sort -u > "$T/exported"
 nd=$(wc -l < "$T/declared"); ne=$(wc -l < "$T/exported")

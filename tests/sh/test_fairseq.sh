@@ -19,6 +19,9 @@
 #  - an LRA ListOps classifier (lra_cls/): the converted model's logits equal the official ones, its
 #    Python encoding of text lines equals the ids of the official lra-text task, its classes are the
 #    label dictionary's; `mega eval` refuses it with a clear line (the tool does not read its data yet);
+#  - `mega eval` on a fairseq binarized copy of eval.txt (tests/fixtures/fairseq-bin/byte_lm, made by
+#    the official Binarizer) prints the text's figures; a dataset beside another dict.txt, a truncated
+#    index, an id outside the dictionary, --max-bytes and a byte model are refused with one line;
 #  - a byte dict.txt as fairseq's Dictionary.save writes it (madeupword fillers with counts of 0;
 #    a '#fairseq:overwrite' repeat) is still found to be a byte dictionary, and with the fillers
 #    converts to the fixture's model (the official evaluation's figures);
@@ -63,6 +66,43 @@ want=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.6f %d
 got=$("$B/mega" eval --model "$T/m" --data "$FX/eval.txt" --quiet 2>"$T/err" | sed -n 's/.*bits per byte \([0-9.]*\) .*| \([0-9]*\) tokens scored.*/\1 \2/p')
 "$PY" -c 'import sys; g, w = sys.argv[1].split(), sys.argv[2].split(); sys.exit(0 if len(g) == 2 and g[1] == w[1] and abs(float(g[0]) - float(w[0])) <= 1e-4 * float(w[0]) else 1)' "$got" "$want" &&
   ok "mega eval = the official evaluation: $got vs $want (bits/byte, tokens)" || bad "mega eval: got '$got' want '$want' $(cat "$T/err")"
+
+# fairseq binarized data (tests/fixtures/fairseq-bin/byte_lm: eval.txt binarized by the official
+# Binarizer and MMapIndexedDatasetBuilder with the fixture's dict.txt, tests/ref/gen_fairseq_bin.py):
+# `mega eval` on it, named by its prefix, .idx or .bin, prints the text's figures; --lengths too
+BX="$HERE/tests/fixtures/fairseq-bin/byte_lm"
+scored() { sed -n 's/^\(loss .* tokens scored\) .*/\1/p'; }
+text=$("$B/mega" eval --model "$T/m" --data "$FX/eval.txt" --quiet 2>&1 | scored)
+for d in "$BX/eval" "$BX/eval.idx" "$BX/eval.bin"; do
+  got=$("$B/mega" eval --model "$T/m" --data "$d" --quiet 2>"$T/err" | scored)
+  [ -n "$got" ] && [ "$got" = "$text" ] && ok "binarized data (${d#"$HERE/"}) = the text: $got" ||
+    bad "binarized data ${d#"$HERE/"}: got '$got' want '$text' $(cat "$T/err")"
+done
+"$B/mega" eval --model "$T/m" --data "$FX/eval.txt" --lengths 8,16 >"$T/lt" 2>"$T/err"
+"$B/mega" eval --model "$T/m" --data "$BX/eval" --lengths 8,16 >"$T/lb" 2>>"$T/err"
+[ "$(wc -l <"$T/lt")" -eq 3 ] && cmp -s "$T/lt" "$T/lb" && ok "binarized data: --lengths table = the text's" ||
+  bad "binarized --lengths: $(cat "$T/lb" "$T/err")"
+# refusals: exit 2 and one line naming the problem
+eval_refused() { # NAME PATTERN ARGS...
+  name=$1 pat=$2; shift 2
+  "$B/mega" eval --quiet "$@" >"$T/out" 2>"$T/err"; rc=$?
+  [ $rc -eq 2 ] && grep -q "$pat" "$T/err" && [ "$(wc -l <"$T/err")" -eq 1 ] && ok "binarized data refused: $name ($(cat "$T/err"))" ||
+    bad "binarized data, $name: rc $rc, $(head -3 "$T/err")"
+}
+mkdir -p "$T/other" "$T/trunc"
+cp "$BX/eval.idx" "$BX/eval.bin" "$T/other/" && cp "$HERE/tests/fixtures/fairseq-bin/dict.txt" "$T/other/"
+eval_refused "beside another dict.txt" "not the model's dictionary" --model "$T/m" --data "$T/other/eval"
+head -c 40 "$BX/eval.idx" >"$T/trunc/eval.idx" && cp "$BX/eval.bin" "$T/trunc/"
+eval_refused "truncated index" "is truncated" --model "$T/m" --data "$T/trunc/eval.idx"
+"$PY" - "$T/oor" <<'PYEOF'
+import struct, sys
+ids = [4, 5, 60000, 2]  # 60000: not an id of a 56-token dictionary
+open(sys.argv[1] + ".bin", "wb").write(struct.pack("<4H", *ids))
+open(sys.argv[1] + ".idx", "wb").write(b"MMIDIDX\x00\x00" + struct.pack("<QBQiq", 1, 8, 1, 4, 0))
+PYEOF
+eval_refused "an id outside the dictionary" "id 60000, outside the dictionary's 56 ids" --model "$T/m" --data "$T/oor.bin"
+eval_refused "--max-bytes" "not of a binarized dataset" --model "$T/m" --data "$BX/eval" --max-bytes 10
+eval_refused "a byte model" "only a model converted from a fairseq" --model "$HERE/tests/fixtures/runs/lm_v010" --data "$BX/eval"
 
 # dict.txt as fairseq's Dictionary.save writes it: the madeupword fillers of pad_to_multiple_(8)
 # with their counts of 0 (the fixture's dict.txt leaves them out); the unit is still found to be
