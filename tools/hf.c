@@ -505,6 +505,35 @@ static void exp_tmp(char *buf, size_t n, const char *out, int i) {
     path_join(buf, n, out, name);
 }
 
+/* Ctrl-C or a kill while the files are written: the temporaries (ours and the writer's own
+ * "NAME.tmp.PID") are removed before the signal does what it would have done */
+static char exp_tmps[2 * EXP_FILES][4450];
+static const int EXP_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP};
+
+static void exp_on_signal(int sig) {
+    for (int i = 0; i < 2 * EXP_FILES; i++)
+        if (exp_tmps[i][0]) unlink(exp_tmps[i]);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* arm (out) or disarm (NULL) the removal on a signal */
+static void exp_signals(const char *out) {
+    for (int i = 0; out && i < EXP_FILES; i++) {
+        char t[4400];
+        exp_tmp(t, sizeof t, out, i);
+        snprintf(exp_tmps[2 * i], sizeof exp_tmps[0], "%.4399s", t);
+        snprintf(exp_tmps[2 * i + 1], sizeof exp_tmps[0], "%.4399s.tmp.%ld", t, (long)getpid());
+    }
+    for (size_t k = 0; k < sizeof EXP_SIGNALS / sizeof *EXP_SIGNALS; k++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = out ? exp_on_signal : SIG_DFL;
+        sigemptyset(&sa.sa_mask);
+        sigaction(EXP_SIGNALS[k], &sa, NULL);
+    }
+}
+
 static void exp_cleanup(const char *out) {
     char p[4400];
     for (int i = 0; i < EXP_FILES; i++) exp_tmp(p, sizeof p, out, i), unlink(p);
@@ -591,15 +620,16 @@ static int hf_export(const char *model, const char *out) {
     }
     if (ensure_dir(out)) goto done;
     remove_stale_temps(out);
+    exp_signals(out);
     exp_tmp(path, sizeof path, out, EXP_MODEL);
     int bad = mega_st_writer_write(w, path) != MEGA_OK;
     if (!bad && hw) exp_tmp(path, sizeof path, out, EXP_HEAD), bad = mega_st_writer_write(hw, path) != MEGA_OK;
     if (bad) cli_error("%s", mega_last_error());
     if (!bad) exp_tmp(path, sizeof path, out, EXP_CONFIG), bad = write_json(path, cj);
-    if (bad || exp_commit(out, hw != NULL)) {
-        exp_cleanup(out);
-        goto done;
-    }
+    bad = bad || exp_commit(out, hw != NULL);
+    if (bad) exp_cleanup(out);
+    exp_signals(NULL);
+    if (bad) goto done;
     printf("exported %s -> %s (%s, %d tensors%s)\n", p, out, cls ? "MegaModel" : "MegaForCausalLM", y.n,
            cls ? "; the classification head in " HF_HEAD_FILE : "");
     rc = 0;
