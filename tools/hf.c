@@ -976,15 +976,23 @@ static int check_carried(const mega_st_file *f, const char *path, int lm, int V,
         return 0;
     }
     const char *cj = mega_st_meta(f, "classes"), *fm = mega_st_meta(f, "data-format");
+    /* a classifier converted from an official LRA checkpoint: a fairseq dictionary, and class
+     * names only when its label dictionary gave them (load_cls_model) */
+    mega_fdict *d;
+    if (meta_fdict(f, "vocab", V, path, "fairseq dictionary", &d)) return 1;
+    const int fairseq = d != NULL;
+    mega_fdict_free(d);
     mega_classes cl;
     memset(&cl, 0, sizeof cl);
+    if (fairseq && !cj) return 0;
     if (!cj || mega_classes_from_json(cj, &cl) != MEGA_OK)
         return cli_error("%s: metadata classes %s", path, cj ? "is not a list of distinct class names" : "is missing");
     const int n = cl.n;
     mega_classes_free(&cl);
     if (n > classes) return cli_error("%s: metadata classes names %d classes, but the head has %d outputs", path, n, classes);
     mega_vocab v;
-    if (!vj || mega_vocab_from_json(vj, &v) != MEGA_OK)
+    if (fairseq) v.size = 0;
+    else if (!vj || mega_vocab_from_json(vj, &v) != MEGA_OK)
         return cli_error("%s: metadata vocab %s", path, vj ? "is not a vocabulary this build reads" : "is missing");
     if (v.size > V) return cli_error("%s: metadata vocab has %d ids, but the model embeds %d", path, v.size, V);
     mega_data_format df;
