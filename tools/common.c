@@ -56,6 +56,26 @@ int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+static int out_said; /* the error about standard output was printed */
+
+int out_failed(void) {
+    if (!ferror(stdout)) return 0;
+    if (!out_said) cli_error("writing standard output: %s", strerror(errno ? errno : EIO));
+    out_said = 1;
+    return 1;
+}
+
+int out_close(void) {
+    errno = 0;
+    if (fflush(stdout) || ferror(stdout)) {
+        out_failed();
+        fclose(stdout);
+        return 1;
+    }
+    if (fclose(stdout) && !out_said) out_said = cli_error("writing standard output: %s", strerror(errno));
+    return out_said;
+}
+
 void progress_init(progress_t *p, FILE *f, int quiet, double every) {
     p->f = f, p->tty = is_tty(f), p->quiet = quiet, p->live = 0, p->every = every, p->next = 0;
 }

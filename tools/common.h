@@ -15,6 +15,12 @@ int is_tty(FILE *f);
 const char *path_join(char *buf, size_t n, const char *dir, const char *file);
 int ensure_dir(const char *dir);
 int file_exists(const char *path);
+/* Standard output that cannot be written (a full disk, a closed pipe with SIGPIPE ignored):
+ * out_failed() is 1 once a write to it has failed, after one error line (printed once); the
+ * commands' output loops stop on it. out_close() (main, at the end) flushes and closes it: 0, or 1
+ * after the error line (none if out_failed already said it). */
+int out_failed(void);
+int out_close(void);
 
 /* Progress of a long job, one rule for every command: on a terminal, a live line rewritten in
  * place (\r) at most 4 times a second; otherwise (a log file, a pipe) a plain line at most every

@@ -17,12 +17,17 @@
  * the reasons are in docs/interop.md ("Hugging Face layout").
  */
 #include "common.h"
+#include "models.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define HF_HEAD_FILE "mega_cls_head.safetensors"
@@ -440,9 +445,121 @@ static int export_cls_config(const char *p, hf_arch *a, cJSON **cj) {
     return *cj ? 0 : cli_error("out of memory");
 }
 
+/* ---- writing the export safely ----------------------------------------------------------
+ * The files are written under temporary names in --out (TMP_PREFIX, the process id, the final
+ * name) and renamed into place at the end, config.json last. The weights carry a fingerprint of
+ * the config.json written with them (metadata HF_FINGERPRINT), so that an export stopped between
+ * two renames, which leaves new weights beside the old config.json, is refused by hf-import
+ * instead of read with the old config's activation or norm. */
+#define TMP_PREFIX ".mega-hf-export."
+#define HF_FINGERPRINT "mega-hf-config"
+
+/* FNV-1a 64 of the config as cJSON prints it unformatted (blanks and indentation do not count) */
+static int config_fingerprint(const cJSON *o, char *buf, size_t n) {
+    char *s = cJSON_PrintUnformatted(o);
+    if (!s) return cli_error("out of memory");
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) h = (h ^ *c) * 0x100000001b3ull;
+    free(s);
+    snprintf(buf, n, "fnv1a64:%016llx", (unsigned long long)h);
+    return 0;
+}
+
+/* the same directory: equal st_dev and st_ino (a path through a symlink, "dir/." or "./dir" too) */
+static int same_dir(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* the directory part of a file path ("." for a bare name) */
+static void dir_of(const char *path, char *buf, size_t n) {
+    const char *sl = strrchr(path, '/');
+    if (!sl) snprintf(buf, n, ".");
+    else if (sl == path) snprintf(buf, n, "/");
+    else snprintf(buf, n, "%.*s", (int)(sl - path), path);
+}
+
+/* temporaries of an earlier export in dir whose process is gone (killed mid-write): removed */
+static void remove_stale_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, TMP_PREFIX, strlen(TMP_PREFIX))) continue;
+        char *end;
+        const long pid = strtol(e->d_name + strlen(TMP_PREFIX), &end, 10);
+        if (end == e->d_name + strlen(TMP_PREFIX) || *end != '.') continue;
+        if (pid > 0 && (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno == EPERM)) continue; /* alive */
+        char p[4400];
+        unlink(path_join(p, sizeof p, dir, e->d_name));
+    }
+    closedir(d);
+}
+
+/* the export's files: final names, and their temporary names while written */
+enum { EXP_MODEL, EXP_HEAD, EXP_CONFIG, EXP_FILES };
+static const char *const EXP_NAMES[EXP_FILES] = {"model.safetensors", HF_HEAD_FILE, "config.json"};
+
+static void exp_tmp(char *buf, size_t n, const char *out, int i) {
+    char name[128];
+    snprintf(name, sizeof name, TMP_PREFIX "%ld.%s", (long)getpid(), EXP_NAMES[i]);
+    path_join(buf, n, out, name);
+}
+
+/* Ctrl-C or a kill while the files are written: the temporaries (ours and the writer's own
+ * "NAME.tmp.PID") are removed before the signal does what it would have done */
+static char exp_tmps[2 * EXP_FILES][4450];
+static const int EXP_SIGNALS[] = {SIGINT, SIGTERM, SIGHUP};
+
+static void exp_on_signal(int sig) {
+    for (int i = 0; i < 2 * EXP_FILES; i++)
+        if (exp_tmps[i][0]) unlink(exp_tmps[i]);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* arm (out) or disarm (NULL) the removal on a signal */
+static void exp_signals(const char *out) {
+    for (int i = 0; out && i < EXP_FILES; i++) {
+        char t[4400];
+        exp_tmp(t, sizeof t, out, i);
+        snprintf(exp_tmps[2 * i], sizeof exp_tmps[0], "%.4399s", t);
+        snprintf(exp_tmps[2 * i + 1], sizeof exp_tmps[0], "%.4399s.tmp.%ld", t, (long)getpid());
+    }
+    for (size_t k = 0; k < sizeof EXP_SIGNALS / sizeof *EXP_SIGNALS; k++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = out ? exp_on_signal : SIG_DFL;
+        sigemptyset(&sa.sa_mask);
+        sigaction(EXP_SIGNALS[k], &sa, NULL);
+    }
+}
+
+static void exp_cleanup(const char *out) {
+    char p[4400];
+    for (int i = 0; i < EXP_FILES; i++) exp_tmp(p, sizeof p, out, i), unlink(p);
+}
+
+/* the temporaries renamed into place, config.json last, and the directory synced */
+static int exp_commit(const char *out, int has_head) {
+    char t[4400], p[4400];
+    for (int i = 0; i < EXP_FILES; i++) {
+        if (i == EXP_HEAD && !has_head) continue;
+        exp_tmp(t, sizeof t, out, i);
+        if (rename(t, path_join(p, sizeof p, out, EXP_NAMES[i])))
+            return cli_error("%s: rename failed: %s", p, strerror(errno));
+    }
+    const int fd = open(out, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) fsync(fd), close(fd);
+    return 0;
+}
+
 static int hf_export(const char *model, const char *out) {
     char p[4096], path[4200];
     if (mega_model_file(model, p, sizeof p)) return cli_error("%s", mega_last_error());
+    dir_of(p, path, sizeof path);
+    if (same_dir(out, path))
+        return cli_error("--out '%s' is the directory of the model (%s): the export would overwrite its input; choose "
+                         "another directory", out, p);
     mega_st_file *f;
     if (mega_st_open(p, &f)) return cli_error("%s", mega_last_error());
     int rc = 1;
@@ -474,8 +591,10 @@ static int hf_export(const char *model, const char *out) {
         cli_error("out of memory");
         goto done;
     }
+    char fp[64];
+    if (config_fingerprint(cj, fp, sizeof fp)) goto done;
     /* transformers refuses a safetensors file whose metadata "format" is not pt/tf/flax/mlx */
-    if (mega_st_writer_meta(w, "format", "pt")) {
+    if (mega_st_writer_meta(w, "format", "pt") || mega_st_writer_meta(w, HF_FINGERPRINT, fp)) {
         cli_error("%s", mega_last_error());
         goto done;
     }
@@ -486,7 +605,7 @@ static int hf_export(const char *model, const char *out) {
          * file transformers does not read, so that hf-import can rebuild the classifier */
         hw = mega_st_writer_new();
         if (!hw || mega_st_writer_meta(hw, "config", cfg) || mega_st_writer_meta(hw, "format", "mega " MEGA_VERSION) ||
-            carry_meta(hw, f, CARRY_CLS)) {
+            mega_st_writer_meta(hw, HF_FINGERPRINT, fp) || carry_meta(hw, f, CARRY_CLS)) {
             cli_error("%s", hw ? mega_last_error() : "out of memory");
             goto done;
         }
@@ -500,15 +619,17 @@ static int hf_export(const char *model, const char *out) {
         }
     }
     if (ensure_dir(out)) goto done;
-    if (mega_st_writer_write(w, path_join(path, sizeof path, out, "model.safetensors"))) {
-        cli_error("%s", mega_last_error());
-        goto done;
-    }
-    if (hw && mega_st_writer_write(hw, path_join(path, sizeof path, out, HF_HEAD_FILE))) {
-        cli_error("%s", mega_last_error());
-        goto done;
-    }
-    if (write_json(path_join(path, sizeof path, out, "config.json"), cj)) goto done;
+    remove_stale_temps(out);
+    exp_signals(out);
+    exp_tmp(path, sizeof path, out, EXP_MODEL);
+    int bad = mega_st_writer_write(w, path) != MEGA_OK;
+    if (!bad && hw) exp_tmp(path, sizeof path, out, EXP_HEAD), bad = mega_st_writer_write(hw, path) != MEGA_OK;
+    if (bad) cli_error("%s", mega_last_error());
+    if (!bad) exp_tmp(path, sizeof path, out, EXP_CONFIG), bad = write_json(path, cj);
+    bad = bad || exp_commit(out, hw != NULL);
+    if (bad) exp_cleanup(out);
+    exp_signals(NULL);
+    if (bad) goto done;
     printf("exported %s -> %s (%s, %d tensors%s)\n", p, out, cls ? "MegaModel" : "MegaForCausalLM", y.n,
            cls ? "; the classification head in " HF_HEAD_FILE : "");
     rc = 0;
@@ -838,6 +959,61 @@ static int write_imported(mega_st_writer *w, const char *out, int lm, char *outp
     return 0;
 }
 
+/* The metadata hf-import copies, checked as the tool's loaders check it (lm_meta;
+ * load_cls_model), so that what is written loads and reads its data as it should: f is the file
+ * that holds it (path names it), V the model's vocabulary, classes its outputs (classifiers). */
+static int check_carried(const mega_st_file *f, const char *path, int lm, int V, int classes) {
+    const char *vj = mega_st_meta(f, "vocab");
+    if (lm) {
+        mega_fdict *d;
+        size_t tps;
+        if (lm_meta(f, path, V, &d, &tps)) return 1;
+        const int fd = d != NULL;
+        mega_fdict_free(d);
+        if (vj && !fd)
+            return cli_error("%s: metadata vocab is not a fairseq dictionary (a language model's only vocabulary; "
+                             "byte models have none)", path);
+        return 0;
+    }
+    const char *cj = mega_st_meta(f, "classes"), *fm = mega_st_meta(f, "data-format");
+    /* a classifier converted from an official LRA checkpoint: a fairseq dictionary, and class
+     * names only when its label dictionary gave them (load_cls_model) */
+    mega_fdict *d;
+    if (meta_fdict(f, "vocab", V, path, "fairseq dictionary", &d)) return 1;
+    const int fairseq = d != NULL;
+    mega_fdict_free(d);
+    mega_classes cl;
+    memset(&cl, 0, sizeof cl);
+    if (fairseq && !cj) return 0;
+    if (!cj || mega_classes_from_json(cj, &cl) != MEGA_OK)
+        return cli_error("%s: metadata classes %s", path, cj ? "is not a list of distinct class names" : "is missing");
+    const int n = cl.n;
+    mega_classes_free(&cl);
+    if (n > classes) return cli_error("%s: metadata classes names %d classes, but the head has %d outputs", path, n, classes);
+    mega_vocab v;
+    if (fairseq) v.size = 0;
+    else if (!vj || mega_vocab_from_json(vj, &v) != MEGA_OK)
+        return cli_error("%s: metadata vocab %s", path, vj ? "is not a vocabulary this build reads" : "is missing");
+    if (v.size > V) return cli_error("%s: metadata vocab has %d ids, but the model embeds %d", path, v.size, V);
+    mega_data_format df;
+    if (fm && mega_data_format_parse(fm, &df)) return cli_error("%s: metadata data-format '%s' is not a data format", path, fm);
+    return 0;
+}
+
+static const char *hf_head_path(char *buf, size_t n, const char *hfdir) { return path_join(buf, n, hfdir, HF_HEAD_FILE); }
+
+/* the weights (f, at path) were written by hf-export with this config.json (o), when they say so */
+static int check_fingerprint(const mega_st_file *f, const char *path, const cJSON *o, const char *hfdir) {
+    const char *want = f ? mega_st_meta(f, HF_FINGERPRINT) : NULL;
+    char got[64];
+    if (!want) return 0; /* not written by mega hf-export (transformers' save_pretrained, say) */
+    if (config_fingerprint(o, got, sizeof got)) return 1;
+    if (strcmp(want, got))
+        return cli_error("%s was written by mega hf-export with another config.json than the one in %s (an export "
+                         "interrupted between its files, or an edited config.json): export again", path, hfdir);
+    return 0;
+}
+
 static int hf_import(const char *hfdir, const char *out) {
     char path[4200], outp[4200];
     mega_bytes cb = {0};
@@ -847,6 +1023,9 @@ static int hf_import(const char *hfdir, const char *out) {
     hf_layout y = {0};
     char *ocfg = NULL;
     int rc = 1;
+    if (same_dir(hfdir, out))
+        return cli_error("--out '%s' is the --hf directory: the import would overwrite its input; choose another "
+                         "directory", out);
     path_join(path, sizeof path, hfdir, "config.json");
     if (mega_read_file_max(path, "config", 1 << 24, &cb)) {
         cli_error("%s", mega_last_error());
@@ -898,7 +1077,10 @@ static int hf_import(const char *hfdir, const char *out) {
         cli_error("out of memory");
         goto done;
     }
-    if (import_tensors(&y, f, w, path)) goto done;
+    if (import_tensors(&y, f, w, path) || check_fingerprint(f, path, o, hfdir)) goto done;
+    if (lm ? check_carried(f, path, 1, a.V, 0) : check_carried(hf, hf_head_path(path, sizeof path, hfdir), 0, a.V, cc.classes) ||
+                                                  check_fingerprint(hf, path, o, hfdir))
+        goto done;
     if (lm) {
         /* the head-less classes' metadata (vocab) travels in model.safetensors */
         if (carry_meta(w, f, CARRY_LM)) goto done;

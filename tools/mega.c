@@ -159,5 +159,7 @@ int main(int argc, char **argv) {
     /* the usual spellings of help and version */
     if (!strcmp(c, "--help") || !strcmp(c, "-h")) c = "help";
     if (!strcmp(c, "--version")) c = "version";
-    return dispatch(c, argc, argv);
+    const int rc = dispatch(c, argc, argv);
+    /* output that never arrived is a failure, whatever the command thought (one line) */
+    return out_close() ? 2 : rc;
 }

@@ -75,19 +75,23 @@ int load_model_ex(const char *arg, int chunk_override, int attn_window, mega_lm 
     return 0;
 }
 
+int lm_meta(const mega_st_file *f, const char *path, int vocab_size, mega_fdict **d, size_t *tps) {
+    *d = NULL, *tps = 0;
+    const char *t = mega_st_meta(f, "tokens-per-sample");
+    if (t) {
+        /* digits only: strtoll would also take "", " 5" and "+5" */
+        size_t n = strspn(t, "0123456789");
+        if (n == 0 || t[n] || n > 15) return cli_error("%s: metadata tokens-per-sample '%s' is not a count", path, t);
+        *tps = (size_t)strtoll(t, NULL, 10);
+    }
+    return meta_fdict(f, "vocab", vocab_size, path, "fairseq dictionary", d);
+}
+
 int lm_vocab(const char *path, const mega_lm_config *c, mega_fdict **d, size_t *tps) {
     *d = NULL, *tps = 0;
     mega_st_file *f;
     if (mega_st_open(path, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
-    const char *t = mega_st_meta(f, "tokens-per-sample");
-    int rc = 0;
-    if (t) {
-        char *e;
-        long long x = strtoll(t, &e, 10);
-        if (*e || x < 0) rc = cli_error("%s: metadata tokens-per-sample '%s' is not a count", path, t);
-        else *tps = (size_t)x;
-    }
-    if (!rc) rc = meta_fdict(f, "vocab", c->vocab_size, path, "fairseq dictionary", d);
+    const int rc = lm_meta(f, path, c->vocab_size, d, tps);
     mega_st_close(f);
     return rc;
 }

@@ -31,6 +31,8 @@ int load_model(const char *arg, int chunk_override, mega_lm **out);
  * project trains, a fairseq dictionary for models converted from official checkpoints
  * (docs/interop.md), with the fairseq --tokens-per-sample of its training in *tps (0 = none). */
 int lm_vocab(const char *path, const mega_lm_config *c, mega_fdict **d, size_t *tps);
+/* the same from an open file f (path names it in messages): the checks of that metadata */
+int lm_meta(const mega_st_file *f, const char *path, int vocab_size, mega_fdict **d, size_t *tps);
 
 /* ---- classifiers ---- */
 

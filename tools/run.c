@@ -173,7 +173,7 @@ int cmd_predict(int argc, char **argv) {
     int rc = cls_run_all(&run, model, data, images, labels, seq_len, batch, 0, 0);
     if (!rc) {
         const mega_classes *cl = &run.cm.classes;
-        for (int i = 0; i < run.d.n; i++) printf("%s\n", run.pred[i] < cl->n ? cl->names[run.pred[i]] : "?");
+        for (int i = 0; i < run.d.n && !out_failed(); i++) printf("%s\n", run.pred[i] < cl->n ? cl->names[run.pred[i]] : "?");
     }
     cls_run_free(&run);
     return rc;
@@ -527,6 +527,10 @@ int cmd_generate(int argc, char **argv) {
         else out[0] = (char)b;
         fwrite(out, 1, k, stdout);
         fflush(stdout);
+        if (out_failed()) { /* nobody reads the rest: stop generating */
+            rc = 1;
+            break;
+        }
         if (i + 1 < tokens && mega_lm_stream_feed(s, &b, 1, lg) != MEGA_OK) rc = cli_error("%s", mega_last_error());
     }
     double t2 = now_sec();

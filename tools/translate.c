@@ -237,6 +237,7 @@ static int tr_flush(tr_batch *b, long first) {
         fputc('\n', stdout);
     }
     fflush(stdout);
+    if (out_failed()) return 1; /* nobody reads the rest: stop translating */
     b->nb = 0; /* back to the wide layout for the next batch */
     return 0;
 }

@@ -136,6 +136,13 @@ elif cmd == "edit-tensors":  # HFDIR drop NAME | add NAME | bias-one | shape NAM
     if op == "shape":
         dt, s, raw = d[name]; d[name] = (dt, [s[0] - 1] + s[1:], raw[:len(raw) * (s[0] - 1) // s[0]])
     save(p, meta, d)
+elif cmd == "edit-meta":  # FILE key=value... (key=DELETE removes it): the safetensors metadata
+    meta, d = load(sys.argv[2])
+    for kv in sys.argv[3:]:
+        k, v = kv.split("=", 1)
+        if v == "DELETE": meta.pop(k, None)
+        else: meta[k] = v
+    save(sys.argv[2], meta, d)
 EOF
 
 head -c 6000 "$(dirname "$B")/README.md" >text.txt 2>/dev/null || printf 'some text to model, some text to model.\n%.0s' 1 2 3 4 5 6 7 8 >text.txt
@@ -260,4 +267,62 @@ rm -rf Z && cp -r lmA Z && before=$(ls Z | wc -l)
   ok "refused: import into a training run's directory" || bad "import into a run directory: $(cat err)"
 rm -rf E && cp -r hfC E && rm E/mega_cls_head.safetensors
 refuse "import of an encoder without its head file" "mega_cls_head.safetensors" Y "$M" hf-import --hf E --out Y
+
+# the metadata an import copies is checked as the loaders check it (docs/bad-inputs.md H01-H03)
+edit edit-meta E/model.safetensors tokens-per-sample=-5
+refuse "H01 import of tokens-per-sample -5" "tokens-per-sample '-5' is not a count" Y "$M" hf-import --hf E --out Y
+edit edit-meta E/model.safetensors tokens-per-sample=
+refuse "H01 import of an empty tokens-per-sample" "tokens-per-sample '' is not a count" Y "$M" hf-import --hf E --out Y
+edit edit-meta E/model.safetensors 'vocab={"kind": "fairseq", "tokens": 5'
+refuse "H02 import of a malformed fairseq vocabulary" "E/model.safetensors" Y "$M" hf-import --hf E --out Y
+edit edit-meta E/model.safetensors 'vocab={garbage'
+refuse "H02 import of a vocabulary that is not a dictionary" "vocab is not a fairseq dictionary" Y "$M" hf-import --hf E --out Y
+rm -rf E && cp -r hfC E && "$PY" st.py edit-meta E/mega_cls_head.safetensors 'classes=["a", "a"]'
+refuse "H03 import of a classifier with repeated class names" "metadata classes is not a list" Y "$M" hf-import --hf E --out Y
+rm -rf E && cp -r hfC E && "$PY" st.py edit-meta E/mega_cls_head.safetensors 'vocab={"kind": "bytes"'
+refuse "H03 import of a classifier with a broken vocabulary" "metadata vocab is not a vocabulary" Y "$M" hf-import --hf E --out Y
+rm -rf E && cp -r hfC E && "$PY" st.py edit-meta E/mega_cls_head.safetensors 'data-format=frob'
+refuse "H03 import of a classifier with an unknown data format" "data-format 'frob'" Y "$M" hf-import --hf E --out Y
+
+# H04: new weights beside an old config.json (an export stopped between its renames): a config
+# that still fits every tensor (another activation) is refused, not imported with the wrong function
+edit edit-config E 'activation="gelu"'
+refuse "H04 import of weights exported with another config.json" "another config.json" Y "$M" hf-import --hf E --out Y
+rm -rf E && cp -r hfA E && "$PY" - E/config.json <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1])); json.dump(c, open(sys.argv[1], "w"), indent=1)
+PYEOF
+"$M" hf-import --hf E --out Y2 >out 2>err
+status $? "H04 config.json rewritten with other blanks (same content) still imports: $(cat err)"
+edit edit-meta E/model.safetensors mega-hf-config=DELETE && "$PY" st.py edit-config E 'activation="gelu"'
+"$M" hf-import --hf E --out Y3 >out 2>err
+status $? "H04 weights without the fingerprint (saved by transformers) import with their config.json: $(cat err)"
+
+# H05, H06: --out is the input (also by another path): refused, the input untouched
+rm -rf E && cp -r hfA E && sum0=$(cat E/* | cksum)
+refuse "H05 hf-import --out its --hf" "would overwrite its input" NONE "$M" hf-import --hf E --out E
+refuse "H05 hf-import --out ./E/. (the same directory)" "would overwrite its input" NONE "$M" hf-import --hf E --out ./E/.
+ln -s E Elink
+refuse "H05 hf-import --out a symlink to its --hf" "would overwrite its input" NONE "$M" hf-import --hf E --out Elink
+[ "$(cat E/* | cksum)" = "$sum0" ] && [ "$(ls E | wc -l)" -eq 2 ] && ok "H05 the --hf directory is unchanged" || bad "H05 the --hf directory changed"
+rm -rf R && cp -r lmA R && sum0=$(cat R/* | cksum)
+refuse "H06 hf-export --out the run directory" "would overwrite its input" NONE "$M" hf-export --model R --out R
+refuse "H06 hf-export --out the directory of its model file" "would overwrite its input" NONE "$M" hf-export --model R/model.safetensors --out ./R
+[ "$(cat R/* | cksum)" = "$sum0" ] && [ ! -e R/config.json ] && ok "H06 the run directory is unchanged" || bad "H06 the run directory changed"
+
+# H07: temporaries. A stale one of a dead export is removed, another file kept; none is left
+# after an export, nor after one that failed writing (a file size limit)
+rm -rf X && mkdir X && head -c 1000 /dev/zero >X/.mega-hf-export.2147483000.model.safetensors &&
+  head -c 1000 /dev/zero >X/.mega-hf-export.2147483000.model.safetensors.tmp.2147483000 && echo keep >X/.other
+"$M" hf-export --model lmA --out X >out 2>err
+status $? "H07 export into a directory with stale temporaries: $(cat err)"
+[ -z "$(ls -A X | grep mega-hf-export)" ] && [ -e X/.other ] && [ -e X/config.json ] &&
+  ok "H07 the stale temporaries are removed, the other file kept" || bad "H07 left: $(ls -A X | tr '\n' ' ')"
+rm -rf X && "$M" hf-export --model lmA --out X >/dev/null 2>&1 && sum0=$(cat X/* | cksum)
+sh -c "trap '' XFSZ; ulimit -f 16; exec '$M' hf-export --model lmB --out X" >out 2>err
+rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <err)" -eq 1 ] && [ -z "$(ls -A X | grep mega-hf-export)" ] && [ "$(cat X/* | cksum)" = "$sum0" ] &&
+  ok "H07 a failed export leaves no temporary and the earlier export whole: $(cat err)" ||
+  bad "H07 failed export: exit $rc, $(cat err); left: $(ls -A X | tr '\n' ' ')"
 finish
+
