@@ -498,6 +498,9 @@ MEGA_API int mega_bpe_vocab_size(const mega_bpe *b); /* 258 + merges */
 /* token id's bytes (len receives their count; <pad> and </s> have none); NULL for an id outside
  * the vocabulary */
 MEGA_API const uint8_t *mega_bpe_token(const mega_bpe *b, int id, size_t *len);
+/* the longest token's byte count (1 for NULL, the byte vocabulary): what decoding n tokens needs
+ * at most per token */
+MEGA_API size_t mega_bpe_longest(const mega_bpe *b);
 /* s[0..n) as tokens into ids (room for n values: a text never has more tokens than bytes);
  * returns the count. b NULL: the bytes themselves. No </s> is added. */
 MEGA_API size_t mega_bpe_encode(const mega_bpe *b, const uint8_t *s, size_t n, int32_t *ids);

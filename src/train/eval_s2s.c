@@ -19,17 +19,6 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* the longest token of a side in bytes (1 for bytes) */
-static size_t longest_token(const mega_bpe *b) {
-    size_t w = 1;
-    for (int v = 0; b && v < mega_bpe_vocab_size(b); v++) {
-        size_t l;
-        mega_bpe_token(b, v, &l);
-        if (l > w) w = l;
-    }
-    return w;
-}
-
 typedef struct {
     int first, n; /* examples first .. first+n-1 of the grouped order share a source */
 } group_t;
@@ -203,7 +192,7 @@ mega_status mega_s2s_evaluate_translations(mega_s2s *m, const mega_s2s_data *d, 
     if (!m || !d || !o || o->batch < 1)
         MEGA_FAIL(MEGA_ERR_INVALID, "mega_s2s_evaluate_translations: bad arguments");
     const int n = d->n;
-    eval_ctx c = {m, d, o, {longest_token(o->src_bpe), longest_token(o->tgt_bpe)}, NULL, NULL, 0};
+    eval_ctx c = {m, d, o, {mega_bpe_longest(o->src_bpe), mega_bpe_longest(o->tgt_bpe)}, NULL, NULL, 0};
     c.order = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
     c.g = malloc((size_t)(n > 0 ? n : 1) * sizeof(group_t));
     r->hyp = calloc((size_t)n + 1, sizeof(char *)), r->source = calloc((size_t)n + 1, sizeof(char *));
