@@ -498,6 +498,9 @@ MEGA_API int mega_bpe_vocab_size(const mega_bpe *b); /* 258 + merges */
 /* token id's bytes (len receives their count; <pad> and </s> have none); NULL for an id outside
  * the vocabulary */
 MEGA_API const uint8_t *mega_bpe_token(const mega_bpe *b, int id, size_t *len);
+/* the longest token's byte count (1 for NULL, the byte vocabulary): what decoding n tokens needs
+ * at most per token */
+MEGA_API size_t mega_bpe_longest(const mega_bpe *b);
 /* s[0..n) as tokens into ids (room for n values: a text never has more tokens than bytes);
  * returns the count. b NULL: the bytes themselves. No </s> is added. */
 MEGA_API size_t mega_bpe_encode(const mega_bpe *b, const uint8_t *s, size_t n, int32_t *ids);
@@ -774,6 +777,42 @@ MEGA_API mega_status mega_cls_evaluate(mega_cls *m, const mega_dataset *d, const
  * (optional): the target tokens counted */
 MEGA_API mega_status mega_s2s_evaluate(mega_s2s *m, const mega_s2s_data *d, const int *sel, int n, int max_tokens, double *nll,
                               double *acc, int64_t *tokens);
+
+/* The evaluation of an encoder-decoder by its translations (mega eval --task translate). */
+typedef struct {
+    mega_s2s_search search; /* beam, length penalty and limit (limit_src_len is set per batch) */
+    int batch;              /* sources per search batch */
+    int max_tokens;         /* tokens per teacher-forced batch */
+    int group;              /* lines with the same source share one segment, their targets its
+                               references (0: each line its own segment) */
+    const mega_bpe *src_bpe, *tgt_bpe; /* the sides' subword units (NULL: bytes); with subword
+                                          sources and byte targets the limit counts source bytes */
+    mega_eval_progress progress;       /* optional: after each search batch (segments done, total) */
+    void *ctx;
+} mega_s2s_translation_opts;
+typedef struct {
+    int segments;                     /* the segments scored */
+    double nll, acc;                  /* teacher-forced: mean NLL per target token, token accuracy */
+    int64_t tokens;                   /* ... over these target tokens */
+    mega_bleu_score bleu[2];          /* [0] the model's translations, [1] the copy baseline (each */
+    mega_chrf_score chrf[2];          /*     source as its own translation) */
+    mega_exact_score exact[2];
+    char bleu_signature[128], chrf_signature[128];
+    int64_t out_tokens;               /* tokens the search produced, </s> included */
+    double forced_seconds, search_seconds;
+    /* per segment, in the evaluation's order (sorted by source when grouped): the translation's
+     * bytes as the model produced them and the source's text, each NUL-terminated */
+    char **hyp, **source;
+    size_t *hyp_len, *source_len;
+} mega_s2s_translation_eval;
+/* The teacher-forced loss (mega_s2s_evaluate) over all of d, then one translation per segment,
+ * searched in batches of o->batch segments of similar sources, scored against the segment's
+ * references with corpus BLEU, chrF and exact match (mega_metrics); the copy baseline scored
+ * likewise. r is filled (free it with mega_s2s_translation_eval_free); on failure it is left
+ * empty. MEGA_ERR_INVALID, MEGA_ERR_OOM, or the search's error. */
+MEGA_API mega_status mega_s2s_evaluate_translations(mega_s2s *m, const mega_s2s_data *d, const mega_s2s_translation_opts *o,
+                                           mega_s2s_translation_eval *r);
+MEGA_API void mega_s2s_translation_eval_free(mega_s2s_translation_eval *r); /* NULL allowed */
 
 #ifdef __cplusplus
 }

@@ -19,14 +19,16 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------------
- * Optimizers. X(ID, symbol (src/train/<symbol>.c), name, state reals per parameter, one-line description). A new optimizer:
- * one row here and one file in src/train (its fields and its step; docs/design.md). */
+ * Optimizers. X(ID, symbol (src/train/<symbol>.c), name, state reals per parameter, legacy (1 for
+ * the one optimizer of the runs from before the choice existed: a run that names none used it),
+ * one-line description). A new optimizer: one row here and one file in src/train (its fields and
+ * its step; docs/design.md). */
 #define MEGA_OPTIM_LIST(X)                                                                                               \
-    X(ADAMW, adamw, "adamw", 2, "AdamW: Adam with decoupled weight decay (Loshchilov & Hutter; torch.optim.AdamW)")              \
-    X(APOLLO, apollo, "apollo", 3, "Apollo: quasi-Newton with a diagonal Hessian (Ma 2020; the Mega recipes' optimizer, fairseq apollo.py)")
+    X(ADAMW, adamw, "adamw", 2, 1, "AdamW: Adam with decoupled weight decay (Loshchilov & Hutter; torch.optim.AdamW)")           \
+    X(APOLLO, apollo, "apollo", 3, 0, "Apollo: quasi-Newton with a diagonal Hessian (Ma 2020; the Mega recipes' optimizer, fairseq apollo.py)")
 
 typedef enum {
-#define MEGA_OPTIM_ENUM_(id, sym, name, state, desc) MEGA_OPTIM_##id,
+#define MEGA_OPTIM_ENUM_(id, sym, name, state, legacy, desc) MEGA_OPTIM_##id,
     MEGA_OPTIM_LIST(MEGA_OPTIM_ENUM_)
 #undef MEGA_OPTIM_ENUM_
     MEGA_OPTIM_COUNT
@@ -69,6 +71,9 @@ MEGA_API const char *mega_optim_name(mega_optim_kind k);        /* NULL when k i
 MEGA_API const char *mega_optim_describe(mega_optim_kind k);
 MEGA_API int mega_optim_find(const char *name);                 /* the kind, or -1 */
 MEGA_API int mega_optim_state_reals(mega_optim_kind k);         /* optimizer state per parameter, in reals */
+/* the optimizer of the runs from before the choice existed (the row marked legacy): a run whose
+ * metadata names no optimizer used it, and `mega train` names the optimizer only when it is another */
+MEGA_API mega_optim_kind mega_optim_legacy(void);
 /* the hyper-parameters kind k reads (shared ones appear in each kind's table) */
 MEGA_API const mega_optim_field *mega_optim_fields(mega_optim_kind k, int *count);
 /* one-line error naming the flag for a value out of range */
@@ -95,20 +100,21 @@ MEGA_API mega_status mega_optim_save(const mega_optim *o, const mega_paramset *p
 MEGA_API mega_status mega_optim_load(mega_optim *o, const mega_paramset *ps, const mega_st_file *f);
 
 /* ---------------------------------------------------------------------------------------------
- * Learning-rate schedules. X(ID, name, description). mega (cosine, linear, constant): linear
+ * Learning-rate schedules. X(ID, name, decays (the rate changes after the warm-up), ends at
+ * end_lr (its final rate is --end-learning-rate, not --min-lr), description). mega (cosine, linear, constant): linear
  * warm-up from lr/warmup to lr over `warmup` updates, then the decay to min_lr at `steps` (with
  * --time-budget by training time, and restarted by --reschedule). fairseq (linear_decay,
  * inverse_sqrt, cosine_fairseq): the Mega recipes' schedulers as fairseq defines them. */
 #define MEGA_SCHED_LIST(X)                                                                                        \
-    X(COSINE, "cosine", "linear warm-up, then cosine decay to --min-lr at --steps")                            \
-    X(LINEAR, "linear", "linear warm-up, then linear decay to --min-lr at --steps")                            \
-    X(CONSTANT, "constant", "linear warm-up, then --lr")                                                        \
-    X(LINEAR_DECAY, "linear_decay", "fairseq linear_decay: warm-up from --warmup-init-lr, linear to --end-learning-rate at --steps") \
-    X(INVERSE_SQRT, "inverse_sqrt", "fairseq inverse_sqrt: warm-up from --warmup-init-lr, then lr*sqrt(warmup/update)") \
-    X(COSINE_FAIRSEQ, "cosine_fairseq", "fairseq cosine: warm-up from --warmup-init-lr (default --min-lr), cosine to --min-lr")
+    X(COSINE, "cosine", 1, 0, "linear warm-up, then cosine decay to --min-lr at --steps")                      \
+    X(LINEAR, "linear", 1, 0, "linear warm-up, then linear decay to --min-lr at --steps")                      \
+    X(CONSTANT, "constant", 0, 0, "linear warm-up, then --lr")                                                  \
+    X(LINEAR_DECAY, "linear_decay", 1, 1, "fairseq linear_decay: warm-up from --warmup-init-lr, linear to --end-learning-rate at --steps") \
+    X(INVERSE_SQRT, "inverse_sqrt", 1, 0, "fairseq inverse_sqrt: warm-up from --warmup-init-lr, then lr*sqrt(warmup/update)") \
+    X(COSINE_FAIRSEQ, "cosine_fairseq", 1, 0, "fairseq cosine: warm-up from --warmup-init-lr (default --min-lr), cosine to --min-lr")
 
 typedef enum {
-#define MEGA_SCHED_ENUM_(id, name, desc) MEGA_SCHED_##id,
+#define MEGA_SCHED_ENUM_(id, name, decays, end_lr, desc) MEGA_SCHED_##id,
     MEGA_SCHED_LIST(MEGA_SCHED_ENUM_)
 #undef MEGA_SCHED_ENUM_
     MEGA_SCHED_COUNT
@@ -132,6 +138,10 @@ MEGA_API const char *mega_sched_describe(mega_sched_kind k);
 MEGA_API int mega_sched_find(const char *name);           /* the kind, or -1 */
 /* whether the kind is one of fairseq's (no --time-budget, no --reschedule) */
 MEGA_API int mega_sched_is_fairseq(mega_sched_kind k);
+/* whether the rate changes after the warm-up (0: constant; 0 for a bad kind) */
+MEGA_API int mega_sched_decays(mega_sched_kind k);
+/* the final rate of the schedule: s->end_lr (linear_decay) or s->min_lr */
+MEGA_API double mega_sched_final_lr(const mega_sched_inputs *s);
 /* one-line error for inputs the scheduler refuses (as fairseq's asserts do) */
 MEGA_API mega_status mega_sched_check(const mega_sched_inputs *s);
 /* the learning rate of 0-based update `step` (fairseq's num_updates before it); trained: the

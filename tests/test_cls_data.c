@@ -19,13 +19,7 @@
 
 static char tmpdir[256];
 
-static const char *tpath(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
+static const char *tpath(const char *name) { return tl_path(tmpdir, name); }
 
 static int write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");

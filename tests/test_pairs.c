@@ -14,13 +14,7 @@
 
 static char tmpdir[256];
 
-static const char *tpath(const char *name) {
-    static char buf[8][512];
-    static int k;
-    char *b = buf[k++ % 8];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
-}
+static const char *tpath(const char *name) { return tl_path(tmpdir, name); }
 
 static const char *put(const char *name, const char *s, size_t n) {
     const char *p = tpath(name);

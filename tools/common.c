@@ -298,16 +298,6 @@ int meta_fdict(const mega_st_file *f, const char *key, int size, const char *pat
     return 0;
 }
 
-size_t bpe_longest(const mega_bpe *b) {
-    size_t w = 1;
-    for (int v = 0; b && v < mega_bpe_vocab_size(b); v++) {
-        size_t l;
-        mega_bpe_token(b, v, &l);
-        if (l > w) w = l;
-    }
-    return w;
-}
-
 int meta_bpe(const char *path, const mega_s2s_config *c, mega_bpe **src, mega_bpe **tgt) {
     *src = *tgt = NULL;
     mega_st_file *f;

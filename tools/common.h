@@ -104,8 +104,6 @@ int data_flags_check(const char *const flag[3], const char *data, const char *im
  * vocabularies (258 + merges each, pad 256, eos 257); *src and *tgt are NULL for bytes and the
  * same object when both sides share one list (free it once). 0, or 1 after printing the error. */
 int meta_bpe(const char *path, const mega_s2s_config *c, mega_bpe **src, mega_bpe **tgt);
-/* the longest token of a subword vocabulary in bytes (1 for NULL: bytes) */
-size_t bpe_longest(const mega_bpe *b);
 int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
                    int group, int max_tokens, const char *hyp_out, int quiet, int64_t max_memory);
 /* The fairseq dictionary stored under metadata key of an open model file (models converted from

@@ -180,7 +180,7 @@ int load_s2s(const char *arg, mega_s2s **m, s2s_dicts *dicts, int allow_fdict) {
         mega_s2s_free(*m), *m = NULL;
         return cli_error("'%s' does not use the byte vocabulary (258, pad 256, eos 257) of parallel text, nor subword units", arg);
     }
-    dicts->src_longest = bpe_longest(dicts->src_bpe), dicts->tgt_longest = bpe_longest(dicts->tgt_bpe);
+    dicts->src_longest = mega_bpe_longest(dicts->src_bpe), dicts->tgt_longest = mega_bpe_longest(dicts->tgt_bpe);
     return 0;
 }
 

@@ -562,7 +562,7 @@ static void info_s2s(const loaded_model *lm) {
         if (!b || (side && tb == sb)) continue;
         printf("vocabulary %s subword units: %d byte-pair merges, %d tokens (longest %zu bytes)\n",
                sb == tb ? "both sides:" : side ? "target:" : "source:", mega_bpe_merges(b), mega_bpe_vocab_size(b),
-               bpe_longest(b));
+               mega_bpe_longest(b));
     }
     printf("config     %s\n", js ? js : "");
     free(js);

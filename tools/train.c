@@ -47,6 +47,12 @@ static double lr_at(const train_args *a, int64_t step, double trained) {
     return mega_lr_at(&s, step, trained);
 }
 
+/* the rate the schedule ends at (--end-learning-rate or --min-lr) */
+static double final_lr(const train_args *a) {
+    const mega_sched_inputs s = sched_of(a);
+    return mega_sched_final_lr(&s);
+}
+
 /* The training hyper-parameters stored in a checkpoint and restored by --resume: these flags of
  * the command's table (their JSON keys are the flag names). */
 static const char *const STORED[] = {"task", "steps", "batch", "seq-len", "lr", "min-lr", "warmup", "schedule",
@@ -145,7 +151,7 @@ static void restore_train_json(train_args *a, const cJSON *tj) {
         }
     }
     /* a run saved before the optimizer table trained with AdamW */
-    if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(tj, "optimizer"))) a->optimizer = "adamw";
+    if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(tj, "optimizer"))) a->optimizer = mega_optim_name(mega_optim_legacy());
     const cJSON *from = cJSON_GetObjectItemCaseSensitive(tj, "schedule-from");
     const cJSON *from_lr = cJSON_GetObjectItemCaseSensitive(tj, "schedule-from-lr");
     a->sched_from = cJSON_IsNumber(from) && cJSON_IsNumber(from_lr) ? (int64_t)from->valuedouble : 0;
@@ -553,7 +559,7 @@ static int resume_schedule(train_args *a, const train_args *cli, const cli_flag 
         return cli_error("--resume: --steps %lld is below the step the run has reached (%lld): --steps counts every step of "
                          "the run, the ones done included; give a larger one, or leave it out",
                          (long long)cli->steps, (long long)at);
-    if (steps && !a->reschedule && !warming && strcmp(a->schedule, "constant")) {
+    if (steps && !a->reschedule && !warming && mega_sched_decays(sched_of(a).kind)) {
         train_args stretched = *a;
         stretched.steps = cli->steps;
         return cli_error("--resume: --steps %lld differs from the run's %lld, which would stretch its %s schedule (the learning "
@@ -565,7 +571,7 @@ static int resume_schedule(train_args *a, const train_args *cli, const cli_flag 
     if (!steps && !minlr && !sched) return 0;
     if (!a->reschedule) { /* a constant schedule or a run in its warm-up: only the length changes */
         a->steps = cli->steps;
-        if (strcmp(a->schedule, "constant")) warmup_continues(a);
+        if (mega_sched_decays(sched_of(a).kind)) warmup_continues(a);
         return 0;
     }
     const double lr0 = lr_at(a, at, 0); /* the rate reached, under the schedule so far */
@@ -971,10 +977,10 @@ static void describe_run(const train_args *a, task *t, int64_t start) {
     t->describe(t, a, stdout);
     printf("  training  steps %lld, batch %d, seq-len %d, lr %g -> %g (%s, warmup %lld), weight-decay %g, clip %g, "
            "seed %lld, threads %d\n",
-           (long long)a->steps, a->batch, a->seq_len, a->lr, !strcmp(a->schedule, "linear_decay") ? a->end_lr : a->min_lr,
+           (long long)a->steps, a->batch, a->seq_len, a->lr, final_lr(a),
            a->schedule, (long long)a->warmup, a->opt.weight_decay,
            a->clip, (long long)a->seed, mega_get_threads());
-    if (strcmp(a->optimizer, "adamw")) /* AdamW runs print as before */
+    if (mega_optim_find(a->optimizer) != (int)mega_optim_legacy()) /* the legacy optimizer's runs print as before */
         printf("  optimizer %s (%s)\n", a->optimizer, mega_optim_describe((mega_optim_kind)mega_optim_find(a->optimizer)));
     if (dist_size() > 1 || a->grad_accum > 1)
         printf("  parallel  %d ranks x --grad-accum %d = %d shards of %d sequences per batch (%s)\n", dist_size(), a->grad_accum,

@@ -1,7 +1,8 @@
 /*
  * mega translate: one translation per input line with a trained encoder–decoder; and the
- * evaluation of such a model on parallel text (mega eval --task translate): corpus BLEU and chrF
- * as sacreBLEU computes them, exact match, the teacher-forced loss, and the copy baseline.
+ * evaluation of such a model on parallel text (mega eval --task translate): the report of the
+ * library's mega_s2s_evaluate_translations (corpus BLEU and chrF as sacreBLEU computes them, exact
+ * match, the teacher-forced loss, and the copy baseline) and its memory check.
  */
 #include "common.h"
 #include "models.h"
@@ -327,67 +328,6 @@ int cmd_translate(int argc, char **argv) {
 
 /* ---- mega eval --task translate --------------------------------------------------------------- */
 
-typedef struct {
-    int first, n; /* examples first .. first+n-1 of the grouped order share a source */
-} group_t;
-
-static int cmp_src(const mega_s2s_data *d, int a, int b) {
-    int la = d->src_len[a], lb = d->src_len[b];
-    if (la != lb) return la < lb ? -1 : 1;
-    int c = memcmp(mega_s2s_data_src(d, a), mega_s2s_data_src(d, b), (size_t)la * sizeof(uint16_t));
-    return c ? c : (a < b ? -1 : a > b);
-}
-static const mega_s2s_data *g_sort_d;
-static int qcmp(const void *x, const void *y) { return cmp_src(g_sort_d, *(const int *)x, *(const int *)y); }
-
-/* the text of a stored token row (bytes or subword units; </s> gives nothing) in a new string
- * *out; returns its length, or (size_t)-1 when out of memory */
-static size_t row_text(const s2s_dicts *dc, int tgt, const uint16_t *t, int n, char **out) {
-    int32_t small[256] = {0}, *ids = n <= 256 ? small : malloc((size_t)n * sizeof *ids);
-    *out = ids ? malloc(bytes_cap(dc, tgt, n)) : NULL;
-    if (!*out) {
-        if (ids != small) free(ids);
-        return (size_t)-1;
-    }
-    for (int i = 0; i < n; i++) ids[i] = t[i];
-    const size_t k = tokens_text(dc, tgt, ids, n, *out);
-    if (ids != small) free(ids);
-    return k;
-}
-
-/* corpus scores of hypotheses against the groups' references into a fresh accumulator */
-static int score_all(const s2s_dicts *dc, const mega_s2s_data *d, const int *order, const group_t *g, int ng, char **hyp,
-                     const size_t *hl, mega_bleu_score *bleu, mega_chrf_score *chrf, mega_exact_score *ex, char *sigb,
-                     char *sigc) {
-    mega_metrics *mt = NULL;
-    if (mega_metrics_new(NULL, &mt) != MEGA_OK) return cli_error("%s", mega_last_error());
-    int maxr = 1;
-    for (int i = 0; i < ng; i++) maxr = g[i].n > maxr ? g[i].n : maxr;
-    char **refs = calloc((size_t)maxr, sizeof(char *));
-    size_t *rl = calloc((size_t)maxr, sizeof(size_t));
-    int rc = !refs || !rl ? cli_error("out of memory") : 0;
-    for (int i = 0; i < ng && !rc; i++) {
-        for (int k = 0; k < g[i].n; k++) {
-            int e = order[g[i].first + k];
-            rl[k] = row_text(dc, 1, mega_s2s_data_tgt(d, e), d->tgt_len[e], &refs[k]);
-            if (!refs[k]) {
-                rc = cli_error("out of memory");
-                break;
-            }
-        }
-        if (!rc && mega_metrics_add_n(mt, hyp[i], hl[i], (const char *const *)refs, rl, g[i].n) != MEGA_OK)
-            rc = cli_error("%s", mega_last_error());
-        for (int k = 0; k < g[i].n; k++) free(refs[k]), refs[k] = NULL;
-    }
-    if (!rc) {
-        mega_metrics_bleu(mt, bleu), mega_metrics_chrf(mt, chrf), mega_metrics_exact_match(mt, ex);
-        mega_metrics_bleu_signature(mt, sigb, 128), mega_metrics_chrf_signature(mt, sigc, 128);
-    }
-    free(refs), free(rl);
-    mega_metrics_free(mt);
-    return rc;
-}
-
 /* the memory an evaluation needs against --max-memory: the weights and the pairs (in memory), the
  * buffers of the largest teacher-forced batch (--max-tokens over the longest pair) and of the
  * search (--batch sources of the longest length, --beam rows each); nonzero (reported) = refuse */
@@ -413,87 +353,6 @@ static int eval_memory(mega_s2s *m, const s2s_dicts *dc, const mega_s2s_data *d,
                         max_memory, &rm);
 }
 
-/* segments: the examples with the same source, its translations the references (group 0: every
- * line its own segment); order: the examples sorted by source; returns the number of segments */
-static int make_groups(const mega_s2s_data *d, int group, int *order, group_t *g) {
-    const int n = d->n;
-    int ng = 0;
-    for (int i = 0; i < n; i++) order[i] = i;
-    if (group) {
-        g_sort_d = d;
-        qsort(order, (size_t)n, sizeof(int), qcmp);
-    }
-    for (int i = 0; i < n;) {
-        int k = 1;
-        while (group && i + k < n && d->src_len[order[i + k]] == d->src_len[order[i]] &&
-               !memcmp(mega_s2s_data_src(d, order[i + k]), mega_s2s_data_src(d, order[i]), (size_t)d->src_len[order[i]] * 2))
-            k++;
-        g[ng++] = (group_t){i, k};
-        i += k;
-    }
-    return ng;
-}
-
-/* translations, one per segment, in batches of --batch sources of similar length (the groups are
- * sorted by source): the hypotheses' bytes into hyp/hl, the sources' text (the copy baseline)
- * into cp/cl; nonzero (reported) on failure */
-static int search_groups(mega_s2s *m, const s2s_dicts *dc, const mega_s2s_data *d, const int *order, const group_t *g,
-                         int ng, const mega_s2s_search *sp, int batch, int quiet, char **hyp, size_t *hl, char **cp,
-                         size_t *cl, int64_t *out_tokens) {
-    int32_t *src = NULL, *out = NULL;
-    int *olen = malloc((size_t)batch * sizeof(int)), *lim = malloc((size_t)batch * sizeof(int));
-    int rc = !olen || !lim ? cli_error("out of memory") : 0;
-    progress_t pr;
-    progress_init(&pr, stderr, quiet, 10);
-    mega_s2s_search spb = *sp;
-    for (int i = 0; !rc && i < ng; i += batch) {
-        const int nb = ng - i < batch ? ng - i : batch;
-        int S = 0, SL = 0;
-        for (int k = 0; k < nb && !rc; k++) {
-            const int gi = i + k, e = order[g[gi].first];
-            S = d->src_len[e] > S ? d->src_len[e] : S;
-            /* the source text (the copy baseline), and the length the search limit counts */
-            cl[gi] = row_text(dc, 0, mega_s2s_data_src(d, e), d->src_len[e], &cp[gi]);
-            if (!cp[gi]) rc = cli_error("out of memory");
-            lim[k] = limit_in_bytes(dc) ? (int)cl[gi] + 1 : d->src_len[e];
-            SL = lim[k] > SL ? lim[k] : SL;
-        }
-        if (rc) break;
-        spb.limit_src_len = lim;
-        const int cap = (int)(sp->max_len_a * SL + sp->max_len_b) + 2;
-        free(src), free(out);
-        src = malloc((size_t)nb * S * sizeof(int32_t)), out = malloc((size_t)nb * cap * sizeof(int32_t));
-        if (!src || !out) {
-            rc = cli_error("out of memory");
-            break;
-        }
-        for (int k = 0; k < nb; k++) {
-            int e = order[g[i + k].first];
-            const uint16_t *s = mega_s2s_data_src(d, e);
-            for (int t = 0; t < S; t++) src[(size_t)k * S + t] = t < d->src_len[e] ? s[t] : MEGA_S2S_PAD;
-        }
-        if (translate_batch(m, src, nb, S, &spb, out, olen, cap)) {
-            rc = 1;
-            break;
-        }
-        for (int k = 0; k < nb && !rc; k++) {
-            const int gi = i + k;
-            hyp[gi] = malloc(bytes_cap(dc, 1, olen[k]));
-            if (!hyp[gi]) {
-                rc = cli_error("out of memory");
-                break;
-            }
-            /* the hypothesis as the bytes the model produced (invalid UTF-8 counts per byte) */
-            hl[gi] = tokens_text(dc, 1, out + (size_t)k * cap, olen[k], hyp[gi]);
-            *out_tokens += olen[k] + 1;
-        }
-        if (progress_due(&pr, i + nb >= ng)) progress_print(&pr, "  translating %d/%d segments", i + nb, ng);
-    }
-    progress_break(&pr);
-    free(src), free(out), free(olen), free(lim);
-    return rc;
-}
-
 /* --hyp-out: one line per segment, the source and the hypothesis (escaped as in the data) */
 static int write_hyps(const char *path, char *const *cp, char *const *hyp, const size_t *hl, int ng) {
     FILE *f = fopen(path, "w");
@@ -513,6 +372,12 @@ static int write_hyps(const char *path, char *const *cp, char *const *hyp, const
     free(tx);
     if (fclose(f) && !rc) rc = cli_error("--hyp-out '%s': write failed", path);
     return rc;
+}
+
+/* the search's progress (the library's callback): segments translated of all */
+static void search_progress(void *ctx, int64_t done, int64_t total, double value) {
+    (void)value;
+    if (progress_due(ctx, done >= total)) progress_print(ctx, "  translating %lld/%lld segments", (long long)done, (long long)total);
 }
 
 int eval_translate(const char *model, const char *data, const mega_s2s_search *sp, int batch, int64_t max_examples,
@@ -537,54 +402,35 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
     }
     char sk[512];
     if (mega_s2s_skip_summary(&d, sk, sizeof sk)) fprintf(stderr, "mega eval: skipped in %s: %s\n", data, sk);
-    int rc = 0, ng = 0;
-    const int n = d.n;
-    int *order = malloc((size_t)n * sizeof(int));
-    group_t *g = malloc((size_t)n * sizeof(group_t));
-    char **hyp = calloc((size_t)n, sizeof(char *)), **cp = calloc((size_t)n, sizeof(char *));
-    size_t *hl = calloc((size_t)n, sizeof(size_t)), *cl = calloc((size_t)n, sizeof(size_t));
-    if (!order || !g || !hyp || !cp || !hl || !cl) rc = cli_error("out of memory");
-    if (!rc) ng = make_groups(&d, group, order, g);
-    /* the teacher-forced loss */
-    double nll = 0, acc = 0;
-    int64_t ntok = 0, out_tokens = 0;
-    const double t0 = now_sec();
-    if (!rc && mega_s2s_evaluate(m, &d, order, n, max_tokens, &nll, &acc, &ntok) != MEGA_OK)
-        rc = cli_error("%s", mega_last_error());
-    const double t1 = now_sec();
-    if (!rc) rc = search_groups(m, &dc, &d, order, g, ng, sp, batch, quiet, hyp, hl, cp, cl, &out_tokens);
-    const double t2 = now_sec();
-    mega_bleu_score bl, cb;
-    mega_chrf_score cf, cc;
-    mega_exact_score ex, ce;
-    char sigb[128] = "", sigc[128] = "";
-    if (!rc) rc = score_all(&dc, &d, order, g, ng, hyp, hl, &bl, &cf, &ex, sigb, sigc);
-    if (!rc) rc = score_all(&dc, &d, order, g, ng, cp, cl, &cb, &cc, &ce, sigb, sigc);
+    progress_t pr;
+    progress_init(&pr, stderr, quiet, 10);
+    const mega_s2s_translation_opts eo = {*sp, batch, max_tokens, group, dc.src_bpe, dc.tgt_bpe, search_progress, &pr};
+    mega_s2s_translation_eval r;
+    int rc = mega_s2s_evaluate_translations(m, &d, &eo, &r) != MEGA_OK;
+    progress_break(&pr);
+    if (rc) cli_error("%s", mega_last_error());
     if (!rc) {
-        printf("data        %s: %d pairs, %d segments (%s), %d lines skipped\n", data, n, ng,
+        const int n = d.n;
+        printf("data        %s: %d pairs, %d segments (%s), %d lines skipped\n", data, n, r.segments,
                group ? "lines with the same source share one segment, its targets the references" : "one per line",
                d.n_skipped);
-        printf("loss        %.4f nats/token (teacher forcing, %lld target tokens), token accuracy %.4f\n", nll,
-               (long long)ntok, acc);
+        printf("loss        %.4f nats/token (teacher forcing, %lld target tokens), token accuracy %.4f\n", r.nll,
+               (long long)r.tokens, r.acc);
         if (dc.tgt_bpe) /* comparable with a byte model's loss: per byte, </s> counted as one */
             printf("            %.4f nats per target byte (%lld bytes + %d </s>; %d byte-pair merges, %.2f bytes per token)\n",
-                   nll * (double)ntok / (double)(d.n_tgt_bytes + d.n), (long long)d.n_tgt_bytes, d.n,
+                   r.nll * (double)r.tokens / (double)(d.n_tgt_bytes + d.n), (long long)d.n_tgt_bytes, d.n,
                    mega_bpe_merges(dc.tgt_bpe), (double)d.n_tgt_bytes / (double)(d.n_tgt_tokens - d.n));
         printf("search      beam %d, lenpen %g, max length %g * source%s + %d\n", sp->beam, sp->lenpen, sp->max_len_a,
                limit_in_bytes(&dc) ? " bytes" : "", sp->max_len_b);
         printf("%-12s %8s %8s %12s\n", "", "BLEU", "chrF2", "exact match");
-        printf("%-12s %8.2f %8.2f %11.2f%%\n", "model", bl.score, cf.score, ex.score);
-        printf("%-12s %8.2f %8.2f %11.2f%%\n", "copy source", cb.score, cc.score, ce.score);
-        printf("BLEU signature  %s\nchrF signature  %s\n", sigb, sigc);
-        printf("speed       %.1f s teacher-forced, %.1f s search (%.0f output tokens/s)\n", t1 - t0, t2 - t1,
-               (double)out_tokens / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
-        if (hyp_out) rc = write_hyps(hyp_out, cp, hyp, hl, ng);
+        printf("%-12s %8.2f %8.2f %11.2f%%\n", "model", r.bleu[0].score, r.chrf[0].score, r.exact[0].score);
+        printf("%-12s %8.2f %8.2f %11.2f%%\n", "copy source", r.bleu[1].score, r.chrf[1].score, r.exact[1].score);
+        printf("BLEU signature  %s\nchrF signature  %s\n", r.bleu_signature, r.chrf_signature);
+        printf("speed       %.1f s teacher-forced, %.1f s search (%.0f output tokens/s)\n", r.forced_seconds,
+               r.search_seconds, (double)r.out_tokens / (r.search_seconds > 0 ? r.search_seconds : 1e-9));
+        if (hyp_out) rc = write_hyps(hyp_out, r.source, r.hyp, r.hyp_len, r.segments);
+        mega_s2s_translation_eval_free(&r);
     }
-    for (int i = 0; i < n; i++) {
-        if (hyp) free(hyp[i]);
-        if (cp) free(cp[i]);
-    }
-    free(order), free(g), free(hyp), free(cp), free(hl), free(cl);
     mega_s2s_data_free(&d);
     s2s_dicts_free(&dc);
     mega_s2s_free(m);

@@ -134,6 +134,12 @@ const uint8_t *mega_bpe_token(const mega_bpe *b, int id, size_t *len) {
     return b->bytes + b->off[id];
 }
 
+size_t mega_bpe_longest(const mega_bpe *b) {
+    size_t w = 1;
+    for (int v = 0; b && v < mega_bpe_vocab_size(b); v++) w = MEGA_MAX(w, (size_t)(b->off[v + 1] - b->off[v]));
+    return w;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * encoding */
 

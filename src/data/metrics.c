@@ -134,6 +134,28 @@ static int re1_class(unsigned char c) {
            (c >= 0x28 && c <= 0x2B) || (c >= 0x3A && c <= 0x40) || c == '/';
 }
 
+/* the pair regexes of 13a: every non-overlapping match of two characters (c, d), left to
+ * right, becomes "c d " (lead 0) or " c d" (lead 1); a into b, then swapped back into a */
+static int nondigit_punct(unsigned char c, unsigned char d) { return !is_digit(c) && (d == '.' || d == ','); }
+static int punct_nondigit(unsigned char c, unsigned char d) { return (c == '.' || c == ',') && !is_digit(d); }
+static int digit_dash(unsigned char c, unsigned char d) { return is_digit(c) && d == '-'; }
+static int sub_pairs(sbuf *a, sbuf *b, int (*match)(unsigned char, unsigned char), int lead) {
+    b->n = 0;
+    for (size_t i = 0; i < a->n;) {
+        const unsigned char c = (unsigned char)a->p[i];
+        if (i + 1 < a->n && match(c, (unsigned char)a->p[i + 1])) {
+            const char t[5] = {' ', (char)c, ' ', a->p[i + 1], ' '};
+            if (sb_put(b, t + !lead, 4)) return -1;
+            i += 2;
+        } else {
+            if (sb_put(b, a->p + i, 1)) return -1;
+            i++;
+        }
+    }
+    sb_swap(a, b);
+    return 0;
+}
+
 /* Tokenizer13a.__call__(line) up to, not including, the final ' '.join(line.split()): *a gets
  * the string whose words are the tokens (b is scratch). On bytes, which is exact: the patterns'
  * characters are all ASCII, an ASCII byte is always a whole character (also in invalid UTF-8 as
@@ -172,48 +194,12 @@ static int tok_13a(const char *line, size_t n, sbuf *a, sbuf *b) {
     sb_swap(a, b);
     /* tokenize period and comma unless preceded by a digit:
      * (re.compile(r'([^0-9])([\.,])'), r'\1 \2 ') */
-    b->n = 0;
-    for (size_t i = 0; i < a->n;) {
-        unsigned char c = (unsigned char)a->p[i];
-        if (i + 1 < a->n && !is_digit(c) && (a->p[i + 1] == '.' || a->p[i + 1] == ',')) {
-            char t[4] = {(char)c, ' ', a->p[i + 1], ' '};
-            if (sb_put(b, t, 4)) return -1;
-            i += 2;
-        } else {
-            if (sb_put(b, a->p + i, 1)) return -1;
-            i++;
-        }
-    }
-    sb_swap(a, b);
+    if (sub_pairs(a, b, nondigit_punct, 0)) return -1;
     /* tokenize period and comma unless followed by a digit:
      * (re.compile(r'([\.,])([^0-9])'), r' \1 \2') */
-    b->n = 0;
-    for (size_t i = 0; i < a->n;) {
-        unsigned char c = (unsigned char)a->p[i];
-        if (i + 1 < a->n && (c == '.' || c == ',') && !is_digit((unsigned char)a->p[i + 1])) {
-            char t[4] = {' ', (char)c, ' ', a->p[i + 1]};
-            if (sb_put(b, t, 4)) return -1;
-            i += 2;
-        } else {
-            if (sb_put(b, a->p + i, 1)) return -1;
-            i++;
-        }
-    }
-    sb_swap(a, b);
+    if (sub_pairs(a, b, punct_nondigit, 1)) return -1;
     /* tokenize dash when preceded by a digit: (re.compile(r'([0-9])(-)'), r'\1 \2 ') */
-    b->n = 0;
-    for (size_t i = 0; i < a->n;) {
-        unsigned char c = (unsigned char)a->p[i];
-        if (i + 1 < a->n && is_digit(c) && a->p[i + 1] == '-') {
-            char t[4] = {(char)c, ' ', '-', ' '};
-            if (sb_put(b, t, 4)) return -1;
-            i += 2;
-        } else {
-            if (sb_put(b, a->p + i, 1)) return -1;
-            i++;
-        }
-    }
-    sb_swap(a, b);
+    if (sub_pairs(a, b, digit_dash, 0)) return -1;
     return 0;
 }
 

@@ -4,10 +4,10 @@
 
 static const struct {
     const char *name, *desc;
-    int state;
+    int state, legacy;
     const mega__optim_impl *impl;
 } KINDS[] = {
-#define ROW_(id, sym, nm, st, d) {nm, d, st, &mega__optim_##sym},
+#define ROW_(id, sym, nm, st, leg, d) {nm, d, st, leg, &mega__optim_##sym},
     MEGA_OPTIM_LIST(ROW_)
 #undef ROW_
 };
@@ -17,6 +17,12 @@ static int valid(mega_optim_kind k) { return (int)k >= 0 && k < MEGA_OPTIM_COUNT
 const char *mega_optim_name(mega_optim_kind k) { return valid(k) ? KINDS[k].name : NULL; }
 const char *mega_optim_describe(mega_optim_kind k) { return valid(k) ? KINDS[k].desc : NULL; }
 int mega_optim_state_reals(mega_optim_kind k) { return valid(k) ? KINDS[k].state : 0; }
+
+mega_optim_kind mega_optim_legacy(void) {
+    int k = 0;
+    while (k < MEGA_OPTIM_COUNT - 1 && !KINDS[k].legacy) k++;
+    return (mega_optim_kind)k;
+}
 
 int mega_optim_find(const char *name) {
     for (int k = 0; name && k < MEGA_OPTIM_COUNT; k++)

@@ -3,8 +3,9 @@
 
 static const struct {
     const char *name, *desc;
+    int decays, end_lr;
 } KINDS[] = {
-#define ROW_(id, nm, d) {nm, d},
+#define ROW_(id, nm, dec, end, d) {nm, d, dec, end},
     MEGA_SCHED_LIST(ROW_)
 #undef ROW_
 };
@@ -14,6 +15,8 @@ static int valid(mega_sched_kind k) { return (int)k >= 0 && k < MEGA_SCHED_COUNT
 const char *mega_sched_name(mega_sched_kind k) { return valid(k) ? KINDS[k].name : NULL; }
 const char *mega_sched_describe(mega_sched_kind k) { return valid(k) ? KINDS[k].desc : NULL; }
 int mega_sched_is_fairseq(mega_sched_kind k) { return k >= MEGA_SCHED_LINEAR_DECAY && k < MEGA_SCHED_COUNT; }
+int mega_sched_decays(mega_sched_kind k) { return valid(k) && KINDS[k].decays; }
+double mega_sched_final_lr(const mega_sched_inputs *s) { return valid(s->kind) && KINDS[s->kind].end_lr ? s->end_lr : s->min_lr; }
 
 int mega_sched_find(const char *name) {
     for (int k = 0; name && k < MEGA_SCHED_COUNT; k++)

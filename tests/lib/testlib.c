@@ -121,3 +121,11 @@ int tl_count_entries(const char *dir, const char *part) {
     closedir(d);
     return n;
 }
+
+const char *tl_path(const char *dir, const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *b = buf[k++ % 8];
+    snprintf(b, 512, "%s/%s", dir, name);
+    return b;
+}

@@ -32,6 +32,8 @@ int tl_write_file(const char *path, const void *p, size_t n);
 /* a new directory $TMPDIR/<prefix>XXXXXX (or under /tmp) into buf; 0 on success (else a failed
  * check is recorded) */
 int tl_mkdtemp(char *buf, size_t cap, const char *prefix);
+/* dir/name in one of 8 rotating static buffers (so a call can take a few paths at once) */
+const char *tl_path(const char *dir, const char *name);
 /* remove a file or a directory tree */
 void tl_rm_rf(const char *path);
 /* entries of dir whose name contains `part` (NULL: every entry but . and ..); -1 if unreadable */
