@@ -14,7 +14,8 @@
 #    tensors differ, or whose adaptive input has no cutoff, is refused;
 #  - a translation model (mt/: arch mega_wmt_en_de, made from a case of the official MegaModel):
 #    its logits equal the official ones (build/test_dump_logits --s2s), `mega translate` translates
-#    word input with the two dictionaries (--remove-bpe joins the subword pieces), `mega eval --task
+#    word input with the two dictionaries (--remove-bpe joins the subword pieces) and the Python
+#    package's translate gives the same lines, `mega eval --task
 #    translate` refuses it clearly, and a missing or wrong-size target dictionary is refused;
 #  - an LRA ListOps classifier (lra_cls/): the converted model's logits equal the official ones, its
 #    Python encoding of text lines equals the ids of the official lra-text task, its classes are the
@@ -211,6 +212,18 @@ sed -e 's/@@ //g' -e 's/@@$//' "$T/hyp" >"$T/hyp1"
 [ $rc -eq 0 ] && [ "$(wc -l <"$T/hyp")" -eq 2 ] && grep -q '^de[0-9]' "$T/hyp" && cmp -s "$T/hyp1" "$T/hyp2" &&
   ok "mega translate with fairseq dictionaries: $(head -1 "$T/hyp" | cut -c1-60) ...; --remove-bpe joins the pieces" ||
   bad "mega translate (mt): rc $rc $(cat "$T/hyp" "$T/hyp2" "$T/err" | head -5)"
+# the Python package's translate: the same lines as `mega translate`, with and without --remove-bpe
+PYTHONPATH="$HERE/python" MEGA_LIB="$B/libmega.so" "$PY" - "$T/mt" "$T/src.txt" "$T/hyp" "$T/hyp2" <<'EOF' >"$T/py" 2>&1
+import sys
+import mega
+t = mega.load(sys.argv[1])
+src = open(sys.argv[2]).read().splitlines()
+want = [open(f).read().split("\n")[:-1] for f in sys.argv[3:5]]
+got = [t.translate(src, beam=4), t.translate(src, beam=4, remove_bpe=True)]
+print("translate", "ok" if got == want else "BAD", got[0][:1], "" if got == want else want)
+EOF
+line=$(grep '^translate' "$T/py")
+case "$line" in "translate ok"*) ok "Python $line = mega translate (fairseq dictionaries, --remove-bpe too)" ;; *) bad "Python translate (mt): ${line:-$(tail -3 "$T/py")}" ;; esac
 printf 'a\tb\n' >"$T/pairs.tsv"
 "$B/mega" eval --task translate --model "$T/mt" --data "$T/pairs.tsv" >"$T/out" 2>&1; rc=$?
 [ $rc -eq 2 ] && grep -q "converted from an official checkpoint" "$T/out" && ok "mega eval --task translate on a converted model: a clear refusal" ||
