@@ -196,7 +196,7 @@ int cmd_predict(int argc, char **argv) {
     int seq_len = 1 << 20, batch = 32, threads = 0;
     cli_flag fl[] = {
         {"model", F_STR, &model, "classifier checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
-        {"data", F_STR, &data, "inputs in the training format (the label column is read but not used)", NULL, 1, 0, 0},
+        {"data", F_STR, &data, "inputs in the training format (the label column is read but not used); a classifier converted from an official LRA checkpoint: its binarized data directory, DIR (split test) or DIR/SPLIT", NULL, 1, 0, 0},
         {data_file_flag("", 0), F_STR, &images, data_file_help("", 0), NULL, 1, 0, 0},
         {data_file_flag("", 1), F_STR, &labels, data_file_help("", 1), NULL, 1, 0, 0},
         {"seq-len", F_INT, &seq_len, "truncate inputs to this many tokens", NULL, 1, 1 << 24, 0},
@@ -419,7 +419,7 @@ int cmd_eval(int argc, char **argv) {
         {"confusion", F_SET, &confusion, "classify: print the confusion matrix", NULL, 1, 0, 0},
         {"batch", F_INT, &batch, "classify: examples per forward pass; translate: sentences per search", NULL, 1, 1 << 16, 0},
         {"model", F_STR, &model, "checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
-        {"data", F_STR, &data, "text to score (bytes), or a fairseq binarized dataset (PREFIX, PREFIX.idx or PREFIX.bin) for a model converted from fairseq", NULL, 1, 0, 0},
+        {"data", F_STR, &data, "text to score (bytes), or a fairseq binarized dataset (PREFIX, PREFIX.idx or PREFIX.bin) for a model converted from fairseq; a converted LRA classifier: its binarized data directory, DIR (split test) or DIR/SPLIT", NULL, 1, 0, 0},
         {"seq-len", F_INT, &seq_len, "segment length fed per call, state carried across segments (0 = the chunk size, or 2048 for full attention, where each segment restarts)", NULL, 0, 1 << 24, 0},
         {"chunk-size", F_INT, &chunk, "attention chunk at evaluation (0 = as trained; rotary models only)", NULL, -1, 1 << 20, 0},
         {"tokens-per-sample", F_I64, &tps_flag, "lm: restart the state every N tokens, as fairseq's evaluation of its --tokens-per-sample blocks (-1 = the converted checkpoint's value, else never; 0 = never)", NULL, -1, 1e15, 0},
