@@ -832,17 +832,19 @@ class Translator(_Model):
         return out.decode()
 
     @property
-    def _longest_word(self):
-        d = self._tgt_dict
-        return max(len(lib.mega_fdict_token(d, i) or b"") for i in range(lib.mega_fdict_size(d))) + 2
+    def _longest_word(self):  # bytes of the longest target word, computed once
+        if getattr(self, "_lw", None) is None:
+            d = self._tgt_dict
+            self._lw = max(len(lib.mega_fdict_token(d, i) or b"") for i in range(lib.mega_fdict_size(d))) + 2
+        return self._lw
 
     @property
-    def _longest_unit(self):
-        if not self._tgt_bpe:
-            return 1
-        n = c_size_t()
-        return max((lib.mega_bpe_token(self._tgt_bpe, i, byref(n)) and n.value) or 0
-                   for i in range(lib.mega_bpe_vocab_size(self._tgt_bpe))) or 1
+    def _longest_unit(self):  # bytes of the longest target subword unit (1: bytes), computed once
+        if getattr(self, "_lu", None) is None:
+            n, b = c_size_t(), self._tgt_bpe
+            self._lu = max(((lib.mega_bpe_token(b, i, byref(n)) and n.value) or 0
+                            for i in range(lib.mega_bpe_vocab_size(b))), default=1) or 1 if b else 1
+        return self._lu
 
     def translate(self, sources, beam=4, lenpen=1.0, max_len_a=1.2, max_len_b=10, batch=32, remove_bpe=False):
         """the translations (str) of a list of source sentences (str or bytes), as `mega translate
