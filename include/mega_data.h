@@ -353,6 +353,20 @@ MEGA_API mega_status mega_dataset_load_idx(const char *images, const char *label
  * this is the input format, loaded and validated. */
 MEGA_API mega_status mega_dataset_load_real(const char *path, const mega_data_opts *opts, mega_dataset *d);
 
+/* The official LRA text data as it ships (fairseq binarized; the lra-text task of the official
+ * fairseq/tasks/long_range_arena.py, docs/interop.md): dir/src-bin/SPLIT.idx/.bin (each example's
+ * ids, as fairseq-preprocess stored them: tokens then </s>), dir/src1-bin/SPLIT for the two-text
+ * task (retrieval; then a pairs dataset, src-bin the first sequence), dir/label-bin/SPLIT (each
+ * example's label id then </s>) with dir/label-bin/dict.txt. The ids are those of dict, the
+ * dictionary of a model converted from an official LRA checkpoint; dir/src-bin/dict.txt, when
+ * present, must number its tokens as dict does (dict adds <CLS> after them). prepend_cls: <CLS>
+ * goes first (the model pools position 0). opts->max_len cuts sequences (the task's
+ * TruncateDataset to --max-positions), opts->classes is ignored: the classes are the label
+ * dictionary's tokens in order (its madeupword fillers left out), class id = label id - 4.
+ * Errors as the other loaders, naming the file. */
+MEGA_API mega_status mega_dataset_load_lra_bin(const char *dir, const char *split, const mega_fdict *dict, int prepend_cls,
+                                               const mega_data_opts *opts, mega_dataset *d);
+
 /* One row per data format: the CLI's --format choices, their help and the files each takes, the
  * detection and the loader all come from this table (src/data/formats.c). */
 typedef struct {

@@ -1,13 +1,16 @@
 /* fairseq binarized datasets (src/data/fairseq_bin.c): the fixtures of tests/fixtures/fairseq-bin/,
  * written by the official builders (tests/ref/gen_fairseq_bin.py), read back sequence by sequence
  * against the ids the official Binarizer produced (ids.txt); the dict.txt reader against the same
- * ids (the library's encoder on text.txt); and malformed files, each refused with a message. */
+ * ids (the library's encoder on text.txt); the official LRA data layout (lra/: src-bin, label-bin)
+ * as a classification dataset; and malformed files, each refused with a message. */
 #include "mega_data.h"
 #include "testlib.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define FX "tests/fixtures/fairseq-bin/"
 
@@ -279,6 +282,60 @@ static void malformed_dict(void) {
     mega_fdict_free(d);
 }
 
+/* lra/ (the lra_cls fixture's five lines, binarized by the official Binarizer) through
+ * mega_dataset_load_lra_bin with the converted model's dictionary (dict.txt's tokens, then <CLS>) */
+static void lra_layout(void) {
+    static const char *toks[] = {"]", "[MAX", "[MIN", "[SM", "[MED", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "(", ")"};
+    char js[1024] = "{\"kind\":\"fairseq\",\"unit\":\"word\",\"bos\":0,\"pad\":1,\"eos\":2,\"unk\":3,"
+                    "\"tokens\":[\"<s>\",\"<pad>\",\"</s>\",\"<unk>\"";
+    for (size_t i = 0; i < sizeof toks / sizeof *toks; i++) snprintf(js + strlen(js), sizeof js - strlen(js), ",\"%s\"", toks[i]);
+    strcat(js, ",\"<CLS>\"]}");
+    mega_fdict *dict;
+    mega_status st = mega_fdict_from_json(js, &dict);
+    TL_CHECK(st == MEGA_OK && mega_fdict_size(dict) == 22, "LRA: the model's dictionary (%s)", st ? mega_last_error() : "ok");
+    if (st) return;
+    mega_dataset d;
+    st = mega_dataset_load_lra_bin(FX "lra", "test", dict, 0, NULL, &d);
+    TL_CHECK(st == MEGA_OK, "LRA layout: loaded (%s)", st ? mega_last_error() : "ok");
+    if (!st) {
+        static const int first[] = {5, 11, 18, 6, 13, 16, 4, 9, 4, 2}, labels[] = {4, 8, 9, 7, 7}, lens[] = {10, 9, 4, 12, 7};
+        int same = d.n == 5 && !d.pairs && d.len[0] == 10;
+        for (int t = 0; same && t < 10; t++) same = d.tok[0][t] == first[t];
+        for (int i = 0; same && i < 5; i++) same = d.label[i] == labels[i] && d.len[i] == lens[i] && d.line[i] == i + 1;
+        TL_CHECK(same, "LRA layout: the official ids, lengths and labels (label id - 4)");
+        TL_CHECK(d.classes.n == 10 && !strcmp(d.classes.names[0], "3") && !strcmp(d.classes.names[9], "6") && d.vocab.pad == 1,
+                 "LRA layout: the classes are label-bin/dict.txt's tokens in order, padding <pad>");
+    }
+    mega_dataset_free(&d);
+    mega_data_opts o = {0};
+    o.max_len = 4;
+    st = mega_dataset_load_lra_bin(FX "lra", "test", dict, 1, &o, &d);
+    TL_CHECK(st == MEGA_OK && d.tok[0][0] == 21 && d.tok[0][1] == 5 && d.len[0] == 4 && d.n_truncated == 5,
+             "LRA layout: <CLS> first, cut at max_len (%s)", st ? mega_last_error() : "ok");
+    mega_dataset_free(&d);
+    /* the two-text layout: src1-bin beside src-bin (here the same texts) */
+    char dir[600], p[700], cwd[400];
+    snprintf(dir, sizeof dir, "%s/lra2", tmp);
+    int made = getcwd(cwd, sizeof cwd) != NULL && mkdir(dir, 0755) == 0;
+    if (made) {
+        char target[800];
+        const char *subs[3][2] = {{"src-bin", "src-bin"}, {"src-bin", "src1-bin"}, {"label-bin", "label-bin"}};
+        for (int i = 0; made && i < 3; i++) {
+            snprintf(target, sizeof target, "%s/" FX "lra/%s", cwd, subs[i][0]);
+            snprintf(p, sizeof p, "%s/%s", dir, subs[i][1]);
+            made = symlink(target, p) == 0;
+        }
+    }
+    st = made ? mega_dataset_load_lra_bin(dir, "test", dict, 0, NULL, &d) : MEGA_ERR_IO;
+    TL_CHECK(st == MEGA_OK && d.pairs && d.len2[3] == d.len[3] && d.tok2[3][0] == d.tok[3][0],
+             "LRA layout: src1-bin makes pairs (%s)", st ? mega_last_error() : "ok");
+    mega_dataset_free(&d);
+    st = mega_dataset_load_lra_bin(FX "lra", "valid", dict, 0, NULL, &d);
+    TL_CHECK(st == MEGA_ERR_NOT_FOUND && strstr(mega_last_error(), "src-bin/valid.idx"), "LRA layout: a missing split (%s)",
+             mega_last_error());
+    mega_fdict_free(dict);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     expected e = {0};
@@ -289,6 +346,7 @@ int main(int argc, char **argv) {
         dictionary(&e);
     }
     if (tl_mkdtemp(tmp, sizeof tmp, "fsbin") == 0) {
+        lra_layout();
         malformed_mmap();
         malformed_cached();
         malformed_dict();

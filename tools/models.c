@@ -109,6 +109,7 @@ int load_cls_model(const char *arg, cls_model *cm) {
     /* scripts/convert_fairseq.py: a fairseq dictionary, classes named by the label dictionary or not
      * at all (then by their ids) */
     cm->fairseq = fs && !strncmp(fs, "mega-convert-fairseq", 20);
+    cm->named = cj != NULL;
     char ids[64 * 12] = "[";
     if (cm->fairseq && !cj) {
         const int C = mega_cls_get_config(cm->m)->classes;
@@ -117,7 +118,8 @@ int load_cls_model(const char *arg, cls_model *cm) {
         cj = ids;
     }
     int bad = !cj || mega_classes_from_json(cj, &cm->classes) != MEGA_OK ||
-              (!cm->fairseq && (!vj || mega_vocab_from_json(vj, &cm->vocab) != MEGA_OK));
+              (!cm->fairseq && (!vj || mega_vocab_from_json(vj, &cm->vocab) != MEGA_OK)) ||
+              (cm->fairseq && vj && mega_fdict_from_json(vj, &cm->dict) != MEGA_OK);
     /* a format this build does not know reads as text (the loaders' fallback) */
     if (!fm) cm->format = MEGA_DATA_AUTO;
     else if (mega_data_format_parse(fm, &cm->format)) cm->format = MEGA_DATA_TEXT;
@@ -133,6 +135,7 @@ int load_cls_model(const char *arg, cls_model *cm) {
 void free_cls_model(cls_model *cm) {
     mega_cls_free(cm->m);
     mega_classes_free(&cm->classes);
+    mega_fdict_free(cm->dict);
 }
 
 /* ---- encoder-decoders ---- */

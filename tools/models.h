@@ -42,6 +42,8 @@ typedef struct {
     mega_vocab vocab;
     mega_data_format format;
     int fairseq; /* converted from an official LRA checkpoint: a fairseq dictionary (docs/interop.md) */
+    mega_fdict *dict; /* that dictionary (NULL for an LRA image model) */
+    int named;        /* the classes are named in the file (else by their ids) */
 } cls_model;
 /* the classifier arg names with its classes and vocabulary (free it with free_cls_model, also
  * after an error); 0, or 1 after the error */

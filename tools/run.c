@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 
@@ -30,6 +31,53 @@ static int load_cls_data(const cls_model *cm, const char *data, const char *imag
     o.real = cm->vocab.real, o.mean = cm->vocab.mean, o.std = cm->vocab.std;
     o.classes = &cm->classes;
     if (mega_dataset_load(cm->format, data, images, labels, &o, d) != MEGA_OK) return cli_error("%s", mega_last_error());
+    return 0;
+}
+
+/* The data of a classifier converted from an official LRA checkpoint: the lra-text task's
+ * binarized directory as the official data ships (docs/interop.md), named DIR (split test) or
+ * DIR/SPLIT; its classes must be the model's (a model converted without --label-dict then names
+ * its classes by the label dictionary) */
+static int load_lra_data(cls_model *cm, const char *model, const char *data, const char *images, int seq_len,
+                         mega_dataset *d) {
+    if (!cm->dict || images)
+        return cli_error("'%s' was converted from an official LRA %s checkpoint: the tool reads the lra-text task's "
+                         "binarized data (--data DIR with src-bin/ and label-bin/), %s", model, cm->dict ? "text" : "image",
+                         cm->dict ? "not --images/--labels" : "not the pixels of an image task"), 1;
+    char dir[4096], split[4096] = "test", probe[8320];
+    struct stat sb;
+    snprintf(dir, sizeof dir, "%s", data);
+    snprintf(probe, sizeof probe, "%s/src-bin", dir);
+    if (stat(probe, &sb) != 0 || !S_ISDIR(sb.st_mode)) { /* DIR/SPLIT */
+        char *slash = strrchr(dir, '/');
+        snprintf(split, sizeof split, "%s", slash ? slash + 1 : dir);
+        if (slash) *slash = 0;
+        else snprintf(dir, sizeof dir, ".");
+        snprintf(probe, sizeof probe, "%s/src-bin", dir); /* a split it lacks: the loader names the file */
+        if (stat(probe, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return cli_error("'%s' was converted from an official LRA checkpoint: --data names the lra-text task's data "
+                             "directory (with src-bin/ and label-bin/; split test) or DIR/SPLIT, not '%s'", model, data), 1;
+    }
+    mega_data_opts o;
+    memset(&o, 0, sizeof o);
+    const mega_cls_config *c = mega_cls_get_config(cm->m);
+    /* the task cuts every input to --max-positions (TruncateDataset) */
+    o.max_len = c->block.max_positions > 0 && c->block.max_positions < seq_len ? c->block.max_positions : seq_len;
+    if (mega_dataset_load_lra_bin(dir, split, cm->dict, c->pool == MEGA_POOL_CLS, &o, d) != MEGA_OK)
+        return cli_error("%s", mega_last_error()), 1;
+    if (d->pairs != c->two_tower)
+        return cli_error("%s: %s, but '%s' is a %s model", dir, d->pairs ? "two texts per example (src1-bin)" : "one text per example",
+                         model, c->two_tower ? "two-text (two-tower)" : "one-text"), 1;
+    if (d->classes.n > c->classes)
+        return cli_error("%s/label-bin/dict.txt has %d labels but '%s' has %d classes", dir, d->classes.n, model, c->classes), 1;
+    if (!cm->named) {
+        mega_classes_free(&cm->classes);
+        if (mega_classes_copy(&cm->classes, &d->classes) != MEGA_OK) return cli_error("%s", mega_last_error()), 1;
+    }
+    for (int k = 0; k < d->classes.n; k++)
+        if (k >= cm->classes.n || strcmp(d->classes.names[k], cm->classes.names[k]))
+            return cli_error("%s/label-bin/dict.txt: label %d is '%s' but the model's class %d is '%s' (another label "
+                             "dictionary)", dir, k, d->classes.names[k], k, k < cm->classes.n ? cm->classes.names[k] : "?"), 1;
     return 0;
 }
 
@@ -77,15 +125,14 @@ static int cls_run_all(cls_run *r, const char *model, const char *data, const ch
                        int seq_len, int batch, int verbose, int64_t max_memory) {
     memset(r, 0, sizeof *r);
     if (load_cls_model(model, &r->cm)) return 2;
-    if (r->cm.fairseq)
-        return cli_error("'%s' was converted from an official LRA checkpoint: the tool does not read data with its fairseq "
-                         "dictionary yet; use the Python binding (mega.load(DIR).predict(texts), docs/interop.md)", model), 2;
+    /* a classifier converted from an official LRA checkpoint reads the official binarized data */
+    if (r->cm.fairseq && load_lra_data(&r->cm, model, data, images, seq_len, &r->d)) return 2;
     /* the kind of input the model was trained on (a model without a data-format reads either) */
-    if (r->cm.format == MEGA_DATA_IDX && data)
+    if (!r->cm.fairseq && r->cm.format == MEGA_DATA_IDX && data)
         return cli_error("'%s' is an image classifier: it reads --images and --labels (IDX), not --data text", model), 2;
-    if (r->cm.format != MEGA_DATA_IDX && r->cm.format != MEGA_DATA_AUTO && images)
+    if (!r->cm.fairseq && r->cm.format != MEGA_DATA_IDX && r->cm.format != MEGA_DATA_AUTO && images)
         return cli_error("'%s' is a text classifier: it reads --data, not --images/--labels (IDX images)", model), 2;
-    if (load_cls_data(&r->cm, data, images, labels, seq_len, &r->d)) return 2;
+    if (!r->cm.fairseq && load_cls_data(&r->cm, data, images, labels, seq_len, &r->d)) return 2;
     {
         /* the forward buffers of the longest batch, with the weights and the data already in memory */
         const int T = r->d.max_len > r->d.max_len2 ? r->d.max_len : r->d.max_len2, B = batch < r->d.n ? batch : r->d.n;
@@ -149,7 +196,7 @@ int cmd_predict(int argc, char **argv) {
     int seq_len = 1 << 20, batch = 32, threads = 0;
     cli_flag fl[] = {
         {"model", F_STR, &model, "classifier checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
-        {"data", F_STR, &data, "inputs in the training format (the label column is read but not used)", NULL, 1, 0, 0},
+        {"data", F_STR, &data, "inputs in the training format (the label column is read but not used); a classifier converted from an official LRA checkpoint: its binarized data directory, DIR (split test) or DIR/SPLIT", NULL, 1, 0, 0},
         {data_file_flag("", 0), F_STR, &images, data_file_help("", 0), NULL, 1, 0, 0},
         {data_file_flag("", 1), F_STR, &labels, data_file_help("", 1), NULL, 1, 0, 0},
         {"seq-len", F_INT, &seq_len, "truncate inputs to this many tokens", NULL, 1, 1 << 24, 0},
@@ -372,7 +419,7 @@ int cmd_eval(int argc, char **argv) {
         {"confusion", F_SET, &confusion, "classify: print the confusion matrix", NULL, 1, 0, 0},
         {"batch", F_INT, &batch, "classify: examples per forward pass; translate: sentences per search", NULL, 1, 1 << 16, 0},
         {"model", F_STR, &model, "checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
-        {"data", F_STR, &data, "text to score (bytes), or a fairseq binarized dataset (PREFIX, PREFIX.idx or PREFIX.bin) for a model converted from fairseq", NULL, 1, 0, 0},
+        {"data", F_STR, &data, "text to score (bytes), or a fairseq binarized dataset (PREFIX, PREFIX.idx or PREFIX.bin) for a model converted from fairseq; a converted LRA classifier: its binarized data directory, DIR (split test) or DIR/SPLIT", NULL, 1, 0, 0},
         {"seq-len", F_INT, &seq_len, "segment length fed per call, state carried across segments (0 = the chunk size, or 2048 for full attention, where each segment restarts)", NULL, 0, 1 << 24, 0},
         {"chunk-size", F_INT, &chunk, "attention chunk at evaluation (0 = as trained; rotary models only)", NULL, -1, 1 << 20, 0},
         {"tokens-per-sample", F_I64, &tps_flag, "lm: restart the state every N tokens, as fairseq's evaluation of its --tokens-per-sample blocks (-1 = the converted checkpoint's value, else never; 0 = never)", NULL, -1, 1e15, 0},

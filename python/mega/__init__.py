@@ -19,7 +19,7 @@ import numpy as np
 from . import _lib
 from ._lib import MegaError, lib
 
-__all__ = ["MegaError", "load", "create_lm", "LM", "Classifier", "AdamW", "Apollo", "set_threads", "get_threads",
+__all__ = ["MegaError", "load", "create_lm", "LM", "Classifier", "Translator", "AdamW", "Apollo", "set_threads", "get_threads",
            "build_info", "data_rng_seed", "text_windows", "lr_schedule", "LIB_PATH"]
 __version__ = "0.1.0"
 LIB_PATH = _lib.LIB_PATH
@@ -78,18 +78,27 @@ def _kind(cfg):
 def load(path, training=False):
     """Load a model: a run directory of `mega train` or a model .safetensors file.
 
-    Returns an LM (causal language model) or a Classifier, from the kind stored in the file.
-    training=False loads without gradient buffers (half the memory; forward, logits, generate,
-    predict); training=True allows backward / train_step. Encoder-decoder (translation) models
-    raise NotImplementedError."""
+    Returns an LM (causal language model), a Classifier or a Translator (encoder-decoder), from
+    the kind stored in the file. training=False loads without gradient buffers (half the memory;
+    forward, logits, generate, predict, translate); training=True allows backward / train_step
+    (LM and Classifier; a Translator is for inference only)."""
     file = _model_file(path)
     meta = _metadata(file, ["config", "vocab", "classes", "data-format"])
     kind = _kind(meta["config"])
-    if kind == "mega_s2s":
-        raise NotImplementedError(f"{os.fsdecode(file)}: encoder-decoder (translation) models are not supported by "
-                                  "the Python binding; use `mega translate`")
     opts = _lib.LoadOpts(0 if training else 1, 0)
     h = c_void_p()
+    if kind == "mega_s2s":
+        if training:
+            raise MegaError(f"{os.fsdecode(file)}: an encoder-decoder loads for translation only (training=False); "
+                            "train it with `mega train --task translate`", -1, "invalid argument")
+        _lib.check(lib.mega_s2s_load_ex(file, byref(opts), byref(h)))
+        t = Translator(h)
+        try:
+            t._vocab(file)
+        except MegaError:
+            t.close()
+            raise
+        return t
     if kind == "mega_cls":
         _lib.check(lib.mega_cls_load_ex(file, byref(opts), byref(h)))
         return Classifier(h, training, meta)
@@ -701,3 +710,176 @@ class Apollo(AdamW):
         h, self._h = getattr(self, "_h", None), None
         if h:
             _lib.lib.mega_optim_free(h)
+
+
+class Translator(_Model):
+    """An encoder-decoder (mega_s2s: `mega train --task translate`, or an official translation
+    model converted with scripts/convert_fairseq.py). Made by mega.load; inference only.
+
+    translate(sources) translates as `mega translate` does: the same tokenization (the model's
+    bytes, subword units or fairseq source dictionary), the library's beam search
+    (mega_s2s_translate) over batches of `batch` sources in order, and the same output text."""
+    _free = lib.mega_s2s_free
+    _paramset_fn = lib.mega_s2s_paramset
+    kind = "mega_s2s"
+
+    def __init__(self, handle):
+        super().__init__(handle, False)
+        self._src_dict = self._tgt_dict = self._src_bpe = self._tgt_bpe = None
+
+    def close(self):
+        for name, free in (("_src_dict", lib.mega_fdict_free), ("_tgt_dict", lib.mega_fdict_free)):
+            d = getattr(self, name, None)
+            if d:
+                setattr(self, name, None)
+                free(d)
+        sb, tb = getattr(self, "_src_bpe", None), getattr(self, "_tgt_bpe", None)
+        self._src_bpe = self._tgt_bpe = None
+        if tb and tb != sb:
+            lib.mega_bpe_free(tb)
+        if sb:
+            lib.mega_bpe_free(sb)
+        super().close()
+
+    def _cfg(self):
+        return lib.mega_s2s_get_config(self._handle()).contents
+
+    def _vocab(self, file):
+        """the vocabularies in the metadata, as the tool reads them (tools/models.c load_s2s)"""
+        m = _metadata(file, ["vocab", "tgt-vocab", "src-bpe", "tgt-bpe"])
+        c, where = self._cfg(), os.fsdecode(file)
+        if m["vocab"] and '"fairseq"' in m["vocab"]:
+            for key, attr, size, what in (("vocab", "_src_dict", c.src_vocab_size, "source"),
+                                          ("tgt-vocab", "_tgt_dict", c.tgt_vocab_size, "target")):
+                if not m[key]:
+                    raise MegaError(f"{where}: a fairseq dictionary for one side only", -3, "malformed file")
+                d = c_void_p()
+                _lib.check(lib.mega_fdict_from_json(m[key].encode(), byref(d)))
+                setattr(self, attr, d)
+                if lib.mega_fdict_size(d) != size:
+                    raise MegaError(f"{where}: the {what} dictionary has {lib.mega_fdict_size(d)} tokens but the model's "
+                                    f"vocabulary has {size}", -3, "malformed file")
+            return
+        if m["vocab"] and '"bpe"' in m["vocab"]:
+            for key, attr in (("src-bpe", "_src_bpe"), ("tgt-bpe", "_tgt_bpe")):
+                if m[key] and key == "tgt-bpe" and m["tgt-bpe"] == m["src-bpe"]:
+                    self._tgt_bpe = self._src_bpe  # one vocabulary for both sides
+                elif m[key]:
+                    b = c_void_p()
+                    raw = m[key].encode()
+                    _lib.check(lib.mega_bpe_from_string(raw, len(raw), byref(b)))
+                    setattr(self, attr, b)
+        elif m["src-bpe"] or m["tgt-bpe"]:
+            raise MegaError(f"{where}: a BPE merge list in a model whose vocabulary is not \"bpe\"", -3, "malformed file")
+        sizes = (lib.mega_bpe_vocab_size(self._src_bpe) if self._src_bpe else 258,
+                 lib.mega_bpe_vocab_size(self._tgt_bpe) if self._tgt_bpe else 258)
+        if sizes != (c.src_vocab_size, c.tgt_vocab_size) or c.padding_idx != 256 or c.eos_idx != 257:
+            raise MegaError(f"{where}: the vocabularies (source {sizes[0]}, target {sizes[1]} tokens; pad 256, eos 257) "
+                            f"do not match the model's ({c.src_vocab_size}/{c.tgt_vocab_size}, pad {c.padding_idx}, "
+                            f"eos {c.eos_idx})", -3, "malformed file")
+
+    def _max_source(self):
+        """the longest source the encoder takes (its relative-position table), as the tool's"""
+        x = _lib.BlockContext()
+        lib.mega_block_context_of(byref(self._cfg().encoder), 0, byref(x))
+        return x.positions if x.positions > 0 else 1 << 20
+
+    def encode(self, source):
+        """the source ids of one sentence (str or bytes, no line break): its words in the fairseq
+        source dictionary, its subword units or its bytes, then </s>"""
+        raw = source.encode() if isinstance(source, str) else bytes(source)
+        if b"\n" in raw or b"\r" in raw:
+            raise MegaError("a source is one sentence without a line break", -1, "invalid argument")
+        maxS = self._max_source()
+        if self._src_dict:
+            n = c_size_t()
+            _lib.check(lib.mega_fdict_encode(self._src_dict, raw, len(raw), 1, None, byref(n), None))
+            if n.value > maxS:
+                raise MegaError(f"source: {n.value} tokens, more than the limit of {maxS}", -1, "invalid argument")
+            ids = np.empty(n.value, dtype=np.int32)
+            _lib.check(lib.mega_fdict_encode(self._src_dict, raw, len(raw), 1, _ptr(ids, _I32P), byref(n), None))
+            return ids.tolist()
+        ids = np.empty(len(raw) + 2, dtype=np.int32)
+        k = c_int()
+        _lib.check(lib.mega_s2s_tokenize_bpe(self._src_bpe, raw, len(raw), maxS, _ptr(ids, _I32P), byref(k)))
+        return ids[:k.value].tolist()
+
+    def _text(self, ids, remove_bpe):
+        """one hypothesis as `mega translate` prints it"""
+        if self._tgt_dict:
+            eos, start, out = self._cfg().eos_idx, c_int(1), b""
+            buf = ctypes.create_string_buffer(self._longest_word + 2)
+            for t in ids:
+                if t != eos:
+                    n = lib.mega_fdict_decode(self._tgt_dict, int(t), byref(start), buf, len(buf) - 1)
+                    out += buf.raw[:n]
+            text = out.decode("utf-8", "surrogateescape")
+            if remove_bpe:  # fairseq's --post-process subword_nmt: "@@ " joins, a final "@@" goes
+                text = text.replace("@@ ", "")
+                text = text[:-2] if text.endswith("@@") else text
+            return text
+        a = np.ascontiguousarray(ids, dtype=np.int32)
+        buf = ctypes.create_string_buffer(self._longest_unit * max(len(a), 1) + 1)
+        n = lib.mega_bpe_decode(self._tgt_bpe, _ptr(a, _I32P), len(a), buf)
+        b, out, i = buf.raw[:n], bytearray(), 0
+        while i < len(b):  # valid UTF-8 kept, each byte of an invalid sequence U+FFFD, breaks spaces
+            ok = lib.mega_utf8_check(b[i:], len(b) - i)
+            out += b[i:i + ok].replace(b"\n", b" ").replace(b"\r", b" ").replace(b"\t", b" ")
+            i += ok
+            if i < len(b):
+                out += "\ufffd".encode()
+                i += 1
+        return out.decode()
+
+    @property
+    def _longest_word(self):  # bytes of the longest target word, computed once
+        if getattr(self, "_lw", None) is None:
+            d = self._tgt_dict
+            self._lw = max(len(lib.mega_fdict_token(d, i) or b"") for i in range(lib.mega_fdict_size(d))) + 2
+        return self._lw
+
+    @property
+    def _longest_unit(self):  # bytes of the longest target subword unit (1: bytes), computed once
+        if getattr(self, "_lu", None) is None:
+            n, b = c_size_t(), self._tgt_bpe
+            self._lu = max(((lib.mega_bpe_token(b, i, byref(n)) and n.value) or 0
+                            for i in range(lib.mega_bpe_vocab_size(b))), default=1) or 1 if b else 1
+        return self._lu
+
+    def translate(self, sources, beam=4, lenpen=1.0, max_len_a=1.2, max_len_b=10, batch=32, remove_bpe=False):
+        """the translations (str) of a list of source sentences (str or bytes), as `mega translate
+        --beam --lenpen --max-len-a --max-len-b --batch [--remove-bpe]` prints them for those lines:
+        beam 1 is greedy; remove_bpe (fairseq dictionaries) joins subword-nmt pieces. A source the
+        model cannot take (empty, not UTF-8, too long) raises MegaError."""
+        if isinstance(sources, (str, bytes)):
+            raise MegaError("translate takes a list of sentences", -1, "invalid argument")
+        if int(batch) < 1 or int(beam) < 1:
+            raise MegaError(f"batch and beam must be >= 1, got {batch} and {beam}", -1, "invalid argument")
+        rows = []
+        for i, s in enumerate(sources):
+            try:
+                rows.append(self.encode(s))
+            except MegaError as e:
+                raise MegaError(f"source {i}: {e}", e.status, e.code) from None
+        sp = _lib.S2SSearch()
+        lib.mega_s2s_search_default(byref(sp))
+        sp.beam, sp.lenpen, sp.max_len_a, sp.max_len_b = int(beam), float(lenpen), float(max_len_a), int(max_len_b)
+        c, out = self._cfg(), []
+        bytes_limit = self._src_bpe is not None and self._tgt_bpe is None  # the tool's limit_in_bytes
+        for f in range(0, len(rows), int(batch)):
+            part, srcs = rows[f:f + int(batch)], sources[f:f + int(batch)]
+            S = max(len(r) for r in part)
+            src = np.full((len(part), S), c.padding_idx, dtype=np.int32)
+            for i, r in enumerate(part):
+                src[i, :len(r)] = r
+            lim = [len(s.encode() if isinstance(s, str) else s) + 1 if bytes_limit else len(r) for r, s in zip(part, srcs)]
+            limn = (c_int * len(part))(*lim)
+            sp.limit_src_len = ctypes.cast(limn, ctypes.POINTER(c_int))
+            cap = int(sp.max_len_a * max(lim) + sp.max_len_b) + 2
+            hyp = np.empty((len(part), cap), dtype=np.int32)
+            lens = (c_int * len(part))()
+            _lib.check(lib.mega_s2s_translate(self._handle(), _ptr(src, _I32P), len(part), S, byref(sp), _ptr(hyp, _I32P),
+                                              lens, cap, None))
+            out += [self._text(hyp[i, :lens[i]].tolist(), remove_bpe) for i in range(len(part))]
+        return out
+

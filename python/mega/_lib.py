@@ -89,6 +89,21 @@ class ClsInput(Structure):  # mega_cls_input
                 ("T", c_int)]
 
 
+class S2SConfigHead(Structure):  # the first fields of mega_s2s_config (all that the binding reads)
+    _fields_ = [("src_vocab_size", c_int), ("tgt_vocab_size", c_int), ("padding_idx", c_int), ("eos_idx", c_int),
+                ("encoder_layers", c_int), ("decoder_layers", c_int), ("encoder", BlockConfig)]
+
+
+class S2SSearch(Structure):  # mega_s2s_search
+    _fields_ = [("beam", c_int), ("lenpen", c_double), ("max_len_a", c_double), ("max_len_b", c_int),
+                ("limit_src_len", POINTER(c_int))]
+
+
+class BlockContext(Structure):  # mega_block_context
+    _fields_ = [("segment", c_int), ("cache", c_int), ("cache_full", c_int), ("carry", c_int), ("eval_len", c_int),
+                ("positions", c_int), ("cross_attention", c_char_p)]
+
+
 P = c_void_p
 PP = POINTER(c_void_p)
 I32P = POINTER(c_int32)
@@ -151,6 +166,22 @@ PROTOTYPES = {
     "mega_cls_backward": (c_int, [P, c_double]),
     "mega_cls_logits": (F32P, [P]),
     "mega_cls_paramset": (P, [P]),
+    # encoder-decoder: translation with the search of `mega translate`
+    "mega_s2s_load_ex": (c_int, [c_char_p, POINTER(LoadOpts), PP]),
+    "mega_s2s_free": (None, [P]),
+    "mega_s2s_get_config": (POINTER(S2SConfigHead), [P]),
+    "mega_s2s_paramset": (P, [P]),
+    "mega_s2s_search_default": (None, [POINTER(S2SSearch)]),
+    "mega_s2s_translate": (c_int, [P, I32P, c_int, c_int, POINTER(S2SSearch), I32P, POINTER(c_int), c_int, DP]),
+    "mega_s2s_tokenize_bpe": (c_int, [P, c_char_p, c_size_t, c_int, I32P, POINTER(c_int)]),
+    "mega_block_context_of": (None, [POINTER(BlockConfig), c_int, POINTER(BlockContext)]),
+    "mega_bpe_from_string": (c_int, [c_char_p, c_size_t, PP]),
+    "mega_bpe_free": (None, [P]),
+    "mega_bpe_vocab_size": (c_int, [P]),
+    "mega_bpe_token": (c_void_p, [P, c_int, POINTER(c_size_t)]),
+    "mega_bpe_decode": (c_size_t, [P, I32P, c_size_t, c_void_p]),
+    "mega_utf8_check": (c_size_t, [c_void_p, c_size_t]),
+    "mega_fdict_token": (c_char_p, [P, c_int]),
     # the data order of `mega train --task lm` (mega_data.h)
     "mega_data_rng_seed": (c_uint64, [c_uint64]),
     "mega_text_windows": (c_int, [c_void_p, c_size_t, c_int, c_int, POINTER(c_uint64), I32P, I32P]),

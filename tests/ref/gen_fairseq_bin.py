@@ -25,6 +25,15 @@ Written to DIR (default tests/fixtures/fairseq-bin):
                     binarized with its dict.txt (each line's bytes written as decimal tokens first,
                     as the enwik8 data is), for `mega eval` on binarized data. (word_lm's dict.txt
                     lists <unk> as a word, which Dictionary.load refuses as a duplicate.)
+  lra/              the official LRA data layout as the lra-text task reads it
+                    (fairseq/tasks/long_range_arena.py): src-bin/test.bin/.idx + dict.txt (the
+                    text.txt of tests/fixtures/fairseq/lra_cls binarized with its dict.txt),
+                    label-bin/test.bin/.idx + dict.txt (each line's ListOps value binarized with its
+                    label_dict.txt), and expected.json: the labels, and the official model's
+                    predictions (argmax of the official logits of lra_cls/expected.safetensors, which
+                    gen_fairseq.py computed for the same ids; the binarized ids are checked to be
+                    those) with their accuracy; the task's target is the label id minus the 4
+                    specials (OffsetTokensDataset(-nspecial)), so a class is its label-dict index.
 Each dataset is read back with the official MMapIndexedDataset / IndexedDataset (through
 data_utils' fix_lua_indexing=True) and checked against ids.txt before anything is kept.
 Deterministic: regenerating gives byte-identical files.
@@ -162,6 +171,42 @@ def lm_copy(O, fx, out):
         binarize(O, text, os.path.join(out, "dict.txt"), os.path.join(out, "eval"))
 
 
+# the ListOps values of lra_cls/text.txt's lines ([MED 8 2 1 7] = int(median) = 4; the line with
+# an unknown token is given 4 too)
+LRA_LABELS = ["9", "8", "6", "4", "4"]
+
+
+def lra_copy(O, fx, out):
+    """the lra_cls fixture's lines in the official LRA data layout, with the official predictions"""
+    import json
+    sys.path.insert(0, HERE)
+    import st
+    Dictionary = O[0]
+    src, lab = os.path.join(out, "src-bin"), os.path.join(out, "label-bin")
+    os.makedirs(src, exist_ok=True)
+    os.makedirs(lab, exist_ok=True)
+    Dictionary.load(os.path.join(fx, "dict.txt")).save(os.path.join(src, "dict.txt"))
+    Dictionary.load(os.path.join(fx, "label_dict.txt")).save(os.path.join(lab, "dict.txt"))
+    seqs = binarize(O, os.path.join(fx, "text.txt"), os.path.join(src, "dict.txt"), os.path.join(src, "test"))
+    with tempfile.TemporaryDirectory() as tmp:
+        t = os.path.join(tmp, "test.label")
+        with open(t, "w") as f:
+            f.write("\n".join(LRA_LABELS) + "\n")
+        labs = binarize(O, t, os.path.join(lab, "dict.txt"), os.path.join(lab, "test"))
+    ref, _ = st.load(os.path.join(fx, "expected.safetensors"))
+    assert seqs == [list(ref["tokens"][i, :ref["lengths"][i]]) for i in range(len(seqs))], "ids differ from lra_cls's"
+    names = [l.split()[0] for l in open(os.path.join(fx, "label_dict.txt"))]
+    target = [q[0] - 4 for q in labs]  # StripTokenDataset(eos), OffsetTokensDataset(-nspecial)
+    assert [names[k] for k in target] == LRA_LABELS
+    pred = [int(np.argmax(r)) for r in ref["logits"]]
+    correct = sum(p == t for p, t in zip(pred, target))
+    lg = ref["logits"].astype(np.float64)
+    lse = np.log(np.exp(lg - lg.max(1, keepdims=True)).sum(1)) + lg.max(1)
+    loss = float(np.mean(lse - lg[np.arange(len(target)), target]))  # lra_cross_entropy, per sentence
+    json.dump({"labels": LRA_LABELS, "predictions": [names[k] for k in pred], "correct": correct,
+               "count": len(pred), "accuracy": correct / len(pred), "loss": loss}, open(os.path.join(out, "expected.json"), "w"), indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(HERE, "..", "fixtures", "fairseq-bin"))
@@ -173,6 +218,7 @@ def main():
     words_case(O, a.out)
     fx = os.path.join(HERE, "..", "fixtures", "fairseq")
     lm_copy(O, os.path.join(fx, "byte_lm"), os.path.join(a.out, "byte_lm"))
+    lra_copy(O, os.path.join(fx, "lra_cls"), os.path.join(a.out, "lra"))
 
 
 if __name__ == "__main__":

@@ -106,11 +106,9 @@ raises("an unknown config field: the library's message", lambda: mega.create_lm(
 hdr = json.dumps({"__metadata__": {"config": json.dumps({"model": "mega_s2s"})}}).encode()
 with open("s2s.safetensors", "wb") as f:
     f.write(len(hdr).to_bytes(8, "little") + hdr)
-try:
-    mega.load("s2s.safetensors")
-    check("an encoder-decoder raises NotImplementedError", False, "no exception")
-except NotImplementedError as e:
-    check("an encoder-decoder raises NotImplementedError", "encoder-decoder" in str(e), str(e))
+raises("an encoder-decoder file without its tensors: MegaError (it loads as a Translator)",
+       lambda: mega.load("s2s.safetensors"), "s2s.safetensors")
+raises("an encoder-decoder for training: MegaError", lambda: mega.load("s2s", training=True), "translation only")
 closed = mega.load("lm")
 closed.close()
 raises("a closed model: MegaError", lambda: closed.logits(np.zeros((1, 2), np.int32)), "closed")
@@ -200,6 +198,19 @@ texts = [r[0] for r in rows]
 want = cli("pred.txt").decode().split()
 got = cls.predict_labels(texts)
 check(f"predict_labels equals `mega predict` ({len(set(want))} distinct labels)", got == want, f"{got[:8]} vs {want[:8]}")
+
+# ---- translation: Translator.translate = `mega translate` ---------------------------------------
+src = cli("src.txt").decode().splitlines()
+for name, kw in (("s2s", dict(beam=3, batch=2)), ("s2s_bpe", dict(beam=1, max_len_a=0.5, max_len_b=3))):
+    with mega.load(name) as tr:
+        want = cli(f"tr_{name}.txt").decode().split("\n")[:-1]
+        got = tr.translate(src, **kw)
+        check(f"{name}: translate equals `mega translate` ({kw}): {got[:2]}", got == want and isinstance(tr, mega.Translator),
+              f"{got} vs {want}")
+        check(f"{name}: bytes sources translate as str ones", tr.translate([x.encode() for x in src], **kw) == got)
+        raises(f"{name}: an empty source: MegaError naming it", lambda: tr.translate(["the", ""]), "source 1")
+        raises(f"{name}: a source with a line break: MegaError", lambda: tr.translate(["a\nb"]), "line break")
+        raises(f"{name}: a string instead of a list: MegaError", lambda: tr.translate("the cat"), "list")
 lgc = cls.logits(texts)
 check("classifier logits: float32 [N, C]", lgc.dtype == np.float32 and lgc.shape == (40, 10), f"{lgc.shape}")
 check("encode as the ListOps loader: parentheses dropped, <pad> and unknown words are <unk>",

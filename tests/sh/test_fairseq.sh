@@ -14,11 +14,15 @@
 #    tensors differ, or whose adaptive input has no cutoff, is refused;
 #  - a translation model (mt/: arch mega_wmt_en_de, made from a case of the official MegaModel):
 #    its logits equal the official ones (build/test_dump_logits --s2s), `mega translate` translates
-#    word input with the two dictionaries (--remove-bpe joins the subword pieces), `mega eval --task
+#    word input with the two dictionaries (--remove-bpe joins the subword pieces) and the Python
+#    package's translate gives the same lines, `mega eval --task
 #    translate` refuses it clearly, and a missing or wrong-size target dictionary is refused;
 #  - an LRA ListOps classifier (lra_cls/): the converted model's logits equal the official ones, its
 #    Python encoding of text lines equals the ids of the official lra-text task, its classes are the
-#    label dictionary's; `mega eval` refuses it with a clear line (the tool does not read its data yet);
+#    label dictionary's; on the official LRA data layout (src-bin/, label-bin/: binarized by the
+#    official Binarizer) `mega predict` prints the official predictions and `mega eval` the official
+#    accuracy and loss; another dictionary, another label dictionary, two texts for a one-text model,
+#    label ids outside the label dictionary and a missing split are refused with one line;
 #  - `mega eval` on a fairseq binarized copy of eval.txt (tests/fixtures/fairseq-bin/byte_lm, made by
 #    the official Binarizer) prints the text's figures; a dataset beside another dict.txt, a truncated
 #    index, an id outside the dictionary, --max-bytes and a byte model are refused with one line;
@@ -208,6 +212,18 @@ sed -e 's/@@ //g' -e 's/@@$//' "$T/hyp" >"$T/hyp1"
 [ $rc -eq 0 ] && [ "$(wc -l <"$T/hyp")" -eq 2 ] && grep -q '^de[0-9]' "$T/hyp" && cmp -s "$T/hyp1" "$T/hyp2" &&
   ok "mega translate with fairseq dictionaries: $(head -1 "$T/hyp" | cut -c1-60) ...; --remove-bpe joins the pieces" ||
   bad "mega translate (mt): rc $rc $(cat "$T/hyp" "$T/hyp2" "$T/err" | head -5)"
+# the Python package's translate: the same lines as `mega translate`, with and without --remove-bpe
+PYTHONPATH="$HERE/python" MEGA_LIB="$B/libmega.so" "$PY" - "$T/mt" "$T/src.txt" "$T/hyp" "$T/hyp2" <<'EOF' >"$T/py" 2>&1
+import sys
+import mega
+t = mega.load(sys.argv[1])
+src = open(sys.argv[2]).read().splitlines()
+want = [open(f).read().split("\n")[:-1] for f in sys.argv[3:5]]
+got = [t.translate(src, beam=4), t.translate(src, beam=4, remove_bpe=True)]
+print("translate", "ok" if got == want else "BAD", got[0][:1], "" if got == want else want)
+EOF
+line=$(grep '^translate' "$T/py")
+case "$line" in "translate ok"*) ok "Python $line = mega translate (fairseq dictionaries, --remove-bpe too)" ;; *) bad "Python translate (mt): ${line:-$(tail -3 "$T/py")}" ;; esac
 printf 'a\tb\n' >"$T/pairs.tsv"
 "$B/mega" eval --task translate --model "$T/mt" --data "$T/pairs.tsv" >"$T/out" 2>&1; rc=$?
 [ $rc -eq 2 ] && grep -q "converted from an official checkpoint" "$T/out" && ok "mega eval --task translate on a converted model: a clear refusal" ||
@@ -223,7 +239,42 @@ LX="$HERE/tests/fixtures/fairseq/lra_cls"
 "$B/mega" info --model "$T/c" >"$T/info" 2>&1
 grep -q "kind       mega_cls" "$T/info" && grep -q "padding-idx 1" "$T/info" && ok "mega info reads the converted classifier" || bad "mega info (LRA): $(head -3 "$T/info")"
 "$B/mega" eval --model "$T/c" --data "$LX/text.txt" >"$T/out" 2>&1; rc=$?
-[ $rc -eq 2 ] && grep -q "converted from an official LRA checkpoint" "$T/out" && ok "mega eval on a converted classifier: a clear refusal (Python reads its data)" || bad "mega eval (LRA): rc $rc $(cat "$T/out")"
+[ $rc -eq 2 ] && grep -q "converted from an official LRA checkpoint: --data names the lra-text task's data directory" "$T/out" &&
+  ok "mega eval of a converted classifier on a text file: a clear refusal (it reads the official binarized data)" || bad "mega eval (LRA text): rc $rc $(cat "$T/out")"
+# the official LRA data layout (tests/fixtures/fairseq-bin/lra: text.txt and its labels binarized by
+# the official Binarizer into src-bin/ and label-bin/, tests/ref/gen_fairseq_bin.py): `mega predict`
+# prints the official model's predictions, `mega eval` its accuracy and loss, named DIR or DIR/test,
+# with the classes named by the checkpoint (--label-dict) or, without, by label-bin/dict.txt
+LB="$HERE/tests/fixtures/fairseq-bin/lra"
+"$PY" "$CONV" --checkpoint "$LX/model.pt" --dict "$LX/dict.txt" --out "$T/c0" >"$T/out" 2>&1 || bad "LRA conversion without --label-dict: $(cat "$T/out")"
+"$PY" -c 'import json,sys; print("\n".join(json.load(open(sys.argv[1]))["predictions"]))' "$LB/expected.json" >"$T/want_pred"
+want=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.4f (%d/%d) %.6f" % (j["accuracy"], j["correct"], j["count"], j["loss"]))' "$LB/expected.json")
+for m in c c0; do
+  for d in "$LB" "$LB/test"; do
+    "$B/mega" predict --model "$T/$m" --data "$d" >"$T/pred" 2>"$T/err"
+    cmp -s "$T/pred" "$T/want_pred" && ok "LRA data (${d#"$HERE/"}, model $m): mega predict = the official predictions: $(tr '\n' ' ' <"$T/pred")" ||
+      bad "LRA mega predict ($m, $d): $(tr '\n' ' ' <"$T/pred") want $(tr '\n' ' ' <"$T/want_pred") $(cat "$T/err")"
+  done
+  got=$("$B/mega" eval --model "$T/$m" --data "$LB" --quiet 2>"$T/err" | sed -n 's/^accuracy \([0-9.]* ([0-9]*\/[0-9]*)\) | loss \([0-9.]*\) .*/\1 \2/p')
+  "$PY" -c 'import sys; g, w = sys.argv[1].split(), sys.argv[2].split(); sys.exit(0 if len(g) == 3 and g[:2] == w[:2] and abs(float(g[2]) - float(w[2])) <= 1e-4 * float(w[2]) else 1)' "$got" "$want" &&
+    ok "LRA data (model $m): mega eval = the official accuracy and loss: $got vs $want" || bad "LRA mega eval ($m): got '$got' want '$want' $(cat "$T/err")"
+done
+# refusals: exit 2, one line naming the problem
+lra_refused() { # NAME PATTERN DIR
+  "$B/mega" eval --model "$T/c" --data "$3" --quiet >"$T/out" 2>"$T/err"; rc=$?
+  [ $rc -eq 2 ] && grep -q "$2" "$T/err" && [ "$(wc -l <"$T/err")" -eq 1 ] && ok "LRA data refused: $1 ($(cat "$T/err"))" ||
+    bad "LRA data, $1: rc $rc, $(head -3 "$T/err")"
+}
+for k in dict labels pair count split; do mkdir -p "$T/lra_$k" && cp -r "$LB/src-bin" "$LB/label-bin" "$T/lra_$k/"; done
+sed -i -e 's/^\[MAX /[MAXX /' "$T/lra_dict/src-bin/dict.txt"
+lra_refused "another src-bin/dict.txt" "id 5 is '\[MAXX' but the model's id 5 is '\[MAX' (another dictionary)" "$T/lra_dict"
+{ sed -n 2p "$LX/label_dict.txt"; sed -n 1p "$LX/label_dict.txt"; sed -n '3,$p' "$LX/label_dict.txt"; } >"$T/lra_labels/label-bin/dict.txt"
+lra_refused "another label dictionary" "label 0 is '0' but the model's class 0 is '3'" "$T/lra_labels"
+cp -r "$LB/src-bin" "$T/lra_pair/src1-bin"
+lra_refused "two texts for a one-text model" "two texts per example (src1-bin)" "$T/lra_pair"
+cp "$LB/src-bin/test.idx" "$T/lra_count/label-bin/test.idx" && cp "$LB/src-bin/test.bin" "$T/lra_count/label-bin/test.bin"
+lra_refused "ids outside the label dictionary" "id 18, outside the dictionary's 14 ids" "$T/lra_count"
+lra_refused "a missing split" "no .*src-bin/valid.idx" "$T/lra_split/valid"
 PYTHONPATH="$HERE/python" MEGA_LIB="$B/libmega.so" "$PY" - "$LX" "$T/c" <<'EOF' >"$T/py" 2>&1
 import os, sys
 sys.path.insert(0, os.path.join(sys.argv[1], "..", "..", "..", "ref"))

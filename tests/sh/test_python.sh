@@ -4,7 +4,8 @@
 # Trains a tiny byte-level LM and a tiny ListOps classifier with BUILD_DIR/mega, runs the tool's
 # eval / generate / predict / info on them, then tests/sh/python_checks.py checks in python3 that
 # the package agrees: bits per byte from .logits equal to `mega eval`, .generate equal to
-# `mega generate` byte for byte (greedy, top-p, top-k), predict equal to `mega predict`; that
+# `mega generate` byte for byte (greedy, top-p, top-k), predict equal to `mega predict`, translate
+# of two tiny encoder-decoders equal to `mega translate` (beam and greedy, bytes and subwords); that
 # training steps from Python lower the loss and .save writes what `mega info` reads; that bad
 # input (missing or truncated files, tokens out of range, bad shapes and settings) raises
 # mega.MegaError with the library's message; and that load/free cycles do not leak.
@@ -75,6 +76,23 @@ $TO "$M" train --task classify --data lo/train.tsv --valid lo/valid.tsv --steps 
 status $? "mega train --task classify: a tiny ListOps classifier"
 "$M" predict --model cls --data lo/test.tsv --threads 1 >pred.txt 2>pred.err
 status $? "mega predict"
+
+# tiny encoder-decoders (bytes; subword units on the source only, whose search limit counts bytes)
+# and `mega translate`'s output for Python's translate to equal
+awk 'BEGIN { s = 11; for (i = 0; i < 160; i++) { s = (s * 16807) % 2147483647; w = substr("the cat sat on a mat", 1 + s % 15, 6);
+  printf "%s\t%s\n", w, toupper(w) } }' >par.tsv
+printf 'the cat\non a mat\nsat\nmat on the cat sat\nthe\n' >src.txt
+S2SF="--task translate --encoder-layers 1 --decoder-layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 16 --ffn-dim 16 --n-dim 2 --threads 1 --quiet --warmup 0 --eval-every 0 --max-tokens 256 --steps 200 --lr 1e-2"
+# shellcheck disable=SC2086
+$TO "$M" train --data par.tsv --out s2s --bpe 0 $S2SF >s2s.out 2>&1
+status $? "mega train --task translate: a tiny byte encoder-decoder"
+# shellcheck disable=SC2086
+$TO "$M" train --data par.tsv --out s2s_bpe --bpe 12 --bpe-sides source $S2SF >s2s_bpe.out 2>&1
+status $? "mega train --task translate: a tiny encoder-decoder with source subword units"
+"$M" translate --model s2s --input src.txt --beam 3 --batch 2 --threads 1 >tr_s2s.txt 2>tr.err
+status $? "mega translate (bytes, beam 3, batch 2)"
+"$M" translate --model s2s_bpe --input src.txt --beam 1 --max-len-a 0.5 --max-len-b 3 --threads 1 >tr_s2s_bpe.txt 2>tr.err
+status $? "mega translate (source subword units, greedy, short limit)"
 
 # ---- the package's checks -------------------------------------------------------------------------
 env $SAN_ENV MEGA_LIB="$B/libmega.so" PYTHONPATH="$HERE/python" PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1 $TO "$PY" "$HERE/tests/sh/python_checks.py" "$T" \
