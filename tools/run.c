@@ -622,7 +622,7 @@ static void info_which(const char *dir, const char *shown) {
     if (!file_exists(best) || mega_st_open(best, &f) != MEGA_OK) return;
     const char *st = mega_st_meta(f, "step"), *bm = mega_st_meta(f, "best-metric"), *bv = mega_st_meta(f, "best-value");
     printf("  file      %s (--which %s)\n", shown, tool_which);
-    printf("  best      step %s, validation %s %s", st ? st : "?", bm ? bm : "loss", bv ? bv : "?");
+    printf("  best      step %s, validation %s %.6g", st ? st : "?", bm ? bm : "loss", bv ? atof(bv) : NAN);
     if (mega_model_file(dir, last, sizeof last) == MEGA_OK) printf("; --which last: %s", last);
     printf("\n");
     mega_st_close(f);

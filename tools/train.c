@@ -666,20 +666,17 @@ static int find_checkpoint(const char *dir, ckpt_gen *g, int *is_gen) {
     return cli_error("--resume: no optimizer state in '%s' matches the model's step %lld", dir, (long long)g->step);
 }
 
-/* --resume: best.safetensors must be the best the checkpoint records. One written after the
- * checkpoint (by the continuation a crash abandoned) or left by a run without a best is removed,
- * and the best is tracked afresh from the next validation. 0, or 1 after the error. */
-static int resume_best_file(train_args *a, train_pos *pos) {
+/* --resume: best.safetensors must be the best the checkpoint records. It is written before the
+ * checkpoint of its step, so one of another step was written by the continuation a crash
+ * abandoned: it is removed, and the resumed run, replaying those steps, writes it again when the
+ * validation improves on the recorded best (a run without a recorded best keeps none). 0, or 1
+ * after the error. */
+static int resume_best_file(train_args *a, const train_pos *pos) {
     char p[4096];
     path_join(p, sizeof p, a->out, "best.safetensors");
-    if (!file_exists(p)) {
-        pos->best_step = 0; /* nothing to compare with: the next validation writes one */
-        return 0;
-    }
-    if (pos->best_step > 0 && model_step(p, NULL, 0) == pos->best_step) return 0;
-    fprintf(stderr, "mega: note: %s is not the best this checkpoint records; it is removed, the next validation "
-                    "writes a new one\n", p);
-    pos->best_step = 0, pos->bad_evals = 0;
+    if (!file_exists(p) || (pos->best_step > 0 && model_step(p, NULL, 0) == pos->best_step)) return 0;
+    fprintf(stderr, "mega: note: %s is not the best this checkpoint records (step %lld); it is removed\n", p,
+            (long long)pos->best_step);
     if (remove(p) != 0) return cli_error("cannot remove '%s'", p);
     return 0;
 }
