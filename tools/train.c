@@ -556,8 +556,9 @@ static int new_task(train_args *a, const char *model_path, task **t, mega_optim 
     if (td->create(a, model_path, t)) return 2;
     (*t)->kind = td->name;
     if (strcmp(a->best_metric, "loss") && strcmp(a->best_metric, (*t)->metric)) {
+        cli_error("--best-metric %s: a %s run validates loss and %s", a->best_metric, td->name, (*t)->metric);
         (*t)->destroy(*t), *t = NULL;
-        return cli_error("--best-metric %s: a %s run validates loss and %s", a->best_metric, td->name, task_find(td->name)->metric_higher_better ? "acc" : "bpb"), 2;
+        return 2;
     }
     if (mega_optim_new(tool_optim, mega_ps_total((*t)->ps), opt) != MEGA_OK) {
         (*t)->destroy(*t), *t = NULL;

@@ -9,7 +9,9 @@
 #     by --patience resumes as complete;
 #   * --resume keeps the best and the patience count: a run stopped with --stop-after and resumed
 #     ends with the same best.safetensors bytes as a straight run;
-#   * Python's mega.load(which="best"|"last") follows the same rule.
+#   * Python's mega.load(which="best"|"last") follows the same rule;
+#   * translate's defaults: dropout 0.3 on a small training set unless --dropout is given, the
+#     warning for a model much larger than its data, --patience 10.
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
 MEGA="$B/mega"
@@ -85,6 +87,22 @@ mega train $R --out S >/dev/null 2>&1 && mega train $R --out R --stop-after 15 >
 status $? "a straight and a stopped-and-resumed run"
 check "the same best.safetensors bytes" cmp -s S/best.safetensors R/best.safetensors
 check "the same final model" cmp -s S/model.safetensors R/model.safetensors
+
+# ---- translate's regularising defaults ------------------------------------------------------------
+awk 'BEGIN { for (i = 0; i < 60; i++) printf "s%d ab\tt%d ba\n", i, i }' >pairs.tsv
+TR="--task translate --data pairs.tsv --bpe 0 --steps 1 --threads 1 --quiet --encoder-layers 1 --decoder-layers 1 \
+--embed-dim 16 --z-dim 8 --hidden-dim 16 --ffn-dim 16 --n-dim 2"
+mega train $TR --out X1 >X1.out 2>X1.err
+status $? "a tiny translate run"
+# (the config is JSON inside the header's JSON: its quotes are escaped)
+check "a small training set gets dropout 0.3" grep -qF '\"dropout\":0.3' X1/model.safetensors
+check "and a warning that the model is large for its data" grep -q "^mega: warning: .*expect overfitting" X1.err
+check "and --patience 10" grep -qF '\"patience\":10' X1/train_state.safetensors
+awk 'BEGIN { for (i = 0; i < 21100; i++) printf "s%d ab\tt%d ba\n", i, i }' >big.tsv
+mega train $TR --data big.tsv --out X3 >/dev/null 2>&1
+check "20000 training pairs and more get dropout 0.1" grep -qF '\"dropout\":0.1' X3/model.safetensors
+mega train $TR --dropout 0.05 --out X2 >/dev/null 2>&1
+check "an explicit --dropout is kept" grep -qF '\"dropout\":0.05' X2/model.safetensors
 
 # ---- Python ------------------------------------------------------------------------------------------
 PY=/usr/bin/python3
