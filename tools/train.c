@@ -125,7 +125,7 @@ static char *train_json(const train_args *a, const train_pos *pos) {
         cJSON_AddNumberToObject(o, "train-seconds", pos->train_seconds);
         cJSON_AddNumberToObject(o, "eval-seconds", pos->eval_seconds);
     }
-    if (o && a->patience > 0) cJSON_AddNumberToObject(o, "patience", (double)a->patience);
+    if (o) cJSON_AddNumberToObject(o, "patience", (double)(a->patience > 0 ? a->patience : 0));
     if (o && pos && pos->best_step > 0) { /* the best so far and the patience count: --resume continues them */
         cJSON_AddStringToObject(o, "best-metric", a->best_metric);
         cJSON_AddNumberToObject(o, "best-value", pos->best_value);
@@ -173,14 +173,14 @@ static void restore_train_json(train_args *a, const cJSON *tj) {
 }
 
 /* --resume: the best so far, the patience count and --best-metric / --patience from the stored
- * setup (a run saved before they existed has none: its best starts at its next validation);
- * an explicit --patience replaces the stored one */
+ * setup (a run saved before they existed has none: its best starts at its next validation, and
+ * it never stops early, as before); an explicit --patience replaces the stored one */
 static void restore_best(train_args *a, const cJSON *tj, train_pos *pos) {
     static char metric[32];
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(tj, "best-metric"), *v = cJSON_GetObjectItemCaseSensitive(tj, "best-value");
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(tj, "best-step"), *b = cJSON_GetObjectItemCaseSensitive(tj, "bad-evals");
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(tj, "patience");
-    if (!cli_seen(a->flags, "patience")) a->patience = cJSON_IsNumber(pt) ? (int64_t)pt->valuedouble : a->patience;
+    if (!cli_seen(a->flags, "patience")) a->patience = cJSON_IsNumber(pt) ? (int64_t)pt->valuedouble : 0;
     if (!cJSON_IsString(m) || !cJSON_IsNumber(v) || !cJSON_IsNumber(s) || !cJSON_IsNumber(b)) return;
     if (cli_seen(a->flags, "best-metric") && strcmp(a->best_metric, m->valuestring))
         fprintf(stderr, "mega: note: --resume keeps the run's --best-metric %s; the flag is ignored\n", m->valuestring);
