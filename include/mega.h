@@ -879,6 +879,11 @@ MEGA_MODEL_LIST(MEGA_MODEL_TYPED_)
  * written to buf (size bytes). Fails with one line: MEGA_ERR_IO when path does not exist or is a
  * directory without model.safetensors, MEGA_ERR_INVALID when buf is too small. */
 MEGA_API mega_status mega_model_file(const char *path, char *buf, size_t size);
+/* The same rule with a choice of the run's models: which = "best" (or NULL) names the run
+ * directory's best.safetensors (the model of the best validation figure, kept by mega train)
+ * when it exists, else the newest model as mega_model_file; "last" is mega_model_file. A file
+ * path is used as given. MEGA_ERR_INVALID for another `which`. */
+MEGA_API mega_status mega_model_file_which(const char *path, const char *which, char *buf, size_t size);
 
 #ifdef __cplusplus
 }

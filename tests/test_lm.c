@@ -552,6 +552,21 @@ static void load_not_models(void) {
                  mega_lm_param_total(a) == mega_lm_param_total(b) &&
                  !memcmp(mega_lm_params(a), mega_lm_params(b), mega_lm_param_total(a) * sizeof(rl));
         TL_CHECK(ok, "a run directory loads its model.safetensors: %s", ok ? "" : mega_last_error());
+        {
+            /* mega_model_file_which: "best" names best.safetensors when the run has one, else the
+             * newest; "last" the newest; another word is refused */
+            char bp[600], f1[700], f2[700], f3[700];
+            path_in(bp, sizeof bp, "best.safetensors");
+            const int none = mega_model_file_which(g_dir, "best", f1, sizeof f1) == MEGA_OK && !strcmp(f1, q);
+            const int saved = a && mega_lm_save(a, bp) == MEGA_OK;
+            const int best = saved && mega_model_file_which(g_dir, "best", f2, sizeof f2) == MEGA_OK && !strcmp(f2, bp);
+            const int last = mega_model_file_which(g_dir, "last", f3, sizeof f3) == MEGA_OK && !strcmp(f3, q);
+            const int file = mega_model_file_which(q, "best", f3, sizeof f3) == MEGA_OK && !strcmp(f3, q);
+            const int bad = mega_model_file_which(g_dir, "first", f3, sizeof f3) == MEGA_ERR_INVALID;
+            remove(bp);
+            TL_CHECK(none && best && last && file && bad, "mega_model_file_which: best %d/%d, last %d, a file %d, a bad word %d",
+                     none, best, last, file, bad);
+        }
         mega_lm_free(a), mega_lm_free(b);
         TL_CHECK(mkdir(e, 0755) == 0 && load_fails(e, NULL) && strstr(mega_last_error(), "no model.safetensors in this directory") &&
                      !strchr(mega_last_error(), '\n'),

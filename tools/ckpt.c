@@ -238,8 +238,8 @@ int run_has_checkpoint(const char *dir) {
 int run_wipe(const char *dir) {
     /* the stable names first, then each generation manifest first: whatever a crash leaves of
      * the old run is either still complete or not a checkpoint at all */
-    const char *first[] = {INFO_FILE, MODEL_FILE, STATE_FILE, PREV_STATE_FILE};
-    for (int i = 0; i < 4; i++)
+    const char *first[] = {INFO_FILE, MODEL_FILE, STATE_FILE, PREV_STATE_FILE, "best.safetensors"};
+    for (int i = 0; i < 5; i++)
         if (remove_named(dir, first[i])) return 1;
     int64_t *s;
     int n = list_steps(dir, SFX_MANIFEST, &s), rc = n < 0;

@@ -9,6 +9,7 @@
  *   model.safetensors                copies of the newest complete generation (stable names
  *   train_state.safetensors          for eval/generate/PyTorch), replaced after its manifest
  *   checkpoint.json                  {"step", "task", "model", "state", "manifest"}
+ *   best.safetensors                 the model of the best validation so far (train.c)
  *
  * A generation is complete when its manifest parses and both files have the recorded size and
  * checksum; the newest complete one is the checkpoint. Every file is written through
@@ -38,7 +39,7 @@ int run_lock(const char *dir);
 /* whether dir holds a checkpoint of a run: a manifest, model.safetensors, a train_state file or
  * checkpoint.json */
 int run_has_checkpoint(const char *dir);
-/* --force: remove the files of the run in dir (checkpoints first, then log.jsonl and curves.svg);
+/* --force: remove the files of the run in dir (checkpoints and best.safetensors first, then log.jsonl and curves.svg);
  * other files stay */
 int run_wipe(const char *dir);
 /* remove temporary files (NAME.tmp.PID) left by processes that no longer run */

@@ -24,7 +24,11 @@ int model_file_kind(const char *path, mega_model_kind *k) {
 
 const mega_load_opts MODEL_INFERENCE = {1, 0};
 
-const char *model_path(const char *m, char *buf, size_t n) { return mega_model_file(m, buf, n) ? NULL : buf; }
+const char *tool_which = "best";
+
+const char *model_path(const char *m, char *buf, size_t n) {
+    return mega_model_file_which(m, tool_which, buf, n) ? NULL : buf;
+}
 
 int model_open(const char *arg, char *path, size_t n, mega_model_kind *k) {
     /* a file that cannot be read says why */
@@ -162,7 +166,7 @@ static int s2s_vocab(const char *path, const mega_s2s_config *c, s2s_dicts *d) {
 int load_s2s(const char *arg, mega_s2s **m, s2s_dicts *dicts, int allow_fdict) {
     char p[4096];
     memset(dicts, 0, sizeof *dicts);
-    if (mega_model_file(arg, p, sizeof p) != MEGA_OK || mega_s2s_load_ex(p, &MODEL_INFERENCE, m) != MEGA_OK)
+    if (!model_path(arg, p, sizeof p) || mega_s2s_load_ex(p, &MODEL_INFERENCE, m) != MEGA_OK)
         return cli_error("%s", mega_last_error());
     const mega_s2s_config *c = mega_s2s_get_config(*m);
     if (s2s_vocab(p, c, dicts) || (!dicts->src && meta_bpe(p, c, &dicts->src_bpe, &dicts->tgt_bpe))) {

@@ -12,8 +12,14 @@ int model_file_kind(const char *path, mega_model_kind *k);
 
 
 /* --model accepts a checkpoint directory or a .safetensors file (the library's rule,
- * mega_model_file); NULL with mega_last_error() set when it names no model file */
+ * mega_model_file_which with tool_which); NULL with mega_last_error() set when it names no model file */
 const char *model_path(const char *arg, char *buf, size_t n);
+/* --which: of a run directory, the model of its best validation figure ("best", the default:
+ * best.safetensors when the run kept one) or its newest checkpoint ("last") */
+extern const char *tool_which;
+#define WHICH_FLAG                                                                                                     \
+    {"which", F_ENUM, &tool_which, "of a run directory: best (the model of the best validation figure, when the run kept one; "\
+     "else the newest) or last (the newest checkpoint); a .safetensors file is used as given", "best|last", 1, 0, 0}
 /* the model file arg names (into path) and its kind: 0, or 1 after the error */
 int model_open(const char *arg, char *path, size_t n, mega_model_kind *k);
 /* what the models these commands load are for: inference (no gradient buffer) */

@@ -6,8 +6,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 
@@ -196,6 +196,7 @@ int cmd_predict(int argc, char **argv) {
     int seq_len = 1 << 20, batch = 32, threads = 0;
     cli_flag fl[] = {
         {"model", F_STR, &model, "classifier checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
+        WHICH_FLAG,
         {"data", F_STR, &data, "inputs in the training format (the label column is read but not used); a classifier converted from an official LRA checkpoint: its binarized data directory, DIR (split test) or DIR/SPLIT", NULL, 1, 0, 0},
         {data_file_flag("", 0), F_STR, &images, data_file_help("", 0), NULL, 1, 0, 0},
         {data_file_flag("", 1), F_STR, &labels, data_file_help("", 1), NULL, 1, 0, 0},
@@ -419,6 +420,7 @@ int cmd_eval(int argc, char **argv) {
         {"confusion", F_SET, &confusion, "classify: print the confusion matrix", NULL, 1, 0, 0},
         {"batch", F_INT, &batch, "classify: examples per forward pass; translate: sentences per search", NULL, 1, 1 << 16, 0},
         {"model", F_STR, &model, "checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
+        WHICH_FLAG,
         {"data", F_STR, &data, "text to score (bytes), or a fairseq binarized dataset (PREFIX, PREFIX.idx or PREFIX.bin) for a model converted from fairseq; a converted LRA classifier: its binarized data directory, DIR (split test) or DIR/SPLIT", NULL, 1, 0, 0},
         {"seq-len", F_INT, &seq_len, "segment length fed per call, state carried across segments (0 = the chunk size, or 2048 for full attention, where each segment restarts)", NULL, 0, 1 << 24, 0},
         {"chunk-size", F_INT, &chunk, "attention chunk at evaluation (0 = as trained; rotary models only)", NULL, -1, 1 << 20, 0},
@@ -483,6 +485,7 @@ int cmd_generate(int argc, char **argv) {
     int64_t seed = -1;
     cli_flag fl[] = {
         {"model", F_STR, &model, "checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
+        WHICH_FLAG,
         {"prompt", F_STR, &prompt, "text to start from (bytes)", NULL, 1, 0, 0},
         {"tokens", F_INT, &tokens, "bytes to generate (tokens for a converted fairseq model)", NULL, 0, 1 << 30, 0},
         {"temperature", F_DBL, &temp, "sampling temperature (0 = greedy argmax)", NULL, 0, 100, 0},
@@ -658,10 +661,28 @@ static void info_lm(const loaded_model *lm, int tensors) {
     mega_st_close(f);
 }
 
+/* of a run directory: the file shown (--which) and, when the run kept one, its best model's step
+ * and validation figure (best.safetensors' metadata, written by mega train) */
+static void info_which(const char *dir, const char *shown) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return;
+    char best[4096], last[4096];
+    path_join(best, sizeof best, dir, "best.safetensors");
+    mega_st_file *f;
+    if (!file_exists(best) || mega_st_open(best, &f) != MEGA_OK) return;
+    const char *st = mega_st_meta(f, "step"), *bm = mega_st_meta(f, "best-metric"), *bv = mega_st_meta(f, "best-value");
+    printf("  file      %s (--which %s)\n", shown, tool_which);
+    printf("  best      step %s, validation %s %.6g", st ? st : "?", bm ? bm : "loss", bv ? atof(bv) : NAN);
+    if (mega_model_file(dir, last, sizeof last) == MEGA_OK) printf("; --which last: %s", last);
+    printf("\n");
+    mega_st_close(f);
+}
+
 int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     int tensors = 0;
     cli_flag fl[] = {{"model", F_STR, &model, "checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
+                     WHICH_FLAG,
                      {"tensors", F_SET, &tensors, "also list every tensor with its shape", NULL, 1, 0, 0},
                      FL_END};
     int r = cli_parse("info", "--model DIR [--tensors]", fl, argc, argv, 2);
@@ -672,6 +693,7 @@ int cmd_info(int argc, char **argv) {
     if (!rc && lm.kind == MEGA_MODEL_S2S) info_s2s(&lm);
     else if (!rc && lm.kind == MEGA_MODEL_CLS) info_cls(&lm);
     else if (!rc) info_lm(&lm, tensors);
+    if (!rc) info_which(model, lm.path);
     loaded_model_free(&lm);
     return rc ? 2 : 0;
 }

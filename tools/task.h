@@ -47,6 +47,8 @@ typedef struct train_args {
     double warmup_init_lr, end_lr; /* the fairseq schedules' --warmup-init-lr, --end-learning-rate */
     const char *optimizer; /* --optimizer: a name of MEGA_OPTIM_LIST */
     mega_optim_hp opt;     /* its hyper-parameters (flags from the table's fields) */
+    const char *best_metric; /* --best-metric: the validation figure best.safetensors keeps the best of (loss, or the task's metric) */
+    int64_t patience;        /* --patience: stop after N validations without improvement (<= 0: never) */
 } train_args;
 
 typedef struct task task;
@@ -120,6 +122,7 @@ typedef struct task_def {
     /* build from flags, or (resume) from the checkpoint at model_path with its config; the data is
      * loaded in both cases. Print errors with cli_error and return non-zero on failure. */
     int (*create)(train_args *a, const char *model_path, task **out);
+    int metric_higher_better; /* its validation metric improves upward (accuracy), else downward (bits per byte) */
 } task_def;
 
 /* the tasks, the first the default */

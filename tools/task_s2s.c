@@ -271,6 +271,7 @@ void s2s_apply_translate_defaults(train_args *a) {
     a->bpe_merges = 4000, a->bpe_sides = "source";
     a->s2s.encoder_layers = 1, a->s2s.decoder_layers = 3, a->s2s.share_all_embeddings = 0;
     a->eval_tokens = 1000; /* validation pairs per evaluation */
+    a->patience = 10;      /* small corpora overfit: stop once validation stops improving (docs/translation.md) */
 }
 
 /* the translate task's own flags: batches by tokens, subword units, and
@@ -290,6 +291,19 @@ int s2s_task_flags(train_args *a, cli_flag *fl, int n) {
     };
     for (size_t i = 0; i < sizeof sf / sizeof *sf; i++) fl[n++] = sf[i];
     return n;
+}
+
+/* Defaults that generalise on small parallel corpora (docs/translation.md): a new run without
+ * --dropout gets dropout 0.3 below S2S_SMALL_PAIRS training pairs and 0.1 from there (label
+ * smoothing is 0.1 already); returns the training target tokens */
+#define S2S_SMALL_PAIRS 20000
+#define S2S_PARAMS_PER_TOKEN 50 /* more parameters per training target token: warn that it will overfit */
+static int64_t s2s_default_dropout(const s2s_task *C, train_args *a) {
+    int64_t tokens = 0;
+    for (int i = 0; i < C->train.n; i++) tokens += C->train.tgt_len[i];
+    if (!cli_seen(a->flags, "dropout"))
+        a->s2s.encoder.dropout = a->s2s.decoder.dropout = C->train.n < S2S_SMALL_PAIRS ? 0.3f : 0.1f;
+    return tokens;
 }
 
 /* after the flags: the block flags describe both sides; the decoder is causal */
@@ -365,6 +379,7 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
         goto fail;
     }
     if (!C->m) {
+        const int64_t tgt_tokens = s2s_default_dropout(C, a);
         mega_s2s_config *c = &a->s2s;
         if (c->encoder.max_positions < a->seq_len) c->encoder.max_positions = a->seq_len;
         /* refuse a configuration that does not fit before allocating it */
@@ -372,6 +387,11 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
         const mega_load_opts lo = {0, 1}; /* gradients; drawn once below, with the run's seed */
         if (mega_s2s_create_ex(c, &lo, &C->m) != MEGA_OK) goto fail_msg;
         mega_s2s_init_params(C->m, (uint64_t)a->seed);
+        const double np = (double)mega_ps_total(mega_s2s_paramset(C->m));
+        if (dist_rank() == 0 && np > S2S_PARAMS_PER_TOKEN * (double)tgt_tokens)
+            fprintf(stderr, "mega: warning: %.3gM parameters for %lld training target tokens (more than %d per token): "
+                            "expect overfitting; a smaller model or more data generalises better (docs/translation.md)\n",
+                    np / 1e6, (long long)tgt_tokens, S2S_PARAMS_PER_TOKEN);
     } else if (s2s_memory(C, a, mega_s2s_get_config(C->m),
                           2 * (uint64_t)mega_ps_total(mega_s2s_paramset(C->m)) * sizeof(mega_real))) {
         goto fail;

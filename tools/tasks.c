@@ -10,13 +10,13 @@
 
 const task_def TASKS[] = {
     {"lm", MEGA_MODEL_LM, "bytes in windows", "bits per byte", 0, offsetof(train_args, lm), offsetof(train_args, lm.block),
-     mega_lm_config_fields, lm_task_flags, NULL, NULL, NULL, lm_task_new},
+     mega_lm_config_fields, lm_task_flags, NULL, NULL, NULL, lm_task_new, 0},
     {"classify", MEGA_MODEL_CLS, "examples", "accuracy", 0, offsetof(train_args, cls), offsetof(train_args, cls.block),
-     mega_cls_config_fields, cls_task_flags, cls_apply_classify_defaults, cls_apply_preset, NULL, cls_task_new},
+     mega_cls_config_fields, cls_task_flags, cls_apply_classify_defaults, cls_apply_preset, NULL, cls_task_new, 1},
     /* translate's batches are bucketed by tokens: their sentence counts vary */
     {"translate", MEGA_MODEL_S2S, "target tokens", "token accuracy (teacher forcing)", 1, offsetof(train_args, s2s),
      offsetof(train_args, s2s.encoder), mega_s2s_config_fields, s2s_task_flags, s2s_apply_translate_defaults, NULL, s2s_finish_flags,
-     s2s_task_new},
+     s2s_task_new, 1},
 };
 const int N_TASKS = (int)(sizeof TASKS / sizeof *TASKS);
 

@@ -11,6 +11,9 @@
  *   model.safetensors, train_state.safetensors   copies of the newest complete generation
  *   log.jsonl                    the training curve, one JSON object per line
  *   checkpoint.json              {"step", "task", "model", "state", "manifest"}
+ *   best.safetensors             the model at the best validation figure so far (--best-metric),
+ *                                rewritten atomically whenever validation improves; __metadata__:
+ *                                step, task, best-metric, best-value
  *   train.lock                   held by the one mega train writing the directory
  * --resume continues from the newest complete generation. SIGINT / SIGTERM save a checkpoint at
  * the end of the current step and exit 130 / 143; a second signal ends the process at once.
@@ -66,6 +69,10 @@ typedef struct {
     int64_t step;
     uint64_t data_rng, data_hash, data_size;
     double train_seconds, eval_seconds;
+    /* the best validation figure so far, its step (0 = none yet: no best.safetensors), and the
+     * validations since it (the --patience count); stored with the state, restored by --resume */
+    double best_value;
+    int64_t best_step, bad_evals;
 } train_pos;
 
 /* flag f's value into the stored setup o */
@@ -124,6 +131,13 @@ static char *train_json(const train_args *a, const train_pos *pos) {
         cJSON_AddNumberToObject(o, "train-seconds", pos->train_seconds);
         cJSON_AddNumberToObject(o, "eval-seconds", pos->eval_seconds);
     }
+    if (o) cJSON_AddNumberToObject(o, "patience", (double)(a->patience > 0 ? a->patience : 0));
+    if (o && pos && pos->best_step > 0) { /* the best so far and the patience count: --resume continues them */
+        cJSON_AddStringToObject(o, "best-metric", a->best_metric);
+        cJSON_AddNumberToObject(o, "best-value", pos->best_value);
+        cJSON_AddNumberToObject(o, "best-step", (double)pos->best_step);
+        cJSON_AddNumberToObject(o, "bad-evals", (double)pos->bad_evals);
+    }
     char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return s;
@@ -164,6 +178,23 @@ static void restore_train_json(train_args *a, const cJSON *tj) {
     a->evaled_seconds = a->time_budget > 0 && cJSON_IsNumber(es) && es->valuedouble > 0 ? es->valuedouble : 0;
 }
 
+/* --resume: the best so far, the patience count and --best-metric / --patience from the stored
+ * setup (a run saved before they existed has none: its best starts at its next validation, and
+ * it never stops early, as before); an explicit --patience replaces the stored one */
+static void restore_best(train_args *a, const cJSON *tj, train_pos *pos) {
+    static char metric[32];
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(tj, "best-metric"), *v = cJSON_GetObjectItemCaseSensitive(tj, "best-value");
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(tj, "best-step"), *b = cJSON_GetObjectItemCaseSensitive(tj, "bad-evals");
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(tj, "patience");
+    if (!cli_seen(a->flags, "patience")) a->patience = cJSON_IsNumber(pt) ? (int64_t)pt->valuedouble : 0;
+    if (!cJSON_IsString(m) || !cJSON_IsNumber(v) || !cJSON_IsNumber(s) || !cJSON_IsNumber(b)) return;
+    if (cli_seen(a->flags, "best-metric") && strcmp(a->best_metric, m->valuestring))
+        fprintf(stderr, "mega: note: --resume keeps the run's --best-metric %s; the flag is ignored\n", m->valuestring);
+    snprintf(metric, sizeof metric, "%s", m->valuestring);
+    a->best_metric = metric;
+    pos->best_value = v->valuedouble, pos->best_step = (int64_t)s->valuedouble, pos->bad_evals = (int64_t)b->valuedouble;
+}
+
 /* ---- checkpoint ------------------------------------------------------------------------- */
 
 /* one checkpoint generation (ckpt.h): the model, the optimizer state, then the commit */
@@ -195,6 +226,17 @@ static int save_checkpoint(const train_args *a, task *t, mega_optim *opt, const 
     int rc = ckpt_commit(a->out, pos->step, t->kind, tjs, a->keep);
     free(tjs);
     return rc;
+}
+
+/* best.safetensors: the model at this step, whose validation figure is the best so far */
+static int save_best(const train_args *a, task *t, const train_pos *pos) {
+    char path[4096], stepstr[32], value[64];
+    path_join(path, sizeof path, a->out, "best.safetensors");
+    snprintf(stepstr, sizeof stepstr, "%lld", (long long)pos->step);
+    snprintf(value, sizeof value, "%.17g", pos->best_value);
+    const char *kv[] = {"step", stepstr, "task", t->kind, "best-metric", a->best_metric, "best-value", value, NULL};
+    if (t->save(t, path, kv) != MEGA_OK) return cli_error("saving the best model: %s", mega_last_error());
+    return 0;
 }
 
 static int64_t st_i64(const mega_st_file *f, const char *name, int *ok) {
@@ -345,6 +387,7 @@ static void set_defaults(train_args *a) {
     a->eval_every = 200, a->save_every = 500, a->log_every = 0, a->eval_tokens = 65536;
     a->keep = 2;
     a->grad_accum = 1, a->dist_timeout = 300;
+    a->best_metric = "loss", a->patience = 0;
 }
 
 static const cli_flag DATA_FLAGS[] = {
@@ -403,6 +446,11 @@ static int build_flags(cli_flag *fl, train_args *a, const task_def *td) {
         {"max-memory", F_SIZE, &tool_max_memory, "refuse a run whose expected memory (printed at the start: weights, gradients, optimizer state, buffers, data, checkpoint saves) exceeds this: bytes, or with K/M/G/T (0 = the memory available)", NULL, 1, 0, 0},
         {"eval-every", F_I64, &a->eval_every, "validate every N steps (0 = only at the end)", NULL, 0, 1e12, 0},
         {"eval-tokens", F_I64, &a->eval_tokens, "lm: validation bytes per evaluation; classify: examples (0 = the whole split)", NULL, 0, 1e15, 0},
+        {"best-metric", F_ENUM, &a->best_metric, "the validation figure whose best model --out keeps as best.safetensors "
+         "(and --patience watches): loss, or the task's metric (lm: bpb, lower is better; classify, translate: acc, "
+         "higher is better)", "loss|bpb|acc", 1, 0, 0},
+        {"patience", F_I64, &a->patience, "stop (with a checkpoint) after N validations in a row without a better "
+         "--best-metric (0 = never; default: translate 10, else 0)", NULL, -1, 1e12, 0},
         {"save-every", F_I64, &a->save_every, "checkpoint every N steps (0 = only at the end)", NULL, 0, 1e12, 0},
         {"log-every", F_I64, &a->log_every, "print a progress line every N steps (0 = about 50 lines)", NULL, 0, 1e12, 0},
         {"stop-after", F_I64, &a->stop_after, "stop (with a checkpoint) after N steps of this invocation; the schedule still targets --steps", NULL, 0, 1e12, 0},
@@ -513,6 +561,11 @@ static int new_task(train_args *a, const char *model_path, task **t, mega_optim 
     if (mega_optim_hp_check(tool_optim, &a->opt) != MEGA_OK) return cli_error("%s", mega_last_error()), 2;
     if (td->create(a, model_path, t)) return 2;
     (*t)->kind = td->name;
+    if (strcmp(a->best_metric, "loss") && strcmp(a->best_metric, (*t)->metric)) {
+        cli_error("--best-metric %s: a %s run validates loss and %s", a->best_metric, td->name, (*t)->metric);
+        (*t)->destroy(*t), *t = NULL;
+        return 2;
+    }
     if (mega_optim_new(tool_optim, mega_ps_total((*t)->ps), opt) != MEGA_OK) {
         (*t)->destroy(*t), *t = NULL;
         return cli_error("%s", mega_last_error()), 2;
@@ -620,6 +673,21 @@ static int find_checkpoint(const char *dir, ckpt_gen *g, int *is_gen) {
     return cli_error("--resume: no optimizer state in '%s' matches the model's step %lld", dir, (long long)g->step);
 }
 
+/* --resume: best.safetensors must be the best the checkpoint records. It is written before the
+ * checkpoint of its step, so one of another step was written by the continuation a crash
+ * abandoned: it is removed, and the resumed run, replaying those steps, writes it again when the
+ * validation improves on the recorded best (a run without a recorded best keeps none). 0, or 1
+ * after the error. */
+static int resume_best_file(train_args *a, const train_pos *pos) {
+    char p[4096];
+    path_join(p, sizeof p, a->out, "best.safetensors");
+    if (!file_exists(p) || (pos->best_step > 0 && model_step(p, NULL, 0) == pos->best_step)) return 0;
+    fprintf(stderr, "mega: note: %s is not the best this checkpoint records (step %lld); it is removed\n", p,
+            (long long)pos->best_step);
+    if (remove(p) != 0) return cli_error("cannot remove '%s'", p);
+    return 0;
+}
+
 /* --resume: the training hyper-parameters and the optimizer state of the newest complete
  * checkpoint; *done when it is already at --steps. lead: the process that writes the directory
  * (rank 0: the lock, the clean-up, the adoption of the generation); the other ranks only read
@@ -651,6 +719,7 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_optim *
     if (!tj) return cli_error("%s: no training configuration in the metadata", g.state), 2;
     const train_args cli = *a;
     restore_train_json(a, tj);
+    restore_best(a, tj, pos);
     cJSON_Delete(tj);
     if (cli_seen(fl, "optimizer") && strcmp(cli.optimizer, a->optimizer))
         return cli_error("--resume: the run in '%s' trains with --optimizer %s, not %s (its state is %s's)", a->out, a->optimizer,
@@ -671,10 +740,17 @@ static int open_resume(train_args *a, const cli_flag *fl, task **t, mega_optim *
     /* the directory now follows this checkpoint: newer incomplete generations go, the stable
      * names are restored */
     if (lead && is_gen && ckpt_adopt(a->out, &g, a->keep)) return 2;
+    if (lead && resume_best_file(a, pos)) return 2;
     if (a->time_budget > 0 && a->trained_seconds >= a->time_budget) {
         if (lead)
             printf("the run in %s has already trained %.1f s of its --time-budget %g s (step %lld); it is complete\n", a->out,
                    a->trained_seconds, a->time_budget, (long long)pos->step);
+        *done = 1;
+    } else if (a->patience > 0 && pos->bad_evals >= a->patience) {
+        if (lead)
+            printf("the run in %s stopped early at step %lld: %lld validations without improvement (--patience %lld); give "
+                   "a larger --patience to continue it\n", a->out, (long long)pos->step, (long long)pos->bad_evals,
+                   (long long)a->patience);
         *done = 1;
     } else if (pos->step >= a->steps) {
         if (lead)
@@ -820,8 +896,25 @@ static void progress_step(train_progress *p, const train_args *a, const task *t,
     p->loss_acc = p->met_acc = 0, p->n_acc = 0, p->unit_acc = 0, p->t_last = now;
 }
 
-/* validation at this step; -1 on error */
-static int validate_now(train_progress *p, const train_args *a, task *t, const train_pos *pos) {
+/* the best so far after a validation of figures (vl, vm) at pos->step: best.safetensors rewritten
+ * (by rank 0) when --best-metric improved, else one more validation without improvement; *stop
+ * once there were --patience of them in a row. 0, or -1 after the error. */
+static int track_best(const train_args *a, task *t, train_pos *pos, double vl, double vm, int *stop) {
+    const int use_loss = !strcmp(a->best_metric, "loss");
+    const int higher = !use_loss && task_find(t->kind)->metric_higher_better;
+    const double v = use_loss ? vl : vm;
+    if (!isfinite(v) || (pos->best_step > 0 && pos->best_step == pos->step)) return 0; /* validated twice at one step */
+    if (pos->best_step > 0 && (higher ? !(v > pos->best_value) : !(v < pos->best_value))) {
+        pos->bad_evals++;
+        *stop = a->patience > 0 && pos->bad_evals >= a->patience;
+        return 0;
+    }
+    pos->best_value = v, pos->best_step = pos->step, pos->bad_evals = 0;
+    return dist_rank() == 0 && save_best(a, t, pos) ? -1 : 0;
+}
+
+/* validation at this step (and the best so far: track_best); -1 on error */
+static int validate_now(train_progress *p, const train_args *a, task *t, train_pos *pos, int *pstop) {
     double vl, vm, te = now_sec();
     int64_t vc;
     int v = t->validate(t, a, a->eval_tokens, &vl, &vm, &vc);
@@ -836,6 +929,7 @@ static int validate_now(train_progress *p, const train_args *a, task *t, const t
                 (long long)pos->step, vl, t->metric, vm, (long long)vc);
         fflush(p->log);
     }
+    if (v == 0 && track_best(a, t, pos, vl, vm, pstop)) return -1;
     const double dur = now_sec() - te;
     p->t_last += dur;   /* evaluation time is not training throughput */
     p->excluded += dur; /* nor training time */
@@ -922,9 +1016,11 @@ static int train_loop(const train_args *a, task *t, mega_optim *opt, train_pos *
         const int budget_spent = a->time_budget > 0 && trained >= a->time_budget;
         const int last = pos->step == a->steps || budget_spent;
         const int out_of_time = (K > 1 ? ag[AG_TIME] > 0 : a->time_limit > 0 && now_sec() - p.t_start >= a->time_limit) && !last;
-        const int stop = (a->stop_after > 0 && pos->step - p.start >= a->stop_after && !last) || out_of_time;
-        if (out_of_time && !(a->eval_every > 0 && pos->step % a->eval_every == 0) && validate_now(&p, a, t, pos)) return 2;
-        if (((a->eval_every > 0 && pos->step % a->eval_every == 0) || last) && validate_now(&p, a, t, pos)) return 2;
+        int pstop = 0; /* --patience: validations in a row without improvement */
+        if (out_of_time && !(a->eval_every > 0 && pos->step % a->eval_every == 0) && validate_now(&p, a, t, pos, &pstop)) return 2;
+        if (((a->eval_every > 0 && pos->step % a->eval_every == 0) || last) && validate_now(&p, a, t, pos, &pstop)) return 2;
+        pstop = pstop && !last;
+        const int stop = (a->stop_after > 0 && pos->step - p.start >= a->stop_after && !last) || out_of_time || pstop;
         const int save = (a->save_every > 0 && pos->step % a->save_every == 0) || last || stop || (sig && !last);
         if (save) {
             const double ts = now_sec();
@@ -942,6 +1038,14 @@ static int train_loop(const train_args *a, task *t, mega_optim *opt, train_pos *
                 fflush(stdout);
             }
             return 128 + sig;
+        }
+        if (pstop) {
+            if (lead)
+                printf("stopped early at step %lld: validation %s has not improved for %lld validations (--patience); the "
+                       "best, %.6g at step %lld, is %s/best.safetensors\n",
+                       (long long)pos->step, a->best_metric, (long long)pos->bad_evals, pos->best_value,
+                       (long long)pos->best_step, a->out);
+            break;
         }
         if (stop) {
             if (lead)
@@ -1040,7 +1144,8 @@ int cmd_train(int argc, char **argv) {
         return 2;
     }
     mega_set_threads(a.threads);
-    train_pos pos = {0, 0, 0, 0, 0, 0};
+    train_pos pos;
+    memset(&pos, 0, sizeof pos);
     mega_optim *opt = NULL;
     task *t = NULL;
     int done = 0, in_loop = 0;

@@ -250,6 +250,7 @@ int cmd_translate(int argc, char **argv) {
     mega_s2s_search_default(&sp);
     cli_flag fl[] = {
         {"model", F_STR, &model, "checkpoint directory of a `mega train --task translate` run or of a converted official model (or its model.safetensors)", NULL, 1, 0, 0},
+        WHICH_FLAG,
         {"input", F_STR, &input, "source sentences, one per line (default: standard input)", NULL, 1, 0, 0},
         SEARCH_FLAGS("", &sp),
         {"batch", F_INT, &batch, "sentences translated together", NULL, 1, 1 << 16, 0},

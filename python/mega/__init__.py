@@ -44,10 +44,12 @@ def _path(p):
     return os.fsencode(os.fspath(p))
 
 
-def _model_file(path):
-    """the .safetensors a path names (the file, or model.safetensors of a run directory)"""
+def _model_file(path, which="best"):
+    """the .safetensors a path names: the file, or of a run directory its best model
+    (best.safetensors, when mega train kept one) with which="best", its newest with which="last"
+    (the library's rule, mega_model_file_which)"""
     buf = ctypes.create_string_buffer(4096)
-    _lib.check(lib.mega_model_file(_path(path), buf, len(buf)))
+    _lib.check(lib.mega_model_file_which(_path(path), which.encode(), buf, len(buf)))
     return buf.value
 
 
@@ -75,14 +77,17 @@ def _kind(cfg):
     return lib.mega_model_kind_name(k.value).decode()
 
 
-def load(path, training=False):
+def load(path, training=False, which="best"):
     """Load a model: a run directory of `mega train` or a model .safetensors file.
+
+    which: of a run directory, "best" (the model of the best validation figure, best.safetensors,
+    when the run kept one; else the newest) or "last" (the newest checkpoint), as the CLI's --which.
 
     Returns an LM (causal language model), a Classifier or a Translator (encoder-decoder), from
     the kind stored in the file. training=False loads without gradient buffers (half the memory;
     forward, logits, generate, predict, translate); training=True allows backward / train_step
     (LM and Classifier; a Translator is for inference only)."""
-    file = _model_file(path)
+    file = _model_file(path, which)
     meta = _metadata(file, ["config", "vocab", "classes", "data-format"])
     kind = _kind(meta["config"])
     opts = _lib.LoadOpts(0 if training else 1, 0)

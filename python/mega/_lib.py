@@ -120,6 +120,7 @@ PROTOTYPES = {
     "mega_get_threads": (c_int, []),
     "mega_build_info": (c_char_p, []),
     "mega_model_file": (c_int, [c_char_p, c_char_p, c_size_t]),
+    "mega_model_file_which": (c_int, [c_char_p, c_char_p, c_char_p, c_size_t]),
     "mega_st_open": (c_int, [c_char_p, PP]),
     "mega_st_meta": (c_char_p, [P, c_char_p]),
     "mega_st_close": (None, [P]),

@@ -19,6 +19,7 @@
 
 
 #define MODEL_FILE_NAME "model.safetensors"
+#define BEST_FILE_NAME "best.safetensors"
 #define MANIFEST_SUFFIX ".manifest.json"
 
 /* N of "step-N.manifest.json" as mega train names it (N zero-padded to 8 digits), or -1 */
@@ -122,6 +123,21 @@ mega_status mega_model_file(const char *path, char *buf, size_t size) {
     }
     if (n < 0 || (size_t)n >= size) MEGA_FAIL(MEGA_ERR_INVALID, "%s: path too long", path);
     return MEGA_OK;
+}
+
+/* "best" (the default): the run directory's best.safetensors, the model with the best validation
+ * figure that mega train keeps, when there is one; "last" (or a run without a best): the newest
+ * complete generation, as mega_model_file. A file path is used as given. */
+mega_status mega_model_file_which(const char *path, const char *which, char *buf, size_t size) {
+    const int best = !which || !strcmp(which, "best");
+    if (!best && strcmp(which, "last")) MEGA_FAIL(MEGA_ERR_INVALID, "which model of a run: '%s' is neither best nor last", which);
+    struct stat sb;
+    if (best && path && *path && buf && size && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        const size_t len = strlen(path);
+        const int n = snprintf(buf, size, "%s%s" BEST_FILE_NAME, path, len && path[len - 1] == '/' ? "" : "/");
+        if (n >= 0 && (size_t)n < size && stat(buf, &sb) == 0 && S_ISREG(sb.st_mode)) return MEGA_OK;
+    }
+    return mega_model_file(path, buf, size);
 }
 
 mega_status mega__model_st_open(const char *path, mega_st_file **f) {

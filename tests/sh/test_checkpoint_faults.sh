@@ -5,7 +5,8 @@
 # written (create the temporary file, write, fsync, rename, fsync the directory); "kill:N" ends the
 # process (_exit 137, no cleanup) just before operation N, "enospc:N" makes its Nth write fail
 # with ENOSPC. A save writes six files (the generation's model, state and manifest, the copies
-# model.safetensors and train_state.safetensors, checkpoint.json): 30 operations.
+# model.safetensors and train_state.safetensors, checkpoint.json): 30 operations. A validation
+# that improves on the best first writes best.safetensors (5 operations before the save).
 #
 # A tiny language model trains 6 steps with a checkpoint every 2 (dropout on, so the data and
 # dropout streams must resume exactly); the straight run is the reference. Checked:
@@ -189,13 +190,14 @@ done
 
 # ---- 3. ENOSPC at every write --------------------------------------------------------------------
 # the starting points: base; a crash before the step-4 manifest (the log runs to step 4); a crash
-# after it, before the stable copies (operation 16: creating model.safetensors' temporary)
+# after it, before the stable copies (operation 21: creating model.safetensors' temporary, after
+# best.safetensors' 5 and the generation's 15)
 cp -r base S_log
 # shellcheck disable=SC2086
 MEGA_FAULT=kill:12 "$MEGA" train $F --out S_log --resume --stop-after 2 > /dev/null 2>&1
 cp -r base S_copy
 # shellcheck disable=SC2086
-MEGA_FAULT=kill:16 "$MEGA" train $F --out S_copy --resume --stop-after 2 > /dev/null 2>&1
+MEGA_FAULT=kill:21 "$MEGA" train $F --out S_copy --resume --stop-after 2 > /dev/null 2>&1
 if grep -q '"step": 4' S_log/log.jsonl && [ ! -e S_log/step-00000004.manifest.json ] &&
   [ -s S_copy/step-00000004.manifest.json ] && ! cmp -s S_copy/model.safetensors S_copy/step-00000004.model.safetensors; then
   ok "ENOSPC starting points: a log past the checkpoint; stable copies behind the newest generation"
