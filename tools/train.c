@@ -18,6 +18,8 @@
 #include "dist.h"
 #include "task.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -221,11 +223,25 @@ static int64_t model_step(const char *path, char *task_out, size_t n) {
     return s;
 }
 
+/* the log as a stream, opened without following a link (NULL: errno ELOOP after the error, or
+ * another errno unreported) */
+static FILE *log_stream(const char *path, int mode) {
+    const int fd = run_open(path, O_WRONLY | O_CREAT | mode);
+    FILE *f = fd >= 0 ? fdopen(fd, mode == O_APPEND ? "a" : "w") : NULL;
+    if (fd >= 0 && !f) close(fd);
+    return f;
+}
+
 /* the log, opened for appending (NULL after the error) */
 static FILE *open_log(const train_args *a, int64_t keep_upto) {
     char p[4096];
     path_join(p, sizeof p, a->out, "log.jsonl");
     FILE *f = NULL;
+    struct stat ls;
+    if (lstat(p, &ls) == 0 && S_ISLNK(ls.st_mode)) { /* not even read: the cut-back rewrite would replace the link */
+        errno = ELOOP;
+        return run_link_error(p), NULL;
+    }
     if (a->resume && file_exists(p)) {
         /* drop entries written after the checkpoint we resume from, so the curve stays one line */
         mega_bytes b = {NULL, 0, 0};
@@ -249,11 +265,11 @@ static FILE *open_log(const train_args *a, int64_t keep_upto) {
             mega_bytes_free(&b);
             if (st) return cli_error("%s", mega_last_error()), NULL;
         }
-        f = fopen(p, "a");
+        f = log_stream(p, O_APPEND);
     } else {
-        f = fopen(p, "w");
+        f = log_stream(p, O_TRUNC);
     }
-    if (!f) cli_error("cannot write the log '%s'", p);
+    if (!f && errno != ELOOP) cli_error("cannot write the log '%s'", p);
     return f;
 }
 
