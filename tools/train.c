@@ -1028,6 +1028,14 @@ static int open_run(train_args *a, const cli_flag *fl, task **t, mega_adamw **op
     if (dist_agree(rc)) return 2; /* rank 0 could not open the run: it said why */
     if (!lead) rc = a->resume ? open_resume(a, fl, t, opt, pos, done, 0) : open_fresh(a, t, opt, pos, 0);
     if (dist_agree(rc)) return 2;
+    /* the same data on every rank: an MPMD launch (one --data per rank) would otherwise train on
+     * a mix, the models staying in sync (same seed, summed gradients) */
+    if (!dist_same_u64(mix64((*t)->data_hash ^ mix64((*t)->data_size)))) {
+        if (lead)
+            cli_error("the ranks were given different training data (its size or checksum differs between the ranks): "
+                      "every rank must read the same files");
+        return 2;
+    }
     return ranks_in_sync(*t, *opt, pos) ? 0 : 2;
 }
 
