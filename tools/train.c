@@ -238,10 +238,8 @@ static FILE *open_log(const train_args *a, int64_t keep_upto) {
     path_join(p, sizeof p, a->out, "log.jsonl");
     FILE *f = NULL;
     struct stat ls;
-    if (lstat(p, &ls) == 0 && S_ISLNK(ls.st_mode)) { /* not even read: the cut-back rewrite would replace the link */
-        errno = ELOOP;
+    if (lstat(p, &ls) == 0 && S_ISLNK(ls.st_mode)) /* not even read: the cut-back rewrite would replace the link */
         return run_link_error(p), NULL;
-    }
     if (a->resume && file_exists(p)) {
         /* drop entries written after the checkpoint we resume from, so the curve stays one line */
         mega_bytes b = {NULL, 0, 0};
@@ -1030,7 +1028,8 @@ static int open_run(train_args *a, const cli_flag *fl, task **t, mega_adamw **op
     if (dist_agree(rc)) return 2;
     /* the same data on every rank: an MPMD launch (one --data per rank) would otherwise train on
      * a mix, the models staying in sync (same seed, summed gradients) */
-    if (!dist_same_u64(mix64((*t)->data_hash ^ mix64((*t)->data_size)))) {
+    const uint64_t data[2] = {(*t)->data_hash, (*t)->data_size};
+    if (!dist_same_u64(mega_fnv1a64(data, sizeof data))) {
         if (lead)
             cli_error("the ranks were given different training data (its size or checksum differs between the ranks): "
                       "every rank must read the same files");

@@ -666,6 +666,27 @@ class Classifier(_Model):
         _lib.check(lib.mega_cls_save_ex(self._handle(), _path(path), arr))
 
 
+def _serialised(fn):
+    """fn, run holding its model's lock"""
+    @functools.wraps(fn)
+    def run(self, *args, **kw):
+        with self._lock:
+            return fn(self, *args, **kw)
+    return run
+
+
+# The calls that use a model's C state (its activations, gradients, weights, handle) take turns
+# on that model: the library runs without the GIL, and two threads in one model's forward would
+# each read back the other's logits. Other models, and other calls, run in parallel.
+for _cls, _names in ((_Model, ("close", "parameters", "zero_grad", "grad_norm", "clip_grad_norm", "backward",
+                               "train_step", "config_json")),
+                     (LM, ("close", "forward", "last_logits", "logits", "generate", "save")),
+                     (Classifier, ("forward", "last_logits", "logits", "save"))):
+    for _n in _names:
+        setattr(_cls, _n, _serialised(_cls.__dict__[_n]))
+del _cls, _names, _n
+
+
 class AdamW:
     """AdamW over a model's parameters (the library's mega_adamw; decoupled weight decay on the
     matrices and embeddings, or on everything with decay_all). Defaults: those of `mega train`."""
@@ -696,23 +717,3 @@ class AdamW:
         except Exception:  # noqa: BLE001 - interpreter shutdown may have torn down the module
             pass
 
-
-def _serialised(fn):
-    """fn, run holding its model's lock"""
-    @functools.wraps(fn)
-    def run(self, *args, **kw):
-        with self._lock:
-            return fn(self, *args, **kw)
-    return run
-
-
-# The calls that use a model's C state (its activations, gradients, weights, handle) take turns
-# on that model: the library runs without the GIL, and two threads in one model's forward would
-# each read back the other's logits. Other models, and other calls, run in parallel.
-for _cls, _names in ((_Model, ("close", "parameters", "zero_grad", "grad_norm", "clip_grad_norm", "backward",
-                               "train_step", "config_json")),
-                     (LM, ("close", "forward", "last_logits", "logits", "generate", "save")),
-                     (Classifier, ("forward", "last_logits", "logits", "save"))):
-    for _n in _names:
-        setattr(_cls, _n, _serialised(_cls.__dict__[_n]))
-del _cls, _names, _n
