@@ -209,5 +209,17 @@ if [ $rc -eq 2 ] && one_error L.err && grep -q "L/log.jsonl' is a symbolic link"
   ok "--resume with a symbolic link as log.jsonl: refused, the target untouched"
 else bad "--resume with a symbolic link as log.jsonl: exit $rc, victim '$(cat victim)', $(cat L.err)"; fi
 
+# ... nor a hard link where a save writes its temporary file (NAME.tmp.PID: the pid is known
+# to whoever starts the run; exec keeps the shell's): the link is replaced, not written through
+printf 'keep\n' > victim
+rm -rf L && mkdir L
+for n in step-00000002.model.safetensors step-00000002.state.safetensors step-00000002.manifest.json model.safetensors \
+  train_state.safetensors checkpoint.json; do echo "L/$n.tmp"; done > tmpnames
+# shellcheck disable=SC2016
+sh -c 'while read -r n; do ln victim "$n.$$"; done < tmpnames; exec "$@"' sh "$MEGA" train $M --out L --steps 2 --warmup 1 > L.out 2> L.err
+rc=$?
+if [ $rc -eq 0 ] && [ "$(cat victim)" = keep ] && [ -s L/checkpoint.json ]; then ok "hard links at the temporary files' names: the run saves, the linked file untouched"
+else bad "hard links at the temporary files' names: exit $rc, victim '$(head -c 100 victim)', $(head -n 2 L.err)"; fi
+
 echo "NOTE test_run_dir.sh: $(($(date +%s) - START)) s"
 finish
