@@ -495,14 +495,22 @@ enum { MEGA_S2S_PAD = 256, MEGA_S2S_EOS = 257, MEGA_S2S_VOCAB = 258 };
  * concatenates the tokens' bytes, so it gives the encoded text back exactly. */
 
 #define MEGA_BPE_MAX_MERGES (65536 - MEGA_S2S_VOCAB) /* token ids fit in 16 bits */
+/* Learning's bounds: a unit longer than MEGA_BPE_MAX_UNIT bytes is learned from as pieces of at
+ * most that many bytes (cut at character starts), so no learned token is longer; and when the
+ * distinct units (pieces) hold more than MEGA_BPE_LEARN_BYTES bytes, only the most frequent that
+ * fit are learned from (ties: by their bytes). Learning thus does at most about
+ * MEGA_BPE_LEARN_BYTES * MEGA_BPE_MAX_UNIT pair updates, in memory proportional to the texts. */
+#define MEGA_BPE_MAX_UNIT 64
+#define MEGA_BPE_LEARN_BYTES ((size_t)1 << 24)
 
 typedef struct mega_bpe mega_bpe;
 
 /* Learn up to `merges` merges from nt texts (texts[i] has lens[i] bytes; a NULL text must have
  * length 0): subword-nmt's learn_bpe on the units of the texts, each merge the most frequent
  * adjacent pair of tokens over all units (ties: the smaller left id, then right id), stopping
- * early when the best pair occurs fewer than min_count times (values below 1 mean 1). The result
- * depends on the texts only (not on their order beyond that). MEGA_ERR_INVALID (bad arguments),
+ * early when the best pair occurs fewer than min_count times (values below 1 mean 1), within the
+ * bounds above. The result depends on the texts only (not on their order beyond that).
+ * MEGA_ERR_INVALID (bad arguments),
  * MEGA_ERR_OOM; *out NULL on failure. */
 MEGA_API mega_status mega_bpe_learn(const uint8_t *const *texts, const size_t *lens, size_t nt, int merges, int min_count,
                            mega_bpe **out);

@@ -4,12 +4,14 @@
  * encoding against a naive application of the merges; encode/decode round trips on random bytes
  * (spaces, NUL, invalid UTF-8); the text form both ways and every malformed form refused; the
  * order of the texts does not matter; parallel text loaded in subword units (token counts, the
- * limits counted in subwords, the text decoded back) and mega_s2s_tokenize_bpe. */
+ * limits counted in subwords, the text decoded back) and mega_s2s_tokenize_bpe; the learner's
+ * bounds (4 MB without a space, tokens of whole characters). */
 #include "mega_data.h"
 #include "testlib.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static uint64_t rng_next(uint64_t *s) {
     *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -364,10 +366,60 @@ static void test_pairs(void) {
     tl_rm_rf(dir);
 }
 
+/* the learner's bounds: 4 MB without a space (one unit) learns 4000 merges in pieces of at most
+ * MEGA_BPE_MAX_UNIT bytes (it ran for minutes in gigabytes as one unit, its tokens growing to
+ * megabytes); a long unit of 2- and 3-byte characters is cut at character starts only */
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void test_bounds(void) {
+    const size_t n = (size_t)4 << 20;
+    uint8_t *buf = malloc(n);
+    uint64_t r = 99;
+    for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)('a' + rng_next(&r) % 26);
+    const uint8_t *tx[1] = {buf};
+    size_t ln[1] = {n}, longest = 0;
+    mega_bpe *b = NULL;
+    const double t0 = now_s();
+    mega_status st = mega_bpe_learn(tx, ln, 1, 4000, 2, &b);
+    const double dt = now_s() - t0;
+    for (int v = 0; st == MEGA_OK && v < mega_bpe_vocab_size(b); v++) {
+        size_t l;
+        mega_bpe_token(b, v, &l);
+        if (l > longest) longest = l;
+    }
+    TL_CHECK(st == MEGA_OK && mega_bpe_merges(b) == 4000 && longest <= MEGA_BPE_MAX_UNIT && dt < 30,
+             "4 MB without a space: 4000 merges in %.1f s (under 30), tokens of at most %zu bytes (limit %d)", dt, longest,
+             MEGA_BPE_MAX_UNIT);
+    mega_bpe_free(b);
+    /* "ä€" (2 + 3 bytes) repeated, one unit: learned from in pieces cut at character starts, so
+     * the longest token (a whole piece) is whole characters (cut at 64 bytes it would end inside
+     * one) */
+    size_t o = 0;
+    for (int k = 0; k < 4000; k++) memcpy(buf + o, k % 2 ? "\xE2\x82\xAC" : "\xC3\xA4", k % 2 ? 3 : 2), o += k % 2 ? 3 : 2;
+    ln[0] = o;
+    st = mega_bpe_learn(tx, ln, 1, 200, 1, &b);
+    const uint8_t *lp = NULL;
+    longest = 0;
+    for (int v = 0; st == MEGA_OK && v < mega_bpe_vocab_size(b); v++) {
+        size_t l;
+        const uint8_t *q = mega_bpe_token(b, v, &l);
+        if (l > longest) longest = l, lp = q;
+    }
+    TL_CHECK(lp && longest <= MEGA_BPE_MAX_UNIT && longest > MEGA_BPE_MAX_UNIT - 5 && mega_utf8_check(lp, longest) == longest,
+             "a unit of 2- and 3-byte characters: the longest token, %zu bytes, is whole characters", longest);
+    mega_bpe_free(b);
+    free(buf);
+}
+
 int main(void) {
     test_hand();
     test_random();
     test_text_form();
     test_pairs();
+    test_bounds();
     return tl_finish();
 }

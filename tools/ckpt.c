@@ -184,10 +184,26 @@ static int sync_info(const char *dir, int64_t step, const char *task) {
 
 /* ---- the lock and the directory ------------------------------------------------------------- */
 
+int run_link_error(const char *path) {
+    return cli_error("'%s' is a symbolic link: mega train does not write through links in its run directory (remove it)",
+                     path);
+}
+
+int run_open(const char *path, int flags) {
+    /* O_NOFOLLOW: a link planted in the run directory would make the run truncate or append to
+     * the file it points at (Linux says ELOOP, the BSDs EMLINK) */
+    int fd = open(path, flags | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd >= 0 || (errno != ELOOP && errno != EMLINK)) return fd;
+    run_link_error(path);
+    errno = ELOOP;
+    return -1;
+}
+
 int run_lock(const char *dir) {
     char p[4096];
     path_join(p, sizeof p, dir, LOCK_FILE);
-    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = run_open(p, O_RDWR | O_CREAT);
+    if (fd < 0 && errno == ELOOP) return 1;
     if (fd < 0) return cli_error("cannot open the lock file '%s': %s", p, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;

@@ -33,6 +33,12 @@ typedef struct {
 /* the paths of generation `step`'s model and state files in dir */
 void ckpt_paths(const char *dir, int64_t step, char *model, char *state, size_t n);
 
+/* open(path, flags) for a file of the run directory (the lock, the log), never through a symbolic
+ * link, close-on-exec (0644 when created): the descriptor; -1 with errno ELOOP after the error
+ * ("'PATH' is a symbolic link: ..."), or -1 with another errno for the caller to report. */
+int run_open(const char *path, int flags);
+/* that error for path (a link found by lstat); 1 */
+int run_link_error(const char *path);
 /* Hold dir's lock (train.lock) until the process ends; 0, or 1 after the error (another mega
  * train holds it: "'DIR' is in use by another mega train (pid N)"). */
 int run_lock(const char *dir);

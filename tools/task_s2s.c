@@ -23,7 +23,7 @@ typedef struct {
     char how[96];
     mega_bpe *src_bpe, *tgt_bpe; /* subword units of each side (NULL: bytes; one object when shared) */
     char *src_text, *tgt_text;   /* their merge lists, as saved */
-    char bpe_how[200];           /* how they were made (printed by describe) */
+    char bpe_how[320];           /* how they were made (printed by describe) */
 } s2s_task;
 
 /* the byte vocabulary of the checkpoint's metadata */
@@ -229,7 +229,19 @@ static int s2s_learn_bpe(s2s_task *C, const train_args *a, int *tail_line) {
     const uint8_t **tx = malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof *tx);
     size_t *ln = malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof *ln), nt = 0, o2 = 0;
     int rc = !buf || !tx || !ln ? cli_error("out of memory learning the subword units") : 0;
-    for (int i = 0; !rc && i < n; i++)
+    /* only the pairs training can keep: a side in bytes must fit --seq-len exactly, a side in
+     * subwords even in learned tokens of the longest kind (MEGA_BPE_MAX_UNIT bytes); the pairs
+     * beyond (one line of megabytes) would only cost time and skew the merges */
+    int left_out = 0, first_out = 0;
+    const size_t lim = a->seq_len > 1 ? (size_t)a->seq_len - 1 : SIZE_MAX;
+    for (int i = 0; !rc && i < n; i++) {
+        int over = 0;
+        for (int side = 0; side < 2 && lim != SIZE_MAX; side++) {
+            const size_t len = (size_t)(side ? d.tgt_len[i] : d.src_len[i]) - 1; /* bytes */
+            over |= len > (both || side == tgt_side ? lim * MEGA_BPE_MAX_UNIT : lim);
+        }
+        if (over && !left_out++) first_out = d.line[i];
+        if (over) continue;
         for (int side = 0; side < 2; side++) {
             if (!both && side != tgt_side) continue;
             const uint16_t *t = side ? mega_s2s_data_tgt(&d, i) : mega_s2s_data_src(&d, i);
@@ -237,18 +249,23 @@ static int s2s_learn_bpe(s2s_task *C, const train_args *a, int *tail_line) {
             tx[nt] = buf + o2, ln[nt++] = (size_t)len;
             for (int k = 0; k < len; k++) buf[o2++] = (uint8_t)t[k];
         }
+    }
     mega_bpe *b = NULL;
-    if (!rc && mega_bpe_learn(tx, ln, nt, a->bpe_merges, 2, &b) != MEGA_OK) rc = cli_error("%s", mega_last_error());
+    if (!rc && mega_bpe_learn(tx, ln, nt, a->bpe_merges, 2, &b) != MEGA_OK)
+        rc = cli_error("%s: learning the subword units (--bpe %d): %s", a->data, a->bpe_merges, mega_last_error());
     char *text = !rc ? mega_bpe_to_string(b, NULL) : NULL;
     if (!rc && !text) rc = cli_error("%s", mega_last_error());
     if (!rc) {
         if (both || !tgt_side) C->src_bpe = b, C->src_text = text;
         if (both || tgt_side) C->tgt_bpe = b, C->tgt_text = both ? strdup(text) : text;
         if (both && !C->tgt_text) rc = cli_error("out of memory");
-        snprintf(C->bpe_how, sizeof C->bpe_how, "%d byte-pair merges (--bpe %d) learned from the %s of %d pairs in %.1f s: %d tokens%s",
-                 mega_bpe_merges(b), a->bpe_merges, both ? "sources and targets" : tgt_side ? "targets" : "sources", n,
+        int k = snprintf(C->bpe_how, sizeof C->bpe_how, "%d byte-pair merges (--bpe %d) learned from the %s of %d pairs in %.1f s: %d tokens%s",
+                 mega_bpe_merges(b), a->bpe_merges, both ? "sources and targets" : tgt_side ? "targets" : "sources", n - left_out,
                  now_sec() - t0, mega_bpe_vocab_size(b),
                  both ? " for both sides" : tgt_side ? " on the target side (bytes on the source side)" : " on the source side (bytes on the target side)");
+        if (left_out && k > 0 && (size_t)k < sizeof C->bpe_how)
+            snprintf(C->bpe_how + k, sizeof C->bpe_how - (size_t)k, "; %d pair%s too long for --seq-len %d left out (the first at %s line %d)",
+                     left_out, left_out > 1 ? "s" : "", a->seq_len, a->data, first_out);
     } else {
         mega_bpe_free(b), free(text);
     }

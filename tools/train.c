@@ -22,6 +22,8 @@
 #include "dist.h"
 #include "task.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -290,11 +292,23 @@ static int64_t model_step(const char *path, char *task_out, size_t n) {
     return s;
 }
 
+/* the log as a stream, opened without following a link (NULL: errno ELOOP after the error, or
+ * another errno unreported) */
+static FILE *log_stream(const char *path, int mode) {
+    const int fd = run_open(path, O_WRONLY | O_CREAT | mode);
+    FILE *f = fd >= 0 ? fdopen(fd, mode == O_APPEND ? "a" : "w") : NULL;
+    if (fd >= 0 && !f) close(fd);
+    return f;
+}
+
 /* the log, opened for appending (NULL after the error) */
 static FILE *open_log(const train_args *a, int64_t keep_upto) {
     char p[4096];
     path_join(p, sizeof p, a->out, "log.jsonl");
     FILE *f = NULL;
+    struct stat ls;
+    if (lstat(p, &ls) == 0 && S_ISLNK(ls.st_mode)) /* not even read: the cut-back rewrite would replace the link */
+        return run_link_error(p), NULL;
     if (a->resume && file_exists(p)) {
         /* drop entries written after the checkpoint we resume from, so the curve stays one line */
         mega_bytes b = {NULL, 0, 0};
@@ -318,11 +332,11 @@ static FILE *open_log(const train_args *a, int64_t keep_upto) {
             mega_bytes_free(&b);
             if (st) return cli_error("%s", mega_last_error()), NULL;
         }
-        f = fopen(p, "a");
+        f = log_stream(p, O_APPEND);
     } else {
-        f = fopen(p, "w");
+        f = log_stream(p, O_TRUNC);
     }
-    if (!f) cli_error("cannot write the log '%s'", p);
+    if (!f && errno != ELOOP) cli_error("cannot write the log '%s'", p);
     return f;
 }
 
@@ -1111,6 +1125,15 @@ static int open_run(train_args *a, const cli_flag *fl, task **t, mega_optim **op
     if (dist_agree(rc)) return 2; /* rank 0 could not open the run: it said why */
     if (!lead) rc = a->resume ? open_resume(a, fl, t, opt, pos, done, 0) : open_fresh(a, t, opt, pos, 0);
     if (dist_agree(rc)) return 2;
+    /* the same data on every rank: an MPMD launch (one --data per rank) would otherwise train on
+     * a mix, the models staying in sync (same seed, summed gradients) */
+    const uint64_t data[2] = {(*t)->data_hash, (*t)->data_size};
+    if (!dist_same_u64(mega_fnv1a64(data, sizeof data))) {
+        if (lead)
+            cli_error("the ranks were given different training data (its size or checksum differs between the ranks): "
+                      "every rank must read the same files");
+        return 2;
+    }
     return ranks_in_sync(*t, *opt, pos) ? 0 : 2;
 }
 

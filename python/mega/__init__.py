@@ -9,9 +9,11 @@ See docs/python.md. The library is found through MEGA_LIB, else build/libmega.so
 tree, else the installed libmega.so.0. Failures raise MegaError with the library's message.
 """
 import ctypes
+import functools
 import json
 import math
 import os
+import threading
 from ctypes import byref, c_double, c_int, c_int32, c_int64, c_size_t, c_uint, c_void_p
 
 import numpy as np
@@ -25,11 +27,21 @@ __version__ = "0.1.0"
 LIB_PATH = _lib.LIB_PATH
 _I32P = ctypes.POINTER(c_int32)
 _F32P = ctypes.POINTER(ctypes.c_float)
+_INT_MAX = 2**31 - 1
+
+
+def _cint(name, v, lo=0):
+    """v as a Python int for a C `int` parameter: [lo, INT_MAX], else MegaError (ctypes would wrap
+    2**32 + 3 into 3 without a word)"""
+    v = int(v)
+    if not lo <= v <= _INT_MAX:
+        raise MegaError(f"{name} must be in [{lo}, {_INT_MAX}], got {v}", -1, "invalid argument")
+    return v
 
 
 def set_threads(n):
     """threads of the library's parallel regions started from this thread (0 = all cores)"""
-    lib.mega_set_threads(int(n))
+    lib.mega_set_threads(_cint("threads", n, -_INT_MAX - 1))
 
 
 def get_threads():
@@ -160,7 +172,8 @@ def text_windows(text, batch, seq_len, state):
     mega_text_windows): returns (tokens [B, T] int32, targets [B, T] int32 = the next bytes, the
     new state). Start from data_rng_seed(seed) to get the tool's data order for that seed."""
     buf = np.frombuffer(bytes(text), dtype=np.uint8)
-    tok = np.empty((int(batch), int(seq_len)), dtype=np.int32)
+    batch, seq_len = _cint("batch", batch, 1), _cint("seq_len", seq_len, 1)
+    tok = np.empty((batch, seq_len), dtype=np.int32)
     tgt = np.empty_like(tok)
     st = ctypes.c_uint64(int(state) & (2**64 - 1))
     _lib.check(lib.mega_text_windows(buf.ctypes.data, len(buf), int(batch), int(seq_len), byref(st),
@@ -196,6 +209,9 @@ class _Model:
         self.training = bool(training)
         self._ps = None
         self._last = None  # the batch shape of the last forward (for last_logits)
+        # the library's model holds one forward's activations: calls on one model take turns
+        # (_serialised; reentrant: logits calls forward)
+        self._lock = threading.RLock()
         self.steps = 0  # train_step calls: the dropout key of each (as `mega train`)
         self.dropout_seed = 0
 
@@ -381,8 +397,11 @@ class LM(_Model):
                                 f"{t.dtype} {t.shape}", -4, "shape mismatch")
             if t.size and t.max() >= V:
                 raise MegaError(f"targets: {t.max()} is outside the vocabulary [0, {V})", -1, "invalid argument")
+            if t.size and t.min() < -_INT_MAX - 1:  # int32 would wrap it into an id
+                raise MegaError(f"targets: {t.min()} is below -2**31 (negative targets are ignored: use -1)", -1,
+                                "invalid argument")
             tgt = np.ascontiguousarray(t, dtype=np.int32)
-        B, T = tok.shape
+        B, T = _cint("batch size", tok.shape[0], 1), _cint("sequence length", tok.shape[1], 1)
         run = _lib.Run(1 if train else 0, int(key) & (2**64 - 1))
         loss, cnt = c_double(), c_int64()
         _lib.check(lib.mega_lm_forward(self._handle(), _ptr(tok, _I32P), _ptr(tgt, _I32P), B, T, byref(run),
@@ -428,6 +447,8 @@ class LM(_Model):
         tokens = int(tokens)
         if tokens < 0:
             raise MegaError(f"tokens must be >= 0, got {tokens}", -1, "invalid argument")
+        _cint("tokens (with the prompt's)", len(prompt) + tokens + 1)  # the stream's capacity is a C int
+        top_k = _cint("top_k", top_k)
         if not (0 < top_p <= 1):
             raise MegaError(f"top_p must be in (0, 1], got {top_p} (1 = off; greedy is temperature 0)", -1,
                             "invalid argument")
@@ -589,7 +610,7 @@ class Classifier(_Model):
                 raise MegaError("inputs and inputs2 have different batch sizes", -4, "shape mismatch")
             keep += [a2, l2]
             in2 = self._input(a2, l2, keep)
-        B = a.shape[0]
+        B = _cint("batch size", a.shape[0], 1)
         tgt = None
         if targets is not None:
             t = np.asarray(targets)
@@ -613,6 +634,7 @@ class Classifier(_Model):
     def logits(self, inputs, lengths=None, inputs2=None, lengths2=None, batch=32):
         """float32 [N, C] class logits, evaluation mode, in batches of `batch` inputs (each padded
         to its longest, as `mega predict`)"""
+        batch = _cint("batch", batch, 1)
         if isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], (str, bytes, bytearray)):
             n = len(inputs)
             parts = [(inputs[i:i + batch], None, inputs2[i:i + batch] if inputs2 is not None else None, None)
@@ -647,6 +669,27 @@ class Classifier(_Model):
             kv += [k.encode(), v.encode()]
         arr = (ctypes.c_char_p * (len(kv) + 1))(*kv, None)
         _lib.check(lib.mega_cls_save_ex(self._handle(), _path(path), arr))
+
+
+def _serialised(fn):
+    """fn, run holding its model's lock"""
+    @functools.wraps(fn)
+    def run(self, *args, **kw):
+        with self._lock:
+            return fn(self, *args, **kw)
+    return run
+
+
+# The calls that use a model's C state (its activations, gradients, weights, handle) take turns
+# on that model: the library runs without the GIL, and two threads in one model's forward would
+# each read back the other's logits. Other models, and other calls, run in parallel.
+for _cls, _names in ((_Model, ("close", "parameters", "zero_grad", "grad_norm", "clip_grad_norm", "backward",
+                               "train_step", "config_json")),
+                     (LM, ("close", "forward", "last_logits", "logits", "generate", "save")),
+                     (Classifier, ("forward", "last_logits", "logits", "save"))):
+    for _n in _names:
+        setattr(_cls, _n, _serialised(_cls.__dict__[_n]))
+del _cls, _names, _n
 
 
 class AdamW:
@@ -888,3 +931,9 @@ class Translator(_Model):
             out += [self._text(hyp[i, :lens[i]].tolist(), remove_bpe) for i in range(len(part))]
         return out
 
+
+
+# A Translator's searches use its model's buffers: they take turns too (see the list above).
+for _n in ("close", "translate"):
+    setattr(Translator, _n, _serialised(Translator.__dict__[_n]))
+del _n

@@ -120,7 +120,11 @@ mega_status mega_write_file_atomic(const char *path, const void *data, size_t le
     snprintf(tmp, pl + 32, "%s.tmp.%ld", path, (long)getpid());
 
     fault_point(0);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
+    /* a new file, never one found at the name: the name is predictable (the pid), and a hard link
+     * (or a link) planted there would otherwise have its target written; what an earlier process
+     * of the same pid left there goes first */
+    (void)unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd < 0) {
         int e = errno;
         free(tmp);

@@ -12,7 +12,10 @@
  * Learning (mega_bpe_learn) is subword-nmt's learn_bpe.py without its end-of-word marker: count
  * the units of the text, then repeatedly merge the most frequent adjacent pair (ties: the smaller
  * pair of ids), updating the pair counts of the units that contain it only (an index from each
- * pair to the units where it occurs, and a heap of counts with stale entries skipped).
+ * pair to the units where it occurs, and a heap of counts with stale entries skipped). Units
+ * longer than MEGA_BPE_MAX_UNIT bytes are learned from in pieces and at most MEGA_BPE_LEARN_BYTES
+ * bytes of distinct units are learned from (mega_data.h): a text of 4 MB without a space would
+ * otherwise be one unit whose every merge rescans it, and whose tokens grow to megabytes.
  */
 #include "data/data.h"
 
@@ -26,6 +29,7 @@ struct mega_bpe {
     int32_t *pair;    /* [2n] merge i joins pair[2i], pair[2i+1] */
     uint32_t *off;    /* [V + 1] bytes of token v: bytes[off[v] .. off[v+1]) */
     uint8_t *bytes;
+    size_t longest;   /* bytes of the longest token */
     uint64_t *hkey;   /* open addressing: pair key + 1 (0 = empty) -> merge index */
     int32_t *hval;
     size_t hcap;
@@ -58,7 +62,7 @@ static mega_status bpe_build(int32_t *pair, int n, mega_bpe **out) {
     *out = NULL;
     mega_bpe *b = calloc(1, sizeof *b);
     if (!b) return free(pair), mega__error(MEGA_ERR_OOM, "bpe: out of memory");
-    b->n = n, b->pair = pair;
+    b->n = n, b->pair = pair, b->longest = 1;
     const size_t V = (size_t)MEGA_S2S_VOCAB + (size_t)n;
     b->off = malloc((V + 1) * sizeof *b->off);
     size_t total = 256;
@@ -80,6 +84,7 @@ static mega_status bpe_build(int32_t *pair, int n, mega_bpe **out) {
             return mega__error(MEGA_ERR_FORMAT, "bpe: merge %d makes a token of %llu bytes", i + 1, (unsigned long long)l);
         }
         len[MEGA_S2S_VOCAB + i] = (uint32_t)l, total += l;
+        if (l > b->longest) b->longest = (size_t)l;
     }
     if (total > UINT32_MAX) {
         free(len);
@@ -123,6 +128,7 @@ oom:
 }
 
 int mega_bpe_merges(const mega_bpe *b) { return b ? b->n : 0; }
+size_t mega_bpe_longest(const mega_bpe *b) { return b ? b->longest : 1; }
 int mega_bpe_vocab_size(const mega_bpe *b) { return MEGA_S2S_VOCAB + (b ? b->n : 0); }
 
 const uint8_t *mega_bpe_token(const mega_bpe *b, int id, size_t *len) {
@@ -132,12 +138,6 @@ const uint8_t *mega_bpe_token(const mega_bpe *b, int id, size_t *len) {
     }
     if (len) *len = b->off[id + 1] - b->off[id];
     return b->bytes + b->off[id];
-}
-
-size_t mega_bpe_longest(const mega_bpe *b) {
-    size_t w = 1;
-    for (int v = 0; b && v < mega_bpe_vocab_size(b); v++) w = MEGA_MAX(w, (size_t)(b->off[v + 1] - b->off[v]));
-    return w;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -299,6 +299,7 @@ typedef struct {
     ivec *units;
     int *last; /* the last unit appended to units[p] (appends come unit by unit) */
     int *dirty;
+    int64_t *pushed; /* the count last pushed into the heap (an entry with it is still there) */
     ivec touched;
     size_t pn_cap;
     /* max-heap of (count, key) */
@@ -374,50 +375,136 @@ static int64_t pair_index(learner *L, uint64_t k) {
         if (la) L->last = la;
         int *d = realloc(L->dirty, nc * sizeof *d);
         if (d) L->dirty = d;
-        if (!a || !c || !u || !la || !d) return -1;
+        int64_t *pu = realloc(L->pushed, nc * sizeof *pu);
+        if (pu) L->pushed = pu;
+        if (!a || !c || !u || !la || !d || !pu) return -1;
         L->pn_cap = nc;
     }
     const size_t p = L->np++;
     L->pkey[h] = k + 1, L->pidx[h] = (int32_t)p;
-    L->key_of[p] = k, L->count[p] = 0, L->units[p] = (ivec){0}, L->last[p] = -1, L->dirty[p] = 0;
+    L->key_of[p] = k, L->count[p] = 0, L->units[p] = (ivec){0}, L->last[p] = -1, L->dirty[p] = 0, L->pushed[p] = 0;
     return (int64_t)p;
+}
+
+/* add d * freq(u) to the count of pair (a, b) of unit u; with index, record u under the pair */
+static int add_pair(learner *L, int u, int32_t a, int32_t b, int64_t d, int index) {
+    const int64_t p = pair_index(L, pair_key(a, b));
+    if (p < 0) return -1;
+    L->count[p] += d * L->freq[u];
+    if (!L->dirty[p]) {
+        L->dirty[p] = 1;
+        if (ivec_push(&L->touched, (int32_t)p)) return -1;
+    }
+    if (index && L->last[p] != u) {
+        if (ivec_push(&L->units[p], u)) return -1;
+        L->last[p] = u;
+    }
+    return 0;
 }
 
 /* add d * freq(u) to every adjacent pair of unit u; with index, record u under each pair */
 static int unit_pairs(learner *L, int u, int64_t d, int index) {
     const int32_t *t = L->sym + L->uoff[u];
-    for (int i = 0; i + 1 < L->ulen[u]; i++) {
-        const int64_t p = pair_index(L, pair_key(t[i], t[i + 1]));
-        if (p < 0) return -1;
-        L->count[p] += d * L->freq[u];
-        if (!L->dirty[p]) {
-            L->dirty[p] = 1;
-            if (ivec_push(&L->touched, (int32_t)p)) return -1;
-        }
-        if (index && L->last[p] != u) {
-            if (ivec_push(&L->units[p], u)) return -1;
-            L->last[p] = u;
-        }
-    }
+    for (int i = 0; i + 1 < L->ulen[u]; i++)
+        if (add_pair(L, u, t[i], t[i + 1], d, index)) return -1;
     return 0;
 }
 
-/* push the changed counts into the heap */
+/* Merge (x, y) into z in unit u (every occurrence, left to right), updating only the counts of
+ * the pairs that change: the old pairs touching an occurrence go, the pairs holding z come, and
+ * the unit is recorded under the new pairs only (its other pairs were there before, so it is in
+ * their lists already). The pairs away from the occurrences are the same before and after, so
+ * the counts end as a recount would make them, at a cost of the unit's length plus a few table
+ * look-ups per occurrence. 0, 1 when (x, y) no longer occurs in u, -1 when out of memory. */
+static int merge_unit(learner *L, int u, int32_t x, int32_t y, int32_t z) {
+    int32_t *t = L->sym + L->uoff[u];
+    const int n = L->ulen[u];
+    unsigned char in[MEGA_BPE_MAX_UNIT]; /* learned units are at most this long */
+    int has = 0;
+    memset(in, 0, (size_t)n);
+    for (int i = 0; i + 1 < n; i++) /* the occurrences, as merge_pair finds them */
+        if (t[i] == x && t[i + 1] == y) in[i] = in[i + 1] = 1, has = 1, i++;
+    if (!has) return 1; /* merged already (a repeat in the list) or no longer adjacent */
+    for (int i = 0; i + 1 < n; i++)
+        if ((in[i] || in[i + 1]) && add_pair(L, u, t[i], t[i + 1], -1, 0)) return -1;
+    const int m = L->ulen[u] = (int)merge_pair(t, (size_t)n, x, y, z);
+    for (int i = 0; i + 1 < m; i++)
+        if ((t[i] == z || t[i + 1] == z) && add_pair(L, u, t[i], t[i + 1], 1, 1)) return -1;
+    return 0;
+}
+
+/* push the changed counts into the heap; when stale entries outnumber the pairs, the heap is
+ * rebuilt from the counts (its size stays within a few times the pairs; the pops, which skip
+ * stale entries and break ties by key, give the same merges either way) */
 static int flush_dirty(learner *L) {
     for (int i = 0; i < L->touched.n; i++) {
         const int32_t p = L->touched.v[i];
         L->dirty[p] = 0;
-        if (L->count[p] > 0 && heap_push(L, L->count[p], L->key_of[p])) return -1;
+        if (L->count[p] > 0 && L->count[p] != L->pushed[p]) {
+            if (heap_push(L, L->count[p], L->key_of[p])) return -1;
+            L->pushed[p] = L->count[p];
+        }
     }
     L->touched.n = 0;
+    if (L->hn > 2 * L->np + (1 << 16)) {
+        L->hn = 0;
+        for (size_t p = 0; p < L->np; p++) {
+            L->pushed[p] = L->count[p] > 0 ? L->count[p] : 0;
+            if (L->count[p] > 0 && heap_push(L, L->count[p], L->key_of[p])) return -1;
+        }
+    }
     return 0;
 }
 
 static void learner_free(learner *L) {
     free(L->sym), free(L->uoff), free(L->ulen), free(L->freq);
-    free(L->pkey), free(L->pidx), free(L->key_of), free(L->count), free(L->last), free(L->dirty);
+    free(L->pkey), free(L->pidx), free(L->key_of), free(L->count), free(L->last), free(L->dirty), free(L->pushed);
     for (size_t p = 0; L->units && p < L->np; p++) free(L->units[p].v);
     free(L->units), free(L->touched.v), free(L->heap);
+}
+
+/* the end of the piece of a unit that starts at s[i] as learning sees it: the unit, cut after at
+ * most MEGA_BPE_MAX_UNIT bytes at the start of a character (a run of continuation bytes, which
+ * UTF-8 holds to 3, is not followed further), so that no learned token is longer and a merge's
+ * work on a unit is bounded */
+static size_t piece_end(const uint8_t *s, size_t n, size_t i) {
+    size_t e = unit_end(s, MEGA_MIN(n, i + MEGA_BPE_MAX_UNIT + 1), i); /* not the whole rest of a long unit */
+    if (e - i <= MEGA_BPE_MAX_UNIT) return e;
+    e = i + MEGA_BPE_MAX_UNIT;
+    for (int k = 0; k < 3 && e - i > 1 && (s[e] & 0xC0) == 0x80; k++) e--;
+    return e;
+}
+
+/* a unit as keep_frequent sorts them */
+struct ukey {
+    int64_t freq;
+    const uint8_t *s;
+    int len, u;
+};
+
+/* the more frequent first, then by bytes (so the choice does not depend on the texts' order) */
+static int ukey_cmp(const void *pa, const void *pb) {
+    const struct ukey *a = pa, *b = pb;
+    if (a->freq != b->freq) return a->freq > b->freq ? -1 : 1;
+    const int c = memcmp(a->s, b->s, (size_t)MEGA_MIN(a->len, b->len));
+    return c ? c : a->len - b->len;
+}
+
+/* More distinct unit bytes than MEGA_BPE_LEARN_BYTES: keep the most frequent units that fit, in
+ * that order (ustart, ulen, freq rewritten in place); returns the bytes kept, or SIZE_MAX when
+ * out of memory */
+static size_t keep_frequent(learner *L, const uint8_t **ustart) {
+    struct ukey *k = malloc((size_t)L->nu * sizeof *k);
+    if (!k) return SIZE_MAX;
+    for (int u = 0; u < L->nu; u++) k[u] = (struct ukey){L->freq[u], ustart[u], L->ulen[u], u};
+    qsort(k, (size_t)L->nu, sizeof *k, ukey_cmp);
+    size_t bytes = 0;
+    int n = 0;
+    while (n < L->nu && bytes + (size_t)k[n].len <= MEGA_BPE_LEARN_BYTES) bytes += (size_t)k[n++].len;
+    for (int u = 0; u < n; u++) ustart[u] = k[u].s, L->ulen[u] = k[u].len, L->freq[u] = k[u].freq;
+    L->nu = n;
+    free(k);
+    return bytes;
 }
 
 /* the distinct units of the texts with their counts (a hash of the unit bytes, grown at half load) */
@@ -438,11 +525,7 @@ static mega_status count_units(learner *L, const uint8_t *const *texts, const si
             break;
         }
         for (size_t i = 0; i < lens[t];) {
-            const size_t e = unit_end(s, lens[t], i), l = e - i;
-            if (l > (size_t)INT_MAX / 2) {
-                st = mega__error(MEGA_ERR_INVALID, "bpe: a unit of %zu bytes", l);
-                break;
-            }
+            const size_t e = piece_end(s, lens[t], i), l = e - i;
             const uint64_t hv = mix64(mega_fnv1a64(s + i, l));
             size_t h = hv & (hcap - 1);
             while (slot[h] >= 0 && !(uhash[slot[h]] == hv && (size_t)L->ulen[slot[h]] == l && !memcmp(ustart[slot[h]], s + i, l)))
@@ -489,6 +572,8 @@ static mega_status count_units(learner *L, const uint8_t *const *texts, const si
             i = e;
         }
     }
+    if (st == MEGA_OK && nsym > MEGA_BPE_LEARN_BYTES && (nsym = keep_frequent(L, ustart)) == SIZE_MAX)
+        st = mega__error(MEGA_ERR_OOM, "bpe: out of memory");
     if (st == MEGA_OK) {
         L->sym = malloc((nsym ? nsym : 1) * sizeof *L->sym);
         L->uoff = malloc(((size_t)L->nu + 1) * sizeof *L->uoff);
@@ -532,22 +617,13 @@ mega_status mega_bpe_learn(const uint8_t *const *texts, const size_t *lens, size
         const int32_t x = (int32_t)(top.k >> 32), y = (int32_t)(uint32_t)top.k, z = MEGA_S2S_VOCAB + n;
         pair[2 * n] = x, pair[2 * n + 1] = y;
         n++;
-        /* every unit where (x, y) occurred: its pairs out, the merge, its pairs back in (the
-         * units list is taken first: the updates may grow the pair arrays) */
+        /* every unit where (x, y) occurred (the units list is taken first: the updates may grow
+         * the pair arrays) */
         ivec us = L.units[p];
         L.units[p] = (ivec){0};
         L.last[p] = -1;
-        for (int j = 0; j < us.n && st == MEGA_OK; j++) {
-            const int u = us.v[j];
-            int32_t *t = L.sym + L.uoff[u];
-            int has = 0;
-            for (int i = 0; i + 1 < L.ulen[u] && !has; i++) has = t[i] == x && t[i + 1] == y;
-            if (!has) continue; /* merged already (a repeat in the list) or no longer adjacent */
-            if (unit_pairs(&L, u, -1, 0)) st = mega__error(MEGA_ERR_OOM, "bpe: out of memory");
-            L.ulen[u] = (int)merge_pair(t, (size_t)L.ulen[u], x, y, z);
-            /* re-add, the unit indexed again under the pairs it now has (repeats are harmless) */
-            if (st == MEGA_OK && unit_pairs(&L, u, 1, 1)) st = mega__error(MEGA_ERR_OOM, "bpe: out of memory");
-        }
+        for (int j = 0; j < us.n && st == MEGA_OK; j++)
+            if (merge_unit(&L, us.v[j], x, y, z) < 0) st = mega__error(MEGA_ERR_OOM, "bpe: out of memory");
         free(us.v);
         if (st == MEGA_OK && flush_dirty(&L)) st = mega__error(MEGA_ERR_OOM, "bpe: out of memory");
     }

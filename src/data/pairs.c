@@ -93,7 +93,21 @@ static mega_status s2s_line(mega_s2s_data *d, const mega_s2s_opts *o, const char
     size_t sn = sl, tn = tl; /* tokens before </s> */
     if (reason < 0 && (sl > S2S_MAX_BYTES || tl > S2S_MAX_BYTES))
         MEGA_FAIL(MEGA_ERR_FORMAT, "%s:%d: a sentence longer than %d bytes", d->path, lineno, S2S_MAX_BYTES);
-    if (reason < 0) {
+    /* a subword side too long for the limit even in its longest subwords is not encoded:
+     * encoding a unit rescans it once per merge it takes part in, minutes for megabytes without
+     * a space (a byte side, cheap to encode, is checked exactly below, the source first) */
+    const size_t ls = mega_bpe_longest(o->src_bpe), lt = mega_bpe_longest(o->tgt_bpe);
+    const int src_over = o->src_bpe && o->max_src_len > 0 && sl > (size_t)(o->max_src_len - 1) * ls;
+    const int tgt_over = o->tgt_bpe && o->max_tgt_len > 0 && tl > (size_t)(o->max_tgt_len - 1) * lt;
+    const int src_bytes_over = !o->src_bpe && o->max_src_len > 0 && sl + 1 > (size_t)o->max_src_len;
+    if (reason < 0 && (src_over || (tgt_over && !src_bytes_over))) {
+        const int side = !src_over;
+        reason = side ? MEGA_S2S_BAD_TGT_LONG : MEGA_S2S_BAD_SRC_LONG;
+        snprintf(why, sizeof why, "%s of %zu bytes is longer than %s %d (it cannot fit in subwords of at most %zu bytes)",
+                 side ? "target" : "source", side ? tl : sl, d->limit[side], side ? o->max_tgt_len : o->max_src_len,
+                 side ? lt : ls);
+    }
+    if (reason < 0 && !src_bytes_over) {
         int32_t small[256], *ids = sl + tl <= 256 ? small : malloc((sl > tl ? sl : tl) * sizeof *ids);
         if (!ids) MEGA_FAIL(MEGA_ERR_OOM, "%s: out of memory", d->path);
         sn = mega_bpe_encode(o->src_bpe, (const uint8_t *)s, sl, ids);
@@ -206,6 +220,9 @@ mega_status mega_s2s_tokenize_bpe(const mega_bpe *b, const char *s, size_t n, in
     size_t k = mega_utf8_check(s, m);
     if (k < m) MEGA_FAIL(MEGA_ERR_FORMAT, "source: invalid UTF-8 at column %zu (byte 0x%02x)", k + 1, (unsigned char)s[k]);
     if (m > S2S_MAX_BYTES) MEGA_FAIL(MEGA_ERR_INVALID, "source: %zu bytes, more than %d", m, S2S_MAX_BYTES);
+    if (b && max_len > 0 && m > (size_t)(max_len - 1) * mega_bpe_longest(b)) /* not encoded: see s2s_line */
+        MEGA_FAIL(MEGA_ERR_INVALID, "source: %zu bytes, more than the limit of %d tokens holds in subwords of at most %zu bytes",
+                  m, max_len, mega_bpe_longest(b));
     const size_t k2 = mega_bpe_encode(b, (const uint8_t *)s, m, tok);
     if (max_len > 0 && k2 + 1 > (size_t)max_len) {
         if (b)

@@ -235,6 +235,39 @@ cl1 = ct.forward(texts[:32], labels[:32])
 check(f"classifier train_step lowers its loss on a batch ({cl0:.3f} -> {cl1:.3f})", cl1 < cl0)
 ct.save("cls_trained.safetensors")
 
+# ---- hostile arguments: threads, values beyond the C types ------------------------------------------
+import threading  # noqa: E402
+
+# two threads calling logits on one model (the library's forward runs without the GIL and keeps
+# its activations in the model): each call must still give its own input's logits
+xa, xb = held[None, :64].astype(np.int32), held[None, 64:128].astype(np.int32)
+want_a, want_b = lm.logits(xa), lm.logits(xb)
+wrong = []
+
+
+def hammer(x, want):
+    for _ in range(30):
+        if not np.array_equal(lm.logits(x), want):
+            wrong.append(1)
+
+
+ths = [threading.Thread(target=hammer, args=(xa, want_a)), threading.Thread(target=hammer, args=(xb, want_b))]
+for t in ths:
+    t.start()
+for t in ths:
+    t.join()
+check("two threads calling logits on one model each get their own input's logits", not wrong,
+      f"{len(wrong)} of 60 calls gave another input's logits")
+raises("targets below -2^31 (they would wrap into ids): MegaError", lambda: lm.loss(
+    np.array([[1, 2]]), np.array([[-(2**32) + 5, 3]], dtype=np.int64)), "targets")
+raises("generate: tokens beyond a C int: MegaError", lambda: lm.generate(b"a", 2**32 + 3), "tokens")
+raises("generate: top_k beyond a C int: MegaError", lambda: lm.generate(b"a", 2, top_k=2**32), "top_k")
+raises("set_threads beyond a C int: MegaError", lambda: mega.set_threads(2**32 + 1), "threads")
+check("set_threads(2**32 + 1) changed nothing", mega.get_threads() == 1, str(mega.get_threads()))
+raises("text_windows: batch beyond a C int: MegaError", lambda: mega.text_windows(b"abcdefgh" * 4, 2**32 + 1, 4, 0),
+       "batch")
+raises("classifier logits: batch 0: MegaError", lambda: cls.logits(["a"], batch=0), "batch")
+
 # ---- memory: loading and freeing many times does not grow ------------------------------------------
 def cycle():
     m = mega.load("lm")

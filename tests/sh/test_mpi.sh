@@ -18,7 +18,8 @@
 #   * --time-budget on 2 ranks (rank 0's clock in the step's allreduce): the ranks stay identical
 #     through checkpoints every 5 steps and end at the budget;
 #   * a --batch that the ranks x --grad-accum do not divide is refused in one line (F40 with one
-#     process, in every build; F41 with 2 ranks).
+#     process, in every build; F41 with 2 ranks);
+#   * ranks given different --data (an MPMD mpirun) are refused in one line (F43).
 # The MPI checks are skipped (a NOTE) when mpirun is missing or the build has no MPI (NO_MPI=1,
 # SAN=1).
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
@@ -160,6 +161,17 @@ rc=$?
 if [ $rc -ne 0 ] && [ "$(grep -c '^mega: error: --batch 4 cannot be split into 6 equal shards (2 ranks x --grad-accum 3)' bad.err)" -eq 1 ]; then
   ok "--batch 4 on 2 ranks x --grad-accum 3 is refused in one line"
 else bad "--batch 4 on 2 ranks x --grad-accum 3 (exit $rc: $(head -n 3 bad.err))"; fi
+
+# F43: ranks given different data (MPMD: one --data per rank) would train on a mix of both and
+# exit 0; the ranks compare their data's size and checksum at the start and refuse in one line
+sed 's/e/E/g' data.txt > data2.txt
+# shellcheck disable=SC2086
+$TO mpirun -np 1 "$MEGA" train $LM --out mixed : -np 1 "$MEGA" train $(echo "$LM" | sed 's/--data data.txt/--data data2.txt/') --out mixed >mixed.out 2>mixed.err
+rc=$?
+if [ $rc -ne 0 ] && [ "$(grep -c '^mega: error: ' mixed.err)" -eq 1 ] && grep -q '^mega: error: the ranks were given different training data' mixed.err &&
+  [ ! -e mixed/model.safetensors ]; then
+  ok "F43 2 ranks with different --data are refused in one line (exit $rc)"
+else bad "F43 2 ranks with different --data (exit $rc: $(grep 'mega: error' mixed.err | head -n 3))"; fi
 
 # a resumed run splits the checkpoint's batch (6), not the flag's default: 2 ranks x 2 refused
 # shellcheck disable=SC2086

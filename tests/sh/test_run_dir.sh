@@ -240,5 +240,36 @@ else
   bad "0.1.0 run with --optimizer apollo: exit $rc, $(cat V0.err)"
 fi
 
+# a symbolic link in the run directory is not followed (R23, R24 in docs/bad-inputs.md): train.lock
+# or log.jsonl pointing elsewhere makes the run stop in one line, the file pointed at untouched
+printf 'keep\n' > victim
+for f in train.lock log.jsonl; do
+  rm -rf L && mkdir L && ln -s "$T/victim" "L/$f"
+  mega train $M --out L --steps 2 --warmup 1 > L.out 2> L.err
+  rc=$?
+  if [ $rc -eq 2 ] && one_error L.err && grep -q "L/$f' is a symbolic link" L.err && [ "$(cat victim)" = keep ] && [ -L "L/$f" ]; then
+    ok "a symbolic link as $f: refused, the target untouched ($(cat L.err))"
+  else bad "a symbolic link as $f: exit $rc, victim '$(cat victim)', $(cat L.err)"; printf 'keep\n' > victim; fi
+done
+# ... and on --resume, where log.jsonl is cut back and appended to
+rm -rf L && mega train $M --out L --steps 4 --warmup 1 --stop-after 2 > L.out 2>&1 && rm L/log.jsonl && ln -s "$T/victim" L/log.jsonl &&
+  mega train --data data.txt --out L --resume --quiet > L.out 2> L.err
+rc=$?
+if [ $rc -eq 2 ] && one_error L.err && grep -q "L/log.jsonl' is a symbolic link" L.err && [ "$(cat victim)" = keep ] && [ -L L/log.jsonl ]; then
+  ok "--resume with a symbolic link as log.jsonl: refused, the target untouched"
+else bad "--resume with a symbolic link as log.jsonl: exit $rc, victim '$(cat victim)', $(cat L.err)"; fi
+
+# ... nor a hard link where a save writes its temporary file (NAME.tmp.PID: the pid is known
+# to whoever starts the run; exec keeps the shell's): the link is replaced, not written through
+printf 'keep\n' > victim
+rm -rf L && mkdir L
+for n in step-00000002.model.safetensors step-00000002.state.safetensors step-00000002.manifest.json model.safetensors \
+  train_state.safetensors checkpoint.json; do echo "L/$n.tmp"; done > tmpnames
+# shellcheck disable=SC2016
+sh -c 'while read -r n; do ln victim "$n.$$"; done < tmpnames; exec "$@"' sh "$MEGA" train $M --out L --steps 2 --warmup 1 > L.out 2> L.err
+rc=$?
+if [ $rc -eq 0 ] && [ "$(cat victim)" = keep ] && [ -s L/checkpoint.json ]; then ok "hard links at the temporary files' names: the run saves, the linked file untouched"
+else bad "hard links at the temporary files' names: exit $rc, victim '$(head -c 100 victim)', $(head -n 2 L.err)"; fi
+
 echo "NOTE test_run_dir.sh: $(($(date +%s) - START)) s"
 finish

@@ -7,7 +7,8 @@
 #   * `mega translate` writes one line per input line, an empty line (and exit 1, with one
 #     message naming the line) for a bad one: empty, invalid UTF-8, longer than the model allows;
 #     --strict stops there; beam 1 and beam 4 both run;
-#   * --bpe: subword units learned, stored, used by eval / translate / info, kept on resume;
+#   * --bpe: subword units learned, stored, used by eval / translate / info, kept on resume; lines
+#     of megabytes without a space are left out of the learning (named) and skipped, in seconds;
 #   * bad data: lines without a tab, with an empty side or invalid UTF-8 are skipped and counted
 #     in the run description; a file with no usable line, a missing file, a language model given
 #     to translate exit 2 with exactly one "mega: error:" line.
@@ -196,6 +197,20 @@ printf 'no tab\n\n' >none.tsv
 expect_error "a file without one usable pair" "" "$M" train --task translate --data none.tsv --out N
 expect_error "a missing data file" "" "$M" train --task translate --data missing.tsv --out N2
 expect_error "eval of a missing model" "" "$M" eval --model nowhere --data test.tsv
+# --bpe learns from the pairs training can keep (T20 in docs/bad-inputs.md): two lines of 4 MB
+# without a space (one of "a" only, which made a 2 MB token and an error naming no file, one of
+# the alphabet over and over, which ran for minutes in gigabytes) are left out of the learning,
+# named by file and line, and skipped by training as too long
+{ head -c 4194304 /dev/zero | tr '\0' 'a'; printf '\tx\n'; yes abcdefghijklmnopqrstuvwxyz | head -c 4194304 | tr -d '\n'
+  printf '\tx\n'; head -n 300 ctrain.tsv; } >huge.tsv
+TO=""
+command -v timeout >/dev/null 2>&1 && TO="timeout -k 5 60"
+# shellcheck disable=SC2086
+$TO "$M" train --task translate --data huge.tsv --valid-fraction 0 $model --bpe 4000 --steps 1 --threads 1 --quiet --out H >H.out 2>&1
+status $? "T20 --bpe 4000 on two lines of 4 MB without a space exits 0 in time ($(grep 'error' H.out | head -n 1))"
+grep -q "subwords  .* learned from the sources of 300 pairs .*; 2 pairs too long for --seq-len 256 left out (the first at huge.tsv line 1)" H.out &&
+    grep -q "skipped in huge.tsv: 2 with a source longer than --seq-len 256 (first at line 1)" H.out
+status $? "T20 the long lines are left out of the learning and skipped, named by file and line"
 printf 'hello world\n' >lm.txt
 "$M" train --data lm.txt --valid-fraction 0 --steps 1 --seq-len 4 --batch 1 --layers 1 --embed-dim 8 --z-dim 4 --hidden-dim 8 --ffn-dim 8 --out L >/dev/null 2>&1
 expect_error "translate with a language model" "" "$M" translate --model L --input src.txt
