@@ -462,7 +462,7 @@ static int build_flags(cli_flag *fl, train_args *a, const task_def *td) {
         {"eval-tokens", F_I64, &a->eval_tokens, "lm: validation bytes per evaluation; classify: examples (0 = the whole split)", NULL, 0, 1e15, 0},
         {"best-metric", F_ENUM, &a->best_metric, "the validation figure whose best model --out keeps as best.safetensors "
          "(and --patience watches): loss, or the task's metric (lm: bpb, lower is better; classify, translate: acc, "
-         "higher is better)", "loss|bpb|acc", 1, 0, 0},
+         "higher is better; default: translate acc, else loss)", "loss|bpb|acc", 1, 0, 0},
         {"patience", F_I64, &a->patience, "stop (with a checkpoint) after N validations in a row without a better "
          "--best-metric (0 = never; default: translate 10, else 0)", NULL, -1, 1e12, 0},
         {"save-every", F_I64, &a->save_every, "checkpoint every N steps (0 = only at the end)", NULL, 0, 1e12, 0},
