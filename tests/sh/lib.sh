@@ -26,6 +26,24 @@ finish() {
   [ "$fail" -eq 0 ] && exit 0
   exit 1
 }
+# need_tool: MEGA (the build's tool) and ROOT (the checkout); the script stops here when the tool
+# is not built
+need_tool() {
+  MEGA="$B/mega"
+  ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+  if [ ! -x "$MEGA" ]; then
+    bad "no executable $MEGA (build first)"
+    finish
+  fi
+}
+# in_temp_dir NAME [PARENT]: T, a new directory (in PARENT, default $TMPDIR or /tmp) removed at exit,
+# and the script continues inside it
+in_temp_dir() {
+  T=$(mktemp -d "${2:-${TMPDIR:-/tmp}}/mega_$1.XXXXXX") || { bad "mktemp -d"; finish; }
+  trap 'rm -rf "$T"' EXIT
+  trap 'exit 2' INT TERM HUP
+  cd "$T" || { bad "cd $T"; finish; }
+}
 # need_torch SCRIPT [asan-ok]: PY=/usr/bin/python3 (MEGA_TEST_PYTHON overrides it, only to test the
 # skip path); the script stops here (a NOTE line, no checks)
 # when it lacks torch and numpy, or (unless asan-ok) when $B is a sanitizer build, whose runtime

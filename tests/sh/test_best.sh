@@ -14,16 +14,8 @@
 #     warning for a model much larger than its data, --patience 10.
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
-MEGA="$B/mega"
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-if [ ! -x "$MEGA" ]; then
-  bad "no executable $MEGA (build first)"
-  finish
-fi
-T=$(mktemp -d "${TMPDIR:-/tmp}/mega_best.XXXXXX") || { bad "mktemp -d"; finish; }
-trap 'rm -rf "$T"' EXIT
-trap 'exit 2' INT TERM HUP
-cd "$T" || { bad "cd $T"; finish; }
+need_tool
+in_temp_dir best
 TO=""
 command -v timeout >/dev/null 2>&1 && TO="timeout -k 5 120"
 mega() { $TO "$MEGA" "$@"; }

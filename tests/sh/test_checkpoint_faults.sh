@@ -34,18 +34,10 @@
 # killed process is the fault here, not a power cut, so fsync need not reach a disk.
 # Prints "N passed, M failed" last (1 in "passed" per pair); -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
-MEGA="$B/mega"
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-if [ ! -x "$MEGA" ]; then
-  bad "no executable $MEGA (build first)"
-  finish
-fi
+need_tool
 TD=${TMPDIR:-/tmp}
 [ -d /dev/shm ] && [ -w /dev/shm ] && TD=/dev/shm
-T=$(mktemp -d "$TD/mega_faults.XXXXXX") || { bad "mktemp -d"; finish; }
-trap 'rm -rf "$T"' EXIT
-trap 'exit 2' INT TERM HUP
-cd "$T" || { bad "cd $T"; finish; }
+in_temp_dir faults "$TD"
 START=$(date +%s)
 unset MEGA_FAULT
 cp "$ROOT/tests/fixtures/runs/lm_v010/data.txt" data.txt || { bad "no data"; finish; }

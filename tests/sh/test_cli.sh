@@ -12,16 +12,8 @@
 # Everything runs in a temporary directory (removed at exit) with --threads 1; deterministic.
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
-MEGA="$B/mega"
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-if [ ! -x "$MEGA" ]; then
-  bad "no executable $MEGA (build first)"
-  finish
-fi
-T=$(mktemp -d "${TMPDIR:-/tmp}/mega_cli.XXXXXX") || { bad "mktemp -d"; finish; }
-trap 'rm -rf "$T"' EXIT
-trap 'exit 2' INT TERM HUP
-cd "$T" || { bad "cd $T"; finish; }
+need_tool
+in_temp_dir cli
 TO=""
 command -v timeout >/dev/null 2>&1 && TO="timeout -k 5 300"
 mega() { $TO "$MEGA" "$@"; }

@@ -24,12 +24,7 @@
 # SAN=1).
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
-MEGA="$B/mega"
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-if [ ! -x "$MEGA" ]; then
-  bad "no executable $MEGA (build first)"
-  finish
-fi
+need_tool
 # F40 (docs/bad-inputs.md), in every build: one process, --grad-accum not dividing --batch
 "$MEGA" train --data "$ROOT/tests/fixtures/runs/lm_v010/data.txt" --out /nonexistent/o --batch 3 --grad-accum 2 >/dev/null 2>"${TMPDIR:-/tmp}/mega_ga.$$"
 rc=$?

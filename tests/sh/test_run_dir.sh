@@ -19,12 +19,7 @@
 #     refused in one line, and a run saved before the table (no "optimizer") resumes as AdamW.
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
-MEGA="$B/mega"
-ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-if [ ! -x "$MEGA" ]; then
-  bad "no executable $MEGA (build first)"
-  finish
-fi
+need_tool
 T=$(mktemp -d "${TMPDIR:-/tmp}/mega_rundir.XXXXXX") || { bad "mktemp -d"; finish; }
 PIDS=""
 trap 'for p in $PIDS; do kill -9 $p 2>/dev/null; done; rm -rf "$T"' EXIT
