@@ -165,6 +165,7 @@ static void s2s_describe(task *t, const train_args *a, FILE *f) {
     if (!C->valid_from_train && C->n_valid && mega_s2s_skip_summary(&C->valid, sk, sizeof sk))
         fprintf(f, "            skipped in %s: %s\n", C->valid.path, sk);
     if (C->src_bpe || C->tgt_bpe) fprintf(f, "  subwords  %s\n", C->bpe_how);
+    else if (C->bpe_how[0]) fprintf(f, "  vocab     %s\n", C->bpe_how); /* the data-size default chose bytes */
     fprintf(f, "  batches   up to %d tokens and %d sentences each (%d batches per epoch), label smoothing %g\n",
             a->max_tokens, a->batch, C->plan.n, a->label_smoothing);
     char mb[512];
@@ -209,10 +210,19 @@ static void s2s_destroy(task *t) {
     free(t);
 }
 
+/* Without --bpe and --bpe-sides, a training set of fewer pairs than this stays in bytes on both
+ * sides with one shared table (docs/translation.md, "Vocabularies from the data size"): with few
+ * pairs most words are seen once or never, and a byte decoder that attends to the source's bytes
+ * can copy and respell them, where source subwords hand it words whose spelling it must have
+ * memorised */
+#define S2S_BPE_MIN_PAIRS 100000
+
 /* Subword units for a new run: --bpe merges learned from the pairs of --data that are trained on
  * (without --valid, the held-out tail is cut by line number here: *tail_line receives the line
  * where it starts, 0 when there is none), from the sides --bpe-sides names: both (one vocabulary,
- * the two sides one text collection), or one side (the other stays bytes). */
+ * the two sides one text collection), or one side (the other stays bytes). Returns 0, 1 after an
+ * error, or 2 (nothing learned) when the vocabularies were left at their defaults and the
+ * training set has fewer than S2S_BPE_MIN_PAIRS pairs. */
 static int s2s_learn_bpe(s2s_task *C, const train_args *a, int *tail_line) {
     const double t0 = now_sec();
     mega_s2s_opts o = {0, 0, 0, 0, "--data", "--seq-len", NULL, NULL};
@@ -223,6 +233,13 @@ static int s2s_learn_bpe(s2s_task *C, const train_args *a, int *tail_line) {
     if (!a->valid && a->valid_fraction > 0 && d.n >= 2) {
         n = d.n - task_valid_count(d.n, a->valid_fraction);
         *tail_line = d.line[n];
+    }
+    if (!cli_seen(a->flags, "bpe") && !cli_seen(a->flags, "bpe-sides") && n < S2S_BPE_MIN_PAIRS) {
+        snprintf(C->bpe_how, sizeof C->bpe_how, "bytes on both sides, one shared table: %d training pairs, fewer than "
+                 "the %d from which the default learns --bpe %d source merges (docs/translation.md)", n, S2S_BPE_MIN_PAIRS,
+                 a->bpe_merges);
+        mega_s2s_data_free(&d);
+        return 2;
     }
     const int both = !strcmp(a->bpe_sides, "both"), tgt_side = !strcmp(a->bpe_sides, "target");
     uint8_t *buf = malloc(d.pool_n ? d.pool_n : 1);
@@ -303,7 +320,9 @@ int s2s_task_flags(train_args *a, cli_flag *fl, int n) {
         {"max-tokens", F_INT, &a->max_tokens, "tokens per batch: sentences x their longest side (fairseq --max-tokens)", NULL, 2, 1 << 30, 0},
         {"label-smoothing", F_DBL, &a->label_smoothing, "label smoothing of the cross-entropy (fairseq; 0 = none)", NULL, 0, 0.99, 0},
         {"bpe", F_INT, &a->bpe_merges, "subword units: learn this many byte-pair merges from the training pairs (both sides, "
-         "one vocabulary of 258 + N tokens, stored in the checkpoint; docs/translation.md); 0 = bytes on both sides", NULL, 0,
+         "one vocabulary of 258 + N tokens, stored in the checkpoint; docs/translation.md); 0 = bytes on both sides. "
+         "Without --bpe and --bpe-sides, a training set of fewer than 100000 pairs stays in bytes on both sides with one "
+         "shared table", NULL, 0,
          MEGA_BPE_MAX_MERGES, 0},
         {"bpe-sides", F_ENUM, &a->bpe_sides, "with --bpe: the sides in subword units (both: one vocabulary learned from "
          "both sides; source or target: learned from that side only, the other side stays bytes, separate embedding "
@@ -363,7 +382,14 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
             snprintf(C->bpe_how, sizeof C->bpe_how, "%d byte-pair merges on %s side%s (from the checkpoint)", mine,
                      !strcmp(sides, "both") ? "both" : sides, strcmp(sides, "both") ? "" : "s");
     } else if (a->bpe_merges > 0) {
-        if (s2s_learn_bpe(C, a, &tail_line)) goto fail;
+        const int rc = s2s_learn_bpe(C, a, &tail_line);
+        if (rc == 1) goto fail;
+        if (rc == 2) { /* a small training set: bytes on both sides, one table (unless the flag says) */
+            a->bpe_merges = 0, tail_line = 0; /* as --bpe 0 */
+            if (!cli_seen(a->flags, "share-all-embeddings")) a->s2s.share_all_embeddings = 1;
+        }
+    }
+    if (!model_path && a->bpe_merges > 0) {
         a->s2s.src_vocab_size = mega_bpe_vocab_size(C->src_bpe);
         a->s2s.tgt_vocab_size = mega_bpe_vocab_size(C->tgt_bpe);
         /* two vocabularies cannot share one table: the translate default turns sharing off */

@@ -10,7 +10,8 @@
 #   * --resume keeps the best and the patience count: a run stopped with --stop-after and resumed
 #     ends with the same best.safetensors bytes as a straight run;
 #   * Python's mega.load(which="best"|"last") follows the same rule;
-#   * translate's defaults: dropout 0.3 on a small training set unless --dropout is given, the
+#   * translate's defaults: bytes on both sides with one table below 100,000 training pairs unless
+#     --bpe is given; dropout 0.3 on a small training set unless --dropout is given, the
 #     warning for a model much larger than its data, --patience 10.
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
@@ -95,6 +96,14 @@ mega train $TR --data big.tsv --out X3 >/dev/null 2>&1
 check "20000 training pairs and more get dropout 0.1" grep -qF '\"dropout\":0.1' X3/model.safetensors
 mega train $TR --dropout 0.05 --out X2 >/dev/null 2>&1
 check "an explicit --dropout is kept" grep -qF '\"dropout\":0.05' X2/model.safetensors
+# the vocabularies from the data size: without --bpe, fewer than 100,000 training pairs stay in
+# bytes on both sides with one table; an explicit --bpe learns its merges whatever the size
+TV=$(echo "$TR" | sed 's/ --bpe 0//; s/ --quiet//')
+mega train $TV --out X4 >X4.out 2>&1
+check "a small training set without --bpe: bytes on both sides, one table" grep -q "^  vocab     bytes on both sides, one shared table: 57 training pairs" X4.out
+check "... and its model shares its embeddings (258-token vocabularies)" grep -qF '\"share-all-embeddings\":true' X4/model.safetensors
+mega train $TV --bpe 20 --out X5 >X5.out 2>&1
+check "an explicit --bpe learns its merges on a small set" grep -q "byte-pair merges (--bpe 20) learned" X5.out
 
 # ---- Python ------------------------------------------------------------------------------------------
 PY=/usr/bin/python3
