@@ -115,6 +115,10 @@ MEGA_API uint64_t mega_data_rng_below(uint64_t *state, uint64_t n);
  * MEGA_ERR_INVALID when B < 1, T < 1 or n < T + 1 (nothing drawn then). */
 MEGA_API mega_status mega_text_windows(const uint8_t *text, size_t n, int B, int T, uint64_t *state, int32_t *tokens,
                               int32_t *targets);
+/* The same windows over a stream of token ids ids[0..n) (a fairseq binarized dataset's sequences
+ * joined: `mega train --data data-bin/...`), with the same draws. */
+MEGA_API mega_status mega_id_windows(const int32_t *ids, size_t n, int B, int T, uint64_t *state, int32_t *tokens,
+                            int32_t *targets);
 
 /* ---------------------------------------------------------------------------------------------
  * vocabularies */
@@ -201,6 +205,13 @@ MEGA_API int mega_fdict_generable(const mega_fdict *d, int id);
  * word preceded by a space unless *line_start; </s> is a newline; ids that are not generable give
  * nothing. *line_start tracks the line across calls (start it at 1). */
 MEGA_API size_t mega_fdict_decode(const mega_fdict *d, int id, int *line_start, char *buf, size_t cap);
+/* the metadata JSON of d (what mega_fdict_from_json reads back); caller frees with free(); NULL
+ * when out of memory */
+MEGA_API char *mega_fdict_to_json(const mega_fdict *d);
+/* The unit a dictionary's tokens suggest, as scripts/convert_fairseq.py --unit auto decides:
+ * byte when there is an ordinary token and every one is a decimal byte value 0..255 (the specials
+ * and the madeupword fillers of Dictionary.pad_to_multiple_ are not ordinary tokens), else word. */
+MEGA_API mega_fdict_unit mega_fdict_detect_unit(const mega_fdict *d);
 
 /* ---------------------------------------------------------------------------------------------
  * fairseq binarized datasets: what fairseq-preprocess writes into data-bin/ (the official

@@ -113,7 +113,25 @@ static void dictionary(const expected *e) {
     if (b) {
         TL_CHECK(mega_fdict_check_same(d, b, "data dict") == MEGA_ERR_FORMAT && strstr(mega_last_error(), "id 4 is"),
                  "check_same: another dictionary refused: %s", mega_last_error());
+        TL_CHECK(mega_fdict_detect_unit(b) == MEGA_FDICT_BYTE, "detect_unit: the byte dictionary is bytes");
     }
+    /* the word dictionary ends in madeupword fillers, which say nothing of the unit */
+    TL_CHECK(mega_fdict_detect_unit(d) == MEGA_FDICT_WORD, "detect_unit: the word dictionary is words");
+    char *js = mega_fdict_to_json(d);
+    mega_fdict *r = NULL;
+    TL_CHECK(js && mega_fdict_from_json(js, &r) == MEGA_OK && mega_fdict_size(r) == 56 && mega_fdict_check_same(d, r, "r") == MEGA_OK &&
+                 mega_fdict_get_unit(r) == MEGA_FDICT_WORD,
+             "to_json: read back as the same dictionary");
+    free(js), mega_fdict_free(r);
+    /* the draws of mega_text_windows, over ids */
+    const uint8_t txt[] = {3, 9, 4, 7, 1, 0, 5, 8, 2, 6, 11, 10};
+    int32_t wid[12], a[6], at[6], c[6], ct[6];
+    for (int i = 0; i < 12; i++) wid[i] = txt[i];
+    uint64_t s1 = 42, s2 = 42;
+    TL_CHECK(mega_text_windows(txt, 12, 2, 3, &s1, a, at) == MEGA_OK && mega_id_windows(wid, 12, 2, 3, &s2, c, ct) == MEGA_OK &&
+                 s1 == s2 && !memcmp(a, c, sizeof a) && !memcmp(at, ct, sizeof at) && ct[0] == c[1],
+             "id_windows: the windows of text_windows, targets shifted by one");
+    TL_CHECK(mega_id_windows(wid, 3, 1, 3, &s2, c, ct) == MEGA_ERR_INVALID, "id_windows: too short a stream refused");
     mega_fdict_free(b), mega_fdict_free(d);
 }
 

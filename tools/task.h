@@ -56,6 +56,7 @@ struct task {
     const char *kind;        /* the name of its task (its row in TASKS, set by train.c) */
     const char *metric;      /* "bpb" or "acc" */
     const char *unit;        /* throughput unit: "tok/s" */
+    const char *valid_unit;  /* what its validation count counts, when not its row's valid_unit (NULL) */
     mega_paramset *ps;
     uint64_t data_hash, data_size; /* fingerprint of the training data (resume check) */
     int batchnorm;                 /* the model normalises with batch statistics (per shard) */

@@ -408,7 +408,8 @@ static const cli_flag DATA_FLAGS[] = {
     {"task", F_ENUM, NULL, "what to train", NULL, 1, 0, 0}, /* the choices: task_choices() */
     {"preset", F_ENUM, NULL, "classify: the paper's LRA configuration (Table 8) and training defaults; explicit flags override",
      "lra-listops|lra-text|lra-retrieval|lra-image|lra-pathfinder", 1, 0, 0},
-    {"data", F_STR, NULL, "training data: text (lm); a TSV (classify: ListOps, label<TAB>text, label<TAB>text1<TAB>text2; "
+    {"data", F_STR, NULL, "training data: text, or a fairseq binarized dataset with its dict.txt (data-bin/X/train: "
+     "its valid split validates) (lm); a TSV (classify: ListOps, label<TAB>text, label<TAB>text1<TAB>text2; "
      "translate: source<TAB>target)", NULL, 1, 0, 0},
     {"valid", F_STR, NULL, "validation data (default: the last --valid-fraction of --data)", NULL, 1, 0, 0},
     {"valid-fraction", F_DBL, NULL, "fraction of --data held out when --valid is not given", NULL, 0, 0.9, 0},
@@ -441,7 +442,7 @@ static int build_flags(cli_flag *fl, train_args *a, const task_def *td) {
     const cli_flag tf[] = {
         {"steps", F_I64, &a->steps, "optimizer steps (total, including resumed ones; with --time-budget only an upper bound)", NULL, 1, 1e12, 0},
         {"batch", F_INT, &a->batch, "sequences per step (translate: at most, with --max-tokens)", NULL, 1, 1 << 20, 0},
-        {"seq-len", F_INT, &a->seq_len, "lm: bytes per sequence; classify: maximum length (longer inputs are truncated); "
+        {"seq-len", F_INT, &a->seq_len, "lm: bytes (tokens of a binarized dataset) per sequence; classify: maximum length (longer inputs are truncated); "
          "translate: longest source/target in tokens (longer pairs are skipped and counted)", NULL, 2, 1 << 24, 0},
         {"lr", F_DBL, &a->lr, "peak learning rate", NULL, 0, 10, 0},
         {"min-lr", F_DBL, &a->min_lr, "final learning rate", NULL, 0, 10, 0},
@@ -937,8 +938,7 @@ static int validate_now(train_progress *p, const train_args *a, task *t, train_p
         progress_break(&p->bar);
         printf("valid step %6lld | loss %.4f | %s %.4f | %lld %s (%.1fs)\n", (long long)pos->step, vl,
                t->metric, vm, (long long)vc,
-               task_find(t->kind)->valid_unit,
-               now_sec() - te);
+               t->valid_unit ? t->valid_unit : task_find(t->kind)->valid_unit, now_sec() - te);
         fprintf(p->log, "{\"step\": %lld, \"valid_loss\": %.6f, \"valid_%s\": %.6f, \"valid_count\": %lld}\n",
                 (long long)pos->step, vl, t->metric, vm, (long long)vc);
         fflush(p->log);

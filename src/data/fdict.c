@@ -136,6 +136,46 @@ int mega_fdict_generable(const mega_fdict *d, int id) {
     return 1;
 }
 
+char *mega_fdict_to_json(const mega_fdict *d) {
+    cJSON *o = cJSON_CreateObject(), *t = cJSON_CreateArray();
+    char *json = NULL;
+    int ok = o && t;
+    for (int i = 0; ok && i < d->n; i++) {
+        cJSON *s = cJSON_CreateString(d->tok[i]);
+        ok = s && cJSON_AddItemToArray(t, s);
+    }
+    if (ok) {
+        cJSON_AddStringToObject(o, "kind", "fairseq");
+        cJSON_AddStringToObject(o, "unit", d->unit == MEGA_FDICT_BYTE ? "byte" : "word");
+        cJSON_AddItemToObject(o, "tokens", t), t = NULL;
+        cJSON_AddNumberToObject(o, "bos", d->sp.bos), cJSON_AddNumberToObject(o, "pad", d->sp.pad);
+        cJSON_AddNumberToObject(o, "eos", d->sp.eos), cJSON_AddNumberToObject(o, "unk", d->sp.unk);
+        json = cJSON_PrintUnformatted(o);
+    }
+    cJSON_Delete(o), cJSON_Delete(t);
+    return json;
+}
+
+/* madeupword then at least 4 digits: a filler of fairseq's Dictionary.pad_to_multiple_ */
+static int is_filler(const char *s) {
+    if (strncmp(s, "madeupword", 10)) return 0;
+    size_t k = strspn(s + 10, "0123456789");
+    return k >= 4 && !s[10 + k];
+}
+
+mega_fdict_unit mega_fdict_detect_unit(const mega_fdict *d) {
+    int ordinary = 0;
+    for (int i = 0; i < d->n; i++) {
+        const char *s = d->tok[i];
+        if (i == d->sp.bos || i == d->sp.pad || i == d->sp.eos || i == d->sp.unk || is_filler(s) ||
+            !strcmp(s, "<s>") || !strcmp(s, "<pad>") || !strcmp(s, "</s>") || !strcmp(s, "<unk>"))
+            continue;
+        if (byte_value(s) < 0) return MEGA_FDICT_WORD;
+        ordinary++;
+    }
+    return ordinary ? MEGA_FDICT_BYTE : MEGA_FDICT_WORD;
+}
+
 /* the encoder's output: ids[count++] = id, or only counted when ids is NULL */
 typedef struct {
     const mega_fdict *d;

@@ -198,3 +198,15 @@ mega_status mega_text_windows(const uint8_t *text, size_t n, int B, int T, uint6
     }
     return MEGA_OK;
 }
+
+mega_status mega_id_windows(const int32_t *ids, size_t n, int B, int T, uint64_t *state, int32_t *tokens,
+                            int32_t *targets) {
+    if (B < 1 || T < 1) MEGA_FAIL(MEGA_ERR_INVALID, "mega_id_windows: bad shape B=%d T=%d", B, T);
+    if (n < (size_t)T + 1) MEGA_FAIL(MEGA_ERR_INVALID, "mega_id_windows: %zu tokens, fewer than T + 1 = %d", n, T + 1);
+    for (int b = 0; b < B; b++) { /* the draws of mega_text_windows */
+        size_t s0 = (size_t)mega_data_rng_below(state, (uint64_t)(n - (size_t)T));
+        memcpy(tokens + (size_t)b * T, ids + s0, (size_t)T * sizeof *ids);
+        memcpy(targets + (size_t)b * T, ids + s0 + 1, (size_t)T * sizeof *ids);
+    }
+    return MEGA_OK;
+}
