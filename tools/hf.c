@@ -555,7 +555,7 @@ static int exp_commit(const char *out, int has_head) {
 
 static int hf_export(const char *model, const char *out) {
     char p[4096], path[4200];
-    if (mega_model_file(model, p, sizeof p)) return cli_error("%s", mega_last_error());
+    if (!model_path(model, p, sizeof p)) return cli_error("%s", mega_last_error()); /* --which of a run directory */
     dir_of(p, path, sizeof path);
     if (same_dir(out, path))
         return cli_error("--out '%s' is the directory of the model (%s): the export would overwrite its input; choose "
@@ -1121,9 +1121,10 @@ int cmd_hf_export(int argc, char **argv) {
     const char *model = NULL, *out = NULL;
     cli_flag fl[] = {{"model", F_STR, &model, "our model: a checkpoint directory or model.safetensors", NULL, 1, 0, 0},
                      {"out", F_STR, &out, "the Hugging Face directory to write (config.json, model.safetensors)", NULL, 1, 0, 0},
+                     WHICH_FLAG,
                      FL_END};
     const char *usage =
-        "--model DIR --out HFDIR\n\n"
+        "--model DIR --out HFDIR [--which best|last]\n\n"
         "Writes a model in the layout of Hugging Face transformers' Mega (config.json with MegaConfig's\n"
         "fields, model.safetensors with modeling_mega.py's parameter names): a language model as\n"
         "MegaForCausalLM, a classifier's encoder as MegaModel (its head goes to " HF_HEAD_FILE ",\n"

@@ -184,6 +184,26 @@ roundtrip C clsC
 r=$("$PY" st.py config hfC 'architectures=["MegaModel"]' is_decoder=false bidirectional=true 'normalization_type="scalenorm"')
 case "$r" in ok*) ok "C: config.json of the encoder (MegaModel, bidirectional)" ;; *) bad "C: config.json: $r" ;; esac
 
+# --which of a run directory: best (the default) or last, as the other commands choose
+"$M" train --data text.txt --out lmW $small --steps 4 --lr 5 --warmup 0 --eval-every 1 --save-every 1 --ffn-dim 32 \
+  --chunk-size 8 --postnorm --no-scale-embedding >/dev/null 2>&1
+bs=$("$PY" -c 'import json,struct,sys
+b=open(sys.argv[1],"rb").read(); n=struct.unpack("<Q",b[:8])[0]; print(json.loads(b[8:8+n])["__metadata__"]["step"])' lmW/best.safetensors 2>/dev/null)
+[ -n "$bs" ] && [ "$bs" != 4 ] && ok "W: the best model (step $bs) is not the last (step 4)" || bad "W: best step '$bs'"
+for w in best last; do
+  "$M" hf-export --model lmW --which $w --out "hfW$w" >/dev/null 2>&1 && "$M" hf-import --hf "hfW$w" --out "backW$w" >/dev/null 2>&1
+  status $? "W: hf-export --which $w, then hf-import"
+done
+"$M" hf-export --model lmW --out hfWdef >/dev/null 2>&1 && "$M" hf-import --hf hfWdef --out backWdef >/dev/null 2>&1
+r=$("$PY" st.py same lmW/best.safetensors backWbest/model.safetensors)
+case "$r" in ok*) ok "W: --which best exports best.safetensors" ;; *) bad "W: --which best: $r" ;; esac
+r=$("$PY" st.py same lmW/step-00000004.model.safetensors backWlast/model.safetensors)
+case "$r" in ok*) ok "W: --which last exports the newest checkpoint" ;; *) bad "W: --which last: $r" ;; esac
+r=$("$PY" st.py same lmW/best.safetensors backWdef/model.safetensors)
+case "$r" in ok*) ok "W: without --which, the best" ;; *) bad "W: default: $r" ;; esac
+r=$("$PY" st.py same backWbest/model.safetensors backWlast/model.safetensors)
+case "$r" in ok*) bad "W: the best and the last exports are the same weights" ;; *) ok "W: the best and the last exports differ" ;; esac
+
 # the same model: identical evaluation (streaming and full-forward windows)
 for n in A B; do
   src=lm$n
