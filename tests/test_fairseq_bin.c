@@ -302,6 +302,74 @@ static void malformed_dict(void) {
 
 /* lra/ (the lra_cls fixture's five lines, binarized by the official Binarizer) through
  * mega_dataset_load_lra_bin with the converted model's dictionary (dict.txt's tokens, then <CLS>) */
+/* ---- datasets written by the official fairseq-preprocess (tests/ref/gen_fairseq_preprocess.py) ---- */
+
+/* PREFIX.ids: the ids the official MMapIndexedDataset read back, one line per sequence; compared
+ * with ours. Returns the sequences matched, -1 on a difference. */
+static long match_ids(const char *prefix, const mega_fdict *dict) {
+    char p[512];
+    snprintf(p, sizeof p, "%s.ids", prefix);
+    size_t len;
+    char *txt = (char *)tl_read_file(p, &len);
+    mega_fbin *d = NULL;
+    long n = -1;
+    if (txt && mega_fbin_open(prefix, &d) == MEGA_OK) {
+        int32_t buf[256];
+        char *q = txt;
+        n = 0;
+        for (size_t i = 0; i < mega_fbin_count(d) && n >= 0; i++, n++) {
+            const size_t L = mega_fbin_length(d, i);
+            if (L > 256 || mega_fbin_read(d, i, mega_fdict_size(dict), buf) != MEGA_OK) n = -2;
+            for (size_t k = 0; k < L && n >= 0; k++) {
+                char *e;
+                long v = strtol(q, &e, 10);
+                if (e == q || v != buf[k]) n = -2;
+                q = e;
+            }
+            while (n >= 0 && *q == ' ') q++;
+            if (n >= 0 && *q++ != '\n') n = -2;
+        }
+        if (n >= 0 && *q) n = -1; /* more sequences in the official read */
+    }
+    mega_fbin_close(d), free(txt);
+    return n;
+}
+
+static void official_preprocess(void) {
+    static const struct {
+        const char *dict, *prefixes[3];
+        mega_fdict_unit unit;
+    } cases[] = {
+        {"words/dict.txt", {"words/train", "words/valid", "words/test"}, MEGA_FDICT_WORD},
+        {"bytes/dict.txt", {"bytes/train", "bytes/valid", NULL}, MEGA_FDICT_BYTE},
+        {"mt/dict.de.txt", {"mt/train.de-en.de", "mt/valid.de-en.de", NULL}, MEGA_FDICT_WORD},
+        {"mt/dict.en.txt", {"mt/train.de-en.en", "mt/valid.de-en.en", NULL}, MEGA_FDICT_WORD},
+        {"lra/src-bin/dict.txt", {"lra/src-bin/train", "lra/src-bin/valid", NULL}, MEGA_FDICT_WORD},
+        {"lra/label-bin/dict.txt", {"lra/label-bin/train", "lra/label-bin/valid", NULL}, MEGA_FDICT_WORD},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char p[512];
+        snprintf(p, sizeof p, FX "preprocess/%s", cases[c].dict);
+        mega_fdict *d = NULL;
+        mega_status st = mega_fdict_load_txt(p, MEGA_FDICT_WORD, &d);
+        TL_CHECK(st == MEGA_OK, "official %s: %s", cases[c].dict, st ? mega_last_error() : "read");
+        if (st) continue;
+        /* fairseq-preprocess pads to a multiple of 8 (--padding-factor 8) with madeupword fillers */
+        TL_CHECK(mega_fdict_size(d) % 8 == 0 && !strncmp(mega_fdict_token(d, mega_fdict_size(d) - 1), "madeupword", 10),
+                 "official %s: %d ids, a multiple of 8 ending in fillers", cases[c].dict, mega_fdict_size(d));
+        /* the label dictionary (digits only) would read as bytes; labels are read as words */
+        if (c < 5)
+            TL_CHECK(mega_fdict_detect_unit(d) == cases[c].unit, "official %s: unit %s detected", cases[c].dict,
+                     cases[c].unit == MEGA_FDICT_BYTE ? "byte" : "word");
+        for (int k = 0; k < 3 && cases[c].prefixes[k]; k++) {
+            snprintf(p, sizeof p, FX "preprocess/%s", cases[c].prefixes[k]);
+            const long n = match_ids(p, d);
+            TL_CHECK(n > 0, "official %s: our ids are the official reader's (%ld sequences)", cases[c].prefixes[k], n);
+        }
+        mega_fdict_free(d);
+    }
+}
+
 static void lra_layout(void) {
     static const char *toks[] = {"]", "[MAX", "[MIN", "[SM", "[MED", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "(", ")"};
     char js[1024] = "{\"kind\":\"fairseq\",\"unit\":\"word\",\"bos\":0,\"pad\":1,\"eos\":2,\"unk\":3,"
@@ -363,6 +431,7 @@ int main(int argc, char **argv) {
         fixtures(&e);
         dictionary(&e);
     }
+    official_preprocess();
     if (tl_mkdtemp(tmp, sizeof tmp, "fsbin") == 0) {
         lra_layout();
         malformed_mmap();

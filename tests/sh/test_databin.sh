@@ -59,6 +59,33 @@ status $? "a text --valid with binarized --data exits 0"
 n=$(head -5 "$F/ids.txt" | wc -w)
 check "the text is the ids fairseq-preprocess gives it ($n + the first </s>)" grep -q "$((n + 1)) validation tokens (--valid)" V.out
 
+# ---- datasets written by the official fairseq-preprocess (tests/ref/gen_fairseq_preprocess.py) ---
+P="$F/preprocess"
+"$MEGA" train --data "$P/words/train" --out PW $M >PW.out 2>&1
+status $? "train on the official preprocess output (words)"
+nt=$(wc -w <"$P/words/train.ids") nv=$(wc -w <"$P/words/valid.ids")
+check "its dict.txt with the fillers is the vocabulary (56 ids), word unit" grep -q "fairseq dictionary: 56 tokens, word unit" PW.out
+check "the training and valid splits are the official reader's ids ($nt, $nv, each + the first </s>)" \
+  grep -q "$((nt + 1)) training tokens, $((nv + 1)) validation tokens (the valid split)" PW.out
+"$MEGA" eval --model PW --data "$P/words/test" >PWe.out 2>&1
+check "mega eval reads the official test split ($(wc -w <"$P/words/test.ids") tokens)" \
+  grep -q "$(wc -w <"$P/words/test.ids") tokens scored" PWe.out
+"$MEGA" train --data "$P/bytes/train" --out PB $M >PB.out 2>&1
+status $? "train on the official preprocess output (bytes, enwik8 form)"
+check "its dict.txt gives the byte unit (the fillers ignored)" grep -q "fairseq dictionary: 40 tokens, byte unit" PB.out
+if [ -x /usr/bin/python3 ]; then
+  # the converter's --unit auto on the official dictionaries (the standard library only; no torch)
+  u=$(/usr/bin/python3 -c 'import sys; sys.path.insert(0, sys.argv[1])
+from convert_fairseq import read_dict, vocabulary
+for d in sys.argv[2:]:
+    t = read_dict(d); print(vocabulary(t, len(t) + 4, "auto")[1], end=" ")' "$ROOT/scripts" "$P/bytes/dict.txt" \
+    "$P/words/dict.txt" "$P/lra/src-bin/dict.txt" 2>&1)
+  [ "$u" = "byte word word " ] && ok "convert_fairseq.py --unit auto: byte, word, word on the official dictionaries" ||
+    bad "convert_fairseq.py unit detection on the official dictionaries: '$u'"
+else
+  echo "NOTE the converter's unit check skipped: no /usr/bin/python3"
+fi
+
 # ---- refusals ------------------------------------------------------------------------------------
 cp d/train.* nd/
 expect_error "no dict.txt beside the data" "no '" "$MEGA" train --data nd/train --out X $M
