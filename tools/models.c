@@ -112,7 +112,9 @@ int load_cls_model(const char *arg, cls_model *cm) {
     const char *fs = mega_st_meta(f, "format");
     /* scripts/convert_fairseq.py: a fairseq dictionary, classes named by the label dictionary or not
      * at all (then by their ids) */
-    cm->fairseq = fs && !strncmp(fs, "mega-convert-fairseq", 20);
+    /* or trained here on the LRA binarized layout (mega train --task classify --data DIR): its
+     * vocabulary is a fairseq dictionary too */
+    cm->fairseq = (fs && !strncmp(fs, "mega-convert-fairseq", 20)) || (vj && strstr(vj, "\"fairseq\""));
     cm->named = cj != NULL;
     char ids[64 * 12] = "[";
     if (cm->fairseq && !cj) {

@@ -2,10 +2,12 @@
 #include "dist.h"
 #include "task.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ---- presets: the paper's Table 8 architectures with the official training scripts'
  * defaults (examples/mega/README.lra.md, fairseq/models/lra/model.py mega_lra_* archs) ---- */
@@ -255,6 +257,46 @@ static void cls_destroy(task *t) {
     free(t);
 }
 
+/* ---- the official LRA text data (fairseq binarized: DIR/src-bin, DIR/label-bin; docs/interop.md) ---- */
+
+/* whether path names the layout: DIR (with src-bin/; split `dflt`) or DIR/SPLIT, into dir and split */
+static int lra_layout(const char *path, const char *dflt, char *dir, char *split, size_t cap) {
+    char probe[8320];
+    struct stat sb;
+    if (!path || strlen(path) >= cap) return 0;
+    snprintf(dir, cap, "%s", path);
+    snprintf(split, cap, "%s", dflt);
+    snprintf(probe, sizeof probe, "%s/src-bin", dir);
+    if (stat(probe, &sb) == 0 && S_ISDIR(sb.st_mode)) return 1;
+    char *slash = strrchr(dir, '/');
+    if (!slash || !slash[1]) return 0;
+    snprintf(split, cap, "%s", slash + 1);
+    *slash = 0;
+    snprintf(probe, sizeof probe, "%s/src-bin", dir);
+    return stat(probe, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* a new model's dictionary: src-bin/dict.txt with the <CLS> the lra-text task appends
+ * (LRATextTask.setup_task), stored as a converted LRA classifier stores it (with "cls") */
+static int lra_new_dict(const char *dir, mega_fdict **d, char **json) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/src-bin/dict.txt", dir);
+    mega_fdict *dd;
+    if (mega_fdict_load_txt(path, MEGA_FDICT_WORD, &dd) != MEGA_OK) return cli_error("%s", mega_last_error());
+    char *js = mega_fdict_to_json(dd);
+    const int n = mega_fdict_size(dd);
+    mega_fdict_free(dd);
+    cJSON *o = js ? cJSON_Parse(js) : NULL;
+    free(js);
+    cJSON *t = o ? cJSON_GetObjectItemCaseSensitive(o, "tokens") : NULL;
+    if (t) cJSON_AddItemToArray(t, cJSON_CreateString("<CLS>")), cJSON_AddNumberToObject(o, "cls", n);
+    *json = t ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!*json) return cli_error("out of memory");
+    if (mega_fdict_from_json(*json, d) != MEGA_OK) return cli_error("%s: %s", path, mega_last_error());
+    return 0;
+}
+
 /* the fields of the config that come from the data (the rest come straight from the flags) */
 static void config_from_data(train_args *a, const mega_dataset *d, int nclasses) {
     mega_cls_config *c = &a->cls;
@@ -263,6 +305,61 @@ static void config_from_data(train_args *a, const mega_dataset *d, int nclasses)
     c->vocab_size = d->vocab.size, c->padding_idx = d->vocab.pad;
     c->classes = nclasses;
     c->two_tower = d->pairs;
+}
+
+/* --data (and --valid, else the valid split beside it) in the LRA layout, through dict: the
+ * model's dictionary (a resumed run's) or a new one from src-bin/dict.txt */
+static int lra_load(cls_task *C, const train_args *a, const char *dir, const char *split, mega_fdict **dict, int pool_cls) {
+    if (!*dict && lra_new_dict(dir, dict, &C->vocab_json)) return 1;
+    mega_data_opts o;
+    memset(&o, 0, sizeof o);
+    o.max_len = a->seq_len;
+    if (mega_dataset_load_lra_bin(dir, split, *dict, pool_cls, &o, &C->train) != MEGA_OK) return cli_error("%s", mega_last_error());
+    char vdir[4096], vsplit[4096], probe[8400];
+    int have = 0;
+    if (a->valid) {
+        if (!lra_layout(a->valid, "valid", vdir, vsplit, sizeof vdir))
+            return cli_error("--valid '%s': --data is LRA binarized data, so --valid must be too (DIR with src-bin/ and "
+                             "label-bin/, split valid, or DIR/SPLIT)", a->valid);
+        have = 1;
+    } else if (strcmp(split, "valid")) {
+        snprintf(probe, sizeof probe, "%s/label-bin/valid.idx", dir);
+        struct stat sb;
+        have = stat(probe, &sb) == 0;
+        snprintf(vdir, sizeof vdir, "%s", dir), snprintf(vsplit, sizeof vsplit, "valid");
+    }
+    if (have && mega_dataset_load_lra_bin(vdir, vsplit, *dict, pool_cls, &o, &C->valid) != MEGA_OK)
+        return cli_error("%s", mega_last_error());
+    if (have && (C->valid.classes.n != C->train.classes.n || C->valid.pairs != C->train.pairs))
+        return cli_error("--valid '%s/%s': other labels or another number of texts than --data", vdir, vsplit);
+    C->format = "text"; /* not read back: the fairseq vocabulary says how to read the model's data */
+    return 0;
+}
+
+/* the classes of a resumed run must be the label dictionary's, in order (more outputs: --classes) */
+static int lra_same_classes(const mega_classes *prev, const mega_classes *now, const char *data) {
+    int same = prev->n >= now->n;
+    for (int i = 0; same && i < now->n; i++) same = !strcmp(prev->names[i], now->names[i]);
+    return same ? 0 : cli_error("--data '%s': label-bin/dict.txt's labels are not the run's classes in order", data);
+}
+
+/* a resumed run's classes and vocabulary: bytes/ListOps (pv), or the fairseq dictionary of a run
+ * on the LRA layout (dict, and its JSON kept as the model's "vocab"); the data must be of its kind */
+static int resume_meta(cls_task *C, const train_args *a, const char *model_path, int lra, mega_classes *prev, mega_vocab *pv,
+                       mega_fdict **dict) {
+    mega_st_file *f;
+    if (mega_st_open(model_path, &f) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const char *cj = mega_st_meta(f, "classes"), *vj = mega_st_meta(f, "vocab");
+    const int fs = vj && strstr(vj, "\"fairseq\"");
+    int bad = !cj || !vj || mega_classes_from_json(cj, prev) != MEGA_OK ||
+              (fs ? mega_fdict_from_json(vj, dict) : mega_vocab_from_json(vj, pv)) != MEGA_OK;
+    if (!bad && fs && !(C->vocab_json = strdup(vj))) bad = 1;
+    mega_st_close(f);
+    if (bad) return cli_error("%s: no readable vocabulary/classes in the metadata (not a classifier checkpoint)", model_path);
+    if (fs != lra)
+        return cli_error(fs ? "--data '%s': the run's model reads LRA binarized data (a directory with src-bin/ and label-bin/)"
+                            : "--data '%s' is LRA binarized data, but the run's model reads text", a->data);
+    return 0;
 }
 
 int cls_task_new(train_args *a, const char *model_path, task **out) {
@@ -275,17 +372,12 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     mega_classes prev = {0, NULL};
     mega_vocab pv;
     int have_prev = 0;
+    char ldir[4096], lsplit[4096];
+    const int lra = lra_layout(a->data, "train", ldir, lsplit, sizeof ldir);
+    mega_fdict *dict = NULL; /* LRA binarized data: the model's fairseq dictionary */
     if (model_path) {
         /* resume: the vocabulary and the classes come from the checkpoint */
-        mega_st_file *f;
-        if (mega_st_open(model_path, &f) != MEGA_OK) goto fail_msg;
-        const char *cj = mega_st_meta(f, "classes"), *vj = mega_st_meta(f, "vocab");
-        int bad = !cj || !vj || mega_classes_from_json(cj, &prev) != MEGA_OK || mega_vocab_from_json(vj, &pv) != MEGA_OK;
-        mega_st_close(f);
-        if (bad) {
-            cli_error("%s: no readable vocabulary/classes in the metadata (not a classifier checkpoint)", model_path);
-            goto fail;
-        }
+        if (resume_meta(C, a, model_path, lra, &prev, &pv, &dict)) goto fail;
         have_prev = 1;
         if (mega_cls_load(model_path, &C->m) != MEGA_OK) goto fail_msg;
     }
@@ -299,8 +391,11 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     o.classes = have_prev ? &prev : NULL;
     mega_data_format fmt = MEGA_DATA_AUTO;
     mega_data_format_parse(a->format, &fmt); /* the flag table allows only the known names */
-    if (mega_dataset_load(fmt, a->data, a->images, a->labels, &o, &C->train) != MEGA_OK) goto fail_msg;
-    C->format = mega_data_format_name(mega_dataset_format(&C->train));
+    if (lra) {
+        if (lra_load(C, a, ldir, lsplit, &dict, (C->m ? mega_cls_get_config(C->m)->pool : a->cls.pool) == MEGA_POOL_CLS)) goto fail;
+        if (have_prev && lra_same_classes(&prev, &C->train.classes, a->data)) goto fail;
+    } else if (mega_dataset_load(fmt, a->data, a->images, a->labels, &o, &C->train) != MEGA_OK) goto fail_msg;
+    if (!lra) C->format = mega_data_format_name(mega_dataset_format(&C->train));
     if (C->train.val) { /* the format is loaded and checked; the models take tokens or pixels */
         cli_error("%s: real-valued sequences load, but no model reads them yet (use --format text or idx)", a->data);
         goto fail;
@@ -313,8 +408,8 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     mega_data_opts vo = o;
     vo.classes = &C->train.classes;
     C->n_train = C->train.n;
-    if (a->valid || a->valid_images) {
-        if (mega_dataset_load(fmt, a->valid, a->valid_images, a->valid_labels, &vo, &C->valid) != MEGA_OK) goto fail_msg;
+    if (lra ? C->valid.n > 0 : a->valid || a->valid_images) {
+        if (!lra && mega_dataset_load(fmt, a->valid, a->valid_images, a->valid_labels, &vo, &C->valid) != MEGA_OK) goto fail_msg;
         C->n_valid = C->valid.n;
         C->vidx = malloc((size_t)C->n_valid * sizeof(int));
         for (int i = 0; C->vidx && i < C->n_valid; i++) C->vidx[i] = i;
@@ -356,7 +451,7 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
         mega_cls_config_resolve(&a->cls); /* as the model did */
         if (resume_config_differs(a, f, n, &a->cls, mega_cls_get_config(C->m), offsetof(mega_cls_config, block))) goto fail;
     }
-    C->vocab_json = mega_vocab_to_json(&C->train.vocab);
+    if (!C->vocab_json) C->vocab_json = mega_vocab_to_json(&C->train.vocab);
     C->classes_json = mega_classes_to_json(&C->train.classes);
     C->idx = malloc((size_t)(a->batch > 0 ? a->batch : 1) * sizeof(int));
     if (!C->vocab_json || !C->classes_json || !C->idx) {
@@ -368,13 +463,13 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     t->batchnorm = mega_cls_get_config(C->m)->block.norm_type == MEGA_NORM_BATCH;
     /* batchnorm: the statistics of the whole batch, over the ranks' shards */
     if (dist_size() > 1) mega_cls_set_batch_sync(C->m, dist_sum_cb, NULL);
-    mega_classes_free(&prev);
+    mega_classes_free(&prev), mega_fdict_free(dict);
     *out = t;
     return 0;
 fail_msg:
     cli_error("%s", mega_last_error());
 fail:
-    mega_classes_free(&prev);
+    mega_classes_free(&prev), mega_fdict_free(dict);
     cls_destroy(t);
     return 1;
 }

@@ -86,6 +86,30 @@ else
   echo "NOTE the converter's unit check skipped: no /usr/bin/python3"
 fi
 
+# ---- classify on the LRA text layout (src-bin/, label-bin/; the official preprocess output) ------
+C="--task classify --threads 1 --quiet --steps 3 --batch 2 --seq-len 32 --layers 1 --embed-dim 16 --z-dim 8 \
+--hidden-dim 16 --n-dim 2 --ffn-dim 16 --chunk-size -1 --eval-every 1"
+"$MEGA" train --data "$P/lra" $C --out LC >LC.out 2>&1
+status $? "mega train --task classify --data LRA-DIR exits 0"
+check "the vocabulary is src-bin/dict.txt and <CLS> (24 + 1 ids)" grep -q "vocab-size 25, padding-idx 1" LC.out
+check "the train split, validated on the valid split beside it (20 and 5 examples)" \
+  grep -q "20 training examples .* 5 validation examples" LC.out
+"$MEGA" eval --model LC --data "$P/lra/valid" >LCe.out 2>&1
+check "mega eval reads the model's valid split" grep -q "5 examples" LCe.out
+"$MEGA" predict --model LC --data "$P/lra/valid" >LCp.out 2>/dev/null
+check "mega predict prints one label of label-bin/dict.txt per example" \
+  sh -c '[ "$(wc -l <LCp.out)" = 5 ] && cut -d" " -f1 "$0" | grep -qxF -f LCp.out' "$P/lra/label-bin/dict.txt"
+"$MEGA" train --data "$P/lra" --out LC --resume --steps 4 --quiet >/dev/null 2>&1
+status $? "--resume continues on the LRA layout"
+mkdir lo && cp -r "$P/lra/src-bin" "$P/lra/label-bin" lo/
+{ sed -n 2p "$P/lra/src-bin/dict.txt"; sed -n 1p "$P/lra/src-bin/dict.txt"; sed -n '3,$p' "$P/lra/src-bin/dict.txt"; } >lo/src-bin/dict.txt
+expect_error "classify --resume on another src-bin/dict.txt" "another dictionary" "$MEGA" train --data lo --out LC --resume --steps 6 --quiet
+expect_error "classify --resume of an LRA-layout run on text" "reads LRA binarized data" "$MEGA" train --data v.txt --out LC --resume --steps 6 --quiet
+printf '1\tsome text\n0\tother text\n1\tmore text\n0\tand more\n' >cls.tsv
+"$MEGA" train --data cls.tsv $C --out TC >/dev/null 2>&1
+expect_error "classify --resume of a text run on the LRA layout" "reads text" "$MEGA" train --data "$P/lra" --out TC --resume --steps 6 --quiet
+expect_error "classify: --valid not in the LRA layout" "must be too" "$MEGA" train --data "$P/lra" --valid cls.tsv $C --out LX
+
 # ---- refusals ------------------------------------------------------------------------------------
 cp d/train.* nd/
 expect_error "no dict.txt beside the data" "no '" "$MEGA" train --data nd/train --out X $M
