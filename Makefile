@@ -14,7 +14,7 @@
 #
 # Options: CC=clang, NO_OMP=1 (no OpenMP), NO_BLAS=1 (portable GEMM), NATIVE=0 (no -march=native),
 #          SAN=1 (sanitizers), BUILD=dir (output directory), DEBUG=1 (-O0 -g), NO_MPI=1 (no MPI:
-#          mega train runs one rank; docs/distributed.md),
+#          mega train runs one rank; docs/distributed.md), NO_HTTP=1 (no mega serve; docs/serving.md),
 #          PREFIX=/usr/local, DESTDIR=, LIBDIR=$(PREFIX)/lib, INCLUDEDIR=$(PREFIX)/include.
 #
 # The outer targets install missing packages (scripts/deps.sh) and then re-invoke make with
@@ -184,6 +184,19 @@ MSG_MPI := ✗ MPI (not found: apt-get install libopenmpi-dev openmpi-bin): sing
 endif
 endif
 
+# civetweb (docs/serving.md): the HTTP library of `mega serve`. tools/serve.c is compiled with
+# -DMEGA_USE_CIVETWEB and the tool linked with -lcivetweb when the probe compiles and links (Debian
+# ships no pkg-config file for it); without it (or with NO_HTTP=1) `mega serve` says in one line
+# that the build has no HTTP server.
+ifeq ($(NO_HTTP),1)
+MSG_HTTP := ✗ civetweb (NO_HTTP=1): no mega serve
+else ifeq ($(call try,-lcivetweb,civetweb),yes)
+HTTP_LIBS := -lcivetweb -pthread
+MSG_HTTP := ✓ civetweb
+else
+MSG_HTTP := ✗ civetweb (not found: apt-get install libcivetweb-dev): no mega serve
+endif
+
 CFLAGS := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
 
 LIB_SRC := $(wildcard src/core/*.c src/ops/*.c src/layers/*.c src/model/*.c src/data/*.c src/train/*.c)
@@ -210,7 +223,7 @@ f64: $(BUILD)/libmega64.a
 tests: all $(BUILD)/libmega64.a $(TEST_BINS)
 
 banner:
-	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)  $(MSG_MPI)"
+	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)  $(MSG_MPI)  $(MSG_HTTP)"
 
 $(BUILD)/obj/%.o: %.c $(LIB_HDRS)
 	@mkdir -p $(dir $@)
@@ -247,8 +260,15 @@ $(BUILD)/gen/mpi.flags: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(MPI_CFLAGS) $(MPI_LIBS)' > $@.tmp
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+# only the server sees civetweb.h (a build that gains or loses it recompiles the server)
+$(BUILD)/obj/tools/serve.o: CFLAGS += $(if $(HTTP_LIBS),-DMEGA_USE_CIVETWEB)
+$(BUILD)/obj/tools/serve.o: $(BUILD)/gen/http.flags
+$(BUILD)/gen/http.flags: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(HTTP_LIBS)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
 $(BUILD)/mega: $(TOOL_OBJ) $(BUILD)/libmega.a
-	$(CC) $(CFLAGS) $(TOOL_OBJ) $(BUILD)/libmega.a $(LDLIBS) $(MPI_LIBS) -o $@
+	$(CC) $(CFLAGS) $(TOOL_OBJ) $(BUILD)/libmega.a $(LDLIBS) $(MPI_LIBS) $(HTTP_LIBS) -o $@
 
 TEST_COMMON := $(wildcard tests/lib/*.c)
 $(BUILD)/test_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega.a $(HDRS) $(wildcard tests/*.c)
