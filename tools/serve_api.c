@@ -26,29 +26,34 @@ static int fail(char *err, size_t en, const char *fmt, ...) {
     return -1;
 }
 
-/* the deepest nesting of arrays and objects in s[0..n) (brackets inside strings skipped). cJSON
- * parses recursively, up to 1000 levels: the server's request threads have small stacks, so a
- * body is refused before parsing when it nests deeper than any request needs. */
+/* What cJSON lets through and a request must not hold, checked before parsing: nesting deeper
+ * than MAX_DEPTH (cJSON parses recursively, up to 1000 levels, and the server's request threads
+ * have small stacks), and inside strings a control character (JSON requires them escaped; a raw
+ * NUL would silently cut the string) or the escape \u0000 (cut there too). 0, or -1 with the
+ * message. */
 #define MAX_DEPTH 16
-static int json_depth(const char *s, size_t n) {
-    int d = 0, max = 0, str = 0;
+static int json_precheck(const char *s, size_t n, char *err, size_t en) {
+    int d = 0, str = 0;
     for (size_t i = 0; i < n; i++) {
-        const char c = s[i];
+        const unsigned char c = (unsigned char)s[i];
         if (str) {
+            if (c < 0x20) return fail(err, en, "body: a control character (0x%02x) inside a string at byte %zu", c, i);
+            if (c == '\\' && i + 5 < n && !memcmp(s + i + 1, "u0000", 5))
+                return fail(err, en, "body: \\u0000 inside a string at byte %zu", i);
             if (c == '\\') i++;
             else if (c == '"') str = 0;
         } else if (c == '"') str = 1;
-        else if (c == '[' || c == '{') max = ++d > max ? d : max;
+        else if ((c == '[' || c == '{') && ++d > MAX_DEPTH) return fail(err, en, "body: nested deeper than %d levels", MAX_DEPTH);
         else if (c == ']' || c == '}') d--;
     }
-    return max;
+    return 0;
 }
 
 /* the body as a JSON object (NULL with the message: not JSON, or not an object, or text after it) */
 static cJSON *parse_object(const char *body, size_t n, char *err, size_t en) {
     const char *end = NULL;
     if (n == 0) return fail(err, en, "body: empty (expected a JSON object)"), NULL;
-    if (json_depth(body, n) > MAX_DEPTH) return fail(err, en, "body: nested deeper than %d levels", MAX_DEPTH), NULL;
+    if (json_precheck(body, n, err, en)) return NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(body, n, &end, 0);
     if (!j) {
         size_t at = end && end >= body && end <= body + n ? (size_t)(end - body) : 0;
@@ -95,7 +100,7 @@ static int bool_field(const cJSON *o, const char *name, int *out, char *err, siz
 /* a copy of a JSON string that must be valid UTF-8 (cJSON decodes \u escapes into UTF-8 but
  * passes raw bytes through unchecked) */
 static int str_copy(const cJSON *s, const char *name, char **out, size_t *len, char *err, size_t en) {
-    const size_t n = strlen(s->valuestring); /* a \u0000 escape ends it there, as cJSON stores it */
+    const size_t n = strlen(s->valuestring); /* no NUL inside: json_precheck */
     size_t bad = mega_utf8_check(s->valuestring, n);
     if (bad != n) return fail(err, en, "%s: not valid UTF-8 (byte %zu)", name, bad);
     if (!(*out = malloc(n + 1))) return fail(err, en, "%s: out of memory", name);

@@ -85,7 +85,8 @@ void serve_job_free(serve_job *j) {
 
 int serve_submit(serve_engine *e, serve_job *j) {
     pthread_mutex_lock(&e->mu);
-    if (e->stopping || e->queued >= e->max_queue) {
+    /* a request an idle slot takes at once does not count against --max-queue */
+    if (e->stopping || e->queued >= e->max_queue + (e->nworkers - e->running)) {
         pthread_mutex_unlock(&e->mu);
         return -1;
     }
