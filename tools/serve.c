@@ -12,22 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef MEGA_USE_CIVETWEB
-int cmd_serve(int argc, char **argv) {
-    (void)argc, (void)argv;
-    return cli_error("this build of mega has no HTTP server (civetweb was not found at build time: "
-                     "apt-get install libcivetweb-dev, then rebuild)"), 2;
-}
-#else
-#include <civetweb.h>
-#include <cjson/cJSON.h>
-#include <math.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <time.h>
-#include <unistd.h>
-
-/* ---- metrics ---------------------------------------------------------------------------- */
+/* ---- metrics (the slots update them, also in a build without the server) ------------------ */
 
 #define NBUCKET 12
 typedef struct {
@@ -35,8 +20,6 @@ typedef struct {
     uint64_t count[NBUCKET], n;
     double sum;
 } hist;
-static const double LAT_LE[NBUCKET - 1] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
-static const double ITL_LE[NBUCKET - 1] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1};
 
 struct serve_metrics {
     pthread_mutex_t mu;
@@ -61,6 +44,25 @@ void serve_metrics_first(serve_metrics *mt, double ttft) {
     mt->predicted_tokens++;
     pthread_mutex_unlock(&mt->mu);
 }
+
+#ifndef MEGA_USE_CIVETWEB
+int cmd_serve(int argc, char **argv) {
+    (void)argc, (void)argv;
+    return cli_error("this build of mega has no HTTP server (civetweb was not found at build time: "
+                     "apt-get install libcivetweb-dev, then rebuild)"), 2;
+}
+#else
+#include <civetweb.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <time.h>
+#include <unistd.h>
+
+/* the histograms' bounds (seconds): request durations and first tokens; the time between tokens */
+static const double LAT_LE[NBUCKET - 1] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+static const double ITL_LE[NBUCKET - 1] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1};
 
 /* ---- the server ------------------------------------------------------------------------- */
 
