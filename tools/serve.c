@@ -78,6 +78,8 @@ typedef struct {
     double timeout;
     int parallel, max_queue;
     time_t created;
+    pthread_mutex_t model_mu; /* an encoder-decoder is used by one request at a time */
+    int threads;              /* the library's threads for an encoder-decoder's request */
 } server;
 
 static volatile sig_atomic_t g_stop;
@@ -446,6 +448,122 @@ static int h_detokenize(server *s, struct mg_connection *c) {
     return send_json(c, 200, o);
 }
 
+/* the sources of r as rows of tokens (right-padded, width *S) and the length each search limit
+ * counts; 0, or the status of the error sent */
+static int tr_sources(server *s, struct mg_connection *c, const tr_req *r, int32_t **src, int *S, int *limn) {
+    const mega_s2s *m = s->model.s2s;
+    const int maxS = s2s_max_source(m), B = r->n;
+    const int pad = mega_s2s_get_config(m)->padding_idx, bytes_limit = s->model.src_bpe && !s->model.tgt_bpe;
+    size_t w = 1;
+    for (int i = 0; i < B; i++) w = r->len[i] + 1 > w ? r->len[i] + 1 : w;
+    int32_t *rows = malloc((size_t)B * w * sizeof(int32_t));
+    int *slen = malloc((size_t)B * sizeof(int));
+    if (!rows || !slen) return free(rows), free(slen), send_error(c, 503, "out of memory");
+    *S = 0;
+    for (int i = 0; i < B; i++) {
+        if (mega_s2s_tokenize_bpe(s->model.src_bpe, r->src[i], r->len[i], maxS, rows + (size_t)i * w, &slen[i]) != MEGA_OK) {
+            free(rows), free(slen);
+            return send_error(c, 400, "source[%d]: %s", i, mega_last_error());
+        }
+        size_t mb = r->len[i]; /* as mega translate: the line's bytes without its end */
+        if (mb && r->src[i][mb - 1] == '\n') mb--;
+        if (mb && r->src[i][mb - 1] == '\r') mb--;
+        limn[i] = bytes_limit ? (int)mb + 1 : slen[i];
+        *S = slen[i] > *S ? slen[i] : *S;
+    }
+    for (int i = 0; i < B; i++) { /* compact to width S */
+        memmove(rows + (size_t)i * *S, rows + (size_t)i * w, (size_t)slen[i] * sizeof(int32_t));
+        for (int t = slen[i]; t < *S; t++) rows[(size_t)i * *S + t] = pad;
+    }
+    free(slen);
+    *src = rows;
+    return 0;
+}
+
+/* the translations (each best hypothesis's text, valid UTF-8, and its score) as the answer */
+static int tr_answer(server *s, struct mg_connection *c, const tr_req *r, const int32_t *out, const int *olen, int cap,
+                     const double *score) {
+    const size_t longest = mega_bpe_longest(s->model.tgt_bpe);
+    char *raw = malloc(longest * (size_t)cap + 1), *fixed = malloc(3 * longest * (size_t)cap + 1);
+    if (!raw || !fixed) return free(raw), free(fixed), send_error(c, 503, "out of memory");
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "model", s->name);
+    cJSON_AddNumberToObject(o, "beam", r->sp.beam);
+    cJSON_AddNumberToObject(o, "lenpen", r->sp.lenpen);
+    cJSON_AddItemToObject(o, "translations", a);
+    for (int i = 0; i < r->n; i++) {
+        const size_t k = mega_bpe_decode(s->model.tgt_bpe, out + (size_t)i * cap, (size_t)olen[i], (uint8_t *)raw);
+        serve_utf8_fix(raw, k, fixed);
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddStringToObject(t, "translation", fixed);
+        cJSON_AddNumberToObject(t, "tokens", olen[i]);
+        cJSON_AddNumberToObject(t, "score", score[i]);
+        cJSON_AddItemToArray(a, t);
+    }
+    free(raw), free(fixed);
+    return send_json(c, 200, o);
+}
+
+/* The search runs on a thread of its own: civetweb's handler threads have 100 KiB stacks, too
+ * small to promise to the library, and the library's thread count is per thread (--threads) */
+typedef struct {
+    server *s;
+    const int32_t *src;
+    int B, S;
+    const mega_s2s_search *sp;
+    int32_t *out;
+    int *olen, cap;
+    double *score;
+    mega_status st;
+    char err[256];
+} tr_call;
+static void *tr_run(void *arg) {
+    tr_call *k = arg;
+    mega_set_threads(k->s->threads);
+    k->st = mega_s2s_translate(k->s->model.s2s, k->src, k->B, k->S, k->sp, k->out, k->olen, k->cap, k->score);
+    if (k->st != MEGA_OK) snprintf(k->err, sizeof k->err, "%s", mega_last_error()); /* thread-local */
+    return NULL;
+}
+
+/* POST /v1/translate: the sources translated together by one search (mega_s2s_translate, as
+ * mega translate does for a batch of lines), with the request's beam and lenpen */
+static int h_translate(server *s, struct mg_connection *c) {
+    char *body, err[512];
+    size_t n;
+    int st = read_body(c, s->max_body, &body, &n);
+    if (st) return st;
+    tr_req r;
+    int bad = serve_parse_translate(body, n, &r, err, sizeof err);
+    free(body);
+    if (bad) return tr_req_free(&r), send_error(c, 400, "%s", err);
+    int32_t *src = NULL, *out = NULL;
+    int S = 0, *limn = malloc((size_t)r.n * sizeof(int)), *olen = malloc((size_t)r.n * sizeof(int));
+    double *score = malloc((size_t)r.n * sizeof(double));
+    size_t bytes = 0;
+    if (!limn || !olen || !score) st = send_error(c, 503, "out of memory");
+    if (!st) st = tr_sources(s, c, &r, &src, &S, limn);
+    int SL = 0;
+    for (int i = 0; !st && i < r.n; i++) SL = limn[i] > SL ? limn[i] : SL;
+    r.sp.limit_src_len = limn;
+    const int cap = (int)(r.sp.max_len_a * SL + r.sp.max_len_b) + 2;
+    if (!st && (mega_s2s_search_memory(mega_s2s_get_config(s->model.s2s), r.n, S, &r.sp, &bytes) != MEGA_OK || bytes > (1u << 30)))
+        st = send_error(c, 400, "source: %d sources of up to %d tokens with beam %d need more memory than this server gives "
+                                "one request (1 GiB): send fewer or shorter sources, or a smaller beam", r.n, S, r.sp.beam);
+    if (!st && !(out = malloc((size_t)r.n * cap * sizeof(int32_t)))) st = send_error(c, 503, "out of memory");
+    if (!st) {
+        tr_call k = {s, src, r.n, S, &r.sp, out, olen, cap, score, MEGA_ERR_INVALID, ""};
+        pthread_t t;
+        pthread_mutex_lock(&s->model_mu);
+        if (pthread_create(&t, NULL, tr_run, &k)) snprintf(k.err, sizeof k.err, "cannot start a thread");
+        else pthread_join(t, NULL);
+        pthread_mutex_unlock(&s->model_mu);
+        st = k.st != MEGA_OK ? send_error(c, 500, "translation failed: %s", k.err) : tr_answer(s, c, &r, out, olen, cap, score);
+    }
+    free(src), free(out), free(limn), free(olen), free(score);
+    tr_req_free(&r);
+    return st;
+}
+
 static int h_health(server *s, struct mg_connection *c) {
     (void)s;
     cJSON *o = cJSON_CreateObject();
@@ -465,11 +583,21 @@ static int h_models(server *s, struct mg_connection *c) {
 }
 
 static int h_props(server *s, struct mg_connection *c) {
-    const mega_lm_config *lc = mega_lm_get_config(s->model.lm);
     cJSON *o = cJSON_CreateObject(), *g = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", s->name);
     cJSON_AddStringToObject(o, "kind", mega_model_kind_name(s->model.kind));
     cJSON_AddNumberToObject(o, "parameters", (double)s->params);
+    if (s->model.kind == MEGA_MODEL_S2S) {
+        mega_s2s_search sp;
+        mega_s2s_search_default(&sp);
+        cJSON_AddStringToObject(o, "vocabulary", s->model.src_bpe || s->model.tgt_bpe ? "subword units" : "bytes");
+        cJSON_AddNumberToObject(o, "max_source_tokens", s2s_max_source(s->model.s2s));
+        cJSON_AddNumberToObject(g, "beam", sp.beam);
+        cJSON_AddNumberToObject(g, "lenpen", sp.lenpen);
+        cJSON_AddItemToObject(o, "default_generation_settings", g);
+        return send_json(c, 200, o);
+    }
+    const mega_lm_config *lc = mega_lm_get_config(s->model.lm);
     cJSON_AddNumberToObject(o, "vocab_size", lc->vocab_size);
     cJSON_AddStringToObject(o, "vocabulary", s->model.dict ? "fairseq dictionary" : "bytes");
     cJSON_AddNumberToObject(o, "layers", lc->layers);
@@ -544,18 +672,20 @@ typedef struct {
     const char *path, *method;
     int (*fn)(server *, struct mg_connection *);
     int open; /* answered without the API key */
+    int kind; /* the model kind it needs (-1: any) */
 } route;
 
 static const route ROUTES[] = {
-    {"/", "GET", h_page, 1},
-    {"/health", "GET", h_health, 1},
-    {"/v1/models", "GET", h_models, 0},
-    {"/props", "GET", h_props, 0},
-    {"/metrics", "GET", h_metrics, 0},
-    {"/v1/completions", "POST", h_completions, 0},
-    {"/completion", "POST", h_llama, 0},
-    {"/tokenize", "POST", h_tokenize, 0},
-    {"/detokenize", "POST", h_detokenize, 0},
+    {"/", "GET", h_page, 1, -1},
+    {"/health", "GET", h_health, 1, -1},
+    {"/v1/models", "GET", h_models, 0, -1},
+    {"/props", "GET", h_props, 0, -1},
+    {"/metrics", "GET", h_metrics, 0, -1},
+    {"/v1/completions", "POST", h_completions, 0, MEGA_MODEL_LM},
+    {"/completion", "POST", h_llama, 0, MEGA_MODEL_LM},
+    {"/tokenize", "POST", h_tokenize, 0, MEGA_MODEL_LM},
+    {"/detokenize", "POST", h_detokenize, 0, MEGA_MODEL_LM},
+    {"/v1/translate", "POST", h_translate, 0, MEGA_MODEL_S2S},
 };
 
 static int on_request(struct mg_connection *c) {
@@ -575,6 +705,9 @@ static int on_request(struct mg_connection *c) {
         st = 405;
     } else if (!r->open && !key_ok(s, c))
         st = send_error(c, 401, "missing or wrong API key (send the header \"Authorization: Bearer KEY\")");
+    else if (r->kind >= 0 && r->kind != (int)s->model.kind)
+        st = send_error(c, 400, "this server's model is a %s; %s needs a %s", model_kind_noun(s->model.kind), r->path,
+                        model_kind_noun((mega_model_kind)r->kind));
     else st = r->fn(s, c);
     pthread_mutex_lock(&s->mt.mu);
     s->mt.requests++;
@@ -692,16 +825,21 @@ int cmd_serve(int argc, char **argv) {
     model_name(model, s->name, sizeof s->name);
     int rc = 2;
     if (model_load(model, &s->model)) goto out;
-    if (s->model.kind != MEGA_MODEL_LM) {
-        cli_error("'%s' is a %s: mega serve serves language models only so far", model, model_kind_noun(s->model.kind));
+    if (s->model.kind == MEGA_MODEL_CLS) {
+        cli_error("'%s' is a %s: mega serve serves language models and encoder-decoders so far (use mega predict)", model,
+                  model_kind_noun(s->model.kind));
         goto out;
     }
-    s->params = mega_ps_trainable(mega_lm_paramset(s->model.lm));
+    s->params = mega_ps_trainable(s->model.kind == MEGA_MODEL_S2S ? mega_s2s_paramset(s->model.s2s) : mega_lm_paramset(s->model.lm));
+    pthread_mutex_init(&s->model_mu, NULL);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const int all = threads > 0 ? threads : cores > 0 ? (int)cores : 1;
     pthread_mutex_init(&s->mt.mu, NULL);
     s->mt.latency.le = LAT_LE, s->mt.ttft.le = LAT_LE, s->mt.itl.le = ITL_LE;
-    if (serve_engine_start(&s->eng, &s->model, parallel, max_queue, all / parallel > 0 ? all / parallel : 1, &s->mt) == 0) {
+    s->threads = all;
+    /* an encoder-decoder has no slots: its requests run one at a time on the handlers' threads */
+    if (serve_engine_start(&s->eng, &s->model, s->model.kind == MEGA_MODEL_LM ? parallel : 0, max_queue,
+                           all / parallel > 0 ? all / parallel : 1, &s->mt) == 0) {
         signal(SIGPIPE, SIG_IGN);
         signal(SIGINT, on_stop);
         signal(SIGTERM, on_stop);
@@ -710,6 +848,7 @@ int cmd_serve(int argc, char **argv) {
         serve_engine_free(&s->eng);
     }
     pthread_mutex_destroy(&s->mt.mu);
+    pthread_mutex_destroy(&s->model_mu);
 out:
     loaded_model_free(&s->model);
     free(kf);

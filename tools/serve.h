@@ -42,6 +42,17 @@ typedef struct {
 int serve_parse_completion(const char *body, size_t n, int llama, const serve_limits *lim, gen_req *r, char *err,
                            size_t en);
 void gen_req_free(gen_req *r);
+/* A translation request (POST /v1/translate): "source" (a string or a list of up to
+ * SERVE_MAX_SOURCES), "beam" and "lenpen" (mega translate's --beam and --lenpen) */
+#define SERVE_MAX_SOURCES 64
+typedef struct {
+    char **src; /* owned, valid UTF-8 */
+    size_t *len;
+    int n;
+    mega_s2s_search sp;
+} tr_req;
+int serve_parse_translate(const char *body, size_t n, tr_req *r, char *err, size_t en);
+void tr_req_free(tr_req *r);
 /* the text of POST /tokenize ("content") or the ids of POST /detokenize ("tokens", each in
  * [0, vocab)): 0 or -1 with the message in err */
 int serve_parse_tokenize(const char *body, size_t n, char **text, size_t *len, char *err, size_t en);

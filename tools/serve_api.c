@@ -240,3 +240,36 @@ size_t serve_utf8_fix(const char *s, size_t n, char *out) {
     out[o] = 0;
     return o;
 }
+
+int serve_parse_translate(const char *body, size_t n, tr_req *r, char *err, size_t en) {
+    memset(r, 0, sizeof *r);
+    mega_s2s_search_default(&r->sp);
+    cJSON *o = parse_object(body, n, err, en);
+    if (!o) return -1;
+    const cJSON *s = field(o, "source");
+    int rc = 0;
+    double beam = r->sp.beam, lenpen = r->sp.lenpen;
+    const int list = s && cJSON_IsArray(s);
+    const int k = !s ? 0 : list ? cJSON_GetArraySize(s) : 1;
+    if (!s) rc = fail(err, en, "source: required");
+    else if (!list && !cJSON_IsString(s)) rc = fail(err, en, "source: expected a string or a list of strings");
+    else if (k < 1 || k > SERVE_MAX_SOURCES) rc = fail(err, en, "source: a list of 1 to %d strings (got %d)", SERVE_MAX_SOURCES, k);
+    else if (!(r->src = calloc((size_t)k, sizeof *r->src)) || !(r->len = calloc((size_t)k, sizeof *r->len)))
+        rc = fail(err, en, "source: out of memory");
+    for (int i = 0; !rc && i < k; i++) {
+        const cJSON *e = list ? cJSON_GetArrayItem(s, i) : s;
+        if (!cJSON_IsString(e)) rc = fail(err, en, "source: item %d is not a string", i);
+        else if (!(rc = str_copy(e, "source", &r->src[i], &r->len[i], err, en))) r->n++;
+    }
+    if (!rc) rc = num_field(o, "beam", 1, 64, 1, &beam, err, en);
+    if (!rc) rc = num_field(o, "lenpen", 0, 100, 0, &lenpen, err, en);
+    r->sp.beam = (int)beam, r->sp.lenpen = lenpen;
+    cJSON_Delete(o);
+    return rc;
+}
+
+void tr_req_free(tr_req *r) {
+    for (int i = 0; i < r->n; i++) free(r->src[i]);
+    free(r->src), free(r->len);
+    memset(r, 0, sizeof *r);
+}

@@ -258,7 +258,7 @@ int serve_engine_start(serve_engine *e, loaded_model *m, int parallel, int max_q
     e->metrics = mt;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
-    if (!(e->workers = calloc((size_t)parallel, sizeof(pthread_t)))) return cli_error("out of memory");
+    if (!(e->workers = calloc((size_t)(parallel > 0 ? parallel : 1), sizeof(pthread_t)))) return cli_error("out of memory");
     for (; e->nworkers < parallel; e->nworkers++)
         if (pthread_create(&e->workers[e->nworkers], NULL, worker, e)) {
             serve_engine_stop(e);

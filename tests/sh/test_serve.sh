@@ -5,6 +5,7 @@
 #     server-sent events ending in "data: [DONE]", echo, stop strings), /completion (whole and
 #     streamed), /tokenize, /detokenize, the page at /;
 #   * the same seed gives the same text alone, streamed, and among 7 other requests on 4 slots;
+#   * an encoder-decoder: POST /v1/translate gives the translations `mega translate` prints;
 #   * every error status: 400 (malformed bodies, wrong types and ranges, invalid UTF-8; the
 #     message names the field), 401 (API key), 404, 405, 413 (--max-body, declared or chunked),
 #     503 (queue full); a stalled client does not hold the server up; a client that leaves a
@@ -255,6 +256,46 @@ n200=$(cat q*.code | grep -c 200)
 check "6 requests at once on 1 slot without a queue: $n200 answered, $n503 got 503" test "$n503" -ge 1 -a "$n200" -ge 1 -a $((n503 + n200)) = 6
 check "the 503 says the queue is full" grep -q 'queue is full' $(grep -l 503 q*.code | head -1 | sed 's/code$/json/')
 kill -TERM $PID; wait $PID
+
+# ---- an encoder-decoder: POST /v1/translate gives what mega translate prints ---------------------
+awk 'BEGIN { s = 11; for (i = 0; i < 400; i++) { x = ""; y = ""; s = (s * 16807) % 2147483647; L = 2 + s % 4;
+  for (k = 0; k < L; k++) { s = (s * 16807) % 2147483647; j = 1 + s % 7; x = x substr("abcdefg", j, 1); y = y substr("bcdefgh", j, 1) }
+  print x "\t" y } }' > pairs.tsv
+timeout 60 "$MEGA" train --task translate --data pairs.tsv --out mt --encoder-layers 1 --decoder-layers 1 --embed-dim 16 \
+  --z-dim 8 --hidden-dim 32 --ffn-dim 32 --n-dim 2 --steps 30 --threads 1 --quiet --bpe 0 --max-tokens 256 >mt.out 2>&1
+status $? "train a tiny encoder-decoder"
+printf 'abc\ngfedcba\n' | timeout 30 "$MEGA" translate --model mt --beam 3 --lenpen 0.8 --threads 1 > cli.txt 2>cli.err
+status $? "mega translate"
+timeout -k 2 120 "$MEGA" serve --model mt --port 0 --threads 1 >t.out 2>t.err &
+PID=$!
+SERVERS="$SERVERS $PID"
+for _i in $(seq 1 100); do
+  _p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' t.err); [ -n "$_p" ] && break; sleep 0.05
+done
+U="http://127.0.0.1:$_p"
+req tr POST /v1/translate -d '{"source":["abc","gfedcba"],"beam":3,"lenpen":0.8}'
+python3 - tr.json cli.txt <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+cli = open(sys.argv[2], encoding="utf-8").read().split("\n")[:2]
+# mega translate prints one line per source: line breaks and tabs become spaces
+got = [t["translation"].replace("\n", " ").replace("\r", " ").replace("\t", " ") for t in j["translations"]]
+assert (j["beam"], j["lenpen"], len(got)) == (3, 0.8, 2), j
+assert got == cli, (got, cli)
+assert all(isinstance(t["score"], float) and t["tokens"] >= 0 for t in j["translations"])
+PY
+status $? "POST /v1/translate: the translations mega translate prints for the same beam and lenpen, with scores"
+req trp GET /props
+check "GET /props of an encoder-decoder" test "$(js trp.json 'j["kind"], j["default_generation_settings"]["beam"]')" = "mega_s2s 4"
+expect "no source" 400 source POST /v1/translate -d '{"beam":2}'
+expect "an empty list of sources" 400 source POST /v1/translate -d '{"source":[]}'
+expect "an empty source" 400 "source[0]" POST /v1/translate -d '{"source":[""]}'
+expect "a source that is not a string" 400 source POST /v1/translate -d '{"source":["a",3]}'
+expect "beam 0" 400 beam POST /v1/translate -d '{"source":"a","beam":0}'
+expect "lenpen negative" 400 lenpen POST /v1/translate -d '{"source":"a","lenpen":-1}'
+expect "a completion asked of an encoder-decoder" 400 "language model" POST /v1/completions -d '{"prompt":"a"}'
+kill -TERM $PID; wait $PID
+status $? "the translation server exits 0 on SIGTERM"
 
 # ---- flags ----------------------------------------------------------------------------------------
 timeout 10 "$MEGA" serve --help > help.txt 2>&1
