@@ -4,8 +4,9 @@
 # puppeteer-core (pinned in tests/web/package.json and package-lock.json, installed with npm into
 # tests/web/node_modules when missing), opens the page, types a prompt, presses Generate and must
 # see the model's description and the streamed text, which must be the text curl gets for the same
-# greedy request. Skips (a NOTE line) without chromium, node/npm, curl, or an HTTP server in the
-# build, or when npm cannot install puppeteer-core (no network).
+# greedy request; for an encoder-decoder's server, the translation form must show what
+# /v1/translate answers. Skips (a NOTE line) without chromium, node/npm, curl, or an HTTP server
+# in the build, or when npm cannot install puppeteer-core (no network).
 . "$(dirname "$0")/lib.sh"
 need_tool
 WEB="$ROOT/tests/web"
@@ -53,5 +54,33 @@ check "a screenshot of the page" test -s page.png
 kill -TERM $SERVER
 wait $SERVER
 status $? "the server exits 0 on SIGTERM"
+
+# an encoder-decoder's server: the page shows the translation form, and its output is what
+# /v1/translate answers
+awk 'BEGIN { s = 11; for (i = 0; i < 400; i++) { x = ""; y = ""; s = (s * 16807) % 2147483647; L = 2 + s % 4;
+  for (k = 0; k < L; k++) { s = (s * 16807) % 2147483647; j = 1 + s % 7; x = x substr("abcdefg", j, 1); y = y substr("bcdefgh", j, 1) }
+  print x "\t" y } }' > pairs.tsv
+timeout 60 "$MEGA" train --task translate --data pairs.tsv --out mt --encoder-layers 1 --decoder-layers 1 --embed-dim 16 \
+  --z-dim 8 --hidden-dim 32 --ffn-dim 32 --n-dim 2 --steps 30 --threads 1 --quiet --bpe 0 --max-tokens 256 >mt.out 2>&1
+status $? "train a tiny encoder-decoder"
+timeout -k 2 120 "$MEGA" serve --model mt --port 0 --threads 1 >srv2.out 2>srv2.err &
+SERVER=$!
+U=""
+for i in $(seq 1 100); do
+  p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' srv2.err)
+  [ -n "$p" ] && { U="http://127.0.0.1:$p"; break; }
+  sleep 0.05
+done
+curl -s --max-time 20 "$U/v1/translate" -d '{"source":["abc","gfedcba"]}' > tr.json
+timeout -k 5 60 node "$WEB/page_test.mjs" "$U/" "$CHROME" "" translate > tpage.json 2> tnode.err
+status $? "chromium ran the translation form: $(head -c 300 tpage.json)$(head -n 3 tnode.err | tr '\n' '|')"
+r=$(node -e '
+const fs = require("fs"), j = JSON.parse(fs.readFileSync("tpage.json", "utf8")), t = JSON.parse(fs.readFileSync("tr.json", "utf8"));
+console.log([j.model.includes("mega_s2s"), j.hidden, j.out === t.translations.map(x => x.translation).join("\n"),
+  j.status === "done", j.errors.length === 0].join(" "));' 2>&1)
+check "the page of an encoder-decoder: the translation form, whose output is /v1/translate's ($r)" test "$r" = "true true true true true"
+kill -TERM $SERVER
+wait $SERVER
+status $? "the translation server exits 0 on SIGTERM"
 SERVER=""
 finish

@@ -5,7 +5,9 @@
 // the output grew while the answer streamed in. Exits 1 (with the reason) when a step fails.
 import puppeteer from 'puppeteer-core';
 
-const [url, chrome, shot] = process.argv.slice(2);
+// With a fourth argument "translate" (an encoder-decoder's server) it fills the translation form
+// with two sources instead and prints the model line, the output and the status.
+const [url, chrome, shot, mode] = process.argv.slice(2);
 const browser = await puppeteer.launch({
   executablePath: chrome,
   headless: true,
@@ -21,6 +23,17 @@ try {
   await page.goto(url, { waitUntil: 'load' });
   await page.waitForFunction(() => document.getElementById('model').textContent.includes('parameters'));
   const model = await page.$eval('#model', e => e.textContent);
+  if (mode === 'translate') {
+    await page.type('#sources', 'abc\ngfedcba');
+    await page.click('#tgo');
+    await page.waitForFunction(() => /^(done|error)/.test(document.getElementById('status').textContent));
+    const out = await page.$eval('#out', e => e.textContent);
+    const status = await page.$eval('#status', e => e.textContent);
+    const hidden = await page.$eval('#f', e => e.hidden);
+    console.log(JSON.stringify({ model, out, status, hidden, errors }));
+    await browser.close();
+    process.exit(0);
+  }
   await page.$eval('#prompt', e => { e.value = ''; });
   await page.type('#prompt', 'the cat ');
   for (const [id, v] of [['max_tokens', '48'], ['temperature', '0']]) {
