@@ -80,6 +80,8 @@ $(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(FUZZ_BUILD)/libmega.a
 $(FUZZ_BUILD)/fuzz_cli: tools/cli.c tools/cli.h
 # the checkpoint generations' reader of mega train (tools/ckpt.c, with the tool's helpers)
 $(FUZZ_BUILD)/fuzz_manifest: tools/ckpt.c tools/ckpt.h tools/common.c tools/common.h tools/cli.c tools/cli.h
+# mega serve's request bodies (tools/serve_api.c)
+$(FUZZ_BUILD)/fuzz_serve: tools/serve_api.c tools/serve.h
 # ---- end of fuzzing ---------------------------------------------------------------------------
 else
 # ---------------------------------------------------------------------------------------------
