@@ -25,7 +25,8 @@ if "$MEGA" serve --model none 2>&1 | grep -q 'no HTTP server'; then
   finish
 fi
 SERVERS=""
-cleanup() { for p in $SERVERS; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
+# a server still running at exit (a failed check): the server, then its timeout wrapper
+cleanup() { for p in $SERVERS; do kill -9 $(ps -o pid= --ppid "$p") "$p" 2>/dev/null; done; rm -rf "$T"; }
 trap cleanup EXIT
 
 # ---- a tiny model ------------------------------------------------------------------------------
@@ -44,7 +45,8 @@ start() {
   U=""
   for _i in $(seq 1 100); do
     _p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' "$_n.err")
-    [ -n "$_p" ] && { U="http://127.0.0.1:$_p"; return 0; }
+    # MPID: the server itself (signals go to it: timeout would follow a TERM with a KILL after 2 s)
+    [ -n "$_p" ] && { U="http://127.0.0.1:$_p"; MPID=$(ps -o pid= --ppid $PID | tr -d ' '); return 0; }
     kill -0 $PID 2>/dev/null || break
     sleep 0.05
   done
@@ -224,11 +226,12 @@ kill "$STALL" 2>/dev/null
 wait "$STALL" 2>/dev/null
 kill -0 $PID 2>/dev/null
 status $? "the server survived every request above"
-kill -TERM $PID
+kill -TERM $MPID
 t0=$(date +%s)
 wait $PID
 rc=$?
-check "SIGTERM: exit 0 within 3 s (exit $rc)" test "$rc" = 0 -a $(($(date +%s) - t0)) -le 3
+# civetweb's listener wakes up every second or so; 5 s leaves room for a loaded machine and ASan
+check "SIGTERM: exit 0 within 5 s (exit $rc, $(($(date +%s) - t0)) s)" test "$rc" = 0 -a $(($(date +%s) - t0)) -le 5
 
 # ---- the API key ------------------------------------------------------------------------------
 printf 'sesame-123\n' > key.txt
@@ -241,7 +244,7 @@ req hk GET /health
 check "/health needs no key" test "$code" = 200
 check "the key is never printed" sh -c "! grep -q sesame k.err"
 expect "prompt and max_tokens beyond --ctx" 400 "ctx" POST /v1/completions -H 'Authorization: Bearer sesame-123' -d '{"prompt":"abc","max_tokens":98}'
-kill -TERM $PID; wait $PID
+kill -TERM $MPID; wait $PID
 
 # ---- a full queue: 503 ---------------------------------------------------------------------------
 start q --parallel 1 --max-queue 0 --max-tokens 5000
@@ -255,7 +258,7 @@ n503=$(cat q*.code | grep -c 503)
 n200=$(cat q*.code | grep -c 200)
 check "6 requests at once on 1 slot without a queue: $n200 answered, $n503 got 503" test "$n503" -ge 1 -a "$n200" -ge 1 -a $((n503 + n200)) = 6
 check "the 503 says the queue is full" grep -q 'queue is full' $(grep -l 503 q*.code | head -1 | sed 's/code$/json/')
-kill -TERM $PID; wait $PID
+kill -TERM $MPID; wait $PID
 
 # ---- an encoder-decoder: POST /v1/translate gives what mega translate prints ---------------------
 awk 'BEGIN { s = 11; for (i = 0; i < 400; i++) { x = ""; y = ""; s = (s * 16807) % 2147483647; L = 2 + s % 4;
@@ -294,7 +297,7 @@ expect "a source that is not a string" 400 source POST /v1/translate -d '{"sourc
 expect "beam 0" 400 beam POST /v1/translate -d '{"source":"a","beam":0}'
 expect "lenpen negative" 400 lenpen POST /v1/translate -d '{"source":"a","lenpen":-1}'
 expect "a completion asked of an encoder-decoder" 400 "language model" POST /v1/completions -d '{"prompt":"a"}'
-kill -TERM $PID; wait $PID
+kill -TERM "$(ps -o pid= --ppid $PID | tr -d ' ')"; wait $PID
 status $? "the translation server exits 0 on SIGTERM"
 
 # ---- flags ----------------------------------------------------------------------------------------

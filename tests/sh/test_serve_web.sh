@@ -22,7 +22,7 @@ if [ ! -d "$WEB/node_modules/puppeteer-core" ]; then
 fi
 in_temp_dir serve_web
 SERVER=""
-trap '[ -n "$SERVER" ] && kill -9 $SERVER 2>/dev/null; rm -rf "$T"' EXIT
+trap '[ -n "$SERVER" ] && kill -9 $(ps -o pid= --ppid $SERVER) $SERVER 2>/dev/null; rm -rf "$T"' EXIT
 
 awk 'BEGIN { s = 7; for (i = 0; i < 600; i++) { s = (s * 16807) % 2147483647;
   printf "the %s sees the %s. ", (s % 3 ? "cat" : "dog"), (s % 5 ? "bird" : "fox"); if (i % 8 == 7) print "" } }' > corpus.txt
@@ -51,7 +51,7 @@ console.log(ok.join(" "));' "$WANT" 2>&1)
 check "the page shows the model from /props, streams the same text as curl, ends done (length), no page error ($r)" \
   test "$r" = "true true true true true"
 check "a screenshot of the page" test -s page.png
-kill -TERM $SERVER
+kill -TERM "$(ps -o pid= --ppid $SERVER | tr -d ' ')" # the server, not timeout (which would follow with a KILL)
 wait $SERVER
 status $? "the server exits 0 on SIGTERM"
 
@@ -79,7 +79,7 @@ const fs = require("fs"), j = JSON.parse(fs.readFileSync("tpage.json", "utf8")),
 console.log([j.model.includes("mega_s2s"), j.hidden, j.out === t.translations.map(x => x.translation).join("\n"),
   j.status === "done", j.errors.length === 0].join(" "));' 2>&1)
 check "the page of an encoder-decoder: the translation form, whose output is /v1/translate's ($r)" test "$r" = "true true true true true"
-kill -TERM $SERVER
+kill -TERM "$(ps -o pid= --ppid $SERVER | tr -d ' ')" # the server, not timeout (which would follow with a KILL)
 wait $SERVER
 status $? "the translation server exits 0 on SIGTERM"
 SERVER=""
