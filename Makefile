@@ -6,6 +6,8 @@
 #   make bench      benchmarks against the PyTorch peer (see docs/performance.md)
 #   make bench-ttq  time to quality: held-out bits per byte after the same training time as the
 #                   PyTorch peer (BENCH_TTQ_BUDGETS, default "300" s; docs/performance.md)
+#   make bench-serve  mega serve under load on 127.0.0.1: 1, 4, 16 and 64 clients against --parallel 1
+#                   and 4, against mega generate's single-stream rate (docs/serving.md)
 #   make asan       the test suite built with AddressSanitizer + UndefinedBehaviorSanitizer
 #   make check-valgrind  train/eval/generate/classify/translate runs under valgrind --leak-check=full
 #                   (build-vg, without -march=native: valgrind does not emulate AVX-512)
@@ -26,7 +28,7 @@ export BUILD
 ifeq ($(MEGA_INNER),)
 # ---------------------------------------------------------------------------------------------
 # outer level
-.PHONY: all test run bench bench-ttq asan check-valgrind clean deps lib f64 tests shared install uninstall
+.PHONY: all test run bench bench-ttq bench-serve asan check-valgrind clean deps lib f64 tests shared install uninstall
 all: deps
 	@$(MAKE) --no-print-directory MEGA_INNER=1 all
 test:
@@ -41,6 +43,8 @@ bench:
 bench-ttq:
 	@sh scripts/deps.sh bench-ttq
 	@$(MAKE) --no-print-directory MEGA_INNER=1 bench-ttq
+bench-serve: all
+	@$(MAKE) --no-print-directory MEGA_INNER=1 bench-serve
 asan: deps
 	@$(MAKE) --no-print-directory MEGA_INNER=1 SAN=1 BUILD=build-san NATIVE=0 test
 check-valgrind:
@@ -218,11 +222,22 @@ TEST32_SRC := $(wildcard tests/test_*.c)
 TEST64_SRC := $(wildcard tests/t64_*.c)
 TEST_BINS := $(TEST32_SRC:tests/%.c=$(BUILD)/%) $(TEST64_SRC:tests/%.c=$(BUILD)/%) $(T64_FROM:%=$(BUILD)/t64_%)
 
-.PHONY: all lib tests test run bench bench-ttq f64 banner shared install uninstall install-test
+.PHONY: all lib tests test run bench bench-ttq bench-serve f64 banner shared install uninstall install-test
 all: banner $(BUILD)/libmega.a $(BUILD)/libmega.so $(BUILD)/mega
 lib: $(BUILD)/libmega.a
 f64: $(BUILD)/libmega64.a
 tests: all $(BUILD)/libmega64.a $(TEST_BINS)
+
+# bench-serve: a byte-level Mega model (4 layers, embedding 128; 20 training steps: the speed does
+# not depend on the weights) in $(BUILD)/bench-serve, then scripts/bench_serve.py (bounded in
+# requests and time; 127.0.0.1 only)
+bench-serve: $(BUILD)/mega
+	@mkdir -p $(BUILD)/bench-serve
+	@awk 'BEGIN { for (i = 0; i < 4000; i++) printf "the cat %d sees the bird %d. ", i % 7, i % 11 }' > $(BUILD)/bench-serve/text.txt
+	@$(BUILD)/mega train --data $(BUILD)/bench-serve/text.txt --out $(BUILD)/bench-serve/run --layers 4 --embed-dim 128 \
+	  --z-dim 64 --hidden-dim 256 --ffn-dim 256 --chunk-size 64 --batch 4 --seq-len 64 --steps 20 --force --quiet > /dev/null
+	python3 scripts/bench_serve.py --mega $(BUILD)/mega --model $(BUILD)/bench-serve/run --parallel 1,4 \
+	  --clients 1,4,16,64 --requests 2 --max-tokens 128 $(if $(BENCH_SERVE_THREADS),--threads $(BENCH_SERVE_THREADS))
 
 banner:
 	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)  $(MSG_MPI)  $(MSG_HTTP)"
