@@ -247,7 +247,7 @@ expect "prompt and max_tokens beyond --ctx" 400 "ctx" POST /v1/completions -H 'A
 kill -TERM $MPID; wait $PID
 
 # ---- a full queue: 503 ---------------------------------------------------------------------------
-start q --parallel 1 --max-queue 0 --max-tokens 5000
+start q --parallel 1 --max-queue 0 --max-tokens 100000 --ctx 200000 --timeout 1
 CL=""
 for i in 1 2 3 4 5 6; do
   $C -o "q$i.json" -w '%{http_code}\n' "$U/v1/completions" -d '{"prompt":"the ","max_tokens":5000}' > "q$i.code" &
@@ -258,6 +258,13 @@ n503=$(cat q*.code | grep -c 503)
 n200=$(cat q*.code | grep -c 200)
 check "6 requests at once on 1 slot without a queue: $n200 answered, $n503 got 503" test "$n503" -ge 1 -a "$n200" -ge 1 -a $((n503 + n200)) = 6
 check "the 503 says the queue is full" grep -q 'queue is full' $(grep -l 503 q*.code | head -1 | sed 's/code$/json/')
+# --timeout 1: a request for 100000 tokens (several seconds here) ends after about a second with
+# what it has
+t0=$(date +%s)
+req to POST /v1/completions -d '{"prompt":"the ","max_tokens":100000}'
+TO=$(js to.json 'j["usage"]["completion_tokens"] < 100000, j["choices"][0]["finish_reason"]')
+check "--timeout 1: the request ends early with its tokens, finish_reason length ($TO, $(($(date +%s) - t0)) s)" \
+  test "$code $TO" = "200 True length" -a $(($(date +%s) - t0)) -le 4
 kill -TERM $MPID; wait $PID
 
 # ---- an encoder-decoder: POST /v1/translate gives what mega translate prints ---------------------
