@@ -615,6 +615,7 @@ static int h_props(server *s, struct mg_connection *c) {
 }
 
 static void hist_text(char **p, char *end, const char *name, const char *help, const hist *h) {
+    if (*p >= end) return; /* (a full buffer: snprintf's count may have passed its end) */
     *p += snprintf(*p, (size_t)(end - *p), "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
     for (int i = 0; i < NBUCKET && *p < end; i++) {
