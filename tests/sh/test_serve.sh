@@ -199,6 +199,42 @@ head -c 5000 /dev/zero | tr '\0' 'a' > big.req
 expect "a body over --max-body (declared length)" 413 "max-body" POST $P --data-binary @big.req
 expect "a chunked body over --max-body" 413 "max-body" POST $P -H 'Transfer-Encoding: chunked' --data-binary @big.req
 
+# many bad requests (every malformed kind above, in turn, each on a new connection): each gets
+# its status, and the server's memory ends where it was after the first round (within 10%)
+cat > hostile.py <<'PY'
+import http.client, sys
+port, rounds = int(sys.argv[1]), int(sys.argv[2])
+cases = [("POST", "/v1/completions", b'{"prompt":5}', 400), ("POST", "/v1/completions", b'{"prompt":"a","max_tokens":1e300}', 400),
+         ("POST", "/v1/completions", b'{"prompt":"a\xffb"}', 400), ("POST", "/v1/completions", b"[" * 800, 400),
+         ("POST", "/v1/completions", b'{"prompt":"a","stop":["a","b","c","d","e"]}', 400), ("POST", "/v1/completions", b"x" * 5000, 413),
+         ("POST", "/detokenize", b'{"tokens":[1,2,-9]}', 400), ("POST", "/tokenize", b'{"content":null}', 400),
+         ("GET", "/nothing", None, 404), ("DELETE", "/v1/models", None, 405), ("POST", "/v1/completions", b"", 400),
+         ("POST", "/completion", b'{"prompt":"a","n_predict":"many"}', 400), ("POST", "/v1/completions", b'{"prompt":"ab","max_tokens":2}', 200)]
+wrong = 0
+for i in range(rounds * len(cases)):
+    m, path, body, want = cases[i % len(cases)]
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request(m, path, body)
+    r = c.getresponse()
+    r.read()
+    wrong += r.status != want
+    c.close()
+print(wrong)
+PY
+python3 hostile.py "${U##*:}" 20 > hostile1.txt
+rss0=$(sed -n 's/^VmRSS:[^0-9]*\([0-9]*\).*/\1/p' /proc/$MPID/status)
+python3 hostile.py "${U##*:}" 80 > hostile2.txt
+rss1=$(sed -n 's/^VmRSS:[^0-9]*\([0-9]*\).*/\1/p' /proc/$MPID/status)
+check "1300 hostile requests, each answered with its status ($(cat hostile1.txt) and $(cat hostile2.txt) wrong)" \
+  test "$(cat hostile1.txt) $(cat hostile2.txt)" = "0 0"
+# (not under AddressSanitizer, whose quarantine keeps freed memory by design; its leak check at
+# the server's exit covers what this would catch)
+if grep -q __asan_init "$MEGA" 2>/dev/null; then
+  echo "NOTE the memory check after the hostile requests is skipped under AddressSanitizer ($rss1 kB against $rss0 kB)"
+else
+  check "memory after 1040 more of them: $rss1 kB against $rss0 kB (within 10%)" test -n "$rss0" -a "$((rss1 * 10))" -le "$((rss0 * 11))"
+fi
+
 # a client that sends half a request and stalls holds one connection, not the server
 python3 -c '
 import socket, sys, time
