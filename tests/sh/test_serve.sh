@@ -8,8 +8,9 @@
 #   * an encoder-decoder: POST /v1/translate gives the translations `mega translate` prints;
 #   * every error status: 400 (malformed bodies, wrong types and ranges, invalid UTF-8; the
 #     message names the field), 401 (API key), 404, 405, 413 (--max-body, declared or chunked),
-#     503 (queue full); a stalled client does not hold the server up; a client that leaves a
-#     stream stops its generation; the server survives all of it and exits 0 on SIGTERM.
+#     503 (queue full); 1300 bad requests in a row, each answered right, the memory where it was
+#     (not under ASan); --timeout; a stalled client does not hold the server up; a client that
+#     leaves a stream stops its generation; the server survives all of it and exits 0 on SIGTERM.
 # Servers bind 127.0.0.1 on a free port (--port 0) and are killed at exit; every command has a
 # hard timeout. Skips (a NOTE line) without curl or python3, or in a build without civetweb.
 . "$(dirname "$0")/lib.sh"
