@@ -6,6 +6,8 @@
 #   make bench      benchmarks against the PyTorch peer (see docs/performance.md)
 #   make bench-ttq  time to quality: held-out bits per byte after the same training time as the
 #                   PyTorch peer (BENCH_TTQ_BUDGETS, default "300" s; docs/performance.md)
+#   make bench-serve  mega serve under load on 127.0.0.1: 1, 4, 16 and 64 clients against --parallel 1
+#                   and 4, against mega generate's single-stream rate (docs/serving.md)
 #   make asan       the test suite built with AddressSanitizer + UndefinedBehaviorSanitizer
 #   make check-valgrind  train/eval/generate/classify/translate runs under valgrind --leak-check=full
 #                   (build-vg, without -march=native: valgrind does not emulate AVX-512)
@@ -14,7 +16,7 @@
 #
 # Options: CC=clang, NO_OMP=1 (no OpenMP), NO_BLAS=1 (portable GEMM), NATIVE=0 (no -march=native),
 #          SAN=1 (sanitizers), BUILD=dir (output directory), DEBUG=1 (-O0 -g), NO_MPI=1 (no MPI:
-#          mega train runs one rank; docs/distributed.md),
+#          mega train runs one rank; docs/distributed.md), NO_HTTP=1 (no mega serve; docs/serving.md),
 #          PREFIX=/usr/local, DESTDIR=, LIBDIR=$(PREFIX)/lib, INCLUDEDIR=$(PREFIX)/include.
 #
 # The outer targets install missing packages (scripts/deps.sh) and then re-invoke make with
@@ -26,7 +28,7 @@ export BUILD
 ifeq ($(MEGA_INNER),)
 # ---------------------------------------------------------------------------------------------
 # outer level
-.PHONY: all test run bench bench-ttq asan check-valgrind clean deps lib f64 tests shared install uninstall
+.PHONY: all test run bench bench-ttq bench-serve asan check-valgrind clean deps lib f64 tests shared install uninstall
 all: deps
 	@$(MAKE) --no-print-directory MEGA_INNER=1 all
 test:
@@ -41,6 +43,8 @@ bench:
 bench-ttq:
 	@sh scripts/deps.sh bench-ttq
 	@$(MAKE) --no-print-directory MEGA_INNER=1 bench-ttq
+bench-serve: all
+	@$(MAKE) --no-print-directory MEGA_INNER=1 bench-serve
 asan: deps
 	@$(MAKE) --no-print-directory MEGA_INNER=1 SAN=1 BUILD=build-san NATIVE=0 test
 check-valgrind:
@@ -80,6 +84,8 @@ $(FUZZ_BUILD)/fuzz_%: fuzz/fuzz_%.c fuzz/fuzz_common.h $(FUZZ_BUILD)/libmega.a
 $(FUZZ_BUILD)/fuzz_cli: tools/cli.c tools/cli.h
 # the checkpoint generations' reader of mega train (tools/ckpt.c, with the tool's helpers)
 $(FUZZ_BUILD)/fuzz_manifest: tools/ckpt.c tools/ckpt.h tools/common.c tools/common.h tools/cli.c tools/cli.h
+# mega serve's request bodies (tools/serve_api.c)
+$(FUZZ_BUILD)/fuzz_serve: tools/serve_api.c tools/serve.h
 # ---- end of fuzzing ---------------------------------------------------------------------------
 else
 # ---------------------------------------------------------------------------------------------
@@ -184,6 +190,19 @@ MSG_MPI := ✗ MPI (not found: apt-get install libopenmpi-dev openmpi-bin): sing
 endif
 endif
 
+# civetweb (docs/serving.md): the HTTP library of `mega serve`. tools/serve.c is compiled with
+# -DMEGA_USE_CIVETWEB and the tool linked with -lcivetweb when the probe compiles and links (Debian
+# ships no pkg-config file for it); without it (or with NO_HTTP=1) `mega serve` says in one line
+# that the build has no HTTP server.
+ifeq ($(NO_HTTP),1)
+MSG_HTTP := ✗ civetweb (NO_HTTP=1): no mega serve
+else ifeq ($(call try,-lcivetweb,civetweb),yes)
+HTTP_LIBS := -lcivetweb -pthread
+MSG_HTTP := ✓ civetweb
+else
+MSG_HTTP := ✗ civetweb (not found: apt-get install libcivetweb-dev): no mega serve
+endif
+
 CFLAGS := $(CFLAGS_BASE) $(EXTRA_CFLAGS)
 
 LIB_SRC := $(wildcard src/core/*.c src/ops/*.c src/layers/*.c src/model/*.c src/data/*.c src/train/*.c)
@@ -203,14 +222,25 @@ TEST32_SRC := $(wildcard tests/test_*.c)
 TEST64_SRC := $(wildcard tests/t64_*.c)
 TEST_BINS := $(TEST32_SRC:tests/%.c=$(BUILD)/%) $(TEST64_SRC:tests/%.c=$(BUILD)/%) $(T64_FROM:%=$(BUILD)/t64_%)
 
-.PHONY: all lib tests test run bench bench-ttq f64 banner shared install uninstall install-test
+.PHONY: all lib tests test run bench bench-ttq bench-serve f64 banner shared install uninstall install-test
 all: banner $(BUILD)/libmega.a $(BUILD)/libmega.so $(BUILD)/mega
 lib: $(BUILD)/libmega.a
 f64: $(BUILD)/libmega64.a
 tests: all $(BUILD)/libmega64.a $(TEST_BINS)
 
+# bench-serve: a byte-level Mega model (4 layers, embedding 128; 20 training steps: the speed does
+# not depend on the weights) in $(BUILD)/bench-serve, then scripts/bench_serve.py (bounded in
+# requests and time; 127.0.0.1 only)
+bench-serve: $(BUILD)/mega
+	@mkdir -p $(BUILD)/bench-serve
+	@awk 'BEGIN { for (i = 0; i < 4000; i++) printf "the cat %d sees the bird %d. ", i % 7, i % 11 }' > $(BUILD)/bench-serve/text.txt
+	@$(BUILD)/mega train --data $(BUILD)/bench-serve/text.txt --out $(BUILD)/bench-serve/run --layers 4 --embed-dim 128 \
+	  --z-dim 64 --hidden-dim 256 --ffn-dim 256 --chunk-size 64 --batch 4 --seq-len 64 --steps 20 --force --quiet > /dev/null
+	python3 scripts/bench_serve.py --mega $(BUILD)/mega --model $(BUILD)/bench-serve/run --parallel 1,4 \
+	  --clients 1,4,16,64 --requests 2 --max-tokens 128 $(if $(BENCH_SERVE_THREADS),--threads $(BENCH_SERVE_THREADS))
+
 banner:
-	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)  $(MSG_MPI)"
+	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)  $(MSG_MPI)  $(MSG_HTTP)"
 
 $(BUILD)/obj/%.o: %.c $(LIB_HDRS)
 	@mkdir -p $(dir $@)
@@ -247,8 +277,15 @@ $(BUILD)/gen/mpi.flags: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(MPI_CFLAGS) $(MPI_LIBS)' > $@.tmp
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+# only the server sees civetweb.h (a build that gains or loses it recompiles the server)
+$(BUILD)/obj/tools/serve.o: CFLAGS += $(if $(HTTP_LIBS),-DMEGA_USE_CIVETWEB)
+$(BUILD)/obj/tools/serve.o: $(BUILD)/gen/http.flags
+$(BUILD)/gen/http.flags: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(HTTP_LIBS)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
 $(BUILD)/mega: $(TOOL_OBJ) $(BUILD)/libmega.a
-	$(CC) $(CFLAGS) $(TOOL_OBJ) $(BUILD)/libmega.a $(LDLIBS) $(MPI_LIBS) -o $@
+	$(CC) $(CFLAGS) $(TOOL_OBJ) $(BUILD)/libmega.a $(LDLIBS) $(MPI_LIBS) $(HTTP_LIBS) -o $@
 
 TEST_COMMON := $(wildcard tests/lib/*.c)
 $(BUILD)/test_%: tests/test_%.c $(TEST_COMMON) $(BUILD)/libmega.a $(HDRS) $(wildcard tests/*.c)

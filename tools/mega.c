@@ -29,6 +29,8 @@ static int cmd_help(int argc, char **argv);
     X("experiment", cmd_experiment, "rerun a claim of the papers with figures (docs/results.md; 'mega experiment --list')") \
     X("hf-export", cmd_hf_export, "write a model in the Hugging Face transformers Mega layout (--model, --out)")         \
     X("hf-import", cmd_hf_import, "read a Hugging Face transformers Mega model (--hf, --out)")                          \
+    X("serve", cmd_serve, "an HTTP server for a language model: OpenAI and llama.cpp APIs, a page at /\n"            \
+                          "(docs/serving.md)")                                                                          \
     X("bench", cmd_bench, "performance workloads (tokens/s, GFLOP/s, peak memory; 'mega bench --list')")                \
     X("version", cmd_version, "version and build description")                                                          \
     X("help", cmd_help, "this text")

@@ -72,6 +72,8 @@ void s2s_dicts_free(s2s_dicts *d);
 /* the model at arg with its vocabulary: bytes, subword units (--bpe) or, with allow_fdict, the
  * fairseq dictionaries of a converted official model (mega eval reads the other two only) */
 int load_s2s(const char *arg, mega_s2s **m, s2s_dicts *dicts, int allow_fdict);
+/* the longest source in tokens (with its </s>) the model accepts (translate.c) */
+int s2s_max_source(const mega_s2s *m);
 
 /* ---- any kind ---- */
 

@@ -90,8 +90,8 @@ static size_t fdict_line(const mega_fdict *d, const int32_t *tok, int n, int rem
 }
 
 /* the longest source the model accepts (the encoder's relative table: Mega's simple bias under
- * full attention) */
-static int max_source(const mega_s2s *m) {
+ * full attention); mega serve's /v1/translate too */
+int s2s_max_source(const mega_s2s *m) {
     mega_block_context x;
     mega_block_context_of(&mega_s2s_get_config(m)->encoder, 0, &x);
     return x.positions > 0 ? x.positions : 1 << 20;
@@ -181,7 +181,7 @@ static int tr_widen(tr_batch *b, int n) {
 static void tr_add(tr_batch *b, const char *line, size_t n, size_t full, size_t lim, const char *where, long lineno,
                    int strict, int *bad) {
     const int32_t eos = mega_s2s_get_config(b->m)->eos_idx;
-    const int maxS = max_source(b->m);
+    const int maxS = s2s_max_source(b->m);
     int len = 0;
     char why[256] = "";
     mega_status st = MEGA_ERR_INVALID;
@@ -282,7 +282,7 @@ int cmd_translate(int argc, char **argv) {
     size_t lcap = 0;
     /* a line longer than the model accepts is reported, never held whole (a word model's tokens
      * are at least 2 bytes apart, with the space) */
-    const int maxS = max_source(b.m);
+    const int maxS = s2s_max_source(b.m);
     const size_t lim = (size_t)(maxS < (1 << 20) ? maxS : (1 << 20)) * (dicts.src ? 64 : dicts.src_longest) + 8;
     for (int eof = 0; !rc && !eof;) {
         size_t full = 0;
@@ -386,7 +386,7 @@ int eval_translate(const char *model, const char *data, const mega_s2s_search *s
     mega_s2s *m = NULL;
     s2s_dicts dc;
     if (load_s2s(model, &m, &dc, 0)) return 2;
-    mega_s2s_opts o = {max_source(m), 0, (int)(max_examples > 0 && max_examples < (1 << 30) ? max_examples : 0), 0, "--data",
+    mega_s2s_opts o = {s2s_max_source(m), 0, (int)(max_examples > 0 && max_examples < (1 << 30) ? max_examples : 0), 0, "--data",
                        "the model's max-positions", dc.src_bpe, dc.tgt_bpe};
     mega_s2s_data d;
     if (mega_s2s_data_load(data, &o, &d) != MEGA_OK) {

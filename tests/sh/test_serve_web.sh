@@ -1,0 +1,86 @@
+#!/bin/sh
+# The page of mega serve in a real browser: sh tests/sh/test_serve_web.sh BUILD_DIR
+# A tiny model trained here is served on 127.0.0.1 (a free port); headless Chromium, driven by
+# puppeteer-core (pinned in tests/web/package.json and package-lock.json, installed with npm into
+# tests/web/node_modules when missing), opens the page, types a prompt, presses Generate and must
+# see the model's description and the streamed text, which must be the text curl gets for the same
+# greedy request; for an encoder-decoder's server, the translation form must show what
+# /v1/translate answers. Skips (a NOTE line) without chromium, node/npm, curl, or an HTTP server
+# in the build, or when npm cannot install puppeteer-core (no network).
+. "$(dirname "$0")/lib.sh"
+need_tool
+WEB="$ROOT/tests/web"
+CHROME=${MEGA_TEST_CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
+skip() { echo "NOTE test_serve_web.sh skipped: $1"; finish; }
+[ -n "$CHROME" ] || skip "chromium is not installed (apt-get install chromium)"
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || skip "node and npm are not installed"
+command -v curl >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1 || skip "curl or timeout is not installed"
+"$MEGA" serve --model none 2>&1 | grep -q 'no HTTP server' && skip "this build has no HTTP server (libcivetweb-dev)"
+if [ ! -d "$WEB/node_modules/puppeteer-core" ]; then
+  (cd "$WEB" && timeout 300 npm ci --no-audit --no-fund --cache "${TMPDIR:-/tmp}/mega-npm-cache" >/dev/null 2>&1) ||
+    skip "npm could not install puppeteer-core (no network?)"
+fi
+in_temp_dir serve_web
+SERVER=""
+trap '[ -n "$SERVER" ] && kill -9 $(ps -o pid= --ppid $SERVER) $SERVER 2>/dev/null; rm -rf "$T"' EXIT
+
+awk 'BEGIN { s = 7; for (i = 0; i < 600; i++) { s = (s * 16807) % 2147483647;
+  printf "the %s sees the %s. ", (s % 3 ? "cat" : "dog"), (s % 5 ? "bird" : "fox"); if (i % 8 == 7) print "" } }' > corpus.txt
+timeout 60 "$MEGA" train --data corpus.txt --out tiny --layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 32 --ffn-dim 32 \
+  --chunk-size 16 --batch 4 --seq-len 32 --threads 1 --steps 300 --lr 1e-2 --quiet >train.out 2>&1
+status $? "train a tiny model"
+timeout -k 2 120 "$MEGA" serve --model tiny --port 0 --threads 1 >srv.out 2>srv.err &
+SERVER=$!
+U=""
+for i in $(seq 1 100); do
+  p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' srv.err)
+  [ -n "$p" ] && { U="http://127.0.0.1:$p"; break; }
+  sleep 0.05
+done
+[ -n "$U" ] || { bad "the server did not start: $(head -n 2 srv.err | tr '\n' '|')"; finish; }
+WANT=$(curl -s --max-time 20 "$U/v1/completions" -d '{"prompt":"the cat ","max_tokens":48,"temperature":0}' |
+  sed -n 's/^{"choices":\[{"text":"\([^"\\]*\)".*/\1/p')
+check "curl's greedy text ($WANT)" test -n "$WANT"
+timeout -k 5 60 node "$WEB/page_test.mjs" "$U/" "$CHROME" "$PWD/page.png" > page.json 2> node.err
+status $? "chromium ran the page: $(head -c 300 page.json)$(head -n 3 node.err | tr '\n' '|')"
+r=$(node -e '
+const j = JSON.parse(require("fs").readFileSync("page.json", "utf8"));
+const ok = [j.model.includes("tiny") && j.model.includes("parameters"), j.gen === process.argv[1],
+  j.status.startsWith("done (length)"), j.updates >= 1, j.errors.length === 0];
+console.log(ok.join(" "));' "$WANT" 2>&1)
+check "the page shows the model from /props, streams the same text as curl, ends done (length), no page error ($r)" \
+  test "$r" = "true true true true true"
+check "a screenshot of the page" test -s page.png
+kill -TERM "$(ps -o pid= --ppid $SERVER | tr -d ' ')" # the server, not timeout (which would follow with a KILL)
+wait $SERVER
+status $? "the server exits 0 on SIGTERM"
+
+# an encoder-decoder's server: the page shows the translation form, and its output is what
+# /v1/translate answers
+awk 'BEGIN { s = 11; for (i = 0; i < 400; i++) { x = ""; y = ""; s = (s * 16807) % 2147483647; L = 2 + s % 4;
+  for (k = 0; k < L; k++) { s = (s * 16807) % 2147483647; j = 1 + s % 7; x = x substr("abcdefg", j, 1); y = y substr("bcdefgh", j, 1) }
+  print x "\t" y } }' > pairs.tsv
+timeout 60 "$MEGA" train --task translate --data pairs.tsv --out mt --encoder-layers 1 --decoder-layers 1 --embed-dim 16 \
+  --z-dim 8 --hidden-dim 32 --ffn-dim 32 --n-dim 2 --steps 30 --threads 1 --quiet --bpe 0 --max-tokens 256 >mt.out 2>&1
+status $? "train a tiny encoder-decoder"
+timeout -k 2 120 "$MEGA" serve --model mt --port 0 --threads 1 >srv2.out 2>srv2.err &
+SERVER=$!
+U=""
+for i in $(seq 1 100); do
+  p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' srv2.err)
+  [ -n "$p" ] && { U="http://127.0.0.1:$p"; break; }
+  sleep 0.05
+done
+curl -s --max-time 20 "$U/v1/translate" -d '{"source":["abc","gfedcba"]}' > tr.json
+timeout -k 5 60 node "$WEB/page_test.mjs" "$U/" "$CHROME" "" translate > tpage.json 2> tnode.err
+status $? "chromium ran the translation form: $(head -c 300 tpage.json)$(head -n 3 tnode.err | tr '\n' '|')"
+r=$(node -e '
+const fs = require("fs"), j = JSON.parse(fs.readFileSync("tpage.json", "utf8")), t = JSON.parse(fs.readFileSync("tr.json", "utf8"));
+console.log([j.model.includes("mega_s2s"), j.hidden, j.out === t.translations.map(x => x.translation).join("\n"),
+  j.status === "done", j.errors.length === 0].join(" "));' 2>&1)
+check "the page of an encoder-decoder: the translation form, whose output is /v1/translate's ($r)" test "$r" = "true true true true true"
+kill -TERM "$(ps -o pid= --ppid $SERVER | tr -d ' ')" # the server, not timeout (which would follow with a KILL)
+wait $SERVER
+status $? "the translation server exits 0 on SIGTERM"
+SERVER=""
+finish

@@ -1,0 +1,133 @@
+/*
+ * mega serve (docs/serving.md): an HTTP server for a model of this project. Three parts:
+ *  - serve_api.c: the requests' JSON fields read and checked (each bad field is a message that
+ *    names it), independent of the HTTP library;
+ *  - serve_engine.c: the generation slots of a language model: --parallel worker threads, each
+ *    decoding one request at a time through its own stream of the one shared model (the streams of
+ *    a model may be fed from several threads, docs/library.md "Threads"), fed by one bounded queue;
+ *  - serve.c: the HTTP side (civetweb): routes, keys, limits, server-sent events, metrics, the page
+ *    (serve_page.c).
+ */
+#ifndef MEGA_TOOLS_SERVE_H
+#define MEGA_TOOLS_SERVE_H
+#include "models.h"
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SERVE_MAX_STOP 4     /* stop strings per request (OpenAI's limit) */
+#define SERVE_STOP_BYTES 256 /* bytes per stop string */
+
+/* what a request may ask for, from the flags */
+typedef struct {
+    int max_tokens; /* the largest max_tokens / n_predict */
+    int ctx;        /* prompt tokens + max_tokens at most */
+} serve_limits;
+
+/* A completion request (POST /v1/completions, or /completion in llama.cpp's names) */
+typedef struct {
+    char *prompt; /* owned, NUL-terminated, valid UTF-8 */
+    size_t prompt_len;
+    int max_tokens;
+    mega_sample_params sp;
+    int seed_given;
+    char *stop[SERVE_MAX_STOP];
+    int nstop;
+    int stream, echo;
+} gen_req;
+
+/* Reads the body of a completion request into r (llama: llama.cpp's field names: n_predict, and
+ * "content" accepted for the prompt). 0, or -1 with a message naming the field in err (every such
+ * case is a 400). r is to be freed with gen_req_free in both cases. */
+int serve_parse_completion(const char *body, size_t n, int llama, const serve_limits *lim, gen_req *r, char *err,
+                           size_t en);
+void gen_req_free(gen_req *r);
+/* A translation request (POST /v1/translate): "source" (a string or a list of up to
+ * SERVE_MAX_SOURCES), "beam" and "lenpen" (mega translate's --beam and --lenpen) */
+#define SERVE_MAX_SOURCES 64
+typedef struct {
+    char **src; /* owned, valid UTF-8 */
+    size_t *len;
+    int n;
+    mega_s2s_search sp;
+} tr_req;
+int serve_parse_translate(const char *body, size_t n, tr_req *r, char *err, size_t en);
+void tr_req_free(tr_req *r);
+/* the text of POST /tokenize ("content") or the ids of POST /detokenize ("tokens", each in
+ * [0, vocab)): 0 or -1 with the message in err */
+int serve_parse_tokenize(const char *body, size_t n, char **text, size_t *len, char *err, size_t en);
+int serve_parse_detokenize(const char *body, size_t n, int vocab, int32_t **ids, size_t *count, char *err, size_t en);
+/* the bytes of s[0..n) that can be sent as complete UTF-8 now: the whole when final, else up to
+ * the start of a sequence that the next bytes may still complete */
+size_t serve_utf8_ready(const char *s, size_t n, int final);
+/* s[0..n) as valid UTF-8 into out (3n + 1 bytes): each byte of an invalid sequence becomes
+ * U+FFFD. Returns the length. */
+size_t serve_utf8_fix(const char *s, size_t n, char *out);
+
+/* ---- the engine ---- */
+
+typedef enum { FIN_LENGTH, FIN_STOP, FIN_TIMEOUT, FIN_CANCELLED, FIN_ERROR } serve_finish;
+const char *serve_finish_name(serve_finish f);
+
+typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
+
+typedef struct serve_job {
+    gen_req rq;
+    int32_t *ids; /* the prompt's tokens */
+    size_t np;
+    double deadline; /* now_sec() time at which it ends (0 = none) */
+    double t_enq, t_start, t_first, t_last, t_end;
+    /* guarded by the engine's mutex */
+    job_state state;
+    char *text; /* the generated text (decoded bytes), up to a stop string */
+    size_t len, cap;
+    int ntok;
+    serve_finish finish;
+    int cancel;
+    char err[256];
+    pthread_cond_t cv; /* signalled at each token and at the end */
+    struct serve_job *next;
+} serve_job;
+
+typedef struct serve_metrics serve_metrics;
+
+typedef struct {
+    loaded_model *model;
+    int parallel, max_queue, threads_per_slot;
+    pthread_mutex_t mu;
+    pthread_cond_t work;
+    serve_job *head, *tail;
+    int queued, running, stopping;
+    pthread_t *workers;
+    int nworkers;
+    serve_metrics *metrics; /* may be NULL */
+    uint64_t seed_counter;
+} serve_engine;
+
+/* start `parallel` slot threads for the language model in m; 0, or 1 after the error */
+int serve_engine_start(serve_engine *e, loaded_model *m, int parallel, int max_queue, int threads_per_slot,
+                       serve_metrics *mt);
+/* stop: queued requests end (FIN_CANCELLED), running ones stop at their next token; joins the
+ * slots. The mutex stays for the handlers still answering; serve_engine_free after them. */
+void serve_engine_stop(serve_engine *e);
+void serve_engine_free(serve_engine *e);
+/* tokens of a text (bytes, or a converted model's dictionary): 0, or -1 with the reason in err */
+int serve_tokenize(const loaded_model *m, const char *text, size_t n, int32_t **ids, size_t *np, char *err, size_t en);
+/* the text of tokens (ids checked by the caller), malloc'd and NUL-terminated, length in *len */
+char *serve_detokenize(const loaded_model *m, const int32_t *ids, size_t n, size_t *len);
+/* a new job for r (taken over: r is zeroed) with its tokens; NULL with the reason in err (400) */
+serve_job *serve_job_new(serve_engine *e, gen_req *r, double timeout, int ctx, char *err, size_t en);
+/* queue it: 0, or -1 when the queue is full or the server stops (the job is not queued) */
+int serve_submit(serve_engine *e, serve_job *j);
+/* cancel (the client left: FIN_CANCELLED; its deadline passed: FIN_TIMEOUT): a queued job ends
+ * now with that reason, a running one at its next token; call with the mutex not held */
+void serve_cancel(serve_engine *e, serve_job *j, serve_finish why);
+void serve_job_free(serve_job *j);
+
+/* ---- metrics (serve.c), called by the slots under the engine's mutex ---- */
+void serve_metrics_token(serve_metrics *mt, double since_last);
+void serve_metrics_first(serve_metrics *mt, double ttft);
+
+/* the page served at / (serve_page.c) */
+extern const char SERVE_PAGE[];
+#endif

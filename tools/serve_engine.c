@@ -1,0 +1,289 @@
+/*
+ * mega serve: the generation slots of a language model. --parallel N worker threads each take
+ * the oldest queued request and decode it through a stream of their own of the one shared model,
+ * as `mega generate` does (the library's mega_lm_stream_feed and mega_sampler_next, with the
+ * request's own sampler and seed): the streams of one model may be fed from several threads at
+ * once, each stream by one thread (docs/library.md, "Threads"), so the N slots decode at the same
+ * time. A request's tokens depend only on its prompt and sampling fields, never on what else runs.
+ * The queue is bounded (--max-queue); a client that leaves, the request's deadline (--timeout) or
+ * the server's stop end a request at its next token.
+ */
+#include "serve.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *serve_finish_name(serve_finish f) {
+    static const char *const n[] = {"length", "stop", "timeout", "cancelled", "error"};
+    return (unsigned)f < sizeof n / sizeof *n ? n[f] : "error";
+}
+
+int serve_tokenize(const loaded_model *m, const char *text, size_t n, int32_t **ids, size_t *np, char *err, size_t en) {
+    *ids = NULL, *np = n;
+    if (m->dict && mega_fdict_encode(m->dict, (const uint8_t *)text, n, 0, NULL, np, NULL) != MEGA_OK)
+        return snprintf(err, en, "%s", mega_last_error()), -1;
+    if (!(*ids = malloc((*np ? *np : 1) * sizeof(int32_t)))) return snprintf(err, en, "out of memory"), -1;
+    if (m->dict) mega_fdict_encode(m->dict, (const uint8_t *)text, n, 0, *ids, np, NULL); /* counted above */
+    else
+        for (size_t i = 0; i < n; i++) (*ids)[i] = (uint8_t)text[i];
+    return 0;
+}
+
+char *serve_detokenize(const loaded_model *m, const int32_t *ids, size_t n, size_t *len) {
+    size_t cap = 64, o = 0;
+    char *s = malloc(cap);
+    int line_start = 1;
+    for (size_t i = 0; s && i < n; i++) {
+        char piece[1024];
+        size_t k = 1;
+        if (m->dict) k = mega_fdict_decode(m->dict, ids[i], &line_start, piece, sizeof piece);
+        else piece[0] = (char)ids[i];
+        if (o + k + 1 > cap) {
+            char *ns = realloc(s, cap = 2 * (o + k + 1));
+            if (!ns) free(s);
+            s = ns;
+        }
+        if (s) memcpy(s + o, piece, k), o += k;
+    }
+    if (s) s[o] = 0;
+    *len = o;
+    return s;
+}
+
+serve_job *serve_job_new(serve_engine *e, gen_req *r, double timeout, int ctx, char *err, size_t en) {
+    serve_job *j = calloc(1, sizeof *j);
+    if (!j) return snprintf(err, en, "out of memory"), NULL;
+    j->rq = *r;
+    memset(r, 0, sizeof *r);
+    if (serve_tokenize(e->model, j->rq.prompt, j->rq.prompt_len, &j->ids, &j->np, err, en)) return serve_job_free(j), NULL;
+    if (j->np == 0) return snprintf(err, en, "prompt: it has no token (a word model needs a word or a newline)"), serve_job_free(j), NULL;
+    if (j->np + (size_t)j->rq.max_tokens > (size_t)ctx)
+        return snprintf(err, en, "prompt: %zu tokens and max_tokens %d exceed the server's context of %d tokens (--ctx)", j->np,
+                        j->rq.max_tokens, ctx), serve_job_free(j), NULL;
+    if (!j->rq.seed_given) { /* a new seed per request, as `mega generate --seed -1` draws one */
+        pthread_mutex_lock(&e->mu);
+        uint64_t z = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)getpid() << 20) ^ ++e->seed_counter * 0xBF58476D1CE4E5B9ull;
+        pthread_mutex_unlock(&e->mu);
+        j->rq.sp.seed = z >> 12;
+    }
+    pthread_cond_init(&j->cv, NULL);
+    j->t_enq = now_sec();
+    j->deadline = timeout > 0 ? j->t_enq + timeout : 0;
+    return j;
+}
+
+void serve_job_free(serve_job *j) {
+    if (!j) return;
+    gen_req_free(&j->rq);
+    free(j->ids), free(j->text);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+int serve_submit(serve_engine *e, serve_job *j) {
+    pthread_mutex_lock(&e->mu);
+    /* a request an idle slot takes at once does not count against --max-queue */
+    if (e->stopping || e->queued >= e->max_queue + (e->nworkers - e->running)) {
+        pthread_mutex_unlock(&e->mu);
+        return -1;
+    }
+    j->state = JOB_QUEUED;
+    if (e->tail) e->tail->next = j;
+    else e->head = j;
+    e->tail = j;
+    e->queued++;
+    pthread_cond_signal(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+/* under the mutex: end j (queued or running) */
+static void job_end(serve_job *j, serve_finish f) {
+    j->state = JOB_DONE, j->finish = f, j->t_end = now_sec();
+    pthread_cond_broadcast(&j->cv);
+}
+
+/* under the mutex: take j out of the queue */
+static void unqueue(serve_engine *e, serve_job *j) {
+    serve_job **p = &e->head, *prev = NULL;
+    while (*p && *p != j) prev = *p, p = &(*p)->next;
+    if (!*p) return;
+    *p = j->next;
+    if (e->tail == j) e->tail = prev;
+    j->next = NULL;
+    e->queued--;
+}
+
+void serve_cancel(serve_engine *e, serve_job *j, serve_finish why) {
+    pthread_mutex_lock(&e->mu);
+    j->cancel = 1;
+    if (j->state == JOB_QUEUED) unqueue(e, j), job_end(j, why);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* under the mutex: append a token's text, then look for a stop string in what it may complete
+ * (a match starts at most the longest stop string minus one byte before the old end); 1 when found */
+static int append_text(serve_job *j, const char *s, size_t k) {
+    if (j->len + k + 1 > j->cap) {
+        size_t nc = 2 * (j->len + k + 1) + 64;
+        char *nt = realloc(j->text, nc);
+        if (!nt) return snprintf(j->err, sizeof j->err, "out of memory"), -1;
+        j->text = nt, j->cap = nc;
+    }
+    const size_t old = j->len;
+    memcpy(j->text + j->len, s, k);
+    j->len += k;
+    j->text[j->len] = 0;
+    for (int i = 0; i < j->rq.nstop; i++) {
+        const size_t L = strlen(j->rq.stop[i]);
+        const size_t from = old + 1 > L ? old + 1 - L : 0;
+        for (size_t p = from; p + L <= j->len; p++)
+            if (!memcmp(j->text + p, j->rq.stop[i], L)) {
+                j->len = p, j->text[p] = 0;
+                return 1;
+            }
+    }
+    return 0;
+}
+
+typedef struct {
+    mega_lm_stream *s;
+    mega_sampler *smp;
+    mega_real *lg, *lgp;
+} gen_state;
+
+static void gen_state_free(gen_state *g) {
+    mega_lm_stream_free(g->s);
+    mega_sampler_free(g->smp);
+    free(g->lg), free(g->lgp);
+}
+
+/* the prompt's logits (fed in chunk-sized blocks, as mega generate does): 0, or 1 with j->err */
+static int feed_prompt(serve_engine *e, serve_job *j, gen_state *g) {
+    const mega_lm_config *c = mega_lm_get_config(e->model->lm);
+    const int V = c->vocab_size;
+    const size_t blk = (size_t)(c->block.chunk_size > 0 ? c->block.chunk_size : 256);
+    if (mega_lm_stream_new(e->model->lm, 1, (int)(j->np + (size_t)j->rq.max_tokens + 1), &g->s) != MEGA_OK ||
+        mega_sampler_new(V, &j->rq.sp, &g->smp) != MEGA_OK)
+        return snprintf(j->err, sizeof j->err, "%s", mega_last_error()), 1;
+    g->lg = malloc((size_t)V * sizeof(mega_real));
+    g->lgp = malloc(blk * (size_t)V * sizeof(mega_real));
+    if (!g->lg || !g->lgp) return snprintf(j->err, sizeof j->err, "out of memory"), 1;
+    for (size_t p = 0; p < j->np; p += blk) {
+        const int T = (int)((j->np - p) < blk ? (j->np - p) : blk);
+        if (mega_lm_stream_feed(g->s, j->ids + p, T, g->lgp) != MEGA_OK)
+            return snprintf(j->err, sizeof j->err, "%s", mega_last_error()), 1;
+        memcpy(g->lg, g->lgp + (size_t)(T - 1) * V, (size_t)V * sizeof(mega_real));
+        if (j->cancel || e->stopping) break; /* read without the lock: a late look costs one block */
+    }
+    return 0;
+}
+
+/* decode j to its end; the mutex is not held */
+static void run_job(serve_engine *e, serve_job *j) {
+    const mega_lm_config *c = mega_lm_get_config(e->model->lm);
+    const int V = c->vocab_size;
+    gen_state g = {0};
+    serve_finish fin = FIN_LENGTH;
+    if (feed_prompt(e, j, &g)) fin = FIN_ERROR;
+    int line_start = j->rq.prompt_len == 0 || j->rq.prompt[j->rq.prompt_len - 1] == '\n';
+    for (int i = 0; fin == FIN_LENGTH && i < j->rq.max_tokens; i++) {
+        if (e->model->dict) /* as mega generate: never <s>, <pad>, the fillers */
+            for (int v = 0; v < V; v++)
+                if (!mega_fdict_generable(e->model->dict, v)) g.lg[v] = -INFINITY;
+        const int32_t b = mega_sampler_next(g.smp, g.lg, c->padding_idx);
+        if (b < 0) {
+            snprintf(j->err, sizeof j->err, "%s", mega_last_error());
+            fin = FIN_ERROR;
+            break;
+        }
+        char piece[1024];
+        size_t k = 1;
+        if (e->model->dict) k = mega_fdict_decode(e->model->dict, b, &line_start, piece, sizeof piece);
+        else piece[0] = (char)b;
+        const double t = now_sec();
+        pthread_mutex_lock(&e->mu);
+        const int hit = append_text(j, piece, k);
+        j->ntok++;
+        if (e->metrics) {
+            if (j->ntok == 1) serve_metrics_first(e->metrics, t - j->t_enq);
+            else serve_metrics_token(e->metrics, t - j->t_last);
+        }
+        if (j->ntok == 1) j->t_first = t;
+        j->t_last = t;
+        pthread_cond_broadcast(&j->cv);
+        const int cancel = j->cancel || e->stopping;
+        pthread_mutex_unlock(&e->mu);
+        if (hit) fin = hit > 0 ? FIN_STOP : FIN_ERROR;
+        else if (cancel) fin = FIN_CANCELLED;
+        else if (j->deadline > 0 && t > j->deadline) fin = FIN_TIMEOUT;
+        else if (i + 1 < j->rq.max_tokens && mega_lm_stream_feed(g.s, &b, 1, g.lg) != MEGA_OK) {
+            snprintf(j->err, sizeof j->err, "%s", mega_last_error());
+            fin = FIN_ERROR;
+        }
+    }
+    gen_state_free(&g);
+    pthread_mutex_lock(&e->mu);
+    job_end(j, fin);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *worker(void *arg) {
+    serve_engine *e = arg;
+    mega_set_threads(e->threads_per_slot); /* OpenMP keeps its count per thread (docs/library.md) */
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->head && !e->stopping) pthread_cond_wait(&e->work, &e->mu);
+        if (e->stopping) break;
+        serve_job *j = e->head;
+        unqueue(e, j);
+        j->state = JOB_RUNNING, j->t_start = now_sec();
+        e->running++;
+        pthread_mutex_unlock(&e->mu);
+        run_job(e, j); /* j may be freed by its handler as soon as it is done: not touched after */
+        pthread_mutex_lock(&e->mu);
+        e->running--;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+int serve_engine_start(serve_engine *e, loaded_model *m, int parallel, int max_queue, int threads_per_slot,
+                       serve_metrics *mt) {
+    memset(e, 0, sizeof *e);
+    e->model = m, e->parallel = parallel, e->max_queue = max_queue, e->threads_per_slot = threads_per_slot;
+    e->metrics = mt;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->work, NULL);
+    if (!(e->workers = calloc((size_t)(parallel > 0 ? parallel : 1), sizeof(pthread_t)))) return cli_error("out of memory");
+    for (; e->nworkers < parallel; e->nworkers++)
+        if (pthread_create(&e->workers[e->nworkers], NULL, worker, e)) {
+            serve_engine_stop(e);
+            serve_engine_free(e);
+            return cli_error("cannot start %d threads", parallel);
+        }
+    return 0;
+}
+
+void serve_engine_stop(serve_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->stopping = 1;
+    while (e->head) {
+        serve_job *j = e->head;
+        unqueue(e, j);
+        job_end(j, FIN_CANCELLED);
+    }
+    pthread_cond_broadcast(&e->work);
+    pthread_mutex_unlock(&e->mu);
+    for (int i = 0; i < e->nworkers; i++) pthread_join(e->workers[i], NULL);
+    free(e->workers);
+    e->workers = NULL, e->nworkers = 0;
+}
+
+void serve_engine_free(serve_engine *e) {
+    pthread_cond_destroy(&e->work);
+    pthread_mutex_destroy(&e->mu);
+}
