@@ -307,7 +307,7 @@ static void malformed_dict(void) {
 /* PREFIX.ids: the ids the official MMapIndexedDataset read back, one line per sequence; compared
  * with ours. Returns the sequences matched, -1 on a difference. */
 static long match_ids(const char *prefix, const mega_fdict *dict) {
-    char p[512];
+    char p[600]; /* the prefix (up to 511 bytes) and ".ids" */
     snprintf(p, sizeof p, "%s.ids", prefix);
     size_t len;
     char *txt = (char *)tl_read_file(p, &len);

@@ -12,6 +12,7 @@ need_tool
 WEB="$ROOT/tests/web"
 CHROME=${MEGA_TEST_CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
 skip() { echo "NOTE test_serve_web.sh skipped: $1"; finish; }
+[ "${MEGA_SKIP_BROWSER:-0}" = 1 ] && skip "MEGA_SKIP_BROWSER=1 (CI runs the browser test in its first leg only)"
 [ -n "$CHROME" ] || skip "chromium is not installed (apt-get install chromium)"
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || skip "node and npm are not installed"
 command -v curl >/dev/null 2>&1 && command -v timeout >/dev/null 2>&1 || skip "curl or timeout is not installed"
