@@ -280,10 +280,11 @@ typedef enum {
     MEGA_DATA_TEXT,
     MEGA_DATA_PAIRS,
     MEGA_DATA_IDX,
-    MEGA_DATA_REAL
+    MEGA_DATA_REAL,
+    MEGA_DATA_PATHFINDER /* a directory of PNG images in the layout of the LRA Pathfinder release */
 } mega_data_format;
 
-/* "auto", "listops", "text", "pairs", "idx", "real" (as on the command line and in checkpoints) */
+/* "auto", "listops", "text", "pairs", "idx", "real", "pathfinder" (as on the command line and in checkpoints) */
 MEGA_API const char *mega_data_format_name(mega_data_format f);
 MEGA_API int mega_data_format_parse(const char *s, mega_data_format *f); /* 0 on success */
 
@@ -314,6 +315,7 @@ typedef struct {
     int rows, cols;        /* IDX images: one example is rows*cols pixels, row-major */
     char *path;            /* the file read (the images file for IDX) */
     float **val;           /* real: [n] the len[i] values of each example (tok is then NULL) */
+    int png_dir;           /* read from a directory of PNG images (the pathfinder format) */
     /* storage (internal) */
     uint16_t *pool;
     size_t pool_n;
@@ -352,6 +354,12 @@ MEGA_API mega_status mega_dataset_load_idx(const char *images, const char *label
  * without values, a line whose count differs from the first example's. No model reads them yet:
  * this is the input format, loaded and validated. */
 MEGA_API mega_status mega_dataset_load_real(const char *path, const mega_data_opts *opts, mega_dataset *d);
+/* The Long Range Arena's Pathfinder layout (src/data/pathfinder_data.c): dir is a difficulty
+ * directory holding metadata/<k>.npy, or the directory above them (the hard set,
+ * curv_contour_length_14, is taken first). Each metadata line "<subdir> <file> <i> <label> ..."
+ * names an 8-bit grayscale PNG (all of one size, at most 1024 x 1024), read as rows*cols pixels
+ * like the IDX images (opts->real, mean, std). MEGA_ERR_UNSUPPORTED without libpng. */
+MEGA_API mega_status mega_dataset_load_pathfinder(const char *dir, const mega_data_opts *opts, mega_dataset *d);
 
 /* The official LRA text data as it ships (fairseq binarized; the lra-text task of the official
  * fairseq/tasks/long_range_arena.py, docs/interop.md): dir/src-bin/SPLIT.idx/.bin (each example's
