@@ -271,6 +271,7 @@ static void config_from_data(train_args *a, const mega_dataset *d, int nclasses)
     c->vocab_size = d->vocab.size, c->padding_idx = d->vocab.pad;
     c->classes = nclasses;
     c->two_tower = d->pairs;
+    if (c->patch > 0) c->image_width = d->cols;
 }
 
 int cls_task_new(train_args *a, const char *model_path, task **out) {
@@ -315,6 +316,15 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     }
     if (a->cls.embedding == MEGA_EMBED_REAL && !C->train.vocab.real) {
         cli_error("--embedding real needs real-valued inputs (IDX images)");
+        goto fail;
+    }
+    if (!have_prev && a->cls.patch > 0 && (!C->train.rows || !C->train.vocab.real)) {
+        cli_error("--patch %d: patches are made of images read as real-valued pixels (IDX or pathfinder data, --embedding real)",
+                  a->cls.patch);
+        goto fail;
+    }
+    if (!have_prev && a->cls.patch > 0 && (C->train.rows % a->cls.patch || C->train.cols % a->cls.patch)) {
+        cli_error("--patch %d does not divide the %dx%d images", a->cls.patch, C->train.rows, C->train.cols);
         goto fail;
     }
     /* validation: --valid / --valid-images, else the last --valid-fraction of the examples */
