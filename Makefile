@@ -17,6 +17,7 @@
 # Options: CC=clang, NO_OMP=1 (no OpenMP), NO_BLAS=1 (portable GEMM), NATIVE=0 (no -march=native),
 #          SAN=1 (sanitizers), BUILD=dir (output directory), DEBUG=1 (-O0 -g), NO_MPI=1 (no MPI:
 #          mega train runs one rank; docs/distributed.md), NO_HTTP=1 (no mega serve; docs/serving.md),
+#          NO_PNG=1 (no libpng: no PNG images),
 #          PREFIX=/usr/local, DESTDIR=, LIBDIR=$(PREFIX)/lib, INCLUDEDIR=$(PREFIX)/include.
 #
 # The outer targets install missing packages (scripts/deps.sh) and then re-invoke make with
@@ -157,6 +158,19 @@ else
 $(error cJSON not found: apt-get install libcjson-dev (or run 'make' as root to install it))
 endif
 
+# libpng (docs/vision.md): PNG images, read by the "pathfinder" data format and written by
+# `mega pathfinder`; without it (or with NO_PNG=1) both say in one line that the build has no
+# PNG support, and everything else works.
+ifeq ($(NO_PNG),1)
+MSG_PNG := ✗ libpng (NO_PNG=1): no PNG images
+else ifeq ($(call try,-lpng,png),yes)
+CFLAGS_BASE += -DMEGA_USE_PNG
+LDLIBS += -lpng
+MSG_PNG := ✓ libpng
+else
+MSG_PNG := ✗ libpng (not found: apt-get install libpng-dev): no PNG images
+endif
+
 ifeq ($(SAN),1)
 CFLAGS_BASE += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDLIBS += -fsanitize=address,undefined
@@ -240,7 +254,7 @@ bench-serve: $(BUILD)/mega
 	  --clients 1,4,16,64 --requests 2 --max-tokens 128 $(if $(BENCH_SERVE_THREADS),--threads $(BENCH_SERVE_THREADS))
 
 banner:
-	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)  $(MSG_MPI)  $(MSG_HTTP)"
+	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)  $(MSG_MPI)  $(MSG_HTTP)  $(MSG_PNG)"
 
 $(BUILD)/obj/%.o: %.c $(LIB_HDRS)
 	@mkdir -p $(dir $@)

@@ -545,6 +545,9 @@ typedef struct {
     mega_act classifier_activation;
     int classes;                   /* outputs */
     int two_tower;                 /* retrieval pairs: pooled vectors of both inputs concatenated */
+    int patch;                     /* real inputs: images as P x P patches, each a position
+                                      through a linear embedding (0 = a position per pixel) */
+    int image_width;               /* with patch: the images' width in pixels (rows = T / width) */
 } mega_cls_config;
 
 MEGA_API void mega_cls_config_default(mega_cls_config *c);

@@ -291,10 +291,11 @@ typedef enum {
     MEGA_DATA_TEXT,
     MEGA_DATA_PAIRS,
     MEGA_DATA_IDX,
-    MEGA_DATA_REAL
+    MEGA_DATA_REAL,
+    MEGA_DATA_PATHFINDER /* a directory of PNG images in the layout of the LRA Pathfinder release */
 } mega_data_format;
 
-/* "auto", "listops", "text", "pairs", "idx", "real" (as on the command line and in checkpoints) */
+/* "auto", "listops", "text", "pairs", "idx", "real", "pathfinder" (as on the command line and in checkpoints) */
 MEGA_API const char *mega_data_format_name(mega_data_format f);
 MEGA_API int mega_data_format_parse(const char *s, mega_data_format *f); /* 0 on success */
 
@@ -325,6 +326,7 @@ typedef struct {
     int rows, cols;        /* IDX images: one example is rows*cols pixels, row-major */
     char *path;            /* the file read (the images file for IDX) */
     float **val;           /* real: [n] the len[i] values of each example (tok is then NULL) */
+    int png_dir;           /* read from a directory of PNG images (the pathfinder format) */
     /* storage (internal) */
     uint16_t *pool;
     size_t pool_n;
@@ -363,6 +365,12 @@ MEGA_API mega_status mega_dataset_load_idx(const char *images, const char *label
  * without values, a line whose count differs from the first example's. No model reads them yet:
  * this is the input format, loaded and validated. */
 MEGA_API mega_status mega_dataset_load_real(const char *path, const mega_data_opts *opts, mega_dataset *d);
+/* The Long Range Arena's Pathfinder layout (src/data/pathfinder_data.c): dir is a difficulty
+ * directory holding metadata/<k>.npy, or the directory above them (the hard set,
+ * curv_contour_length_14, is taken first). Each metadata line "<subdir> <file> <i> <label> ..."
+ * names an 8-bit grayscale PNG (all of one size, at most 1024 x 1024), read as rows*cols pixels
+ * like the IDX images (opts->real, mean, std). MEGA_ERR_UNSUPPORTED without libpng. */
+MEGA_API mega_status mega_dataset_load_pathfinder(const char *dir, const mega_data_opts *opts, mega_dataset *d);
 
 /* The official LRA text data as it ships (fairseq binarized; the lra-text task of the official
  * fairseq/tasks/long_range_arena.py, docs/interop.md): dir/src-bin/SPLIT.idx/.bin (each example's
@@ -846,6 +854,66 @@ typedef struct {
 MEGA_API mega_status mega_s2s_evaluate_translations(mega_s2s *m, const mega_s2s_data *d, const mega_s2s_translation_opts *o,
                                            mega_s2s_translation_eval *r);
 MEGA_API void mega_s2s_translation_eval_free(mega_s2s_translation_eval *r); /* NULL allowed */
+
+/* ---------------------------------------------------------------------------------------------
+ * PNG images (libpng; a build without it fails these with MEGA_ERR_UNSUPPORTED) and the
+ * Pathfinder task of the Long Range Arena (docs/vision.md) */
+
+/* 1 when this build reads and writes PNG */
+MEGA_API int mega_png_available(void);
+/* Decode a PNG held in memory to 8-bit grayscale: *px (malloc'd, w*h bytes, row-major). A
+ * grayscale PNG of 1, 2, 4 or 16 bits is converted to 8 bits; colour, palette, alpha and
+ * interlaced PNGs fail with MEGA_ERR_FORMAT naming what they are, as do a width or height above
+ * max_side (checked before any pixel buffer is allocated) and a truncated or corrupt stream.
+ * `what` names the image in messages. */
+MEGA_API mega_status mega_png_decode_gray(const uint8_t *data, size_t n, const char *what, int max_side, uint8_t **px, int *w,
+                                          int *h);
+/* The same from a file ("<what> file '<path>': ..."; a missing file is MEGA_ERR_NOT_FOUND). */
+MEGA_API mega_status mega_png_read_gray(const char *path, const char *what, int max_side, uint8_t **px, int *w, int *h);
+/* Encode w x h 8-bit grayscale pixels as a PNG into *out (free with mega_bytes_free). */
+MEGA_API mega_status mega_png_encode_gray(const uint8_t *px, int w, int h, mega_bytes *out);
+
+/* The settings of the snakes2 generator (Linsley et al. 2018) as the Long Range Arena used it
+ * (src/data/pathfinder.c documents the procedure and where it differs). */
+typedef struct {
+    int size;                 /* image side: 32, 64 or 128 */
+    int contour_length;       /* paddles per target path: 6, 9, 14 (easy, medium, hard) */
+    int paddle_length;        /* pixels */
+    double paddle_thickness;  /* pixels */
+    double marker_radius;     /* pixels */
+    double continuity;        /* turn penalty: weight cos(min(continuity * turn, pi/2))^2 */
+    int margins[4], n_margins; /* gap between paddles: one drawn per image */
+    int seed_distance;        /* distance of the two paths' first paddles */
+    int padding;              /* border kept free */
+    int distractor_length;    /* paddles per distractor path */
+    int n_distractors;        /* distractor paths wanted */
+    double snake_contrast, paddle_contrast; /* target paddles paddle*snake, distractors snake */
+    int antialias;            /* sample points per pixel side */
+    int max_paddle_trials, max_distractor_trials, max_pair_trials;
+    uint64_t seed;
+} mega_pathfinder_params;
+/* The release's settings for size 32, 64 or 128 and difficulty 0, 1, 2 (easy, medium, hard);
+ * MEGA_ERR_INVALID for others. seed = 0. */
+MEGA_API mega_status mega_pathfinder_defaults(int size, int difficulty, mega_pathfinder_params *p);
+/* the release's directory of a contour length: curv_baseline (6), curv_contour_length_9, _14 */
+MEGA_API const char *mega_pathfinder_subdir(int contour_length);
+
+typedef struct {
+    int label;                /* 1: both markers on the same path */
+    int margin;               /* the gap drawn for this image */
+    int target_paddles;       /* 2 * contour_length */
+    int distractors, distractor_paddles; /* distractor paths drawn (some may not fit) */
+    int pair_attempts;        /* tries of the target pair */
+    int marker[2][2];         /* the markers' centres (y, x) */
+} mega_pathfinder_info;
+
+typedef struct mega_pathfinder_gen mega_pathfinder_gen;
+MEGA_API mega_status mega_pathfinder_gen_new(const mega_pathfinder_params *p, mega_pathfinder_gen **out);
+MEGA_API void mega_pathfinder_gen_free(mega_pathfinder_gen *g);
+/* the next image (size*size bytes into img, scaled so that its maximum is 255) and its facts */
+MEGA_API mega_status mega_pathfinder_gen_next(mega_pathfinder_gen *g, uint8_t *img, mega_pathfinder_info *info);
+/* target pairs drawn so far (restarts included) */
+MEGA_API int64_t mega_pathfinder_gen_attempts(const mega_pathfinder_gen *g);
 
 #ifdef __cplusplus
 }

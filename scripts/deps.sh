@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the Debian packages the build and the tests need, only when missing.
 # Usage: scripts/deps.sh [build|run|bench|bench-ttq|test|valgrind]
-#   build (default): compiler toolchain, OpenBLAS, cJSON, zlib, MPI (Open MPI: data-parallel
+#   build (default): compiler toolchain, OpenBLAS, cJSON, zlib, libpng (PNG images; optional), MPI (Open MPI: data-parallel
 #                    training; the build works without it, as a single rank)
 #   run:             build + the default corpus (dict-gcide)
 #   bench:           build + the PyTorch peer (python3-torch)
@@ -13,7 +13,7 @@
 # Quiet when everything is present. Needs root (or sudo) only when something is missing.
 set -e
 what=${1:-build}
-pkgs="make gcc libopenblas-dev libopenblas-openmp-dev libcjson-dev pkg-config zlib1g-dev libopenmpi-dev openmpi-bin"
+pkgs="make gcc libopenblas-dev libopenblas-openmp-dev libcjson-dev pkg-config zlib1g-dev libopenmpi-dev openmpi-bin libpng-dev"
 case "$what" in
   run) pkgs="$pkgs dict-gcide" ;;
   bench) pkgs="$pkgs python3-torch python3-numpy" ;;

@@ -30,8 +30,16 @@ static const preset PRESETS[] = {
     {"lra-retrieval", "pairs", MEGA_ATTN_SOFTMAX, MEGA_NORM_SCALE, MEGA_EMBED_TOKEN, 6, 128, 256, 64, 256, -1, 0, 256, 3e-3, 0.04, 0.1, 64, 4000, 91960, 10000, 0.5, 0.5},
     /* images: laplace, batchnorm, pre-norm, chunk 1024, real-valued pixels (CIFAR normalisation) */
     {"lra-image", "idx", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 8, 160, 320, 96, 320, 1024, 1, 320, 1e-2, 0.02, 0.0, 50, 1024, 180000, 9000, 0.48, 0.24},
-    {"lra-pathfinder", "idx", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 6, 128, 256, 64, 256, 1024, 1, 256, 1e-2, 0.01, 0.0, 128, 1024, 250000, 50000, 0.5, 0.5},
+    /* Pathfinder (mega_lra_pf32) and Path-X (mega_lra_pf128: 128 x 128 = 16,384 pixels, one chunk,
+     * truncation 4096; the script's batch 2 x update-freq 8 on 8 GPUs is 128 per update), both
+     * read from a directory in the release's layout (mega pathfinder; docs/vision.md) */
+    {"lra-pathfinder", "pathfinder", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 6, 128, 256, 64, 256, 1024, 1, 256, 1e-2, 0.01, 0.0, 128, 1024, 250000, 50000, 0.5, 0.5},
+    {"lra-pathx", "pathfinder", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 4, 64, 128, 32, 128, 16384, 1, 128, 1e-2, 0.01, 0.0, 128, 16384, 125000, 25000, 0.5, 0.5},
 };
+
+/* the EMA kernel's truncation: 1024 everywhere (the scripts' --truncation-length default for
+ * the LRA archs) except Path-X, whose mega_lra_pf128 sets 4096 */
+static int preset_truncation(const preset *p) { return !strcmp(p->name, "lra-pathx") ? 4096 : 1024; }
 
 /* the classify task's own flags: its data, and
  * the config flags that also have another name (its row in tasks.c) */
@@ -86,7 +94,7 @@ int cls_apply_preset(train_args *a, const cli_flag *fl) {
     SET("pool", c->pool, MEGA_POOL_MEAN);
     SET("rel-pos-bias", b->rel_pos_bias, MEGA_RELPOS_SIMPLE);
     SET("activation", b->activation, MEGA_ACT_SILU);
-    SET("truncation", b->truncation, 1024);
+    SET("truncation", b->truncation, preset_truncation(p));
     SET("lr", a->lr, p->lr);
     SET("weight-decay", a->opt.weight_decay, p->wd);
     SET("dropout", b->dropout, (float)p->dropout);
@@ -305,6 +313,7 @@ static void config_from_data(train_args *a, const mega_dataset *d, int nclasses)
     c->vocab_size = d->vocab.size, c->padding_idx = d->vocab.pad;
     c->classes = nclasses;
     c->two_tower = d->pairs;
+    if (c->patch > 0) c->image_width = d->cols;
 }
 
 /* --data (and --valid, else the valid split beside it) in the LRA layout, through dict: the
@@ -402,6 +411,15 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     }
     if (a->cls.embedding == MEGA_EMBED_REAL && !C->train.vocab.real) {
         cli_error("--embedding real needs real-valued inputs (IDX images)");
+        goto fail;
+    }
+    if (!have_prev && a->cls.patch > 0 && (!C->train.rows || !C->train.vocab.real)) {
+        cli_error("--patch %d: patches are made of images read as real-valued pixels (IDX or pathfinder data, --embedding real)",
+                  a->cls.patch);
+        goto fail;
+    }
+    if (!have_prev && a->cls.patch > 0 && (C->train.rows % a->cls.patch || C->train.cols % a->cls.patch)) {
+        cli_error("--patch %d does not divide the %dx%d images", a->cls.patch, C->train.rows, C->train.cols);
         goto fail;
     }
     /* validation: --valid / --valid-images, else the last --valid-fraction of the examples */

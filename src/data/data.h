@@ -24,6 +24,9 @@ mega_status mega__data_read_all(const char *path, const char *what, uint8_t **bu
  * allow_empty (the caller's parser then says what is missing) */
 mega_status mega__data_load(const char *path, const char *what, uint64_t max, int allow_empty, mega_bytes *out);
 
+/* 1 when dir is a directory in the Pathfinder layout (pathfinder_data.c) */
+int mega__pathfinder_dir(const char *dir);
+
 /* ---- messages and labels (vocab.c) ---- */
 
 /* a short printable excerpt of untrusted bytes for error messages (non-printables as '?', "..."

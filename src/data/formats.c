@@ -31,6 +31,9 @@ static mega_status load_pairs(const char *const p[2], const mega_data_opts *o, m
 static mega_status load_idx(const char *const p[2], const mega_data_opts *o, mega_dataset *d) {
     return mega_dataset_load_idx(p[0], p[1], o, d);
 }
+static mega_status load_pathfinder(const char *const p[2], const mega_data_opts *o, mega_dataset *d) {
+    return mega_dataset_load_pathfinder(p[0], o, d);
+}
 static mega_status load_real(const char *const p[2], const mega_data_opts *o, mega_dataset *d) {
     return mega_dataset_load_real(p[0], o, d);
 }
@@ -48,6 +51,8 @@ static const mega_data_format_info formats[] = {
      {"IDX image file (the MNIST format; .gz read as published)", "IDX label file"}, NULL, load_idx},
     {MEGA_DATA_REAL, "real", "real-valued", "label, then real values separated by commas or spaces, per line (loaded and checked; no model reads them yet)",
      {"data", NULL}, {"training data (a TSV; see --format)", NULL}, NULL, load_real},
+    {MEGA_DATA_PATHFINDER, "pathfinder", "Pathfinder", "a directory in the layout of the LRA Pathfinder release: metadata/<k>.npy lines naming grayscale PNGs (mega pathfinder)",
+     {"data", NULL}, {"training data (a TSV, or a directory; see --format)", NULL}, NULL, load_pathfinder},
 };
 #define N_FORMATS ((int)(sizeof formats / sizeof *formats))
 
@@ -76,6 +81,7 @@ int mega_data_format_parse(const char *s, mega_data_format *f) {
 }
 
 mega_data_format mega_data_detect(const char *path) {
+    if (mega__pathfinder_dir(path)) return MEGA_DATA_PATHFINDER; /* a directory: its layout */
     FILE *f; /* regular files only (never blocks on a FIFO); the loader reports what is wrong */
     if (mega__data_open(path, "data", &f) != MEGA_OK) return MEGA_DATA_TEXT;
     char line[8192];
@@ -119,6 +125,7 @@ mega_status mega_dataset_load(mega_data_format format, const char *data, const c
 }
 
 mega_data_format mega_dataset_format(const mega_dataset *d) {
+    if (d->png_dir) return MEGA_DATA_PATHFINDER;
     if (d->val) return MEGA_DATA_REAL;
     if (d->pairs) return MEGA_DATA_PAIRS;
     if (d->rows) return MEGA_DATA_IDX;

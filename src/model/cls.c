@@ -3,6 +3,9 @@
  * fairseq/models/lra/model.py LRAModel; docs/mega.md §10):
  *   token inputs are right-padded with padding_idx to a chunk multiple when T > chunk (official);
  *   x = Emb[tokens] (no scale) or x = v*w + b (RealNumberEmbedding); dropout; pads zeroed
+ *   (or, with patch P: x_t = W vec(patch t) + b over the P x P patches in raster order, the
+ *   linear patch embedding of a vision Transformer (Dosovitskiy et al. 2021; the Mega paper's
+ *   ImageNet model, Ma et al. 2023 §4.5); not in the official LRA code)
  *   bidirectional Mega blocks (pad mask), final norm when prenorm, pads zeroed
  *   rep = sum_t x_t / length (mean, "mp") or x_0 ("cls"); two-tower: [rep(doc2), rep(doc1)]
  *   head: classifier_layers x [act(dropout(Linear))], then sentence_projection (no bias)
@@ -22,6 +25,8 @@ typedef struct {
     size_t tokcap;
     int any_pad;
     const mega_real *vals;
+    int32_t *plen; /* patch inputs: patches per example (the pooling's true length) */
+    int plencap;
     const int32_t *len;
     real *rep; /* [B, D] pooled */
 } cls_pass;
@@ -31,6 +36,7 @@ struct mega_cls {
     mega_cls_config cfg; /* the one copy; the blocks point at cfg.block */
     mega_params P;
     size_t emb, emb_w, emb_b;   /* token table, or real-embedding weight/bias */
+    size_t pw, pb;              /* patch embedding [D, P*P] and bias [D] */
     size_t *hw, *hb;            /* head layers */
     size_t proj;
     int in_dim, head_dim;       /* rep width (D or 2D), head width */
@@ -52,6 +58,7 @@ void mega_cls_config_default(mega_cls_config *c) {
     c->embedding = MEGA_EMBED_TOKEN, c->vocab_size = 257, c->padding_idx = 256;
     c->pool = MEGA_POOL_MEAN, c->classifier_layers = 1, c->classifier_dim = 0;
     c->classifier_activation = MEGA_ACT_GELU, c->classes = 2, c->two_tower = 0;
+    c->patch = 0, c->image_width = 0;
 }
 
 static const char *const EMBED_NAMES[] = {"token", "real"};
@@ -74,6 +81,10 @@ static const mega_field CLS_FIELDS[] = {
     {"classes", MEGA_FIELD_INT, OFF(classes), 2, 1 << 20, NULL, 0, MEGA_FIELD_NOFLAG, 0, "number of classes"},
     {"two-tower", MEGA_FIELD_BOOL, OFF(two_tower), 0, 1, NULL, 0, MEGA_FIELD_NOFLAG, 0,
      "pairs of inputs (retrieval): both pooled vectors, concatenated"},
+    {"patch", MEGA_FIELD_INT, OFF(patch), 0, 64, NULL, 0, 0, 0,
+     "images as patches: a linear embedding of P x P pixels per position (0 = a position per pixel)"},
+    {"image-width", MEGA_FIELD_INT, OFF(image_width), 0, 1 << 16, NULL, 0, MEGA_FIELD_NOFLAG, 0,
+     "with patch: the images' width in pixels (from the data)"},
 };
 #undef OFF
 
@@ -99,6 +110,10 @@ mega_status mega_cls_config_check(const mega_cls_config *c) {
     MEGA_TRY(mega__fields_check(f, n, c));
     if (c->embedding == MEGA_EMBED_TOKEN && c->padding_idx >= c->vocab_size)
         MEGA_FAIL(MEGA_ERR_INVALID, "padding index %d is outside the vocabulary of %d", c->padding_idx, c->vocab_size);
+    if (c->patch > 0 && c->embedding != MEGA_EMBED_REAL)
+        MEGA_FAIL(MEGA_ERR_INVALID, "patch %d: patches are made of real-valued pixels (embedding real)", c->patch);
+    if (c->patch > 0 && (c->image_width < 1 || c->image_width % c->patch))
+        MEGA_FAIL(MEGA_ERR_INVALID, "patch %d does not divide the image width %d", c->patch, c->image_width);
     if (!c->block.bidirectional) MEGA_FAIL(MEGA_ERR_INVALID, "a classifier's encoder is bidirectional (bidirectional must be true)");
     return mega_block_config_check(&c->block);
 }
@@ -108,7 +123,9 @@ static void free_buffers(mega_cls *m) {
         free(m->pass[k].tok);
         free(m->pass[k].pad);
         mega__free(m->pass[k].rep);
+        free(m->pass[k].plen);
         m->pass[k].tok = NULL, m->pass[k].pad = NULL, m->pass[k].rep = NULL, m->pass[k].tokcap = 0;
+        m->pass[k].plen = NULL, m->pass[k].plencap = 0;
     }
     mega__free(m->hbuf);
     mega__free(m->logits);
@@ -131,7 +148,10 @@ mega_status mega__cls_declare(const mega_cls_config *c, mega_cls **out) {
     const int64_t D = c->block.embed_dim;
     if (c->embedding == MEGA_EMBED_TOKEN)
         st = MEGA_PADD(&m->P, "encoder.encoder.", "embed_tokens.embed.weight", MEGA_P_DECAY, &m->emb, c->vocab_size, D);
-    else if (!(st = MEGA_PADD(&m->P, "encoder.encoder.", "embed_tokens.weight", 0, &m->emb_w, D)))
+    else if (c->patch > 0) {
+        if (!(st = MEGA_PADD(&m->P, "encoder.encoder.", "patch_embed.weight", MEGA_P_DECAY, &m->pw, D, (int64_t)c->patch * c->patch)))
+            st = MEGA_PADD(&m->P, "encoder.encoder.", "patch_embed.bias", 0, &m->pb, D);
+    } else if (!(st = MEGA_PADD(&m->P, "encoder.encoder.", "embed_tokens.weight", 0, &m->emb_w, D)))
         st = MEGA_PADD(&m->P, "encoder.encoder.", "embed_tokens.bias", 0, &m->emb_b, D);
     if (st) goto fail;
     if ((st = mega_stack_declare(&m->pass[0].st, &m->P, "encoder.encoder.layers.", "encoder.encoder.final_norm.norm.",
@@ -196,6 +216,10 @@ void mega_cls_init_params(mega_cls *m, uint64_t seed) {
     if (c->embedding == MEGA_EMBED_TOKEN) {
         /* official LRA Embedding: N(0, D^-1/2) over the whole table, padding row included */
         mega_fill_normal(W + m->emb, (size_t)c->vocab_size * D, 0, 1.0 / sqrt((double)D), &rng);
+    } else if (c->patch > 0) {
+        /* a linear layer's init (xavier-uniform weight, zero bias) */
+        mega_fill_xavier(W + m->pw, D, (size_t)c->patch * c->patch, 1.0, &rng);
+        mega_fill_const(W + m->pb, D, 0);
     } else {
         mega_fill_normal(W + m->emb_w, D, 0, 1.0, &rng); /* RealNumberEmbedding */
         mega_fill_normal(W + m->emb_b, D, 0, 0.1, &rng);
@@ -207,6 +231,14 @@ void mega_cls_init_params(mega_cls *m, uint64_t seed) {
         mega_fill_const(W + m->hb[j], (size_t)c->classifier_dim, 0);
     }
     mega_fill_xavier(W + m->proj, (size_t)c->classes, (size_t)m->head_dim, 1.0, &rng);
+}
+
+/* positions of an input of T values: T, or its patches (-1 when T is not whole rows of patches) */
+static int positions(const mega_cls_config *c, int T) {
+    if (c->patch <= 0) return T;
+    const int64_t band = (int64_t)c->image_width * c->patch; /* pixels in one row of patches */
+    if (T % band) return -1;
+    return (int)(T / band) * (c->image_width / c->patch);
 }
 
 static int padded_len(const mega_cls *m, int T) {
@@ -246,7 +278,7 @@ static mega_status reserve(mega_cls *m, int B) {
 /* the bytes of reserve(B) and of the stacks' reserve for B x T (what a forward allocates) */
 static size_t forward_bytes(const mega_cls *m, int B, int T) {
     const mega_cls_config *c = &m->cfg;
-    const int Tp = padded_len(m, T);
+    const int Tp = padded_len(m, positions(c, T) > 0 ? positions(c, T) : 1);
     const size_t D = (size_t)c->block.embed_dim, HW = head_width(m), R = (size_t)B * Tp;
     size_t head = (2 * ((size_t)c->classifier_layers + 2) * (size_t)B * HW + 2 * (size_t)B * c->classes + 2 * (size_t)B * D) *
                       sizeof(real) + (size_t)B * sizeof(int32_t);
@@ -264,13 +296,80 @@ mega_status mega_cls_memory(const mega_cls_config *c, int training, int B, int T
     return MEGA_OK;
 }
 
+/* the pixel of patch t, element k (row-major inside the patch; patches in raster order) */
+static size_t patch_pixel(const mega_cls_config *c, int t, int k) {
+    const int P = c->patch, per_row = c->image_width / P, pr = t / per_row, pc = t % per_row;
+    return ((size_t)pr * P + (size_t)(k / P)) * (size_t)c->image_width + (size_t)pc * P + (size_t)(k % P);
+}
+
+/* patch inputs: each example's length in patches (whole rows of patches only) */
+static mega_status patch_lengths(mega_cls *m, cls_pass *p, const mega_cls_input *in, int B) {
+    if (p->plencap < B) {
+        free(p->plen);
+        p->plen = malloc(sizeof(int32_t) * (size_t)B);
+        p->plencap = p->plen ? B : 0;
+        if (!p->plen) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    }
+    for (int b = 0; b < B; b++) {
+        p->plen[b] = positions(&m->cfg, in->lengths[b]);
+        if (p->plen[b] < 1)
+            MEGA_FAIL(MEGA_ERR_INVALID, "length %d of sequence %d is not whole rows of %dx%d patches", in->lengths[b], b, m->cfg.patch,
+                      m->cfg.patch);
+    }
+    p->len = p->plen;
+    return MEGA_OK;
+}
+
+/* x_t = W vec(patch t) + b for every patch of every example (a position past an example's
+ * patches, in a batch of unequal images, reads its zero-padded pixels) */
+static void patch_embed(mega_cls *m, const cls_pass *p, real *x, const real *W) {
+    const mega_cls_config *c = &m->cfg;
+    const size_t D = (size_t)c->block.embed_dim, PP = (size_t)c->patch * c->patch;
+    const real *w = W + m->pw, *bias = W + m->pb;
+    real v[64 * 64];
+    for (int b = 0; b < p->B; b++)
+        for (int t = 0; t < p->Tp; t++) {
+            const real *img = p->vals + (size_t)b * p->T;
+            for (size_t k = 0; k < PP; k++) v[k] = img[patch_pixel(c, t, (int)k)];
+            real *xr = x + ((size_t)b * p->Tp + t) * D;
+            for (size_t d = 0; d < D; d++) {
+                real s = bias[d];
+                const real *wd = w + d * PP;
+                for (size_t k = 0; k < PP; k++) s += wd[k] * v[k];
+                xr[d] = s;
+            }
+        }
+}
+
+/* the gradients of W and b from dx */
+static void patch_embed_back(mega_cls *m, const cls_pass *p, const real *dx, real *dW) {
+    const mega_cls_config *c = &m->cfg;
+    const size_t D = (size_t)c->block.embed_dim, PP = (size_t)c->patch * c->patch;
+    real *dw = dW + m->pw, *db = dW + m->pb;
+    real v[64 * 64];
+    for (int b = 0; b < p->B; b++)
+        for (int t = 0; t < p->Tp; t++) {
+            const real *img = p->vals + (size_t)b * p->T;
+            for (size_t k = 0; k < PP; k++) v[k] = img[patch_pixel(c, t, (int)k)];
+            const real *g = dx + ((size_t)b * p->Tp + t) * D;
+            for (size_t d = 0; d < D; d++) {
+                real *wd = dw + d * PP;
+                for (size_t k = 0; k < PP; k++) wd[k] += g[d] * v[k];
+                db[d] += g[d];
+            }
+        }
+}
+
 /* embed, run the stack, pool one input into p->rep */
 static mega_status encode(mega_cls *m, int k, const mega_cls_input *in, int B) {
     const mega_cls_config *c = &m->cfg;
     cls_pass *p = &m->pass[k];
     if (in->T < 1) MEGA_FAIL(MEGA_ERR_INVALID, "sequence length must be positive");
     if (!in->lengths) MEGA_FAIL(MEGA_ERR_INVALID, "lengths are required");
-    const int T = in->T, Tp = padded_len(m, T);
+    const int T = in->T, Ts = positions(c, T), Tp = padded_len(m, Ts);
+    if (Ts < 1)
+        MEGA_FAIL(MEGA_ERR_INVALID, "an input of %d pixels is not whole rows of %dx%d patches of a %d-pixel-wide image", T, c->patch,
+                  c->patch, c->image_width);
     const size_t D = (size_t)c->block.embed_dim, R = (size_t)B * Tp;
     MEGA_TRY(mega_stack_reserve(&p->st, B, Tp));
     const size_t cap = p->st.Rcap;
@@ -285,6 +384,7 @@ static mega_status encode(mega_cls *m, int k, const mega_cls_input *in, int B) {
     for (int b = 0; b < B; b++)
         if (in->lengths[b] < 1 || in->lengths[b] > T)
             MEGA_FAIL(MEGA_ERR_INVALID, "length %d of sequence %d is outside [1, %d]", in->lengths[b], b, T);
+    if (c->patch > 0) MEGA_TRY(patch_lengths(m, p, in, B));
     real *W = m->P.data;
     real *x = mega_stack_input(&p->st);
     p->any_pad = 0;
@@ -300,6 +400,9 @@ static mega_status encode(mega_cls *m, int k, const mega_cls_input *in, int B) {
                 p->any_pad |= p->pad[r];
             }
         mega_embedding_forward(x, W + m->emb, p->tok, p->pad, R, D, 1);
+    } else if (c->patch > 0) {
+        if (!in->values) MEGA_FAIL(MEGA_ERR_INVALID, "this classifier takes real-valued inputs");
+        patch_embed(m, p, x, W);
     } else {
         if (!in->values) MEGA_FAIL(MEGA_ERR_INVALID, "this classifier takes real-valued inputs");
         /* RealNumberEmbedding; the official encoder builds no padding mask for real inputs */
@@ -331,7 +434,7 @@ static mega_status encode(mega_cls *m, int k, const mega_cls_input *in, int B) {
             for (size_t d = 0; d < D; d++) rep[d] = 0;
             for (int t = 0; t < Tp; t++)
                 for (size_t d = 0; d < D; d++) rep[d] += fb[(size_t)t * D + d];
-            real inv = (real)1 / (real)in->lengths[b];
+            real inv = (real)1 / (real)p->len[b];
             for (size_t d = 0; d < D; d++) rep[d] *= inv;
         }
     }
@@ -438,6 +541,8 @@ static void decode_back(mega_cls *m, int k, const real *drep, size_t ld) {
     if (train && c->block.dropout > 0) mega_dropout(dx, dx, R * D, c->block.dropout, mega__subkey(key, SITE_EMBED));
     if (c->embedding == MEGA_EMBED_TOKEN) {
         mega_embedding_backward(dW + m->emb, dx, p->tok, p->any_pad ? p->pad : NULL, R, D, 1, c->padding_idx);
+    } else if (c->patch > 0) {
+        patch_embed_back(m, p, dx, dW);
     } else {
         real *dw = dW + m->emb_w, *db = dW + m->emb_b;
         for (int b = 0; b < B; b++)

@@ -1,0 +1,2 @@
+#include <png.h>
+int main(void) { return png_access_version_number() == 0; }
