@@ -1,0 +1,274 @@
+/* q8_0 blocks and their int8 products (q8.h; the format and the measurements in
+ * docs/quantization.md). The kernel is chosen at compile time, as the rest of src/ops (vec.h,
+ * gemm.c): the build's -march decides between AVX-512 VNNI, AVX-VNNI, AVX2 and portable C. */
+#include "ops/q8.h"
+#include "ops/ops.h"
+#include <stdatomic.h>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+/* ---- fp16 (the scales in a file) ---------------------------------------------------------- */
+
+uint16_t mega_q8_f2h(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0)); /* inf, NaN */
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* 65520 and above round to infinity */
+    if (ax < 0x38800000u) { /* below 2^-14: a subnormal half, m 2^-24 (a * 2^24 is exact) */
+        float a;
+        memcpy(&a, &ax, sizeof a);
+        return (uint16_t)(sign | (uint32_t)rintf(a * 16777216.0f)); /* 1024 is the smallest normal's code */
+    }
+    uint32_t r = ax - 0x38000000u; /* exponent rebiased from 127 to 15 */
+    r += 0xfffu + ((r >> 13) & 1u); /* 23 -> 10 mantissa bits, to nearest even */
+    return (uint16_t)(sign | (r >> 13));
+}
+
+float mega_q8_h2f(uint16_t h) {
+    const unsigned e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    float v;
+    if (e == 0) v = ldexpf((float)m, -24);
+    else if (e == 31) v = m ? NAN : INFINITY;
+    else v = ldexpf((float)(m | 0x400u), (int)e - 25);
+    return (h & 0x8000u) ? -v : v;
+}
+
+/* ---- quantize, dequantize ------------------------------------------------------------------- */
+
+void mega_q8_quantize_row(const real *x, size_t K, int8_t *qs, float *d, int half_scales) {
+    const size_t nb = mega_q8_blocks(K);
+    for (size_t b = 0; b < nb; b++) {
+        const size_t n = MEGA_MIN((size_t)MEGA_Q8_BLOCK, K - b * MEGA_Q8_BLOCK);
+        const real *xb = x + b * MEGA_Q8_BLOCK;
+        int8_t *q = qs + b * MEGA_Q8_BLOCK;
+        float amax = 0;
+        int finite = 1;
+        for (size_t t = 0; t < n; t++) {
+            const float v = (float)xb[t];
+            finite &= isfinite(v) != 0;
+            amax = fmaxf(amax, fabsf(v));
+        }
+        /* ggml's quantize_row_q8_0: d = amax / 127, the values with 1/d; rounding to nearest even
+         * (rintf), as ggml's AVX quantizer (_mm256_round_ps), vectorisable */
+        const float db = amax / 127.0f, id = db != 0 ? 1.0f / db : 0.0f;
+        for (size_t t = 0; t < n; t++) {
+            float v = finite ? rintf((float)xb[t] * id) : 0.0f;
+            v = fminf(fmaxf(v, -127.0f), 127.0f); /* never -128: the kernels negate values */
+            q[t] = (int8_t)v;
+        }
+        for (size_t t = n; t < MEGA_Q8_BLOCK; t++) q[t] = 0;
+        d[b] = !finite ? NAN : half_scales ? mega_q8_h2f(mega_q8_f2h(db)) : db;
+    }
+}
+
+void mega_q8_dequantize_row(const int8_t *qs, const float *d, size_t K, real *x) {
+    for (size_t k = 0; k < K; k++) x[k] = (real)(d[k / MEGA_Q8_BLOCK] * (float)qs[k]);
+}
+
+/* ---- the dot products ------------------------------------------------------------------------- */
+
+/* the final tree of q8.h: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) */
+static inline float tree8(const float a[8]) {
+    const float u0 = a[0] + a[4], u1 = a[1] + a[5], u2 = a[2] + a[6], u3 = a[3] + a[7];
+    return (u0 + u2) + (u1 + u3);
+}
+
+float mega_q8_dot_ref(const int8_t *wq, const float *wd, const int8_t *xq, const float *xd, size_t nb) {
+    float acc[8] = {0};
+    for (size_t b = 0; b < nb; b++) {
+        const float s = wd[b] * xd[b];
+        for (int l = 0; l < 8; l++) {
+            int32_t p = 0;
+            for (int t = 0; t < 4; t++) p += (int32_t)wq[b * 32 + 4 * l + t] * xq[b * 32 + 4 * l + t];
+            /* two statements: no compiler may fuse them into one multiply-add */
+            const float prod = s * (float)p;
+            acc[l] = acc[l] + prod;
+        }
+    }
+    return tree8(acc);
+}
+
+#if defined(__AVX2__)
+/* 8 x int32, lane l = the 4 products of bytes 4l..4l+3 of a block: |x| (unsigned) times w with the
+ * sign of x (ggml's trick for signed x signed with the unsigned x signed instructions); exact, as
+ * no value is -128 and a pair of products (at most 2 x 127 x 127) fits maddubs's int16 */
+static inline __m256i q8_block(__m256i w, __m256i x) {
+    const __m256i ax = _mm256_sign_epi8(x, x), sw = _mm256_sign_epi8(w, x);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sw);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ax, sw);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sw), _mm256_set1_epi16(1));
+#endif
+}
+
+static inline float hsum8(__m256 a) {
+    const __m128 u = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1)); /* a_i + a_{i+4} */
+    const __m128 v = _mm_add_ps(u, _mm_movehl_ps(u, u));                                  /* u0 + u2, u1 + u3 */
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+}
+
+#define LD(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+
+float mega_q8_dot(const int8_t *wq, const float *wd, const int8_t *xq, const float *xd, size_t nb) {
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const __m256 p = _mm256_cvtepi32_ps(q8_block(LD(wq + 32 * b), LD(xq + 32 * b)));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(wd[b] * xd[b]), p));
+    }
+    return hsum8(acc);
+}
+
+/* four weight rows (ldq bytes, ldd scales apart) with one row x: four independent chains */
+static void q8_dot4(const int8_t *wq, size_t ldq, const float *wd, size_t ldd, const int8_t *xq, const float *xd,
+                    size_t nb, float out[4]) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (size_t b = 0; b < nb; b++) {
+        const __m256i x = LD(xq + 32 * b);
+        for (int r = 0; r < 4; r++) {
+            const __m256 p = _mm256_cvtepi32_ps(q8_block(LD(wq + r * ldq + 32 * b), x));
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_set1_ps(wd[r * ldd + b] * xd[b]), p));
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = hsum8(acc[r]);
+}
+
+const char *mega_q8_kernel(void) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return "avx512-vnni";
+#elif defined(__AVXVNNI__)
+    return "avx-vnni";
+#else
+    return "avx2";
+#endif
+}
+#else
+float mega_q8_dot(const int8_t *wq, const float *wd, const int8_t *xq, const float *xd, size_t nb) {
+    return mega_q8_dot_ref(wq, wd, xq, xd, nb);
+}
+static void q8_dot4(const int8_t *wq, size_t ldq, const float *wd, size_t ldd, const int8_t *xq, const float *xd,
+                    size_t nb, float out[4]) {
+    for (int r = 0; r < 4; r++) out[r] = mega_q8_dot_ref(wq + r * ldq, wd + r * ldd, xq, xd, nb);
+}
+const char *mega_q8_kernel(void) { return "portable"; }
+#endif
+
+/* ---- the product Y = X W^T + bias ------------------------------------------------------------ */
+
+/* the quantized rows of X: one buffer per thread, grown when a product needs more (the first
+ * products of a model; never in a decode step after the first), kept for the thread's life */
+static _Thread_local int8_t *xq_buf;
+static _Thread_local size_t xq_cap;
+
+/* Q8_PIECE outputs per piece: a multiple of 4 (q8_dot4) */
+#define Q8_PIECE 64
+/* no pieces for other threads below this many multiply-adds (as STEP_SPLIT_MIN in gemm.c) */
+#define Q8_SPLIT_MIN 16384
+
+typedef struct {
+    const mega_q8_mat *m;
+    size_t r0, O, R, ldy;
+    const int8_t *xq;
+    const float *xd;
+    const real *bias;
+    real beta;
+    real *Y;
+} q8_args;
+
+static inline void q8_store(const q8_args *a, size_t i, size_t j, float v) {
+    real *y = a->Y + i * a->ldy + j;
+    *y = a->bias ? (real)v + a->bias[j] : a->beta != 0 ? (real)v + *y : (real)v;
+}
+
+static void q8_piece(void *arg, int p) {
+    const q8_args *a = arg;
+    const mega_q8_mat *m = a->m;
+    const size_t nb = m->nb, ldq = nb * MEGA_Q8_BLOCK;
+    const size_t j0 = (size_t)p * Q8_PIECE, j1 = MEGA_MIN(a->O, j0 + Q8_PIECE);
+    size_t j = j0;
+    for (; j + 4 <= j1; j += 4) {
+        const int8_t *wq = m->qs + (a->r0 + j) * ldq;
+        const float *wd = m->d + (a->r0 + j) * nb;
+        for (size_t i = 0; i < a->R; i++) {
+            float out[4];
+            q8_dot4(wq, ldq, wd, nb, a->xq + i * ldq, a->xd + i * nb, nb, out);
+            for (int r = 0; r < 4; r++) q8_store(a, i, j + (size_t)r, out[r]);
+        }
+    }
+    for (; j < j1; j++)
+        for (size_t i = 0; i < a->R; i++)
+            q8_store(a, i, j, mega_q8_dot(m->qs + (a->r0 + j) * ldq, m->d + (a->r0 + j) * nb, a->xq + i * ldq,
+                                          a->xd + i * nb, nb));
+}
+
+int mega_q8_linear(const mega_q8_mat *m, size_t r0, size_t O, const real *X, size_t R, const real *bias, real beta,
+                   real *Y, size_t ldy, int split) {
+    if (R == 0 || O == 0) return 1;
+    const size_t nb = m->nb, ldq = nb * MEGA_Q8_BLOCK;
+    /* R rows of quantized values, then R x nb scales (floats, 4-byte aligned as ldq is) */
+    const size_t need = R * ldq + R * nb * sizeof(float);
+    if (need > xq_cap) {
+        int8_t *grown = realloc(xq_buf, need);
+        if (!grown) return 0;
+        xq_buf = grown;
+        xq_cap = need;
+    }
+    float *xd = (float *)(void *)(xq_buf + R * ldq);
+    for (size_t i = 0; i < R; i++) mega_q8_quantize_row(X + i * m->K, m->K, xq_buf + i * ldq, xd + i * nb, 0);
+    const q8_args a = {m, r0, O, R, ldy, xq_buf, xd, bias, beta, Y};
+    const int n = (int)((O + Q8_PIECE - 1) / Q8_PIECE);
+    mega_step_parallel(n, q8_piece, (void *)&a, split && R * O * m->K >= Q8_SPLIT_MIN);
+    return 1;
+}
+
+/* ---- the registry ------------------------------------------------------------------------------- */
+
+/* slots for every quantized matrix of the models loaded at once (a model has a few per block) */
+#define Q8_SLOTS 4096
+static _Atomic(const mega_q8_mat *) q8_slots[Q8_SLOTS];
+static atomic_int q8_live, q8_hi;
+
+mega_status mega_q8_register(const mega_q8_mat *m) {
+    for (int i = 0; i < Q8_SLOTS; i++) {
+        const mega_q8_mat *expect = NULL;
+        if (atomic_compare_exchange_strong(&q8_slots[i], &expect, m)) {
+            int hi = atomic_load(&q8_hi);
+            while (hi < i + 1 && !atomic_compare_exchange_weak(&q8_hi, &hi, i + 1)) {
+            }
+            atomic_fetch_add(&q8_live, 1);
+            return MEGA_OK;
+        }
+    }
+    MEGA_FAIL(MEGA_ERR_OOM, "more than %d quantized matrices loaded at once", Q8_SLOTS);
+}
+
+void mega_q8_unregister(const mega_q8_mat *m) {
+    const int hi = atomic_load(&q8_hi);
+    for (int i = 0; i < hi; i++) {
+        const mega_q8_mat *expect = m;
+        if (atomic_compare_exchange_strong(&q8_slots[i], &expect, NULL)) {
+            atomic_fetch_sub(&q8_live, 1);
+            return;
+        }
+    }
+}
+
+const mega_q8_mat *mega_q8_find(const real *W, size_t K, size_t O, size_t *r0) {
+    if (!atomic_load_explicit(&q8_live, memory_order_acquire)) return NULL;
+    const int hi = atomic_load_explicit(&q8_hi, memory_order_acquire);
+    const uintptr_t w = (uintptr_t)W;
+    for (int i = 0; i < hi; i++) {
+        const mega_q8_mat *m = atomic_load_explicit(&q8_slots[i], memory_order_acquire);
+        if (!m || m->K != K) continue;
+        const uintptr_t base = (uintptr_t)m->w, end = base + m->rows * K * sizeof(real);
+        if (w < base || w >= end || (w - base) % (K * sizeof(real))) continue;
+        const size_t r = (w - base) / (K * sizeof(real));
+        if (r + O > m->rows) continue;
+        *r0 = r;
+        return m;
+    }
+    return NULL;
+}
