@@ -297,8 +297,18 @@ static void gemm_run(int parallel, int ta, int tb, size_t M, size_t N, size_t K,
     if (w) ksplit_give(w);
 }
 
+/* a product on a quantized matrix (q8.h: a model loaded from a q8_0 file) runs on its int8 blocks */
+static int q8_product(const real *X, size_t ldx, const real *W, size_t R, size_t In, size_t O, const real *b,
+                      real beta, real *Y, size_t ldy, int split) {
+    size_t r0;
+    const mega_q8_mat *q = mega_q8_find(W, In, O, &r0);
+    return q && ldx == In && (beta == 0 || beta == 1) && mega_q8_linear(q, r0, O, X, R, b, beta, Y, ldy, split);
+}
+
 void mega_gemm(int ta, int tb, size_t M, size_t N, size_t K, real alpha, const real *A, size_t lda,
                const real *B, size_t ldb, real beta, real *C, size_t ldc) {
+    /* A B^T on a quantized B (the adaptive softmax's clusters) */
+    if (!ta && tb && alpha == 1 && ldb == K && q8_product(A, lda, B, M, K, N, NULL, beta, C, ldc, 1)) return;
     gemm_run(1, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -306,14 +316,6 @@ void mega_gemm_serial(int ta, int tb, size_t M, size_t N, size_t K, real alpha, 
                       size_t lda, const real *B, size_t ldb, real beta, real *C, size_t ldc) {
     /* the same pieces as mega_gemm (so the same bits), on the calling thread */
     gemm_run(0, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
-
-/* a product on a quantized matrix (q8.h: a model loaded from a q8_0 file) runs on its int8 blocks */
-static int q8_product(const real *X, size_t ldx, const real *W, size_t R, size_t In, size_t O, const real *b,
-                      real beta, real *Y, size_t ldy, int split) {
-    size_t r0;
-    const mega_q8_mat *q = mega_q8_find(W, In, O, &r0);
-    return q && ldx == In && (beta == 0 || beta == 1) && mega_q8_linear(q, r0, O, X, R, b, beta, Y, ldy, split);
 }
 
 void mega_linear_forward(real *Y, const real *X, const real *W, const real *b, size_t R, size_t In, size_t O) {
