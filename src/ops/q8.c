@@ -76,7 +76,7 @@ static inline float tree8(const float a[8]) {
 }
 
 float mega_q8_dot_ref(const int8_t *wq, const float *wd, const int8_t *xq, const float *xd, size_t nb) {
-    float acc[8] = {0};
+    float acc[2][8] = {{0}};
     for (size_t b = 0; b < nb; b++) {
         const float s = wd[b] * xd[b];
         for (int l = 0; l < 8; l++) {
@@ -84,10 +84,12 @@ float mega_q8_dot_ref(const int8_t *wq, const float *wd, const int8_t *xq, const
             for (int t = 0; t < 4; t++) p += (int32_t)wq[b * 32 + 4 * l + t] * xq[b * 32 + 4 * l + t];
             /* two statements: no compiler may fuse them into one multiply-add */
             const float prod = s * (float)p;
-            acc[l] = acc[l] + prod;
+            acc[b % 2][l] = acc[b % 2][l] + prod;
         }
     }
-    return tree8(acc);
+    float e[8];
+    for (int l = 0; l < 8; l++) e[l] = acc[0][l] + acc[1][l];
+    return tree8(e);
 }
 
 #if defined(__AVX2__)
@@ -113,38 +115,79 @@ static inline float hsum8(__m256 a) {
 
 #define LD(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
 
-float mega_q8_dot(const int8_t *wq, const float *wd, const int8_t *xq, const float *xd, size_t nb) {
-    __m256 acc = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; b++) {
-        const __m256 p = _mm256_cvtepi32_ps(q8_block(LD(wq + 32 * b), LD(xq + 32 * b)));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(wd[b] * xd[b]), p));
+/* acc + s p for one block (the group's chain) */
+static inline __m256 q8_step(__m256 acc, const int8_t *w, const int8_t *x, float s) {
+    const __m256 p = _mm256_cvtepi32_ps(q8_block(LD(w), LD(x)));
+    return _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(s), p));
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+/* Two blocks per 512-bit vector: lanes 0-7 block b (the even group), 8-15 block b + 1 (the odd
+ * group), the arithmetic of q8.h unchanged. |x| and the sign mask are shared by the n rows of W;
+ * the scales' vector [s_b x 8, s_b+1 x 8] is the two products dw dx spread by one permute. */
+#define Q8_KERNEL "avx512-vnni"
+static inline __attribute__((always_inline)) void q8_dotn(int n, const int8_t *wq, size_t ldq, const float *wd,
+                                                         size_t ldd, const int8_t *xq, const float *xd, size_t nb,
+                                                         float *out) {
+    __m512 acc[4];
+    for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
+    const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    size_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const __m512i x = _mm512_loadu_si512((const void *)(xq + 32 * b));
+        const __m512i ax = _mm512_abs_epi8(x);
+        const __mmask64 neg = _mm512_movepi8_mask(x);
+        const __m128 dx = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)(xd + b)));
+        for (int r = 0; r < n; r++) {
+            const __m512i w = _mm512_loadu_si512((const void *)(wq + r * ldq + 32 * b));
+            const __m512i sw = _mm512_mask_sub_epi8(w, neg, _mm512_setzero_si512(), w);
+            const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sw));
+            const __m128 dw = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)(wd + r * ldd + b)));
+            const __m512 s = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_mul_ps(dw, dx)));
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(s, p));
+        }
     }
-    return hsum8(acc);
+    for (int r = 0; r < n; r++) {
+        __m256 even = _mm512_castps512_ps256(acc[r]);
+        const __m256 odd = _mm512_extractf32x8_ps(acc[r], 1);
+        if (b < nb) even = q8_step(even, wq + r * ldq + 32 * b, xq + 32 * b, wd[r * ldd + b] * xd[b]);
+        out[r] = hsum8(_mm256_add_ps(even, odd));
+    }
+}
+#else
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define Q8_KERNEL "avx512-vnni (256-bit)"
+#elif defined(__AVXVNNI__)
+#define Q8_KERNEL "avx-vnni"
+#else
+#define Q8_KERNEL "avx2"
+#endif
+/* one block per 256-bit vector, the even and the odd groups in two accumulators */
+static inline __attribute__((always_inline)) void q8_dotn(int n, const int8_t *wq, size_t ldq, const float *wd,
+                                                         size_t ldd, const int8_t *xq, const float *xd, size_t nb,
+                                                         float *out) {
+    __m256 acc[4][2];
+    for (int r = 0; r < n; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++)
+        for (int r = 0; r < n; r++)
+            acc[r][b % 2] = q8_step(acc[r][b % 2], wq + r * ldq + 32 * b, xq + 32 * b, wd[r * ldd + b] * xd[b]);
+    for (int r = 0; r < n; r++) out[r] = hsum8(_mm256_add_ps(acc[r][0], acc[r][1]));
+}
+#endif
+
+float mega_q8_dot(const int8_t *wq, const float *wd, const int8_t *xq, const float *xd, size_t nb) {
+    float out;
+    q8_dotn(1, wq, 0, wd, 0, xq, xd, nb, &out);
+    return out;
 }
 
 /* four weight rows (ldq bytes, ldd scales apart) with one row x: four independent chains */
 static void q8_dot4(const int8_t *wq, size_t ldq, const float *wd, size_t ldd, const int8_t *xq, const float *xd,
                     size_t nb, float out[4]) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (size_t b = 0; b < nb; b++) {
-        const __m256i x = LD(xq + 32 * b);
-        for (int r = 0; r < 4; r++) {
-            const __m256 p = _mm256_cvtepi32_ps(q8_block(LD(wq + r * ldq + 32 * b), x));
-            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_set1_ps(wd[r * ldd + b] * xd[b]), p));
-        }
-    }
-    for (int r = 0; r < 4; r++) out[r] = hsum8(acc[r]);
+    q8_dotn(4, wq, ldq, wd, ldd, xq, xd, nb, out);
 }
 
-const char *mega_q8_kernel(void) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return "avx512-vnni";
-#elif defined(__AVXVNNI__)
-    return "avx-vnni";
-#else
-    return "avx2";
-#endif
-}
+const char *mega_q8_kernel(void) { return Q8_KERNEL; }
 #else
 float mega_q8_dot(const int8_t *wq, const float *wd, const int8_t *xq, const float *xd, size_t nb) {
     return mega_q8_dot_ref(wq, wd, xq, xd, nb);

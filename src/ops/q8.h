@@ -11,10 +11,12 @@
  *
  * The arithmetic every build computes (and mega_q8_dot_ref spells out): for a row w and a row x,
  *   p[b][l] = sum of the 4 products w_i x_i, i = 32b + 4l .. 32b + 4l + 3 (l = 0..7; int32, exact)
- *   acc[l] = acc[l] + (dw[b] * dx[b]) * (float)p[b][l]   for b = 0, 1, ... (no fused multiply-add)
- *   dot = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7))
- * The lane split is the one of an AVX2 / VNNI 8 x int32 vector per block; the same bits on every
- * path (AVX-512 VNNI, AVX-VNNI, AVX2, portable C), so tests compare them exactly.
+ *   acc[g][l] = acc[g][l] + (dw[b] * dx[b]) * (float)p[b][l]   for b = 0, 1, ..., g = b mod 2
+ *                                                       (no fused multiply-add)
+ *   e[l] = acc[0][l] + acc[1][l];  dot = ((e0 + e4) + (e2 + e6)) + ((e1 + e5) + (e3 + e7))
+ * The lane split is the one of an AVX2 / VNNI 8 x int32 vector per block, the two groups those of
+ * a 512-bit vector holding two blocks (or two 256-bit chains); the same bits on every path
+ * (AVX-512 VNNI, AVX-VNNI, AVX2, portable C), so tests compare them exactly.
  */
 #ifndef MEGA_OPS_Q8_H
 #define MEGA_OPS_Q8_H
