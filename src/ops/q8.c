@@ -3,6 +3,7 @@
  * gemm.c): the build's -march decides between AVX-512 VNNI, AVX-VNNI, AVX2 and portable C. */
 #include "ops/q8.h"
 #include "ops/ops.h"
+#include <float.h>
 #include <stdatomic.h>
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -45,17 +46,17 @@ void mega_q8_quantize_row(const real *x, size_t K, int8_t *qs, float *d, int hal
         int8_t *q = qs + b * MEGA_Q8_BLOCK;
         float amax = 0;
         int finite = 1;
-        for (size_t t = 0; t < n; t++) {
-            const float v = (float)xb[t];
-            finite &= isfinite(v) != 0;
-            amax = fmaxf(amax, fabsf(v));
+        for (size_t t = 0; t < n; t++) { /* comparisons, not fmaxf: a vectorised loop, no libm calls */
+            const float a = fabsf((float)xb[t]);
+            finite &= a <= FLT_MAX;
+            amax = a > amax ? a : amax;
         }
         /* ggml's quantize_row_q8_0: d = amax / 127, the values with 1/d; rounding to nearest even
          * (rintf), as ggml's AVX quantizer (_mm256_round_ps), vectorisable */
         const float db = amax / 127.0f, id = db != 0 ? 1.0f / db : 0.0f;
         for (size_t t = 0; t < n; t++) {
             float v = finite ? rintf((float)xb[t] * id) : 0.0f;
-            v = fminf(fmaxf(v, -127.0f), 127.0f); /* never -128: the kernels negate values */
+            v = v < -127.0f ? -127.0f : v > 127.0f ? 127.0f : v; /* never -128: the kernels negate values */
             q[t] = (int8_t)v;
         }
         for (size_t t = n; t < MEGA_Q8_BLOCK; t++) q[t] = 0;
@@ -123,36 +124,60 @@ static inline __m256 q8_step(__m256 acc, const int8_t *w, const int8_t *x, float
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 /* Two blocks per 512-bit vector: lanes 0-7 block b (the even group), 8-15 block b + 1 (the odd
- * group), the arithmetic of q8.h unchanged. |x| and the sign mask are shared by the n rows of W;
- * the scales' vector [s_b x 8, s_b+1 x 8] is the two products dw dx spread by one permute. */
+ * group), the arithmetic of q8.h unchanged. A tile of n rows of W by m rows of x (n <= 4, m <= 2):
+ * |x| and the sign mask of a row of x serve the n rows of W, a row of W's loaded values and its
+ * scales the m rows of x; the scales' vector [s_b x 8, s_b+1 x 8] is the products dw dx, each
+ * factor spread by one permute. out[j * ldo + r]: row j of x, row r of W. */
 #define Q8_KERNEL "avx512-vnni"
-static inline __attribute__((always_inline)) void q8_dotn(int n, const int8_t *wq, size_t ldq, const float *wd,
+static inline __attribute__((always_inline)) void q8_tile(int n, int m, const int8_t *wq, size_t ldq, const float *wd,
                                                          size_t ldd, const int8_t *xq, const float *xd, size_t nb,
-                                                         float *out) {
-    __m512 acc[4];
-    for (int r = 0; r < n; r++) acc[r] = _mm512_setzero_ps();
+                                                         float *out, size_t ldo) {
+    __m512 acc[2][4];
+    for (int j = 0; j < m; j++)
+        for (int r = 0; r < n; r++) acc[j][r] = _mm512_setzero_ps();
     const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     size_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-        const __m512i x = _mm512_loadu_si512((const void *)(xq + 32 * b));
-        const __m512i ax = _mm512_abs_epi8(x);
-        const __mmask64 neg = _mm512_movepi8_mask(x);
-        const __m128 dx = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)(xd + b)));
+        __m512i ax[2];
+        __mmask64 neg[2];
+        __m512 dx[2];
+        for (int j = 0; j < m; j++) {
+            const __m512i x = _mm512_loadu_si512((const void *)(xq + j * ldq + 32 * b));
+            ax[j] = _mm512_abs_epi8(x);
+            neg[j] = _mm512_movepi8_mask(x);
+            dx[j] = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_castsi128_ps(
+                                                      _mm_loadl_epi64((const __m128i *)(const void *)(xd + j * nb + b)))));
+        }
         for (int r = 0; r < n; r++) {
             const __m512i w = _mm512_loadu_si512((const void *)(wq + r * ldq + 32 * b));
-            const __m512i sw = _mm512_mask_sub_epi8(w, neg, _mm512_setzero_si512(), w);
-            const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sw));
-            const __m128 dw = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)(wd + r * ldd + b)));
-            const __m512 s = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_mul_ps(dw, dx)));
-            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(s, p));
+            const __m512 dw = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_castsi128_ps(
+                                                                _mm_loadl_epi64((const __m128i *)(const void *)(wd + r * ldd + b)))));
+            for (int j = 0; j < m; j++) {
+                const __m512i sw = _mm512_mask_sub_epi8(w, neg[j], _mm512_setzero_si512(), w);
+                const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ax[j], sw));
+                acc[j][r] = _mm512_add_ps(acc[j][r], _mm512_mul_ps(_mm512_mul_ps(dw, dx[j]), p));
+            }
         }
     }
-    for (int r = 0; r < n; r++) {
-        __m256 even = _mm512_castps512_ps256(acc[r]);
-        const __m256 odd = _mm512_extractf32x8_ps(acc[r], 1);
-        if (b < nb) even = q8_step(even, wq + r * ldq + 32 * b, xq + 32 * b, wd[r * ldd + b] * xd[b]);
-        out[r] = hsum8(_mm256_add_ps(even, odd));
-    }
+    for (int j = 0; j < m; j++)
+        for (int r = 0; r < n; r++) {
+            __m256 even = _mm512_castps512_ps256(acc[j][r]);
+            const __m256 odd = _mm512_extractf32x8_ps(acc[j][r], 1);
+            if (b < nb)
+                even = q8_step(even, wq + r * ldq + 32 * b, xq + j * ldq + 32 * b, wd[r * ldd + b] * xd[j * nb + b]);
+            out[j * ldo + r] = hsum8(_mm256_add_ps(even, odd));
+        }
+}
+#define Q8_TILE_X 2
+static inline __attribute__((always_inline)) void q8_dotn(int n, const int8_t *wq, size_t ldq, const float *wd,
+                                                         size_t ldd, const int8_t *xq, const float *xd, size_t nb,
+                                                         float *out) {
+    q8_tile(n, 1, wq, ldq, wd, ldd, xq, xd, nb, out, 0);
+}
+/* 4 rows of W by 2 rows of x (ldq apart, their scales nb apart): out[j * 4 + r] */
+static void q8_dot4x2(const int8_t *wq, size_t ldq, const float *wd, size_t ldd, const int8_t *xq, const float *xd,
+                      size_t nb, float out[8]) {
+    q8_tile(4, 2, wq, ldq, wd, ldd, xq, xd, nb, out, 4);
 }
 #else
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
@@ -235,7 +260,15 @@ static void q8_piece(void *arg, int p) {
     for (; j + 4 <= j1; j += 4) {
         const int8_t *wq = m->qs + (a->r0 + j) * ldq;
         const float *wd = m->d + (a->r0 + j) * nb;
-        for (size_t i = 0; i < a->R; i++) {
+        size_t i = 0;
+#ifdef Q8_TILE_X
+        for (; i + 2 <= a->R; i += 2) {
+            float out[8];
+            q8_dot4x2(wq, ldq, wd, nb, a->xq + i * ldq, a->xd + i * nb, nb, out);
+            for (int r = 0; r < 8; r++) q8_store(a, i + (size_t)(r / 4), j + (size_t)(r % 4), out[r]);
+        }
+#endif
+        for (; i < a->R; i++) {
             float out[4];
             q8_dot4(wq, ldq, wd, nb, a->xq + i * ldq, a->xd + i * nb, nb, out);
             for (int r = 0; r < 4; r++) q8_store(a, i, j + (size_t)r, out[r]);
