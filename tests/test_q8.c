@@ -7,7 +7,8 @@
  *    of the same arithmetic: bit-identical, one row and through mega_q8_linear (4-row tiles, the
  *    rows left over, any number of activation rows, bias and accumulation);
  *  - against float32: within the bound the two roundings allow (derived below);
- *  - a model: quantized, loaded (inference only; a training load refused), its full forward
+ *  - a model (byte-level; and word-level with adaptive input and softmax, whose cluster products
+ *    go through mega_gemm): quantized, loaded (inference only; a training load refused), its full forward
  *    close to the float model's (loss within 0.01 nats) but not equal (the int8 path ran), the
  *    streaming step equal to the full forward, and corrupt quantized tensors refused.
  */
@@ -152,10 +153,19 @@ static void test_kernel(void) {
 
 static char dir[512];
 
-static mega_lm *small_lm(void) {
+/* adaptive: word-level style, adaptive input and softmax (bands 0-99, 100-199, 200-299; the
+ * softmax's cluster products go through mega_gemm's A B^T form), tied as the WikiText-103 model */
+static mega_lm *small_lm(int adaptive) {
     mega_lm_config c;
     mega_lm_config_default(&c);
     c.vocab_size = 257, c.padding_idx = 256;
+    if (adaptive) {
+        c.vocab_size = 300, c.padding_idx = 1, c.adaptive_input = 1, c.adaptive_input_factor = 2;
+        c.adaptive_softmax_factor = 2, c.tie_adaptive_weights = 1, c.tie_adaptive_proj = 1;
+        c.adaptive_input_cutoff[0] = c.adaptive_softmax_cutoff[0] = 100;
+        c.adaptive_input_cutoff[1] = c.adaptive_softmax_cutoff[1] = 200;
+        c.adaptive_input_cutoff[2] = c.adaptive_softmax_cutoff[2] = 0;
+    }
     /* widths with and without a partial block: 48 (ffn) and 80 (hidden) */
     c.layers = 2, c.block.embed_dim = 64, c.block.z_dim = 32, c.block.hidden_dim = 80, c.block.n_dim = 4;
     c.block.ffn_dim = 48, c.block.chunk_size = 8, c.block.max_positions = 64;
@@ -168,14 +178,14 @@ static mega_lm *small_lm(void) {
 enum { B = 2, T = 24 };
 
 /* logits of a full forward (eval) and the loss over tokens[1:] */
-static double forward(mega_lm *m, const int32_t *tok, mega_real *logits) {
+static double forward(mega_lm *m, const int32_t *tok, mega_real *logits, int V) {
     const mega_lm_run run = {0};
     double loss = 0;
     int64_t n = 0;
     int32_t tgt[B * T];
     for (int i = 0; i < B * T; i++) tgt[i] = (i % T) + 1 < T ? tok[i + 1] : -1;
     if (mega_lm_forward(m, tok, tgt, B, T, &run, &loss, &n) != MEGA_OK) return NAN;
-    memcpy(logits, mega_lm_logits(m), sizeof(mega_real) * B * T * 257);
+    memcpy(logits, mega_lm_logits(m), sizeof(mega_real) * B * T * (size_t)V);
     return loss;
 }
 
@@ -191,13 +201,21 @@ static double max_diff(const mega_real *a, const mega_real *b, size_t n) {
     return r;
 }
 
-static void test_model(void) {
-    mega_lm *f = small_lm();
+static void test_model(int adaptive) {
+    mega_lm *f = small_lm(adaptive);
     if (!f) return;
-    const char *fp = tl_path(dir, "f.safetensors"), *qp = tl_path(dir, "q.safetensors");
+    const char *tag = adaptive ? "adaptive: " : "";
+    const int V = adaptive ? 300 : 257;
+    const char *fp = tl_path(dir, "f.safetensors"), *qp = tl_path(dir, adaptive ? "qa.safetensors" : "q.safetensors");
     size_t nq = 0;
-    TL_CHECK(mega_lm_save(f, fp) == MEGA_OK && mega_model_quantize(fp, qp, NULL, &nq) == MEGA_OK && nq == 12,
-             "quantize: 12 matrices (embedding, output projection, per layer v, mx, h, fc1, fc2) (%zu)", nq);
+    /* plain: embedding, output projection, per layer v, mx, h, fc1, fc2; adaptive: the 10 block
+     * matrices, the embeddings and projections of the bands of width 64 and 32 (not 16: rows
+     * shorter than a block stay float32) and the softmax head's cluster rows */
+    const size_t want = adaptive ? 15 : 12;
+    const int saved = mega_lm_save(f, fp) == MEGA_OK, quantized = saved && mega_model_quantize(fp, qp, NULL, &nq) == MEGA_OK;
+    if (!quantized) printf("%s\n", mega_last_error());
+    TL_CHECK(quantized && nq == want,
+             "%squantize: %zu matrices (%zu)", tag, want, nq);
     TL_CHECK(mega_model_quantize(qp, tl_path(dir, "qq.safetensors"), NULL, NULL) != MEGA_OK,
              "quantize refuses a quantized model: %s", mega_last_error());
     TL_CHECK(mega_model_quantize(fp, tl_path(dir, "q4.safetensors"), "q4_7", NULL) != MEGA_OK, "quantize refuses an unknown type");
@@ -216,12 +234,12 @@ static void test_model(void) {
     mega_model_free(qm);
     int32_t tok[B * T];
     for (int i = 0; i < B * T; i++) tok[i] = (i * 37 + 11) % 256;
-    const size_t n = (size_t)B * T * 257;
+    const size_t n = (size_t)B * T * (size_t)V;
     mega_real *lf = malloc(n * sizeof *lf), *lq = malloc(n * sizeof *lq), *ls = malloc(n * sizeof *ls);
-    const double loss_f = forward(f, tok, lf), loss_q = forward(q, tok, lq);
+    const double loss_f = forward(f, tok, lf, V), loss_q = forward(q, tok, lq, V);
     const double dl = max_diff(lf, lq, n), mag = max_abs(lf, n);
     TL_CHECK(fabs(loss_q - loss_f) <= 0.01 && dl > 0 && dl <= 0.02 * mag,
-             "full forward: loss %.6f vs float %.6f (within 0.01), logits differ by %.3g of max |logit| (0 < d <= 2%%)", loss_q,
+             "%sfull forward: loss %.6f vs float %.6f (within 0.01), logits differ by %.3g of max |logit| (0 < d <= 2%%)", tag, loss_q,
              loss_f, dl / mag);
     /* the streaming step against the full forward of the same quantized model: both quantize the
      * same activations row by row; an activation that lands on a rounding boundary of its block
@@ -230,19 +248,19 @@ static void test_model(void) {
     mega_lm_stream *s = NULL;
     double ds = INFINITY;
     if (mega_lm_stream_new(q, B, T, &s) == MEGA_OK) {
-        mega_real *step = malloc((size_t)B * 257 * sizeof *step);
+        mega_real *step = malloc((size_t)B * (size_t)V * sizeof *step);
         for (int t = 0; t < T; t++) {
             int32_t tt[B];
             for (int b = 0; b < B; b++) tt[b] = tok[b * T + t];
             mega_lm_stream_feed(s, tt, 1, step);
-            for (int b = 0; b < B; b++) memcpy(ls + ((size_t)b * T + t) * 257, step + (size_t)b * 257, 257 * sizeof *step);
+            for (int b = 0; b < B; b++) memcpy(ls + ((size_t)b * T + t) * V, step + (size_t)b * V, (size_t)V * sizeof *step);
         }
         ds = max_diff(ls, lq, n);
         free(step);
         mega_lm_stream_free(s);
     }
-    TL_CHECK(ds <= 1e-3 * max_abs(lq, n), "streaming step == full forward of the quantized model (%.3g of max |logit|)",
-             ds / max_abs(lq, n));
+    TL_CHECK(ds <= 1e-3 * max_abs(lq, n), "%sstreaming step == full forward of the quantized model (%.3g of max |logit|)",
+             tag, ds / max_abs(lq, n));
     free(lf), free(lq), free(ls);
     mega_lm_free(q);
     mega_lm_free(f);
@@ -314,7 +332,8 @@ int main(int argc, char **argv) {
     test_roundtrip();
     test_kernel();
     if (tl_mkdtemp(dir, sizeof dir, "mega_q8_") == 0) {
-        test_model();
+        test_model(0);
+        test_model(1);
         test_corrupt();
         tl_rm_rf(dir);
     }
