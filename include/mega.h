@@ -841,6 +841,13 @@ MEGA_API mega_status mega_model_load_ex(const char *path, const mega_load_opts *
 MEGA_API mega_status mega_model_save(const mega_model *m, const char *path);
 MEGA_API mega_status mega_model_save_ex(const mega_model *m, const char *path, const char *const *kv);
 MEGA_API void mega_model_free(mega_model *m);
+/* Quantized weights (docs/quantization.md): the model file (or run directory) `in` written to
+ * `out` with its projection and embedding matrices in q8_0 blocks (type NULL or "q8_0"), the
+ * rest float32, the metadata kept; *matrices (may be NULL): how many were quantized. Such a file
+ * loads for inference only (mega_load_opts.inference); its products run on the int8 blocks. */
+MEGA_API mega_status mega_model_quantize(const char *in, const char *out, const char *type, size_t *matrices);
+/* "q8_0" for a model loaded from a quantized file, NULL otherwise */
+MEGA_API const char *mega_model_quantization(const mega_model *m);
 MEGA_API mega_model_kind mega_model_kind_of(const mega_model *m);
 MEGA_API const void *mega_model_config(const mega_model *m); /* the kind's config struct */
 MEGA_API char *mega_model_config_json(const mega_model *m);  /* caller frees */

@@ -78,19 +78,33 @@ typedef struct {
     int chunk;         /* classifier attention chunk (-1 = full); the LM uses 256 */
     const char *mixer; /* classifier token mixer: "mega", or "mha" (Transformer, 8 heads) */
     const char *what;
+    int lm;            /* decode: the model (LM_BENCH, or an official size with random weights) */
+    int q8;            /* decode: its matrices in q8_0 (mega quantize) */
 } workload;
 
+/* the decode workloads' models: the lm-train model; the official enwik8 base configuration
+ * (mega_lm_enwik8_base, 12 x 512, 39 M parameters); the WikiText-103 one (mega_lm_adaptive_big
+ * as the official README trains it, 16 x 1024 with adaptive input and softmax, 252 M) */
+enum { LM_BENCH, LM_ENWIK8, LM_WT103 };
+
 static const workload WORKLOADS[] = {
-    {"sgemm", WK_SGEMM, 0, 0, 0, NULL, "OpenBLAS sgemm rate (2048^3 and the lm-train projection shape)"},
-    {"lm-train", WK_LM_TRAIN, 8, 1024, 256, "mega", "causal LM, 4x256 (z 64, hidden 512, ffn 512), chunk 256: fwd+bwd+AdamW"},
-    {"lra-text-train-c128", WK_CLS_TRAIN, 2, 4096, 128, "mega", "LRA text classifier, 4x128, chunk 128: fwd+bwd"},
-    {"lra-text-train-full", WK_CLS_TRAIN, 2, 4096, -1, "mega", "LRA text classifier, 4x128, full attention: fwd+bwd"},
-    {"lm-decode-b1", WK_LM_DECODE, 1, 512, 256, "mega", "the lm-train model generating 512 tokens, batch 1"},
-    {"lm-decode-b8", WK_LM_DECODE, 8, 512, 256, "mega", "the lm-train model generating 512 tokens, batch 8"},
-    {"lra-text-mha-train", WK_CLS_TRAIN, 2, 4096, -1, "mha", "the LRA text classifier with the mha mixer (8 heads): fwd+bwd"},
-    {"scaling-1k", WK_CLS_TRAIN, 2, 1024, 128, "mega", "chunked LRA text classifier at 1K tokens"},
-    {"scaling-4k", WK_CLS_TRAIN, 2, 4096, 128, "mega", "chunked LRA text classifier at 4K tokens"},
-    {"scaling-16k", WK_CLS_TRAIN, 2, 16384, 128, "mega", "chunked LRA text classifier at 16K tokens"},
+    {"sgemm", WK_SGEMM, 0, 0, 0, NULL, "OpenBLAS sgemm rate (2048^3 and the lm-train projection shape)", LM_BENCH, 0},
+    {"lm-train", WK_LM_TRAIN, 8, 1024, 256, "mega", "causal LM, 4x256 (z 64, hidden 512, ffn 512), chunk 256: fwd+bwd+AdamW", LM_BENCH, 0},
+    {"lra-text-train-c128", WK_CLS_TRAIN, 2, 4096, 128, "mega", "LRA text classifier, 4x128, chunk 128: fwd+bwd", LM_BENCH, 0},
+    {"lra-text-train-full", WK_CLS_TRAIN, 2, 4096, -1, "mega", "LRA text classifier, 4x128, full attention: fwd+bwd", LM_BENCH, 0},
+    {"lm-decode-b1", WK_LM_DECODE, 1, 512, 256, "mega", "the lm-train model generating 512 tokens, batch 1", LM_BENCH, 0},
+    {"lm-decode-b8", WK_LM_DECODE, 8, 512, 256, "mega", "the lm-train model generating 512 tokens, batch 8", LM_BENCH, 0},
+    {"lm-decode-b1-q8", WK_LM_DECODE, 1, 512, 256, "mega", "lm-decode-b1 with q8_0 weights", LM_BENCH, 1},
+    {"enwik8-decode-b1", WK_LM_DECODE, 1, 128, 2048, "mega", "official enwik8 base size (12x512, random weights), 128 tokens, batch 1", LM_ENWIK8, 0},
+    {"enwik8-decode-b1-q8", WK_LM_DECODE, 1, 128, 2048, "mega", "enwik8-decode-b1 with q8_0 weights", LM_ENWIK8, 1},
+    {"enwik8-decode-b8", WK_LM_DECODE, 8, 128, 2048, "mega", "official enwik8 base size, 128 tokens, batch 8", LM_ENWIK8, 0},
+    {"enwik8-decode-b8-q8", WK_LM_DECODE, 8, 128, 2048, "mega", "enwik8-decode-b8 with q8_0 weights", LM_ENWIK8, 1},
+    {"wt103-decode-b1", WK_LM_DECODE, 1, 32, 1024, "mega", "official WikiText-103 size (16x1024, adaptive, 252M), 32 tokens, batch 1", LM_WT103, 0},
+    {"wt103-decode-b1-q8", WK_LM_DECODE, 1, 32, 1024, "mega", "wt103-decode-b1 with q8_0 weights", LM_WT103, 1},
+    {"lra-text-mha-train", WK_CLS_TRAIN, 2, 4096, -1, "mha", "the LRA text classifier with the mha mixer (8 heads): fwd+bwd", LM_BENCH, 0},
+    {"scaling-1k", WK_CLS_TRAIN, 2, 1024, 128, "mega", "chunked LRA text classifier at 1K tokens", LM_BENCH, 0},
+    {"scaling-4k", WK_CLS_TRAIN, 2, 4096, 128, "mega", "chunked LRA text classifier at 4K tokens", LM_BENCH, 0},
+    {"scaling-16k", WK_CLS_TRAIN, 2, 16384, 128, "mega", "chunked LRA text classifier at 16K tokens", LM_BENCH, 0},
 };
 #define N_WORKLOADS ((int)(sizeof WORKLOADS / sizeof *WORKLOADS))
 
@@ -112,6 +126,29 @@ static void lm_bench_config(mega_lm_config *c) {
     k->attention_activation = MEGA_ATTN_SOFTMAX, k->norm_type = MEGA_NORM_LAYER, k->prenorm = 1;
     k->rel_pos_bias = MEGA_RELPOS_SIMPLE, k->activation = MEGA_ACT_SILU, c->scale_embedding = 1, c->tie_embeddings = 0;
     k->dropout = k->attention_dropout = k->hidden_dropout = k->activation_dropout = 0;
+}
+
+/* the model of a decode workload: the official sizes with the settings of their training scripts
+ * (examples/mega/README.lm.md: rotary positions, pre-norm, no affine final norm; enwik8 ties the
+ * output to the embedding; WikiText-103 cutoffs 20000,60000 on its 267,744 words) */
+static void lm_decode_config(const workload *w, mega_lm_config *c) {
+    lm_bench_config(c);
+    if (w->lm == LM_BENCH) return;
+    mega_block_config *k = &c->block;
+    k->rel_pos_bias = MEGA_RELPOS_ROTARY, c->final_norm_affine = 0, k->n_dim = 16, k->chunk_size = w->chunk;
+    k->max_positions = 2 * w->chunk;
+    if (w->lm == LM_ENWIK8) {
+        c->layers = 12, k->embed_dim = 512, k->hidden_dim = 1024, k->ffn_dim = 1024, k->z_dim = 128;
+        c->tie_embeddings = 1;
+        return;
+    }
+    c->layers = 16, k->embed_dim = 1024, k->hidden_dim = 2048, k->ffn_dim = 2048, k->z_dim = 256;
+    c->vocab_size = 267744, c->padding_idx = 1;
+    c->adaptive_input = 1, c->adaptive_input_factor = 4, c->adaptive_softmax_factor = 4;
+    c->adaptive_input_cutoff[0] = c->adaptive_softmax_cutoff[0] = 20000;
+    c->adaptive_input_cutoff[1] = c->adaptive_softmax_cutoff[1] = 60000;
+    c->adaptive_input_cutoff[2] = c->adaptive_softmax_cutoff[2] = 0;
+    c->tie_adaptive_weights = 1, c->tie_adaptive_proj = 1;
 }
 
 static void cls_bench_config(const workload *w, mega_cls_config *c) {
@@ -162,11 +199,27 @@ static double mega_block_macs(double D, double Z, double E, double N, double F, 
 
 static double mha_block_macs(double D, double F, double L) { return 4 * L * D * D + 2 * L * L * D + 2 * L * D * F; }
 
+/* the output layer's MACs per token: D x V, or the adaptive softmax's head (the first band and
+ * one logit per tail) and tails (projection to D / factor^i, then the band's words) */
+static double out_macs(const mega_lm_config *c) {
+    const double D = c->block.embed_dim;
+    if (!c->adaptive_softmax_cutoff[0]) return D * c->vocab_size;
+    int n = 0;
+    while (n < MEGA_INTS_MAX && c->adaptive_softmax_cutoff[n]) n++;
+    double macs = D * (c->adaptive_softmax_cutoff[0] + n), d = D;
+    for (int i = 0; i < n; i++) {
+        const double lo = c->adaptive_softmax_cutoff[i], hi = i + 1 < n ? c->adaptive_softmax_cutoff[i + 1] : c->vocab_size;
+        d /= c->adaptive_softmax_factor;
+        macs += D * d + (hi - lo) * d;
+    }
+    return macs;
+}
+
 /* FLOPs of one timed step (training: forward + backward; decode: one whole 512-token run) */
 static double workload_flops(const workload *w) {
     if (w->kind == WK_LM_TRAIN || w->kind == WK_LM_DECODE) {
         mega_lm_config c;
-        lm_bench_config(&c);
+        lm_decode_config(w, &c);
         const double D = c.block.embed_dim, Z = c.block.z_dim, E = c.block.hidden_dim, N = c.block.n_dim, F = c.block.ffn_dim, V = c.vocab_size;
         mega_block_context x;
         mega_block_context_of(&c.block, w->T, &x);
@@ -177,7 +230,7 @@ static double workload_flops(const workload *w) {
         double macs = 0;
         for (int t = 0; t < w->T; t++) {
             double n = (double)(t % x.cache + 1); /* the positions cached when token t attends */
-            macs += c.layers * (D * (2 * D + Z + 3 * E) + 3 * D * N + n * (Z + E) + 2 * D * F) + D * V;
+            macs += c.layers * (D * (2 * D + Z + 3 * E) + 3 * D * N + n * (Z + E) + 2 * D * F) + out_macs(&c);
         }
         return 2.0 * macs * w->B;
     }
@@ -429,12 +482,36 @@ static int child_cls_train(const workload *w, int warmup, int repeat, timings *t
     return rc;
 }
 
+/* m with its matrices in q8_0: written to a temporary file, quantized (mega_model_quantize) and
+ * loaded for inference, as `mega quantize` then `mega generate` would; m is freed */
+static mega_lm *lm_quantized(mega_lm *m) {
+    const char *tmp = getenv("TMPDIR");
+    char dir[4096], f32[4200], q8[4200];
+    snprintf(dir, sizeof dir, "%s/mega-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    mega_lm *q = NULL;
+    if (!mkdtemp(dir)) {
+        mega_lm_free(m);
+        return cli_error("cannot create a temporary directory in %s", tmp && *tmp ? tmp : "/tmp"), NULL;
+    }
+    snprintf(f32, sizeof f32, "%s/f32.safetensors", dir);
+    snprintf(q8, sizeof q8, "%s/q8.safetensors", dir);
+    const mega_load_opts o = {1, 0};
+    mega_status st = mega_lm_save(m, f32);
+    mega_lm_free(m);
+    if (!st) st = mega_model_quantize(f32, q8, "q8_0", NULL);
+    if (!st) st = mega_lm_load_ex(q8, &o, &q);
+    if (st) cli_error("%s", mega_last_error());
+    unlink(f32), unlink(q8), rmdir(dir);
+    return q;
+}
+
 static int child_lm_decode(const workload *w, int warmup, int repeat, timings *tm, uint64_t *digest) {
     mega_lm_config c;
-    lm_bench_config(&c);
+    lm_decode_config(w, &c);
     mega_lm *m = NULL;
     if (mega_lm_create(&c, &m) != MEGA_OK) return cli_error("%s", mega_last_error());
     mega_lm_init_params(m, 1);
+    if (w->q8 && !(m = lm_quantized(m))) return 1;
     const int B = w->B, V = c.vocab_size;
     mega_lm_stream *s = NULL;
     if (mega_lm_stream_new(m, B, w->T + 1, &s) != MEGA_OK) {

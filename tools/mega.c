@@ -22,6 +22,7 @@ static int cmd_help(int argc, char **argv);
     X("generate", cmd_generate, "sample text from a model, token by token")                                             \
     X("predict", cmd_predict, "print one predicted label per input (classifiers)")                                      \
     X("translate", cmd_translate, "translate lines with an encoder-decoder (mega train --task translate)")               \
+    X("quantize", cmd_quantize, "write a model with its matrices in int8 blocks (q8_0) for faster decoding")            \
     X("info", cmd_info, "print a model's config and parameter count")                                                   \
     X("plot", cmd_plot, "write an SVG of the training and validation curves of a run")                                  \
     X("listops", cmd_listops, "generate the ListOps task of the Long Range Arena (--out DIR)")                           \

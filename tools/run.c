@@ -663,6 +663,23 @@ static void info_lm(const loaded_model *lm, int tensors) {
 
 /* of a run directory: the file shown (--which) and, when the run kept one, its best model's step
  * and validation figure (best.safetensors' metadata, written by mega train) */
+/* the weights' storage: float32, or how many matrices q8_0 holds; the file's size */
+static void info_weights(const char *path) {
+    mega_st_file *f;
+    struct stat sb;
+    if (mega_st_open(path, &f) != MEGA_OK) return;
+    int q8 = 0;
+    for (int i = 0; i < mega_st_count(f); i++) {
+        const char *n = mega_st_at(f, i)->name;
+        const size_t l = strlen(n);
+        q8 += l > 5 && !strcmp(n + l - 5, ".q8_0");
+    }
+    const double mb = stat(path, &sb) == 0 ? (double)sb.st_size / 1e6 : 0;
+    if (q8) printf("weights    q8_0: %d matrices in blocks of 32 int8 values and an fp16 scale, the rest float32; file %.2f MB\n", q8, mb);
+    else printf("weights    float32; file %.2f MB\n", mb);
+    mega_st_close(f);
+}
+
 static void info_which(const char *dir, const char *shown) {
     struct stat sb;
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return;
@@ -693,6 +710,7 @@ int cmd_info(int argc, char **argv) {
     if (!rc && lm.kind == MEGA_MODEL_S2S) info_s2s(&lm);
     else if (!rc && lm.kind == MEGA_MODEL_CLS) info_cls(&lm);
     else if (!rc) info_lm(&lm, tensors);
+    if (!rc) info_weights(lm.path);
     if (!rc) info_which(model, lm.path);
     loaded_model_free(&lm);
     return rc ? 2 : 0;

@@ -4,6 +4,7 @@
 void mega_params_init(mega_params *P) { memset(P, 0, sizeof *P); }
 
 void mega_params_free(mega_params *P) {
+    if (P->quant && P->quant_free) P->quant_free(P->quant);
     free(P->specs);
     mega__free(P->data);
     mega__free(P->grad);
@@ -113,6 +114,28 @@ static int is_int(mega_dtype t) {
     return t == MEGA_DT_I64 || t == MEGA_DT_I32 || t == MEGA_DT_I16 || t == MEGA_DT_I8 || t == MEGA_DT_U8;
 }
 
+/* whether the file holds `name` as q8_0 blocks (MEGA_Q8_SUFFIX) instead of a tensor */
+static int quantized_in(const mega_st_file *f, const char *name) {
+    char q[2 * MEGA_NAME_MAX + 16];
+    snprintf(q, sizeof q, "%s%s", name, MEGA_Q8_SUFFIX);
+    return !mega_st_get(f, name) && mega_st_get(f, q);
+}
+
+/* the declared tensor a file's "<name>.q8_0" or "<name>.q8_0_scale" stands for, or NULL */
+static const mega_pspec *quantized_of(const mega_params *P, const char *tname) {
+    static const char *const sfx[] = {MEGA_Q8_SUFFIX, MEGA_Q8_SCALE_SUFFIX};
+    char base[2 * MEGA_NAME_MAX];
+    const size_t n = strlen(tname);
+    for (int i = 0; i < 2; i++) {
+        const size_t sl = strlen(sfx[i]);
+        if (n <= sl || n - sl >= sizeof base || strcmp(tname + n - sl, sfx[i])) continue;
+        memcpy(base, tname, n - sl);
+        base[n - sl] = 0;
+        return mega_params_find(P, base);
+    }
+    return NULL;
+}
+
 /* whether t is the ignore list's (a full name or a name suffix) */
 static int ignored(const char *name, const char *const *ignore) {
     for (const char *const *g = ignore; g && *g; g++) {
@@ -129,6 +152,7 @@ mega_status mega_params_check(const mega_params *P, const mega_st_file *f, const
     for (int i = 0; i < P->n; i++) {
         const mega_pspec *s = &P->specs[i];
         snprintf(name, sizeof name, "%s%s", prefix ? prefix : "", s->name);
+        if (P->q8_ok && quantized_in(f, name)) continue; /* checked by mega__q8_load */
         const mega_st_tensor *t = mega_st_get(f, name);
         if (!t) MEGA_FAIL(MEGA_ERR_NOT_FOUND, "checkpoint has no tensor '%s' (the model config expects it)", name);
         if (!shape_matches(s, t)) {
@@ -152,6 +176,7 @@ mega_status mega_params_check(const mega_params *P, const mega_st_file *f, const
         const mega_st_tensor *t = mega_st_at(f, i);
         const int in_prefix = !plen || !strncmp(t->name, prefix, plen);
         if (in_prefix && (mega_params_find(P, t->name + plen) || ignored(t->name, ignore))) continue;
+        if (in_prefix && P->q8_ok && quantized_of(P, t->name + plen)) continue;
         MEGA_FAIL(MEGA_ERR_SHAPE, "checkpoint tensor '%s' does not belong to this model config", t->name);
     }
     return MEGA_OK;
@@ -162,6 +187,7 @@ mega_status mega_params_read(const mega_params *P, real *dst, const mega_st_file
     for (int i = 0; i < P->n; i++) {
         const mega_pspec *s = &P->specs[i];
         snprintf(name, sizeof name, "%s%s", prefix ? prefix : "", s->name);
+        if (P->q8_ok && quantized_in(f, name)) continue; /* read by mega__q8_load */
         const mega_st_tensor *t = mega_st_get(f, name);
         if (!t) MEGA_FAIL(MEGA_ERR_NOT_FOUND, "checkpoint has no tensor '%s' (the model config expects it)", name);
         MEGA_TRY(mega_st_read_real(t, dst + s->offset, s->numel));

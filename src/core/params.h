@@ -23,6 +23,11 @@ enum {
 };
 
 #define MEGA_NAME_MAX 128
+/* A matrix stored in q8_0 blocks (model/quant.c) is two tensors of a file instead of its own:
+ * "<name>.q8_0" (I8) and "<name>.q8_0_scale" (F16); mega_params_check and mega_params_read leave
+ * such a matrix to mega__q8_load. */
+#define MEGA_Q8_SUFFIX ".q8_0"
+#define MEGA_Q8_SCALE_SUFFIX ".q8_0_scale"
 
 typedef struct {
     char name[MEGA_NAME_MAX];
@@ -39,6 +44,10 @@ typedef struct {
     size_t total; /* reals */
     real *data;   /* values */
     real *grad;   /* gradients, same layout */
+    /* matrices also held in q8_0 blocks (model/quant.c), freed by quant_free; NULL for a float model */
+    void *quant;
+    void (*quant_free)(void *quant);
+    int q8_ok; /* set by mega__model_fill for an inference load: q8_0 pairs stand for their tensors */
 } mega_params;
 
 void mega_params_init(mega_params *P);

@@ -168,9 +168,15 @@ mega_status mega__model_open(const char *path, mega_st_file **f, const char **co
 }
 
 mega_status mega__model_fill(mega_params *P, const mega_st_file *f, const char *const *ignore, const mega_load_opts *o) {
+    /* q8_0 weights (quant.c) are for inference: a training load would train the rounded values */
+    const int q8 = mega__q8_in_file(f);
+    if (q8 && !(o && o->inference))
+        MEGA_FAIL(MEGA_ERR_INVALID, "the model is quantized (q8_0): train its float32 model (the file mega quantize read)");
+    P->q8_ok = q8;
     MEGA_TRY(mega_params_check(P, f, "", ignore, 0));
     MEGA_TRY(mega_params_alloc(P, !(o && o->inference)));
-    return mega_params_read(P, P->data, f, "");
+    MEGA_TRY(mega_params_read(P, P->data, f, ""));
+    return q8 ? mega__q8_load(P, f) : MEGA_OK;
 }
 
 size_t mega__stack_bytes(const mega_stack *s, int B, int T) {

@@ -41,6 +41,11 @@ mega_status mega__s2s_declare(const mega_s2s_config *c, mega_s2s **out); /* s2s.
 /* the declared parameters from f: mega_params_check (names, shapes, dtypes, extra tensors not in
  * `ignore`), then the allocation (gradients unless o->inference), then the values */
 mega_status mega__model_fill(mega_params *P, const mega_st_file *f, const char *const *ignore, const mega_load_opts *o);
+/* q8_0 weights (quant.c): whether f holds any (a "<name>.q8_0" tensor or the metadata
+ * "quantization"); the pairs of f checked and read into P (blocks registered for the products,
+ * values dequantized into P->data), after mega_params_read */
+int mega__q8_in_file(const mega_st_file *f);
+mega_status mega__q8_load(mega_params *P, const mega_st_file *f);
 /* the bytes mega_stack_reserve allocates for a batch B x T (its activations, hidden states,
  * final-norm output, scratch and gradient buffers), computed as it computes them */
 size_t mega__stack_bytes(const mega_stack *s, int B, int T);

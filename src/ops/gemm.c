@@ -1,6 +1,7 @@
 /* GEMM: OpenBLAS when available (MEGA_USE_BLAS), else a portable blocked kernel. */
 #include "ops/ops.h"
 #include "ops/vec.h"
+#include "ops/q8.h"
 #include <stdatomic.h>
 #ifdef MEGA_USE_BLAS
 #include <cblas.h>
@@ -296,8 +297,18 @@ static void gemm_run(int parallel, int ta, int tb, size_t M, size_t N, size_t K,
     if (w) ksplit_give(w);
 }
 
+/* a product on a quantized matrix (q8.h: a model loaded from a q8_0 file) runs on its int8 blocks */
+static int q8_product(const real *X, size_t ldx, const real *W, size_t R, size_t In, size_t O, const real *b,
+                      real beta, real *Y, size_t ldy, int split) {
+    size_t r0;
+    const mega_q8_mat *q = mega_q8_find(W, In, O, &r0);
+    return q && ldx == In && (beta == 0 || beta == 1) && mega_q8_linear(q, r0, O, X, R, b, beta, Y, ldy, split);
+}
+
 void mega_gemm(int ta, int tb, size_t M, size_t N, size_t K, real alpha, const real *A, size_t lda,
                const real *B, size_t ldb, real beta, real *C, size_t ldc) {
+    /* A B^T on a quantized B (the adaptive softmax's clusters) */
+    if (!ta && tb && alpha == 1 && ldb == K && q8_product(A, lda, B, M, K, N, NULL, beta, C, ldc, 1)) return;
     gemm_run(1, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -308,6 +319,7 @@ void mega_gemm_serial(int ta, int tb, size_t M, size_t N, size_t K, real alpha, 
 }
 
 void mega_linear_forward(real *Y, const real *X, const real *W, const real *b, size_t R, size_t In, size_t O) {
+    if (q8_product(X, In, W, R, In, O, b, 0, Y, O, 1)) return;
     if (b) {
         for (size_t r = 0; r < R; r++) memcpy(Y + r * O, b, O * sizeof(real));
         mega_gemm(0, 1, R, O, In, 1, X, In, W, In, 1, Y, O);
@@ -609,9 +621,11 @@ static void step_product(size_t M, size_t N, size_t K, const real *A, size_t lda
 
 void mega_gemm_step(size_t M, size_t N, size_t K, const real *A, size_t lda, const real *B, size_t ldb, real beta,
                     real *C, size_t ldc) {
+    if (ldb == K && q8_product(A, lda, B, M, K, N, NULL, beta, C, ldc, 1)) return;
     step_product(M, N, K, A, lda, B, ldb, NULL, beta, C, ldc);
 }
 
 void mega_linear_step(real *Y, const real *X, const real *W, const real *b, size_t R, size_t In, size_t O) {
+    if (q8_product(X, In, W, R, In, O, b, 0, Y, O, 1)) return;
     step_product(R, O, In, X, In, W, In, b, 0, Y, O);
 }
