@@ -1,0 +1,295 @@
+#!/usr/bin/python3
+"""Reference values for Megalodon's complex EMA and timestep normalization from the OFFICIAL
+modules (XuezheMax/megalodon, MIT), run on the CPU, into tests/fixtures/megalodon/.
+
+The official files are read from a bare mirror of the repository (--repo, default
+/work/.mirror/XuezheMax+megalodon/repo; the commit is recorded in each case.json) and executed as
+they are:
+  * megalodon/modules/complex_exponential_moving_average.py (MultiHeadComplexEMA: _calc_coeffs,
+    forward: residual, fftconv of the kernel, bias of the prior state, last state);
+  * megalodon/modules/fused_ops/fftconv.py (on the CPU it takes its own pure-PyTorch branch,
+    _fftconv_fwd / _fftconv_bwd: torch.fft with the official hand-written backward);
+  * megalodon/modules/timestep_norm.py (TimestepNorm: weight stored as an offset from 1, prior
+    count/mean/log-variance, the grouped op);
+  * megalodon/distributed/utils.py (divide_and_check_no_remainder).
+
+What is replaced, and why it computes the same:
+  * megalodon_extension.ops (the compiled CUDA/C++ extension, not built here). The three ops the
+    modules call on the CPU are transcribed from their CPU loops into differentiable PyTorch
+    (float64; gradients by autograd rather than the extension's hand-written *_bwd, so they are
+    an independent check of the C backward):
+      - ema_parameters (fused_ops/ema_parameters.py -> csrc/ops/ema_parameters.cc,
+        EMAParametersCPUFwdImpl): w[d, j] = sum_n Re(p gamma exp(log_q j)),
+        b[b, d, j] = sum_n Re(exp(log_q (j+1)) gamma h[b, d, n]);
+      - ema_hidden (ema_hidden.cc, EMAHiddenCPUFwdImpl):
+        h[b, d, n] = p sum_j exp(log_q (L-j-1)) x[b, d, j] + exp(log_q L) hx[b, d, n];
+      - the grouped timestep norm (timestep_norm.cc, GroupTimestepNormCPUFwdImpl with
+        utils.h WelfordCombine and RowwiseMoments): per step, the group's population mean and
+        variance over its features, combined with the running (count, mean, var) as a sample of
+        count 1; padded steps give y = 0 and leave the state and count unchanged.
+    The transcriptions evaluate the same formulas as the loops (same exp(log_q * j) powers, same
+    Welford combination), in float64 instead of the extension's float32 accumulation.
+    rfft / fftconv_fwd / fftconv_bwd (the CUDA-only FFT kernels) are stubs that raise: the CPU
+    branch never calls them.
+  * megalodon.distributed (its __init__ imports fairscale and process groups): a stub with model
+    parallel rank 0 and world size 1 (what a single process has).
+  * MultiHeadComplexEMA._init_parameters (calls .cuda() and dist.broadcast): not run; the
+    parameters are set from a seeded generator instead (initialisation is not what is compared).
+
+Layouts written (the C library's, batch first): x, dout, y [B, L, D]; the CEMA state h0 / hT as
+[B, 2, N, D] (real plane, imaginary plane) from the official [B, D, N] complex; tsnorm
+prev_mean / prev_var / mean / var [B, G], count [B] (int64).
+
+Usage: /usr/bin/python3 tests/ref/ref_megalodon.py [--repo DIR] [--out tests/fixtures/megalodon]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import types
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import st  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def official_source(repo, path):
+    return subprocess.run(["git", "--git-dir", repo, "show", "HEAD:" + path], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def load_module(name, source, package):
+    mod = types.ModuleType(name)
+    mod.__package__ = package
+    sys.modules[name] = mod
+    exec(compile(source, name.replace(".", "/") + ".py", "exec"), mod.__dict__)
+    return mod
+
+
+# ---- transcriptions of the extension's CPU loops (differentiable, float64) ----
+def ema_parameters(p, q, gamma, hx, length):
+    log_q = q.log()  # as EMAParametersFunc.forward
+    j = torch.arange(length, dtype=torch.float64)
+    vw = torch.exp(log_q * j)                                  # D x N x L
+    w = ((p * gamma.unsqueeze(-1)) * vw).real.sum(1)            # D x L
+    if hx is None:
+        return w, None
+    vb = torch.exp(log_q * (j + 1))                             # D x N x L
+    b = (vb.unsqueeze(0) * (gamma.unsqueeze(-1) * hx.unsqueeze(-1))).real.sum(2)  # B x D x L
+    return w, b
+
+
+def ema_hidden(x, p, q, hx):
+    log_q = q.log()
+    L = x.size(-1)
+    j = torch.arange(L, dtype=torch.float64)
+    v = torch.exp(log_q * (L - j - 1))                          # D x N x L
+    h = (v.unsqueeze(0) * x.unsqueeze(2).to(v.dtype)).sum(-1) * p.squeeze(-1)   # B x D x N
+    if hx is not None:
+        h = h + torch.exp(log_q * L).squeeze(-1) * hx
+    return h
+
+
+def group_timestep_norm(x, prev_count, prev_mean, prev_var, gamma, beta, padding_mask, num_groups, eps):
+    B, L, H = x.shape
+    G = num_groups
+    xg = x.view(B, L, G, H // G)
+    gm = xg.mean(-1)                                  # RowwiseMoments: population moments
+    gv = (xg * xg).mean(-1) - gm * gm
+    ys, count, m, v = [], prev_count.clone(), prev_mean, prev_var
+    for j in range(L):
+        keep = torch.ones(B, dtype=torch.bool) if padding_mask is None else ~padding_mask[:, j]
+        n = count.to(torch.float64) + 1                                   # WelfordCombine with (1, gm, gv)
+        c1 = ((n - 1) / n).unsqueeze(-1)
+        c2 = (1 / n).unsqueeze(-1)
+        delta = gm[:, j] - m
+        m1 = c1 * m + c2 * gm[:, j]
+        m2 = c1 * v + c2 * gv[:, j] + (c1 * delta) * (c2 * delta)
+        rstd = 1 / torch.sqrt(m2 + eps)
+        y = (xg[:, j] - m1.unsqueeze(-1)) * rstd.unsqueeze(-1)
+        y = y.reshape(B, H) * gamma + beta
+        k = keep.unsqueeze(-1)
+        ys.append(torch.where(k, y, torch.zeros_like(y)))
+        m = torch.where(k, m1, m)
+        v = torch.where(k, m2, v)
+        count = count + keep.to(count.dtype)
+    return torch.stack(ys, 1), count, m, v
+
+
+def stub(*_a, **_k):
+    raise RuntimeError("CUDA-only extension op called")
+
+
+def load_official(repo):
+    ext = types.ModuleType("megalodon_extension")
+    ops = types.ModuleType("megalodon_extension.ops")
+    for n in ("rfft", "fftconv_fwd", "fftconv_bwd", "ema_parameters_fwd", "ema_parameters_bwd",
+              "ema_hidden_fwd", "ema_hidden_bwd", "timestep_norm_fwd", "timestep_norm_bwd",
+              "group_timestep_norm_fwd", "group_timestep_norm_bwd"):
+        setattr(ops, n, stub)
+    ext.ops = ops
+    sys.modules["megalodon_extension"] = ext
+    sys.modules["megalodon_extension.ops"] = ops
+    for pkg in ("megalodon", "megalodon.modules"):
+        m = types.ModuleType(pkg)
+        m.__path__ = []
+        sys.modules[pkg] = m
+    dist = types.ModuleType("megalodon.distributed")
+    dist.__path__ = []
+    dist.get_model_parallel_rank = lambda: 0
+    dist.get_model_parallel_world_size = lambda: 1
+    sys.modules["megalodon.distributed"] = dist
+    load_module("megalodon.distributed.utils", official_source(repo, "megalodon/distributed/utils.py"),
+                "megalodon.distributed")
+    fused = types.ModuleType("megalodon.modules.fused_ops")
+    fused.__path__ = []
+    sys.modules["megalodon.modules.fused_ops"] = fused
+    fft = load_module("megalodon.modules.fused_ops.fftconv",
+                      official_source(repo, "megalodon/modules/fused_ops/fftconv.py"), "megalodon.modules.fused_ops")
+    fused.fftconv = fft.fftconv
+    fused.ema_parameters = ema_parameters
+    fused.ema_hidden = ema_hidden
+    src = official_source(repo, "megalodon/modules/complex_exponential_moving_average.py")
+    cema = load_module("megalodon.modules.complex_exponential_moving_average", src, "megalodon.modules")
+    cema.MultiHeadComplexEMA._init_parameters = lambda self: None
+    # the float64 variant: _calc_coeffs casts every parameter with .float() (float32 coefficients
+    # whatever the module's dtype, for mixed precision); these four casts, and nothing else,
+    # become .double()
+    assert src.count(".float()") == 4 and src.count("self.theta.float()") == 1
+    cema64 = load_module("megalodon.modules.complex_exponential_moving_average_f64",
+                         src.replace(".float()", ".double()"), "megalodon.modules")
+    cema64.MultiHeadComplexEMA._init_parameters = lambda self: None
+    tsn = load_module("megalodon.modules.timestep_norm", official_source(repo, "megalodon/modules/timestep_norm.py"),
+                      "megalodon.modules")
+    tsn.timestep_norm = lambda x, c, m, v, g, b, pm, ng, eps: group_timestep_norm(x, c, m, v, g, b, pm, ng, eps)
+    return cema, cema64, tsn
+
+
+def write_case(out, name, kind, config, weights, io, notes, commit, dtype="float64"):
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    meta = {"kind": kind, "config": config, "dtype": dtype, "batch": int(config["batch"]),
+            "seq_len": int(config["seq_len"]), "generator": "tests/ref/ref_megalodon.py",
+            "official": "XuezheMax/megalodon@" + commit, "torch_version": torch.__version__, "notes": notes}
+    with open(os.path.join(d, "case.json"), "w") as f:
+        json.dump(meta, f, indent=1, sort_keys=True)
+        f.write("\n")
+    st.save(os.path.join(d, "weights.safetensors"), {k: v.detach().numpy() for k, v in weights.items()},
+            {"config": json.dumps(config, sort_keys=True)})
+    st.save(os.path.join(d, "io.safetensors"), {k: v.detach().numpy() for k, v in io.items()},
+            {"case": name, "kind": kind, "dtype": dtype})
+
+
+def state_to_c(h):  # official [B, D, N] complex -> [B, 2, N, D]
+    return torch.stack([h.real, h.imag], 1).transpose(2, 3).contiguous()
+
+
+def cema_case(cema_mod, out, commit, D, N, B, L, seed, f32coef=False):
+    g = torch.Generator().manual_seed(seed)
+    m = cema_mod.MultiHeadComplexEMA(D, N).double()
+    with torch.no_grad():
+        for name, sd in (("alpha", 1.0), ("delta", 1.0), ("theta", 1.5), ("gamma", 1.0), ("omega", 1.0)):
+            p = getattr(m, name)
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * sd)
+    m.train()
+    x = torch.randn(B, D, L, generator=g, dtype=torch.float64, requires_grad=True)
+    hx = torch.complex(torch.randn(B, D, N, generator=g, dtype=torch.float64),
+                       torch.randn(B, D, N, generator=g, dtype=torch.float64)).requires_grad_(True)
+    dout = torch.randn(B, D, L, generator=g, dtype=torch.float64)
+    names = ("alpha", "delta", "theta", "gamma", "omega")
+    y0, h0last = m(x, None, compute_last_state=True)
+    grads0 = torch.autograd.grad((y0 * dout).sum(), [x] + [getattr(m, n) for n in names])
+    y1, h1last = m(x, hx, compute_last_state=True)
+    grads1 = torch.autograd.grad((y1 * dout).sum(), [x, hx] + [getattr(m, n) for n in names])
+    bt = lambda t: t.transpose(1, 2).contiguous()  # noqa: E731  [B, D, L] -> [B, L, D]
+    io = {"x": bt(x), "h0": state_to_c(hx), "dout": bt(dout),
+          "out": bt(y0), "hT": state_to_c(h0last), "out_h0": bt(y1), "hT_h0": state_to_c(h1last),
+          "grad.x": bt(grads0[0]), "grad_h0.x": bt(grads1[0]),
+          # d/dh0 of the real loss through h = re + i im: (dL/dre, dL/dim) = (Re g, Im g) of
+          # autograd's complex gradient (PyTorch's convention: grad = dL/dre + i dL/dim)
+          "grad_h0.h0": state_to_c(grads1[1])}
+    for i, n in enumerate(names):
+        io["grad." + n] = grads0[1 + i]
+        io["grad_h0." + n] = grads1[2 + i]
+    weights = {"cema." + n: getattr(m, n) for n in names}
+    name = "cema_D%d_N%d_B%d_L%d%s" % (D, N, B, L, "_f32coef" if f32coef else "")
+    write_case(out, name, "cema", {"dim": D, "ndim": N, "batch": B, "seq_len": L}, weights, io,
+               "MultiHeadComplexEMA forward (with and without a prior state hx), last state, and gradients of "
+               "sum(dout * y) by autograd; " + ("the official _calc_coeffs as is: coefficients in float32, so the "
+               "case is float32-accurate" if f32coef else "_calc_coeffs in float64 (its .float() casts as .double())"),
+               commit, "float32" if f32coef else "float64")
+    print("wrote", name)
+
+
+def tsnorm_case(tsn_mod, out, commit, D, G, B, L, seed, pad, prior):
+    g = torch.Generator().manual_seed(seed)
+    m = tsn_mod.TimestepNorm(D, G, prior_count=0, eps=1e-5).double()
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(D, generator=g, dtype=torch.float64) * 0.5)
+        m.bias.copy_(torch.randn(D, generator=g, dtype=torch.float64) * 0.5)
+    x = (torch.randn(B, L, D, generator=g, dtype=torch.float64) * 2 + 0.5).requires_grad_(True)
+    mask = None
+    if pad:
+        mask = torch.zeros(B, L, dtype=torch.bool)
+        mask[0, L - 3:] = True   # right padding
+        mask[1, 2] = True        # a padded step in the middle (the op allows it)
+    if prior:
+        pc = torch.tensor([3, 0][:B] + [5] * max(0, B - 2), dtype=torch.int64)
+        pm = torch.randn(B, G, generator=g, dtype=torch.float64).requires_grad_(True)
+        pv = (torch.rand(B, G, generator=g, dtype=torch.float64) + 0.5).requires_grad_(True)
+        y, cnt, mean, var = m(x, pc, pm, pv, mask)
+    else:
+        pc = m.prior_count.expand(B).contiguous()
+        pm = m.prior_mean.expand(B, -1).contiguous()
+        pv = m.prior_logv.exp().expand(B, -1).contiguous()
+        y, cnt, mean, var = m(x, None, None, None, mask)
+    if not prior and mask is None:
+        # independent check of the transcription: from an empty prior, the running (mean, var)
+        # after the last step are the population mean and variance of the group over all steps
+        xg = x.detach().view(B, L, G, D // G)
+        assert torch.allclose(mean, xg.mean((1, 3)), rtol=0, atol=1e-12)
+        assert torch.allclose(var, xg.var((1, 3), unbiased=False), rtol=0, atol=1e-12)
+    dout = torch.randn(B, L, D, generator=g, dtype=torch.float64)
+    dmean = torch.randn(B, G, generator=g, dtype=torch.float64)
+    dvar = torch.randn(B, G, generator=g, dtype=torch.float64)
+    loss = (y * dout).sum() + (mean * dmean).sum() + (var * dvar).sum()
+    wrt = [x, m.weight, m.bias] + ([pm, pv] if prior else [])
+    grads = torch.autograd.grad(loss, wrt)
+    io = {"x": x, "prev_count": pc, "prev_mean": pm, "prev_var": pv, "dout": dout, "dmean": dmean, "dvar": dvar}
+    if mask is not None:
+        io["padding_mask"] = mask.to(torch.int32)
+    io.update({"out": y, "count": cnt, "mean": mean, "var": var, "grad.x": grads[0], "grad.weight": grads[1],
+               "grad.bias": grads[2]})
+    if prior:
+        io["grad.prev_mean"], io["grad.prev_var"] = grads[3], grads[4]
+    weights = {"norm." + n: t for n, t in m.state_dict().items()}
+    name = "tsnorm_D%d_G%d_B%d_L%d%s%s" % (D, G, B, L, "_pad" if pad else "", "_prior" if prior else "")
+    write_case(out, name, "tsnorm", {"dim": D, "groups": G, "eps": 1e-5, "batch": B, "seq_len": L}, weights, io,
+               "TimestepNorm (grouped) forward from the module's prior or a given (count, mean, var), final state, "
+               "gradients of sum(dout*y) + sum(dmean*mean) + sum(dvar*var) by autograd", commit)
+    print("wrote", name)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repo", default="/work/.mirror/XuezheMax+megalodon/repo")
+    ap.add_argument("--out", default="tests/fixtures/megalodon")
+    a = ap.parse_args()
+    commit = subprocess.run(["git", "--git-dir", a.repo, "rev-parse", "HEAD"], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    cema_mod, cema64_mod, tsn_mod = load_official(a.repo)
+    cema_case(cema64_mod, a.out, commit, D=5, N=4, B=2, L=11, seed=1)
+    cema_case(cema64_mod, a.out, commit, D=18, N=3, B=1, L=40, seed=2)  # L > 32: fftconv pads to 2 * 64
+    cema_case(cema_mod, a.out, commit, D=5, N=4, B=2, L=11, seed=1, f32coef=True)
+    tsnorm_case(tsn_mod, a.out, commit, D=8, G=4, B=2, L=9, seed=3, pad=True, prior=True)
+    tsnorm_case(tsn_mod, a.out, commit, D=6, G=1, B=2, L=7, seed=4, pad=False, prior=False)
+    tsnorm_case(tsn_mod, a.out, commit, D=6, G=3, B=3, L=6, seed=5, pad=True, prior=True)
+
+
+if __name__ == "__main__":
+    main()
