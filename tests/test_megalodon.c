@@ -1,13 +1,14 @@
 /*
- * Megalodon parity: the complex EMA (src/layers/cema.c) and the timestep norm
- * (src/layers/tsnorm.c) against the official modules' values in tests/fixtures/megalodon
- * (written by tests/ref/ref_megalodon.py, which runs the official MultiHeadComplexEMA and
- * TimestepNorm on the CPU in float64; gradients by autograd). Forward, final states and every
- * gradient; relative to each tensor's largest magnitude, 1e-4 in the float build and 1e-9 in the
- * double build (build/t64_megalodon).
+ * Megalodon parity: the complex EMA (src/layers/cema.c), the timestep norm (src/layers/tsnorm.c)
+ * and the inner attention (src/layers/mgattn.c) against the official modules' values in
+ * tests/fixtures/megalodon (written by tests/ref/ref_megalodon.py, which runs the official
+ * MultiHeadComplexEMA, TimestepNorm and _InnerAttention on the CPU in float64; gradients by
+ * autograd). Forward, final states, decoding and every gradient; relative to each tensor's
+ * largest magnitude, 1e-4 in the float build and 1e-9 in the double build (build/t64_megalodon).
  */
 #include "fixtures_common.h"
 #include "layers/cema.h"
+#include "layers/mgattn.h"
 #include "layers/tsnorm.h"
 #include <stdlib.h>
 #include <string.h>
@@ -128,11 +129,47 @@ static void run_tsnorm(fx_case *c) {
     mega_params_free(&P);
 }
 
+static void run_attn(fx_case *c) {
+    mega_mgattn a = {fx_cfg_int(c, "heads", 0), fx_cfg_int(c, "z_head_dim", 0), fx_cfg_int(c, "v_head_dim", 0),
+                     fx_cfg_int(c, "chunk_size", 0), fx_cfg_num(c, "rope_base", 10000)};
+    const int B = c->B, T = c->T, HZ = a.H * a.Z, HE = a.H * a.E;
+    if (a.H < 1 || a.Z < 2 || a.Z % 2 || a.Z > 64 || a.E < 1 || a.C < 1 || B < 1 || T < 1) {
+        printf("FAIL %s: bad config\n", c->name);
+        c->failed = 1;
+        return;
+    }
+    const size_t RZ = (size_t)B * T * HZ, RE = (size_t)B * T * HE;
+    mega_real *q = need(c, "q", RZ), *k = need(c, "k", RZ), *v = need(c, "v", RE), *gy = need(c, "dout", RE);
+    mega_real *O = malloc(RE * sizeof *O), *dq = calloc(RZ, sizeof *dq), *dk = calloc(RZ, sizeof *dk);
+    mega_real *dv = calloc(RE, sizeof *dv), *acts = malloc(mega_mgattn_acts_size(&a, B, T) * sizeof *acts);
+    mega_real *scratch = malloc(mega_mgattn_scratch(&a, T, 1) * sizeof *scratch);
+    mega_real *cache = malloc((size_t)B * mega_mgattn_cache_size(&a) * sizeof *cache), *w = malloc(a.C * sizeof *w);
+    mega_real *dec = malloc(RE * sizeof *dec), *qs = malloc((size_t)B * HZ * sizeof *qs);
+    mega_real *ks = malloc((size_t)B * HZ * sizeof *ks), *vs = malloc((size_t)B * HE * sizeof *vs);
+    mega_real *os = malloc((size_t)B * HE * sizeof *os);
+    mega_mgattn_forward(&a, O, q, k, v, B, T, acts, scratch, 1);
+    cmp(c, "out", O, RE);
+    mega_mgattn_backward(&a, dq, dk, dv, gy, v, B, T, acts, scratch, 1);
+    cmp(c, "grad.q", dq, RZ), cmp(c, "grad.k", dk, RZ), cmp(c, "grad.v", dv, RE);
+    for (int t = 0; t < T; t++) { /* the official cached decode, token by token */
+        for (int b = 0; b < B; b++) {
+            memcpy(qs + (size_t)b * HZ, q + ((size_t)b * T + t) * HZ, HZ * sizeof *qs);
+            memcpy(ks + (size_t)b * HZ, k + ((size_t)b * T + t) * HZ, HZ * sizeof *ks);
+            memcpy(vs + (size_t)b * HE, v + ((size_t)b * T + t) * HE, HE * sizeof *vs);
+        }
+        mega_mgattn_step(&a, os, qs, ks, vs, B, t, cache, w);
+        for (int b = 0; b < B; b++) memcpy(dec + ((size_t)b * T + t) * HE, os + (size_t)b * HE, HE * sizeof *os);
+    }
+    cmp(c, "decode.out", dec, RE);
+    free(q), free(k), free(v), free(gy), free(O), free(dq), free(dk), free(dv), free(acts), free(scratch);
+    free(cache), free(w), free(dec), free(qs), free(ks), free(vs), free(os);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     static char names[64][1024];
     const int n = fx_list(ROOT, names, 64);
-    TL_CHECK(n >= 5, "found the Megalodon fixture cases in " ROOT " (%d)", n);
+    TL_CHECK(n >= 8, "found the Megalodon fixture cases in " ROOT " (%d)", n);
     for (int i = 0; i < n; i++) {
         fx_case c;
         if (fx_open(&c, names[i])) {
@@ -145,6 +182,8 @@ int main(int argc, char **argv) {
             run_cema(&c);
         else if (!strcmp(kind, "tsnorm"))
             run_tsnorm(&c);
+        else if (!strcmp(kind, "attn"))
+            run_attn(&c);
         else
             printf("FAIL %s: unknown kind '%s'\n", c.name, kind), c.failed = 1;
         tl_check(!c.failed, "%s: forward, states and gradients match the official values (worst rel %.2e at %s)",

@@ -11,7 +11,10 @@ they are:
     _fftconv_fwd / _fftconv_bwd: torch.fft with the official hand-written backward);
   * megalodon/modules/timestep_norm.py (TimestepNorm: weight stored as an offset from 1, prior
     count/mean/log-variance, the grouped op);
-  * megalodon/distributed/utils.py (divide_and_check_no_remainder).
+  * megalodon/distributed/utils.py (divide_and_check_no_remainder);
+  * megalodon/modules/moving_average_gated_attention.py, of which _InnerAttention is used
+    (efficient_attn None: the plain PyTorch path with the model's additive causal mask), and
+    megalodon/modules/rotary_positional_embedding.py (RotaryEmbedding, apply_rotary_emb).
 
 What is replaced, and why it computes the same:
   * megalodon_extension.ops (the compiled CUDA/C++ extension, not built here). The three ops the
@@ -35,6 +38,15 @@ What is replaced, and why it computes the same:
     parallel rank 0 and world size 1 (what a single process has).
   * MultiHeadComplexEMA._init_parameters (calls .cuda() and dist.broadcast): not run; the
     parameters are set from a seeded generator instead (initialisation is not what is compared).
+  * the rest of moving_average_gated_attention.py's imports, which _InnerAttention does not use
+    (FusedRMSNorm, the model-parallel linears, chunk-parallel communication, the fused swift
+    attention, get_init_fn): stubs that raise if called. memory_efficient_dropout (a CUDA op) is
+    the identity, which is what it computes at p = 0 (the cases use dropout 0).
+  * float64 variants: rotary_positional_embedding.py computes its frequencies and rotations in
+    float32 (torch.float32 / .float()); the float64 cases read float64 / .double() there, and
+    _calc_coeffs's .float() casts read .double() (see cema_case), and _InnerAttention's softmax,
+    taken in float32 (F.softmax(..., dtype=torch.float32)), is taken in float64. Without that
+    last change the official forward and the official cached decode already differ by 6e-8.
 
 Layouts written (the C library's, batch first): x, dout, y [B, L, D]; the CEMA state h0 / hT as
 [B, 2, N, D] (real plane, imaginary plane) from the official [B, D, N] complex; tsnorm
@@ -167,7 +179,31 @@ def load_official(repo):
     tsn = load_module("megalodon.modules.timestep_norm", official_source(repo, "megalodon/modules/timestep_norm.py"),
                       "megalodon.modules")
     tsn.timestep_norm = lambda x, c, m, v, g, b, pm, ng, eps: group_timestep_norm(x, c, m, v, g, b, pm, ng, eps)
-    return cema, cema64, tsn
+    rsrc = official_source(repo, "megalodon/modules/rotary_positional_embedding.py")
+    assert rsrc.count("torch.float32") == 2 and rsrc.count(".float()") == 3
+    rope = load_module("megalodon.modules.rotary_positional_embedding",
+                       rsrc.replace("torch.float32", "torch.float64").replace(".float()", ".double()"),
+                       "megalodon.modules")
+    for n, attrs in (("megalodon.modules.layer_norm", ("FusedRMSNorm",)),
+                     ("megalodon.modules.model_parallel", ("ColumnParallelLinear", "RowParallelLinear",
+                                                           "gather_from_model_parallel_region")),
+                     ("megalodon.modules.chunk_parallel", ("should_send_to_next", "should_recv_from_prev",
+                                                           "send_to_next_chunk_parallel_region",
+                                                           "recv_from_prev_chunk_parallel_region")),
+                     ("megalodon.utils", ("get_init_fn",))):
+        m = types.ModuleType(n)
+        for a in attrs:
+            setattr(m, a, stub)
+        sys.modules[n] = m
+    dist.get_chunk_parallel_rank = lambda: 0
+    fused.swift_efficient_attention = stub
+    fused.memory_efficient_dropout = lambda x, p, training: x if (p == 0 or not training) else stub()
+    msrc = official_source(repo, "megalodon/modules/moving_average_gated_attention.py")
+    sm = "F.softmax(scores, dim=-1, dtype=torch.float32)"
+    assert msrc.count(sm) == 1
+    mega = load_module("megalodon.modules.moving_average_gated_attention",
+                       msrc.replace(sm, sm.replace("float32", "float64")), "megalodon.modules")
+    return cema, cema64, tsn, (mega, rope)
 
 
 def write_case(out, name, kind, config, weights, io, notes, commit, dtype="float64"):
@@ -275,6 +311,41 @@ def tsnorm_case(tsn_mod, out, commit, D, G, B, L, seed, pad, prior):
     print("wrote", name)
 
 
+def attn_case(mods, out, commit, H, Z, E, C, B, L, seed):
+    mega, rope = mods
+    g = torch.Generator().manual_seed(seed)
+    inner = mega._InnerAttention(Z, E, H, C, 0.0, None)
+    rot = mega_rope = rope.RotaryEmbedding(Z, C, base=10000)
+    q = (torch.randn(B, L, H * Z, generator=g, dtype=torch.float64) * 0.8).requires_grad_(True)
+    k = (torch.randn(B, L, H * Z, generator=g, dtype=torch.float64) * 0.8).requires_grad_(True)
+    v = torch.randn(B, L, H * E, generator=g, dtype=torch.float64, requires_grad=True)
+    dout = torch.randn(B, L, H * E, generator=g, dtype=torch.float64)
+    # as Mega.forward builds them (model/mega.py): the causal mask of one chunk, rotary positions 0..
+    ms = min(L, C)
+    mask = torch.triu(torch.full((1, 1, ms, ms), float("-inf"), dtype=torch.float64), diagonal=1)
+    y, _ = inner(q, k, v, mask, rot.get_freqs_cis(0, ms), None)
+    gq, gk, gv = torch.autograd.grad((y * dout).sum(), [q, k, v])
+    # decoding token by token through the official cache (keys and values of the current chunk)
+    cache = (torch.zeros(B, 0, H, Z, dtype=torch.float64), torch.zeros(B, 0, H, E, dtype=torch.float64), 0)
+    outs = []
+    with torch.no_grad():
+        for t in range(L):
+            n = cache[2]
+            m1 = torch.zeros(1, 1, 1, n + 1, dtype=torch.float64)
+            o, cache = inner(q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1], m1, rot.get_freqs_cis(n, n + 1), cache)
+            outs.append(o)
+    dec = torch.cat(outs, 1)
+    assert torch.allclose(dec, y, rtol=0, atol=1e-12), "official decode != official forward"
+    del mega_rope
+    io = {"q": q, "k": k, "v": v, "dout": dout, "out": y, "decode.out": dec, "grad.q": gq, "grad.k": gk, "grad.v": gv}
+    name = "attn_H%d_Z%d_E%d_C%d_B%d_L%d" % (H, Z, E, C, B, L)
+    write_case(out, name, "attn", {"heads": H, "z_head_dim": Z, "v_head_dim": E, "chunk_size": C, "rope_base": 10000,
+                                   "batch": B, "seq_len": L}, {}, io,
+               "_InnerAttention (efficient_attn None) with the model's mask and rotary frequencies; decode through "
+               "the official cache token by token; gradients of sum(dout * out) by autograd", commit)
+    print("wrote", name)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repo", default="/work/.mirror/XuezheMax+megalodon/repo")
@@ -282,13 +353,15 @@ def main():
     a = ap.parse_args()
     commit = subprocess.run(["git", "--git-dir", a.repo, "rev-parse", "HEAD"], check=True, capture_output=True,
                             text=True).stdout.strip()
-    cema_mod, cema64_mod, tsn_mod = load_official(a.repo)
+    cema_mod, cema64_mod, tsn_mod, attn_mods = load_official(a.repo)
     cema_case(cema64_mod, a.out, commit, D=5, N=4, B=2, L=11, seed=1)
     cema_case(cema64_mod, a.out, commit, D=18, N=3, B=1, L=40, seed=2)  # L > 32: fftconv pads to 2 * 64
     cema_case(cema_mod, a.out, commit, D=5, N=4, B=2, L=11, seed=1, f32coef=True)
     tsnorm_case(tsn_mod, a.out, commit, D=8, G=4, B=2, L=9, seed=3, pad=True, prior=True)
     tsnorm_case(tsn_mod, a.out, commit, D=6, G=1, B=2, L=7, seed=4, pad=False, prior=False)
     tsnorm_case(tsn_mod, a.out, commit, D=6, G=3, B=3, L=6, seed=5, pad=True, prior=True)
+    attn_case(attn_mods, a.out, commit, H=2, Z=4, E=3, C=4, B=2, L=12, seed=6)   # three chunks
+    attn_case(attn_mods, a.out, commit, H=1, Z=6, E=5, C=16, B=1, L=10, seed=7)  # shorter than a chunk
 
 
 if __name__ == "__main__":
