@@ -1,14 +1,15 @@
 /*
  * Megalodon parity: the complex EMA (src/layers/cema.c), the timestep norm (src/layers/tsnorm.c)
- * and the inner attention (src/layers/mgattn.c) against the official modules' values in
+ * the inner attention (src/layers/mgattn.c) and the whole layer (src/layers/mglayer.c) against the official modules' values in
  * tests/fixtures/megalodon (written by tests/ref/ref_megalodon.py, which runs the official
- * MultiHeadComplexEMA, TimestepNorm and _InnerAttention on the CPU in float64; gradients by
+ * MultiHeadComplexEMA, TimestepNorm, _InnerAttention and MovingAverageGatedAttention on the CPU in float64; gradients by
  * autograd). Forward, final states, decoding and every gradient; relative to each tensor's
  * largest magnitude, 1e-4 in the float build and 1e-9 in the double build (build/t64_megalodon).
  */
 #include "fixtures_common.h"
 #include "layers/cema.h"
 #include "layers/mgattn.h"
+#include "layers/mglayer.h"
 #include "layers/tsnorm.h"
 #include <stdlib.h>
 #include <string.h>
@@ -165,11 +166,42 @@ static void run_attn(fx_case *c) {
     free(cache), free(w), free(dec), free(qs), free(ks), free(vs), free(os);
 }
 
+static void run_layer(fx_case *c) {
+    const int D = fx_cfg_int(c, "dim", 0), G = fx_cfg_int(c, "groups", 0), B = c->B, T = c->T;
+    mega_params P;
+    mega_mglayer L;
+    mega_params_init(&P);
+    if (B > 16 ||
+        mega_mglayer_declare(&L, &P, "", D, fx_cfg_int(c, "zdim", 0), fx_cfg_int(c, "hdim", 0), fx_cfg_int(c, "heads", 0),
+                             fx_cfg_int(c, "ndim", 0), G, fx_cfg_int(c, "chunk_size", 0), fx_cfg_num(c, "eps", 1e-5),
+                             fx_cfg_num(c, "rope_base", 10000)) ||
+        load_weights(c, &P)) {
+        c->failed = 1;
+        mega_params_free(&P);
+        return;
+    }
+    const size_t R = (size_t)B * T * D;
+    mega_real *x = need(c, "x", R), *gy = need(c, "dout", R), *y = malloc(R * sizeof *y), *dx = calloc(R, sizeof *dx);
+    mega_real *acts = malloc(mega_mglayer_acts_size(&L, B, T) * sizeof *acts);
+    mega_real *scratch = malloc(mega_mglayer_scratch(&L, B, T) * sizeof *scratch), *mv = malloc((size_t)B * 2 * G * sizeof *mv);
+    int64_t count[16];
+    mega_tsnorm_state s = {count, mv};
+    mega_tsnorm_state_prior(&L.tn, P.data, &s, B);
+    mega_mglayer_forward(&L, P.data, y, x, B, T, &s, NULL, acts, scratch);
+    cmp(c, "out", y, R);
+    mega_params_zero_grad(&P);
+    mega_mglayer_backward(&L, P.data, P.grad, dx, gy, x, B, T, NULL, acts, scratch);
+    cmp(c, "dx", dx, R);
+    fx_compare_grads(c, &P, ""); /* every parameter has its grad.<name>, and no other grad.* exists */
+    free(x), free(gy), free(y), free(dx), free(acts), free(scratch), free(mv);
+    mega_params_free(&P);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     static char names[64][1024];
     const int n = fx_list(ROOT, names, 64);
-    TL_CHECK(n >= 8, "found the Megalodon fixture cases in " ROOT " (%d)", n);
+    TL_CHECK(n >= 9, "found the Megalodon fixture cases in " ROOT " (%d)", n);
     for (int i = 0; i < n; i++) {
         fx_case c;
         if (fx_open(&c, names[i])) {
@@ -184,6 +216,8 @@ int main(int argc, char **argv) {
             run_tsnorm(&c);
         else if (!strcmp(kind, "attn"))
             run_attn(&c);
+        else if (!strcmp(kind, "layer"))
+            run_layer(&c);
         else
             printf("FAIL %s: unknown kind '%s'\n", c.name, kind), c.failed = 1;
         tl_check(!c.failed, "%s: forward, states and gradients match the official values (worst rel %.2e at %s)",

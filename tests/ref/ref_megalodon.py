@@ -12,8 +12,9 @@ they are:
   * megalodon/modules/timestep_norm.py (TimestepNorm: weight stored as an offset from 1, prior
     count/mean/log-variance, the grouped op);
   * megalodon/distributed/utils.py (divide_and_check_no_remainder);
-  * megalodon/modules/moving_average_gated_attention.py, of which _InnerAttention is used
-    (efficient_attn None: the plain PyTorch path with the model's additive causal mask), and
+  * megalodon/modules/moving_average_gated_attention.py: _InnerAttention (efficient_attn None:
+    the plain PyTorch path with the model's additive causal mask) and the whole
+    MovingAverageGatedAttention layer; megalodon/modules/layer_norm.py (FusedRMSNorm); and
     megalodon/modules/rotary_positional_embedding.py (RotaryEmbedding, apply_rotary_emb).
 
 What is replaced, and why it computes the same:
@@ -38,6 +39,11 @@ What is replaced, and why it computes the same:
     parallel rank 0 and world size 1 (what a single process has).
   * MultiHeadComplexEMA._init_parameters (calls .cuda() and dist.broadcast): not run; the
     parameters are set from a seeded generator instead (initialisation is not what is compared).
+  * for the layer case: apex's manual_rms_norm (the branch FusedRMSNorm takes off CUDA) is
+    transcribed, with the variance in float64 instead of float32; ColumnParallelLinear and
+    RowParallelLinear are nn.Linear (at model-parallel world size 1 they are the same affine maps
+    with the same weight [out, in] and bias names); gather_from_model_parallel_region is the
+    identity and there is no chunk parallelism (should_send/recv false), as in one process.
   * the rest of moving_average_gated_attention.py's imports, which _InnerAttention does not use
     (FusedRMSNorm, the model-parallel linears, chunk-parallel communication, the fused swift
     attention, get_init_fn): stubs that raise if called. memory_efficient_dropout (a CUDA op) is
@@ -311,6 +317,73 @@ def tsnorm_case(tsn_mod, out, commit, D, G, B, L, seed, pad, prior):
     print("wrote", name)
 
 
+def manual_rms_norm(input, normalized_shape, weight, eps):
+    """apex.normalization.fused_layer_norm.manual_rms_norm (the branch FusedRMSNorm takes on the
+    CPU), with the variance in the input's dtype instead of float32"""
+    dims = tuple(i for i in range(-1, -len(normalized_shape) - 1, -1))
+    variance = input.pow(2).mean(dims, keepdim=True)
+    input = input * torch.rsqrt(variance + eps)
+    return input if weight is None else weight * input
+
+
+def load_layer(repo, cema64):
+    """MovingAverageGatedAttention with the official FusedRMSNorm (its CPU branch), the float64
+    CEMA, and nn.Linear for the model-parallel linears (world size 1: the same affine maps, the
+    same [out, in] weight and bias names)"""
+    apex = types.ModuleType("apex")
+    apex.__path__ = []
+    norm = types.ModuleType("apex.normalization")
+    norm.__path__ = []
+    fln = types.ModuleType("apex.normalization.fused_layer_norm")
+    fln.manual_rms_norm = manual_rms_norm
+    for n in ("fused_layer_norm_affine", "fused_layer_norm", "fused_rms_norm_affine", "fused_rms_norm"):
+        setattr(fln, n, stub)
+    sys.modules.update({"apex": apex, "apex.normalization": norm, "apex.normalization.fused_layer_norm": fln,
+                        "fused_layer_norm_cuda": types.ModuleType("fused_layer_norm_cuda")})
+    load_module("megalodon.modules.layer_norm", official_source(repo, "megalodon/modules/layer_norm.py"),
+                "megalodon.modules")
+    mp = sys.modules["megalodon.modules.model_parallel"]
+    mp.ColumnParallelLinear = lambda i, o, bias=True, **_k: torch.nn.Linear(i, o, bias=bias)
+    mp.RowParallelLinear = lambda i, o, bias=True, **_k: torch.nn.Linear(i, o, bias=bias)
+    mp.gather_from_model_parallel_region = lambda x, dim=-1: x
+    cp = sys.modules["megalodon.modules.chunk_parallel"]
+    cp.should_send_to_next = lambda: False
+    cp.should_recv_from_prev = lambda: False
+    sys.modules["megalodon.utils"].get_init_fn = lambda mode: None
+    sys.modules["megalodon.modules.complex_exponential_moving_average"] = cema64
+    msrc = official_source(repo, "megalodon/modules/moving_average_gated_attention.py")
+    sm = "F.softmax(scores, dim=-1, dtype=torch.float32)"
+    return load_module("megalodon.modules.moving_average_gated_attention_layer",
+                       msrc.replace(sm, sm.replace("float32", "float64")), "megalodon.modules")
+
+
+def layer_case(mega, rope, out, commit, D, Z, E, H, N, G, C, B, L, seed):
+    g = torch.Generator().manual_seed(seed)
+    m = mega.MovingAverageGatedAttention(D, Z, E, N, H, chunk_size=C, efficient_attn=None, norm_num_groups=G,
+                                         norm_eps=1e-5).double()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.4)
+    x = (torch.randn(B, L, D, generator=g, dtype=torch.float64) + 0.2).requires_grad_(True)
+    dout = torch.randn(B, L, D, generator=g, dtype=torch.float64)
+    rot = rope.RotaryEmbedding(Z // H, C, base=10000)
+    ms = min(L, C)
+    mask = torch.triu(torch.full((1, 1, ms, ms), float("-inf"), dtype=torch.float64), diagonal=1)
+    y, _ = m(x, rot.get_freqs_cis(0, ms), mask, None)
+    names = [n for n, _ in m.named_parameters()]
+    grads = torch.autograd.grad((y * dout).sum(), [x] + [p for _, p in m.named_parameters()])
+    io = {"x": x, "dout": dout, "out": y, "dx": grads[0]}  # (grad.* are the parameters)
+    for n, gr in zip(names, grads[1:]):
+        io["grad." + n] = gr
+    name = "layer_D%d_Z%d_E%d_H%d_N%d_G%d_C%d_B%d_L%d" % (D, Z, E, H, N, G, C, B, L)
+    write_case(out, name, "layer", {"dim": D, "zdim": Z, "hdim": E, "heads": H, "ndim": N, "groups": G,
+                                    "chunk_size": C, "eps": 1e-5, "rope_base": 10000, "batch": B, "seq_len": L},
+               dict(m.state_dict()), io,
+               "MovingAverageGatedAttention (no dropout, no cache) from the timestep norm's prior; gradients of "
+               "sum(dout * out) by autograd for the input and every parameter", commit)
+    print("wrote", name)
+
+
 def attn_case(mods, out, commit, H, Z, E, C, B, L, seed):
     mega, rope = mods
     g = torch.Generator().manual_seed(seed)
@@ -362,6 +435,8 @@ def main():
     tsnorm_case(tsn_mod, a.out, commit, D=6, G=3, B=3, L=6, seed=5, pad=True, prior=True)
     attn_case(attn_mods, a.out, commit, H=2, Z=4, E=3, C=4, B=2, L=12, seed=6)   # three chunks
     attn_case(attn_mods, a.out, commit, H=1, Z=6, E=5, C=16, B=1, L=10, seed=7)  # shorter than a chunk
+    layer = load_layer(a.repo, cema64_mod)
+    layer_case(layer, attn_mods[1], a.out, commit, D=8, Z=8, E=6, H=2, N=3, G=4, C=4, B=2, L=8, seed=8)
 
 
 if __name__ == "__main__":
