@@ -1,7 +1,8 @@
 /*
  * The Megalodon layer (src/layers/mglayer.c) in double precision: every parameter's gradient and
  * the input's against central finite differences of sum(gy * y) (large tensors on a sample of
- * entries), from the timestep norm's prior with no CEMA prior state, over two and a half chunks.
+ * entries), from the timestep norm's prior with no CEMA prior state, over two and a half chunks;
+ * and the streaming step, token by token across chunk boundaries, against the forward.
  */
 #include "layers/mglayer.h"
 #include "fd.h"
@@ -63,6 +64,25 @@ int main(void) {
     }
     double e = fd_tensor_err(&o, f.x, f.dx, R, 1e-6);
     TL_CHECK(e < 1e-6, "dx vs finite differences (rel %.2e)", e);
+    /* streaming: token by token with the norm state, the CEMA state and the one-chunk cache */
+    loss_fn(&f);
+    int64_t cnt[4];
+    double *mv = malloc((size_t)B * 2 * G * 8), *h = calloc((size_t)B * 2 * N * D, 8);
+    double *cache = malloc((size_t)B * mega_mgattn_cache_size(&f.L.at) * 8);
+    double *coef = malloc(mega_cema_layer_coef_size(&f.L.cema) * 8), *work = malloc(mega_mglayer_step_work(&f.L, B) * 8);
+    double *xs = malloc((size_t)B * D * 8), *ys = malloc((size_t)B * D * 8), worst = 0;
+    mega_tsnorm_state s = {cnt, mv};
+    mega_tsnorm_state_prior(&f.L.tn, f.P.data, &s, B);
+    mega_cema_layer_coef(&f.L.cema, f.P.data, coef);
+    for (int t = 0; t < T; t++) {
+        for (int b = 0; b < B; b++) memcpy(xs + (size_t)b * D, f.x + ((size_t)b * T + t) * D, D * 8);
+        mega_mglayer_step(&f.L, f.P.data, coef, ys, xs, B, t, &s, h, cache, work);
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < D; i++) worst = fmax(worst, fabs(ys[(size_t)b * D + i] - f.y[((size_t)b * T + t) * D + i]));
+    }
+    TL_CHECK(worst < 1e-12, "step token by token over %d chunks of %d == forward (max abs %.2e)", (T + C - 1) / C, C,
+             worst);
+    free(mv), free(h), free(cache), free(coef), free(work), free(xs), free(ys);
     free(f.x), free(f.y), free(f.gy), free(f.dx), free(f.acts), free(f.scratch), free(f.mv);
     mega_params_free(&f.P);
     return tl_finish();

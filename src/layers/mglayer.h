@@ -37,4 +37,13 @@ void mega_mglayer_forward(const mega_mglayer *L, const real *W, real *y, const r
 /* dx, dW accumulate; the carried states get no gradient (the official layer detaches them) */
 void mega_mglayer_backward(const mega_mglayer *L, const real *W, real *dW, real *dx, const real *dy, const real *x,
                            int B, int T, const real *h0, real *acts, real *scratch);
+
+/* streaming: one token per sequence, x [B,D] at position pos (the same for all B), y [B,D];
+ * s: the timestep norm's state, h: the CEMA state [B][2][N][D], cache: B attention caches of
+ * mega_mgattn_cache_size (the current chunk only), all carried in place; coef: the CEMA's
+ * coefficients (mega_cema_layer_coef); work: mega_mglayer_step_work reals. Computes what the
+ * forward computes over the same tokens. */
+size_t mega_mglayer_step_work(const mega_mglayer *L, int B);
+void mega_mglayer_step(const mega_mglayer *L, const real *W, const real *coef, real *y, const real *x, int B,
+                       int64_t pos, mega_tsnorm_state *s, real *h, real *cache, real *work);
 #endif
