@@ -1,0 +1,140 @@
+/* Timestep normalization (Megalodon): forward with a carried (count, mean, var) state, backward,
+ * streaming through the same forward. See tsnorm.h. */
+#include "layers/tsnorm.h"
+
+mega_status mega_tsnorm_declare(mega_tsnorm *n, mega_params *P, const char *prefix, int D, int G, double eps) {
+    memset(n, 0, sizeof *n);
+    if (G < 1 || G > 512 || D % G)
+        MEGA_FAIL(MEGA_ERR_INVALID, "timestep norm: %d features do not split into %d groups (at most 512)", D, G);
+    n->D = D, n->G = G, n->eps = eps;
+    /* the official module's state dict, in its order; the prior is a set of buffers when
+     * prior_count = 0 (Megalodon's setting) */
+    MEGA_TRY(mega_params_add(P, prefix, "prior_count", 0, NULL, MEGA_P_BUFFER | MEGA_P_I64, &n->prior_count));
+    MEGA_TRY(MEGA_PADD(P, prefix, "prior_mean", MEGA_P_BUFFER, &n->prior_mean, G));
+    MEGA_TRY(MEGA_PADD(P, prefix, "prior_logv", MEGA_P_BUFFER, &n->prior_logv, G));
+    MEGA_TRY(MEGA_PADD(P, prefix, "weight", 0, &n->weight, D));
+    MEGA_TRY(MEGA_PADD(P, prefix, "bias", 0, &n->bias, D));
+    return MEGA_OK;
+}
+
+void mega_tsnorm_init(const mega_tsnorm *n, real *W) {
+    memset(W + n->weight, 0, sizeof(real) * n->D);
+    memset(W + n->bias, 0, sizeof(real) * n->D);
+    W[n->prior_count] = 0;
+    memset(W + n->prior_mean, 0, sizeof(real) * n->G);
+    memset(W + n->prior_logv, 0, sizeof(real) * n->G);
+}
+
+mega_tsnorm_acts mega_tsnorm_acts_at(const mega_tsnorm *n, real *buf, int B, int T) {
+    const size_t S = (size_t)B * T * n->G;
+    mega_tsnorm_acts a = {buf, buf + S, buf + 2 * S, buf + 3 * S};
+    return a;
+}
+
+void mega_tsnorm_state_prior(const mega_tsnorm *n, const real *W, mega_tsnorm_state *s, int B) {
+    const int G = n->G;
+    for (int b = 0; b < B; b++) {
+        s->count[b] = (int64_t)W[n->prior_count];
+        for (int g = 0; g < G; g++) {
+            s->mv[(size_t)b * 2 * G + g] = W[n->prior_mean + g];
+            s->mv[(size_t)b * 2 * G + G + g] = (real)exp((double)W[n->prior_logv + g]);
+        }
+    }
+}
+
+/* population mean and variance of x[0..m) (two passes, in double) */
+static void moments(const real *x, int m, double *mean, double *var) {
+    double s = 0, v = 0;
+    for (int k = 0; k < m; k++) s += x[k];
+    s /= m;
+    for (int k = 0; k < m; k++) v += (x[k] - s) * (x[k] - s);
+    *mean = s, *var = v / m;
+}
+
+static void fwd_seq(const mega_tsnorm *n, const real *W, real *y, const real *x, const uint8_t *pad, int b, int T,
+                    mega_tsnorm_state *s, const mega_tsnorm_acts *a) {
+    const int D = n->D, G = n->G, Dg = D / G;
+    real *M = s->mv + (size_t)b * 2 * G, *V = M + G;
+    int64_t c = s->count[b];
+    for (int t = 0; t < T; t++) {
+        const size_t row = ((size_t)b * T + t) * D, st = ((size_t)b * T + t) * G;
+        const int padded = pad && pad[(size_t)b * T + t];
+        const double cb = 1.0 / (double)(c + 1), ca = 1.0 - cb; /* WelfordCombine with a count-1 sample */
+        for (int g = 0; g < G; g++) {
+            double m, v;
+            moments(x + row + (size_t)g * Dg, Dg, &m, &v);
+            const double dl = m - M[g], M1 = ca * M[g] + cb * m;
+            const double V1 = ca * V[g] + cb * v + (ca * dl) * (cb * dl), r = 1.0 / sqrt(V1 + n->eps);
+            if (a) a->mprev[st + g] = M[g], a->mean[st + g] = (real)M1, a->rstd[st + g] = (real)r;
+            for (int k = g * Dg; k < (g + 1) * Dg; k++)
+                y[row + k] = padded ? 0 : (real)((x[row + k] - M1) * r * (1.0 + W[n->weight + k]) + W[n->bias + k]);
+            if (!padded) M[g] = (real)M1, V[g] = (real)V1;
+        }
+        if (a) a->coef[(size_t)b * T + t] = padded ? 0 : (real)cb;
+        c += !padded;
+    }
+    s->count[b] = c;
+}
+
+void mega_tsnorm_forward(const mega_tsnorm *n, const real *W, real *y, const real *x, const uint8_t *pad, int B,
+                         int T, mega_tsnorm_state *s, const mega_tsnorm_acts *a) {
+    const int par = (size_t)B * T * n->D > MEGA_PAR_MIN && B > 1;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (par)
+#endif
+    for (int b = 0; b < B; b++) fwd_seq(n, W, y, x, pad, b, T, s, a);
+    (void)par;
+}
+
+/* reverse pass of sequence b: aM, aV ([G] each) hold dL/d(state after the last step) on entry
+ * and dL/d(initial state) on return */
+static void bwd_seq(const mega_tsnorm *n, const real *W, real *dW, real *dx, const real *gy, const real *x,
+                    const uint8_t *pad, int b, int T, const mega_tsnorm_acts *a, double *aM, double *aV) {
+    const int D = n->D, G = n->G, Dg = D / G;
+    for (int t = T - 1; t >= 0; t--) {
+        if (pad && pad[(size_t)b * T + t]) continue; /* y = 0, state unchanged: nothing flows */
+        const size_t row = ((size_t)b * T + t) * D, st = ((size_t)b * T + t) * G;
+        const double cb = a->coef[(size_t)b * T + t], ca = 1.0 - cb;
+        for (int g = 0; g < G; g++) {
+            const double M1 = a->mean[st + g], r = a->rstd[st + g], M0 = a->mprev[st + g];
+            double m, v, sdy = 0, sdr = 0;
+            moments(x + row + (size_t)g * Dg, Dg, &m, &v);
+            for (int k = g * Dg; k < (g + 1) * Dg; k++) {
+                const double dyw = gy[row + k] * (1.0 + W[n->weight + k]), xc = x[row + k] - M1;
+                sdy += dyw, sdr += dyw * xc;
+                dW[n->weight + k] += (real)(gy[row + k] * r * xc);
+                dW[n->bias + k] += gy[row + k];
+            }
+            /* through y = (x - M') r w + b and r = (V' + eps)^-1/2 */
+            const double dM = aM[g] - r * sdy, dV = aV[g] - 0.5 * r * r * r * sdr;
+            /* through M' = ca M + cb m and V' = ca V + cb v + ca cb (m - M)^2 */
+            const double dl = m - M0, dm = cb * dM + 2 * ca * cb * dl * dV, dv = cb * dV;
+            aM[g] = ca * dM - 2 * ca * cb * dl * dV;
+            aV[g] = ca * dV;
+            /* m and v are the group's population moments of x */
+            for (int k = g * Dg; k < (g + 1) * Dg; k++)
+                dx[row + k] += (real)(gy[row + k] * (1.0 + W[n->weight + k]) * r + dm / Dg +
+                                      dv * 2.0 * (x[row + k] - m) / Dg);
+        }
+    }
+}
+
+void mega_tsnorm_backward(const mega_tsnorm *n, const real *W, real *dW, real *dx, const real *gy, const real *x,
+                          const uint8_t *pad, int B, int T, const mega_tsnorm_acts *a, const real *gmv, real *dmv0) {
+    const int G = n->G;
+    double aM[512], aV[512]; /* G <= 512: the official configurations use 32-64 groups */
+    MEGA_ASSERT(G <= 512);
+    /* sequences in order on this thread: the weight and bias gradients are sums over all of them */
+    for (int b = 0; b < B; b++) {
+        for (int g = 0; g < G; g++) {
+            aM[g] = gmv ? gmv[(size_t)b * 2 * G + g] : 0;
+            aV[g] = gmv ? gmv[(size_t)b * 2 * G + G + g] : 0;
+        }
+        bwd_seq(n, W, dW, dx, gy, x, pad, b, T, a, aM, aV);
+        if (dmv0)
+            for (int g = 0; g < G; g++) {
+                dmv0[(size_t)b * 2 * G + g] = (real)aM[g];
+                dmv0[(size_t)b * 2 * G + G + g] = (real)aV[g];
+            }
+    }
+}
