@@ -14,7 +14,7 @@
 #
 # Options: CC=clang, NO_OMP=1 (no OpenMP), NO_BLAS=1 (portable GEMM), NATIVE=0 (no -march=native),
 #          SAN=1 (sanitizers), BUILD=dir (output directory), DEBUG=1 (-O0 -g), NO_MPI=1 (no MPI:
-#          mega train runs one rank; docs/distributed.md),
+#          mega train runs one rank; docs/distributed.md), NO_SNDFILE=1 (no audio: docs/speech.md),
 #          PREFIX=/usr/local, DESTDIR=, LIBDIR=$(PREFIX)/lib, INCLUDEDIR=$(PREFIX)/include.
 #
 # The outer targets install missing packages (scripts/deps.sh) and then re-invoke make with
@@ -151,6 +151,18 @@ else
 $(error cJSON not found: apt-get install libcjson-dev (or run 'make' as root to install it))
 endif
 
+# libsndfile: audio clips (src/data/audio.c: the Speech Commands data, `mega speech-synth`); without
+# it (or with NO_SNDFILE=1) the audio functions fail with one line saying so
+ifeq ($(NO_SNDFILE),1)
+MSG_SNDFILE := ✗ libsndfile (NO_SNDFILE=1): no audio
+else ifeq ($(call try,-lsndfile,sndfile),yes)
+CFLAGS_BASE += -DMEGA_USE_SNDFILE
+LDLIBS += -lsndfile
+MSG_SNDFILE := ✓ libsndfile
+else
+MSG_SNDFILE := ✗ libsndfile (not found: apt-get install libsndfile1-dev): no audio
+endif
+
 ifeq ($(SAN),1)
 CFLAGS_BASE += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDLIBS += -fsanitize=address,undefined
@@ -210,7 +222,7 @@ f64: $(BUILD)/libmega64.a
 tests: all $(BUILD)/libmega64.a $(TEST_BINS)
 
 banner:
-	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)  $(MSG_MPI)"
+	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)  $(MSG_MPI)  $(MSG_SNDFILE)"
 
 $(BUILD)/obj/%.o: %.c $(LIB_HDRS)
 	@mkdir -p $(dir $@)

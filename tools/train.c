@@ -406,8 +406,8 @@ static void set_defaults(train_args *a) {
 
 static const cli_flag DATA_FLAGS[] = {
     {"task", F_ENUM, NULL, "what to train", NULL, 1, 0, 0}, /* the choices: task_choices() */
-    {"preset", F_ENUM, NULL, "classify: the paper's LRA configuration (Table 8) and training defaults; explicit flags override",
-     "lra-listops|lra-text|lra-retrieval|lra-image|lra-pathfinder", 1, 0, 0},
+    {"preset", F_ENUM, NULL, "classify: the paper's LRA configuration (Table 8) or raw speech (sc-raw) and training defaults; explicit flags override",
+     "lra-listops|lra-text|lra-retrieval|lra-image|lra-pathfinder|sc-raw|sc-raw-big", 1, 0, 0},
     {"data", F_STR, NULL, "training data: text (lm); a TSV (classify: ListOps, label<TAB>text, label<TAB>text1<TAB>text2; "
      "translate: source<TAB>target)", NULL, 1, 0, 0},
     {"valid", F_STR, NULL, "validation data (default: the last --valid-fraction of --data)", NULL, 1, 0, 0},
