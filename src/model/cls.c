@@ -560,6 +560,7 @@ static const mega_official_name OFFICIAL[] = {
     {"vocab-size", "vocab_size", "vocab_size", 0},
     {"padding-idx", "padding_idx", "pad_token_id", 0},
     {"two-tower", "two_tower", NULL, 0},
+    {"input-norm", "input_norm", NULL, 0}, /* not an official argument: scripts/convert_fairseq.py --speech-dir */
     {NULL, NULL, NULL, 0},
 };
 

@@ -203,6 +203,38 @@ def make_case(scm, spec, commit, sha, out_dir):
     print(f"{spec['name']:50s} loss {loss.item():.4f}")
 
 
+def make_checkpoint(scm, out_dir):
+    """an official-format sc_raw checkpoint (what fairseq's checkpoint_utils.save_state pickles:
+    args, model, optimizer_history, extra_state) of a tiny model with random weights and running
+    statistics, and the official eval-mode logits on given inputs (already normalised, as the
+    official data is): the test of scripts/convert_fairseq.py (tests/sh/test_sc_convert.sh)"""
+    args = official_args(dict(arch="mega_sc_raw_base", task="speech_commands", sc_all_classes=False, encoder_layers=2,
+                              encoder_embed_dim=12, encoder_hidden_dim=24, z_dim=6, n_dim=4, chunk_size=8,
+                              truncation_length=12, max_positions=32))
+    torch.manual_seed(3650)
+    model = scm.SCRawModel.build_model(args, None)  # fills the rest of args as base_architecture does
+    gen = torch.Generator().manual_seed(3651)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+        for n, b in model.named_buffers():
+            if n.endswith("running_mean"):
+                b.copy_(torch.randn(b.shape, generator=gen) * 0.2)
+            elif n.endswith("running_var"):
+                b.copy_(torch.rand(b.shape, generator=gen) + 0.5)
+    model.eval()
+    x = torch.randn(3, 32, generator=gen)
+    with torch.no_grad():
+        logits = model({"net_input": {"src_tokens": x, "src_lengths": torch.full((3,), 32)}})["encoder_out"]
+    os.makedirs(out_dir, exist_ok=True)
+    torch.save({"args": args, "model": model.state_dict(), "optimizer_history": [], "extra_state": {}},
+               os.path.join(out_dir, "sc_raw_tiny.pt"))
+    st.save(os.path.join(out_dir, "expected.safetensors"),
+            {"values": x.numpy().astype(np.float32), "logits": logits.numpy().astype(np.float32)},
+            {"generator": GENERATOR, "note": "official SCRawModel, eval mode, on values (already normalised)"})
+    print(f"{out_dir}/sc_raw_tiny.pt: logits {logits.abs().max().item():.4f} max")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures/sc_raw")
@@ -212,6 +244,7 @@ def main():
     scm, commit, sha = import_official(a.repo)
     for spec in CASES:
         make_case(scm, spec, commit, sha, a.out)
+    make_checkpoint(scm, os.path.join(a.out, "checkpoint"))
 
 
 if __name__ == "__main__":
