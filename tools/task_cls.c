@@ -365,14 +365,12 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     mega_data_opts vo = o;
     vo.classes = &C->train.classes;
     C->n_train = C->train.n;
-    if (!a->valid && !a->valid_images && C->train.audio_rate && speech_has_valid(a->data)) {
-        vo.split = 1; /* the corpus's own validation clips (validation_list.txt) */
-        if (mega_dataset_load(fmt, a->data, NULL, NULL, &vo, &C->valid) != MEGA_OK) goto fail_msg;
-        C->n_valid = C->valid.n;
-        C->vidx = malloc((size_t)C->n_valid * sizeof(int));
-        for (int i = 0; C->vidx && i < C->n_valid; i++) C->vidx[i] = i;
-    } else if (a->valid || a->valid_images) {
-        if (mega_dataset_load(fmt, a->valid, a->valid_images, a->valid_labels, &vo, &C->valid) != MEGA_OK) goto fail_msg;
+    /* a Speech Commands directory: its own validation clips (validation_list.txt) */
+    const int speech_valid = !a->valid && !a->valid_images && C->train.audio_rate && speech_has_valid(a->data);
+    vo.split = speech_valid;
+    if (a->valid || a->valid_images || speech_valid) {
+        if (mega_dataset_load(fmt, speech_valid ? a->data : a->valid, a->valid_images, a->valid_labels, &vo, &C->valid) != MEGA_OK)
+            goto fail_msg;
         C->n_valid = C->valid.n;
         C->vidx = malloc((size_t)C->n_valid * sizeof(int));
         for (int i = 0; C->vidx && i < C->n_valid; i++) C->vidx[i] = i;
