@@ -17,7 +17,7 @@
 # Options: CC=clang, NO_OMP=1 (no OpenMP), NO_BLAS=1 (portable GEMM), NATIVE=0 (no -march=native),
 #          SAN=1 (sanitizers), BUILD=dir (output directory), DEBUG=1 (-O0 -g), NO_MPI=1 (no MPI:
 #          mega train runs one rank; docs/distributed.md), NO_HTTP=1 (no mega serve; docs/serving.md),
-#          NO_PNG=1 (no libpng: no PNG images),
+#          NO_PNG=1 (no libpng: no PNG images), NO_SNDFILE=1 (no audio: docs/speech.md),
 #          PREFIX=/usr/local, DESTDIR=, LIBDIR=$(PREFIX)/lib, INCLUDEDIR=$(PREFIX)/include.
 #
 # The outer targets install missing packages (scripts/deps.sh) and then re-invoke make with
@@ -171,6 +171,18 @@ else
 MSG_PNG := ✗ libpng (not found: apt-get install libpng-dev): no PNG images
 endif
 
+# libsndfile: audio clips (src/data/audio.c: the Speech Commands data, `mega speech-synth`); without
+# it (or with NO_SNDFILE=1) the audio functions fail with one line saying so
+ifeq ($(NO_SNDFILE),1)
+MSG_SNDFILE := ✗ libsndfile (NO_SNDFILE=1): no audio
+else ifeq ($(call try,-lsndfile,sndfile),yes)
+CFLAGS_BASE += -DMEGA_USE_SNDFILE
+LDLIBS += -lsndfile
+MSG_SNDFILE := ✓ libsndfile
+else
+MSG_SNDFILE := ✗ libsndfile (not found: apt-get install libsndfile1-dev): no audio
+endif
+
 ifeq ($(SAN),1)
 CFLAGS_BASE += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDLIBS += -fsanitize=address,undefined
@@ -254,7 +266,7 @@ bench-serve: $(BUILD)/mega
 	  --clients 1,4,16,64 --requests 2 --max-tokens 128 $(if $(BENCH_SERVE_THREADS),--threads $(BENCH_SERVE_THREADS))
 
 banner:
-	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)  $(MSG_MPI)  $(MSG_HTTP)  $(MSG_PNG)"
+	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)  $(MSG_MPI)  $(MSG_HTTP)  $(MSG_PNG)  $(MSG_SNDFILE)"
 
 $(BUILD)/obj/%.o: %.c $(LIB_HDRS)
 	@mkdir -p $(dir $@)

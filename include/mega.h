@@ -548,6 +548,8 @@ typedef struct {
     int patch;                     /* real inputs: images as P x P patches, each a position
                                       through a linear embedding (0 = a position per pixel) */
     int image_width;               /* with patch: the images' width in pixels (rows = T / width) */
+    int input_norm;                /* real inputs: positions with a stored mean and std (0 = none):
+                                      value t becomes (v - mean[t]) / std[t] (raw speech) */
 } mega_cls_config;
 
 MEGA_API void mega_cls_config_default(mega_cls_config *c);
@@ -588,6 +590,10 @@ MEGA_API mega_status mega_cls_backward(mega_cls *m, double scale);
 /* synchronized batch statistics over processes (mega_lm_set_batch_sync) */
 MEGA_API void mega_cls_set_batch_sync(mega_cls *m, mega_sum_fn sum, void *ctx);
 MEGA_API const mega_real *mega_cls_logits(const mega_cls *m);
+/* The per-position input statistics of a model with input_norm = n (buffers input_norm.mean and
+ * input_norm.std, saved with it): the official speech data's normalisation, (v - mean[t]) / std[t]
+ * with std already including its epsilon. MEGA_ERR_INVALID: another n, a std <= 0, non-finite. */
+MEGA_API mega_status mega_cls_set_input_norm(mega_cls *m, const float *mean, const float *std, int n);
 /* hidden state i of the last forward ([B, Tp, D], Tp = padded length) of input `which` (0/1) */
 MEGA_API const mega_real *mega_cls_hidden(const mega_cls *m, int which, int i, int *Tp);
 

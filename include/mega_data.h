@@ -292,10 +292,11 @@ typedef enum {
     MEGA_DATA_PAIRS,
     MEGA_DATA_IDX,
     MEGA_DATA_REAL,
-    MEGA_DATA_PATHFINDER /* a directory of PNG images in the layout of the LRA Pathfinder release */
+    MEGA_DATA_PATHFINDER, /* a directory of PNG images in the layout of the LRA Pathfinder release */
+    MEGA_DATA_SPEECH       /* a Speech Commands directory of WAV clips */
 } mega_data_format;
 
-/* "auto", "listops", "text", "pairs", "idx", "real", "pathfinder" (as on the command line and in checkpoints) */
+/* "auto", "listops", "text", "pairs", "idx", "real", "pathfinder", "speech" (as on the command line and in checkpoints) */
 MEGA_API const char *mega_data_format_name(mega_data_format f);
 MEGA_API int mega_data_format_parse(const char *s, mega_data_format *f); /* 0 on success */
 
@@ -306,6 +307,9 @@ typedef struct {
     int real;                    /* IDX: real-valued pixels (x/255 - mean)/std in mega_batch_fill */
     double mean, std;            /* for real pixels; 0/0 means the defaults 0.5/0.5 */
     int max_examples;            /* stop after this many examples (0 = all) */
+    int split;                   /* speech: 0 training, 1 validation, 2 test clips */
+    int all_words;               /* speech: all 35 words (0: the ten of SC10) */
+    int pad_short;               /* speech: zero-pad clips shorter than a second (0: drop them) */
 } mega_data_opts;
 
 typedef struct {
@@ -327,6 +331,7 @@ typedef struct {
     char *path;            /* the file read (the images file for IDX) */
     float **val;           /* real: [n] the len[i] values of each example (tok is then NULL) */
     int png_dir;           /* read from a directory of PNG images (the pathfinder format) */
+    int audio_rate;        /* speech: the clips' sample rate (0 for the other formats) */
     /* storage (internal) */
     uint16_t *pool;
     size_t pool_n;
@@ -371,6 +376,31 @@ MEGA_API mega_status mega_dataset_load_real(const char *path, const mega_data_op
  * names an 8-bit grayscale PNG (all of one size, at most 1024 x 1024), read as rows*cols pixels
  * like the IDX images (opts->real, mean, std). MEGA_ERR_UNSUPPORTED without libpng. */
 MEGA_API mega_status mega_dataset_load_pathfinder(const char *dir, const mega_data_opts *opts, mega_dataset *d);
+
+/* ---- audio (libsndfile; a build without it fails these with MEGA_ERR_UNSUPPORTED) ---- */
+#define MEGA_SPEECH_RATE 16000 /* Speech Commands: 16 kHz */
+#define MEGA_SPEECH_CLIP 16000 /* one second */
+/* whether this build reads and writes audio */
+MEGA_API int mega_audio_available(void);
+/* One mono clip (WAV, FLAC, ... as libsndfile reads them) as floats in [-1, 1]: *x (malloc'd, the
+ * caller frees it), *n samples. rate > 0: the file's sample rate must be this; max_samples > 0:
+ * longer files are refused before anything is allocated. MEGA_ERR_FORMAT (one line naming the
+ * file): not audio, stereo, another rate, a sample format other than 16-bit PCM or float, no
+ * samples, too long, truncated, a non-finite sample; MEGA_ERR_NOT_FOUND / MEGA_ERR_IO. */
+MEGA_API mega_status mega_audio_read(const char *path, int rate, int64_t max_samples, float **x, int64_t *n);
+/* x[0..n) as a mono 16-bit PCM WAV at rate Hz (clipped to [-1, 1]), written atomically */
+MEGA_API mega_status mega_audio_write(const char *path, const float *x, int64_t n, int rate);
+/* the Speech Commands words in the official class order: the ten of SC10, or all 35 */
+MEGA_API const char *const *mega_speech_words(int all, int *n);
+/* The Speech Commands v0.02 layout: dir/<word>/<clip>.wav for the words of mega_speech_words
+ * (opts->all_words), opts->split choosing the clips that dir/validation_list.txt (1) or
+ * dir/testing_list.txt (2) name, or neither (0, training); other folders (_background_noise_)
+ * are ignored. Each clip is 16 kHz mono; clips shorter than 16,000 samples are dropped (the
+ * official SC10 rule) or zero-padded (opts->pad_short), longer ones are an error. The classes
+ * are the words in the official order; "line" numbers count the split's clips. Errors: not a
+ * directory, no .wav in any word folder, no clip in the split, a split list naming a missing
+ * clip, any clip mega_audio_read refuses. */
+MEGA_API mega_status mega_dataset_load_speech(const char *dir, const mega_data_opts *opts, mega_dataset *d);
 
 /* The official LRA text data as it ships (fairseq binarized; the lra-text task of the official
  * fairseq/tasks/long_range_arena.py, docs/interop.md): dir/src-bin/SPLIT.idx/.bin (each example's

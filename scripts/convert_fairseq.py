@@ -18,9 +18,10 @@ those names, docs/checkpoints.md), the model config from the fairseq arguments, 
 dictionary as the vocabulary (docs/interop.md), and the training --tokens-per-sample, which
 `mega eval` uses as the official evaluation does. Supported: the language models (`mega_lm*`
 architectures, task language_modeling), the translation models (model `mega`: `mega_wmt_en_de*`
-architectures, task translation) and the Long Range Arena classifiers with the Mega encoder
-(model `lra`, `mega_lra_*` architectures, tasks lra-text and lra-image). Everything else is
-refused with one line naming it.
+architectures, task translation), the Long Range Arena classifiers with the Mega encoder
+(model `lra`, `mega_lra_*` architectures, tasks lra-text and lra-image) and the raw speech
+classifier (model `sc_raw`, `mega_sc_raw*` architectures, task speech_commands; --speech-dir for
+its input statistics, docs/speech.md). Everything else is refused with one line naming it.
 
 Exit status: 0 converted, 2 refused or failed (nothing written).
 Needs /usr/bin/python3 with torch and numpy (whoever holds a .pt has torch).
@@ -454,6 +455,20 @@ LRA_ARCH = {  # the architecture's own defaults over LRA_BASE (layer_type mega f
                            encoder_embed_dim=64, norm_type="batchnorm", classifier_out_dim=128,
                            chunk_size=128 * 128, truncation_length=4096, max_positions=128 * 128),
 }
+# fairseq/models/speech_commands/model.py base_architecture and the mega_sc_raw* architectures (the
+# raw speech classifier; its state dict has the LRA model's names)
+_SC = dict(encoder_layers=6, encoder_embed_dim=60, encoder_hidden_dim=120, z_dim=30, n_dim=16, activation_fn="silu",
+           attention_activation_fn="laplace", norm_type="batchnorm", encoder_normalize_before=True,
+           classifier_layers=1, classifier_out_dim=120, sentence_class_num=10, classifier_activation_fn="gelu",
+           chunk_size=1000, truncation_length=1000, max_positions=16000, sen_rep_type="mp")
+SC_ARCH = {"sc_raw": _SC, "mega_sc_raw": _SC, "mega_sc_raw_base": _SC,
+           "mega_sc_raw_big": dict(_SC, encoder_embed_dim=72, encoder_hidden_dim=144, z_dim=36, classifier_out_dim=144)}
+LRA_ARCH.update(SC_ARCH)
+# SpeechCommandsDataset.SUBSET_CLASSES and ALL_CLASSES (fairseq/data/audio/speech_commands_dataset.py)
+SC10 = ["yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go"]
+SC35 = ["bed", "cat", "down", "five", "forward", "go", "house", "left", "marvin", "no", "on", "right", "sheila", "tree",
+        "up", "visual", "yes", "backward", "bird", "dog", "eight", "follow", "four", "happy", "learn", "nine", "off",
+        "one", "seven", "six", "stop", "three", "two", "wow", "zero"]
 
 
 def lra_config(a, sd):
@@ -502,13 +517,14 @@ def lra_config(a, sd):
 # ---- writing --------------------------------------------------------------------------------
 
 def safetensors_bytes(tensors, metadata):
-    """a safetensors file (F32 little-endian) of name -> float32 numpy array, names sorted"""
+    """a safetensors file (F32 little-endian; integer arrays as I64) of name -> numpy array, names sorted"""
     import numpy as np
     header, blobs, off = {"__metadata__": metadata}, [], 0
     for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name], dtype="<f4")
+        integer = np.asarray(tensors[name]).dtype.kind in "iu"  # batchnorm's num_batches_tracked: I64
+        a = np.ascontiguousarray(tensors[name], dtype="<i8" if integer else "<f4")
         b = a.tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        header[name] = {"dtype": "I64" if integer else "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)
         off += len(b)
     h = json.dumps(header, separators=(",", ":")).encode()
@@ -537,14 +553,16 @@ def write_atomic(path, data):
 
 
 def weights(sd):
-    """the state dict as float32 arrays, without the buffers that are not weights"""
+    """the state dict as float32 arrays (integer buffers as integers), without the buffers that are not weights"""
     tensors = {}
     for k, v in sd.items():
         if k.endswith("_float_tensor") or k.endswith(".version") or k == "version":
             continue
         if not hasattr(v, "detach"):
             raise Refused(f"state dict entry '{k}' is not a tensor")
-        tensors[k] = v.detach().float().cpu().numpy()
+        v = v.detach().cpu()
+        # integer buffers (batchnorm's num_batches_tracked) stay integers; the rest float32
+        tensors[k] = (v if not v.is_floating_point() else v.float()).numpy()
     return tensors
 
 
@@ -579,6 +597,74 @@ def convert_lra(checkpoint, ck, a, dict_path, label_dict, out):
     write_atomic(os.path.join(out, "model.safetensors"), safetensors_bytes(tensors, meta))
     return {"arch": a.get("arch", "?"), "tokens": rows or 0, "unit": "word" if rows else "pixels",
             "tensors": len(tensors), "tokens_per_sample": None}
+
+
+def speech_stats(root, words, L=16000):
+    """per sample index mean and std + 1e-5 of the training clips of a Speech Commands directory
+    (the clips neither list names; clips shorter than L dropped), as the official normalise_data
+    computes them (unbiased std) on audio in [-1, 1] (16-bit PCM / 32768)"""
+    import wave
+    import numpy as np
+    held = set()
+    for name in ("validation_list.txt", "testing_list.txt"):
+        p = os.path.join(root, name)
+        if os.path.exists(p):
+            held.update(line.strip() for line in open(p) if line.strip())
+    s1, s2, n = np.zeros(L), np.zeros(L), 0
+    for w in words:
+        d = os.path.join(root, w)
+        for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            if not f.lower().endswith(".wav") or f"{w}/{f}" in held:
+                continue
+            try:
+                with wave.open(os.path.join(d, f)) as r:
+                    if r.getnchannels() != 1 or r.getframerate() != 16000 or r.getsampwidth() != 2:
+                        raise Refused(f"{d}/{f}: not 16 kHz mono 16-bit PCM")
+                    x = np.frombuffer(r.readframes(r.getnframes()), dtype="<i2").astype(np.float64) / 32768
+            except (wave.Error, EOFError) as e:
+                raise Refused(f"{d}/{f}: {e}") from None
+            if len(x) != L:
+                continue
+            s1 += x
+            s2 += x * x
+            n += 1
+    if n < 2:
+        raise Refused(f"--speech-dir '{root}': {n} training clips of {L} samples (at least 2 are needed)")
+    mean = s1 / n
+    std = np.sqrt(np.maximum(s2 - n * mean * mean, 0) / (n - 1)) + 1e-5
+    return mean.astype(np.float32), std.astype(np.float32), n
+
+
+def convert_sc(checkpoint, ck, a, speech_dir, out):
+    """an `sc_raw` raw speech classifier (fairseq/models/speech_commands/model.py SCRawModel with
+    MegaSCRawEncoder). Without --speech-dir the model takes its input as the official model does
+    (already normalised per sample index); with it, the statistics of that directory's training
+    clips are stored (input_norm.*) and the model reads raw clips."""
+    sd = ck["model"]
+    if not isinstance(sd, dict):
+        raise Refused("the checkpoint's 'model' is not a state dict")
+    cfg, rows = lra_config(a, sd)
+    if rows is not None:
+        raise Refused("an sc_raw checkpoint with a token embedding: not the raw speech model")
+    C = cfg["sentence_class_num"]
+    words = SC35 if a.get("sc_all_classes") or C == 35 else SC10
+    if C != len(words):
+        raise Refused(f"the model has {C} classes, neither the 10 words of SC10 nor the 35 of Speech Commands")
+    tensors = weights(sd)
+    n = 0
+    if speech_dir:
+        mean, std, n = speech_stats(speech_dir, words)
+        tensors["input_norm.mean"], tensors["input_norm.std"] = mean, std
+        cfg["input_norm"] = int(mean.shape[0])
+    # no "format" tag: the tools then read it as a classifier trained here on --format speech (its
+    # classes are the words, its inputs raw audio), not as an LRA model with a fairseq dictionary
+    meta = {"task": "classify", "config": json.dumps(cfg), "classes": json.dumps(words),
+            "vocab": json.dumps({"kind": "real", "size": 0, "pad": -1}), "data-format": "speech",
+            "source": f"fairseq checkpoint {os.path.basename(checkpoint)}, arch {a.get('arch', '?')}"}
+    os.makedirs(out, exist_ok=True)
+    write_atomic(os.path.join(out, "model.safetensors"), safetensors_bytes(tensors, meta))
+    return {"arch": a.get("arch", "?"), "tokens": 0, "unit": f"raw audio; input statistics of {n} clips" if n else
+            "raw audio; no input statistics: inputs already normalised", "tensors": len(tensors), "tokens_per_sample": None}
 
 
 # fairseq/models/mega.py base_architecture (and DEFAULT_MAX_*_POSITIONS): the translation model's
@@ -650,18 +736,20 @@ def convert_mt(checkpoint, ck, a, dict_path, tgt_dict, out):
             "tensors": len(tensors), "tokens_per_sample": None}
 
 
-def convert(checkpoint, dict_path, out, unit="auto", label_dict=None, tgt_dict=None):
+def convert(checkpoint, dict_path, out, unit="auto", label_dict=None, tgt_dict=None, speech_dir=None):
     ck = load_checkpoint(checkpoint)
     a = checkpoint_args(ck)
     arch, task = str(a.get("arch", a.get("_name", ""))), str(a.get("task", ""))
+    if arch in SC_ARCH or task == "speech_commands":
+        return convert_sc(checkpoint, ck, a, speech_dir, out)
     if arch == "lra" or arch.startswith("mega_lra") or task.startswith("lra-"):
         return convert_lra(checkpoint, ck, a, dict_path, label_dict, out)
     if arch == "mega" or arch.startswith("mega_wmt"):
         return convert_mt(checkpoint, ck, a, dict_path, tgt_dict, out)
     if not arch.startswith("mega_lm"):
         raise Refused(f"architecture '{arch or '?'}' (task '{task or '?'}') is not supported: this converter "
-                      "handles the Mega language models (mega_lm*), the Mega translation models (mega, mega_wmt_*) "
-                      "and the LRA classifiers with a Mega encoder")
+                      "handles the Mega language models (mega_lm*), the Mega translation models (mega, mega_wmt_*), "
+                      "the LRA classifiers with a Mega encoder and the raw speech classifier (sc_raw)")
     if not dict_path:
         raise Refused("a language model needs --dict (its dict.txt)")
     sd = ck["model"]
@@ -695,13 +783,16 @@ def main(argv=None):
                                   "not needed for an LRA image model")
     p.add_argument("--label-dict", help="LRA: label-bin/dict.txt, whose tokens name the classes in order")
     p.add_argument("--tgt-dict", help="translation: the target dictionary dict.<tgt>.txt (--dict is the source's)")
+    p.add_argument("--speech-dir", help="sc_raw: a Speech Commands directory whose training clips give the per-index "
+                                        "input statistics stored in the model (without it the model takes inputs "
+                                        "already normalised, as the official one)")
     p.add_argument("--out", required=True, help="output directory (model.safetensors is written there)")
     p.add_argument("--unit", default="auto", choices=["auto", "byte", "word"],
                    help="how text maps to tokens: byte (enwik8: decimal byte tokens), word (whitespace words); "
                         "auto: byte when every token is a byte value")
     o = p.parse_args(argv)
     try:
-        r = convert(o.checkpoint, o.dict, o.out, o.unit, o.label_dict, o.tgt_dict)
+        r = convert(o.checkpoint, o.dict, o.out, o.unit, o.label_dict, o.tgt_dict, o.speech_dir)
     except Refused as e:
         print(f"convert_fairseq: error: {e}", file=sys.stderr)
         return 2

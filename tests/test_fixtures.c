@@ -2,7 +2,8 @@
  * Parity with the official Mega implementation: runs every reference case found in the fixture
  * directories (default: tests/fixtures/official and tests/fixtures/s2s, cases produced by the
  * official code (the encoder-decoder's "s2s" cases are a copy of the official fixtures-s2s set), and our
- * reference cases tests/fixtures/generated and tests/fixtures/mixers; or the directories given on
+ * reference cases tests/fixtures/generated and tests/fixtures/mixers, and the official sc_raw speech
+ * classifier's cases tests/fixtures/sc_raw; or the directories given on
  * the command line), driven only by each case's case.json.
  *
  *   build/test_fixtures [-v] [DIR ...]
@@ -190,9 +191,9 @@ int main(int argc, char **argv) {
     static char seen[1024][256];
     int nseen = 0;
     const char *defaults[] = {"tests/fixtures/official", "tests/fixtures/s2s", "tests/fixtures/generated",
-                              "tests/fixtures/mixers"};
+                              "tests/fixtures/mixers", "tests/fixtures/sc_raw"};
     const char **roots = defaults;
-    int nroots = 4, explicit = 0;
+    int nroots = 5, explicit = 0;
     int a = 1;
     if (a < argc && !strcmp(argv[a], "-v")) tl_verbose = 1, a++;
     if (a < argc) roots = (const char **)(argv + a), nroots = argc - a, explicit = 1;

@@ -27,6 +27,7 @@ static int cmd_help(int argc, char **argv);
     X("plot", cmd_plot, "write an SVG of the training and validation curves of a run")                                  \
     X("listops", cmd_listops, "generate the ListOps task of the Long Range Arena (--out DIR)")                           \
     X("pathfinder", cmd_pathfinder, "generate the Pathfinder task of the Long Range Arena as PNG images (--out DIR)")    \
+    X("speech-synth", cmd_speech_synth, "spoken keywords from espeak-ng in the Speech Commands layout (--out DIR)")          \
     X("freedict", cmd_freedict, "parallel phrases (train/valid/test TSV) from a FreeDict dictionary (--dict, --out)")   \
     X("experiment", cmd_experiment, "rerun a claim of the papers with figures (docs/results.md; 'mega experiment --list')") \
     X("hf-export", cmd_hf_export, "write a model in the Hugging Face transformers Mega layout (--model, --out)")         \

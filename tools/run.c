@@ -6,6 +6,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <errno.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +33,8 @@ static int load_cls_data(const cls_model *cm, const char *data, const char *imag
     o.keep_parens = cm->vocab.keep_parens;
     o.real = cm->vocab.real, o.mean = cm->vocab.mean, o.std = cm->vocab.std;
     o.classes = &cm->classes;
+    if (cm->format == MEGA_DATA_SPEECH) /* a Speech Commands directory: its test clips (testing_list.txt) */
+        o.split = 2, o.all_words = cm->classes.n > 10, o.max_len = 0;
     if (mega_dataset_load(cm->format, data, images, labels, &o, d) != MEGA_OK) return cli_error("%s", mega_last_error());
     return 0;
 }
@@ -191,8 +196,67 @@ static int eval_classifier(const char *model, const char *data, const char *imag
     return rc ? 2 : 0;
 }
 
+/* one clip through a raw speech classifier: the word and its probability */
+static int predict_clip(cls_model *cm, const char *path, float *clip, mega_real *vals, int L) {
+    float *x;
+    int64_t n;
+    if (mega_audio_read(path, MEGA_SPEECH_RATE, L, &x, &n) != MEGA_OK) return cli_error("%s", mega_last_error());
+    memcpy(clip, x, (size_t)n * sizeof *x);
+    memset(clip + n, 0, (size_t)(L - n) * sizeof *clip); /* a short clip is zero-padded (--pad-short) */
+    free(x);
+    for (int t = 0; t < L; t++) vals[t] = clip[t];
+    const int32_t len = L;
+    const mega_cls_input in = {NULL, vals, &len, L};
+    const mega_lm_run ev = {0, 0};
+    if (mega_cls_forward(cm->m, &in, NULL, 1, NULL, &ev, NULL, NULL) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const mega_real *lg = mega_cls_logits(cm->m);
+    const int C = mega_cls_get_config(cm->m)->classes;
+    int am = 0;
+    double s = 0;
+    for (int k = 1; k < C; k++)
+        if (lg[k] > lg[am]) am = k;
+    for (int k = 0; k < C; k++) s += exp((double)lg[k] - lg[am]);
+    printf("%s\t%s\t%.4f\n", path, am < cm->classes.n ? cm->classes.names[am] : "?", 1.0 / s);
+    return 0;
+}
+
+/* `mega predict --audio FILE|DIR`: a raw speech classifier (trained on a Speech Commands
+ * directory) on WAV files; its stored per-index statistics normalise them */
+static int predict_audio(const char *model, const char *audio) {
+    cls_model cm;
+    if (load_cls_model(model, &cm)) return free_cls_model(&cm), 2;
+    const mega_cls_config *c = mega_cls_get_config(cm.m);
+    const int L = c->input_norm;
+    if (c->embedding != MEGA_EMBED_REAL || L < 1)
+        return free_cls_model(&cm), cli_error("'%s' is not a raw speech classifier (it was not trained on --format speech)", model), 2;
+    float *clip = malloc((size_t)L * sizeof *clip);
+    mega_real *vals = malloc((size_t)L * sizeof *vals);
+    int rc = !clip || !vals ? cli_error("out of memory") : 0;
+    struct stat sb;
+    if (!rc && stat(audio, &sb) != 0) rc = cli_error("--audio '%s': %s", audio, strerror(errno));
+    if (!rc && S_ISDIR(sb.st_mode)) {
+        DIR *dp = opendir(audio);
+        int found = 0;
+        for (struct dirent *e; !rc && dp && (e = readdir(dp));) {
+            const size_t k = strlen(e->d_name);
+            if (k < 5 || strcasecmp(e->d_name + k - 4, ".wav")) continue;
+            char p[4600];
+            snprintf(p, sizeof p, "%s/%s", audio, e->d_name);
+            found++;
+            rc = predict_clip(&cm, p, clip, vals, L);
+        }
+        if (dp) closedir(dp);
+        if (!rc && !found) rc = cli_error("--audio '%s': no .wav files in the directory", audio);
+    } else if (!rc) {
+        rc = predict_clip(&cm, audio, clip, vals, L);
+    }
+    free(clip), free(vals);
+    free_cls_model(&cm);
+    return rc ? 2 : 0;
+}
+
 int cmd_predict(int argc, char **argv) {
-    const char *model = NULL, *data = NULL, *images = NULL, *labels = NULL;
+    const char *model = NULL, *data = NULL, *images = NULL, *labels = NULL, *audio = NULL;
     int seq_len = 1 << 20, batch = 32, threads = 0;
     cli_flag fl[] = {
         {"model", F_STR, &model, "classifier checkpoint directory (or model.safetensors)", NULL, 1, 0, 0},
@@ -203,9 +267,15 @@ int cmd_predict(int argc, char **argv) {
         {"seq-len", F_INT, &seq_len, "truncate inputs to this many tokens", NULL, 1, 1 << 24, 0},
         {"batch", F_INT, &batch, "examples per forward pass", NULL, 1, 1 << 16, 0},
         {"threads", F_INT, &threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
+        {"audio", F_STR, &audio, "a WAV clip or a directory of them (raw speech classifiers): prints path, word, probability", NULL, 1, 0, 0},
         FL_END};
     int r = cli_parse("predict", "--model DIR --data FILE   (prints one predicted label per input line)", fl, argc, argv, 2);
     if (r) return r == 1 ? 0 : 2;
+    if (audio) {
+        if (!model || data || images) return cli_error("--audio takes --model and no --data/--images"), 2;
+        mega_set_threads(threads);
+        return predict_audio(model, audio);
+    }
     if (data_flags_check(DATA_FLAGS, data, images, labels)) return 2;
     if (!model || (!data && !images)) return cli_error("--model and --data are required (see 'mega predict --help')"), 2;
     mega_set_threads(threads);

@@ -14,6 +14,8 @@ typedef struct train_args {
     const char *format, *images, *labels, *valid_images, *valid_labels;
     double valid_fraction, pixel_mean, pixel_std;
     int keep_parens;
+    const char *words; /* classify, speech data: sc10 or all (the 35 words) */
+    int pad_short;     /* classify, speech data: zero-pad clips shorter than a second */
     /* the model: the model flags write straight into the config of the task's kind */
     mega_lm_config lm;   /* task lm */
     mega_cls_config cls; /* task classify */

@@ -21,25 +21,26 @@ typedef struct {
     int batch, seq_len;
     int64_t steps, warmup;
     double pmean, pstd;
+    int truncation; /* the EMA's truncation (0: 1024) */
 } preset;
 
 static const preset PRESETS[] = {
     /* ListOps: layernorm (the script; the arch default is scalenorm), post-norm, full attention */
-    {"lra-listops", "listops", MEGA_ATTN_SOFTMAX, MEGA_NORM_LAYER, MEGA_EMBED_TOKEN, 6, 80, 160, 64, 160, -1, 0, 160, 1e-3, 0.01, 0.1, 64, 2000, 90000, 3000, 0.5, 0.5},
-    {"lra-text", "text", MEGA_ATTN_SOFTMAX, MEGA_NORM_SCALE, MEGA_EMBED_TOKEN, 4, 128, 256, 64, 256, -1, 0, 256, 4e-3, 0.01, 0.1, 50, 4000, 25000, 10000, 0.5, 0.5},
-    {"lra-retrieval", "pairs", MEGA_ATTN_SOFTMAX, MEGA_NORM_SCALE, MEGA_EMBED_TOKEN, 6, 128, 256, 64, 256, -1, 0, 256, 3e-3, 0.04, 0.1, 64, 4000, 91960, 10000, 0.5, 0.5},
+    {"lra-listops", "listops", MEGA_ATTN_SOFTMAX, MEGA_NORM_LAYER, MEGA_EMBED_TOKEN, 6, 80, 160, 64, 160, -1, 0, 160, 1e-3, 0.01, 0.1, 64, 2000, 90000, 3000, 0.5, 0.5, 1024},
+    {"lra-text", "text", MEGA_ATTN_SOFTMAX, MEGA_NORM_SCALE, MEGA_EMBED_TOKEN, 4, 128, 256, 64, 256, -1, 0, 256, 4e-3, 0.01, 0.1, 50, 4000, 25000, 10000, 0.5, 0.5, 1024},
+    {"lra-retrieval", "pairs", MEGA_ATTN_SOFTMAX, MEGA_NORM_SCALE, MEGA_EMBED_TOKEN, 6, 128, 256, 64, 256, -1, 0, 256, 3e-3, 0.04, 0.1, 64, 4000, 91960, 10000, 0.5, 0.5, 1024},
     /* images: laplace, batchnorm, pre-norm, chunk 1024, real-valued pixels (CIFAR normalisation) */
-    {"lra-image", "idx", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 8, 160, 320, 96, 320, 1024, 1, 320, 1e-2, 0.02, 0.0, 50, 1024, 180000, 9000, 0.48, 0.24},
+    {"lra-image", "idx", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 8, 160, 320, 96, 320, 1024, 1, 320, 1e-2, 0.02, 0.0, 50, 1024, 180000, 9000, 0.48, 0.24, 1024},
     /* Pathfinder (mega_lra_pf32) and Path-X (mega_lra_pf128: 128 x 128 = 16,384 pixels, one chunk,
      * truncation 4096; the script's batch 2 x update-freq 8 on 8 GPUs is 128 per update), both
      * read from a directory in the release's layout (mega pathfinder; docs/vision.md) */
-    {"lra-pathfinder", "pathfinder", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 6, 128, 256, 64, 256, 1024, 1, 256, 1e-2, 0.01, 0.0, 128, 1024, 250000, 50000, 0.5, 0.5},
-    {"lra-pathx", "pathfinder", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 4, 64, 128, 32, 128, 16384, 1, 128, 1e-2, 0.01, 0.0, 128, 16384, 125000, 25000, 0.5, 0.5},
+    {"lra-pathfinder", "pathfinder", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 6, 128, 256, 64, 256, 1024, 1, 256, 1e-2, 0.01, 0.0, 128, 1024, 250000, 50000, 0.5, 0.5, 1024},
+    {"lra-pathx", "pathfinder", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 4, 64, 128, 32, 128, 16384, 1, 128, 1e-2, 0.01, 0.0, 128, 16384, 125000, 25000, 0.5, 0.5, 4096},
+    /* raw speech (fairseq/models/speech_commands/model.py mega_sc_raw_base / _big, examples/mega/
+     * README.sc.md): 16,000 samples a clip, chunk 1000, EMA truncation 1000; FFN = hidden */
+    {"sc-raw", "speech", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 6, 60, 120, 30, 120, 1000, 1, 120, 1e-2, 0.01, 0.0, 20, 16000, 250000, 10000, 0.5, 0.5, 1000},
+    {"sc-raw-big", "speech", MEGA_ATTN_LAPLACE, MEGA_NORM_BATCH, MEGA_EMBED_REAL, 6, 72, 144, 36, 144, 1000, 1, 144, 8e-3, 0.01, 0.0, 20, 16000, 250000, 10000, 0.5, 0.5, 1000},
 };
-
-/* the EMA kernel's truncation: 1024 everywhere (the scripts' --truncation-length default for
- * the LRA archs) except Path-X, whose mega_lra_pf128 sets 4096 */
-static int preset_truncation(const preset *p) { return !strcmp(p->name, "lra-pathx") ? 4096 : 1024; }
 
 /* the classify task's own flags: its data, and
  * the config flags that also have another name (its row in tasks.c) */
@@ -54,6 +55,8 @@ int cls_task_flags(train_args *a, cli_flag *fl, int n) {
         {"pixel-mean", F_DBL, &a->pixel_mean, "pixel normalisation (x/255 - mean)/std for --embedding real", NULL, -10, 10, 0},
         {"pixel-std", F_DBL, &a->pixel_std, "pixel normalisation std", NULL, 1e-6, 10, 0},
         {"keep-parens", F_SET, &a->keep_parens, "keep ListOps parentheses as tokens", NULL, 1, 0, 0},
+        {"words", F_ENUM, &a->words, "speech data: the ten words of SC10 or all 35", "sc10|all", 1, 0, 0},
+        {"pad-short", F_SET, &a->pad_short, "speech data: zero-pad clips shorter than a second (default: drop them)", NULL, 1, 0, 0},
         {"classes", F_INT, &a->classes, "number of classes (0 = from the training labels)", NULL, 0, 1 << 20, 0},
         {"postnorm", F_CLEAR, &a->cls.block.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
         {"no-affine-final-norm", F_CLEAR, &a->cls.final_norm_affine, "= --final-norm-affine=false", NULL, 1, 0, 0},
@@ -94,7 +97,7 @@ int cls_apply_preset(train_args *a, const cli_flag *fl) {
     SET("pool", c->pool, MEGA_POOL_MEAN);
     SET("rel-pos-bias", b->rel_pos_bias, MEGA_RELPOS_SIMPLE);
     SET("activation", b->activation, MEGA_ACT_SILU);
-    SET("truncation", b->truncation, preset_truncation(p));
+    SET("truncation", b->truncation, p->truncation ? p->truncation : 1024);
     SET("lr", a->lr, p->lr);
     SET("weight-decay", a->opt.weight_decay, p->wd);
     SET("dropout", b->dropout, (float)p->dropout);
@@ -305,15 +308,58 @@ static int lra_new_dict(const char *dir, mega_fdict **d, char **json) {
     return 0;
 }
 
+/* ---- raw speech ------------------------------------------------------------------------- */
+
+/* the loader's options for a Speech Commands directory (the other formats ignore them); clips are
+ * never cut (a clip longer than --seq-len is an error) */
+static void speech_opts(const train_args *a, mega_data_opts *o) {
+    o->all_words = a->words && !strcmp(a->words, "all");
+    o->pad_short = a->pad_short;
+    struct stat sb;
+    if (a->data && !stat(a->data, &sb) && S_ISDIR(sb.st_mode)) o->max_len = 0;
+}
+
+static int speech_has_valid(const char *dir) {
+    char p[4200];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/validation_list.txt", dir);
+    return !stat(p, &sb) && S_ISREG(sb.st_mode);
+}
+
+/* The official speech data is normalised per sample index with the training split's statistics
+ * (fairseq/data/audio/speech_commands_dataset.py normalise_data: (x - mean) / (std + 1e-5), the
+ * unbiased std over the training clips at that index); the model stores them (input-norm) so that
+ * a saved model reads raw clips. The first n_train examples are the training ones. */
+static int set_input_stats(mega_cls *m, const mega_dataset *d, int n_train) {
+    const int T = mega_cls_get_config(m)->input_norm;
+    if (n_train < 2) return cli_error("%s: %d training clip(s): the input statistics need at least 2", d->path, n_train);
+    double *s1 = calloc((size_t)T, sizeof *s1), *s2 = calloc((size_t)T, sizeof *s2);
+    float *mean = malloc((size_t)T * sizeof *mean), *sd = malloc((size_t)T * sizeof *sd);
+    int rc = !s1 || !s2 || !mean || !sd ? cli_error("out of memory") : 0;
+    for (int i = 0; !rc && i < n_train; i++)
+        for (int t = 0; t < d->len[i] && t < T; t++) s1[t] += d->val[i][t];
+    for (int t = 0; !rc && t < T; t++) s1[t] /= n_train;
+    for (int i = 0; !rc && i < n_train; i++)
+        for (int t = 0; t < T; t++) {
+            const double v = (t < d->len[i] ? d->val[i][t] : 0) - s1[t];
+            s2[t] += v * v;
+        }
+    for (int t = 0; !rc && t < T; t++) mean[t] = (float)s1[t], sd[t] = (float)(sqrt(s2[t] / (n_train - 1)) + 1e-5);
+    if (!rc && mega_cls_set_input_norm(m, mean, sd, T) != MEGA_OK) rc = cli_error("%s", mega_last_error());
+    free(s1), free(s2), free(mean), free(sd);
+    return rc;
+}
+
 /* the fields of the config that come from the data (the rest come straight from the flags) */
 static void config_from_data(train_args *a, const mega_dataset *d, int nclasses) {
     mega_cls_config *c = &a->cls;
     if (c->block.max_positions < a->seq_len) c->block.max_positions = a->seq_len;
     c->embedding = d->vocab.real ? MEGA_EMBED_REAL : MEGA_EMBED_TOKEN;
-    c->vocab_size = d->vocab.size, c->padding_idx = d->vocab.pad;
+    if (!d->val) c->vocab_size = d->vocab.size, c->padding_idx = d->vocab.pad; /* real values: no ids */
     c->classes = nclasses;
     c->two_tower = d->pairs;
     if (c->patch > 0) c->image_width = d->cols;
+    c->input_norm = d->audio_rate ? d->max_len : 0; /* speech: per-index statistics (set_input_stats) */
 }
 
 /* --data (and --valid, else the valid split beside it) in the LRA layout, through dict: the
@@ -400,17 +446,18 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     o.classes = have_prev ? &prev : NULL;
     mega_data_format fmt = MEGA_DATA_AUTO;
     mega_data_format_parse(a->format, &fmt); /* the flag table allows only the known names */
+    speech_opts(a, &o);
     if (lra) {
         if (lra_load(C, a, ldir, lsplit, &dict, (C->m ? mega_cls_get_config(C->m)->pool : a->cls.pool) == MEGA_POOL_CLS)) goto fail;
         if (have_prev && lra_same_classes(&prev, &C->train.classes, a->data)) goto fail;
     } else if (mega_dataset_load(fmt, a->data, a->images, a->labels, &o, &C->train) != MEGA_OK) goto fail_msg;
     if (!lra) C->format = mega_data_format_name(mega_dataset_format(&C->train));
-    if (C->train.val) { /* the format is loaded and checked; the models take tokens or pixels */
-        cli_error("%s: real-valued sequences load, but no model reads them yet (use --format text or idx)", a->data);
+    if (C->train.audio_rate && C->train.max_len > a->seq_len) {
+        cli_error("%s: clips of %d samples are longer than the model's length (--seq-len %d)", a->data, C->train.max_len, a->seq_len);
         goto fail;
     }
     if (a->cls.embedding == MEGA_EMBED_REAL && !C->train.vocab.real) {
-        cli_error("--embedding real needs real-valued inputs (IDX images)");
+        cli_error("--embedding real needs real-valued inputs (IDX images, --format real or speech)");
         goto fail;
     }
     if (!have_prev && a->cls.patch > 0 && (!C->train.rows || !C->train.vocab.real)) {
@@ -426,8 +473,12 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     mega_data_opts vo = o;
     vo.classes = &C->train.classes;
     C->n_train = C->train.n;
-    if (lra ? C->valid.n > 0 : a->valid || a->valid_images) {
-        if (!lra && mega_dataset_load(fmt, a->valid, a->valid_images, a->valid_labels, &vo, &C->valid) != MEGA_OK) goto fail_msg;
+    /* a Speech Commands directory: its own validation clips (validation_list.txt) */
+    const int speech_valid = !lra && !a->valid && !a->valid_images && C->train.audio_rate && speech_has_valid(a->data);
+    vo.split = speech_valid;
+    if (lra ? C->valid.n > 0 : a->valid || a->valid_images || speech_valid) {
+        if (!lra && mega_dataset_load(fmt, speech_valid ? a->data : a->valid, a->valid_images, a->valid_labels, &vo, &C->valid) != MEGA_OK)
+            goto fail_msg;
         C->n_valid = C->valid.n;
         C->vidx = malloc((size_t)C->n_valid * sizeof(int));
         for (int i = 0; C->vidx && i < C->n_valid; i++) C->vidx[i] = i;
@@ -460,6 +511,7 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
         const mega_load_opts lo = {0, 1}; /* gradients; drawn once below, with the run's seed */
         if (mega_cls_create_ex(&a->cls, &lo, &C->m) != MEGA_OK) goto fail_msg;
         mega_cls_init_params(C->m, (uint64_t)a->seed);
+        if (C->train.audio_rate && set_input_stats(C->m, &C->train, C->n_train)) goto fail;
     } else if (cls_memory(C, a, mega_cls_get_config(C->m), 2 * (uint64_t)mega_ps_total(mega_cls_paramset(C->m)) * sizeof(mega_real))) {
         goto fail;
     }

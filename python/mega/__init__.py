@@ -572,6 +572,18 @@ class Classifier(_Model):
             for i, s in enumerate(seqs):
                 a[i, :len(s)] = s
             lens = np.array([len(s) for s in seqs], dtype=np.int32)
+        elif (self.vocab or {}).get("kind") == "real":
+            # real-valued sequences (raw speech): the model's own input, floats [B, T]; a model with
+            # stored input statistics normalises them itself
+            a = np.asarray(inputs, dtype=np.float32)
+            if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1 or not np.isfinite(a).all():
+                raise MegaError("inputs must be a finite float array [batch, samples]", -4, "shape mismatch")
+            a = np.ascontiguousarray(a)
+            lens = np.full(a.shape[0], a.shape[1], dtype=np.int32) if lengths is None else np.asarray(lengths)
+            if lens.shape != (a.shape[0],) or lens.dtype.kind not in "iu" or lens.min() < 1 or lens.max() > a.shape[1]:
+                raise MegaError(f"lengths must be [B] = [{a.shape[0]}] integers in [1, {a.shape[1]}]", -4,
+                                "shape mismatch")
+            lens = np.ascontiguousarray(lens, dtype=np.int32)
         else:
             V = c.vocab_size if c.embedding == 0 else 256
             a = _tokens2d(inputs, V, "inputs")
@@ -584,6 +596,8 @@ class Classifier(_Model):
 
     def _input(self, a, lens, keep):
         c = self._cfg_ptr().contents
+        if c.embedding == 1 and a.dtype == np.float32:  # real values as given (raw speech)
+            return _lib.ClsInput(None, _ptr(a, _F32P), _ptr(lens, _I32P), a.shape[1])
         if c.embedding == 1:  # real-valued inputs (pixels): (x/255 - mean)/std, padding 0
             v = self.vocab or {}
             mean, std = v.get("mean", 0.5) or 0.5, v.get("std", 0.5) or 0.5

@@ -5,6 +5,7 @@
 #include "data/data.h"
 
 #include <strings.h>
+#include <sys/stat.h>
 
 /* ---------------------------------------------------------------------------------------------
  * detectors: the first line of the file, without its newline */
@@ -38,6 +39,10 @@ static mega_status load_real(const char *const p[2], const mega_data_opts *o, me
     return mega_dataset_load_real(p[0], o, d);
 }
 
+static mega_status load_speech(const char *const p[2], const mega_data_opts *o, mega_dataset *d) {
+    return mega_dataset_load_speech(p[0], o, d);
+}
+
 /* In detection order: a ListOps header, then text (fewer than two TABs) before pairs. IDX is
  * chosen by its flags, real by name (a line of numbers is also a valid text line). */
 static const mega_data_format_info formats[] = {
@@ -49,10 +54,12 @@ static const mega_data_format_info formats[] = {
      {"training data (a TSV; see --format)", NULL}, detect_pairs, load_pairs},
     {MEGA_DATA_IDX, "idx", "IDX", "IDX images and labels (the MNIST format; .gz read as published)", {"images", "labels"},
      {"IDX image file (the MNIST format; .gz read as published)", "IDX label file"}, NULL, load_idx},
-    {MEGA_DATA_REAL, "real", "real-valued", "label, then real values separated by commas or spaces, per line (loaded and checked; no model reads them yet)",
+    {MEGA_DATA_REAL, "real", "real-valued", "label, then real values separated by commas or spaces, per line (for --embedding real)",
      {"data", NULL}, {"training data (a TSV; see --format)", NULL}, NULL, load_real},
     {MEGA_DATA_PATHFINDER, "pathfinder", "Pathfinder", "a directory in the layout of the LRA Pathfinder release: metadata/<k>.npy lines naming grayscale PNGs (mega pathfinder)",
      {"data", NULL}, {"training data (a TSV, or a directory; see --format)", NULL}, NULL, load_pathfinder},
+    {MEGA_DATA_SPEECH, "speech", "speech", "a Speech Commands directory: one folder of 16 kHz mono WAV clips per word, validation_list.txt, testing_list.txt",
+     {"data", NULL}, {"training data (a TSV, or a directory for --format speech)", NULL}, NULL, load_speech},
 };
 #define N_FORMATS ((int)(sizeof formats / sizeof *formats))
 
@@ -104,6 +111,9 @@ static const mega_data_format_info *load_row(mega_data_format format, const char
     if (!data && more)
         for (int i = 0; i < N_FORMATS; i++)
             if (formats[i].flag[1]) return &formats[i];
+    struct stat sb; /* a directory: the Pathfinder layout (metadata/), else a Speech Commands corpus */
+    if (format == MEGA_DATA_AUTO && data && !stat(data, &sb) && S_ISDIR(sb.st_mode))
+        format = mega__pathfinder_dir(data) ? MEGA_DATA_PATHFINDER : MEGA_DATA_SPEECH;
     if (format == MEGA_DATA_AUTO && data) format = mega_data_detect(data);
     return mega_data_format_row(format == MEGA_DATA_AUTO ? MEGA_DATA_TEXT : format);
 }
@@ -126,6 +136,7 @@ mega_status mega_dataset_load(mega_data_format format, const char *data, const c
 
 mega_data_format mega_dataset_format(const mega_dataset *d) {
     if (d->png_dir) return MEGA_DATA_PATHFINDER;
+    if (d->audio_rate) return MEGA_DATA_SPEECH;
     if (d->val) return MEGA_DATA_REAL;
     if (d->pairs) return MEGA_DATA_PAIRS;
     if (d->rows) return MEGA_DATA_IDX;

@@ -66,7 +66,8 @@ mega_vocab mega_vocab_pixels(int reals, double mean, double std) {
 char *mega_vocab_to_json(const mega_vocab *v) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
-    const char *kind = v->kind == MEGA_VOCAB_LISTOPS ? "listops" : v->kind == MEGA_VOCAB_BYTES ? "bytes" : "pixels";
+    /* real-valued sequences (the real and speech formats): no ids at all */
+    const char *kind = v->kind == MEGA_VOCAB_LISTOPS ? "listops" : v->kind == MEGA_VOCAB_BYTES ? (v->real ? "real" : "bytes") : "pixels";
     cJSON_AddStringToObject(o, "kind", kind);
     cJSON_AddNumberToObject(o, "size", v->size);
     cJSON_AddNumberToObject(o, "pad", v->pad);
@@ -99,6 +100,9 @@ static mega_status vocab_kind_from_json(const cJSON *o, const char *kind, mega_v
         if (!ok) MEGA_FAIL(MEGA_ERR_FORMAT, "the ListOps vocabulary in the metadata differs from this build's token map");
     } else if (!strcmp(kind, "bytes")) {
         *v = mega_vocab_bytes();
+    } else if (!strcmp(kind, "real")) { /* as the real-valued loaders set it */
+        memset(v, 0, sizeof *v);
+        v->kind = MEGA_VOCAB_BYTES, v->pad = v->unk = -1, v->real = 1, v->std = 1;
     } else if (!strcmp(kind, "pixels")) {
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "real"), *m = cJSON_GetObjectItemCaseSensitive(o, "mean"),
                     *s = cJSON_GetObjectItemCaseSensitive(o, "std");
@@ -106,7 +110,7 @@ static mega_status vocab_kind_from_json(const cJSON *o, const char *kind, mega_v
         if (v->real && !(v->std > 0 && isfinite(v->mean) && isfinite(v->std)))
             MEGA_FAIL(MEGA_ERR_FORMAT, "vocabulary metadata: bad pixel mean/std");
     } else {
-        MEGA_FAIL(MEGA_ERR_FORMAT, "vocabulary metadata: unknown kind '%s' (expected listops, bytes or pixels)", kind);
+        MEGA_FAIL(MEGA_ERR_FORMAT, "vocabulary metadata: unknown kind '%s' (expected listops, bytes, pixels or real)", kind);
     }
     return MEGA_OK;
 }

@@ -24,9 +24,11 @@ typedef struct {
     uint8_t *pad;
     size_t tokcap;
     int any_pad;
-    const mega_real *vals;
     int32_t *plen; /* patch inputs: patches per example (the pooling's true length) */
     int plencap;
+    const mega_real *vals; /* the real inputs [B, T] as the encoder saw them (normalised: nv) */
+    real *nv;
+    size_t nvcap;
     const int32_t *len;
     real *rep; /* [B, D] pooled */
 } cls_pass;
@@ -37,6 +39,7 @@ struct mega_cls {
     mega_params P;
     size_t emb, emb_w, emb_b;   /* token table, or real-embedding weight/bias */
     size_t pw, pb;              /* patch embedding [D, P*P] and bias [D] */
+    size_t in_mean, in_std;     /* input_norm buffers */
     size_t *hw, *hb;            /* head layers */
     size_t proj;
     int in_dim, head_dim;       /* rep width (D or 2D), head width */
@@ -85,6 +88,8 @@ static const mega_field CLS_FIELDS[] = {
      "images as patches: a linear embedding of P x P pixels per position (0 = a position per pixel)"},
     {"image-width", MEGA_FIELD_INT, OFF(image_width), 0, 1 << 16, NULL, 0, MEGA_FIELD_NOFLAG, 0,
      "with patch: the images' width in pixels (from the data)"},
+    {"input-norm", MEGA_FIELD_INT, OFF(input_norm), 0, 1 << 24, NULL, 0, MEGA_FIELD_NOFLAG, 0,
+     "real inputs: positions with a stored mean and std (speech; set from the training data)"},
 };
 #undef OFF
 
@@ -114,6 +119,8 @@ mega_status mega_cls_config_check(const mega_cls_config *c) {
         MEGA_FAIL(MEGA_ERR_INVALID, "patch %d: patches are made of real-valued pixels (embedding real)", c->patch);
     if (c->patch > 0 && (c->image_width < 1 || c->image_width % c->patch))
         MEGA_FAIL(MEGA_ERR_INVALID, "patch %d does not divide the image width %d", c->patch, c->image_width);
+    if (c->input_norm && c->embedding != MEGA_EMBED_REAL)
+        MEGA_FAIL(MEGA_ERR_INVALID, "input normalisation (input-norm %d) applies to real-valued inputs only", c->input_norm);
     if (!c->block.bidirectional) MEGA_FAIL(MEGA_ERR_INVALID, "a classifier's encoder is bidirectional (bidirectional must be true)");
     return mega_block_config_check(&c->block);
 }
@@ -126,6 +133,8 @@ static void free_buffers(mega_cls *m) {
         free(m->pass[k].plen);
         m->pass[k].tok = NULL, m->pass[k].pad = NULL, m->pass[k].rep = NULL, m->pass[k].tokcap = 0;
         m->pass[k].plen = NULL, m->pass[k].plencap = 0;
+        mega__free(m->pass[k].nv);
+        m->pass[k].nv = NULL, m->pass[k].nvcap = 0;
     }
     mega__free(m->hbuf);
     mega__free(m->logits);
@@ -153,6 +162,8 @@ mega_status mega__cls_declare(const mega_cls_config *c, mega_cls **out) {
             st = MEGA_PADD(&m->P, "encoder.encoder.", "patch_embed.bias", 0, &m->pb, D);
     } else if (!(st = MEGA_PADD(&m->P, "encoder.encoder.", "embed_tokens.weight", 0, &m->emb_w, D)))
         st = MEGA_PADD(&m->P, "encoder.encoder.", "embed_tokens.bias", 0, &m->emb_b, D);
+    if (!st && c->input_norm && !(st = MEGA_PADD(&m->P, "", "input_norm.mean", MEGA_P_BUFFER, &m->in_mean, c->input_norm)))
+        st = MEGA_PADD(&m->P, "", "input_norm.std", MEGA_P_BUFFER, &m->in_std, c->input_norm);
     if (st) goto fail;
     if ((st = mega_stack_declare(&m->pass[0].st, &m->P, "encoder.encoder.layers.", "encoder.encoder.final_norm.norm.",
                                  &c->block, c->layers, c->final_norm_affine)))
@@ -223,6 +234,10 @@ void mega_cls_init_params(mega_cls *m, uint64_t seed) {
     } else {
         mega_fill_normal(W + m->emb_w, D, 0, 1.0, &rng); /* RealNumberEmbedding */
         mega_fill_normal(W + m->emb_b, D, 0, 0.1, &rng);
+        if (c->input_norm) { /* the identity until mega_cls_set_input_norm */
+            mega_fill_const(W + m->in_mean, (size_t)c->input_norm, 0);
+            mega_fill_const(W + m->in_std, (size_t)c->input_norm, 1);
+        }
     }
     mega_stack_init(&m->pass[0].st, W, &rng);
     for (int j = 0; j < c->classifier_layers; j++) {
@@ -283,7 +298,8 @@ static size_t forward_bytes(const mega_cls *m, int B, int T) {
     size_t head = (2 * ((size_t)c->classifier_layers + 2) * (size_t)B * HW + 2 * (size_t)B * c->classes + 2 * (size_t)B * D) *
                       sizeof(real) + (size_t)B * sizeof(int32_t);
     const int towers = c->two_tower ? 2 : 1;
-    return head + (size_t)towers * (mega__stack_bytes(&m->pass[0].st, B, Tp) + R * (sizeof(int32_t) + 1));
+    const size_t nv = c->input_norm ? (size_t)B * T * sizeof(real) : 0; /* normalise_inputs */
+    return head + (size_t)towers * (mega__stack_bytes(&m->pass[0].st, B, Tp) + R * (sizeof(int32_t) + 1) + nv);
 }
 
 mega_status mega_cls_memory(const mega_cls_config *c, int training, int B, int T, mega_memory *out) {
@@ -360,6 +376,40 @@ static void patch_embed_back(mega_cls *m, const cls_pass *p, const real *dx, rea
         }
 }
 
+/* the real inputs the embedding reads: as given, or (v - mean[t]) / std[t] with the stored
+ * statistics (the official speech data is normalised so, per sample index, before the model) */
+static mega_status normalise_inputs(mega_cls *m, cls_pass *p, const mega_cls_input *in) {
+    const int N = m->cfg.input_norm, T = in->T, B = p->B;
+    if (!N) return MEGA_OK;
+    if (T > N) MEGA_FAIL(MEGA_ERR_INVALID, "inputs of %d values, but the model's input statistics cover %d", T, N);
+    const size_t n = (size_t)B * T;
+    if (p->nvcap < n) {
+        mega__free(p->nv);
+        p->nv = mega__calloc(n, sizeof(real));
+        p->nvcap = p->nv ? n : 0;
+        if (!p->nv) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    }
+    const real *mu = m->P.data + m->in_mean, *sd = m->P.data + m->in_std;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const size_t i = (size_t)b * T + t;
+            /* positions past the clip's length stay 0 (padding) */
+            p->nv[i] = t < in->lengths[b] ? (in->values[i] - mu[t]) / sd[t] : 0;
+        }
+    p->vals = p->nv;
+    return MEGA_OK;
+}
+
+mega_status mega_cls_set_input_norm(mega_cls *m, const float *mean, const float *std, int n) {
+    if (n != m->cfg.input_norm || n < 1)
+        MEGA_FAIL(MEGA_ERR_INVALID, "input statistics of %d positions for a model with input-norm %d", n, m->cfg.input_norm);
+    for (int t = 0; t < n; t++)
+        if (!isfinite(mean[t]) || !isfinite(std[t]) || !(std[t] > 0))
+            MEGA_FAIL(MEGA_ERR_INVALID, "input statistics: position %d has mean %g and std %g", t, mean[t], std[t]);
+    for (int t = 0; t < n; t++) m->P.data[m->in_mean + t] = mean[t], m->P.data[m->in_std + t] = std[t];
+    return MEGA_OK;
+}
+
 /* embed, run the stack, pool one input into p->rep */
 static mega_status encode(mega_cls *m, int k, const mega_cls_input *in, int B) {
     const mega_cls_config *c = &m->cfg;
@@ -402,14 +452,16 @@ static mega_status encode(mega_cls *m, int k, const mega_cls_input *in, int B) {
         mega_embedding_forward(x, W + m->emb, p->tok, p->pad, R, D, 1);
     } else if (c->patch > 0) {
         if (!in->values) MEGA_FAIL(MEGA_ERR_INVALID, "this classifier takes real-valued inputs");
+        MEGA_TRY(normalise_inputs(m, p, in));
         patch_embed(m, p, x, W);
     } else {
         if (!in->values) MEGA_FAIL(MEGA_ERR_INVALID, "this classifier takes real-valued inputs");
+        MEGA_TRY(normalise_inputs(m, p, in));
         /* RealNumberEmbedding; the official encoder builds no padding mask for real inputs */
         const real *w = W + m->emb_w, *bb = W + m->emb_b;
         for (int b = 0; b < B; b++)
             for (int t = 0; t < Tp; t++) {
-                real v = in->values[(size_t)b * T + t];
+                real v = p->vals[(size_t)b * T + t];
                 real *xr = x + ((size_t)b * Tp + t) * D;
                 for (size_t d = 0; d < D; d++) xr[d] = v * w[d] + bb[d];
             }
@@ -614,6 +666,7 @@ static const mega_official_name OFFICIAL[] = {
     {"vocab-size", "vocab_size", "vocab_size", 0},
     {"padding-idx", "padding_idx", "pad_token_id", 0},
     {"two-tower", "two_tower", NULL, 0},
+    {"input-norm", "input_norm", NULL, 0}, /* not an official argument: scripts/convert_fairseq.py --speech-dir */
     {NULL, NULL, NULL, 0},
 };
 

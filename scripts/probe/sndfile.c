@@ -1,0 +1,2 @@
+#include <sndfile.h>
+int main(void) { return sf_version_string() == 0; }
