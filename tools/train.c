@@ -441,7 +441,7 @@ static int build_flags(cli_flag *fl, train_args *a, const task_def *td) {
     n = cli_add_fields(fl, n, MAX_FLAGS, mf, nm, mc);
     if (n >= 0) n = cli_add_fields(fl, n, MAX_FLAGS, bf, nb, bc);
     const cli_flag tf[] = {
-        {"steps", F_I64, &a->steps, "optimizer steps (total, including resumed ones; with --time-budget only an upper bound)", NULL, 1, 1e12, 0},
+        {"steps", F_I64, &a->steps, "optimizer steps (total, including resumed ones; with --time-budget only an upper bound, and by default none)", NULL, 1, 1e12, 0},
         {"batch", F_INT, &a->batch, "sequences per step (translate: at most, with --max-tokens)", NULL, 1, 1 << 20, 0},
         {"seq-len", F_INT, &a->seq_len, "lm: bytes (tokens of a binarized dataset) per sequence; classify: maximum length (longer inputs are truncated); "
          "translate: longest source/target in tokens (longer pairs are skipped and counted)", NULL, 2, 1 << 24, 0},
@@ -525,6 +525,17 @@ static int model_flags_seen(const train_args *a, const cli_flag *fl) {
 }
 
 /* parse into a; 0 ok, 1 help printed, 2 error */
+/* --time-budget without --steps: the budget alone ends the run (its --steps is this bound) */
+#define BUDGET_STEPS 1000000000LL
+
+/* "/N" after a step number, or nothing when the budget alone decides the length */
+static const char *of_steps(const train_args *a) {
+    static _Thread_local char buf[32];
+    if (a->time_budget > 0 && a->steps >= BUDGET_STEPS) return "";
+    snprintf(buf, sizeof buf, "/%lld", (long long)a->steps);
+    return buf;
+}
+
 static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
     set_defaults(a);
     const task_def *td = task_of(argc, argv);
@@ -544,6 +555,9 @@ static int parse_args(int argc, char **argv, train_args *a, cli_flag *fl) {
         a->task = pt->name;
     }
     if (td->preset && td->preset(a, fl)) return 2;
+    /* a budget decides the length unless --steps is given: its schedule decays over the budget, and
+     * the task's default step count would end the run before the budget (and before the decay) */
+    if (a->time_budget > 0 && !cli_seen(fl, "steps") && !a->resume) a->steps = BUDGET_STEPS;
     if (!a->out) return cli_error("--out DIR is required (see 'mega train --help')"), 2;
     if (a->force && a->resume) return cli_error("--force replaces the run in --out and --resume continues it: give one of them"), 2;
     if (a->reschedule && !a->resume) return cli_error("--reschedule changes the schedule of a resumed run: it needs --resume"), 2;
@@ -872,9 +886,9 @@ static void progress_step(train_progress *p, const train_args *a, const task *t,
             char bar[64];
             for (int i = 0; i < w; i++) bar[i] = i < f ? '#' : '.';
             bar[w] = 0;
-            progress_print(&p->bar, "[%s] %lld/%lld loss %.4f", bar, (long long)pos->step, (long long)a->steps, loss);
+            progress_print(&p->bar, "[%s] %lld%s loss %.4f", bar, (long long)pos->step, of_steps(a), loss);
         } else {
-            progress_print(&p->bar, "step %6lld/%lld | loss %.4f (%.0f s)", (long long)pos->step, (long long)a->steps, loss,
+            progress_print(&p->bar, "step %6lld%s | loss %.4f (%.0f s)", (long long)pos->step, of_steps(a), loss,
                            now - p->t_start);
         }
     }
@@ -899,8 +913,8 @@ static void progress_step(train_progress *p, const train_args *a, const task *t,
         snprintf(cj, sizeof cj, ", \"allreduce_share\": %.4f, \"wait_share\": %.4f", share, wait);
         p->comm_last = p->comm, p->wait_last = p->wait;
     }
-    printf("step %6lld/%lld | loss %.4f | %s %.4f | lr %.2e | gnorm %.2f | %s %s%s | %s elapsed (train %.1f s, eval %.1f s) | ETA %s\n",
-           (long long)pos->step, (long long)a->steps, ml, t->metric, mm, lr, gn, rs, t->unit, cs, els, p->trained, ev, es);
+    printf("step %6lld%s | loss %.4f | %s %.4f | lr %.2e | gnorm %.2f | %s %s%s | %s elapsed (train %.1f s, eval %.1f s) | ETA %s\n",
+           (long long)pos->step, of_steps(a), ml, t->metric, mm, lr, gn, rs, t->unit, cs, els, p->trained, ev, es);
     /* time: this invocation's wall clock; train_seconds / eval_seconds: the run's training and
      * validation+save seconds (with --time-budget counted across --resume) */
     fprintf(p->log, "{\"step\": %lld, \"loss\": %.6f, \"%s\": %.6f, \"lr\": %.6g, \"grad_norm\": %.4f, \"tok_s\": %.1f, \"time\": %.2f, "
@@ -1104,7 +1118,10 @@ static void describe_run(const train_args *a, task *t, int64_t start) {
     if (dist_size() > 1 || a->grad_accum > 1)
         printf("  parallel  %d ranks x --grad-accum %d = %d shards of %d sequences per batch (%s)\n", dist_size(), a->grad_accum,
                dist_size() * a->grad_accum, a->batch / (dist_size() * a->grad_accum), dist_describe());
-    if (a->time_budget > 0)
+    if (a->time_budget > 0 && a->steps >= BUDGET_STEPS)
+        printf("  budget    %g s of training (validation and saves not counted): the %s decay follows the training time, "
+               "and the budget alone ends the run (no --steps)\n", a->time_budget, a->schedule);
+    else if (a->time_budget > 0)
         printf("  budget    %g s of training (validation and saves not counted): the %s decay follows the training time; "
                "--steps %lld is only an upper bound\n", a->time_budget, a->schedule, (long long)a->steps);
     if (a->resume && a->time_budget > 0)

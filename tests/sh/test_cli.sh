@@ -330,6 +330,12 @@ echo "$lrs" | awk 'NR == 1 { first = $1 } { if ($1 > max) max = $1; last = $1 }
 status $? "the learning rate warms up to --lr, then decays to --min-lr at the end: $(echo "$lrs" | head -n 3 | tr '\n' ' ')... $(echo "$lrs" | tail -n 1)"
 mega train --data corpus.txt --out tb --resume --threads 1 > tb3.out 2>&1 && grep -q "it is complete" tb3.out
 status $? "--resume of a run whose budget is spent: nothing to do"
+# without --steps the budget alone decides the length (the default 1000 steps do not bound it)
+mega train --data corpus.txt --out tbn $MODEL --time-budget 1 --warmup 5 --eval-every 0 --eval-tokens 2048 > tbn.out 2>&1
+status $? "--time-budget without --steps: exit 0"
+grep -q "the budget alone ends the run (no --steps)" tbn.out && grep -q "the --time-budget of 1 s is spent at step" tbn.out &&
+  ! grep -q "^step .*/1000 " tbn.out && grep -q '"steps":1000000000' tbn/step-*.manifest.json
+status $? "--time-budget without --steps: no step bound, the budget ends the run: $(grep -E 'budget|spent' tbn.out | tr '\n' ' ' | cut -c1-240)"
 expect_error "train: --time-budget -1" "" mega train --data corpus.txt --out o1 $S --time-budget -1
 expect_error "train: --time-budget nan" "" mega train --data corpus.txt --out o1 $S --time-budget nan
 expect_error "train: --time-budget 3s" "" mega train --data corpus.txt --out o1 $S --time-budget 3s
