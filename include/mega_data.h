@@ -149,6 +149,14 @@ MEGA_API mega_vocab mega_vocab_pixels(int reals, double mean, double std);
  * not NUL-terminated; MEGA_LISTOPS_UNK when unknown). */
 MEGA_API const char *mega_listops_token(int id);
 MEGA_API int mega_listops_id(const char *tok, size_t n);
+/* One text as a classifier trained on text reads it (the text of a "label<TAB>text" line, or a
+ * ListOps Source field): bytes, each byte its id; ListOps, its whitespace-separated tokens with
+ * "(" and ")" dropped unless v->keep_parens and unknown words <unk>. The first min(*count, cap)
+ * ids go to ids (NULL: only count); *count is the number the whole text gives, so a caller cuts
+ * at cap as the loaders cut at max_len. MEGA_ERR_INVALID for a pixel vocabulary (images read
+ * pixel values, not text). */
+MEGA_API mega_status mega_vocab_encode(const mega_vocab *v, const char *text, size_t n, int32_t *ids, size_t cap,
+                                       size_t *count);
 /* JSON object describing the vocabulary (malloc'd, the caller frees it; NULL when out of
  * memory). For ListOps it lists every token in id order:
  * {"kind":"listops","size":21,"pad":0,"unk":1,"keep_parens":false,"tokens":[...]};

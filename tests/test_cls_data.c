@@ -1164,6 +1164,44 @@ static void test_real_errors(void) {
     expect_fail(mega_dataset_load(MEGA_DATA_REAL, NULL, NULL, NULL, NULL, &d), "real: no file", "--data FILE is required", NULL);
 }
 
+/* mega_vocab_encode (the server's reader of one text) gives the ids the loaders store for the
+ * same text: ListOps with and without parentheses and an unknown word, bytes with high bytes;
+ * its count is the whole text's, its ids cut at cap; a pixel vocabulary is refused */
+static void test_vocab_encode(void) {
+    const char *src = "( [MAX 2 9 ( [MIN 4 x ) ] )", *txt = "caf\xc3\xa9 ok";
+    char line[256];
+    snprintf(line, sizeof line, "Source\tTarget\n%s\t9\n", src);
+    write_str("enc_lo.tsv", line);
+    snprintf(line, sizeof line, "label\ttext\npos\t%s\n", txt);
+    write_str("enc_tx.tsv", line);
+    for (int kp = 0; kp < 2; kp++) {
+        mega_data_opts o;
+        memset(&o, 0, sizeof o);
+        o.keep_parens = kp;
+        mega_dataset d;
+        int32_t ids[64];
+        size_t n = 0;
+        const mega_vocab v = mega_vocab_listops(kp);
+        int rc = mega_dataset_load_listops(tpath("enc_lo.tsv"), &o, &d);
+        int same = rc == 0 && mega_vocab_encode(&v, src, strlen(src), ids, 64, &n) == MEGA_OK && n == (size_t)d.len[0];
+        for (size_t i = 0; same && i < n; i++) same = ids[i] == d.tok[0][i];
+        TL_CHECK(same, "mega_vocab_encode ListOps (keep_parens %d): the loader's %d ids (got %zu)", kp, rc ? -1 : d.len[0], n);
+        if (!rc) mega_dataset_free(&d);
+    }
+    mega_dataset d;
+    int32_t ids[4] = {-7, -7, -7, -7};
+    size_t n = 0;
+    const mega_vocab vb = mega_vocab_bytes();
+    int rc = mega_dataset_load_text(tpath("enc_tx.tsv"), NULL, &d);
+    int same = rc == 0 && mega_vocab_encode(&vb, txt, strlen(txt), ids, 3, &n) == MEGA_OK && n == strlen(txt) && d.len[0] == (int)n;
+    for (size_t i = 0; same && i < 3; i++) same = ids[i] == d.tok[0][i];
+    TL_CHECK(same && ids[3] == -7, "mega_vocab_encode bytes: the loader's ids, the count of all %zu, only cap = 3 written", strlen(txt));
+    if (!rc) mega_dataset_free(&d);
+    const mega_vocab vp = mega_vocab_pixels(1, 0.5, 0.5);
+    TL_CHECK(mega_vocab_encode(&vp, "12", 2, ids, 4, &n) == MEGA_ERR_INVALID && strstr(mega_last_error(), "pixel"),
+             "mega_vocab_encode refuses a pixel vocabulary (%s)", mega_last_error());
+}
+
 int main(int argc, char **argv) {
     const char *bin = getenv("MEGA_BIN"), *slash = argc > 0 ? strrchr(argv[0], '/') : NULL;
     if (bin) snprintf(mega_bin, sizeof mega_bin, "%s", bin);
@@ -1183,6 +1221,7 @@ int main(int argc, char **argv) {
     test_text();
     test_idx();
     test_vocab();
+    test_vocab_encode();
     test_text_helpers();
     test_formats();
     test_format_table();

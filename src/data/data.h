@@ -34,6 +34,10 @@ int mega__pathfinder_dir(const char *dir);
 const char *mega__data_show(const char *s, size_t n, char *buf, size_t cap);
 /* strict number: the whole string parses, finite */
 int mega__data_number(const char *s, double *x);
+/* the next ListOps token id of s[*s..e) (whitespace-separated; "(" and ")" skipped unless
+ * keep_parens; unknown words MEGA_LISTOPS_UNK), *s moved past it; -1 at the end. The one reader
+ * of ListOps text: the data loader and mega_vocab_encode. */
+int mega__listops_next(const char **s, const char *e, int keep_parens);
 
 /* ---- characters (metrics.c) ---- */
 

@@ -76,13 +76,7 @@ static mega_status listops_tokens(mega__builder *b, const char *s, const char *e
     mega_dataset *d = b->d;
     const mega_data_opts *o = b->o;
     *len = 0, *cut = 0;
-    while (s < e) {
-        while (s < e && isspace((unsigned char)*s)) s++;
-        if (s >= e) break;
-        const char *w = s;
-        while (s < e && !isspace((unsigned char)*s)) s++;
-        int id = mega_listops_id(w, (size_t)(s - w));
-        if (!o->keep_parens && (id == MEGA_LISTOPS_LPAREN || id == MEGA_LISTOPS_RPAREN)) continue;
+    for (int id; (id = mega__listops_next(&s, e, o->keep_parens)) >= 0;) {
         if (o->max_len > 0 && *len >= o->max_len) {
             *cut = 1;
             continue;

@@ -50,6 +50,33 @@ int mega_listops_id(const char *t, size_t n) {
     return MEGA_LISTOPS_UNK;
 }
 
+int mega__listops_next(const char **s, const char *e, int keep_parens) {
+    for (;;) {
+        while (*s < e && isspace((unsigned char)**s)) (*s)++;
+        if (*s >= e) return -1;
+        const char *w = *s;
+        while (*s < e && !isspace((unsigned char)**s)) (*s)++;
+        const int id = mega_listops_id(w, (size_t)(*s - w));
+        if (keep_parens || (id != MEGA_LISTOPS_LPAREN && id != MEGA_LISTOPS_RPAREN)) return id;
+    }
+}
+
+mega_status mega_vocab_encode(const mega_vocab *v, const char *text, size_t n, int32_t *ids, size_t cap, size_t *count) {
+    *count = 0;
+    if (v->kind == MEGA_VOCAB_BYTES) { /* each byte is its id (mega_dataset_load_text) */
+        for (size_t i = 0; ids && i < n && i < cap; i++) ids[i] = (unsigned char)text[i];
+        *count = n;
+        return MEGA_OK;
+    }
+    if (v->kind != MEGA_VOCAB_LISTOPS)
+        MEGA_FAIL(MEGA_ERR_INVALID, "mega_vocab_encode: a %s vocabulary reads pixel values, not text",
+                  v->real ? "real-valued pixel" : "pixel");
+    const char *s = text, *e = text + n;
+    for (int id; (id = mega__listops_next(&s, e, v->keep_parens)) >= 0; (*count)++)
+        if (ids && *count < cap) ids[*count] = id;
+    return MEGA_OK;
+}
+
 mega_vocab mega_vocab_listops(int keep_parens) {
     mega_vocab v = {MEGA_VOCAB_LISTOPS, MEGA_LISTOPS_VOCAB, MEGA_LISTOPS_PAD, MEGA_LISTOPS_UNK, keep_parens ? 1 : 0, 0, 0, 0};
     return v;
