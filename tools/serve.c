@@ -564,6 +564,148 @@ static int h_translate(server *s, struct mg_connection *c) {
     return st;
 }
 
+/* ---- classification ----------------------------------------------------------------------- */
+
+/* The texts' tokens as the classifier's training data was read (mega_vocab_encode: bytes, or
+ * ListOps tokens), each cut at --ctx tokens as `mega predict --seq-len` cuts; 0, or the status of
+ * the error sent. A classifier that does not read text is refused here. */
+static int cl_tokens(server *s, struct mg_connection *c, const cls_req *r, int32_t **ids, size_t *off, int32_t *len,
+                     int *cut) {
+    const cls_model *cm = &s->model.cls;
+    const mega_cls_config *cc = mega_cls_get_config(cm->m);
+    if (cm->fairseq)
+        return send_error(c, 400, "text: this classifier was converted from an official LRA checkpoint: the server does not read "
+                                  "its fairseq dictionary (use mega predict on its binarized data)");
+    if (cc->embedding == MEGA_EMBED_REAL || cm->vocab.kind == MEGA_VOCAB_PIXELS)
+        return send_error(c, 400, "text: this classifier reads %s, not text (use mega predict --%s)",
+                          cc->input_norm > 0 ? "audio" : "pixels", cc->input_norm > 0 ? "audio" : "images");
+    if (cc->two_tower) return send_error(c, 400, "text: this classifier reads two texts (two-tower): the server does not serve those");
+    size_t total = 0;
+    for (int i = 0; i < r->n; i++) {
+        size_t k = 0;
+        if (mega_vocab_encode(&cm->vocab, r->text[i], r->len[i], NULL, 0, &k) != MEGA_OK)
+            return send_error(c, 400, "text: %s", mega_last_error());
+        if (k == 0) return send_error(c, 400, "text: item %d has no %s tokens", i, cm->vocab.kind == MEGA_VOCAB_LISTOPS ? "ListOps" : "");
+        cut[i] = k > (size_t)s->lim.ctx;
+        len[i] = (int32_t)(cut[i] ? (size_t)s->lim.ctx : k);
+        off[i] = total, total += (size_t)len[i];
+    }
+    if (!(*ids = malloc(total * sizeof **ids))) return send_error(c, 503, "out of memory");
+    for (int i = 0; i < r->n; i++) {
+        size_t k;
+        mega_vocab_encode(&cm->vocab, r->text[i], r->len[i], *ids + off[i], (size_t)len[i], &k);
+    }
+    return 0;
+}
+
+/* The forwards run on a thread of their own, as the translations do: one text at a time (batch 1,
+ * no padding), each text's logits as probabilities p[i * C + k] (softmax in double) */
+typedef struct {
+    server *s;
+    const int32_t *ids;
+    const size_t *off;
+    const int32_t *len;
+    int n;
+    double *p;
+    mega_status st;
+    char err[256];
+} cl_call;
+static void *cl_run(void *arg) {
+    cl_call *k = arg;
+    mega_cls *m = k->s->model.cls.m;
+    const int C = mega_cls_get_config(m)->classes;
+    const mega_lm_run ev = {0, 0};
+    mega_set_threads(k->s->threads);
+    for (int i = 0; i < k->n; i++) {
+        const mega_cls_input in = {k->ids + k->off[i], NULL, &k->len[i], k->len[i]};
+        if ((k->st = mega_cls_forward(m, &in, NULL, 1, NULL, &ev, NULL, NULL)) != MEGA_OK) {
+            snprintf(k->err, sizeof k->err, "%s", mega_last_error());
+            return NULL;
+        }
+        const mega_real *lg = mega_cls_logits(m);
+        double mx = lg[0], sum = 0, *p = k->p + (size_t)i * C;
+        for (int c = 1; c < C; c++) mx = lg[c] > mx ? lg[c] : mx;
+        for (int c = 0; c < C; c++) sum += p[c] = exp((double)lg[c] - mx);
+        for (int c = 0; c < C; c++) p[c] /= sum;
+    }
+    k->st = MEGA_OK;
+    return NULL;
+}
+
+/* {"object": "classification", "model", "results": [{"index", "label", "probabilities": [{"label",
+ * "p"}, ...] (top_k, most probable first), "tokens", "truncated"}], "usage": {"prompt_tokens"}} */
+static int cl_answer(server *s, struct mg_connection *c, const cls_req *r, const double *p, const int32_t *len, const int *cut) {
+    const mega_classes *cl = &s->model.cls.classes;
+    const int C = mega_cls_get_config(s->model.cls.m)->classes, K = r->top_k > 0 && r->top_k < C ? r->top_k : C;
+    int *order = malloc((size_t)C * sizeof *order);
+    if (!order) return send_error(c, 503, "out of memory");
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "object", "classification");
+    cJSON_AddStringToObject(o, "model", s->name);
+    cJSON_AddItemToObject(o, "results", a);
+    double used = 0;
+    for (int i = 0; i < r->n; i++) {
+        const double *pi = p + (size_t)i * C;
+        for (int k = 0; k < C; k++) order[k] = k;
+        for (int k = 1; k < C; k++) /* by probability, the lower class first among equals (argmax) */
+            for (int j = k; j > 0 && pi[order[j]] > pi[order[j - 1]]; j--) {
+                const int t = order[j];
+                order[j] = order[j - 1], order[j - 1] = t;
+            }
+        cJSON *e = cJSON_CreateObject(), *ps = cJSON_CreateArray();
+        cJSON_AddNumberToObject(e, "index", i);
+        cJSON_AddStringToObject(e, "label", order[0] < cl->n ? cl->names[order[0]] : "?");
+        for (int k = 0; k < K; k++) {
+            cJSON *q = cJSON_CreateObject();
+            cJSON_AddStringToObject(q, "label", order[k] < cl->n ? cl->names[order[k]] : "?");
+            cJSON_AddNumberToObject(q, "p", pi[order[k]]);
+            cJSON_AddItemToArray(ps, q);
+        }
+        cJSON_AddItemToObject(e, "probabilities", ps);
+        cJSON_AddNumberToObject(e, "tokens", len[i]);
+        cJSON_AddBoolToObject(e, "truncated", cut[i]);
+        cJSON_AddItemToArray(a, e);
+        used += len[i];
+    }
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(o, "usage"), "prompt_tokens", used);
+    free(order);
+    pthread_mutex_lock(&s->mt.mu);
+    s->mt.prompt_tokens += (uint64_t)used;
+    pthread_mutex_unlock(&s->mt.mu);
+    return send_json(c, 200, o);
+}
+
+/* POST /v1/classify: each text's label and class probabilities, as mega predict labels a line */
+static int h_classify(server *s, struct mg_connection *c) {
+    char *body, err[512];
+    size_t n;
+    int st = read_body(c, s->max_body, &body, &n);
+    if (st) return st;
+    cls_req r;
+    int bad = serve_parse_classify(body, n, &r, err, sizeof err);
+    free(body);
+    if (bad) return cls_req_free(&r), send_error(c, 400, "%s", err);
+    const int C = mega_cls_get_config(s->model.cls.m)->classes;
+    int32_t *ids = NULL, *len = malloc((size_t)r.n * sizeof *len);
+    size_t *off = malloc((size_t)r.n * sizeof *off);
+    int *cut = malloc((size_t)r.n * sizeof *cut);
+    double *p = malloc((size_t)r.n * C * sizeof *p);
+    if (!len || !off || !cut || !p) st = send_error(c, 503, "out of memory");
+    if (!st) st = cl_tokens(s, c, &r, &ids, off, len, cut);
+    if (!st) {
+        cl_call k = {s, ids, off, len, r.n, p, MEGA_ERR_INVALID, ""};
+        pthread_t t;
+        pthread_mutex_lock(&s->model_mu);
+        if (pthread_create(&t, NULL, cl_run, &k)) snprintf(k.err, sizeof k.err, "cannot start a thread");
+        else pthread_join(t, NULL);
+        pthread_mutex_unlock(&s->model_mu);
+        st = k.st != MEGA_OK ? send_error(c, 500, "classification failed: %s", k.err) : cl_answer(s, c, &r, p, len, cut);
+    }
+    free(ids), free(len), free(off), free(cut), free(p);
+    cls_req_free(&r);
+    return st;
+}
+
 static int h_health(server *s, struct mg_connection *c) {
     (void)s;
     cJSON *o = cJSON_CreateObject();
@@ -587,6 +729,16 @@ static int h_props(server *s, struct mg_connection *c) {
     cJSON_AddStringToObject(o, "model", s->name);
     cJSON_AddStringToObject(o, "kind", mega_model_kind_name(s->model.kind));
     cJSON_AddNumberToObject(o, "parameters", (double)s->params);
+    if (s->model.kind == MEGA_MODEL_CLS) { /* what POST /v1/classify answers with and reads */
+        const cls_model *cm = &s->model.cls;
+        cJSON *cl = cJSON_AddArrayToObject(o, "classes");
+        for (int k = 0; k < cm->classes.n; k++) cJSON_AddItemToArray(cl, cJSON_CreateString(cm->classes.names[k]));
+        cJSON_AddStringToObject(o, "vocabulary", cm->fairseq ? "fairseq dictionary" : cm->vocab.kind == MEGA_VOCAB_LISTOPS ? "listops"
+                                                 : cm->vocab.kind == MEGA_VOCAB_BYTES ? "bytes" : "pixels");
+        cJSON_AddNumberToObject(o, "max_input_tokens", s->lim.ctx);
+        cJSON_Delete(g);
+        return send_json(c, 200, o);
+    }
     if (s->model.kind == MEGA_MODEL_S2S) {
         mega_s2s_search sp;
         mega_s2s_search_default(&sp);
@@ -687,6 +839,7 @@ static const route ROUTES[] = {
     {"/tokenize", "POST", h_tokenize, 0, MEGA_MODEL_LM},
     {"/detokenize", "POST", h_detokenize, 0, MEGA_MODEL_LM},
     {"/v1/translate", "POST", h_translate, 0, MEGA_MODEL_S2S},
+    {"/v1/classify", "POST", h_classify, 0, MEGA_MODEL_CLS},
 };
 
 static int on_request(struct mg_connection *c) {
@@ -798,7 +951,7 @@ int cmd_serve(int argc, char **argv) {
     if (!s) return cli_error("out of memory"), 2;
     s->lim.max_tokens = 4096, s->lim.ctx = 8192;
     cli_flag fl[] = {
-        {"model", F_STR, &model, "checkpoint directory of a language model (or its model.safetensors)", NULL, 1, 0, 0},
+        {"model", F_STR, &model, "checkpoint directory of a language model, encoder-decoder or classifier (or its model.safetensors)", NULL, 1, 0, 0},
         WHICH_FLAG,
         {"host", F_STR, &host, "address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)", NULL, 1, 0, 0},
         {"port", F_INT, &port, "TCP port (0 = any free port, printed at the start)", NULL, 0, 65535, 0},
@@ -809,7 +962,7 @@ int cmd_serve(int argc, char **argv) {
         {"max-queue", F_INT, &max_queue, "requests waiting for a slot beyond which new ones get 503", NULL, 0, 4096, 0},
         {"max-body", F_SIZE, &max_body, "largest request body (bytes; K, M suffixes); larger ones get 413", NULL, 64, 1 << 30, 0},
         {"max-tokens", F_INT, &s->lim.max_tokens, "largest max_tokens (n_predict) a request may ask for", NULL, 1, 1 << 20, 0},
-        {"ctx", F_INT, &s->lim.ctx, "largest prompt tokens + max_tokens of a request", NULL, 2, 1 << 24, 0},
+        {"ctx", F_INT, &s->lim.ctx, "largest prompt tokens + max_tokens of a request; a classifier's texts are cut at this many tokens", NULL, 2, 1 << 24, 0},
         {"threads", F_INT, &threads, "threads in all (0 = all cores), shared by the slots", NULL, 0, 4096, 0},
         FL_END};
     int r = cli_parse("serve", "--model DIR [--host 127.0.0.1] [--port 8080] [--parallel N] [--api-key-file F]", fl, argc,
@@ -826,19 +979,16 @@ int cmd_serve(int argc, char **argv) {
     model_name(model, s->name, sizeof s->name);
     int rc = 2;
     if (model_load(model, &s->model)) goto out;
-    if (s->model.kind == MEGA_MODEL_CLS) {
-        cli_error("'%s' is a %s: mega serve serves language models and encoder-decoders so far (use mega predict)", model,
-                  model_kind_noun(s->model.kind));
-        goto out;
-    }
-    s->params = mega_ps_trainable(s->model.kind == MEGA_MODEL_S2S ? mega_s2s_paramset(s->model.s2s) : mega_lm_paramset(s->model.lm));
+    s->params = mega_ps_trainable(s->model.kind == MEGA_MODEL_S2S   ? mega_s2s_paramset(s->model.s2s)
+                                  : s->model.kind == MEGA_MODEL_CLS ? mega_cls_paramset(s->model.cls.m)
+                                                                    : mega_lm_paramset(s->model.lm));
     pthread_mutex_init(&s->model_mu, NULL);
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const int all = threads > 0 ? threads : cores > 0 ? (int)cores : 1;
     pthread_mutex_init(&s->mt.mu, NULL);
     s->mt.latency.le = LAT_LE, s->mt.ttft.le = LAT_LE, s->mt.itl.le = ITL_LE;
     s->threads = all;
-    /* an encoder-decoder has no slots: its requests run one at a time on the handlers' threads */
+    /* an encoder-decoder or a classifier has no slots: its requests run one at a time (model_mu) */
     if (serve_engine_start(&s->eng, &s->model, s->model.kind == MEGA_MODEL_LM ? parallel : 0, max_queue,
                            all / parallel > 0 ? all / parallel : 1, &s->mt) == 0) {
         signal(SIGPIPE, SIG_IGN);

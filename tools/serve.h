@@ -53,6 +53,16 @@ typedef struct {
 } tr_req;
 int serve_parse_translate(const char *body, size_t n, tr_req *r, char *err, size_t en);
 void tr_req_free(tr_req *r);
+/* A classification request (POST /v1/classify): "text" (or "input"), a string or a list of up to
+ * SERVE_MAX_SOURCES non-empty strings; "top_k", the labels answered per text (0 or absent: all).
+ * "text2" is refused: two-text classifiers are not served. */
+typedef struct {
+    char **text; /* owned, valid UTF-8 */
+    size_t *len;
+    int n, top_k;
+} cls_req;
+int serve_parse_classify(const char *body, size_t n, cls_req *r, char *err, size_t en);
+void cls_req_free(cls_req *r);
 /* the text of POST /tokenize ("content") or the ids of POST /detokenize ("tokens", each in
  * [0, vocab)): 0 or -1 with the message in err */
 int serve_parse_tokenize(const char *body, size_t n, char **text, size_t *len, char *err, size_t en);

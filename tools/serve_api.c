@@ -273,3 +273,42 @@ void tr_req_free(tr_req *r) {
     free(r->src), free(r->len);
     memset(r, 0, sizeof *r);
 }
+
+/* one string or a list of 1 to SERVE_MAX_SOURCES non-empty strings, as a list of copies */
+static int texts_field(const cJSON *t, const char *name, char ***out, size_t **len, int *count, char *err, size_t en) {
+    const int list = cJSON_IsArray(t), k = list ? cJSON_GetArraySize(t) : 1;
+    if (!list && !cJSON_IsString(t)) return fail(err, en, "%s: expected a string or a list of strings", name);
+    if (k < 1 || k > SERVE_MAX_SOURCES) return fail(err, en, "%s: a list of 1 to %d strings (got %d)", name, SERVE_MAX_SOURCES, k);
+    if (!(*out = calloc((size_t)k, sizeof **out)) || !(*len = calloc((size_t)k, sizeof **len)))
+        return fail(err, en, "%s: out of memory", name);
+    for (int i = 0; i < k; i++) {
+        const cJSON *e = list ? cJSON_GetArrayItem(t, i) : t;
+        if (!cJSON_IsString(e)) return fail(err, en, "%s: item %d is not a string", name, i);
+        if (str_copy(e, name, &(*out)[i], &(*len)[i], err, en)) return -1;
+        *count = i + 1;
+        if ((*len)[i] == 0) return fail(err, en, "%s: item %d is empty", name, i);
+    }
+    return 0;
+}
+
+int serve_parse_classify(const char *body, size_t n, cls_req *r, char *err, size_t en) {
+    memset(r, 0, sizeof *r);
+    cJSON *o = parse_object(body, n, err, en);
+    if (!o) return -1;
+    const char *name = field(o, "text") || !field(o, "input") ? "text" : "input";
+    const cJSON *t = field(o, name);
+    double k = 0;
+    int rc = !t ? fail(err, en, "text: required (a string or a list of strings)")
+                : texts_field(t, name, &r->text, &r->len, &r->n, err, en);
+    if (!rc && field(o, "text2")) rc = fail(err, en, "text2: two-text (two-tower) classifiers are not served; this field is not read");
+    if (!rc) rc = num_field(o, "top_k", 0, 1 << 20, 1, &k, err, en);
+    r->top_k = (int)k;
+    cJSON_Delete(o);
+    return rc;
+}
+
+void cls_req_free(cls_req *r) {
+    for (int i = 0; i < r->n; i++) free(r->text[i]);
+    free(r->text), free(r->len);
+    memset(r, 0, sizeof *r);
+}
