@@ -1,7 +1,8 @@
 /*
  * mega serve: an HTTP server for a language model (docs/serving.md), with the API clients already
  * speak: OpenAI's POST /v1/completions and GET /v1/models, llama.cpp's POST /completion,
- * /tokenize, /detokenize and GET /health, /props, /metrics (Prometheus text), and a page at /.
+ * /tokenize, /detokenize and GET /health, /props, /metrics (Prometheus text), and a page at /;
+ * for an encoder-decoder POST /v1/translate, for a classifier POST /v1/classify.
  * Built on civetweb (Debian libcivetweb-dev) when make finds it; otherwise the command says in one
  * line that this build has no HTTP server. Every request body is hostile: its size is bounded
  * before it is read (413), every field is checked (400 naming it; serve_api.c), a full queue is a
