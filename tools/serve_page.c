@@ -1,7 +1,8 @@
 /* mega serve: the page at / (one static page, no external resources: the server's
  * Content-Security-Policy allows nothing but itself). It reads /props for the model's name and
  * size, and streams /v1/completions (server-sent events) into the output as tokens arrive; for an
- * encoder-decoder it shows a translation form instead (POST /v1/translate). */
+ * encoder-decoder it shows a translation form instead (POST /v1/translate), for a classifier the
+ * same form for texts to classify (POST /v1/classify). */
 #include "serve.h"
 
 const char SERVE_PAGE[] =
@@ -35,15 +36,17 @@ const char SERVE_PAGE[] =
     "<script>\n"
     "'use strict';\n"
     "const $ = id => document.getElementById(id);\n"
-    "let ctl = null;\n"
+    "let ctl = null, cls = false;\n"
     "function headers() { const h = {'Content-Type': 'application/json'}; const k = $('key').value || $('tkey').value;\n"
     "  if (k) h.Authorization = 'Bearer ' + k; return h; }\n"
     "async function props() {\n"
     "  try { const r = await fetch('/props', {headers: headers()}); const p = await r.json();\n"
     "    if (!r.ok) throw new Error(p.error ? p.error.message : r.status);\n"
     "    $('model').textContent = p.model + ' \\u2014 ' + p.kind + ', ' + p.parameters.toLocaleString('en') + ' parameters, ' +\n"
-    "      p.vocabulary + (p.kind === 'mega_s2s' ? '' : ', ' + p.total_slots + ' slot(s)');\n"
-    "    if (p.kind === 'mega_s2s') { $('f').hidden = true; $('tf').hidden = false; }\n"
+    "      p.vocabulary + (p.total_slots ? ', ' + p.total_slots + ' slot(s)' : '');\n"
+    "    if (p.kind === 'mega_s2s' || p.kind === 'mega_cls') { $('f').hidden = true; $('tf').hidden = false; }\n"
+    "    if (p.kind === 'mega_cls') { cls = true; $('tgo').textContent = 'Classify'; $('beam').parentNode.hidden = true;\n"
+    "      $('lenpen').parentNode.hidden = true; $('sources').setAttribute('aria-label', 'texts, one per line'); }\n"
     "  } catch (e) { $('model').textContent = 'model: ' + e.message; } }\n"
     "function num(id) { return Number($(id).value); }\n"
     "async function generate(ev) {\n"
@@ -69,7 +72,11 @@ const char SERVE_PAGE[] =
     "  ctl = null; $('go').disabled = false; $('stop').disabled = true; }\n"
     "async function translate(ev) {\n"
     "  ev.preventDefault(); const src = $('sources').value.split('\\n').filter(l => l.length);\n"
-    "  const out = $('out'); out.textContent = ''; $('status').textContent = 'translating...';\n"
+    "  const out = $('out'); out.textContent = ''; $('status').textContent = cls ? 'classifying...' : 'translating...';\n"
+    "  if (cls) { try { const r = await fetch('/v1/classify', {method: 'POST', headers: headers(), body: JSON.stringify({text: src})});\n"
+    "      const j = await r.json(); if (!r.ok) throw new Error(j.error ? j.error.message : 'HTTP ' + r.status);\n"
+    "      out.textContent = j.results.map(x => x.label + '  ' + x.probabilities[0].p.toFixed(4)).join('\\n');\n"
+    "      $('status').textContent = 'done'; } catch (e) { $('status').textContent = 'error: ' + e.message; } return; }\n"
     "  try { const r = await fetch('/v1/translate', {method: 'POST', headers: headers(),\n"
     "      body: JSON.stringify({source: src, beam: num('beam'), lenpen: num('lenpen')})});\n"
     "    const j = await r.json(); if (!r.ok) throw new Error(j.error ? j.error.message : 'HTTP ' + r.status);\n"

@@ -5,8 +5,9 @@
 # tests/web/node_modules when missing), opens the page, types a prompt, presses Generate and must
 # see the model's description and the streamed text, which must be the text curl gets for the same
 # greedy request; for an encoder-decoder's server, the translation form must show what
-# /v1/translate answers. Skips (a NOTE line) without chromium, node/npm, curl, or an HTTP server
-# in the build, or when npm cannot install puppeteer-core (no network).
+# /v1/translate answers, and for a classifier's the same form what /v1/classify answers. Skips (a
+# NOTE line) without chromium, node/npm, curl, or an HTTP server in the build, or when npm cannot
+# install puppeteer-core (no network).
 . "$(dirname "$0")/lib.sh"
 need_tool
 WEB="$ROOT/tests/web"
@@ -83,5 +84,31 @@ check "the page of an encoder-decoder: the translation form, whose output is /v1
 kill -TERM "$(ps -o pid= --ppid $SERVER | tr -d ' ')" # the server, not timeout (which would follow with a KILL)
 wait $SERVER
 status $? "the translation server exits 0 on SIGTERM"
+SERVER=""
+
+# a classifier's server: the same form classifies the lines, as /v1/classify answers
+awk 'BEGIN { for (i = 0; i < 60; i++) printf "%s\t%s\n", (i % 2 ? "odd" : "even"), (i % 2 ? "gfedcba" : "abc") }' > cls.tsv
+timeout 60 "$MEGA" train --task classify --data cls.tsv --out tc --layers 1 --embed-dim 8 --hidden-dim 16 --z-dim 4 \
+  --ffn-dim 16 --chunk-size -1 --seq-len 16 --steps 4 --batch 4 --threads 1 --quiet >tc.out 2>&1
+status $? "train a tiny text classifier"
+timeout -k 2 120 "$MEGA" serve --model tc --port 0 --threads 1 >srv3.out 2>srv3.err &
+SERVER=$!
+U=""
+for i in $(seq 1 100); do
+  p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' srv3.err)
+  [ -n "$p" ] && { U="http://127.0.0.1:$p"; break; }
+  sleep 0.05
+done
+curl -s --max-time 20 "$U/v1/classify" -d '{"text":["abc","gfedcba"]}' > cl.json
+timeout -k 5 60 node "$WEB/page_test.mjs" "$U/" "$CHROME" "" translate > cpage.json 2> cnode.err
+status $? "chromium ran the classification form: $(head -c 300 cpage.json)$(head -n 3 cnode.err | tr '\n' '|')"
+r=$(node -e '
+const fs = require("fs"), j = JSON.parse(fs.readFileSync("cpage.json", "utf8")), c = JSON.parse(fs.readFileSync("cl.json", "utf8"));
+console.log([j.model.includes("mega_cls"), j.hidden, j.out === c.results.map(x => x.label + "  " + x.probabilities[0].p.toFixed(4)).join("\n"),
+  j.status === "done", j.errors.length === 0].join(" "));' 2>&1)
+check "the page of a classifier: the form for texts, whose output is /v1/classify's labels ($r)" test "$r" = "true true true true true"
+kill -TERM "$(ps -o pid= --ppid $SERVER | tr -d ' ')"
+wait $SERVER
+status $? "the classifier's server exits 0 on SIGTERM"
 SERVER=""
 finish
