@@ -40,7 +40,8 @@ start() {
   bad "server $_n did not start: $(head -n 3 "$_n.err" | tr '\n' '|')"
   finish
 }
-stop() { kill -TERM "$MPID" 2>/dev/null; wait "$PID"; }
+# stop NAME: SIGTERM; the server must exit 0 (under ASan also: no leak, no error at exit)
+stop() { kill -TERM "$MPID" 2>/dev/null; wait "$PID"; status $? "server $1 exits 0 on SIGTERM$(grep -m1 -o 'ERROR: [A-Za-z]*Sanitizer.*' "$1.err")"; }
 C="curl -s --max-time 20"
 req() { _f=$1 _m=$2 _path=$3; shift 3; code=$($C -o "$_f.json" -w '%{http_code}' -X "$_m" "$U$_path" "$@"); }
 js() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
@@ -116,14 +117,13 @@ expect "invalid UTF-8" 400 text POST /v1/classify --data-binary "$(printf '{"tex
 expect "not JSON" 400 body POST /v1/classify -d '{"text":'
 expect "GET" 405 "method" GET /v1/classify
 expect "a completion asked of a classifier" 400 "language model" POST /v1/completions -d '{"prompt":"a"}'
-stop
-status $? "the classifier's server exits 0 on SIGTERM"
+stop a
 
 start k tc --api-key sesame
 expect "no API key" 401 "API key" POST /v1/classify -d '{"text":"a"}'
 req kk POST /v1/classify -H 'Authorization: Bearer sesame' -d '{"text":"a"}'
 check "with the key: 200" test "$code" = 200
-stop
+stop k
 
 # ---- a ListOps classifier: its tokens, not bytes -----------------------------------------------
 timeout 30 "$MEGA" listops --out lo --train 120 --valid 10 --test 10 --min-len 10 --max-len 40 --max-depth 2 --seed 3 >/dev/null 2>&1
@@ -135,7 +135,7 @@ E1='( [MAX 2 9 ( [MIN 4 7 ) 0 ] )' E2='[SM 3 4 ]'
 req lq POST /v1/classify -d "{\"text\":[\"$E1\",\"$E2\"]}"
 check "ListOps: tokens counted without parentheses" test "$code $(js lq.json '[x["tokens"] for x in j["results"]]')" = "200 [8, 4]"
 agree lc lq.json "Source	Target" "$E1" "$E2"
-stop
+stop lo
 
 # ---- a classifier of images: it reads pixels, not text ------------------------------------------
 python3 - <<'PY'
@@ -150,7 +150,7 @@ timeout 60 "$MEGA" train --task classify --images im.idx --labels lb.idx --out i
 status $? "train a tiny image classifier"
 start im ic
 expect "an image classifier refuses text" 400 "pixels" POST /v1/classify -d '{"text":"a"}'
-stop
+stop im
 
 # ---- a language model's server -----------------------------------------------------------------
 awk 'BEGIN { for (i = 0; i < 200; i++) print "the cat sees the dog." }' > corpus.txt
@@ -159,5 +159,5 @@ timeout 60 "$MEGA" train --data corpus.txt --out lm --layers 1 --embed-dim 8 --z
 status $? "train a tiny language model"
 start lm lm
 expect "a language model's server refuses /v1/classify" 400 "classifier" POST /v1/classify -d '{"text":"a"}'
-stop
+stop lm
 finish
