@@ -5,7 +5,8 @@
 #     the one `mega eval --batch 1` reads off the same line (eval's loss is -ln p of its label);
 #   * a list of texts, top_k, "input" for "text", the probabilities sum to 1, most probable first;
 #   * --ctx cuts a long text (truncated, tokens); /props lists the classes;
-#   * bad fields are 400s naming the field; a classifier of images is refused (it reads pixels);
+#   * bad fields are 400s naming the field, 401 without the key, 413 over --max-body; a
+#     classifier of images is refused (it reads pixels);
 #     a language model's server answers /v1/classify with a 400 naming its kind.
 # Servers bind 127.0.0.1 on a free port (--port 0) and are killed at exit; every command has a
 # hard timeout. Skips (a NOTE line) without curl or python3, or in a build without civetweb.
@@ -43,7 +44,8 @@ start() {
 # stop NAME: SIGTERM; the server must exit 0 (under ASan also: no leak, no error at exit)
 stop() { kill -TERM "$MPID" 2>/dev/null; wait "$PID"; status $? "server $1 exits 0 on SIGTERM$(grep -m1 -o 'ERROR: [A-Za-z]*Sanitizer.*' "$1.err")"; }
 C="curl -s --max-time 20"
-req() { _f=$1 _m=$2 _path=$3; shift 3; code=$($C -o "$_f.json" -w '%{http_code}' -X "$_m" "$U$_path" "$@"); }
+# req NAME METHOD PATH [curl args]: with the API key of the servers that have one (sesame)
+req() { _f=$1 _m=$2 _path=$3; shift 3; code=$($C -o "$_f.json" -w '%{http_code}' -H 'Authorization: Bearer sesame' -X "$_m" "$U$_path" "$@"); }
 js() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 # expect NAME CODE FIELD METHOD PATH [curl args]: an error answer whose message names FIELD
 expect() {
@@ -80,7 +82,9 @@ timeout 60 "$MEGA" train --task classify --data text.tsv --out tc --layers 1 --e
   --ffn-dim 32 --chunk-size -1 --seq-len 32 --steps 30 --batch 8 --threads 1 --quiet >tc.out 2>&1
 status $? "train a tiny text classifier"
 
-start a tc --ctx 12
+start a tc --ctx 12 --api-key sesame --max-body 4096
+code=$($C -o nokey.json -w '%{http_code}' "$U/v1/classify" -d '{"text":"a"}')
+check "no API key: 401" sh -c "[ $code = 401 ] && grep -q 'API key' nokey.json"
 req p GET /props
 check "GET /props of a classifier: kind, vocabulary, classes" test "$(js p.json 'j["kind"], j["vocabulary"], sorted(j["classes"])')" = "mega_cls bytes ['mid', 'neg', 'pos']"
 req one POST /v1/classify -d '{"text":"good fine day"}'
@@ -115,15 +119,11 @@ expect "top_k not an integer" 400 top_k POST /v1/classify -d '{"text":"a","top_k
 expect "text2 (two texts)" 400 text2 POST /v1/classify -d '{"text":"a","text2":"b"}'
 expect "invalid UTF-8" 400 text POST /v1/classify --data-binary "$(printf '{"text":"\377"}')"
 expect "not JSON" 400 body POST /v1/classify -d '{"text":'
+expect "a body over --max-body" 413 "max-body" POST /v1/classify -d "{\"text\":\"$(head -c 5000 /dev/zero | tr '\0' a)\"}"
 expect "GET" 405 "method" GET /v1/classify
 expect "a completion asked of a classifier" 400 "language model" POST /v1/completions -d '{"prompt":"a"}'
 stop a
 
-start k tc --api-key sesame
-expect "no API key" 401 "API key" POST /v1/classify -d '{"text":"a"}'
-req kk POST /v1/classify -H 'Authorization: Bearer sesame' -d '{"text":"a"}'
-check "with the key: 200" test "$code" = 200
-stop k
 
 # ---- a ListOps classifier: its tokens, not bytes -----------------------------------------------
 timeout 30 "$MEGA" listops --out lo --train 120 --valid 10 --test 10 --min-len 10 --max-len 40 --max-depth 2 --seed 3 >/dev/null 2>&1
