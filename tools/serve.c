@@ -791,7 +791,7 @@ static int h_metrics(server *s, struct mg_connection *c) {
                   "# HELP mega_requests_total HTTP requests answered.\n# TYPE mega_requests_total counter\nmega_requests_total %llu\n"
                   "# HELP mega_request_errors_total Requests answered with a 4xx or 5xx status.\n# TYPE mega_request_errors_total counter\n"
                   "mega_request_errors_total %llu\n"
-                  "# HELP mega_prompt_tokens_total Prompt tokens of the completions queued.\n# TYPE mega_prompt_tokens_total counter\n"
+                  "# HELP mega_prompt_tokens_total Prompt tokens of the completions queued and of the texts classified.\n# TYPE mega_prompt_tokens_total counter\n"
                   "mega_prompt_tokens_total %llu\n"
                   "# HELP mega_tokens_predicted_total Tokens generated.\n# TYPE mega_tokens_predicted_total counter\n"
                   "mega_tokens_predicted_total %llu\n"

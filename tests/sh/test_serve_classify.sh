@@ -33,7 +33,7 @@ start() {
   SERVERS="$SERVERS $PID"
   U=""
   for _i in $(seq 1 100); do
-    _p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' "$_n.err")
+    _p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' "$_n.err" 2>/dev/null)
     [ -n "$_p" ] && { U="http://127.0.0.1:$_p"; MPID=$(ps -o pid= --ppid $PID | tr -d ' '); return 0; }
     kill -0 $PID 2>/dev/null || break
     sleep 0.05
