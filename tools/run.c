@@ -35,6 +35,7 @@ static int load_cls_data(const cls_model *cm, const char *data, const char *imag
     o.classes = &cm->classes;
     if (cm->format == MEGA_DATA_SPEECH) /* a Speech Commands directory: its test clips (testing_list.txt) */
         o.split = 2, o.all_words = cm->classes.n > 10, o.max_len = 0;
+    if (cm->format == MEGA_DATA_LRA_IMAGE) o.split = 2; /* the LRA image layout as DIR: its test split */
     if (mega_dataset_load(cm->format, data, images, labels, &o, d) != MEGA_OK) return cli_error("%s", mega_last_error());
     return 0;
 }
