@@ -35,8 +35,17 @@ static int load_cls_data(const cls_model *cm, const char *data, const char *imag
     o.classes = &cm->classes;
     if (cm->format == MEGA_DATA_SPEECH) /* a Speech Commands directory: its test clips (testing_list.txt) */
         o.split = 2, o.all_words = cm->classes.n > 10, o.max_len = 0;
-    if (cm->format == MEGA_DATA_LRA_IMAGE) o.split = 2; /* the LRA image layout as DIR: its test split */
+    if (cm->format == MEGA_DATA_LRA_IMAGE) o.split = 2, o.max_len = 0; /* DIR: its test split; the images whole */
     if (mega_dataset_load(cm->format, data, images, labels, &o, d) != MEGA_OK) return cli_error("%s", mega_last_error());
+    /* an image longer than the model's positions or its training length is another image size,
+     * not a text to cut */
+    const mega_block_config *bc = &mega_cls_get_config(cm->m)->block;
+    int lim = seq_len;
+    const char *why = "--seq-len";
+    if (bc->max_positions > 0 && bc->max_positions < lim) lim = bc->max_positions, why = "its max-positions";
+    if (bc->train_len > 0 && bc->train_len < lim) lim = bc->train_len, why = "its training length";
+    if (d->pixel_lines && d->max_len > lim)
+        return cli_error("%s: images of %d pixels, but the model takes at most %d (%s)", d->path, d->max_len, lim, why);
     return 0;
 }
 
