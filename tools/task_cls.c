@@ -80,6 +80,8 @@ int cls_apply_preset(train_args *a, const cli_flag *fl) {
     mega_block_config *b = &c->block;
 #define SET(flag, field, val) if (!cli_seen(fl, flag)) field = (val)
     SET("format", a->format, p->format);
+    /* lra-image with --data, not --images: the official image layout (input/, label/), not IDX */
+    if (!cli_seen(fl, "format") && !strcmp(p->format, "idx") && a->data && !a->images) a->format = "lra-image";
     SET("attention-activation", b->attention_activation, p->attn);
     SET("norm-type", b->norm_type, p->norm);
     SET("embedding", c->embedding, p->embedding);

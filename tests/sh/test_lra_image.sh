@@ -31,6 +31,12 @@ check "eval reads DIR/SPLIT: $(cat evalv.txt)" grep -q "^accuracy .* 8 examples"
 "$MEGA" predict --model m --data d >pred.txt 2>/dev/null
 check "predict: one class per test image" test "$(grep -c '^[01]$' pred.txt)" -eq 8
 
+expect_error "an LRA image-layout model given IDX files" "reads --data, not --images" \
+  "$MEGA" eval --model m --images x.idx --labels y.idx
+"$MEGA" train --task classify --preset lra-image --data d --steps 1 --batch 4 --layers 1 --embed-dim 16 --hidden-dim 16 \
+  --z-dim 8 --ffn-dim 16 --classifier-dim 16 --out pm >/dev/null 2>&1 && "$MEGA" eval --model pm --data d >pe.txt 2>/dev/null
+check "--preset lra-image reads the layout given as --data" grep -q "^accuracy .* 8 examples" pe.txt
+
 # hostile copies of the test split, each refused with one line
 bad_split() { # NAME SRC-LINES LABEL-LINES: the split NAME of d
   printf %b "$2" >"d/input/$1.src"
