@@ -146,8 +146,8 @@ static int cls_run_all(cls_run *r, const char *model, const char *data, const ch
     if (!r->cm.fairseq && r->cm.format == MEGA_DATA_IDX && data)
         return cli_error("'%s' is an image classifier: it reads --images and --labels (IDX), not --data text", model), 2;
     if (!r->cm.fairseq && r->cm.format != MEGA_DATA_IDX && r->cm.format != MEGA_DATA_AUTO && images)
-        return cli_error("'%s' is a %s classifier: it reads --data, not --images/--labels (IDX images)", model,
-                         r->cm.format == MEGA_DATA_LRA_IMAGE ? "LRA image-layout" : "text"), 2;
+        return cli_error("'%s' is %s classifier: it reads --data, not --images/--labels (IDX images)", model,
+                         r->cm.format == MEGA_DATA_LRA_IMAGE ? "an LRA image-layout" : "a text"), 2;
     if (!r->cm.fairseq && load_cls_data(&r->cm, data, images, labels, seq_len, &r->d)) return 2;
     {
         /* the forward buffers of the longest batch, with the weights and the data already in memory */

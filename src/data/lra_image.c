@@ -182,6 +182,7 @@ mega_status mega_dataset_load_lra_image(const char *path, const mega_data_opts *
     if (st == MEGA_OK) {
         d->vocab = mega_vocab_pixels(o->real, mean, std);
         d->pixel_lines = 1;
+        b.line_note = " (line = image number; the label is in the .label file)"; /* in an unknown-label message */
         st = lra_image_fill(&b, &sb, lab, &lb, N, W);
     }
     mega_bytes_free(&sb), mega_bytes_free(&lb);
