@@ -94,7 +94,7 @@ int mega_data_format_parse(const char *s, mega_data_format *f) {
 
 mega_data_format mega_data_detect(const char *path) {
     if (mega__pathfinder_dir(path)) return MEGA_DATA_PATHFINDER; /* a directory: its layout */
-    if (mega__lra_image_dir(path)) return MEGA_DATA_LRA_IMAGE;
+    if (mega__lra_image_dir(path) || mega__lra_image_split(path)) return MEGA_DATA_LRA_IMAGE;
     FILE *f; /* regular files only (never blocks on a FIFO); the loader reports what is wrong */
     if (mega__data_open(path, "data", &f) != MEGA_OK) return MEGA_DATA_TEXT;
     char line[8192];

@@ -26,6 +26,18 @@ int mega__lra_image_dir(const char *dir) {
     return is_dir(p);
 }
 
+int mega__lra_image_split(const char *path) {
+    char dir[4096], p[4400];
+    struct stat st;
+    if (!path || strlen(path) >= sizeof dir) return 0;
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || !slash[1]) return 0;
+    *slash = 0;
+    snprintf(p, sizeof p, "%s/input/%s.src", dir, slash + 1);
+    return mega__lra_image_dir(dir) && stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 /* path as DIR (the layout; split from opts->split) or DIR/SPLIT, into the two file names */
 static mega_status lra_image_paths(const char *path, int split, char *src, char *lab, size_t cap) {
     static const char *const splits[3] = {"train", "valid", "test"};

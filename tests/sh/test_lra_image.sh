@@ -24,6 +24,9 @@ awk 'BEGIN { srand(3); n["train"] = 32; n["valid"] = 8; n["test"] = 8
   --lr 0.01 --out m >train.txt 2>&1
 status $? "train on the layout: $(tail -n 1 train.txt)"
 check "train validates on the valid split (8 images)" grep -q "valid step.*| 8 examples" train.txt
+"$MEGA" train --task classify --data d/train --valid d/test --embedding real --embed-dim 16 --layers 1 --chunk-size 8 \
+  --steps 1 --batch 8 --out m2 >train2.txt 2>&1
+check "train on DIR/SPLIT, validated on DIR/SPLIT: $(tail -n 1 train2.txt)" grep -q "valid step.*| 8 examples" train2.txt
 "$MEGA" eval --model m --data d >eval.txt 2>/dev/null
 check "eval reads the test split: $(cat eval.txt)" grep -q "^accuracy .* 8 examples, 2 classes" eval.txt
 "$MEGA" eval --model m --data d/valid >evalv.txt 2>/dev/null
