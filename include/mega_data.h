@@ -301,10 +301,11 @@ typedef enum {
     MEGA_DATA_IDX,
     MEGA_DATA_REAL,
     MEGA_DATA_PATHFINDER, /* a directory of PNG images in the layout of the LRA Pathfinder release */
-    MEGA_DATA_SPEECH       /* a Speech Commands directory of WAV clips */
+    MEGA_DATA_SPEECH,      /* a Speech Commands directory of WAV clips */
+    MEGA_DATA_LRA_IMAGE    /* the official LRA image layout: DIR/input/SPLIT.src, DIR/label/SPLIT.label */
 } mega_data_format;
 
-/* "auto", "listops", "text", "pairs", "idx", "real", "pathfinder", "speech" (as on the command line and in checkpoints) */
+/* "auto", "listops", "text", "pairs", "idx", "real", "pathfinder", "speech", "lra-image" (as on the command line and in checkpoints) */
 MEGA_API const char *mega_data_format_name(mega_data_format f);
 MEGA_API int mega_data_format_parse(const char *s, mega_data_format *f); /* 0 on success */
 
@@ -340,6 +341,7 @@ typedef struct {
     float **val;           /* real: [n] the len[i] values of each example (tok is then NULL) */
     int png_dir;           /* read from a directory of PNG images (the pathfinder format) */
     int audio_rate;        /* speech: the clips' sample rate (0 for the other formats) */
+    int pixel_lines;       /* read from the official LRA image layout (the lra-image format) */
     /* storage (internal) */
     uint16_t *pool;
     size_t pool_n;
@@ -423,6 +425,20 @@ MEGA_API mega_status mega_dataset_load_speech(const char *dir, const mega_data_o
  * Errors as the other loaders, naming the file. */
 MEGA_API mega_status mega_dataset_load_lra_bin(const char *dir, const char *split, const mega_fdict *dict, int prepend_cls,
                                                const mega_data_opts *opts, mega_dataset *d);
+
+/* The official LRA image data as it ships (the lra-image task of the official
+ * fairseq/tasks/long_range_arena.py, LRAImageTask.load_dataset; docs/interop.md): path is DIR
+ * (with input/ and label/; split train, valid or test by opts->split 0, 1, 2) or DIR/SPLIT, read
+ * from DIR/input/SPLIT.src (one image per line, its pixels as whitespace-separated integers
+ * 0..255) and DIR/label/SPLIT.label (one integer class per line). The pixels are the pixel
+ * vocabulary's ids, fed as reals (x/255 - mean)/std with opts->real (the task's
+ * --pixel-normalization; 0/0: its default 0.5/0.5). Both files are checked whole before
+ * anything is allocated. Errors (MEGA_ERR_FORMAT, naming the file and line): a pixel that is not
+ * an integer 0..255, a label that is not an integer 0..65535, a line of no pixels or more than
+ * 2^20, lines of different pixel counts, more or fewer labels than images, no images; a missing
+ * file or a path that is neither layout is named too. opts->max_len cuts the images (the task's
+ * TruncateDataset to --max-positions). */
+MEGA_API mega_status mega_dataset_load_lra_image(const char *path, const mega_data_opts *opts, mega_dataset *d);
 
 /* One row per data format: the CLI's --format choices, their help and the files each takes, the
  * detection and the loader all come from this table (src/data/formats.c). */

@@ -29,6 +29,7 @@ Needs /usr/bin/python3 with torch and numpy (whoever holds a .pt has torch).
 import argparse
 import importlib
 import json
+import math
 import os
 import struct
 import sys
@@ -566,6 +567,24 @@ def weights(sd):
     return tensors
 
 
+def lra_image_meta(a, classes):
+    """the metadata an image classifier of this project carries (mega train --task classify with
+    --embedding real: the pixel vocabulary with its normalisation) for an lra-image checkpoint:
+    LRAImageTask.__init__ (fairseq/tasks/long_range_arena.py) normalises each pixel p to
+    (p / 255 - mean) / std with --pixel-normalization, (0.5, 0.5) when it is not given; the data
+    format is the task's layout (input/SPLIT.src, label/SPLIT.label), whose integer label k is
+    class k"""
+    pn = a.get("pixel_normalization")
+    pn = [0.5, 0.5] if pn is None else pn
+    ok = isinstance(pn, (list, tuple)) and len(pn) == 2 and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in pn) and pn[1] > 0
+    if not ok:
+        raise Refused(f"pixel_normalization {pn!r} is not a mean and a std > 0")
+    return {"vocab": json.dumps({"kind": "pixels", "size": 257, "pad": 256, "real": True, "mean": float(pn[0]),
+                                 "std": float(pn[1])}), "data-format": "lra-image",
+            "classes": json.dumps([str(k) for k in range(classes)])}
+
+
 def convert_lra(checkpoint, ck, a, dict_path, label_dict, out):
     """an `lra` classifier (fairseq/models/lra/model.py LRAModel with MegaLRAEncoder). Text tasks
     (lra-text) index dict.txt of src-bin, to which the task appends <CLS>; the classes are the
@@ -591,6 +610,9 @@ def convert_lra(checkpoint, ck, a, dict_path, label_dict, out):
         if len(names) != cfg["sentence_class_num"]:
             raise Refused(f"--label-dict has {len(names)} labels but the model has {cfg['sentence_class_num']} classes")
         meta["classes"] = json.dumps(names)
+    if rows is None:
+        meta = {**lra_image_meta(a, cfg["sentence_class_num"]), **meta}  # --label-dict's class names kept
+        del meta["format"]  # as sc_raw: read as a classifier of this project on its data format
     meta["config"] = json.dumps(cfg)
     tensors = weights(sd)
     os.makedirs(out, exist_ok=True)

@@ -1092,7 +1092,7 @@ static void test_format_table(void) {
         ok &= !mega_data_format_parse(rows[i].name, &g) && g == rows[i].id && mega_data_format_row(g) == &rows[i] &&
               rows[i].load && rows[i].help && rows[i].flag[0];
     }
-    TL_CHECK(n == 7 && ok && mega_data_format_row(MEGA_DATA_AUTO) == NULL && !strcmp(mega_data_format_name(MEGA_DATA_REAL), "real"),
+    TL_CHECK(n == 8 && ok && mega_data_format_row(MEGA_DATA_AUTO) == NULL && !strcmp(mega_data_format_name(MEGA_DATA_REAL), "real"),
              "one row per format (%d), each with a name that parses back, a loader, help and its flags", n);
     const mega_data_format_info *idx = mega_data_format_row(MEGA_DATA_IDX);
     TL_CHECK(idx && !strcmp(idx->flag[0], "images") && !strcmp(idx->flag[1], "labels") && !idx->detect &&

@@ -35,7 +35,17 @@ static int load_cls_data(const cls_model *cm, const char *data, const char *imag
     o.classes = &cm->classes;
     if (cm->format == MEGA_DATA_SPEECH) /* a Speech Commands directory: its test clips (testing_list.txt) */
         o.split = 2, o.all_words = cm->classes.n > 10, o.max_len = 0;
+    if (cm->format == MEGA_DATA_LRA_IMAGE) o.split = 2, o.max_len = 0; /* DIR: its test split; the images whole */
     if (mega_dataset_load(cm->format, data, images, labels, &o, d) != MEGA_OK) return cli_error("%s", mega_last_error());
+    /* an image longer than the model's positions or its training length is another image size,
+     * not a text to cut */
+    const mega_block_config *bc = &mega_cls_get_config(cm->m)->block;
+    int lim = seq_len;
+    const char *why = "--seq-len";
+    if (bc->max_positions > 0 && bc->max_positions < lim) lim = bc->max_positions, why = "its max-positions";
+    if (bc->train_len > 0 && bc->train_len < lim) lim = bc->train_len, why = "its training length";
+    if (d->pixel_lines && d->max_len > lim)
+        return cli_error("%s: images of %d pixels, but the model takes at most %d (%s)", d->path, d->max_len, lim, why);
     return 0;
 }
 
@@ -136,7 +146,8 @@ static int cls_run_all(cls_run *r, const char *model, const char *data, const ch
     if (!r->cm.fairseq && r->cm.format == MEGA_DATA_IDX && data)
         return cli_error("'%s' is an image classifier: it reads --images and --labels (IDX), not --data text", model), 2;
     if (!r->cm.fairseq && r->cm.format != MEGA_DATA_IDX && r->cm.format != MEGA_DATA_AUTO && images)
-        return cli_error("'%s' is a text classifier: it reads --data, not --images/--labels (IDX images)", model), 2;
+        return cli_error("'%s' is %s classifier: it reads --data, not --images/--labels (IDX images)", model,
+                         r->cm.format == MEGA_DATA_LRA_IMAGE ? "an LRA image-layout" : "a text"), 2;
     if (!r->cm.fairseq && load_cls_data(&r->cm, data, images, labels, seq_len, &r->d)) return 2;
     {
         /* the forward buffers of the longest batch, with the weights and the data already in memory */

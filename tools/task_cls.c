@@ -80,6 +80,8 @@ int cls_apply_preset(train_args *a, const cli_flag *fl) {
     mega_block_config *b = &c->block;
 #define SET(flag, field, val) if (!cli_seen(fl, flag)) field = (val)
     SET("format", a->format, p->format);
+    /* lra-image with --data, not --images: the official image layout (input/, label/), not IDX */
+    if (!cli_seen(fl, "format") && !strcmp(p->format, "idx") && a->data && !a->images) a->format = "lra-image";
     SET("attention-activation", b->attention_activation, p->attn);
     SET("norm-type", b->norm_type, p->norm);
     SET("embedding", c->embedding, p->embedding);
@@ -326,6 +328,13 @@ static int speech_has_valid(const char *dir) {
     return !stat(p, &sb) && S_ISREG(sb.st_mode);
 }
 
+static int image_has_valid(const char *dir) {
+    char p[4200];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/input/valid.src", dir);
+    return !stat(p, &sb) && S_ISREG(sb.st_mode);
+}
+
 /* The official speech data is normalised per sample index with the training split's statistics
  * (fairseq/data/audio/speech_commands_dataset.py normalise_data: (x - mean) / (std + 1e-5), the
  * unbiased std over the training clips at that index); the model stores them (input-norm) so that
@@ -452,8 +461,9 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
         if (have_prev && lra_same_classes(&prev, &C->train.classes, a->data)) goto fail;
     } else if (mega_dataset_load(fmt, a->data, a->images, a->labels, &o, &C->train) != MEGA_OK) goto fail_msg;
     if (!lra) C->format = mega_data_format_name(mega_dataset_format(&C->train));
-    if (C->train.audio_rate && C->train.max_len > a->seq_len) {
-        cli_error("%s: clips of %d samples are longer than the model's length (--seq-len %d)", a->data, C->train.max_len, a->seq_len);
+    if ((C->train.audio_rate || C->train.pixel_lines) && C->train.max_len > a->seq_len) {
+        cli_error("%s: %s of %d %s are longer than the model's length (--seq-len %d)", a->data,
+                  C->train.audio_rate ? "clips" : "images", C->train.max_len, C->train.audio_rate ? "samples" : "pixels", a->seq_len);
         goto fail;
     }
     if (a->cls.embedding == MEGA_EMBED_REAL && !C->train.vocab.real) {
@@ -474,7 +484,9 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     vo.classes = &C->train.classes;
     C->n_train = C->train.n;
     /* a Speech Commands directory: its own validation clips (validation_list.txt) */
-    const int speech_valid = !lra && !a->valid && !a->valid_images && C->train.audio_rate && speech_has_valid(a->data);
+    /* the LRA image layout: its valid split (DIR/input/valid.src) when --data is the directory */
+    const int speech_valid = !lra && !a->valid && !a->valid_images &&
+                             ((C->train.audio_rate && speech_has_valid(a->data)) || (C->train.pixel_lines && image_has_valid(a->data)));
     vo.split = speech_valid;
     if (lra ? C->valid.n > 0 : a->valid || a->valid_images || speech_valid) {
         if (!lra && mega_dataset_load(fmt, speech_valid ? a->data : a->valid, a->valid_images, a->valid_labels, &vo, &C->valid) != MEGA_OK)

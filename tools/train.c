@@ -410,7 +410,7 @@ static const cli_flag DATA_FLAGS[] = {
      "lra-listops|lra-text|lra-retrieval|lra-image|lra-pathfinder|lra-pathx|sc-raw|sc-raw-big", 1, 0, 0},
     {"data", F_STR, NULL, "training data: text, or a fairseq binarized dataset with its dict.txt (data-bin/X/train: "
      "its valid split validates) (lm); a TSV (classify: ListOps, label<TAB>text, label<TAB>text1<TAB>text2; or the official "
-     "LRA binarized directory with src-bin/ and label-bin/, DIR or DIR/SPLIT; or a Pathfinder or Speech Commands directory; "
+     "LRA binarized directory with src-bin/ and label-bin/, DIR or DIR/SPLIT; or the official LRA image layout with input/ and label/, DIR or DIR/SPLIT; or a Pathfinder or Speech Commands directory; "
      "translate: source<TAB>target)", NULL, 1, 0, 0},
     {"valid", F_STR, NULL, "validation data (default: the last --valid-fraction of --data)", NULL, 1, 0, 0},
     {"valid-fraction", F_DBL, NULL, "fraction of --data held out when --valid is not given", NULL, 0, 0.9, 0},

@@ -26,6 +26,10 @@ mega_status mega__data_load(const char *path, const char *what, uint64_t max, in
 
 /* 1 when dir is a directory in the Pathfinder layout (pathfinder_data.c) */
 int mega__pathfinder_dir(const char *dir);
+/* 1 when dir is a directory in the official LRA image layout, with input/ and label/ (lra_image.c) */
+int mega__lra_image_dir(const char *dir);
+/* 1 when path is DIR/SPLIT of that layout, with DIR/input/SPLIT.src a file (lra_image.c) */
+int mega__lra_image_split(const char *path);
 
 /* ---- messages and labels (vocab.c) ---- */
 

@@ -39,6 +39,9 @@ static mega_status load_real(const char *const p[2], const mega_data_opts *o, me
     return mega_dataset_load_real(p[0], o, d);
 }
 
+static mega_status load_lra_image(const char *const p[2], const mega_data_opts *o, mega_dataset *d) {
+    return mega_dataset_load_lra_image(p[0], o, d);
+}
 static mega_status load_speech(const char *const p[2], const mega_data_opts *o, mega_dataset *d) {
     return mega_dataset_load_speech(p[0], o, d);
 }
@@ -60,6 +63,8 @@ static const mega_data_format_info formats[] = {
      {"data", NULL}, {"training data (a TSV, or a directory; see --format)", NULL}, NULL, load_pathfinder},
     {MEGA_DATA_SPEECH, "speech", "speech", "a Speech Commands directory: one folder of 16 kHz mono WAV clips per word, validation_list.txt, testing_list.txt",
      {"data", NULL}, {"training data (a TSV, or a directory for --format speech)", NULL}, NULL, load_speech},
+    {MEGA_DATA_LRA_IMAGE, "lra-image", "LRA image", "a directory in the official LRA image layout: input/SPLIT.src (pixels 0..255 per line), label/SPLIT.label (one class per line)",
+     {"data", NULL}, {"training data (a TSV, or a directory; see --format)", NULL}, NULL, load_lra_image},
 };
 #define N_FORMATS ((int)(sizeof formats / sizeof *formats))
 
@@ -89,6 +94,7 @@ int mega_data_format_parse(const char *s, mega_data_format *f) {
 
 mega_data_format mega_data_detect(const char *path) {
     if (mega__pathfinder_dir(path)) return MEGA_DATA_PATHFINDER; /* a directory: its layout */
+    if (mega__lra_image_dir(path) || mega__lra_image_split(path)) return MEGA_DATA_LRA_IMAGE;
     FILE *f; /* regular files only (never blocks on a FIFO); the loader reports what is wrong */
     if (mega__data_open(path, "data", &f) != MEGA_OK) return MEGA_DATA_TEXT;
     char line[8192];
@@ -111,9 +117,12 @@ static const mega_data_format_info *load_row(mega_data_format format, const char
     if (!data && more)
         for (int i = 0; i < N_FORMATS; i++)
             if (formats[i].flag[1]) return &formats[i];
-    struct stat sb; /* a directory: the Pathfinder layout (metadata/), else a Speech Commands corpus */
+    struct stat sb; /* a directory: the Pathfinder layout (metadata/), the LRA image layout (input/ and
+                     * label/), else a Speech Commands corpus */
     if (format == MEGA_DATA_AUTO && data && !stat(data, &sb) && S_ISDIR(sb.st_mode))
-        format = mega__pathfinder_dir(data) ? MEGA_DATA_PATHFINDER : MEGA_DATA_SPEECH;
+        format = mega__pathfinder_dir(data)  ? MEGA_DATA_PATHFINDER
+                 : mega__lra_image_dir(data) ? MEGA_DATA_LRA_IMAGE
+                                             : MEGA_DATA_SPEECH;
     if (format == MEGA_DATA_AUTO && data) format = mega_data_detect(data);
     return mega_data_format_row(format == MEGA_DATA_AUTO ? MEGA_DATA_TEXT : format);
 }
@@ -136,6 +145,7 @@ mega_status mega_dataset_load(mega_data_format format, const char *data, const c
 
 mega_data_format mega_dataset_format(const mega_dataset *d) {
     if (d->png_dir) return MEGA_DATA_PATHFINDER;
+    if (d->pixel_lines) return MEGA_DATA_LRA_IMAGE;
     if (d->audio_rate) return MEGA_DATA_SPEECH;
     if (d->val) return MEGA_DATA_REAL;
     if (d->pairs) return MEGA_DATA_PAIRS;
