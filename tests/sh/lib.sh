@@ -99,3 +99,37 @@ expect_error() {
     bad "$_ee_d (exit $rc, want ${ERR_RC:-2} and one error line${_ee_pat:+ with '$_ee_pat'}; stderr: $(head -n 4 err.txt | tr '\n' '|'))"
   fi
 }
+
+# ---- mega serve in tests (test_serve*.sh) ----------------------------------------------------
+# serve_start NAME MODEL FLAGS...: `mega serve --model MODEL` on a free port of 127.0.0.1 in the
+# background (under timeout), its output in NAME.out and NAME.err; sets U (the base URL), PID (the
+# timeout wrapper) and MPID (the server itself: signals go to it, as timeout follows a TERM with a
+# KILL), and adds PID to SERVERS, which serve_cleanup kills. A server that does not start within
+# 5 s is a failure that ends the test.
+SERVERS=""
+serve_start() {
+  _n=$1 _m=$2; shift 2
+  timeout -k 2 120 "$MEGA" serve --model "$_m" --port 0 --threads 1 "$@" >"$_n.out" 2>"$_n.err" &
+  PID=$!
+  SERVERS="$SERVERS $PID"
+  U=""
+  for _i in $(seq 1 100); do
+    _p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' "$_n.err" 2>/dev/null)
+    [ -n "$_p" ] && { U="http://127.0.0.1:$_p"; MPID=$(ps -o pid= --ppid $PID | tr -d ' '); return 0; }
+    kill -0 $PID 2>/dev/null || break
+    sleep 0.05
+  done
+  bad "server $_n did not start: $(head -n 3 "$_n.err" | tr '\n' '|')"
+  finish
+}
+# the EXIT trap of a test that starts servers: kill those still running, remove the temporary dir
+serve_cleanup() { for _s in $SERVERS; do kill -9 $(ps -o pid= --ppid "$_s") "$_s" 2>/dev/null; done; rm -rf "$T"; }
+# tiny_mt DIR: a tiny byte encoder-decoder (letters shifted by one) trained in a second, for servers
+tiny_mt() {
+  awk 'BEGIN { s = 11; for (i = 0; i < 400; i++) { x = ""; y = ""; s = (s * 16807) % 2147483647; L = 2 + s % 4;
+    for (k = 0; k < L; k++) { s = (s * 16807) % 2147483647; j = 1 + s % 7; x = x substr("abcdefg", j, 1); y = y substr("bcdefgh", j, 1) }
+    print x "\t" y } }' > pairs.tsv
+  timeout 60 "$MEGA" train --task translate --data pairs.tsv --out "$1" --encoder-layers 1 --decoder-layers 1 --embed-dim 16 \
+    --z-dim 8 --hidden-dim 32 --ffn-dim 32 --n-dim 2 --steps 30 --threads 1 --quiet --bpe 0 --max-tokens 256 >"$1.train.out" 2>&1
+  status $? "train a tiny encoder-decoder"
+}

@@ -25,10 +25,8 @@ if "$MEGA" serve --model none 2>&1 | grep -q 'no HTTP server'; then
   echo "NOTE test_serve.sh skipped: this build has no HTTP server (libcivetweb-dev)"
   finish
 fi
-SERVERS=""
 # a server still running at exit (a failed check): the server, then its timeout wrapper
-cleanup() { for p in $SERVERS; do kill -9 $(ps -o pid= --ppid "$p") "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
+trap serve_cleanup EXIT
 
 # ---- a tiny model ------------------------------------------------------------------------------
 awk 'BEGIN { s = 7; for (i = 0; i < 600; i++) { s = (s * 16807) % 2147483647;
@@ -37,23 +35,8 @@ timeout 60 "$MEGA" train --data corpus.txt --out run --layers 1 --embed-dim 16 -
   --chunk-size 16 --batch 4 --seq-len 32 --threads 1 --steps 300 --lr 1e-2 --quiet >train.out 2>&1
 status $? "train a tiny model"
 
-# start NAME FLAGS...: a server in the background; sets U (its base URL) and PID
-start() {
-  _n=$1; shift
-  timeout -k 2 120 "$MEGA" serve --model run --port 0 --threads 1 "$@" >"$_n.out" 2>"$_n.err" &
-  PID=$!
-  SERVERS="$SERVERS $PID"
-  U=""
-  for _i in $(seq 1 100); do
-    _p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' "$_n.err")
-    # MPID: the server itself (signals go to it: timeout would follow a TERM with a KILL after 2 s)
-    [ -n "$_p" ] && { U="http://127.0.0.1:$_p"; MPID=$(ps -o pid= --ppid $PID | tr -d ' '); return 0; }
-    kill -0 $PID 2>/dev/null || break
-    sleep 0.05
-  done
-  bad "server $_n did not start: $(head -n 3 "$_n.err" | tr '\n' '|')"
-  finish
-}
+# start NAME FLAGS...: a server of the tiny model (serve_start in lib.sh)
+start() { _sn=$1; shift; serve_start "$_sn" run "$@"; }
 C="curl -s --max-time 20"
 # req NAME METHOD PATH [curl args]: the status in $code, the body in NAME.json
 req() {
@@ -305,21 +288,10 @@ check "--timeout 1: the request ends early with its tokens, finish_reason length
 kill -TERM $MPID; wait $PID
 
 # ---- an encoder-decoder: POST /v1/translate gives what mega translate prints ---------------------
-awk 'BEGIN { s = 11; for (i = 0; i < 400; i++) { x = ""; y = ""; s = (s * 16807) % 2147483647; L = 2 + s % 4;
-  for (k = 0; k < L; k++) { s = (s * 16807) % 2147483647; j = 1 + s % 7; x = x substr("abcdefg", j, 1); y = y substr("bcdefgh", j, 1) }
-  print x "\t" y } }' > pairs.tsv
-timeout 60 "$MEGA" train --task translate --data pairs.tsv --out mt --encoder-layers 1 --decoder-layers 1 --embed-dim 16 \
-  --z-dim 8 --hidden-dim 32 --ffn-dim 32 --n-dim 2 --steps 30 --threads 1 --quiet --bpe 0 --max-tokens 256 >mt.out 2>&1
-status $? "train a tiny encoder-decoder"
+tiny_mt mt
 printf 'abc\ngfedcba\n' | timeout 30 "$MEGA" translate --model mt --beam 3 --lenpen 0.8 --threads 1 > cli.txt 2>cli.err
 status $? "mega translate"
-timeout -k 2 120 "$MEGA" serve --model mt --port 0 --threads 1 >t.out 2>t.err &
-PID=$!
-SERVERS="$SERVERS $PID"
-for _i in $(seq 1 100); do
-  _p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' t.err); [ -n "$_p" ] && break; sleep 0.05
-done
-U="http://127.0.0.1:$_p"
+serve_start t mt
 req tr POST /v1/translate -d '{"source":["abc","gfedcba"],"beam":3,"lenpen":0.8}'
 python3 - tr.json cli.txt <<'PY'
 import json, sys

@@ -21,26 +21,10 @@ if "$MEGA" serve --model none 2>&1 | grep -q 'no HTTP server'; then
   echo "NOTE test_serve_classify.sh skipped: this build has no HTTP server (libcivetweb-dev)"
   finish
 fi
-SERVERS=""
-cleanup() { for p in $SERVERS; do kill -9 $(ps -o pid= --ppid "$p") "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
+trap serve_cleanup EXIT
 
-# start NAME MODEL FLAGS...: a server in the background; sets U (its base URL), PID and MPID
-start() {
-  _n=$1 _m=$2; shift 2
-  timeout -k 2 60 "$MEGA" serve --model "$_m" --port 0 --threads 1 "$@" >"$_n.out" 2>"$_n.err" &
-  PID=$!
-  SERVERS="$SERVERS $PID"
-  U=""
-  for _i in $(seq 1 100); do
-    _p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' "$_n.err" 2>/dev/null)
-    [ -n "$_p" ] && { U="http://127.0.0.1:$_p"; MPID=$(ps -o pid= --ppid $PID | tr -d ' '); return 0; }
-    kill -0 $PID 2>/dev/null || break
-    sleep 0.05
-  done
-  bad "server $_n did not start: $(head -n 3 "$_n.err" | tr '\n' '|')"
-  finish
-}
+# start NAME MODEL FLAGS...: a server in the background (serve_start in lib.sh)
+start() { serve_start "$@"; }
 # stop NAME: SIGTERM; the server must exit 0 (under ASan also: no leak, no error at exit)
 stop() { kill -TERM "$MPID" 2>/dev/null; wait "$PID"; status $? "server $1 exits 0 on SIGTERM$(grep -m1 -o 'ERROR: [A-Za-z]*Sanitizer.*' "$1.err")"; }
 C="curl -s --max-time 20"

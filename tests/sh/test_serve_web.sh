@@ -23,23 +23,14 @@ if [ ! -d "$WEB/node_modules/puppeteer-core" ]; then
     skip "npm could not install puppeteer-core (no network?)"
 fi
 in_temp_dir serve_web
-SERVER=""
-trap '[ -n "$SERVER" ] && kill -9 $(ps -o pid= --ppid $SERVER) $SERVER 2>/dev/null; rm -rf "$T"' EXIT
+trap serve_cleanup EXIT
 
 awk 'BEGIN { s = 7; for (i = 0; i < 600; i++) { s = (s * 16807) % 2147483647;
   printf "the %s sees the %s. ", (s % 3 ? "cat" : "dog"), (s % 5 ? "bird" : "fox"); if (i % 8 == 7) print "" } }' > corpus.txt
 timeout 60 "$MEGA" train --data corpus.txt --out tiny --layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 32 --ffn-dim 32 \
   --chunk-size 16 --batch 4 --seq-len 32 --threads 1 --steps 300 --lr 1e-2 --quiet >train.out 2>&1
 status $? "train a tiny model"
-timeout -k 2 120 "$MEGA" serve --model tiny --port 0 --threads 1 >srv.out 2>srv.err &
-SERVER=$!
-U=""
-for i in $(seq 1 100); do
-  p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' srv.err)
-  [ -n "$p" ] && { U="http://127.0.0.1:$p"; break; }
-  sleep 0.05
-done
-[ -n "$U" ] || { bad "the server did not start: $(head -n 2 srv.err | tr '\n' '|')"; finish; }
+serve_start srv tiny
 WANT=$(curl -s --max-time 20 "$U/v1/completions" -d '{"prompt":"the cat ","max_tokens":48,"temperature":0}' |
   sed -n 's/^{"choices":\[{"text":"\([^"\\]*\)".*/\1/p')
 check "curl's greedy text ($WANT)" test -n "$WANT"
@@ -53,26 +44,14 @@ console.log(ok.join(" "));' "$WANT" 2>&1)
 check "the page shows the model from /props, streams the same text as curl, ends done (length), no page error ($r)" \
   test "$r" = "true true true true true"
 check "a screenshot of the page" test -s page.png
-kill -TERM "$(ps -o pid= --ppid $SERVER | tr -d ' ')" # the server, not timeout (which would follow with a KILL)
-wait $SERVER
+kill -TERM "$MPID" # the server, not timeout (which would follow with a KILL)
+wait $PID
 status $? "the server exits 0 on SIGTERM"
 
 # an encoder-decoder's server: the page shows the translation form, and its output is what
 # /v1/translate answers
-awk 'BEGIN { s = 11; for (i = 0; i < 400; i++) { x = ""; y = ""; s = (s * 16807) % 2147483647; L = 2 + s % 4;
-  for (k = 0; k < L; k++) { s = (s * 16807) % 2147483647; j = 1 + s % 7; x = x substr("abcdefg", j, 1); y = y substr("bcdefgh", j, 1) }
-  print x "\t" y } }' > pairs.tsv
-timeout 60 "$MEGA" train --task translate --data pairs.tsv --out mt --encoder-layers 1 --decoder-layers 1 --embed-dim 16 \
-  --z-dim 8 --hidden-dim 32 --ffn-dim 32 --n-dim 2 --steps 30 --threads 1 --quiet --bpe 0 --max-tokens 256 >mt.out 2>&1
-status $? "train a tiny encoder-decoder"
-timeout -k 2 120 "$MEGA" serve --model mt --port 0 --threads 1 >srv2.out 2>srv2.err &
-SERVER=$!
-U=""
-for i in $(seq 1 100); do
-  p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' srv2.err)
-  [ -n "$p" ] && { U="http://127.0.0.1:$p"; break; }
-  sleep 0.05
-done
+tiny_mt mt
+serve_start srv2 mt
 curl -s --max-time 20 "$U/v1/translate" -d '{"source":["abc","gfedcba"]}' > tr.json
 timeout -k 5 60 node "$WEB/page_test.mjs" "$U/" "$CHROME" "" translate > tpage.json 2> tnode.err
 status $? "chromium ran the translation form: $(head -c 300 tpage.json)$(head -n 3 tnode.err | tr '\n' '|')"
@@ -81,24 +60,16 @@ const fs = require("fs"), j = JSON.parse(fs.readFileSync("tpage.json", "utf8")),
 console.log([j.model.includes("mega_s2s"), j.hidden, j.out === t.translations.map(x => x.translation).join("\n"),
   j.status === "done", j.errors.length === 0].join(" "));' 2>&1)
 check "the page of an encoder-decoder: the translation form, whose output is /v1/translate's ($r)" test "$r" = "true true true true true"
-kill -TERM "$(ps -o pid= --ppid $SERVER | tr -d ' ')" # the server, not timeout (which would follow with a KILL)
-wait $SERVER
+kill -TERM "$MPID" # the server, not timeout (which would follow with a KILL)
+wait $PID
 status $? "the translation server exits 0 on SIGTERM"
-SERVER=""
 
 # a classifier's server: the same form classifies the lines, as /v1/classify answers
 awk 'BEGIN { for (i = 0; i < 60; i++) printf "%s\t%s\n", (i % 2 ? "odd" : "even"), (i % 2 ? "gfedcba" : "abc") }' > cls.tsv
 timeout 60 "$MEGA" train --task classify --data cls.tsv --out tc --layers 1 --embed-dim 8 --hidden-dim 16 --z-dim 4 \
   --ffn-dim 16 --chunk-size -1 --seq-len 16 --steps 4 --batch 4 --threads 1 --quiet >tc.out 2>&1
 status $? "train a tiny text classifier"
-timeout -k 2 120 "$MEGA" serve --model tc --port 0 --threads 1 >srv3.out 2>srv3.err &
-SERVER=$!
-U=""
-for i in $(seq 1 100); do
-  p=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\)/$|\1|p' srv3.err)
-  [ -n "$p" ] && { U="http://127.0.0.1:$p"; break; }
-  sleep 0.05
-done
+serve_start srv3 tc
 curl -s --max-time 20 "$U/v1/classify" -d '{"text":["abc","gfedcba"]}' > cl.json
 timeout -k 5 60 node "$WEB/page_test.mjs" "$U/" "$CHROME" "" translate > cpage.json 2> cnode.err
 status $? "chromium ran the classification form: $(head -c 300 cpage.json)$(head -n 3 cnode.err | tr '\n' '|')"
@@ -107,8 +78,7 @@ const fs = require("fs"), j = JSON.parse(fs.readFileSync("cpage.json", "utf8")),
 console.log([j.model.includes("mega_cls"), j.hidden, j.out === c.results.map(x => x.label + "  " + x.probabilities[0].p.toFixed(4)).join("\n"),
   j.status === "done", j.errors.length === 0].join(" "));' 2>&1)
 check "the page of a classifier: the form for texts, whose output is /v1/classify's labels ($r)" test "$r" = "true true true true true"
-kill -TERM "$(ps -o pid= --ppid $SERVER | tr -d ' ')"
-wait $SERVER
+kill -TERM "$MPID"
+wait $PID
 status $? "the classifier's server exits 0 on SIGTERM"
-SERVER=""
 finish
