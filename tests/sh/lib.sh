@@ -133,3 +133,15 @@ tiny_mt() {
     --z-dim 8 --hidden-dim 32 --ffn-dim 32 --n-dim 2 --steps 30 --threads 1 --quiet --bpe 0 --max-tokens 256 >"$1.train.out" 2>&1
   status $? "train a tiny encoder-decoder"
 }
+# js FILE EXPR: a Python expression over the JSON in FILE (as j)
+js() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
+# expect NAME CODE FIELD METHOD PATH [curl args] (through the test's own req): an error answer with status CODE whose JSON
+# message names FIELD, with {"error": {"message", "type", "code"}}
+expect() {
+  _d=$1 _c=$2 _fld=$3; shift 3
+  req err "$@"
+  # (sed, not python, for the many cases) cJSON writes {"error":{"message":"..","type":"..","code":N}}
+  _msg=$(grep '^{"error":{"message":".*","type":"[a-z_]*","code":'"$_c"'}}$' err.json | sed 's/^{"error":{"message":"\(.*\)","type".*/\1/')
+  if [ "$code" = "$_c" ] && [ -n "$_msg" ] && printf '%s' "$_msg" | grep -qF -- "$_fld"; then ok "$_d: $code $_msg"
+  else bad "$_d: status $code (want $_c), body $(head -c 300 err.json)"; fi
+}

@@ -43,18 +43,6 @@ req() {
   _f=$1 _m=$2 _path=$3; shift 3
   code=$($C -o "$_f.json" -w '%{http_code}' -X "$_m" "$U$_path" "$@")
 }
-# js FILE EXPR: a Python expression over the JSON in FILE (as j)
-js() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
-# expect NAME CODE FIELD METHOD PATH [curl args]: an error answer with status CODE whose JSON
-# message names FIELD, with {"error": {"message", "type", "code"}}
-expect() {
-  _d=$1 _c=$2 _fld=$3; shift 3
-  req err "$@"
-  # (sed, not python, for the many cases) cJSON writes {"error":{"message":"..","type":"..","code":N}}
-  _msg=$(grep '^{"error":{"message":".*","type":"[a-z_]*","code":'"$_c"'}}$' err.json | sed 's/^{"error":{"message":"\(.*\)","type".*/\1/')
-  if [ "$code" = "$_c" ] && [ -n "$_msg" ] && printf '%s' "$_msg" | grep -qF -- "$_fld"; then ok "$_d: $code $_msg"
-  else bad "$_d: status $code (want $_c), body $(head -c 300 err.json)"; fi
-}
 
 start a --parallel 4 --max-body 4096 --max-tokens 100000 --ctx 200000
 # ---- the endpoints ---------------------------------------------------------------------------

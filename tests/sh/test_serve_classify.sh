@@ -30,15 +30,6 @@ stop() { kill -TERM "$MPID" 2>/dev/null; wait "$PID"; status $? "server $1 exits
 C="curl -s --max-time 20"
 # req NAME METHOD PATH [curl args]: with the API key of the servers that have one (sesame)
 req() { _f=$1 _m=$2 _path=$3; shift 3; code=$($C -o "$_f.json" -w '%{http_code}' -H 'Authorization: Bearer sesame' -X "$_m" "$U$_path" "$@"); }
-js() { python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
-# expect NAME CODE FIELD METHOD PATH [curl args]: an error answer whose message names FIELD
-expect() {
-  _d=$1 _c=$2 _fld=$3; shift 3
-  req err "$@"
-  _msg=$(grep '^{"error":{"message":".*","type":"[a-z_]*","code":'"$_c"'}}$' err.json | sed 's/^{"error":{"message":"\(.*\)","type".*/\1/')
-  if [ "$code" = "$_c" ] && [ -n "$_msg" ] && printf '%s' "$_msg" | grep -qF -- "$_fld"; then ok "$_d: $code $_msg"
-  else bad "$_d: status $code (want $_c), body $(head -c 300 err.json)"; fi
-}
 # agree MODEL JSON HEADER TEXT...: the answer's labels are those mega predict prints for the texts,
 # and each label's p is exp(-loss) of mega eval --batch 1 on that text with that label
 agree() {
