@@ -426,6 +426,22 @@ static int resume_meta(cls_task *C, const train_args *a, const char *model_path,
     return 0;
 }
 
+/* the training data against the flags: clips and images are never cut, real-valued embeddings
+ * and patches need real-valued pixels (a resumed run's patches are the model's) */
+static int data_fits(const train_args *a, const mega_dataset *d, int have_prev) {
+    if ((d->audio_rate || d->pixel_lines) && d->max_len > a->seq_len)
+        return cli_error("%s: %s of %d %s are longer than the model's length (--seq-len %d)", a->data, d->audio_rate ? "clips" : "images",
+                         d->max_len, d->audio_rate ? "samples" : "pixels", a->seq_len);
+    if (a->cls.embedding == MEGA_EMBED_REAL && !d->vocab.real)
+        return cli_error("--embedding real needs real-valued inputs (IDX images, --format real or speech)");
+    if (!have_prev && a->cls.patch > 0 && (!d->rows || !d->vocab.real))
+        return cli_error("--patch %d: patches are made of images read as real-valued pixels (IDX or pathfinder data, --embedding real)",
+                         a->cls.patch);
+    if (!have_prev && a->cls.patch > 0 && (d->rows % a->cls.patch || d->cols % a->cls.patch))
+        return cli_error("--patch %d does not divide the %dx%d images", a->cls.patch, d->rows, d->cols);
+    return 0;
+}
+
 int cls_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
     static const task CLS = {.metric = "acc", .unit = "tok/s", .step = cls_step,
@@ -461,24 +477,7 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
         if (have_prev && lra_same_classes(&prev, &C->train.classes, a->data)) goto fail;
     } else if (mega_dataset_load(fmt, a->data, a->images, a->labels, &o, &C->train) != MEGA_OK) goto fail_msg;
     if (!lra) C->format = mega_data_format_name(mega_dataset_format(&C->train));
-    if ((C->train.audio_rate || C->train.pixel_lines) && C->train.max_len > a->seq_len) {
-        cli_error("%s: %s of %d %s are longer than the model's length (--seq-len %d)", a->data,
-                  C->train.audio_rate ? "clips" : "images", C->train.max_len, C->train.audio_rate ? "samples" : "pixels", a->seq_len);
-        goto fail;
-    }
-    if (a->cls.embedding == MEGA_EMBED_REAL && !C->train.vocab.real) {
-        cli_error("--embedding real needs real-valued inputs (IDX images, --format real or speech)");
-        goto fail;
-    }
-    if (!have_prev && a->cls.patch > 0 && (!C->train.rows || !C->train.vocab.real)) {
-        cli_error("--patch %d: patches are made of images read as real-valued pixels (IDX or pathfinder data, --embedding real)",
-                  a->cls.patch);
-        goto fail;
-    }
-    if (!have_prev && a->cls.patch > 0 && (C->train.rows % a->cls.patch || C->train.cols % a->cls.patch)) {
-        cli_error("--patch %d does not divide the %dx%d images", a->cls.patch, C->train.rows, C->train.cols);
-        goto fail;
-    }
+    if (data_fits(a, &C->train, have_prev)) goto fail;
     /* validation: --valid / --valid-images, else the last --valid-fraction of the examples */
     mega_data_opts vo = o;
     vo.classes = &C->train.classes;
