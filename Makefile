@@ -63,7 +63,7 @@ clean:
 # ---- fuzzing (fuzz/README.md) -------------------------------------------------------------
 # make fuzz [FUZZ_SECONDS=60] [FUZZ_TARGETS="safetensors cli ..."]: builds the libFuzzer targets
 # fuzz/fuzz_<name>.c with clang against an ASan + UBSan + libFuzzer build of the library
-# (build-fuzz: portable, no OpenMP), then runs each for FUZZ_SECONDS on a copy of
+# (build-fuzz: portable, no OpenMP, no libpng or libsndfile: the targets link the library alone), then runs each for FUZZ_SECONDS on a copy of
 # fuzz/corpus/<name>; crashes go to build-fuzz/crashes/. make fuzz-build only builds them.
 FUZZ_BUILD := build-fuzz
 FUZZ_SECONDS ?= 60
@@ -74,7 +74,7 @@ fuzz: fuzz-build
 	@sh fuzz/run.sh run $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 fuzz-build: deps
 	@sh fuzz/run.sh deps
-	@$(MAKE) --no-print-directory MEGA_INNER=1 CC=clang BUILD=$(FUZZ_BUILD) NO_OMP=1 NO_BLAS=1 NATIVE=0 \
+	@$(MAKE) --no-print-directory MEGA_INNER=1 CC=clang BUILD=$(FUZZ_BUILD) NO_OMP=1 NO_BLAS=1 NATIVE=0 NO_PNG=1 NO_SNDFILE=1 \
 	  EXTRA_CFLAGS="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" lib
 	@$(MAKE) --no-print-directory fuzz-bins
 fuzz-bins: $(FUZZ_NAMES:%=$(FUZZ_BUILD)/fuzz_%)
