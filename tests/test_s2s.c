@@ -203,7 +203,7 @@ static void fd_xattn(const char *name, mega_mixer_kind mixer, mega_attn_fn fn, i
     mega_params P;
     mega_params_init(&P);
     mega_xattn X;
-    if (mega_xattn_declare(&X, &P, "", &c, 9) || mega_params_alloc(&P, 1)) {
+    if (mega_xattn_declare(&X, &P, "", &c, mega_xattn_default_kind(&c), 4, 9) || mega_params_alloc(&P, 1)) {
         tl_check(0, "fd xattn %s: declare: %s", name, mega_last_error());
         mega_params_free(&P);
         return;
