@@ -2,18 +2,24 @@
  * The encoder–decoder (mega.h mega_s2s_*; src/model/s2s*.c, src/layers/xattn.c):
  *   (1) double build only: finite differences of the cross-attention alone (gated: softmax /
  *       relu2 / laplace, simple / rotary, pre / post norm, with and without source padding;
- *       multi-head) with respect to its parameters, its input x and the encoder output e; and of
+ *       multi-head; the bounded memories of ABC, abc-window / abc-linformer / abc-mlp, with pads,
+ *       empty slots and slot-weight dropout) with respect to its parameters, its input x and the
+ *       encoder output e; and of
  *       the whole encoder–decoder's label-smoothed loss with respect to every parameter (Mega with
  *       chunked / ragged / full attention, shared and separate embeddings, embedding norm, source
- *       and target padding; the mha mixer's Transformer encoder–decoder; an AFT decoder);
+ *       and target padding; the mha mixer's Transformer encoder–decoder; an AFT decoder; bounded
+ *       cross-attention with the abc-mlp, mha and Mega decoders);
  *   (2) incremental decoding == the teacher-forced forward at every non-pad position, for Mega
- *       (chunked, so cache resets are crossed; full attention) and mha, with beam-style rows
- *       (each source replicated) and a reorder that swaps equal rows;
+ *       (chunked, so cache resets are crossed; full attention) and mha, and the bounded
+ *       cross-attention kinds (the step reads the memory built once per source; ABC decoders),
+ *       with beam-style rows (each source replicated) and a reorder that swaps equal rows;
  *   (3) search: beam 1 == a greedy decode written here on the stream; beam 4 never ends with a
- *       lower score than greedy (the score the search maximises) on random models;
+ *       lower score than greedy (the score the search maximises) on random models (Mega, mha, an
+ *       abc-mlp decoder with abc-mlp cross-attention);
  *   (4) save / load round trip (bit-identical logits), config JSON round trip, the official
  *       argument names, and bad inputs (tokens outside the vocabulary, targets beyond the
- *       relative-bias length, beam 0) failing with a message.
+ *       relative-bias length, beam 0) failing with a message; the cross-attention choice kept by
+ *       save/load, a config without it meaning the old default, bad cross-memory sizes.
  * build/t64_s2s is this file built against the double-precision library (Makefile T64_FROM).
  */
 #include "testlib.h"
