@@ -19,12 +19,42 @@
  *   gcc -O3 -march=native -fopenmp -std=c11 -D_DEFAULT_SOURCE -Iinclude -Isrc bench/xattn_decode.c build/libmega.a \
  *       -L/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas -lcjson -lpng -lsndfile -lz -lm -o /tmp/xattn_decode
  *   taskset -c 1 nice -n 5 /tmp/xattn_decode [steps=32] [repeat=3] [slots=32] > table.tsv
+ * With the tool's SVG charts (tools/svg.c) compiled in, a fourth argument PREFIX also writes
+ * PREFIX-time.svg and PREFIX-state.svg (docs/results/xattn-decode-*.svg):
+ *   gcc ... -DWITH_SVG -Itools bench/xattn_decode.c tools/svg.c build/libmega.a ... -o /tmp/xattn_decode
+ *   /tmp/xattn_decode 64 5 32 docs/results/xattn-decode
  */
 #include "model/s2s.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#ifdef WITH_SVG
+#include "svg.h"
+/* svg.c reports a failed write through the tool's cli_error */
+int cli_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("xattn_decode: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+/* y[kind][length] against the source lengths, one series per kind, log-log */
+static int chart(const char *path, const char *title, const char *ylabel, const double *x, double y[2][5], int slots) {
+    char l1[64];
+    snprintf(l1, sizeof l1, "abc-mlp, %d slots (bounded)", slots);
+    svg_series s[2] = {{"mha (full)", x, y[0], 5, 1, 0}, {l1, x, y[1], 5, 1, 1}};
+    svg_chart c = {title, "source tokens", ylabel, 1, 1, 1};
+    sbuf b = {0};
+    svg_line_chart(&b, &c, s, 2);
+    const int rc = sbuf_write(&b, path);
+    sbuf_free(&b);
+    return rc;
+}
+#endif
 
 static double now(clockid_t id) {
     struct timespec t;
@@ -40,6 +70,8 @@ int main(int argc, char **argv) {
     const int steps = argc > 1 ? atoi(argv[1]) : 32, repeat = argc > 2 ? atoi(argv[2]) : 3;
     const int slots = argc > 3 ? atoi(argv[3]) : 32;
     const int lens[] = {32, 128, 512, 1024, 4096};
+    double xs_len[5], t_us[2][5], st_kib[2][5];
+    for (int i = 0; i < 5; i++) xs_len[i] = lens[i];
     const int kinds[2] = {2, 5}; /* mha, abc-mlp (mega_s2s_config.cross_attention) */
     mega_set_threads(1);
     printf("kind\tslots\tsource_tokens\tstart_ms\tcpu_us_per_token\twall_us_per_token\tcross_state_bytes\n");
@@ -95,6 +127,7 @@ int main(int argc, char **argv) {
             qsort(cpu, (size_t)R, sizeof *cpu, cmp);
             qsort(wl, (size_t)R, sizeof *wl, cmp);
             const size_t xs = mega_xattn_state_size(&m->dl[0].x, 1, S, steps + 1) * (size_t)c.decoder_layers * sizeof(mega_real);
+            t_us[ki][li] = 1e6 * cpu[R / 2], st_kib[ki][li] = (double)xs / 1024;
             printf("%s\t%d\t%d\t%.2f\t%.1f\t%.1f\t%zu\n", kinds[ki] == 2 ? "mha" : "abc-mlp", kinds[ki] == 2 ? 0 : slots, S,
                    1e3 * start, 1e6 * cpu[R / 2], 1e6 * wl[R / 2], xs);
             fflush(stdout);
@@ -104,5 +137,17 @@ int main(int argc, char **argv) {
         free(lg);
         mega_s2s_free(m);
     }
+#ifdef WITH_SVG
+    if (argc > 4) {
+        char p1[512], p2[512];
+        snprintf(p1, sizeof p1, "%s-time.svg", argv[4]);
+        snprintf(p2, sizeof p2, "%s-state.svg", argv[4]);
+        if (chart(p1, "decode cost per token against the source length", "CPU time per token (us)", xs_len, t_us, slots) ||
+            chart(p2, "cross-attention state kept while decoding", "state, 3 layers, one row (KiB)", xs_len, st_kib, slots))
+            return 1;
+    }
+#else
+    (void)xs_len, (void)t_us, (void)st_kib;
+#endif
     return 0;
 }
