@@ -270,6 +270,10 @@ static void test_fd(void) {
     fd_xattn("gated relu2 rotary prenorm pad", MEGA_MIXER_MEGA, MEGA_ATTN_RELU2, 1, 1, 1);
     fd_xattn("multi-head prenorm pad", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 1, 1);
     fd_xattn("multi-head postnorm", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 0, 0);
+    /* the two full kinds with the other decoder */
+    fd_xattn_kind("gated with an mha decoder, prenorm pad", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 1, 1, MEGA_XATTN_GATED, 4, 0);
+    fd_xattn_kind("multi-head with a mega decoder, postnorm pad", MEGA_MIXER_MEGA, MEGA_ATTN_SOFTMAX, 0, 0, 1, MEGA_XATTN_MHA,
+                  4, 0);
     /* the bounded memories (ABC): 7 keys, row 1 with 4 (blocks of 2 and 1; with 9 slots some
      * stay empty), with the Mega and mha decoders, slot-weight dropout */
     fd_xattn_kind("abc-window 4 slots prenorm pad", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 1, 1, MEGA_XATTN_ABC_WINDOW, 4, 0);
@@ -623,6 +627,8 @@ int main(int argc, char **argv) {
     test_search(MEGA_MIXER_MHA, 1.0);
     /* bounded cross-attention (3 abc-window, 4 abc-linformer, 5 abc-mlp): the step reads the
      * memory built once per source */
+    test_incremental_x("mha + gated cross", MEGA_MIXER_MHA, -1, MEGA_ATTN_SOFTMAX, 1, 1, 32);
+    test_incremental_x("mega chunk 4 + mha cross", MEGA_MIXER_MEGA, 4, MEGA_ATTN_SOFTMAX, 1, 2, 32);
     test_incremental_x("mha + abc-window cross (4 slots: sources of 10, 7, 3 tokens)", MEGA_MIXER_MHA, -1, MEGA_ATTN_SOFTMAX,
                        1, 3, 4);
     test_incremental_x("mega chunk 4 + abc-linformer cross (5 slots)", MEGA_MIXER_MEGA, 4, MEGA_ATTN_SOFTMAX, 1, 4, 5);
