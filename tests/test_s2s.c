@@ -203,6 +203,82 @@ static double xa_loss(void *p) {
     return s;
 }
 
+/* The ABC read written out from the paper's equations (section 3, eq. 7), independently of
+ * src/ops/abc.c: from the forward's projections q = A->base, k = A->k, v = A->v, per head
+ *   phi_i (window: 1/|block| on the block of consecutive valid positions holding i; Linformer:
+ *   E[:, i]; MLP: softmax over the valid i of W_phi e_i), pads phi_i = 0,
+ *   K~ = sum_i phi^K_i k_i^T, V~ = sum_i phi^V_i v_i^T, o = V~^T softmax(K~ q / sqrt d) over the
+ *   non-empty slots;
+ * returns the largest difference from the forward's A->O */
+static double abc_reference_err(const mega_xattn *X, const rl *W, const mega_xattn_acts *A, const rl *e,
+                                const uint8_t *kpad, int B, int Tq, int Tk) {
+    const int H = X->H, n = X->n, d = X->dh, D = X->cfg->embed_dim;
+    double worst = 0;
+    double *phk = calloc((size_t)n * Tk, sizeof(double)), *phv = calloc((size_t)n * Tk, sizeof(double));
+    double *Km = calloc((size_t)n * d, sizeof(double)), *Vm = calloc((size_t)n * d, sizeof(double)), *p = calloc((size_t)n, sizeof(double));
+    int *empty = calloc((size_t)n, sizeof(int));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int Sb = 0;
+            for (int i = 0; i < Tk; i++) Sb += !(kpad && kpad[b * Tk + i]);
+            for (int j = 0; j < n; j++) {
+                empty[j] = 0;
+                double zk = 0, zv = 0;
+                for (int i = 0, r = 0; i < Tk; i++) {
+                    const int valid = !(kpad && kpad[b * Tk + i]);
+                    double fk = 0, fv = 0;
+                    if (valid && X->kind == MEGA_XATTN_ABC_WINDOW) {
+                        const int c = Sb > n ? (Sb + n - 1) / n : 1, lo = j * c, hi = Sb < lo + c ? Sb : lo + c;
+                        fk = fv = (r >= lo && r < hi) ? 1.0 / (hi - lo) : 0;
+                    } else if (valid && X->kind == MEGA_XATTN_ABC_LINFORMER) {
+                        fk = W[X->c_k + (size_t)j * X->M + i], fv = W[X->c_v + (size_t)j * X->M + i];
+                    } else if (valid) {
+                        double lk = 0, lv = 0;
+                        for (int c2 = 0; c2 < D; c2++) {
+                            lk += W[X->c_k + ((size_t)h * n + j) * D + c2] * e[((size_t)b * Tk + i) * D + c2];
+                            lv += W[X->c_v + ((size_t)h * n + j) * D + c2] * e[((size_t)b * Tk + i) * D + c2];
+                        }
+                        fk = exp(lk), fv = exp(lv), zk += fk, zv += fv;
+                    }
+                    phk[(size_t)j * Tk + i] = fk, phv[(size_t)j * Tk + i] = fv;
+                    r += valid;
+                }
+                if (X->kind == MEGA_XATTN_ABC_MLP)
+                    for (int i = 0; i < Tk; i++) phk[(size_t)j * Tk + i] /= zk, phv[(size_t)j * Tk + i] /= zv;
+                if (X->kind == MEGA_XATTN_ABC_WINDOW) {
+                    const int c = Sb > n ? (Sb + n - 1) / n : 1;
+                    empty[j] = j * c >= Sb;
+                }
+                for (int c2 = 0; c2 < d; c2++) {
+                    double sk = 0, sv = 0;
+                    for (int i = 0; i < Tk; i++) {
+                        sk += phk[(size_t)j * Tk + i] * A->k[((size_t)b * Tk + i) * D + h * d + c2];
+                        sv += phv[(size_t)j * Tk + i] * A->v[((size_t)b * Tk + i) * D + h * d + c2];
+                    }
+                    Km[(size_t)j * d + c2] = sk, Vm[(size_t)j * d + c2] = sv;
+                }
+            }
+            for (int t = 0; t < Tq; t++) {
+                const rl *q = A->base + ((size_t)b * Tq + t) * D + h * d;
+                double mx = -INFINITY, z = 0;
+                for (int j = 0; j < n; j++) {
+                    double sc = 0;
+                    for (int c2 = 0; c2 < d; c2++) sc += Km[(size_t)j * d + c2] * q[c2];
+                    p[j] = empty[j] ? -INFINITY : sc / sqrt((double)d);
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j < n; j++) z += p[j] = empty[j] ? 0 : exp(p[j] - mx);
+                for (int c2 = 0; c2 < d; c2++) {
+                    double o = 0;
+                    for (int j = 0; j < n; j++) o += p[j] / z * Vm[(size_t)j * d + c2];
+                    worst = fmax(worst, fabs(o - A->O[((size_t)b * Tq + t) * D + h * d + c2]));
+                }
+            }
+        }
+    free(phk), free(phv), free(Km), free(Vm), free(p), free(empty);
+    return worst;
+}
+
 /* kind -1: the mixer's default; n: ABC slots; pdrop: attention dropout (the ABC slot weights) */
 static void fd_xattn_kind(const char *name, mega_mixer_kind mixer, mega_attn_fn fn, int rotary, int prenorm, int pad,
                           int kind, int nslots, float pdrop) {
@@ -256,6 +332,11 @@ static void fd_xattn_kind(const char *name, mega_mixer_kind mixer, mega_attn_fn 
     const double tol = fn == MEGA_ATTN_RELU2 ? 1e-5 : 1e-7;
     tl_check(worst < tol && ex < tol && ee < tol, "fd cross-attention %s: params %.2e (%s), dx %.2e, dE %.2e", name, worst, wn, ex,
              ee);
+    if (kind >= MEGA_XATTN_ABC_WINDOW && pdrop == 0) {
+        xa_loss(&a); /* the forward at the parameters themselves */
+        const double err = abc_reference_err(&X, P.data, &A, e, a.kpad, B, Tq, Tk);
+        tl_check(err < 1e-12, "bounded cross-attention %s == the ABC equations written out: max diff %.2e", name, err);
+    }
     free(acts), free(scr), free(x), free(e), free(y), free(dy), free(dx), free(dE);
     mega_params_free(&P);
 }
