@@ -3,8 +3,8 @@
  *   (1) double build only: finite differences of the cross-attention alone (gated: softmax /
  *       relu2 / laplace, simple / rotary, pre / post norm, with and without source padding;
  *       multi-head; the bounded memories of ABC, abc-window / abc-linformer / abc-mlp, with pads,
- *       empty slots and slot-weight dropout) with respect to its parameters, its input x and the
- *       encoder output e; and of
+ *       empty slots and slot-weight dropout; their output also against the ABC equations written
+ *       out here) with respect to its parameters, its input x and the encoder output e; and of
  *       the whole encoder–decoder's label-smoothed loss with respect to every parameter (Mega with
  *       chunked / ragged / full attention, shared and separate embeddings, embedding norm, source
  *       and target padding; the mha mixer's Transformer encoder–decoder; an AFT decoder; bounded
