@@ -678,6 +678,16 @@ static void test_cross_io(void) {
         mega_s2s_free(mm);
         free(js);
     }
+    /* the full kinds ignore the memory size: a zero (a config filled without the defaults) is fine */
+    {
+        mega_s2s_config z;
+        small_cfg(&z, MEGA_MIXER_MEGA);
+        z.cross_memory = 0;
+        mega_s2s *mz = NULL;
+        st = mega_s2s_create(&z, &mz);
+        tl_check(!st, "gated cross-attention with cross-memory 0 is accepted%s%s", st ? ": " : "", st ? mega_last_error() : "");
+        mega_s2s_free(mz);
+    }
     /* bad memory sizes: one message naming the option */
     const int bad[2] = {0, 1 << 30};
     for (int i = 0; i < 2; i++) {

@@ -75,7 +75,9 @@ static const mega_field S2S_FIELDS[] = {
     {"cross-attention", MEGA_FIELD_CHOICE, OFF(cross_attention), 0, N_CROSS - 1, CROSS_NAMES, N_CROSS, 0, 0,
      "the decoder's cross-attention: auto (gated with the mega mixer, mha otherwise), gated, mha, or a bounded "
      "memory of --cross-memory slots (abc-window, abc-linformer, abc-mlp; docs/translation.md)"},
-    {"cross-memory", MEGA_FIELD_INT, OFF(cross_memory), 1, 65536, NULL, 0, 0, 0,
+    /* 0 is only refused for the abc-* kinds (mega_s2s_config_check): a config made without
+     * mega_s2s_config_default, with zeros, stays valid for the full kinds */
+    {"cross-memory", MEGA_FIELD_INT, OFF(cross_memory), 0, 65536, NULL, 0, 0, 0,
      "memory slots per head of the abc-* cross-attention (a decoding step reads these, whatever the source length)"},
 };
 #undef OFF
@@ -97,6 +99,10 @@ void mega_s2s_config_resolve(mega_s2s_config *c) {
 mega_status mega_s2s_config_check(const mega_s2s_config *config) {
     mega_s2s_config c = *config;
     mega_s2s_config_resolve(&c);
+    if ((unsigned)c.cross_attention < (unsigned)N_CROSS && cross_kind(&c) >= MEGA_XATTN_ABC_WINDOW &&
+        (c.cross_memory < 1 || c.cross_memory > 65536))
+        MEGA_FAIL(MEGA_ERR_INVALID, "cross-memory must be in [1, 65536] (the slots per head of the %s cross-attention), got %d",
+                  CROSS_NAMES[cross_kind(&c) + 1], c.cross_memory);
     int n;
     const mega_field *f = mega_s2s_config_fields(&n);
     MEGA_TRY(mega__fields_check(f, n, &c));
