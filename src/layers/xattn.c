@@ -108,6 +108,7 @@ static mega_status abc_core_forward(const mega_xattn *X, const real *W, mega_xat
     const size_t nd = (size_t)X->n * X->dh, per = abc_tmp(X, Tq, Tk);
     const int H = X->H, nt = run->nthreads > 0 ? run->nthreads : 1;
     const long units = (long)B * H;
+    (void)nt; /* without OpenMP */
 #pragma omp parallel for schedule(static) num_threads(nt) if (units > 1 && (size_t)units * Tq * nd > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
         const int b = (int)(u / H), h = (int)(u % H);
@@ -130,6 +131,7 @@ static void abc_core_backward(const mega_xattn *X, const real *W, real *dW, cons
     const size_t per = abc_tmp(X, Tq, Tk);
     const int nt = run->nthreads > 0 ? run->nthreads : 1;
     const long units = (long)B * H;
+    (void)nt; /* without OpenMP */
 #pragma omp parallel for schedule(static) num_threads(nt) if (units > 1 && (size_t)units * Tq * nd > MEGA_PAR_MIN)
     for (long u = 0; u < units; u++) {
         const int b = (int)(u / H), h = (int)(u % H);
