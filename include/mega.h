@@ -622,6 +622,12 @@ typedef struct {
     int normalize_embedding;            /* a norm after the embeddings (post-norm models only) */
     int share_all_embeddings;           /* one table: source, target and output (joined vocabulary) */
     int tie_embeddings;                 /* output projection = the target embedding */
+    /* the decoder's cross-attention (docs/translation.md): 0 auto (gated with the Mega mixer,
+     * multi-head otherwise; what a config without the key means), 1 gated, 2 mha, and the bounded
+     * memories of ABC: 3 abc-window, 4 abc-linformer, 5 abc-mlp; names as the flag
+     * --cross-attention. Resolved (auto replaced) when a model is created. */
+    int cross_attention;
+    int cross_memory;                   /* the abc-* kinds' memory slots per head (default 32) */
 } mega_s2s_config;
 
 /* a small byte-level model: 2 + 2 layers, separate decoder embeddings, the block defaults (also
@@ -634,8 +640,10 @@ MEGA_API mega_status mega_s2s_config_check(const mega_s2s_config *c);
  * reads the official MegaModel argument names (encoder_layers, decoder_z_dim, ...) */
 MEGA_API char *mega_s2s_config_to_json(const mega_s2s_config *c);
 MEGA_API mega_status mega_s2s_config_from_json(const char *json, mega_s2s_config *c);
-/* the model-level fields (src-vocab-size ... tie-embeddings) */
+/* the model-level fields (src-vocab-size ... tie-embeddings, cross-attention, cross-memory) */
 MEGA_API const mega_field *mega_s2s_config_fields(int *count);
+/* the cross-attention of config c in words: "gated", "multi-head", "abc-mlp (32 slots)", ... */
+MEGA_API const char *mega_s2s_cross_attention_name(const mega_s2s_config *c, char *buf, size_t n);
 
 typedef struct mega_s2s mega_s2s;
 MEGA_API mega_status mega_s2s_create(const mega_s2s_config *c, mega_s2s **out);

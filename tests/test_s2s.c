@@ -2,18 +2,24 @@
  * The encoder–decoder (mega.h mega_s2s_*; src/model/s2s*.c, src/layers/xattn.c):
  *   (1) double build only: finite differences of the cross-attention alone (gated: softmax /
  *       relu2 / laplace, simple / rotary, pre / post norm, with and without source padding;
- *       multi-head) with respect to its parameters, its input x and the encoder output e; and of
+ *       multi-head; the bounded memories of ABC, abc-window / abc-linformer / abc-mlp, with pads,
+ *       empty slots and slot-weight dropout; their output also against the ABC equations written
+ *       out here) with respect to its parameters, its input x and the encoder output e; and of
  *       the whole encoder–decoder's label-smoothed loss with respect to every parameter (Mega with
  *       chunked / ragged / full attention, shared and separate embeddings, embedding norm, source
- *       and target padding; the mha mixer's Transformer encoder–decoder; an AFT decoder);
+ *       and target padding; the mha mixer's Transformer encoder–decoder; an AFT decoder; bounded
+ *       cross-attention with the abc-mlp, mha and Mega decoders);
  *   (2) incremental decoding == the teacher-forced forward at every non-pad position, for Mega
- *       (chunked, so cache resets are crossed; full attention) and mha, with beam-style rows
- *       (each source replicated) and a reorder that swaps equal rows;
+ *       (chunked, so cache resets are crossed; full attention) and mha, and the bounded
+ *       cross-attention kinds (the step reads the memory built once per source; ABC decoders),
+ *       with beam-style rows (each source replicated) and a reorder that swaps equal rows;
  *   (3) search: beam 1 == a greedy decode written here on the stream; beam 4 never ends with a
- *       lower score than greedy (the score the search maximises) on random models;
+ *       lower score than greedy (the score the search maximises) on random models (Mega, mha, an
+ *       abc-mlp decoder with abc-mlp cross-attention);
  *   (4) save / load round trip (bit-identical logits), config JSON round trip, the official
  *       argument names, and bad inputs (tokens outside the vocabulary, targets beyond the
- *       relative-bias length, beam 0) failing with a message.
+ *       relative-bias length, beam 0) failing with a message; the cross-attention choice kept by
+ *       save/load, a config without it meaning the old default, bad cross-memory sizes.
  * build/t64_s2s is this file built against the double-precision library (Makefile T64_FROM).
  */
 #include "testlib.h"
@@ -123,6 +129,7 @@ typedef struct {
     mega_attn_fn fn;
     int rotary, prenorm, enc_chunk, dec_chunk, share_all, tie, enorm, pad;
     double eps;
+    int cross, cross_memory, memory_size; /* 0: as the defaults */
 } fdcase;
 
 static void fd_model(const fdcase *fc) {
@@ -138,6 +145,8 @@ static void fd_model(const fdcase *fc) {
     c.decoder.z_dim = 6, c.decoder.n_dim = 3; /* the decoder's own dimensions */
     c.share_all_embeddings = fc->share_all, c.tie_embeddings = fc->tie, c.normalize_embedding = fc->enorm;
     if (!fc->share_all) c.tgt_vocab_size = 23;
+    if (fc->cross) c.cross_attention = fc->cross, c.cross_memory = fc->cross_memory;
+    if (fc->memory_size) c.encoder.memory_size = c.decoder.memory_size = fc->memory_size;
     mega_s2s *m = NULL;
     if (mega_s2s_create(&c, &m)) {
         tl_check(0, "fd %s: create: %s", fc->name, mega_last_error());
@@ -194,16 +203,96 @@ static double xa_loss(void *p) {
     return s;
 }
 
-static void fd_xattn(const char *name, mega_mixer_kind mixer, mega_attn_fn fn, int rotary, int prenorm, int pad) {
+/* The ABC read written out from the paper's equations (section 3, eq. 7), independently of
+ * src/ops/abc.c: from the forward's projections q = A->base, k = A->k, v = A->v, per head
+ *   phi_i (window: 1/|block| on the block of consecutive valid positions holding i; Linformer:
+ *   E[:, i]; MLP: softmax over the valid i of W_phi e_i), pads phi_i = 0,
+ *   K~ = sum_i phi^K_i k_i^T, V~ = sum_i phi^V_i v_i^T, o = V~^T softmax(K~ q / sqrt d) over the
+ *   non-empty slots;
+ * returns the largest difference from the forward's A->O */
+static double abc_reference_err(const mega_xattn *X, const rl *W, const mega_xattn_acts *A, const rl *e,
+                                const uint8_t *kpad, int B, int Tq, int Tk) {
+    const int H = X->H, n = X->n, d = X->dh, D = X->cfg->embed_dim;
+    double worst = 0;
+    double *phk = calloc((size_t)n * Tk, sizeof(double)), *phv = calloc((size_t)n * Tk, sizeof(double));
+    double *Km = calloc((size_t)n * d, sizeof(double)), *Vm = calloc((size_t)n * d, sizeof(double)), *p = calloc((size_t)n, sizeof(double));
+    int *empty = calloc((size_t)n, sizeof(int));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            int Sb = 0;
+            for (int i = 0; i < Tk; i++) Sb += !(kpad && kpad[b * Tk + i]);
+            for (int j = 0; j < n; j++) {
+                empty[j] = 0;
+                double zk = 0, zv = 0;
+                for (int i = 0, r = 0; i < Tk; i++) {
+                    const int valid = !(kpad && kpad[b * Tk + i]);
+                    double fk = 0, fv = 0;
+                    if (valid && X->kind == MEGA_XATTN_ABC_WINDOW) {
+                        const int c = Sb > n ? (Sb + n - 1) / n : 1, lo = j * c, hi = Sb < lo + c ? Sb : lo + c;
+                        fk = fv = (r >= lo && r < hi) ? 1.0 / (hi - lo) : 0;
+                    } else if (valid && X->kind == MEGA_XATTN_ABC_LINFORMER) {
+                        fk = W[X->c_k + (size_t)j * X->M + i], fv = W[X->c_v + (size_t)j * X->M + i];
+                    } else if (valid) {
+                        double lk = 0, lv = 0;
+                        for (int c2 = 0; c2 < D; c2++) {
+                            lk += W[X->c_k + ((size_t)h * n + j) * D + c2] * e[((size_t)b * Tk + i) * D + c2];
+                            lv += W[X->c_v + ((size_t)h * n + j) * D + c2] * e[((size_t)b * Tk + i) * D + c2];
+                        }
+                        fk = exp(lk), fv = exp(lv), zk += fk, zv += fv;
+                    }
+                    phk[(size_t)j * Tk + i] = fk, phv[(size_t)j * Tk + i] = fv;
+                    r += valid;
+                }
+                if (X->kind == MEGA_XATTN_ABC_MLP)
+                    for (int i = 0; i < Tk; i++) phk[(size_t)j * Tk + i] /= zk, phv[(size_t)j * Tk + i] /= zv;
+                if (X->kind == MEGA_XATTN_ABC_WINDOW) {
+                    const int c = Sb > n ? (Sb + n - 1) / n : 1;
+                    empty[j] = j * c >= Sb;
+                }
+                for (int c2 = 0; c2 < d; c2++) {
+                    double sk = 0, sv = 0;
+                    for (int i = 0; i < Tk; i++) {
+                        sk += phk[(size_t)j * Tk + i] * A->k[((size_t)b * Tk + i) * D + h * d + c2];
+                        sv += phv[(size_t)j * Tk + i] * A->v[((size_t)b * Tk + i) * D + h * d + c2];
+                    }
+                    Km[(size_t)j * d + c2] = sk, Vm[(size_t)j * d + c2] = sv;
+                }
+            }
+            for (int t = 0; t < Tq; t++) {
+                const rl *q = A->base + ((size_t)b * Tq + t) * D + h * d;
+                double mx = -INFINITY, z = 0;
+                for (int j = 0; j < n; j++) {
+                    double sc = 0;
+                    for (int c2 = 0; c2 < d; c2++) sc += Km[(size_t)j * d + c2] * q[c2];
+                    p[j] = empty[j] ? -INFINITY : sc / sqrt((double)d);
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j < n; j++) z += p[j] = empty[j] ? 0 : exp(p[j] - mx);
+                for (int c2 = 0; c2 < d; c2++) {
+                    double o = 0;
+                    for (int j = 0; j < n; j++) o += p[j] / z * Vm[(size_t)j * d + c2];
+                    worst = fmax(worst, fabs(o - A->O[((size_t)b * Tq + t) * D + h * d + c2]));
+                }
+            }
+        }
+    free(phk), free(phv), free(Km), free(Vm), free(p), free(empty);
+    return worst;
+}
+
+/* kind -1: the mixer's default; n: ABC slots; pdrop: attention dropout (the ABC slot weights) */
+static void fd_xattn_kind(const char *name, mega_mixer_kind mixer, mega_attn_fn fn, int rotary, int prenorm, int pad,
+                          int kind, int nslots, float pdrop) {
     mega_block_config c;
     mega_block_config_default(&c);
     c.mixer = mixer, c.embed_dim = 12, c.z_dim = 6, c.heads = 3, c.attention_activation = fn, c.prenorm = prenorm;
     c.rel_pos_bias = rotary ? MEGA_RELPOS_ROTARY : MEGA_RELPOS_SIMPLE, c.activation = MEGA_ACT_GELU;
+    c.attention_dropout = pdrop;
     const int B = 2, Tq = 5, Tk = 7, D = 12;
     mega_params P;
     mega_params_init(&P);
     mega_xattn X;
-    if (mega_xattn_declare(&X, &P, "", &c, 9) || mega_params_alloc(&P, 1)) {
+    if (mega_xattn_declare(&X, &P, "", &c, kind < 0 ? mega_xattn_default_kind(&c) : (mega_xattn_kind)kind, nslots, 9) ||
+        mega_params_alloc(&P, 1)) {
         tl_check(0, "fd xattn %s: declare: %s", name, mega_last_error());
         mega_params_free(&P);
         return;
@@ -243,8 +332,16 @@ static void fd_xattn(const char *name, mega_mixer_kind mixer, mega_attn_fn fn, i
     const double tol = fn == MEGA_ATTN_RELU2 ? 1e-5 : 1e-7;
     tl_check(worst < tol && ex < tol && ee < tol, "fd cross-attention %s: params %.2e (%s), dx %.2e, dE %.2e", name, worst, wn, ex,
              ee);
+    if (kind >= MEGA_XATTN_ABC_WINDOW && pdrop == 0) {
+        xa_loss(&a); /* the forward at the parameters themselves */
+        const double err = abc_reference_err(&X, P.data, &A, e, a.kpad, B, Tq, Tk);
+        tl_check(err < 1e-12, "bounded cross-attention %s == the ABC equations written out: max diff %.2e", name, err);
+    }
     free(acts), free(scr), free(x), free(e), free(y), free(dy), free(dx), free(dE);
     mega_params_free(&P);
+}
+static void fd_xattn(const char *name, mega_mixer_kind mixer, mega_attn_fn fn, int rotary, int prenorm, int pad) {
+    fd_xattn_kind(name, mixer, fn, rotary, prenorm, pad, -1, 4, 0);
 }
 
 static void test_fd(void) {
@@ -254,17 +351,40 @@ static void test_fd(void) {
     fd_xattn("gated relu2 rotary prenorm pad", MEGA_MIXER_MEGA, MEGA_ATTN_RELU2, 1, 1, 1);
     fd_xattn("multi-head prenorm pad", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 1, 1);
     fd_xattn("multi-head postnorm", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 0, 0);
+    /* the two full kinds with the other decoder */
+    fd_xattn_kind("gated with an mha decoder, prenorm pad", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 1, 1, MEGA_XATTN_GATED, 4, 0);
+    fd_xattn_kind("multi-head with a mega decoder, postnorm pad", MEGA_MIXER_MEGA, MEGA_ATTN_SOFTMAX, 0, 0, 1, MEGA_XATTN_MHA,
+                  4, 0);
+    /* the bounded memories (ABC): 7 keys, row 1 with 4 (blocks of 2 and 1; with 9 slots some
+     * stay empty), with the Mega and mha decoders, slot-weight dropout */
+    fd_xattn_kind("abc-window 4 slots prenorm pad", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 1, 1, MEGA_XATTN_ABC_WINDOW, 4, 0);
+    fd_xattn_kind("abc-window 9 slots (empty ones) postnorm pad", MEGA_MIXER_MEGA, MEGA_ATTN_SOFTMAX, 0, 0, 1,
+                  MEGA_XATTN_ABC_WINDOW, 9, 0);
+    fd_xattn_kind("abc-linformer 3 slots prenorm pad", MEGA_MIXER_MEGA, MEGA_ATTN_SOFTMAX, 0, 1, 1, MEGA_XATTN_ABC_LINFORMER, 3,
+                  0);
+    fd_xattn_kind("abc-linformer 5 slots postnorm dropout", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 0, 0,
+                  MEGA_XATTN_ABC_LINFORMER, 5, 0.3f);
+    fd_xattn_kind("abc-mlp 3 slots prenorm pad", MEGA_MIXER_ABC_MLP, MEGA_ATTN_SOFTMAX, 0, 1, 1, MEGA_XATTN_ABC_MLP, 3, 0);
+    fd_xattn_kind("abc-mlp 2 slots postnorm pad dropout", MEGA_MIXER_MEGA, MEGA_ATTN_SOFTMAX, 0, 0, 1, MEGA_XATTN_ABC_MLP, 2,
+                  0.3f);
     static const fdcase CASES[] = {
         {"mega softmax simple pre, enc chunk 4 (ragged), dec full, separate, pads, ls 0.1", MEGA_MIXER_MEGA,
-         MEGA_ATTN_SOFTMAX, 0, 1, 4, -1, 0, 0, 0, 1, 0.1},
+         MEGA_ATTN_SOFTMAX, 0, 1, 4, -1, 0, 0, 0, 1, 0.1, 0, 0, 0},
         {"mega laplace rotary post, dec chunk 4 (ragged), share-all, embed norm, pads", MEGA_MIXER_MEGA, MEGA_ATTN_LAPLACE,
-         1, 0, -1, 4, 1, 1, 1, 1, 0.0},
+         1, 0, -1, 4, 1, 1, 1, 1, 0.0, 0, 0, 0},
         {"mega relu2 simple pre, chunk 3 both, tied, no pads, ls 0.2", MEGA_MIXER_MEGA, MEGA_ATTN_RELU2, 0, 1, 3, 3, 0, 1,
-         0, 0, 0.2},
+         0, 0, 0.2, 0, 0, 0},
         {"mha pre (Transformer encoder-decoder), separate, pads, ls 0.1", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 1, -1, -1,
-         0, 0, 0, 1, 0.1},
-        {"mha post, share-all, pads", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 0, -1, -1, 1, 1, 0, 1, 0.0},
-        {"aft-full pre, tied, pads", MEGA_MIXER_AFT_FULL, MEGA_ATTN_SOFTMAX, 0, 1, -1, -1, 0, 1, 0, 1, 0.1},
+         0, 0, 0, 1, 0.1, 0, 0, 0},
+        {"mha post, share-all, pads", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 0, -1, -1, 1, 1, 0, 1, 0.0, 0, 0, 0},
+        {"aft-full pre, tied, pads", MEGA_MIXER_AFT_FULL, MEGA_ATTN_SOFTMAX, 0, 1, -1, -1, 0, 1, 0, 1, 0.1, 0, 0, 0},
+        /* bounded cross-attention (cross-attention 3 abc-window, 4 abc-linformer, 5 abc-mlp) */
+        {"abc-mlp mixer (3 slots) + abc-mlp cross (4 slots), pre, separate, pads", MEGA_MIXER_ABC_MLP, MEGA_ATTN_SOFTMAX, 0,
+         1, -1, -1, 0, 0, 0, 1, 0.1, 5, 4, 3},
+        {"mha + abc-window cross (4 slots), post, tied, pads", MEGA_MIXER_MHA, MEGA_ATTN_SOFTMAX, 0, 0, -1, -1, 0, 1, 0, 1,
+         0.0, 3, 4, 0},
+        {"mega chunk 4 + abc-linformer cross (3 slots), pre, pads", MEGA_MIXER_MEGA, MEGA_ATTN_SOFTMAX, 0, 1, 4, 4, 0, 1, 0, 1,
+         0.1, 4, 3, 0},
     };
     for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) fd_model(&CASES[i]);
 }
@@ -272,9 +392,11 @@ static void test_fd(void) {
 
 /* ---- (2) incremental decoding == teacher forcing ------------------------------------------ */
 
-static void test_incremental(const char *name, mega_mixer_kind mixer, int dec_chunk, mega_attn_fn fn, int prenorm) {
+static void test_incremental_x(const char *name, mega_mixer_kind mixer, int dec_chunk, mega_attn_fn fn, int prenorm,
+                               int cross, int cross_memory) {
     mega_s2s_config c;
     small_cfg(&c, mixer);
+    c.cross_attention = cross, c.cross_memory = cross_memory;
     c.decoder.chunk_size = dec_chunk, c.decoder.attention_activation = fn, c.encoder.attention_activation = fn;
     c.encoder.prenorm = c.decoder.prenorm = prenorm;
     c.encoder.chunk_size = mixer == MEGA_MIXER_MEGA ? 4 : -1;
@@ -322,6 +444,10 @@ static void test_incremental(const char *name, mega_mixer_kind mixer, int dec_ch
     mega_s2s_free(m);
 }
 
+static void test_incremental(const char *name, mega_mixer_kind mixer, int dec_chunk, mega_attn_fn fn, int prenorm) {
+    test_incremental_x(name, mixer, dec_chunk, fn, prenorm, 0, 32);
+}
+
 /* ---- (3) search ------------------------------------------------------------------------------ */
 
 /* greedy written out on the stream: argmax over the non-pad tokens until eos or the limit */
@@ -355,9 +481,10 @@ static void greedy(mega_s2s *m, const int32_t *src, int S, int slen, const mega_
     free(lg);
 }
 
-static void test_search(mega_mixer_kind mixer, double lenpen) {
+static void test_search_x(mega_mixer_kind mixer, double lenpen, int cross) {
     mega_s2s_config c;
     small_cfg(&c, mixer);
+    c.cross_attention = cross, c.cross_memory = 4, c.encoder.memory_size = c.decoder.memory_size = 3;
     c.decoder.chunk_size = mixer == MEGA_MIXER_MEGA ? 4 : -1;
     mega_s2s *m = NULL;
     if (mega_s2s_create(&c, &m)) {
@@ -406,13 +533,16 @@ static void test_search(mega_mixer_kind mixer, double lenpen) {
         }
         free_batch(&b);
     }
-    tl_check(same == 4 * N, "%s lenpen %g: beam 1 == greedy on %d/%d sentences", mega_mixer_name(mixer), lenpen, same, 4 * N);
+    const char *xn = cross ? " + bounded cross-attention" : "";
+    tl_check(same == 4 * N, "%s%s lenpen %g: beam 1 == greedy on %d/%d sentences", mega_mixer_name(mixer), xn, lenpen, same,
+             4 * N);
     tl_check(below == 0,
-             "%s lenpen %g: beam 4 never scores below greedy (%d below, worst gap %.3g; %d strictly better, %d the "
+             "%s%s lenpen %g: beam 4 never scores below greedy (%d below, worst gap %.3g; %d strictly better, %d the "
              "greedy hypothesis within rounding)",
-             mega_mixer_name(mixer), lenpen, below, worst_gap, better, rounding);
+             mega_mixer_name(mixer), xn, lenpen, below, worst_gap, better, rounding);
     mega_s2s_free(m);
 }
+static void test_search(mega_mixer_kind mixer, double lenpen) { test_search_x(mixer, lenpen, 0); }
 
 /* ---- (4) files, configs, errors ---------------------------------------------------------------- */
 
@@ -488,6 +618,89 @@ static void test_io(void) {
     tl_rm_rf(dir);
 }
 
+/* the cross-attention choice: stored and restored; a config without it (older checkpoints) means
+ * what it meant before; a bad memory size is one message */
+static void test_cross_io(void) {
+    char dir[256], path[300];
+    if (tl_mkdtemp(dir, sizeof dir, "mega_s2s_x_")) return;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    mega_s2s_config c;
+    small_cfg(&c, MEGA_MIXER_ABC_MLP);
+    c.encoder.memory_size = c.decoder.memory_size = 3;
+    c.cross_attention = 5, c.cross_memory = 6; /* abc-mlp, 6 slots */
+    mega_s2s *m = NULL, *m2 = NULL;
+    mega_status st = mega_s2s_create(&c, &m);
+    if (!st) perturb(&m->P), st = mega_s2s_save_ex(m, path, NULL);
+    if (!st) st = mega_s2s_load(path, &m2);
+    tl_check(!st && m2->cfg.cross_attention == 5 && m2->cfg.cross_memory == 6 && m2->dl[0].x.kind == MEGA_XATTN_ABC_MLP &&
+                 m2->dl[1].x.n == 6,
+             "abc-mlp cross-attention (6 slots) kept by a save/load round trip%s%s", st ? ": " : "", st ? mega_last_error() : "");
+    if (!st) {
+        const int slen[2] = {6, 4}, tlen[2] = {5, 3};
+        batch b = make_batch(&c, 2, 6, 5, slen, tlen);
+        mega_lm_run run = {0, 0};
+        double l1, l2;
+        mega_s2s_forward(m, b.src, 6, b.prev, b.tgt, 5, 2, &run, 0, &l1, NULL, NULL);
+        mega_s2s_forward(m2, b.src, 6, b.prev, b.tgt, 5, 2, &run, 0, &l2, NULL, NULL);
+        tl_check(!memcmp(mega_s2s_logits(m), mega_s2s_logits(m2), 2 * 5 * 20 * sizeof(rl)) && l1 == l2,
+                 "bounded cross-attention: logits bit-identical after the round trip");
+        free_batch(&b);
+    }
+    char buf[64];
+    tl_check(!strcmp(mega_s2s_cross_attention_name(&m->cfg, buf, sizeof buf), "abc-mlp (6 slots)"), "described as '%s'", buf);
+    mega_s2s_free(m), mega_s2s_free(m2);
+    /* a config written before the choice existed: no cross-attention keys */
+    mega_s2s_config o[2];
+    const mega_mixer_kind mx[2] = {MEGA_MIXER_MEGA, MEGA_MIXER_MHA};
+    for (int i = 0; i < 2; i++) {
+        small_cfg(&o[i], mx[i]);
+        char *js = mega_s2s_config_to_json(&o[i]);
+        /* cut ,"cross-attention":"..." and ,"cross-memory":N out of the JSON */
+        char *k = strstr(js, ",\"cross-attention\":\"");
+        if (k) {
+            char *e = strchr(k + 20, '"');
+            memmove(k, e + 1, strlen(e + 1) + 1);
+        }
+        char *q = strstr(js, ",\"cross-memory\":");
+        if (q) {
+            char *e = q + 16;
+            while (*e >= '0' && *e <= '9') e++;
+            memmove(q, e, strlen(e) + 1);
+        }
+        mega_s2s_config r;
+        st = mega_s2s_config_from_json(js, &r);
+        mega_s2s *mm = NULL;
+        if (!st) st = mega_s2s_create(&r, &mm);
+        const mega_xattn_kind want = i ? MEGA_XATTN_MHA : MEGA_XATTN_GATED;
+        tl_check(k && q && !strstr(js, "cross-") && !st && mm->dl[0].x.kind == want && mm->cfg.cross_attention == (int)want + 1,
+                 "a config without cross-attention keys (%s decoder) gets the %s cross-attention as before%s%s",
+                 mega_mixer_name(mx[i]), i ? "multi-head" : "gated", st ? ": " : "", st ? mega_last_error() : "");
+        mega_s2s_free(mm);
+        free(js);
+    }
+    /* the full kinds ignore the memory size: a zero (a config filled without the defaults) is fine */
+    {
+        mega_s2s_config z;
+        small_cfg(&z, MEGA_MIXER_MEGA);
+        z.cross_memory = 0;
+        mega_s2s *mz = NULL;
+        st = mega_s2s_create(&z, &mz);
+        tl_check(!st, "gated cross-attention with cross-memory 0 is accepted%s%s", st ? ": " : "", st ? mega_last_error() : "");
+        mega_s2s_free(mz);
+    }
+    /* bad memory sizes: one message naming the option */
+    const int bad[2] = {0, 1 << 30};
+    for (int i = 0; i < 2; i++) {
+        c.cross_memory = bad[i];
+        mega_s2s *mb = NULL;
+        st = mega_s2s_create(&c, &mb);
+        tl_check(st == MEGA_ERR_INVALID && strstr(mega_last_error(), "cross-memory") && !strchr(mega_last_error(), '\n'),
+                 "cross-memory %d is an error: %s", bad[i], mega_last_error());
+        mega_s2s_free(mb);
+    }
+    tl_rm_rf(dir);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     mega_set_threads(2);
@@ -503,6 +716,19 @@ int main(int argc, char **argv) {
     test_search(MEGA_MIXER_MEGA, 1.0);
     test_search(MEGA_MIXER_MEGA, 0.0);
     test_search(MEGA_MIXER_MHA, 1.0);
+    /* bounded cross-attention (3 abc-window, 4 abc-linformer, 5 abc-mlp): the step reads the
+     * memory built once per source */
+    test_incremental_x("mha + gated cross", MEGA_MIXER_MHA, -1, MEGA_ATTN_SOFTMAX, 1, 1, 32);
+    test_incremental_x("mega chunk 4 + mha cross", MEGA_MIXER_MEGA, 4, MEGA_ATTN_SOFTMAX, 1, 2, 32);
+    test_incremental_x("mha + abc-window cross (4 slots: sources of 10, 7, 3 tokens)", MEGA_MIXER_MHA, -1, MEGA_ATTN_SOFTMAX,
+                       1, 3, 4);
+    test_incremental_x("mega chunk 4 + abc-linformer cross (5 slots)", MEGA_MIXER_MEGA, 4, MEGA_ATTN_SOFTMAX, 1, 4, 5);
+    test_incremental_x("mega post-norm + abc-mlp cross (3 slots)", MEGA_MIXER_MEGA, -1, MEGA_ATTN_SOFTMAX, 0, 5, 3);
+    test_incremental_x("abc-mlp mixer + abc-mlp cross (32 slots)", MEGA_MIXER_ABC_MLP, -1, MEGA_ATTN_SOFTMAX, 1, 5, 32);
+    test_incremental_x("abc-linformer mixer + abc-window cross (8 slots)", MEGA_MIXER_ABC_LINFORMER, -1,
+                       MEGA_ATTN_SOFTMAX, 1, 3, 8);
+    test_search_x(MEGA_MIXER_ABC_MLP, 1.0, 5);
     test_io();
+    test_cross_io();
     return tl_finish();
 }

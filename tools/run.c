@@ -680,11 +680,9 @@ int cmd_generate(int argc, char **argv) {
 
 static void info_s2s(const loaded_model *lm) {
     const mega_s2s_config *sc = mega_s2s_get_config(lm->s2s);
-    char *js = mega_s2s_config_to_json(sc);
-    mega_block_context x;
-    mega_block_context_of(&sc->decoder, 0, &x);
+    char *js = mega_s2s_config_to_json(sc), xa[64];
     printf("model      %s\nkind       %s (encoder-decoder, %s mixer, %s cross-attention)\nparameters %zu\n", lm->path,
-           mega_model_kind_name(lm->kind), mega_mixer_name(sc->encoder.mixer), x.cross_attention,
+           mega_model_kind_name(lm->kind), mega_mixer_name(sc->encoder.mixer), mega_s2s_cross_attention_name(sc, xa, sizeof xa),
            mega_ps_trainable(mega_s2s_paramset(lm->s2s)));
     print_s2s_config(stdout, sc, "           ");
     const mega_bpe *sb = lm->src_bpe, *tb = lm->tgt_bpe;

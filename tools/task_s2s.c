@@ -152,9 +152,8 @@ void print_s2s_config(FILE *f, const mega_s2s_config *c, const char *indent) {
 static void s2s_describe(task *t, const train_args *a, FILE *f) {
     s2s_task *C = t->impl;
     const mega_s2s_config *c = mega_s2s_get_config(C->m);
-    mega_block_context x;
-    mega_block_context_of(&c->decoder, 0, &x);
-    fprintf(f, "  task      translation (encoder-decoder, %s cross-attention)\n", x.cross_attention);
+    char xa[64];
+    fprintf(f, "  task      translation (encoder-decoder, %s cross-attention)\n", mega_s2s_cross_attention_name(c, xa, sizeof xa));
     fprintf(f, "  model     %zu parameters\n", mega_ps_trainable(t->ps));
     print_s2s_config(f, c, "            ");
     char sk[512];

@@ -224,40 +224,11 @@ static size_t abc_scratch(const void *L, int B, int T, int nthreads) {
     return scr_layout(L, B, T, nthreads, NULL, &s) + 16;
 }
 
-/* Linformer control: bidirectional Phi^T [B, n, T] = E[:, :T] with pad columns zeroed (project
- * rule: pads zeroed before compression); causal rows [T, n] = E[:, pos + t]^T */
-static void lin_phi_bidir(const abc_layer *L, const real *E, real *ph, const uint8_t *pad, int B, int T) {
-    const size_t n = (size_t)L->n, N = (size_t)L->nmax;
-    for (int b = 0; b < B; b++)
-        for (size_t j = 0; j < n; j++) {
-            real *row = ph + ((size_t)b * n + j) * T;
-            for (int t = 0; t < T; t++) row[t] = (pad && pad[(size_t)b * T + t]) ? 0 : E[j * N + (size_t)t];
-        }
-}
+/* Linformer control, causal rows [T, n] = E[:, pos + t]^T (bidirectional: mega_abc_lin_phi) */
 static void lin_rows(const abc_layer *L, const real *E, real *rows, int64_t pos, int T) {
     const size_t n = (size_t)L->n, N = (size_t)L->nmax;
     for (int t = 0; t < T; t++)
         for (size_t j = 0; j < n; j++) rows[(size_t)t * n + j] = E[j * N + (size_t)pos + (size_t)t];
-}
-
-/* ABC-MLP bidirectional control: Phi^T [B, H n, T], each row the softmax over the valid
- * positions of l^T = W_phi X^T (ABC-MLP); a row with no valid position is 0 */
-static void mlp_phi_bidir(const abc_layer *L, const real *Wp, real *ph, const real *x, const uint8_t *pad, int B,
-                          int T) {
-    const size_t D = (size_t)L->cfg->embed_dim, Hn = (size_t)L->H * L->n;
-    for (int b = 0; b < B; b++) {
-        real *pb = ph + (size_t)b * Hn * T;
-        mega_gemm(0, 1, Hn, (size_t)T, D, 1, Wp, D, x + (size_t)b * T * D, D, 0, pb, (size_t)T);
-        const uint8_t *pr = pad ? pad + (size_t)b * T : NULL;
-#pragma omp parallel for schedule(static) if (Hn * (size_t)T > MEGA_PAR_MIN)
-        for (size_t j = 0; j < Hn; j++) {
-            real *row = pb + j * T;
-            if (pr)
-                for (int t = 0; t < T; t++)
-                    if (pr[t]) row[t] = -INFINITY;
-            mega_softmax_row(row, (size_t)T);
-        }
-    }
 }
 
 /* The control of the memory for the kernels: bidirectional Phi^T of unit (b, h) at
@@ -276,8 +247,8 @@ static abc_ctl control_of(const abc_layer *L, const real *W, const abc_acts *A, 
     const int bidir = L->cfg->bidirectional;
     if (is_lin(L)) {
         if (bidir) {
-            lin_phi_bidir(L, W + L->ck, s->phk, pad, B, T);
-            lin_phi_bidir(L, W + L->cv, s->phv, pad, B, T);
+            mega_abc_lin_phi(W + L->ck, (size_t)L->nmax, L->n, s->phk, pad, B, T);
+            mega_abc_lin_phi(W + L->cv, (size_t)L->nmax, L->n, s->phv, pad, B, T);
             ctl.phk = s->phk, ctl.phv = s->phv, ctl.ph_b = n * T;
         } else {
             lin_rows(L, W + L->ck, s->phk, 0, T);
@@ -312,8 +283,8 @@ static mega_status abc_forward(const void *layer, real *W, real *acts, real *y, 
     mega_abc_k kk = kernel_of(L, T, run);
     if (is_mlp(L)) { /* the learned control of the memory: Phi^T (bidirectional) or its logits */
         if (c->bidirectional) {
-            mlp_phi_bidir(L, W + L->ck, A.ck, x, pad, B, T);
-            mlp_phi_bidir(L, W + L->cv, A.cv, x, pad, B, T);
+            mega_abc_mlp_phi(W + L->ck, A.ck, x, pad, B, T, Hn, D);
+            mega_abc_mlp_phi(W + L->cv, A.cv, x, pad, B, T, Hn, D);
         } else {
             mega_linear_forward(A.ck, x, W + L->ck, NULL, R, D, Hn);
             mega_linear_forward(A.cv, x, W + L->cv, NULL, R, D, Hn);
@@ -389,18 +360,16 @@ static void abc_backward(const void *layer, const real *W, real *dW, const real 
         for (int which = 0; which < 2; which++) {
             real *dE = dW + (which ? L->cv : L->ck);
             const real *g = which ? s.dcv : s.dck;
+            if (bidir) {
+                mega_abc_lin_phi_backward(dE, N, g, pad, B, H, n, T);
+                continue;
+            }
 #pragma omp parallel for schedule(static) if (R * Hn > MEGA_PAR_MIN)
             for (int j = 0; j < n; j++)
                 for (int b = 0; b < B; b++)
                     for (int h = 0; h < H; h++)
-                        for (int t = 0; t < T; t++) {
-                            const size_t r = (size_t)b * T + t;
-                            if (bidir) {
-                                if (!pad || !pad[r]) dE[(size_t)j * N + t] += g[(((size_t)b * H + h) * n + j) * T + t];
-                            } else {
-                                dE[(size_t)j * N + t] += g[(r * H + h) * n + j];
-                            }
-                        }
+                        for (int t = 0; t < T; t++)
+                            dE[(size_t)j * N + t] += g[(((size_t)b * T + t) * H + h) * n + j];
         }
     }
     /* X -> Q, K, V */
@@ -412,17 +381,7 @@ static void abc_backward(const void *layer, const real *W, real *dW, const real 
             const size_t oW = (which ? L->cv : L->ck);
             real *g = which ? s.dcv : s.dck;
             if (bidir) {
-                /* each row of Phi^T is a softmax over positions:
-                 * dl = Phi (dPhi - sum Phi dPhi); then dW_phi += dl^T X, dX += dl W_phi per batch */
-                const real *ph = which ? A.cv : A.ck;
-#pragma omp parallel for schedule(static) if (R * Hn > MEGA_PAR_MIN)
-                for (size_t r = 0; r < (size_t)B * Hn; r++)
-                    mega_softmax_row_backward(g + r * T, g + r * T, ph + r * T, (size_t)T);
-                for (int b = 0; b < B; b++) {
-                    const real *gb = g + (size_t)b * Hn * T, *xb = x + (size_t)b * T * D;
-                    mega_gemm(0, 0, Hn, D, (size_t)T, 1, gb, (size_t)T, xb, D, 1, dW + oW, D);
-                    mega_gemm(1, 0, (size_t)T, D, Hn, 1, gb, (size_t)T, W + oW, D, 1, dx + (size_t)b * T * D, D);
-                }
+                mega_abc_mlp_phi_backward(W + oW, dW + oW, dx, g, which ? A.cv : A.ck, x, B, T, Hn, D);
             } else {
                 mega_linear_backward(dx, dW + oW, NULL, g, x, W + oW, R, D, Hn, 1);
             }
@@ -469,6 +428,21 @@ static mega_status abc_state_init(const void *L, const real *W, mega_mixer_state
     (void)W;
     abc_state_reset(L, St);
     return MEGA_OK;
+}
+
+/* beam search: new row b = old row idx[b] (every part of the state is per row; tmp: state_size
+ * reals) */
+static void abc_state_reorder(const void *L, mega_mixer_state *St, const int *idx, real *tmp) {
+    abc_state S;
+    state_view(L, &S, St->mem, St->B);
+    const size_t per = S.nm / (size_t)St->B;
+    mega__rows_gather(S.km, per, St->B, idx, tmp);
+    mega__rows_gather(S.vm, per, St->B, idx, tmp);
+    if (S.nlz) { /* [2][B][Hn]: the K half, then the V half */
+        const size_t pl = S.nlz / 2 / (size_t)St->B;
+        mega__rows_gather(S.lz, pl, St->B, idx, tmp);
+        mega__rows_gather(S.lz + S.nlz / 2, pl, St->B, idx, tmp);
+    }
 }
 
 /* step scratch: q, k, v, o [R,D]; control (MLP logits [R,H n] x 2, Linformer rows [T,n] x 2);
@@ -572,7 +546,7 @@ static const char *const LIN_OPTS[] = {ABC_OPTIONS, "max-len", NULL};
         .declare = DECLARE, .init = abc_init, .acts_size = abc_acts_size, .scratch_size = abc_scratch,          \
         .forward = abc_forward, .backward = abc_backward, .state_size = abc_state_size,                         \
         .state_init = abc_state_init, .state_reset = abc_state_reset, .step_scratch = abc_step_scratch,         \
-        .step = abc_step,                                                                                       \
+        .step = abc_step, .state_reorder = abc_state_reorder,                                                   \
     }
 const mega_mixer_ops mega_mixer_ops_abc_window =
     ABC_OPS("abc-window", MEGA_MIXER_CAUSAL, abc_resolve, win_check, win_declare, ABC_OPTS);

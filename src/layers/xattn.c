@@ -1,10 +1,20 @@
 /* Cross-attention of the encoder–decoder (see xattn.h for the equations). */
 #include "layers/xattn.h"
+#include "ops/abc.h"
 #include "ops/attn.h"
 #include "ops/ops.h"
 
 /* dropout sites */
 enum { SITE_HIDDEN = 21, SITE_ATTN, SITE_OUT };
+
+static inline int is_abc(const mega_xattn *X) { return X->kind >= MEGA_XATTN_ABC_WINDOW; }
+/* heads whose control is their own (MLP) or one shared by all (window, Linformer) */
+static inline size_t HC(const mega_xattn *X) { return X->kind == MEGA_XATTN_ABC_MLP ? (size_t)X->H : 1; }
+
+mega_xattn_kind mega_xattn_default_kind(const mega_block_config *dec) {
+    const mega_mixer_ops *ops = mega_mixer_ops_of(dec->mixer);
+    return ops && (ops->flags & MEGA_MIXER_GATED_XATTN) ? MEGA_XATTN_GATED : MEGA_XATTN_MHA;
+}
 
 static inline size_t PW(const mega_xattn *X) { /* q_proj width */
     const mega_block_config *c = X->cfg;
@@ -16,10 +26,135 @@ static inline size_t KW(const mega_xattn *X) { /* key width */
 /* rounded as the bump allocator rounds */
 static inline size_t rnd(size_t n) { return (n + 15) & ~(size_t)15; }
 
-mega_status mega_xattn_declare(mega_xattn *X, mega_params *P, const char *prefix, const mega_block_config *c, int M) {
+/* ---- bounded memory (ABC) ------------------------------------------------------------------ */
+
+/* the control's parameters under pre ("<prefix>cross_attn.") */
+static mega_status abc_declare(mega_xattn *X, mega_params *P, const char *pre, int n, int M) {
+    if (n < 1 || n > 65536)
+        MEGA_FAIL(MEGA_ERR_INVALID, "cross-memory must be in [1, 65536] (the bounded cross-attention's slots), got %d", n);
+    X->n = n;
+    const int64_t Hn = (int64_t)X->H * n, D = X->cfg->embed_dim;
+    if (X->kind == MEGA_XATTN_ABC_LINFORMER) {
+        if (M < 1 || M > (1 << 24)) MEGA_FAIL(MEGA_ERR_INVALID, "abc-linformer cross-attention: max positions %d outside [1, 2^24]", M);
+        X->M = M;
+        MEGA_TRY(MEGA_PADD(P, pre, "compress_k.weight", MEGA_P_DECAY, &X->c_k, (int64_t)n, (int64_t)M));
+        MEGA_TRY(MEGA_PADD(P, pre, "compress_v.weight", MEGA_P_DECAY, &X->c_v, (int64_t)n, (int64_t)M));
+    } else if (X->kind == MEGA_XATTN_ABC_MLP) {
+        MEGA_TRY(MEGA_PADD(P, pre, "phi_k.weight", MEGA_P_DECAY, &X->c_k, Hn, D));
+        MEGA_TRY(MEGA_PADD(P, pre, "phi_v.weight", MEGA_P_DECAY, &X->c_v, Hn, D));
+    }
+    return MEGA_OK;
+}
+
+static void abc_init(const mega_xattn *X, real *W, mega_rng *rng) {
+    const size_t n = (size_t)X->n, Hn = (size_t)X->H * n, D = (size_t)X->cfg->embed_dim;
+    if (X->kind == MEGA_XATTN_ABC_LINFORMER) { /* as the abc-linformer mixer (fairseq MultiheadLinearAttention) */
+        mega_fill_xavier(W + X->c_k, n, (size_t)X->M, sqrt(0.5), rng);
+        mega_fill_xavier(W + X->c_v, n, (size_t)X->M, sqrt(0.5), rng);
+    } else if (X->kind == MEGA_XATTN_ABC_MLP) { /* as the abc-mlp mixer: N(0, 0.02) */
+        mega_fill_normal(W + X->c_k, Hn * D, 0, 0.02, rng);
+        mega_fill_normal(W + X->c_v, Hn * D, 0, 0.02, rng);
+    }
+}
+
+/* reals of one control Phi^T [B, Hc, n, Tk] */
+static size_t phi_len(const mega_xattn *X, int B, int Tk) { return (size_t)B * HC(X) * X->n * (size_t)Tk; }
+
+static mega_abc_k abc_kernel(const mega_xattn *X, int Tq, int Tk, const uint8_t *empty, const mega_run *run) {
+    mega_abc_k k;
+    memset(&k, 0, sizeof k);
+    k.T = Tk, k.Tq = Tq, k.n = X->n, k.d = X->dh, k.H = X->H;
+    k.scale = (real)(1.0 / sqrt((double)k.d));
+    k.p_drop = run && run->training ? X->cfg->attention_dropout : 0;
+    k.key = run ? mega__subkey(run->key, SITE_ATTN) : 0;
+    if (X->kind == MEGA_XATTN_ABC_WINDOW) k.empty = empty, k.empty_b = (size_t)X->n;
+    return k;
+}
+static size_t abc_tmp(const mega_xattn *X, int Tq, int Tk) {
+    mega_abc_k k = abc_kernel(X, Tq, Tk, NULL, NULL);
+    return rnd(mega_abc_bidir_tmp(&k));
+}
+
+/* the memory control of the source e [B,Tk,D] (pads kpad): Phi^T of K and V (phv == phk for the
+ * window) and the empty slots */
+static mega_status abc_control(const mega_xattn *X, const real *W, real *phk, real *phv, uint8_t *empty, const real *e,
+                               const uint8_t *kpad, int B, int Tk) {
+    const size_t Hn = (size_t)X->H * X->n, D = (size_t)X->cfg->embed_dim;
+    switch (X->kind) {
+    case MEGA_XATTN_ABC_WINDOW: mega_abc_block_phi(phk, empty, kpad, B, Tk, X->n); break;
+    case MEGA_XATTN_ABC_LINFORMER:
+        if (Tk > X->M)
+            MEGA_FAIL(MEGA_ERR_INVALID, "abc-linformer cross-attention: source length %d exceeds max positions %d (the "
+                                        "columns of its control)", Tk, X->M);
+        mega_abc_lin_phi(W + X->c_k, (size_t)X->M, X->n, phk, kpad, B, Tk);
+        mega_abc_lin_phi(W + X->c_v, (size_t)X->M, X->n, phv, kpad, B, Tk);
+        break;
+    default:
+        mega_abc_mlp_phi(W + X->c_k, phk, e, kpad, B, Tk, Hn, D);
+        mega_abc_mlp_phi(W + X->c_v, phv, e, kpad, B, Tk, Hn, D);
+    }
+    return MEGA_OK;
+}
+/* unit (b, h)'s control rows */
+static inline const real *phi_of(const mega_xattn *X, const real *ph, int b, int h, int Tk) {
+    return ph + ((size_t)b * HC(X) + (HC(X) > 1 ? (size_t)h : 0)) * X->n * (size_t)Tk;
+}
+
+/* O [R, D] (A->O) from q = A->base, k = A->k, v = A->v; tmp: nthreads x abc_tmp */
+static mega_status abc_core_forward(const mega_xattn *X, const real *W, mega_xattn_acts *A, const real *e,
+                                    const uint8_t *kpad, int B, int Tq, int Tk, const mega_run *run, real *tmp) {
+    MEGA_TRY(abc_control(X, W, A->phk, A->phv, A->empty, e, kpad, B, Tk));
+    const mega_abc_k k = abc_kernel(X, Tq, Tk, A->empty, run);
+    const size_t nd = (size_t)X->n * X->dh, per = abc_tmp(X, Tq, Tk);
+    const int H = X->H, nt = run->nthreads > 0 ? run->nthreads : 1;
+    const long units = (long)B * H;
+    (void)nt; /* without OpenMP */
+#pragma omp parallel for schedule(static) num_threads(nt) if (units > 1 && (size_t)units * Tq * nd > MEGA_PAR_MIN)
+    for (long u = 0; u < units; u++) {
+        const int b = (int)(u / H), h = (int)(u % H);
+        mega_abc_bidir_forward(&k, A->O, A->P, A->km + (size_t)u * nd, A->vm + (size_t)u * nd, A->base, A->k, A->v,
+                               phi_of(X, A->phk, b, h, Tk), phi_of(X, A->phv, b, h, Tk), (size_t)Tk, b, h,
+                               tmp + per * (size_t)mega__thread_id());
+    }
+    return MEGA_OK;
+}
+
+/* dbase, dk, dv (overwritten) from dO; the control's gradients (dW; MLP: also dE, accumulated);
+ * scr: 2 phi buffers of B*H*n*Tk, then nthreads x abc_tmp */
+static void abc_core_backward(const mega_xattn *X, const real *W, real *dW, const mega_xattn_acts *A, real *dbase,
+                              real *dk, real *dv, real *dE, const real *dO, const real *e, const uint8_t *kpad, int B,
+                              int Tq, int Tk, const mega_run *run, real *scr) {
+    const int H = X->H, n = X->n;
+    const size_t nd = (size_t)n * X->dh, Hn = (size_t)H * n, D = (size_t)X->cfg->embed_dim, ph = (size_t)B * Hn * Tk;
+    real *dphk = scr, *dphv = dphk + rnd(ph), *tmp = dphv + rnd(ph);
+    const mega_abc_k k = abc_kernel(X, Tq, Tk, A->empty, run);
+    const size_t per = abc_tmp(X, Tq, Tk);
+    const int nt = run->nthreads > 0 ? run->nthreads : 1;
+    const long units = (long)B * H;
+    (void)nt; /* without OpenMP */
+#pragma omp parallel for schedule(static) num_threads(nt) if (units > 1 && (size_t)units * Tq * nd > MEGA_PAR_MIN)
+    for (long u = 0; u < units; u++) {
+        const int b = (int)(u / H), h = (int)(u % H);
+        mega_abc_bidir_backward(&k, dbase, dk, dv, dphk + (size_t)u * n * Tk, dphv + (size_t)u * n * Tk, (size_t)Tk, dO,
+                                A->P, A->km + (size_t)u * nd, A->vm + (size_t)u * nd, A->base, A->k, A->v,
+                                phi_of(X, A->phk, b, h, Tk), phi_of(X, A->phv, b, h, Tk), (size_t)Tk, b, h,
+                                tmp + per * (size_t)mega__thread_id());
+    }
+    if (X->kind == MEGA_XATTN_ABC_LINFORMER) {
+        mega_abc_lin_phi_backward(dW + X->c_k, (size_t)X->M, dphk, kpad, B, H, n, Tk);
+        mega_abc_lin_phi_backward(dW + X->c_v, (size_t)X->M, dphv, kpad, B, H, n, Tk);
+    } else if (X->kind == MEGA_XATTN_ABC_MLP) {
+        mega_abc_mlp_phi_backward(W + X->c_k, dW + X->c_k, dE, dphk, A->phk, e, B, Tk, Hn, D);
+        mega_abc_mlp_phi_backward(W + X->c_v, dW + X->c_v, dE, dphv, A->phv, e, B, Tk, Hn, D);
+    }
+}
+
+mega_status mega_xattn_declare(mega_xattn *X, mega_params *P, const char *prefix, const mega_block_config *c,
+                               mega_xattn_kind kind, int n, int M) {
     memset(X, 0, sizeof *X);
     X->cfg = c;
-    X->kind = mega_mixer_ops_of(c->mixer)->flags & MEGA_MIXER_GATED_XATTN ? MEGA_XATTN_GATED : MEGA_XATTN_MHA;
+    if ((unsigned)kind > MEGA_XATTN_ABC_MLP) MEGA_FAIL(MEGA_ERR_INVALID, "unknown cross-attention kind %d", (int)kind);
+    X->kind = kind;
     const int64_t D = c->embed_dim, Z = c->z_dim;
     char pre[MEGA_NAME_MAX];
     snprintf(pre, sizeof pre, "%scross_attn.", prefix);
@@ -45,6 +180,7 @@ mega_status mega_xattn_declare(mega_xattn *X, mega_params *P, const char *prefix
         MEGA_TRY(mega_qkvo_declare(&q, P, prefix, "cross_attn.", c->embed_dim));
         X->q_w = q.w[MEGA_Q], X->q_b = q.b[MEGA_Q], X->k_w = q.w[MEGA_K], X->k_b = q.b[MEGA_K];
         X->v_w = q.w[MEGA_V], X->v_b = q.b[MEGA_V], X->o_w = q.w[MEGA_O], X->o_b = q.b[MEGA_O];
+        if (is_abc(X)) MEGA_TRY(abc_declare(X, P, pre, n, M));
     }
     snprintf(pre, sizeof pre, "%scross_attn.norm.norm.", prefix);
     MEGA_TRY(mega_seqnorm_declare(&X->norm, P, pre, c->norm_type, c->embed_dim, c->norm_affine));
@@ -70,6 +206,7 @@ void mega_xattn_init(const mega_xattn *X, real *W, mega_rng *rng) {
         /* fairseq MultiheadAttention (encoder-decoder attention): xavier, zero biases */
         mega_qkvo q = {{X->q_w, X->k_w, X->v_w, X->o_w}, {X->q_b, X->k_b, X->v_b, X->o_b}};
         mega_qkvo_init(&q, W, (int)D, rng);
+        if (is_abc(X)) abc_init(X, W, rng);
     }
 }
 
@@ -95,6 +232,15 @@ size_t mega_xattn_acts_view(const mega_xattn *X, mega_xattn_acts *A, real *base,
     if (gated) A->hpre = mega_bump_take(&b, R * D);
     A->h = mega_bump_take(&b, R * D);
     A->btab = mega_bump_take(&b, btab_len(X, Tq, Tk));
+    if (is_abc(X)) {
+        const size_t nD = (size_t)B * X->n * D;
+        A->P = mega_bump_take(&b, R * X->H * (size_t)X->n);
+        A->km = mega_bump_take(&b, nD);
+        A->vm = mega_bump_take(&b, nD);
+        A->phk = mega_bump_take(&b, phi_len(X, B, Tk));
+        A->phv = X->kind == MEGA_XATTN_ABC_WINDOW ? A->phk : mega_bump_take(&b, phi_len(X, B, Tk));
+        A->empty = (uint8_t *)mega_bump_take(&b, ((size_t)B * X->n + sizeof(real) - 1) / sizeof(real));
+    }
     return b.off;
 }
 
@@ -120,6 +266,7 @@ size_t mega_xattn_scratch_size(const mega_xattn *X, int B, int Tq, int Tk, int n
     if (nthreads < 1) nthreads = 1;
     mega_attn_k k = kernel(X, NULL, (int)((btab_len(X, Tq, Tk) + 1) / 2), NULL, 0);
     size_t attn = mega_attn_cross_scratch(&k, Tk) * (size_t)nthreads + mega_attn_db_scratch(&k);
+    if (is_abc(X)) attn = 2 * rnd((size_t)B * X->H * X->n * (size_t)Tk) + abc_tmp(X, Tq, Tk) * (size_t)nthreads;
     /* backward: g, hin, dhpre, dxq [R,D]; dbase [R,PW]; dk [Rs,KW]; dv [Rs,D]; dbtab; attn */
     return rnd(R * D) * 4 + rnd(R * PW(X)) + rnd(Rs * KW(X)) + rnd(Rs * D) + rnd(2 * (size_t)k.Mc + 16) + attn + 64;
 }
@@ -155,7 +302,8 @@ mega_status mega_xattn_forward(const mega_xattn *X, real *W, mega_xattn_acts *A,
         mega_gate_mix(c->prenorm ? y : A->xn, A->base, Pw, A->h, x, R, D);
     } else {
         mega_linear_forward(A->v, e, W + X->v_w, W + X->v_b, Rs, D, D);
-        for (int h = 0; h < X->H; h++) {
+        if (is_abc(X)) MEGA_TRY(abc_core_forward(X, W, A, e, kpad, B, Tq, Tk, run, attn_scr));
+        for (int h = 0; h < X->H && !is_abc(X); h++) {
             mega_attn_k k = kernel(X, NULL, 1, run, h);
             const size_t o = (size_t)h * X->dh;
             mega_attn_cross_forward(&k, A->O + o, A->lse + (size_t)h * R, A->base + o, A->k + o, A->v + o, kpad, B, Tq,
@@ -223,7 +371,8 @@ void mega_xattn_backward(const mega_xattn *X, const real *W, real *dW, const meg
         memcpy(dx, g, R * D * sizeof(real)); /* residual */
         if (train && c->dropout > 0) mega_dropout(g, g, R * D, c->dropout, mega__subkey(run->key, SITE_OUT));
         mega_linear_backward(dh, dW + X->o_w, dW + X->o_b, g, A->O, W + X->o_w, R, D, D, 0);
-        for (int h = 0; h < X->H; h++) {
+        if (is_abc(X)) abc_core_backward(X, W, dW, A, dbase, dk, dv, dE, dh, e, kpad, B, Tq, Tk, run, attn_scr);
+        for (int h = 0; h < X->H && !is_abc(X); h++) {
             mega_attn_k k = kernel(X, NULL, 1, run, h);
             const size_t o = (size_t)h * X->dh;
             mega_attn_cross_backward(&k, dbase + o, dk + o, dv + o, NULL, dh + o, A->base + o, A->k + o, A->v + o,
@@ -248,6 +397,13 @@ static size_t state_layout(const mega_xattn *X, mega_xattn_state *S, real *mem, 
     mega_bump b = {mem, 0};
     memset(S, 0, sizeof *S);
     S->B = B, S->Tkmax = Tkmax, S->tmax = tmax, S->mem = mem;
+    if (is_abc(X)) { /* the memories only: nothing grows with the source */
+        const size_t nD = (size_t)B * X->n * D;
+        S->k = mega_bump_take(&b, nD);
+        S->v = mega_bump_take(&b, nD);
+        S->kpad = (uint8_t *)mega_bump_take(&b, ((size_t)B * X->n + sizeof(real) - 1) / sizeof(real));
+        return b.off;
+    }
     S->k = mega_bump_take(&b, Rs * KW(X));
     S->v = mega_bump_take(&b, Rs * D);
     S->kpad = (uint8_t *)mega_bump_take(&b, (Rs + sizeof(real) - 1) / sizeof(real));
@@ -268,8 +424,36 @@ size_t mega_xattn_step_scratch(const mega_xattn *X, int B, int Tkmax) {
     const size_t D = (size_t)X->cfg->embed_dim;
     mega_attn_k k = kernel(X, NULL, (int)((btab_len(X, 1, Tkmax) + 1) / 2), NULL, 0);
     const int nt = MEGA_MAX(1, mega_get_threads());
+    if (is_abc(X)) { /* the step's q, O, h, P; the state's construction: k, v [B Tkmax, D], two controls */
+        const size_t step = 5 * rnd((size_t)B * D) + rnd((size_t)B * X->H * X->n) + rnd(mega_seqnorm_stat_size(&X->norm, (size_t)B));
+        const size_t init = 2 * rnd((size_t)B * Tkmax * D) + 2 * rnd(phi_len(X, B, Tkmax));
+        return MEGA_MAX(step, init) + 64;
+    }
     return rnd((size_t)B * PW(X)) + 4 * rnd((size_t)B * D) + rnd(mega_seqnorm_stat_size(&X->norm, (size_t)B)) +
            mega_attn_cross_scratch(&k, Tkmax) * (size_t)nt + 64;
+}
+
+/* the memories K~, V~ of e (ABC paper section 3), once per source */
+static mega_status abc_state_init(const mega_xattn *X, const real *W, mega_xattn_state *S, const real *e,
+                                  const uint8_t *kpad, int Tk, real *scratch) {
+    const int B = S->B, H = X->H;
+    const size_t Rs = (size_t)B * Tk, D = (size_t)X->cfg->embed_dim, nd = (size_t)X->n * X->dh;
+    mega_bump b = {scratch, 0};
+    real *k = mega_bump_take(&b, Rs * D), *v = mega_bump_take(&b, Rs * D), *phk = mega_bump_take(&b, phi_len(X, B, Tk));
+    real *phv = X->kind == MEGA_XATTN_ABC_WINDOW ? phk : mega_bump_take(&b, phi_len(X, B, Tk));
+    mega_linear_forward(k, e, W + X->k_w, W + X->k_b, Rs, D, D);
+    mega_linear_forward(v, e, W + X->v_w, W + X->v_b, Rs, D, D);
+    MEGA_TRY(abc_control(X, W, phk, phv, S->kpad, e, kpad, B, Tk));
+    const mega_abc_k kk = abc_kernel(X, 1, Tk, S->kpad, NULL);
+    const long units = (long)B * H;
+#pragma omp parallel for schedule(static) if (units > 1 && (size_t)units * nd * Tk > MEGA_PAR_MIN)
+    for (long u = 0; u < units; u++) {
+        const int bb = (int)(u / H), h = (int)(u % H);
+        mega_abc_bidir_memory(&kk, S->k + (size_t)u * nd, S->v + (size_t)u * nd, k, v, phi_of(X, phk, bb, h, Tk),
+                              phi_of(X, phv, bb, h, Tk), (size_t)Tk, bb, h);
+    }
+    S->any_pad = 0;
+    return MEGA_OK;
 }
 
 mega_status mega_xattn_state_init(const mega_xattn *X, const real *W, mega_xattn_state *S, const real *e,
@@ -278,6 +462,7 @@ mega_status mega_xattn_state_init(const mega_xattn *X, const real *W, mega_xattn
         MEGA_FAIL(MEGA_ERR_INVALID, "source length %d is outside the cross-attention state's [1, %d]", Tk, S->Tkmax);
     const size_t Rs = (size_t)S->B * Tk, D = (size_t)X->cfg->embed_dim;
     S->Tk = Tk;
+    if (is_abc(X)) return abc_state_init(X, W, S, e, kpad, Tk, scratch);
     mega_linear_forward(S->k, e, W + X->k_w, W + X->k_b, Rs, D, KW(X));
     mega_linear_forward(S->v, e, W + X->v_w, W + X->v_b, Rs, D, D);
     if (X->kind == MEGA_XATTN_GATED) {
@@ -320,6 +505,16 @@ mega_status mega_xattn_step(const mega_xattn *X, const real *W, const mega_xattn
                 const size_t i = r * D + d;
                 y[i] = x[i] + mega_sigmoid(base[r * Pw + d]) * (h[i] - x[i]);
             }
+    } else if (is_abc(X)) {
+        /* each head reads its n slots: O(n) whatever the source length */
+        real *P = mega_bump_take(&b, R * X->H * (size_t)X->n);
+        const mega_abc_k k = abc_kernel(X, 1, Tk, S->kpad, NULL);
+        const size_t nd = (size_t)X->n * X->dh;
+        for (long u = 0; u < (long)B * X->H; u++)
+            mega_abc_bidir_read(&k, O, P, S->k + (size_t)u * nd, S->v + (size_t)u * nd, base, (int)(u / X->H),
+                                (int)(u % X->H), NULL);
+        mega_linear_step(h, O, W + X->o_w, W + X->o_b, R, D, D);
+        for (size_t i = 0; i < R * D; i++) y[i] = x[i] + h[i];
     } else {
         for (int hd = 0; hd < X->H; hd++) {
             mega_attn_k k = kernel(X, NULL, 1, NULL, hd);

@@ -26,6 +26,24 @@
  *   the decoder through the encoder's own positional scheme). Parameters "<prefix>cross_attn.":
  *   q_proj, k_proj, v_proj, out_proj [D, D] (+ biases), norm.norm.*.
  *
+ * Bounded memory (ABC, Peng et al. 2022, arXiv 2110.02488; kinds ABC_WINDOW, ABC_LINFORMER,
+ * ABC_MLP): the MHA sublayer above with its core replaced by ABC's read of a memory of n slots
+ * per head (paper section 3: K~ = sum_i phi_i k_i^T, V~ = sum_i phi_i v_i^T over the S source
+ * positions i, out = V~^T softmax(K~ q / sqrt d)), so a query costs O(n) whatever S:
+ *   ABC_WINDOW     phi_i = e_j / |block j|: the valid source positions in blocks of ceil(S/n)
+ *                  consecutive ones, slot j the mean of block j (the one-hot control of the
+ *                  paper's window/strided examples, scaled to a mean so that a slot does not grow
+ *                  with S; project choice); empty slots (S < n) are masked;
+ *   ABC_LINFORMER  phi_i = E[:, i] (keys), F[:, i] (values), E, F in R^{n x M} learned per
+ *                  source position (Linformer as ABC, paper section 3.1); M max positions;
+ *   ABC_MLP        phi_i = softmax over the source positions of W_phi e_i (paper eq. 7,
+ *                  ABC_MLP), W_phi in R^{Hn x D} per head, separate for keys and values.
+ *   Pad keys have phi_i = 0 (they are not in the memory). Parameters "<prefix>cross_attn.":
+ *   q_proj, k_proj, v_proj, out_proj (as MHA), compress_k/compress_v.weight [n, M] (Linformer),
+ *   phi_k/phi_v.weight [Hn, D] (MLP); the kernels are those of the ABC mixers (ops/abc.h,
+ *   bidirectional form with Tq query rows). Streaming keeps only K~, V~ [B, H, n, d]: built
+ *   once per source (mega_xattn_state_init), read once per step.
+ *
  * The gradient with respect to the encoder output is ACCUMULATED into dE (every decoder layer
  * attends over the same e). Buffers are the caller's; nothing allocates.
  *
@@ -41,16 +59,27 @@
 #include "layers/relpos.h"
 #include "layers/seqnorm.h"
 
-typedef enum { MEGA_XATTN_GATED = 0, MEGA_XATTN_MHA } mega_xattn_kind;
+/* the order of the s2s config's cross-attention choices after "auto" (s2s.c) */
+typedef enum {
+    MEGA_XATTN_GATED = 0,
+    MEGA_XATTN_MHA,
+    MEGA_XATTN_ABC_WINDOW,
+    MEGA_XATTN_ABC_LINFORMER,
+    MEGA_XATTN_ABC_MLP
+} mega_xattn_kind;
+/* the default for a decoder mixer: gated for Mega (MEGA_MIXER_GATED_XATTN), multi-head else */
+mega_xattn_kind mega_xattn_default_kind(const mega_block_config *dec);
 
 typedef struct {
     const mega_block_config *cfg; /* the decoder's */
     mega_xattn_kind kind;
     int H, dh;                    /* MHA heads */
-    int M;                        /* gated simple bias: max positions */
+    int M;                        /* gated simple bias / Linformer columns: max positions */
+    int n;                        /* ABC memory slots per head */
     mega_seqnorm norm;
     mega_relpos rp;
-    size_t q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b; /* o = h_proj (gated) or out_proj (MHA) */
+    size_t q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b; /* o = h_proj (gated) or out_proj (MHA, ABC) */
+    size_t c_k, c_v;              /* ABC control: E, F (Linformer) or W_phi (MLP) for K and V */
 } mega_xattn;
 
 /* saved activations of a forward (a view; mega_xattn_acts_view points it) */
@@ -62,12 +91,17 @@ typedef struct {
     real *hpre, *h;   /* gated: h_proj pre-activation, h after act and dropout; MHA: h = core out */
     real *btab;       /* bias table */
     int Mc;
+    /* ABC: slot weights P [R, H n]; memories K~, V~ [B, H, n, d]; the controls Phi^T
+     * [B, H or 1, n, Tk] for K and V (abc-window: one, shared); empty slots [B, n] */
+    real *P, *km, *vm, *phk, *phv;
+    uint8_t *empty;
 } mega_xattn_acts;
 
 /* the cross-attention of a decoder layer under prefix ("decoder.layers.3."); M: the gated
- * simple bias's max positions (max(max source, max target positions)) */
+ * simple bias's max positions (max(max source, max target positions)), also the Linformer
+ * control's columns; n: the ABC kinds' memory slots */
 mega_status mega_xattn_declare(mega_xattn *X, mega_params *P, const char *prefix, const mega_block_config *cfg,
-                               int M);
+                               mega_xattn_kind kind, int n, int M);
 void mega_xattn_init(const mega_xattn *X, real *W, mega_rng *rng);
 /* reals of activations / scratch for B sequences of Tq queries and Tk keys */
 size_t mega_xattn_acts_view(const mega_xattn *X, mega_xattn_acts *A, real *base, int B, int Tq, int Tk);
@@ -85,8 +119,8 @@ void mega_xattn_backward(const mega_xattn *X, const real *W, real *dW, const meg
 /* streaming state: B rows, up to Tkmax keys, queries up to position tmax - 1 */
 typedef struct {
     int B, Tk, Tkmax, tmax;
-    real *k, *v;    /* [B, Tkmax, Z or D], [B, Tkmax, D] */
-    uint8_t *kpad;  /* [B, Tkmax] */
+    real *k, *v;    /* [B, Tkmax, Z or D], [B, Tkmax, D]; ABC: the memories K~, V~ [B, H, n, d] */
+    uint8_t *kpad;  /* [B, Tkmax]; ABC: the empty slots [B, n] */
     int any_pad;
     real *btab;
     int Mc;

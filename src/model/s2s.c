@@ -34,6 +34,26 @@ void mega_s2s_config_default(mega_s2s_config *c) {
     c->final_norm_affine = 1;
     c->scale_embedding = 1;
     c->tie_embeddings = 1;
+    c->cross_attention = 0; /* auto */
+    c->cross_memory = MEGA_DEFAULT_MEMORY;
+}
+
+/* the cross-attention choices; after "auto", in the order of mega_xattn_kind */
+static const char *const CROSS_NAMES[] = {"auto", "gated", "mha", "abc-window", "abc-linformer", "abc-mlp"};
+#define N_CROSS ((int)(sizeof CROSS_NAMES / sizeof *CROSS_NAMES))
+_Static_assert(N_CROSS == MEGA_XATTN_ABC_MLP + 2, "one cross-attention name per mega_xattn_kind, after auto");
+
+/* the resolved kind of a config (auto: the decoder mixer's default) */
+static mega_xattn_kind cross_kind(const mega_s2s_config *c) {
+    return c->cross_attention > 0 ? (mega_xattn_kind)(c->cross_attention - 1) : mega_xattn_default_kind(&c->decoder);
+}
+
+const char *mega_s2s_cross_attention_name(const mega_s2s_config *c, char *buf, size_t n) {
+    const mega_xattn_kind k = cross_kind(c);
+    if (k == MEGA_XATTN_GATED) snprintf(buf, n, "gated");
+    else if (k == MEGA_XATTN_MHA) snprintf(buf, n, "multi-head");
+    else snprintf(buf, n, "%s (%d slots)", CROSS_NAMES[k + 1], c->cross_memory);
+    return buf;
 }
 
 #define OFF(f) offsetof(mega_s2s_config, f)
@@ -52,6 +72,13 @@ static const mega_field S2S_FIELDS[] = {
     {"share-all-embeddings", MEGA_FIELD_BOOL, OFF(share_all_embeddings), 0, 1, NULL, 0, 0, 0,
      "one table for source, target and output (joined vocabulary)"},
     {"tie-embeddings", MEGA_FIELD_BOOL, OFF(tie_embeddings), 0, 1, NULL, 0, 0, 0, "output projection = the target embedding"},
+    {"cross-attention", MEGA_FIELD_CHOICE, OFF(cross_attention), 0, N_CROSS - 1, CROSS_NAMES, N_CROSS, 0, 0,
+     "the decoder's cross-attention: auto (gated with the mega mixer, mha otherwise), gated, mha, or a bounded "
+     "memory of --cross-memory slots (abc-window, abc-linformer, abc-mlp; docs/translation.md)"},
+    /* 0 is only refused for the abc-* kinds (mega_s2s_config_check): a config made without
+     * mega_s2s_config_default, with zeros, stays valid for the full kinds */
+    {"cross-memory", MEGA_FIELD_INT, OFF(cross_memory), 0, 65536, NULL, 0, 0, 0,
+     "memory slots per head of the abc-* cross-attention (a decoding step reads these, whatever the source length)"},
 };
 #undef OFF
 
@@ -65,11 +92,17 @@ void mega_s2s_config_resolve(mega_s2s_config *c) {
     mega_block_config_resolve(&c->encoder);
     mega_block_config_resolve(&c->decoder);
     if (c->share_all_embeddings) c->tie_embeddings = 1; /* official build_model */
+    if (c->cross_attention == 0 && (unsigned)c->decoder.mixer < MEGA_MIXER_COUNT)
+        c->cross_attention = (int)mega_xattn_default_kind(&c->decoder) + 1;
 }
 
 mega_status mega_s2s_config_check(const mega_s2s_config *config) {
     mega_s2s_config c = *config;
     mega_s2s_config_resolve(&c);
+    if ((unsigned)c.cross_attention < (unsigned)N_CROSS && cross_kind(&c) >= MEGA_XATTN_ABC_WINDOW &&
+        (c.cross_memory < 1 || c.cross_memory > 65536))
+        MEGA_FAIL(MEGA_ERR_INVALID, "cross-memory must be in [1, 65536] (the slots per head of the %s cross-attention), got %d",
+                  CROSS_NAMES[cross_kind(&c) + 1], c.cross_memory);
     int n;
     const mega_field *f = mega_s2s_config_fields(&n);
     MEGA_TRY(mega__fields_check(f, n, &c));
@@ -148,7 +181,8 @@ mega_status mega__s2s_declare(const mega_s2s_config *config, mega_s2s **out) {
         char pre[MEGA_NAME_MAX];
         snprintf(pre, sizeof pre, "decoder.layers.%d.", l);
         if ((st = mega_block_declare(&m->dl[l].self, &m->P, pre, &m->dec_self))) goto fail;
-        if ((st = mega_xattn_declare(&m->dl[l].x, &m->P, pre, &c->decoder, m->Mx))) goto fail;
+        if ((st = mega_xattn_declare(&m->dl[l].x, &m->P, pre, &c->decoder, cross_kind(c), c->cross_memory, m->Mx)))
+            goto fail;
         if (c->decoder.ffn_dim > 0 && (st = mega_nffn_declare(&m->dl[l].ffn, &m->P, pre, &c->decoder))) goto fail;
     }
     m->has_dfnorm = c->decoder.prenorm;

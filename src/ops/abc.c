@@ -300,31 +300,45 @@ void mega_abc_scan_backward(const mega_abc_k *k, real *dq, real *dk, real *dv, r
 
 /* ---- bidirectional ---------------------------------------------------------------------- */
 
+static inline size_t TQ(const mega_abc_k *k) { return (size_t)(k->Tq > 0 ? k->Tq : k->T); }
+
 size_t mega_abc_bidir_tmp(const mega_abc_k *k) {
-    return 2 * (size_t)k->T * k->n + 2 * (size_t)k->n * k->d + 32;
+    return 2 * TQ(k) * k->n + 2 * (size_t)k->n * k->d + 32;
 }
 
-/* Pd [T, n] = dropout(P) of unit (b, h) */
+/* Pd [Tq, n] = dropout(P) of unit (b, h) */
 static void drop_rows(const mega_abc_k *k, real *Pd, const real *P, int b, int h) {
-    const int T = k->T, n = k->n;
-    const size_t Hn = HN(k);
-    for (int t = 0; t < T; t++) {
-        const size_t pi = ((size_t)b * T + t) * Hn + (size_t)h * n;
-        for (int j = 0; j < n; j++) Pd[(size_t)t * n + j] = P[pi + j] * drop_f(k, pi + (uint64_t)j);
+    const size_t Tq = TQ(k), n = (size_t)k->n, Hn = HN(k);
+    for (size_t t = 0; t < Tq; t++) {
+        const size_t pi = ((size_t)b * Tq + t) * Hn + (size_t)h * n;
+        for (size_t j = 0; j < n; j++) Pd[t * n + j] = P[pi + j] * drop_f(k, pi + (uint64_t)j);
     }
 }
 
-void mega_abc_bidir_forward(const mega_abc_k *k, real *o, real *P, real *Km, real *Vm, const real *q, const real *kk,
-                            const real *v, const real *phk, const real *phv, size_t ldph, int b, int h, real *tmp) {
-    const size_t T = (size_t)k->T, n = (size_t)k->n, d = (size_t)k->d, D = DD(k), Hn = HN(k);
+void mega_abc_bidir_memory(const mega_abc_k *k, real *Km, real *Vm, const real *kk, const real *v, const real *phk,
+                           const real *phv, size_t ldph, int b, int h) {
+    const size_t T = (size_t)k->T, n = (size_t)k->n, d = (size_t)k->d, D = DD(k);
     const size_t base = (size_t)b * T * D + (size_t)h * d;
-    real *Ph = P + (size_t)b * T * Hn + (size_t)h * n;
     /* K~ = Phi_K^T K, V~ = Phi_V^T V */
     mega_gemm_serial(0, 0, n, d, T, 1, phk, ldph, kk + base, D, 0, Km, d);
     mega_gemm_serial(0, 0, n, d, T, 1, phv, ldph, v + base, D, 0, Vm, d);
-    /* P = softmax_rows(Q K~^T / sqrt d) */
-    mega_gemm_serial(0, 1, T, n, d, k->scale, q + base, D, Km, d, 0, Ph, Hn);
-    for (size_t t = 0; t < T; t++) mega_softmax_row(Ph + t * Hn, n);
+}
+
+void mega_abc_bidir_read(const mega_abc_k *k, real *o, real *P, const real *Km, const real *Vm, const real *q, int b,
+                         int h, real *tmp) {
+    const size_t Tq = TQ(k), n = (size_t)k->n, d = (size_t)k->d, D = DD(k), Hn = HN(k);
+    const size_t base = (size_t)b * Tq * D + (size_t)h * d;
+    real *Ph = P + (size_t)b * Tq * Hn + (size_t)h * n;
+    const uint8_t *em = k->empty ? k->empty + (size_t)b * k->empty_b : NULL;
+    /* P = softmax_rows(Q K~^T / sqrt d) over the non-empty slots */
+    mega_gemm_serial(0, 1, Tq, n, d, k->scale, q + base, D, Km, d, 0, Ph, Hn);
+    for (size_t t = 0; t < Tq; t++) {
+        real *row = Ph + t * Hn;
+        if (em)
+            for (size_t j = 0; j < n; j++)
+                if (em[j]) row[j] = -INFINITY;
+        mega_softmax_row(row, n);
+    }
     const real *A = Ph;
     size_t lda = Hn;
     if (k->p_drop > 0) {
@@ -332,17 +346,23 @@ void mega_abc_bidir_forward(const mega_abc_k *k, real *o, real *P, real *Km, rea
         A = tmp, lda = n;
     }
     /* O = dropout(P) V~ */
-    mega_gemm_serial(0, 0, T, d, n, 1, A, lda, Vm, d, 0, o + base, D);
+    mega_gemm_serial(0, 0, Tq, d, n, 1, A, lda, Vm, d, 0, o + base, D);
+}
+
+void mega_abc_bidir_forward(const mega_abc_k *k, real *o, real *P, real *Km, real *Vm, const real *q, const real *kk,
+                            const real *v, const real *phk, const real *phv, size_t ldph, int b, int h, real *tmp) {
+    mega_abc_bidir_memory(k, Km, Vm, kk, v, phk, phv, ldph, b, h);
+    mega_abc_bidir_read(k, o, P, Km, Vm, q, b, h, tmp);
 }
 
 void mega_abc_bidir_backward(const mega_abc_k *k, real *dq, real *dk, real *dv, real *dphk, real *dphv, size_t ldd,
                              const real *dO, const real *P, const real *Km, const real *Vm, const real *q,
                              const real *kk, const real *v, const real *phk, const real *phv, size_t ldph, int b,
                              int h, real *tmp) {
-    const size_t T = (size_t)k->T, n = (size_t)k->n, d = (size_t)k->d, D = DD(k), Hn = HN(k);
-    const size_t base = (size_t)b * T * D + (size_t)h * d;
-    const real *Ph = P + (size_t)b * T * Hn + (size_t)h * n;
-    real *Pd = tmp, *G = Pd + T * n, *dKm = G + T * n, *dVm = dKm + n * d;
+    const size_t T = (size_t)k->T, Tq = TQ(k), n = (size_t)k->n, d = (size_t)k->d, D = DD(k), Hn = HN(k);
+    const size_t base = (size_t)b * T * D + (size_t)h * d, qbase = (size_t)b * Tq * D + (size_t)h * d;
+    const real *Ph = P + (size_t)b * Tq * Hn + (size_t)h * n;
+    real *Pd = tmp, *G = Pd + Tq * n, *dKm = G + Tq * n, *dVm = dKm + n * d;
     const real *A = Ph;
     size_t lda = Hn;
     if (k->p_drop > 0) {
@@ -350,23 +370,93 @@ void mega_abc_bidir_backward(const mega_abc_k *k, real *dq, real *dk, real *dv, 
         A = Pd, lda = n;
     }
     /* dV~ = dropout(P)^T dO; G = dO V~^T (gradient of dropout(P)) */
-    mega_gemm_serial(1, 0, n, d, T, 1, A, lda, dO + base, D, 0, dVm, d);
-    mega_gemm_serial(0, 1, T, n, d, 1, dO + base, D, Vm, d, 0, G, n);
-    for (size_t t = 0; t < T; t++) {
+    mega_gemm_serial(1, 0, n, d, Tq, 1, A, lda, dO + qbase, D, 0, dVm, d);
+    mega_gemm_serial(0, 1, Tq, n, d, 1, dO + qbase, D, Vm, d, 0, G, n);
+    for (size_t t = 0; t < Tq; t++) {
         real *g = G + t * n;
         if (k->p_drop > 0) {
-            const size_t pi = ((size_t)b * T + t) * Hn + (size_t)h * n;
+            const size_t pi = ((size_t)b * Tq + t) * Hn + (size_t)h * n;
             for (size_t j = 0; j < n; j++) g[j] *= drop_f(k, pi + j);
         }
-        mega_softmax_row_backward(g, g, Ph + t * Hn, n); /* dS */
+        mega_softmax_row_backward(g, g, Ph + t * Hn, n); /* dS (0 at masked slots: p = 0) */
     }
     /* dQ = dS K~ / sqrt d; dK~ = dS^T Q / sqrt d */
-    mega_gemm_serial(0, 0, T, d, n, k->scale, G, n, Km, d, 0, dq + base, D);
-    mega_gemm_serial(1, 0, n, d, T, k->scale, G, n, q + base, D, 0, dKm, d);
+    mega_gemm_serial(0, 0, Tq, d, n, k->scale, G, n, Km, d, 0, dq + qbase, D);
+    mega_gemm_serial(1, 0, n, d, Tq, k->scale, G, n, q + qbase, D, 0, dKm, d);
     /* dK = Phi_K dK~, dV = Phi_V dV~ */
     mega_gemm_serial(1, 0, T, d, n, 1, phk, ldph, dKm, d, 0, dk + base, D);
     mega_gemm_serial(1, 0, T, d, n, 1, phv, ldph, dVm, d, 0, dv + base, D);
     /* dPhi_K^T = dK~ K^T, dPhi_V^T = dV~ V^T */
     mega_gemm_serial(0, 1, n, T, d, 1, dKm, d, kk + base, D, 0, dphk, ldd);
     mega_gemm_serial(0, 1, n, T, d, 1, dVm, d, v + base, D, 0, dphv, ldd);
+}
+
+/* ---- the memory controls of the bidirectional form --------------------------------------- */
+
+void mega_abc_lin_phi(const real *E, size_t N, int n, real *ph, const uint8_t *pad, int B, int T) {
+    for (int b = 0; b < B; b++)
+        for (size_t j = 0; j < (size_t)n; j++) {
+            real *row = ph + ((size_t)b * n + j) * T;
+            for (int t = 0; t < T; t++) row[t] = (pad && pad[(size_t)b * T + t]) ? 0 : E[j * N + (size_t)t];
+        }
+}
+
+void mega_abc_lin_phi_backward(real *dE, size_t N, const real *g, const uint8_t *pad, int B, int H, int n, int T) {
+#pragma omp parallel for schedule(static) if ((size_t)B * H * n * T > MEGA_PAR_MIN)
+    for (int j = 0; j < n; j++)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < T; t++)
+                    if (!pad || !pad[(size_t)b * T + t]) dE[(size_t)j * N + t] += g[(((size_t)b * H + h) * n + j) * T + t];
+}
+
+void mega_abc_mlp_phi(const real *Wp, real *ph, const real *x, const uint8_t *pad, int B, int T, size_t Hn, size_t D) {
+    for (int b = 0; b < B; b++) {
+        real *pb = ph + (size_t)b * Hn * T;
+        mega_gemm(0, 1, Hn, (size_t)T, D, 1, Wp, D, x + (size_t)b * T * D, D, 0, pb, (size_t)T);
+        const uint8_t *pr = pad ? pad + (size_t)b * T : NULL;
+#pragma omp parallel for schedule(static) if (Hn * (size_t)T > MEGA_PAR_MIN)
+        for (size_t j = 0; j < Hn; j++) {
+            real *row = pb + j * T;
+            if (pr)
+                for (int t = 0; t < T; t++)
+                    if (pr[t]) row[t] = -INFINITY;
+            mega_softmax_row(row, (size_t)T);
+        }
+    }
+}
+
+void mega_abc_mlp_phi_backward(const real *Wp, real *dWp, real *dx, real *g, const real *ph, const real *x, int B, int T,
+                               size_t Hn, size_t D) {
+    /* each row of Phi^T is a softmax over positions: dl = Phi (dPhi - sum Phi dPhi); then
+     * dW_phi += dl^T X, dX += dl W_phi per batch */
+#pragma omp parallel for schedule(static) if ((size_t)B * Hn * (size_t)T > MEGA_PAR_MIN)
+    for (size_t r = 0; r < (size_t)B * Hn; r++) mega_softmax_row_backward(g + r * T, g + r * T, ph + r * T, (size_t)T);
+    for (int b = 0; b < B; b++) {
+        const real *gb = g + (size_t)b * Hn * T, *xb = x + (size_t)b * T * D;
+        mega_gemm(0, 0, Hn, D, (size_t)T, 1, gb, (size_t)T, xb, D, 1, dWp, D);
+        mega_gemm(1, 0, (size_t)T, D, Hn, 1, gb, (size_t)T, Wp, D, 1, dx + (size_t)b * T * D, D);
+    }
+}
+
+void mega_abc_block_phi(real *ph, uint8_t *empty, const uint8_t *pad, int B, int T, int n) {
+    for (int b = 0; b < B; b++) {
+        const uint8_t *pr = pad ? pad + (size_t)b * T : NULL;
+        real *pb = ph + (size_t)b * n * T;
+        uint8_t *em = empty + (size_t)b * n;
+        int Sb = 0;
+        for (int t = 0; t < T; t++) Sb += !(pr && pr[t]);
+        const int c = Sb > n ? (Sb + n - 1) / n : 1; /* block length */
+        zero(pb, (size_t)n * T);
+        for (int j = 0; j < n; j++) {
+            const int lo = j * c, hi = MEGA_MIN(Sb, lo + c); /* ranks [lo, hi) */
+            em[j] = hi <= lo;
+        }
+        for (int t = 0, r = 0; t < T; t++) {
+            if (pr && pr[t]) continue;
+            const int j = r / c, lo = j * c, len = MEGA_MIN(Sb, lo + c) - lo;
+            pb[(size_t)j * T + t] = (real)1 / (real)len;
+            r++;
+        }
+    }
 }

@@ -29,7 +29,12 @@
  *                    the memories recomputed segment by segment from checkpoints taken every
  *                    MEGA_ABC_SEG steps (as the EMA adjoint in ops/ema.c).
  *   bidirectional    one memory from all positions, K~ = Phi_K^T K (GEMMs); the
- *                    caller supplies Phi^T [n, T] per unit (zero columns at pads).
+ *                    caller supplies Phi^T [n, T] per unit (zero columns at pads). Queries
+ *                    may be another sequence than the keys (cross-attention, layers/xattn.c):
+ *                    Tq query rows per sequence (0: T), read against the T-key memory; the
+ *                    memory (mega_abc_bidir_memory) and the read (mega_abc_bidir_read) are
+ *                    also separate calls, so a decoder builds the memory once per source and
+ *                    reads it once per step. A slot marked empty (k->empty) is masked.
  * Attention dropout acts on the slot weights (o = dropout(p) V~), mask from
  * mega__hash01(key, index of P).
  */
@@ -52,6 +57,11 @@ typedef struct {
     size_t cs_b, cs_t, cs_h;
     double p_drop;         /* attention dropout on the slot weights (0 in eval / streaming) */
     uint64_t key;
+    /* bidirectional only: query rows per sequence (0: T; cross-attention: the target length),
+     * and an optional mask of empty slots, slot j of batch b empty when empty[b*empty_b + j] */
+    int Tq;
+    const uint8_t *empty;
+    size_t empty_b;
 } mega_abc_k;
 
 /* one step of the normalised cumulative form (in log space) for one slot: lz (in: log Z_{t-1},
@@ -98,7 +108,15 @@ void mega_abc_scan_backward(const mega_abc_k *k, real *dq, real *dk, real *dv, r
 
 /* ---- bidirectional ---------------------------------------------------------------------- */
 size_t mega_abc_bidir_tmp(const mega_abc_k *k);
-/* phk, phv: Phi^T [n, T] of the unit (row stride ldph); Km, Vm [n, d] receive the memories */
+/* phk, phv: Phi^T [n, T] of the unit (row stride ldph); Km, Vm [n, d] receive the memories
+ * (the ABC paper's memory, K~ = sum_i phi_i k_i^T, as K~ = Phi^T K) */
+void mega_abc_bidir_memory(const mega_abc_k *k, real *Km, real *Vm, const real *kk, const real *v, const real *phk,
+                           const real *phv, size_t ldph, int b, int h);
+/* the read of unit (b, h): P rows = softmax(scale K~ q) over the non-empty slots, o = dropout(P) V~
+ * for the Tq queries of batch b */
+void mega_abc_bidir_read(const mega_abc_k *k, real *o, real *P, const real *Km, const real *Vm, const real *q, int b,
+                         int h, real *tmp);
+/* memory then read */
 void mega_abc_bidir_forward(const mega_abc_k *k, real *o, real *P, real *Km, real *Vm, const real *q, const real *kk,
                             const real *v, const real *phk, const real *phv, size_t ldph, int b, int h, real *tmp);
 /* dq, dk, dv head columns overwritten; dphk, dphv [n, T] (stride ldd) overwritten with dL/dPhi^T */
@@ -106,6 +124,25 @@ void mega_abc_bidir_backward(const mega_abc_k *k, real *dq, real *dk, real *dv, 
                              const real *dO, const real *P, const real *Km, const real *Vm, const real *q,
                              const real *kk, const real *v, const real *phk, const real *phv, size_t ldph, int b,
                              int h, real *tmp);
+
+/* ---- the memory controls of the bidirectional form (shared by the ABC mixers and the bounded
+ * cross-attention) ----------------------------------------------------------------------- */
+/* Linformer: Phi^T [B, n, T] = E[:, :T] (E [n, N], row stride N) with pad columns zeroed (project
+ * rule: pads are zeroed before the compression) */
+void mega_abc_lin_phi(const real *E, size_t N, int n, real *ph, const uint8_t *pad, int B, int T);
+/* dE[j, t] += sum over b and the H units of b of g[((b*H + h)*n + j)*T + t] at the valid t */
+void mega_abc_lin_phi_backward(real *dE, size_t N, const real *g, const uint8_t *pad, int B, int H, int n, int T);
+/* ABC-MLP (paper eq. 7): Phi^T [B, Hn, T], row j the softmax over the valid positions of
+ * l_j = W_phi[j] . x_t (W_phi [Hn, D]); a row with no valid position is 0 */
+void mega_abc_mlp_phi(const real *Wp, real *ph, const real *x, const uint8_t *pad, int B, int T, size_t Hn, size_t D);
+/* from g = dL/dPhi^T [B, Hn, T] (overwritten with dL/dl): dWp += dl^T X, dx += dl W_phi */
+void mega_abc_mlp_phi_backward(const real *Wp, real *dWp, real *dx, real *g, const real *ph, const real *x, int B, int T,
+                               size_t Hn, size_t D);
+/* Fixed blocks (the cross-attention's abc-window): the S_b valid positions of row b, in order,
+ * fall into blocks of c = ceil(S_b / n) consecutive ones; slot j holds the mean of block j:
+ * Phi^T [B, n, T] = 1/|block j| at the block's positions, 0 elsewhere (pads included); empty
+ * [B, n] marks the slots no position falls into (S_b < n, or the last ones) */
+void mega_abc_block_phi(real *ph, uint8_t *empty, const uint8_t *pad, int B, int T, int n);
 
 /* ---- glue for the layer (src/layers/abc.c) ---------------------------------------------- */
 /* abc-window only: treat empty memory slots literally (0) instead of masking them; layer is the
