@@ -24,7 +24,7 @@
 #define PF_TEST 2000
 /* images of a set scanned for the ink histogram */
 #define PF_SCAN 2000
-#define PF_BINS 20 /* ink per image in bins of 2 % from 0 to 40 % */
+#define PF_BINS 50 /* ink per image in bins of 0.5 % from 0 to 25 % (a pixel is 0.1 %) */
 
 typedef struct {
     double label1, ink, distractors, dpaddles, attempts, markers; /* as `mega pathfinder` prints them */
@@ -96,7 +96,7 @@ static int pf_scan(const char *dir, pf_set *s) {
             for (int i = 0; i < w * h; i++) ink += px[i] > 0;
             free(px);
             const double frac = 100.0 * ink / (w * h);
-            const int b = (int)(frac / 2);
+            const int b = (int)(frac * 2);
             s->hist[lab][b < PF_BINS ? b : PF_BINS - 1] += 1;
             sum[lab] += frac, seen[lab]++;
         }
@@ -129,10 +129,10 @@ static int pf_stats_md(xctx *c, pf_set *S) {
     sbuf_printf(&c->md, "\nThe first 16 training images of each set (enlarged 4 x; the grey squares are the markers):\n\n"
                         "![easy](pathfinder-easy.png) ![hard](pathfinder-hard.png)\n");
     double x[PF_BINS];
-    for (int b = 0; b < PF_BINS; b++) x[b] = 2 * b + 1;
-    svg_series s[4] = {{"easy, label 0", x, S[0].hist[0], PF_BINS, 1, 1}, {"easy, label 1", x, S[0].hist[1], PF_BINS, 1, 0},
-                       {"hard, label 0", x, S[1].hist[0], PF_BINS, 1, 1}, {"hard, label 1", x, S[1].hist[1], PF_BINS, 1, 0}};
-    svg_chart ch = {"Pathfinder-32: ink per image by label", "pixels above zero per image (%, bins of 2)", "images (% of the label)", 0, 0, 0};
+    for (int b = 0; b < PF_BINS; b++) x[b] = 0.5 * b + 0.25;
+    svg_series s[4] = {{"easy, label 0", x, S[0].hist[0], PF_BINS, 0, 1}, {"easy, label 1", x, S[0].hist[1], PF_BINS, 0, 0},
+                       {"hard, label 0", x, S[1].hist[0], PF_BINS, 0, 1}, {"hard, label 1", x, S[1].hist[1], PF_BINS, 0, 0}};
+    svg_chart ch = {"Pathfinder-32: ink per image by label", "pixels above zero per image (%, bins of 0.5)", "images (% of the label)", 0, 0, 0};
     sbuf svg = {0};
     svg_line_chart(&svg, &ch, s, 4);
     return write_fig(c, "pathfinder-ink.svg", &svg);

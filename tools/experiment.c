@@ -408,8 +408,8 @@ static const struct {
      exp_ablation_fmnist},
     {"extrapolate", "train at 256 bytes, evaluate at 256..8192: Mega, RoPE (+ window mask), ALiBi, KERPLE, Sandwich, XPOS, local, log-n", "~16 min", exp_extrapolate},
     {"speed", "training step time and peak memory from 1K to 16K tokens: Mega-chunk, Mega full, Transformer", "~3 min", exp_speed},
-    {"pathfinder", "Pathfinder-32 (generated), easy and hard: Mega against the Transformer at equal parameters and time, with the generator's statistics", "~15 min", exp_pathfinder},
-    {"vision", "Fashion-MNIST as patches and as pixels: Mega against a ViT (Transformer) at equal parameters and time", "~12 min", exp_vision},
+    {"pathfinder", "Pathfinder-32 (generated), easy and hard: Mega against the Transformer at equal parameters and time, with the generator's statistics", "~13 min", exp_pathfinder},
+    {"vision", "Fashion-MNIST as patches and as pixels: Mega against a ViT (Transformer) at equal parameters and time", "~18 min", exp_vision},
 };
 #define NEXP (int)(sizeof EXPERIMENTS / sizeof *EXPERIMENTS)
 
