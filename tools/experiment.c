@@ -382,7 +382,7 @@ int match_ffn(xctx *c, const char *id, const char *common, const char *flags, in
     xrun r;
     double p = NAN;
     snprintf(pid, sizeof pid, "%s-probe", id);
-    snprintf(pc, sizeof pc, "%s --steps 1 --eval-every 0", common);
+    snprintf(pc, sizeof pc, "%s --steps 1 --eval-every 0 --eval-tokens 1", common); /* its final validation: one example */
     snprintf(pf, sizeof pf, "%s --ffn-dim %d", flags, F0);
     if (!isfinite(target) || train_model(c, pid, pc, pf, "acc", &g, &p, &r) || !isfinite(p)) return F0;
     int F = (int)lround(F0 + (target - p) / (L * (2.0 * D + 1)));
