@@ -12,9 +12,6 @@
  * flag (--ffn-dim: Mega's default, the others' matched to Mega's parameter count) */
 #define LRA_MODEL_QUICK "--layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 32 --n-dim 4 --eval-every 4 --eval-tokens 60"
 #define LRA_MODEL "--layers 2 --embed-dim 64 --z-dim 32 --hidden-dim 128 --n-dim 16 --eval-every 100 --eval-tokens 500"
-/* test images of Fashion-MNIST scored by the experiments (of 10,000): enough for a standard
- * error under 1 point, at a fifth of the evaluation time */
-#define FASHION_TEST 2000
 /* the sentence of results.md that says how Fashion-MNIST is split */
 void fashion_note(xctx *c) {
     sbuf_printf(&c->md, "Fashion-MNIST: the first 55,000 training images train, the last 5,000 validate, and the test accuracy is "

@@ -373,6 +373,22 @@ int train_model(xctx *c, const char *id, const char *common, const char *flags, 
     return read_runlog(run, metric, g);
 }
 
+/* the --ffn-dim at which a model of `flags` has about `target` parameters: a one-step probe at
+ * width F0 (logged as ID-probe), then the width moved by the normalized FFN's 2D + 1 parameters
+ * per unit per layer (fc1 and fc2), rounded to a multiple of 8; F0 when the probe fails */
+int match_ffn(xctx *c, const char *id, const char *common, const char *flags, int F0, int D, int L, double target) {
+    char pid[128], pc[24000], pf[1024];
+    xlog g;
+    xrun r;
+    double p = NAN;
+    snprintf(pid, sizeof pid, "%s-probe", id);
+    snprintf(pc, sizeof pc, "%s --steps 1 --eval-every 0 --eval-tokens 1", common); /* its final validation: one example */
+    snprintf(pf, sizeof pf, "%s --ffn-dim %d", flags, F0);
+    if (!isfinite(target) || train_model(c, pid, pc, pf, "acc", &g, &p, &r) || !isfinite(p)) return F0;
+    int F = (int)lround(F0 + (target - p) / (L * (2.0 * D + 1)));
+    return F < 8 ? 8 : (F + 4) / 8 * 8;
+}
+
 void fmt_num(char *b, size_t n, double v, const char *fmt) {
     if (isfinite(v)) snprintf(b, n, fmt, v);
     else snprintf(b, n, "—");
@@ -392,6 +408,8 @@ static const struct {
      exp_ablation_fmnist},
     {"extrapolate", "train at 256 bytes, evaluate at 256..8192: Mega, RoPE (+ window mask), ALiBi, KERPLE, Sandwich, XPOS, local, log-n", "~16 min", exp_extrapolate},
     {"speed", "training step time and peak memory from 1K to 16K tokens: Mega-chunk, Mega full, Transformer", "~3 min", exp_speed},
+    {"pathfinder", "Pathfinder-32 (generated), easy and hard: Mega against the Transformer at equal parameters and time, with the generator's statistics", "~13 min", exp_pathfinder},
+    {"vision", "Fashion-MNIST as patches and as pixels: Mega against a ViT (Transformer) at equal parameters and time", "~18 min", exp_vision},
 };
 #define NEXP (int)(sizeof EXPERIMENTS / sizeof *EXPERIMENTS)
 

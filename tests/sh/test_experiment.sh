@@ -15,8 +15,9 @@ cd "$T" || exit 1
 cat "$HERE"/docs/*.md "$HERE"/README.md > text.txt
 
 n=$("$M" experiment --list | wc -l)
-if [ "$n" -eq 6 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^ablation-fmnist "; then
-  ok "--list names the 6 experiments"
+if [ "$n" -eq 8 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^ablation-fmnist " &&
+  "$M" experiment --list | grep -q "^pathfinder " && "$M" experiment --list | grep -q "^vision "; then
+  ok "--list names the 8 experiments"
 else
   bad "--list ($n lines)"
 fi
@@ -62,26 +63,54 @@ EOF
   fi
 }
 
+# the pathfinder experiment generates PNG images: without libpng it says so in one line and is skipped
+PF="pathfinder 6 3"
+"$M" pathfinder --out nopng --count 1 > /dev/null 2> err.txt
+if grep -q 'no libpng' err.txt; then
+  PF=
+  "$M" experiment pathfinder --quick --out x > out.txt 2>&1
+  rc=$?
+  if [ $rc -eq 2 ] && grep -q "this build has no libpng" out.txt; then ok "pathfinder without libpng: one clear line"; else bad "pathfinder without libpng (rc $rc)"; fi
+  echo "NOTE test_experiment.sh: this build has no libpng; experiment pathfinder --quick is skipped"
+fi
+
 # name, expected model rows in results.md (table rows that are not headers, separators or the
-# majority line), expected figures
-for spec in "aft 5 6" "lra 10 2" "ablation-listops 11 2" "ablation-fmnist 11 2" "extrapolate 9 3" "speed 15 2"; do
+# majority line; pathfinder: 2 rows of data statistics and 4 models), expected figures
+for spec in "aft 5 6" "lra 10 2" "ablation-listops 11 2" "ablation-fmnist 11 2" "extrapolate 9 3" "speed 15 2" "vision 4 1" ${PF:+"$PF"}; do
   set -- $spec
   name=$1 rows=$2 figs=$3
   "$M" experiment "$name" --quick --out q --data text.txt --threads 1 > "$name.out" 2>&1
   rc=$?
   status $rc "experiment $name --quick exits 0"
   md="q/$name/results.md"
-  r=$(grep '^| ' "$md" 2>/dev/null | grep -v -e '^| model' -e '^| variant' -e '^| majority' | wc -l)
+  r=$(grep '^| ' "$md" 2>/dev/null | grep -v -e '^| model' -e '^| variant' -e '^| set ' -e '^| majority' | wc -l)
   if [ "$r" -eq "$rows" ]; then ok "$name: $rows table rows"; else bad "$name: $r table rows, expected $rows"; fi
   if [ -s "$md" ] && ! grep '^| ' "$md" | grep -q '—'; then ok "$name: no failed run in the table"; else bad "$name: a failed run in $md"; fi
   f=$(ls q/"$name"/*.svg 2>/dev/null | wc -l)
   if [ "$f" -eq "$figs" ]; then ok "$name: $figs figures"; else bad "$name: $f figures, expected $figs"; fi
   for s in q/"$name"/*.svg; do
     if [ -f "$s" ] && svg_ok "$s"; then ok "$s well-formed with data"; else bad "$s is not a well-formed SVG with data"; fi
-    grep -q '(s)\|(byte)\|(bytes)\|(tokens)\|accuracy\|per byte\|k_d\|f_h' "$s" || bad "$s: no axis label with a unit"
+    grep -q '(s)\|(byte)\|(bytes)\|(tokens)\|accuracy\|per byte\|k_d\|f_h\|(% of the label)' "$s" || bad "$s: no axis label with a unit"
   done
 done
 grep -q "majority class" q/lra/results.md && ok "lra reports the majority baseline" || bad "lra: no majority baseline"
+grep -q "82.3 % for Mega (90M parameters) against 81.8 % for DeiT-B" q/vision/results.md && ok "vision: the paper's ImageNet figures beside" ||
+  bad "vision: no ImageNet context"
+if [ -n "$PF" ]; then
+  for d in easy hard; do
+    if [ "$(head -c 8 q/pathfinder/pathfinder-$d.png | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] && grep -q "(pathfinder-$d.png)" q/pathfinder/results.md; then
+      ok "pathfinder: the $d samples figure (PNG) is written and shown"
+    else
+      bad "pathfinder: no $d samples figure"
+    fi
+  done
+  # the test images are another seed's: not the training images
+  if ! cmp -s q/pathfinder/data/pathfinder32-train-80/curv_baseline/imgs/0/sample_0.png q/pathfinder/data/pathfinder32-test-40/curv_baseline/imgs/0/sample_0.png; then
+    ok "pathfinder: test set differs from the training set"
+  else
+    bad "pathfinder: the test images are the training images"
+  fi
+fi
 
 # the same seed gives the same validation numbers (the bits-per-byte column of aft)
 "$M" experiment aft --quick --out q2 --data text.txt --threads 1 > /dev/null 2>&1
