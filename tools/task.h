@@ -26,6 +26,7 @@ typedef struct train_args {
     const char *bpe_sides; /* translate: the sides in subword units: both (one vocabulary), source, target */
     double label_smoothing;
     int classes;         /* classify: --classes (0 = from the training labels) */
+    const char *init_from; /* classify: --init-from RUN (a pretrained encoder: mega train --task mlm) */
     /* training */
     int64_t steps, warmup, seed, eval_every, save_every, log_every, eval_tokens, stop_after;
     double time_limit; /* seconds of this invocation (0 = none) */
@@ -150,4 +151,11 @@ int s2s_task_new(train_args *a, const char *model_path, task **out);
 int s2s_task_flags(train_args *a, cli_flag *fl, int n);
 void s2s_apply_translate_defaults(train_args *a);
 void s2s_finish_flags(train_args *a);
+int mlm_task_new(train_args *a, const char *model_path, task **out);
+int mlm_task_flags(train_args *a, cli_flag *fl, int n);
+void mlm_apply_defaults(train_args *a);
+/* whether the checkpoint at path is a masked-LM model (mega_cls with mlm); mega eval of one:
+ * masked-byte accuracy and bits (0, or 2 after the error) */
+int mlm_model_file(const char *path);
+int mlm_eval(const char *model, const char *data, int seq_len, int batch, int64_t max_bytes, int quiet);
 #endif

@@ -17,6 +17,9 @@ const task_def TASKS[] = {
     {"translate", MEGA_MODEL_S2S, "target tokens", "token accuracy (teacher forcing)", 1, offsetof(train_args, s2s),
      offsetof(train_args, s2s.encoder), mega_s2s_config_fields, s2s_task_flags, s2s_apply_translate_defaults, NULL, s2s_finish_flags,
      s2s_task_new, 1},
+    /* masked-LM pretraining of a classifier's encoder (docs/pretraining.md) */
+    {"mlm", MEGA_MODEL_CLS, "masked bytes", "masked-byte accuracy", 0, offsetof(train_args, cls), offsetof(train_args, cls.block),
+     mega_cls_config_fields, mlm_task_flags, mlm_apply_defaults, NULL, NULL, mlm_task_new, 1},
 };
 const int N_TASKS = (int)(sizeof TASKS / sizeof *TASKS);
 

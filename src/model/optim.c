@@ -30,6 +30,24 @@ const char *mega_ps_info(const mega_paramset *p, int i, size_t *offset, size_t *
 }
 void mega_ps_zero_grad(mega_paramset *p) { mega_params_zero_grad((mega_params *)p); }
 
+int mega_ps_copy_matching(mega_paramset *dst, const mega_paramset *src, uint8_t *copied) {
+    mega_params *D = (mega_params *)dst;
+    const mega_params *S = (const mega_params *)src;
+    int n = 0;
+    for (int i = 0; i < D->n; i++) {
+        const mega_pspec *d = &D->specs[i];
+        copied[i] = 0;
+        for (int j = 0; j < S->n && !copied[i]; j++) {
+            const mega_pspec *s = &S->specs[j];
+            if (strcmp(d->name, s->name) || d->ndim != s->ndim || memcmp(d->shape, s->shape, (size_t)d->ndim * sizeof *d->shape))
+                continue;
+            memcpy(D->data + d->offset, S->data + s->offset, d->numel * sizeof(real));
+            copied[i] = 1, n++;
+        }
+    }
+    return n;
+}
+
 void mega_adamw_step_lm(mega_adamw *o, mega_lm *m, const mega_adamw_hp *hp, double lr) {
     mega_adamw_step(o, mega_lm_paramset(m), hp, lr);
 }
