@@ -491,7 +491,7 @@ static int init_load(const train_args *a, mega_cls *m, mega_cls *src) {
         mega_ps_info(dst, i, NULL, &numel, NULL);
         *(got[i] ? &vals : &fresh_vals) += numel;
     }
-    if (!a->quiet) {
+    { /* printed even with --quiet: what a fine-tuned run started from belongs in its log */
         printf("init-from %s: loaded %d of %d tensors (%zu values); initialised fresh %d (%zu values):", a->init_from, k, n, vals, n - k,
                fresh_vals);
         for (int i = 0; i < n; i++)

@@ -149,10 +149,11 @@ int mlm_task_flags(train_args *a, cli_flag *fl, int n) {
     return n;
 }
 
-/* classify's defaults, with fairseq masked_lm's tokens_per_sample 512 */
+/* classify's defaults, with fairseq masked_lm's tokens_per_sample 512 and the language model's
+ * 65,536 validation bytes */
 void mlm_apply_defaults(train_args *a) {
     cls_apply_classify_defaults(a);
-    a->seq_len = 512;
+    a->seq_len = 512, a->eval_tokens = 65536;
 }
 
 int mlm_task_new(train_args *a, const char *model_path, task **out) {
