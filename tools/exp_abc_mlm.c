@@ -188,7 +188,7 @@ static void mlm_figures(xctx *c, const char *id, const char *valid, int seq, dou
     xrun r;
     *acc = *bits = NAN;
     xa(&a, c->self), xa(&a, "eval"), xaf(&a, "--model=%s", run), xaf(&a, "--data=%s", valid), xaf(&a, "--seq-len=%d", seq);
-    xaf(&a, "--max-bytes=%d", c->quick ? 4096 : 262144), xaf(&a, "--threads=%d", c->threads), xa(&a, "--quiet");
+    xaf(&a, "--max-bytes=%d", c->quick ? 4096 : 131072), xaf(&a, "--threads=%d", c->threads), xa(&a, "--quiet");
     if (!xrun_ok(c, log, &a, &r)) log_number(c, log, "masked accuracy ", acc), log_number(c, log, "| bits ", bits);
 }
 
@@ -202,8 +202,8 @@ int exp_abc_mlm(xctx *c) {
         {"mega", "Mega", "--mixer mega"},
     };
     enum { NM = sizeof M / sizeof *M };
-    const int q = c->quick, seq = q ? 32 : 256, cls_len = q ? 32 : 128;
-    const int pre_steps = q ? 3 : 600, ft_steps = q ? 3 : 300;
+    const int q = c->quick, seq = q ? 32 : 256, cls_len = q ? 32 : 64;
+    const int pre_steps = q ? 3 : 300, ft_steps = q ? 3 : 200, pre_batch = q ? 4 : 8, ft_batch = q ? 8 : 16;
     char model[512], train[4096], valid[4096], dir[4096];
     snprintf(model, sizeof model, "%s --max-len %d",
              q ? "--layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 32 --n-dim 4 --ffn-dim 32"
@@ -224,14 +224,14 @@ int exp_abc_mlm(xctx *c) {
         snprintf(T[k].common, sizeof T[k].common,
                  "--task classify --data %s/%s-train.tsv --valid %s/%s-valid.tsv --seq-len %d --batch %d --warmup %d --steps %d "
                  "--eval-every %d %s",
-                 dir, T[k].id, dir, T[k].id, seq, q ? 8 : 32, q ? 1 : 30, ft_steps, q ? 3 : ft_steps / 4, model);
+                 dir, T[k].id, dir, T[k].id, seq, ft_batch, q ? 1 : 20, ft_steps, q ? 3 : ft_steps / 4, model);
         snprintf(T[k].test_args, sizeof T[k].test_args, "--data %s/%s-test.tsv", dir, T[k].id);
         T[k].majority = 1.0 / T[k].nclass; /* balanced test sets (below: when a class ran short) */
     }
     char pre_common[9000];
     snprintf(pre_common, sizeof pre_common,
              "--task mlm --data %s --valid %s --seq-len %d --batch %d --warmup %d --steps %d --eval-every %d --eval-tokens %d %s", train,
-             valid, seq, q ? 4 : 16, q ? 1 : 60, pre_steps, q ? 3 : pre_steps / 4, q ? 2048 : 65536, model);
+             valid, seq, pre_batch, q ? 1 : 30, pre_steps, q ? 3 : pre_steps / 3, q ? 2048 : 32768, model);
     double acc[NM][2][2], macc[NM], bits[NM], params[NM], pre_s[NM];
     for (int i = 0; i < NM; i++) {
         char id[64], flags[4096];
@@ -256,7 +256,7 @@ int exp_abc_mlm(xctx *c) {
                 "information at all) is pretrained as a masked language model for %d steps of %d x %d bytes of GCIDE "
                 "(15%% of the bytes predicted: 80%% masked, 10%% random, 10%% kept), then fine-tuned on each task for %d steps "
                 "(batch %d) from those weights (`--init-from`) and, with the same %d steps, from scratch. %d threads.%s\n\n",
-                model, seq, pre_steps, q ? 4 : 16, seq, ft_steps, q ? 8 : 32, ft_steps, c->threads,
+                model, seq, pre_steps, pre_batch, seq, ft_steps, ft_batch, ft_steps, c->threads,
                 q ? " Quick mode: toy sizes, meaningless numbers." : "");
     sbuf_printf(&c->md,
                 "Tasks: %s (%d / %d / %d training / validation / test words; majority %.1f %%), and %s (training definitions "

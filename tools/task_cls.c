@@ -502,6 +502,22 @@ static int init_load(const train_args *a, mega_cls *m, mega_cls *src) {
     return 0;
 }
 
+/* a new run's model: checked against the memory, drawn with the run's seed, then (--init-from)
+ * the pretrained weights; the speech statistics (0, or 1 after the error) */
+static int new_model(cls_task *C, train_args *a) {
+    mega_cls *src = NULL; /* --init-from: the pretrained model */
+    if (a->init_from && init_source(a, &src)) return 1;
+    /* refuse a configuration that does not fit before allocating it */
+    if (cls_memory(C, a, &a->cls, 0)) return mega_cls_free(src), 1;
+    const mega_load_opts lo = {0, 1}; /* gradients; drawn once below, with the run's seed */
+    if (mega_cls_create_ex(&a->cls, &lo, &C->m) != MEGA_OK) return mega_cls_free(src), cli_error("%s", mega_last_error());
+    mega_cls_init_params(C->m, (uint64_t)a->seed);
+    const int bad = src && init_load(a, C->m, src);
+    mega_cls_free(src);
+    if (bad) return 1;
+    return C->train.audio_rate && set_input_stats(C->m, &C->train, C->n_train);
+}
+
 int cls_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
     static const task CLS = {.metric = "acc", .unit = "tok/s", .step = cls_step,
@@ -577,23 +593,7 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     }
     config_from_data(a, &C->train, nclasses);
     if (!C->m) {
-        mega_cls *src = NULL; /* --init-from: the pretrained model */
-        if (a->init_from && init_source(a, &src)) goto fail;
-        /* refuse a configuration that does not fit before allocating it */
-        if (cls_memory(C, a, &a->cls, 0)) {
-            mega_cls_free(src);
-            goto fail;
-        }
-        const mega_load_opts lo = {0, 1}; /* gradients; drawn once below, with the run's seed */
-        if (mega_cls_create_ex(&a->cls, &lo, &C->m) != MEGA_OK) {
-            mega_cls_free(src);
-            goto fail_msg;
-        }
-        mega_cls_init_params(C->m, (uint64_t)a->seed);
-        const int bad = src && init_load(a, C->m, src);
-        mega_cls_free(src);
-        if (bad) goto fail;
-        if (C->train.audio_rate && set_input_stats(C->m, &C->train, C->n_train)) goto fail;
+        if (new_model(C, a)) goto fail;
     } else if (cls_memory(C, a, mega_cls_get_config(C->m), 2 * (uint64_t)mega_ps_total(mega_cls_paramset(C->m)) * sizeof(mega_real))) {
         goto fail;
     }
