@@ -1,5 +1,5 @@
 /* `mega experiment abc-mlm`: the ABC paper's pretrain-then-fine-tune setting (Peng et al. 2022,
- * "ABC: Attention with Bounded-memory Control", §5.3) at CPU scale: a bidirectional byte encoder
+ * "ABC: Attention with Bounded-memory Control", Table 5) at CPU scale: a bidirectional byte encoder
  * per mixer pretrained as a masked language model on GCIDE (mega train --task mlm), then
  * fine-tuned on two byte-level classification tasks built from this machine's dictionaries
  * (mega train --task classify --init-from), each also trained from scratch with the same
@@ -54,9 +54,11 @@ static void shuffle(strs *v, uint64_t *st) {
 }
 
 /* per[k] examples of class k, shuffled, cut into train / valid / test of n[0..2] each (fewer when
- * the class has fewer), written as label<TAB>text; got[s] counts each split's examples */
-static int write_splits(xctx *c, const char *dir, const char *task, strs *per, const char *const *names, int k, const int n[3],
-                        int got[3]) {
+ * the class has fewer), written as label<TAB>text; got[s] counts each split's examples, and
+ * *major is the test accuracy of always answering the class with the most training examples */
+static int write_splits(const char *dir, const char *task, strs *per, const char *const *names, int k, const int n[3], int got[3],
+                        double *major) {
+    int tr[16] = {0}, te[16] = {0}, best = 0;
     static const char *const SPL[3] = {"train", "valid", "test"};
     for (int s = 0; s < 3; s++) {
         char p[4200];
@@ -68,16 +70,21 @@ static int write_splits(xctx *c, const char *dir, const char *task, strs *per, c
         for (int i = 0; i < n[s]; i++)
             for (int j = 0; j < k; j++) {
                 const int at = (s > 0 ? n[0] : 0) + (s > 1 ? n[1] : 0) + i;
-                if (at < per[j].n && per[j].s[at][0]) fprintf(f, "%s\t%s\n", names[j], per[j].s[at]), got[s]++;
+                if (at < per[j].n && per[j].s[at][0]) {
+                    fprintf(f, "%s\t%s\n", names[j], per[j].s[at]), got[s]++;
+                    if (s != 1) (s ? te : tr)[j]++;
+                }
             }
         if (fclose(f)) return cli_error("%s: write failed", p), -1;
     }
-    (void)c;
+    for (int j = 1; j < k; j++)
+        if (tr[j] > tr[best]) best = j;
+    *major = got[2] ? (double)te[best] / got[2] : NAN;
     return 0;
 }
 
 /* language identification of FreeDict headwords (the first field of each dictionary's index) */
-static int langid_data(xctx *c, const char *dir, const int n[3], int got[3]) {
+static int langid_data(xctx *c, const char *dir, const int n[3], int got[3], double *major) {
     strs per[NLANG] = {{0}};
     uint64_t st = (uint64_t)c->seed * 0x9E3779B97F4A7C15ull + 1;
     int rc = 0;
@@ -100,7 +107,7 @@ static int langid_data(xctx *c, const char *dir, const int n[3], int got[3]) {
         fclose(f);
         shuffle(&per[l], &st);
     }
-    if (!rc) rc = write_splits(c, dir, "langid", per, LANGS, NLANG, n, got);
+    if (!rc) rc = write_splits(dir, "langid", per, LANGS, NLANG, n, got, major);
     for (int l = 0; l < NLANG; l++) strs_free(&per[l]);
     return rc;
 }
@@ -163,7 +170,8 @@ static int pos_entries(const char *path, int maxlen, strs per[NPOS]) {
 
 /* the part-of-speech task: training entries from the pretraining text, validation and test ones
  * from its held-out part (text the encoder never saw) */
-static int pos_data(xctx *c, const char *dir, const char *train_txt, const char *valid_txt, int maxlen, const int n[3], int got[3]) {
+static int pos_data(xctx *c, const char *dir, const char *train_txt, const char *valid_txt, int maxlen, const int n[3], int got[3],
+                    double *major) {
     strs tr[NPOS] = {{0}}, ho[NPOS] = {{0}}, per[NPOS] = {{0}};
     uint64_t st = (uint64_t)c->seed * 0xD1B54A32D192ED03ull + 7;
     int rc = pos_entries(train_txt, maxlen, tr) || pos_entries(valid_txt, maxlen, ho);
@@ -174,7 +182,7 @@ static int pos_data(xctx *c, const char *dir, const char *train_txt, const char 
         for (int i = per[k].n; i < n[0] && !rc; i++) rc = strs_add(&per[k], "", 0); /* too few: empty, not written */
         for (int i = 0; i < ho[k].n && !rc; i++) rc = strs_add(&per[k], ho[k].s[i], strlen(ho[k].s[i]));
     }
-    if (!rc) rc = write_splits(c, dir, "pos", per, POS, NPOS, n, got);
+    if (!rc) rc = write_splits(dir, "pos", per, POS, NPOS, n, got, major);
     for (int k = 0; k < NPOS; k++) strs_free(&tr[k]), strs_free(&ho[k]), strs_free(&per[k]);
     return rc ? -1 : 0;
 }
@@ -214,7 +222,8 @@ int exp_abc_mlm(xctx *c) {
     if (ensure_dir(dir)) return -1;
     const int nl[3] = {q ? 20 : 1500, q ? 4 : 100, q ? 4 : 250}, np[3] = {q ? 20 : 1500, q ? 4 : 100, q ? 4 : 250};
     int gl[3], gp[3];
-    if (langid_data(c, dir, nl, gl) || pos_data(c, dir, train, valid, cls_len, np, gp)) return -1;
+    double ml = NAN, mp = NAN;
+    if (langid_data(c, dir, nl, gl, &ml) || pos_data(c, dir, train, valid, cls_len, np, gp, &mp)) return -1;
     if (gp[0] < NPOS || gp[2] < NPOS)
         return cli_error("%s: too few GCIDE entries with a part of speech (%d training, %d test): the part-of-speech task reads "
                          "GCIDE's text (dict-gcide, or make run's data/gcide.*)", train, gp[0], gp[2]), -1;
@@ -226,7 +235,7 @@ int exp_abc_mlm(xctx *c) {
                  "--eval-every %d %s",
                  dir, T[k].id, dir, T[k].id, seq, ft_batch, q ? 1 : 20, ft_steps, q ? 3 : ft_steps / 4, model);
         snprintf(T[k].test_args, sizeof T[k].test_args, "--data %s/%s-test.tsv", dir, T[k].id);
-        T[k].majority = 1.0 / T[k].nclass; /* balanced test sets (below: when a class ran short) */
+        T[k].majority = k ? mp : ml;
     }
     char pre_common[9000];
     snprintf(pre_common, sizeof pre_common,
@@ -255,8 +264,8 @@ int exp_abc_mlm(xctx *c) {
                 "embedding: BASE has RoPE, Linformer its length-%d projections, Mega its EMA, and ABC-MLP no positional "
                 "information at all) is pretrained as a masked language model for %d steps of %d x %d bytes of GCIDE "
                 "(15%% of the bytes predicted: 80%% masked, 10%% random, 10%% kept), then fine-tuned on each task for %d steps "
-                "(batch %d) from those weights (`--init-from`) and, with the same %d steps, from scratch. %d threads.%s\n\n",
-                model, seq, pre_steps, pre_batch, seq, ft_steps, ft_batch, ft_steps, c->threads,
+                "(batch %d) from those weights (`--init-from`) and, with the same %d steps, from scratch. %d thread%s.%s\n\n",
+                model, seq, pre_steps, pre_batch, seq, ft_steps, ft_batch, ft_steps, c->threads, c->threads == 1 ? "" : "s",
                 q ? " Quick mode: toy sizes, meaningless numbers." : "");
     sbuf_printf(&c->md,
                 "Tasks: %s (%d / %d / %d training / validation / test words; majority %.1f %%), and %s (training definitions "
