@@ -735,6 +735,11 @@ MEGA_API void mega_ps_zero_grad(mega_paramset *p);
  * (fine-tuning from a pretrained model: mega train --init-from); copied[i] (room for
  * mega_ps_count(dst)) says which of dst's were. Returns how many. */
 MEGA_API int mega_ps_copy_matching(mega_paramset *dst, const mega_paramset *src, uint8_t *copied);
+/* the same with src's names renamed first: map is pairs of prefixes {from, to, from, to, ...,
+ * NULL}, the first pair whose `from` begins a name replacing that beginning by `to` (a name no
+ * pair matches is kept). The translation model's encoder from a classifier's:
+ * {"encoder.encoder.embed_tokens.embed.", "encoder.embed_tokens.", "encoder.encoder.", "encoder.", NULL} */
+MEGA_API int mega_ps_copy_renamed(mega_paramset *dst, const mega_paramset *src, const char *const *map, uint8_t *copied);
 MEGA_API double mega_ps_grad_norm(const mega_paramset *p);
 MEGA_API void mega_ps_scale_grad(mega_paramset *p, double s);
 

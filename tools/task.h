@@ -106,6 +106,15 @@ int resume_config_differs(const train_args *a, const mega_field *mf, int nmf, co
  * mixer): the flag is ignored, as the other ignored flags are, with a word */
 void note_unused_block_flags(const train_args *a, const mega_block_config *mine, mega_mixer_kind mixer);
 
+/* --init-from FROM (docs/pretraining.md): its model, a classifier's or masked-LM encoder, after
+ * checking that its encoder is this run's (mine: the resolved block; layers): the layers and every
+ * block field that applies to its mixer, the dropouts and the training length excepted; 1 after
+ * one error line naming the first field that differs. init_from_load: the tensors of src whose
+ * names (renamed by map, as mega_ps_copy_renamed; NULL: the same names) and shapes are dst's,
+ * with a line saying what was loaded and what was initialised fresh. */
+int init_from_open(const char *from, const mega_block_config *mine, int layers, mega_cls **src);
+int init_from_load(const char *from, mega_paramset *dst, mega_paramset *src, const char *const *map);
+
 /* One row per training task (tasks.c): everything `mega train` does differently per task. Adding
  * a task is one task_X.c with its row's functions, plus the row. */
 typedef struct task_def {

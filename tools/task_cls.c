@@ -445,60 +445,16 @@ static int data_fits(const train_args *a, const mega_dataset *d, int have_prev) 
 
 /* ---- --init-from: fine-tuning a pretrained encoder (docs/pretraining.md) ------------------------- */
 
-/* the pretrained model of --init-from, after checking that its encoder is this run's: the layers
- * and every block field that applies to its mixer (the dropouts and the training length excepted:
- * they change no weight); byte data adopts its vocabulary (the mask row stays unused) */
+/* the pretrained model of --init-from, checked against this run's encoder (init_from_open); byte
+ * data adopts its vocabulary (the mask row stays unused) */
 static int init_source(train_args *a, mega_cls **src) {
-    char p[4096];
-    mega_model_kind k;
-    *src = NULL;
-    if (!model_path(a->init_from, p, sizeof p)) return cli_error("--init-from: %s", mega_last_error());
-    if (model_open(a->init_from, p, sizeof p, &k)) return 1;
-    if (k != MEGA_MODEL_CLS)
-        return cli_error("--init-from '%s' is a %s, not an encoder (mega train --task mlm or classify)", a->init_from, model_kind_noun(k));
-    if (mega_cls_load_ex(p, &MODEL_INFERENCE, src) != MEGA_OK) return cli_error("--init-from '%s': %s", a->init_from, mega_last_error());
-    const mega_cls_config *s = mega_cls_get_config(*src);
     mega_cls_config mine = a->cls;
     mega_cls_config_resolve(&mine);
-    int nb;
-    const mega_field *bf = mega_block_config_fields(&nb);
-    char x[64], y[64];
-    if (mine.layers != s->layers)
-        return cli_error("--init-from '%s': --layers %d differs from the pretrained encoder's %d", a->init_from, mine.layers, s->layers);
-    for (int i = 0; i < nb; i++) {
-        if (strstr(bf[i].name, "dropout") || !strcmp(bf[i].name, "train-len") || !mega_field_applies(&bf[i], s->block.mixer)) continue;
-        mega_field_format(&bf[i], &mine.block, x, sizeof x);
-        mega_field_format(&bf[i], &s->block, y, sizeof y);
-        if (strcmp(x, y))
-            return cli_error("--init-from '%s': --%s %s differs from the pretrained encoder's %s (see 'mega info --model %s')", a->init_from,
-                             bf[i].name, x, y, a->init_from);
-    }
+    if (init_from_open(a->init_from, &mine.block, mine.layers, src)) return 1;
+    const mega_cls_config *s = mega_cls_get_config(*src);
     if (a->cls.embedding == MEGA_EMBED_TOKEN && s->embedding == MEGA_EMBED_TOKEN && s->padding_idx == a->cls.padding_idx &&
         s->vocab_size > a->cls.vocab_size)
         a->cls.vocab_size = s->vocab_size;
-    return 0;
-}
-
-/* the pretrained weights into the new model, and what was loaded and what was drawn fresh */
-static int init_load(const train_args *a, mega_cls *m, mega_cls *src) {
-    mega_paramset *dst = mega_cls_paramset(m);
-    const int n = mega_ps_count(dst);
-    uint8_t *got = calloc((size_t)n > 0 ? (size_t)n : 1, 1);
-    if (!got) return cli_error("out of memory");
-    const int k = mega_ps_copy_matching(dst, mega_cls_paramset(src), got);
-    size_t vals = 0, fresh_vals = 0, numel;
-    for (int i = 0; i < n; i++) {
-        mega_ps_info(dst, i, NULL, &numel, NULL);
-        *(got[i] ? &vals : &fresh_vals) += numel;
-    }
-    { /* printed even with --quiet: what a fine-tuned run started from belongs in its log */
-        printf("init-from %s: loaded %d of %d tensors (%zu values); initialised fresh %d (%zu values):", a->init_from, k, n, vals, n - k,
-               fresh_vals);
-        for (int i = 0; i < n; i++)
-            if (!got[i]) printf(" %s", mega_ps_info(dst, i, NULL, NULL, NULL));
-        printf("\n");
-    }
-    free(got);
     return 0;
 }
 
@@ -512,7 +468,7 @@ static int new_model(cls_task *C, train_args *a) {
     const mega_load_opts lo = {0, 1}; /* gradients; drawn once below, with the run's seed */
     if (mega_cls_create_ex(&a->cls, &lo, &C->m) != MEGA_OK) return mega_cls_free(src), cli_error("%s", mega_last_error());
     mega_cls_init_params(C->m, (uint64_t)a->seed);
-    const int bad = src && init_load(a, C->m, src);
+    const int bad = src && init_from_load(a->init_from, mega_cls_paramset(C->m), mega_cls_paramset(src), NULL);
     mega_cls_free(src);
     if (bad) return 1;
     return C->train.audio_rate && set_input_stats(C->m, &C->train, C->n_train);
