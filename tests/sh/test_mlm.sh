@@ -72,4 +72,20 @@ expect_error "--init-from a language model" "not an encoder" \
   "$M" train --task classify --data words.tsv --init-from L --steps 2 --out G
 expect_error "--task mlm on a --data that does not exist" "missing.txt" \
   "$M" train --task mlm --data missing.txt --steps 2 --out H
+
+# the translation model's encoder from the same run: encoder.encoder.* read as encoder.*
+awk 'BEGIN { s = 11; for (i = 0; i < 200; i++) { x = ""; y = ""; s = (s * 16807) % 2147483647; L = 2 + s % 4;
+    for (k = 0; k < L; k++) { s = (s * 16807) % 2147483647; j = 1 + s % 7; x = x substr("abcdefg", j, 1); y = y substr("bcdefgh", j, 1) }
+    print x "\t" y } }' > pairs.tsv
+s2s="--task translate --data pairs.tsv --encoder-layers 1 --decoder-layers 1 --embed-dim 16 --hidden-dim 32 --z-dim 8 --ffn-dim 32 --chunk-size -1 --truncation 1024 --bpe 0 --max-tokens 256 --steps 3 --threads 1"
+# shellcheck disable=SC2086
+"$M" train $s2s --postnorm --init-from P --out S >s.out 2>&1
+status $? "train --task translate --init-from the run exits 0"
+line=$(grep -m1 '^init-from P: ' s.out)
+fresh=$(printf '%s' "$line" | sed 's/.*values)://' | tr ' ' '\n' | grep -v '^$')
+n=$(printf '%s\n' "$line" | sed -n 's/^init-from P: loaded \([0-9]*\) of.*/\1/p')
+[ -n "$n" ] && [ "$n" -gt 10 ] && ! printf '%s\n' "$fresh" | grep -qv '^decoder\.'
+status $? "the translation model loads the encoder ($n tensors, the embedding among them) and draws only the decoder fresh"
+# shellcheck disable=SC2086
+expect_error "translate: another norm placement" "--prenorm true differs from the pretrained encoder's false" "$M" train $s2s --init-from P --out S2
 finish
