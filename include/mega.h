@@ -550,6 +550,8 @@ typedef struct {
     int image_width;               /* with patch: the images' width in pixels (rows = T / width) */
     int input_norm;                /* real inputs: positions with a stored mean and std (0 = none):
                                       value t becomes (v - mean[t]) / std[t] (raw speech) */
+    int mlm;                       /* a masked-LM head in place of the classification head
+                                      (mega train --task mlm; mega_cls_mlm_forward) */
 } mega_cls_config;
 
 MEGA_API void mega_cls_config_default(mega_cls_config *c);
@@ -587,6 +589,13 @@ typedef struct {
 MEGA_API mega_status mega_cls_forward(mega_cls *m, const mega_cls_input *in, const mega_cls_input *in2, int B,
                              const int32_t *targets, const mega_lm_run *run, double *loss, int64_t *correct);
 MEGA_API mega_status mega_cls_backward(mega_cls *m, double scale);
+/* A model with mlm = 1 (docs/pretraining.md): the encoder's output at every position whose target
+ * [B*T] is >= 0 goes through the masked-LM head (fairseq RobertaLMHead: dense, gelu, layer norm,
+ * then the token embedding transposed, plus a bias), targets < 0 are not predicted. *loss: the
+ * mean cross-entropy (nats) over the predicted positions, *correct: their argmax hits, *count:
+ * their number. mega_cls_backward(m, scale) then gives scale x the gradient of that mean. */
+MEGA_API mega_status mega_cls_mlm_forward(mega_cls *m, const mega_cls_input *in, int B, const int32_t *targets,
+                                          const mega_lm_run *run, double *loss, int64_t *correct, int64_t *count);
 /* synchronized batch statistics over processes (mega_lm_set_batch_sync) */
 MEGA_API void mega_cls_set_batch_sync(mega_cls *m, mega_sum_fn sum, void *ctx);
 MEGA_API const mega_real *mega_cls_logits(const mega_cls *m);
@@ -730,6 +739,15 @@ MEGA_API int mega_ps_count(const mega_paramset *p);
 /* name, offset, numel, flags (1 decay, 2 non-trainable buffer) of tensor i */
 MEGA_API const char *mega_ps_info(const mega_paramset *p, int i, size_t *offset, size_t *numel, unsigned *flags);
 MEGA_API void mega_ps_zero_grad(mega_paramset *p);
+/* Every tensor of dst whose name and shape are those of a tensor of src gets its values
+ * (fine-tuning from a pretrained model: mega train --init-from); copied[i] (room for
+ * mega_ps_count(dst)) says which of dst's were. Returns how many. */
+MEGA_API int mega_ps_copy_matching(mega_paramset *dst, const mega_paramset *src, uint8_t *copied);
+/* the same with src's names renamed first: map is pairs of prefixes {from, to, from, to, ...,
+ * NULL}, the first pair whose `from` begins a name replacing that beginning by `to` (a name no
+ * pair matches is kept). The translation model's encoder from a classifier's:
+ * {"encoder.encoder.embed_tokens.embed.", "encoder.embed_tokens.", "encoder.encoder.", "encoder.", NULL} */
+MEGA_API int mega_ps_copy_renamed(mega_paramset *dst, const mega_paramset *src, const char *const *map, uint8_t *copied);
 MEGA_API double mega_ps_grad_norm(const mega_paramset *p);
 MEGA_API void mega_ps_scale_grad(mega_paramset *p, double s);
 

@@ -120,6 +120,16 @@ MEGA_API mega_status mega_text_windows(const uint8_t *text, size_t n, int B, int
 MEGA_API mega_status mega_id_windows(const int32_t *ids, size_t n, int B, int T, uint64_t *state, int32_t *tokens,
                             int32_t *targets);
 
+/* Masked-LM corruption of one sequence (fairseq's masked_lm task, MaskTokensDataset with
+ * mask_prob 0.15, leave_unmasked_prob 0.1, random_token_prob 0.1): of the n positions,
+ * floor(p * n + u) (u uniform in [0, 1): probabilistic rounding, as fairseq) are chosen without
+ * replacement; a chosen position gets targets[i] = its token and becomes mask_id with probability
+ * 0.8, a uniform random token in [0, n_random) with 0.1, and stays as it is with 0.1; the others
+ * get targets[i] = -1 (no loss). tokens is corrupted in place. Every draw comes from *state
+ * (mega_data_rng_below), so a seed gives the same masks. Returns the number chosen. */
+MEGA_API int mega_mlm_mask(int32_t *tokens, int32_t *targets, int n, double p, int32_t mask_id, int32_t n_random,
+                           uint64_t *state);
+
 /* ---------------------------------------------------------------------------------------------
  * vocabularies */
 typedef enum { MEGA_VOCAB_LISTOPS = 0, MEGA_VOCAB_BYTES = 1, MEGA_VOCAB_PIXELS = 2 } mega_vocab_kind;
@@ -867,6 +877,15 @@ MEGA_API mega_status mega_freedict_split(const mega_freedict_pairs *p, uint64_t 
  * progress (optional) after each batch, with the running accuracy */
 MEGA_API mega_status mega_cls_evaluate(mega_cls *m, const mega_dataset *d, const int *idx, int n, int batch, int maxlen,
                               mega_eval_progress progress, void *ctx, double *loss, int64_t *correct, int *pred);
+/* A masked-LM model's (mega_cls_mlm_forward) figures over text[0..n): consecutive windows of T
+ * bytes (the last one shorter), in batches of at most `batch`, the first max_bytes only (0 = all);
+ * each window corrupted by mega_mlm_mask (p 0.15, mask id vocab_size - 1, random bytes) from the
+ * one stream mega_data_rng_seed(seed), so the same seed scores the same masks. *loss: the mean
+ * cross-entropy (nats) over the masked positions, *correct and *count: their argmax hits and
+ * number. progress (optional) after each batch with the running accuracy. */
+MEGA_API mega_status mega_mlm_evaluate(mega_cls *m, const uint8_t *text, size_t n, int batch, int T, uint64_t seed,
+                                       size_t max_bytes, mega_eval_progress progress, void *ctx, double *loss,
+                                       int64_t *correct, int64_t *count);
 /* an encoder-decoder's mean NLL per target token (nats) and teacher-forced token accuracy over
  * examples sel[0..n) of d, in length-sorted batches of at most max_tokens tokens; *tokens
  * (optional): the target tokens counted */

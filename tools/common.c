@@ -144,7 +144,7 @@ void print_lm_config(FILE *f, const mega_lm_config *c, const char *ind) {
 void print_cls_config(FILE *f, const mega_cls_config *c, const char *ind) {
     int n;
     const mega_field *mf = mega_cls_config_fields(&n);
-    print_config(f, mf, n, c, &c->block, ind);
+    print_config(f, mf, c->mlm ? n : n - 1, c, &c->block, ind); /* "mlm" (the last) on masked-LM models only */
 }
 
 /* ---- memory -------------------------------------------------------------------------------- */

@@ -117,5 +117,6 @@ int exp_extrapolate(xctx *c);
 int exp_speed(xctx *c);
 int exp_pathfinder(xctx *c);
 int exp_vision(xctx *c);
+int exp_abc_mlm(xctx *c);
 
 #endif

@@ -123,7 +123,9 @@ int load_cls_model(const char *arg, cls_model *cm) {
         strcat(ids, "]");
         cj = ids;
     }
-    int bad = !cj || mega_classes_from_json(cj, &cm->classes) != MEGA_OK ||
+    /* a masked-LM model (mega train --task mlm) has a vocabulary and no classes */
+    const int mlm = mega_cls_get_config(cm->m)->mlm;
+    int bad = (!mlm && (!cj || mega_classes_from_json(cj, &cm->classes) != MEGA_OK)) ||
               (!cm->fairseq && (!vj || mega_vocab_from_json(vj, &cm->vocab) != MEGA_OK)) ||
               (cm->fairseq && vj && mega_fdict_from_json(vj, &cm->dict) != MEGA_OK);
     /* a format this build does not know reads as text (the loaders' fallback) */

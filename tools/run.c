@@ -539,6 +539,9 @@ int cmd_eval(int argc, char **argv) {
             return eval_translate(model, data, &sp, batch, max_examples, !no_group, max_tokens, hyp_out, quiet, max_memory);
         if (td && td->kind != k)
             return cli_error("'%s' is a %s, not a %s", model, model_kind_noun(k), model_kind_noun(td->kind)), 2;
+        if (k == MEGA_MODEL_CLS && mlm_model_file(p)) /* mega train --task mlm */
+            return images ? cli_error("'%s' is a masked-LM model: it reads --data text", model), 2
+                          : mlm_eval(model, data, seq_len, batch, max_bytes, quiet);
         if (k == MEGA_MODEL_CLS)
             return eval_classifier(model, data, images, labels, seq_len > 0 ? seq_len : 1 << 20, batch, confusion, quiet,
                                    max_memory);
@@ -700,8 +703,14 @@ static void info_s2s(const loaded_model *lm) {
 static void info_cls(const loaded_model *lm) {
     const mega_cls_config *cc = mega_cls_get_config(lm->cls.m);
     char *js = mega_cls_config_to_json(cc);
-    printf("model      %s\nkind       %s (classifier, %s encoder)\nparameters %zu\nclasses    %d\n", lm->path,
-           mega_model_kind_name(lm->kind), mega_mixer_name(cc->block.mixer), mega_ps_trainable(mega_cls_paramset(lm->cls.m)), lm->cls.classes.n);
+    if (cc->mlm)
+        printf("model      %s\nkind       %s (masked-LM encoder, %s mixer; bytes, pad %d, mask %d)\nparameters %zu\n", lm->path,
+               mega_model_kind_name(lm->kind), mega_mixer_name(cc->block.mixer), cc->padding_idx, cc->vocab_size - 1,
+               mega_ps_trainable(mega_cls_paramset(lm->cls.m)));
+    else
+        printf("model      %s\nkind       %s (classifier, %s encoder)\nparameters %zu\nclasses    %d\n", lm->path,
+               mega_model_kind_name(lm->kind), mega_mixer_name(cc->block.mixer), mega_ps_trainable(mega_cls_paramset(lm->cls.m)),
+               lm->cls.classes.n);
     print_cls_config(stdout, cc, "           ");
     printf("config     %s\n", js ? js : "");
     free(js);

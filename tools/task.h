@@ -26,6 +26,7 @@ typedef struct train_args {
     const char *bpe_sides; /* translate: the sides in subword units: both (one vocabulary), source, target */
     double label_smoothing;
     int classes;         /* classify: --classes (0 = from the training labels) */
+    const char *init_from; /* classify: --init-from RUN (a pretrained encoder: mega train --task mlm) */
     /* training */
     int64_t steps, warmup, seed, eval_every, save_every, log_every, eval_tokens, stop_after;
     double time_limit; /* seconds of this invocation (0 = none) */
@@ -105,6 +106,15 @@ int resume_config_differs(const train_args *a, const mega_field *mf, int nmf, co
  * mixer): the flag is ignored, as the other ignored flags are, with a word */
 void note_unused_block_flags(const train_args *a, const mega_block_config *mine, mega_mixer_kind mixer);
 
+/* --init-from FROM (docs/pretraining.md): its model, a classifier's or masked-LM encoder, after
+ * checking that its encoder is this run's (mine: the resolved block; layers): the layers and every
+ * block field that applies to its mixer, the dropouts and the training length excepted; 1 after
+ * one error line naming the first field that differs. init_from_load: the tensors of src whose
+ * names (renamed by map, as mega_ps_copy_renamed; NULL: the same names) and shapes are dst's,
+ * with a line saying what was loaded and what was initialised fresh. */
+int init_from_open(const char *from, const mega_block_config *mine, int layers, mega_cls **src);
+int init_from_load(const char *from, mega_paramset *dst, mega_paramset *src, const char *const *map);
+
 /* One row per training task (tasks.c): everything `mega train` does differently per task. Adding
  * a task is one task_X.c with its row's functions, plus the row. */
 typedef struct task_def {
@@ -150,4 +160,11 @@ int s2s_task_new(train_args *a, const char *model_path, task **out);
 int s2s_task_flags(train_args *a, cli_flag *fl, int n);
 void s2s_apply_translate_defaults(train_args *a);
 void s2s_finish_flags(train_args *a);
+int mlm_task_new(train_args *a, const char *model_path, task **out);
+int mlm_task_flags(train_args *a, cli_flag *fl, int n);
+void mlm_apply_defaults(train_args *a);
+/* whether the checkpoint at path is a masked-LM model (mega_cls with mlm); mega eval of one:
+ * masked-byte accuracy and bits (0, or 2 after the error) */
+int mlm_model_file(const char *path);
+int mlm_eval(const char *model, const char *data, int seq_len, int batch, int64_t max_bytes, int quiet);
 #endif

@@ -58,6 +58,7 @@ int cls_task_flags(train_args *a, cli_flag *fl, int n) {
         {"words", F_ENUM, &a->words, "speech data: the ten words of SC10 or all 35", "sc10|all", 1, 0, 0},
         {"pad-short", F_SET, &a->pad_short, "speech data: zero-pad clips shorter than a second (default: drop them)", NULL, 1, 0, 0},
         {"classes", F_INT, &a->classes, "number of classes (0 = from the training labels)", NULL, 0, 1 << 20, 0},
+        {"init-from", F_STR, &a->init_from, "start from the weights of a run (mega train --task mlm, or a classifier) whose names and shapes match; the block configuration must be the run's (docs/pretraining.md)", NULL, 1, 0, 0},
         {"postnorm", F_CLEAR, &a->cls.block.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
         {"no-affine-final-norm", F_CLEAR, &a->cls.final_norm_affine, "= --final-norm-affine=false", NULL, 1, 0, 0},
     };
@@ -442,6 +443,37 @@ static int data_fits(const train_args *a, const mega_dataset *d, int have_prev) 
     return 0;
 }
 
+/* ---- --init-from: fine-tuning a pretrained encoder (docs/pretraining.md) ------------------------- */
+
+/* the pretrained model of --init-from, checked against this run's encoder (init_from_open); byte
+ * data adopts its vocabulary (the mask row stays unused) */
+static int init_source(train_args *a, mega_cls **src) {
+    mega_cls_config mine = a->cls;
+    mega_cls_config_resolve(&mine);
+    if (init_from_open(a->init_from, &mine.block, mine.layers, src)) return 1;
+    const mega_cls_config *s = mega_cls_get_config(*src);
+    if (a->cls.embedding == MEGA_EMBED_TOKEN && s->embedding == MEGA_EMBED_TOKEN && s->padding_idx == a->cls.padding_idx &&
+        s->vocab_size > a->cls.vocab_size)
+        a->cls.vocab_size = s->vocab_size;
+    return 0;
+}
+
+/* a new run's model: checked against the memory, drawn with the run's seed, then (--init-from)
+ * the pretrained weights; the speech statistics (0, or 1 after the error) */
+static int new_model(cls_task *C, train_args *a) {
+    mega_cls *src = NULL; /* --init-from: the pretrained model */
+    if (a->init_from && init_source(a, &src)) return 1;
+    /* refuse a configuration that does not fit before allocating it */
+    if (cls_memory(C, a, &a->cls, 0)) return mega_cls_free(src), 1;
+    const mega_load_opts lo = {0, 1}; /* gradients; drawn once below, with the run's seed */
+    if (mega_cls_create_ex(&a->cls, &lo, &C->m) != MEGA_OK) return mega_cls_free(src), cli_error("%s", mega_last_error());
+    mega_cls_init_params(C->m, (uint64_t)a->seed);
+    const int bad = src && init_from_load(a->init_from, mega_cls_paramset(C->m), mega_cls_paramset(src), NULL);
+    mega_cls_free(src);
+    if (bad) return 1;
+    return C->train.audio_rate && set_input_stats(C->m, &C->train, C->n_train);
+}
+
 int cls_task_new(train_args *a, const char *model_path, task **out) {
     *out = NULL;
     static const task CLS = {.metric = "acc", .unit = "tok/s", .step = cls_step,
@@ -517,12 +549,7 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     }
     config_from_data(a, &C->train, nclasses);
     if (!C->m) {
-        /* refuse a configuration that does not fit before allocating it */
-        if (cls_memory(C, a, &a->cls, 0)) goto fail;
-        const mega_load_opts lo = {0, 1}; /* gradients; drawn once below, with the run's seed */
-        if (mega_cls_create_ex(&a->cls, &lo, &C->m) != MEGA_OK) goto fail_msg;
-        mega_cls_init_params(C->m, (uint64_t)a->seed);
-        if (C->train.audio_rate && set_input_stats(C->m, &C->train, C->n_train)) goto fail;
+        if (new_model(C, a)) goto fail;
     } else if (cls_memory(C, a, mega_cls_get_config(C->m), 2 * (uint64_t)mega_ps_total(mega_cls_paramset(C->m)) * sizeof(mega_real))) {
         goto fail;
     }

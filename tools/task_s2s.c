@@ -327,6 +327,7 @@ int s2s_task_flags(train_args *a, cli_flag *fl, int n) {
          "both sides; source or target: learned from that side only, the other side stays bytes, separate embedding "
          "tables)", "both|source|target", 1, 0, 0},
         {"postnorm", F_CLEAR, &a->s2s.encoder.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
+        {"init-from", F_STR, &a->init_from, "start the encoder from a run's (mega train --task mlm, or a classifier): its tensors whose names (encoder.encoder.* read as encoder.*) and shapes match; the encoder's block configuration must be the run's (docs/pretraining.md)", NULL, 1, 0, 0},
         {"no-scale-embedding", F_CLEAR, &a->s2s.scale_embedding, "= --scale-embedding=false", NULL, 1, 0, 0},
     };
     for (size_t i = 0; i < sizeof sf / sizeof *sf; i++) fl[n++] = sf[i];
@@ -350,6 +351,27 @@ static int64_t s2s_default_dropout(const s2s_task *C, train_args *a) {
 void s2s_finish_flags(train_args *a) {
     a->s2s.decoder = a->s2s.encoder;
     a->s2s.encoder.bidirectional = 1, a->s2s.decoder.bidirectional = 0;
+}
+
+/* a new run's model: checked against the memory, drawn with the run's seed, then (--init-from)
+ * a pretrained encoder's weights under the encoder's names (0, or 1 after the error) */
+static int s2s_new_model(s2s_task *C, train_args *a) {
+    mega_cls *src = NULL;
+    if (a->init_from) {
+        mega_s2s_config mine = a->s2s;
+        mega_s2s_config_resolve(&mine);
+        if (init_from_open(a->init_from, &mine.encoder, mine.encoder_layers, &src)) return 1;
+    }
+    /* refuse a configuration that does not fit before allocating it */
+    if (s2s_memory(C, a, &a->s2s, 0)) return mega_cls_free(src), 1;
+    const mega_load_opts lo = {0, 1}; /* gradients; drawn once below, with the run's seed */
+    if (mega_s2s_create_ex(&a->s2s, &lo, &C->m) != MEGA_OK) return mega_cls_free(src), cli_error("%s", mega_last_error());
+    mega_s2s_init_params(C->m, (uint64_t)a->seed);
+    /* the classifier's encoder.encoder.* are the translation model's encoder.* (src/model/s2s.c) */
+    static const char *const MAP[] = {"encoder.encoder.embed_tokens.embed.", "encoder.embed_tokens.", "encoder.encoder.", "encoder.", NULL};
+    const int bad = src && init_from_load(a->init_from, mega_s2s_paramset(C->m), mega_cls_paramset(src), MAP);
+    mega_cls_free(src);
+    return bad;
 }
 
 int s2s_task_new(train_args *a, const char *model_path, task **out) {
@@ -429,11 +451,7 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
         const int64_t tgt_tokens = s2s_default_dropout(C, a);
         mega_s2s_config *c = &a->s2s;
         if (c->encoder.max_positions < a->seq_len) c->encoder.max_positions = a->seq_len;
-        /* refuse a configuration that does not fit before allocating it */
-        if (s2s_memory(C, a, c, 0)) goto fail;
-        const mega_load_opts lo = {0, 1}; /* gradients; drawn once below, with the run's seed */
-        if (mega_s2s_create_ex(c, &lo, &C->m) != MEGA_OK) goto fail_msg;
-        mega_s2s_init_params(C->m, (uint64_t)a->seed);
+        if (s2s_new_model(C, a)) goto fail;
         const double np = (double)mega_ps_total(mega_s2s_paramset(C->m));
         if (dist_rank() == 0 && np > S2S_PARAMS_PER_TOKEN * (double)tgt_tokens)
             fprintf(stderr, "mega: warning: %.3gM parameters for %lld training target tokens (more than %d per token): "

@@ -17,6 +17,9 @@ const task_def TASKS[] = {
     {"translate", MEGA_MODEL_S2S, "target tokens", "token accuracy (teacher forcing)", 1, offsetof(train_args, s2s),
      offsetof(train_args, s2s.encoder), mega_s2s_config_fields, s2s_task_flags, s2s_apply_translate_defaults, NULL, s2s_finish_flags,
      s2s_task_new, 1},
+    /* masked-LM pretraining of a classifier's encoder (docs/pretraining.md) */
+    {"mlm", MEGA_MODEL_CLS, "masked bytes", "masked-byte accuracy", 0, offsetof(train_args, cls), offsetof(train_args, cls.block),
+     mega_cls_config_fields, mlm_task_flags, mlm_apply_defaults, NULL, NULL, mlm_task_new, 1},
 };
 const int N_TASKS = (int)(sizeof TASKS / sizeof *TASKS);
 
@@ -99,4 +102,50 @@ int resume_config_differs(const train_args *a, const mega_field *mf, int nmf, co
     int nb;
     const mega_field *bf = mega_block_config_fields(&nb);
     return field_differs(a, mf, nmf, mine, ck, bc->mixer, all) || field_differs(a, bf, nb, bm, bc, bc->mixer, all);
+}
+
+int init_from_open(const char *from, const mega_block_config *mine, int layers, mega_cls **src) {
+    char p[4096], x[64], y[64];
+    mega_model_kind k;
+    *src = NULL;
+    if (!model_path(from, p, sizeof p)) return cli_error("--init-from: %s", mega_last_error());
+    if (model_open(from, p, sizeof p, &k)) return 1;
+    if (k != MEGA_MODEL_CLS)
+        return cli_error("--init-from '%s' is a %s, not an encoder (mega train --task mlm or classify)", from, model_kind_noun(k));
+    if (mega_cls_load_ex(p, &MODEL_INFERENCE, src) != MEGA_OK) return cli_error("--init-from '%s': %s", from, mega_last_error());
+    const mega_cls_config *s = mega_cls_get_config(*src);
+    int nb, bad = 0;
+    const mega_field *bf = mega_block_config_fields(&nb);
+    if (layers != s->layers)
+        bad = cli_error("--init-from '%s': --layers %d differs from the pretrained encoder's %d", from, layers, s->layers);
+    for (int i = 0; i < nb && !bad; i++) {
+        /* the dropouts and the recorded training length change no weight */
+        if (strstr(bf[i].name, "dropout") || !strcmp(bf[i].name, "train-len") || !mega_field_applies(&bf[i], s->block.mixer)) continue;
+        mega_field_format(&bf[i], mine, x, sizeof x);
+        mega_field_format(&bf[i], &s->block, y, sizeof y);
+        if (strcmp(x, y))
+            bad = cli_error("--init-from '%s': --%s %s differs from the pretrained encoder's %s (see 'mega info --model %s')", from,
+                            bf[i].name, x, y, from);
+    }
+    if (bad) mega_cls_free(*src), *src = NULL;
+    return bad;
+}
+
+int init_from_load(const char *from, mega_paramset *dst, mega_paramset *src, const char *const *map) {
+    const int n = mega_ps_count(dst);
+    uint8_t *got = calloc((size_t)n > 0 ? (size_t)n : 1, 1);
+    if (!got) return cli_error("out of memory");
+    const int k = mega_ps_copy_renamed(dst, src, map, got);
+    size_t vals = 0, fresh_vals = 0, numel;
+    for (int i = 0; i < n; i++) {
+        mega_ps_info(dst, i, NULL, &numel, NULL);
+        *(got[i] ? &vals : &fresh_vals) += numel;
+    }
+    /* printed even with --quiet: what a fine-tuned run started from belongs in its log */
+    printf("init-from %s: loaded %d of %d tensors (%zu values); initialised fresh %d (%zu values):", from, k, n, vals, n - k, fresh_vals);
+    for (int i = 0; i < n; i++)
+        if (!got[i]) printf(" %s", mega_ps_info(dst, i, NULL, NULL, NULL));
+    printf("\n");
+    free(got);
+    return 0;
 }

@@ -46,7 +46,7 @@ class ClsConfig(Structure):
     _fields_ = [("layers", c_int), ("block", BlockConfig), ("final_norm_affine", c_int), ("embedding", c_int),
                 ("vocab_size", c_int), ("padding_idx", c_int), ("pool", c_int), ("classifier_layers", c_int),
                 ("classifier_dim", c_int), ("classifier_activation", c_int), ("classes", c_int),
-                ("two_tower", c_int), ("patch", c_int), ("image_width", c_int), ("input_norm", c_int)]
+                ("two_tower", c_int), ("patch", c_int), ("image_width", c_int), ("input_norm", c_int), ("mlm", c_int)]
 
 
 class Field(Structure):  # mega_field

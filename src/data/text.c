@@ -210,3 +210,24 @@ mega_status mega_id_windows(const int32_t *ids, size_t n, int B, int T, uint64_t
     }
     return MEGA_OK;
 }
+
+/* a uniform double in [0, 1) from 53 bits of the stream */
+static double rng_u01(uint64_t *state) { return (double)mega_data_rng_below(state, 1ull << 53) / 9007199254740992.0; }
+
+int mega_mlm_mask(int32_t *tokens, int32_t *targets, int n, double p, int32_t mask_id, int32_t n_random, uint64_t *state) {
+    if (n <= 0) return 0;
+    int want = (int)(p * n + rng_u01(state)); /* fairseq: int(mask_prob * sz + np.random.rand()) */
+    if (want > n) want = n;
+    const int chosen = want;
+    for (int i = 0; i < n; i++) {
+        /* selection sampling (Knuth, TAOCP 3.4.2 Algorithm S): exactly `want` of the n, uniformly */
+        const int pick = want > 0 && mega_data_rng_below(state, (uint64_t)(n - i)) < (uint64_t)want;
+        targets[i] = pick ? tokens[i] : -1;
+        if (!pick) continue;
+        want--;
+        const double r = rng_u01(state);
+        if (r < 0.8) tokens[i] = mask_id;
+        else if (r < 0.9) tokens[i] = (int32_t)mega_data_rng_below(state, (uint64_t)(n_random > 0 ? n_random : 1));
+    }
+    return chosen;
+}

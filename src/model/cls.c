@@ -31,7 +31,17 @@ typedef struct {
     size_t nvcap;
     const int32_t *len;
     real *rep; /* [B, D] pooled */
+    const real *feat; /* the stack's output [B, Tp, D] of the last forward */
 } cls_pass;
+
+/* the masked-LM head's activations for the M predicted positions of the last forward */
+typedef struct {
+    size_t dw, db, lw, lb, bias; /* dense [D, D] and bias, layer norm weight and bias, output bias [V] */
+    int M, cap;
+    size_t *row;                 /* their rows in [B * Tp] */
+    int32_t *tgt;
+    real *h, *u, *g, *xhat, *rstd, *y, *logits, *dy; /* [M, D] (rstd [M]), logits [M, V] */
+} cls_mlm;
 
 struct mega_cls {
     mega_model hdr;      /* first: a mega_cls is a mega_model (model/kinds.h) */
@@ -50,6 +60,7 @@ struct mega_cls {
     int32_t *tgt;
     int B, has_targets;
     mega_lm_run run;
+    cls_mlm mlm;
 };
 
 void mega_cls_config_default(mega_cls_config *c) {
@@ -90,6 +101,8 @@ static const mega_field CLS_FIELDS[] = {
      "with patch: the images' width in pixels (from the data)"},
     {"input-norm", MEGA_FIELD_INT, OFF(input_norm), 0, 1 << 24, NULL, 0, MEGA_FIELD_NOFLAG, 0,
      "real inputs: positions with a stored mean and std (speech; set from the training data)"},
+    {"mlm", MEGA_FIELD_BOOL, OFF(mlm), 0, 1, NULL, 0, MEGA_FIELD_NOFLAG, 0,
+     "a masked-LM head tied to the embedding instead of the classification head (mega train --task mlm)"},
 };
 #undef OFF
 
@@ -121,6 +134,8 @@ mega_status mega_cls_config_check(const mega_cls_config *c) {
         MEGA_FAIL(MEGA_ERR_INVALID, "patch %d does not divide the image width %d", c->patch, c->image_width);
     if (c->input_norm && c->embedding != MEGA_EMBED_REAL)
         MEGA_FAIL(MEGA_ERR_INVALID, "input normalisation (input-norm %d) applies to real-valued inputs only", c->input_norm);
+    if (c->mlm && (c->embedding != MEGA_EMBED_TOKEN || c->two_tower))
+        MEGA_FAIL(MEGA_ERR_INVALID, "a masked-LM head (mlm) predicts tokens: it needs token inputs and one tower");
     if (!c->block.bidirectional) MEGA_FAIL(MEGA_ERR_INVALID, "a classifier's encoder is bidirectional (bidirectional must be true)");
     return mega_block_config_check(&c->block);
 }
@@ -138,9 +153,23 @@ static void free_buffers(mega_cls *m) {
     }
     mega__free(m->hbuf);
     mega__free(m->logits);
+    free(m->mlm.row), free(m->mlm.tgt), mega__free(m->mlm.h);
+    m->mlm.row = NULL, m->mlm.tgt = NULL, m->mlm.h = NULL, m->mlm.cap = 0;
     free(m->tgt);
     m->hbuf = m->logits = NULL, m->tgt = NULL;
     m->Bmax = 0;
+}
+
+/* fairseq RobertaLMHead (fairseq/models/roberta/model.py): dense [D, D] + bias, layer_norm, and
+ * an output bias over the vocabulary; its weight is the token embedding (tied) */
+static mega_status declare_mlm_head(mega_cls *m) {
+    const int64_t D = m->cfg.block.embed_dim;
+    cls_mlm *h = &m->mlm;
+    MEGA_TRY(MEGA_PADD(&m->P, "encoder.lm_head.", "dense.weight", MEGA_P_DECAY, &h->dw, D, D));
+    MEGA_TRY(MEGA_PADD(&m->P, "encoder.lm_head.", "dense.bias", 0, &h->db, D));
+    MEGA_TRY(MEGA_PADD(&m->P, "encoder.lm_head.", "layer_norm.weight", 0, &h->lw, D));
+    MEGA_TRY(MEGA_PADD(&m->P, "encoder.lm_head.", "layer_norm.bias", 0, &h->lb, D));
+    return MEGA_PADD(&m->P, "encoder.lm_head.", "bias", 0, &h->bias, (int64_t)m->cfg.vocab_size);
 }
 
 mega_status mega__cls_declare(const mega_cls_config *c, mega_cls **out) {
@@ -169,6 +198,12 @@ mega_status mega__cls_declare(const mega_cls_config *c, mega_cls **out) {
                                  &c->block, c->layers, c->final_norm_affine)))
         goto fail;
     if (c->two_tower) mega_stack_share(&m->pass[1].st, &m->pass[0].st);
+    if (c->mlm) {
+        st = declare_mlm_head(m);
+        if (st) goto fail;
+        *out = m;
+        return MEGA_OK;
+    }
     m->in_dim = (c->two_tower ? 2 : 1) * c->block.embed_dim;
     m->head_dim = c->classifier_layers > 0 ? c->classifier_dim : m->in_dim;
     m->hw = calloc((size_t)c->classifier_layers + 1, sizeof(size_t));
@@ -240,6 +275,15 @@ void mega_cls_init_params(mega_cls *m, uint64_t seed) {
         }
     }
     mega_stack_init(&m->pass[0].st, W, &rng);
+    if (c->mlm) {
+        /* fairseq init_bert_params: Linear N(0, 0.02) with zero bias; layer norm 1, 0 */
+        mega_fill_normal(W + m->mlm.dw, D * D, 0, 0.02, &rng);
+        mega_fill_const(W + m->mlm.db, D, 0);
+        mega_fill_const(W + m->mlm.lw, D, 1);
+        mega_fill_const(W + m->mlm.lb, D, 0);
+        mega_fill_const(W + m->mlm.bias, (size_t)c->vocab_size, 0);
+        return;
+    }
     for (int j = 0; j < c->classifier_layers; j++) {
         size_t in = (size_t)(j == 0 ? m->in_dim : c->classifier_dim);
         mega_fill_xavier(W + m->hw[j], (size_t)c->classifier_dim, in, 1.0, &rng);
@@ -476,6 +520,7 @@ static mega_status encode(mega_cls *m, int k, const mega_cls_input *in, int B) {
     }
     const real *feat;
     MEGA_TRY(mega_stack_forward(&p->st, W, p->any_pad ? p->pad : NULL, B, Tp, train, key, &feat));
+    p->feat = feat;
     for (int b = 0; b < B; b++) {
         real *rep = p->rep + (size_t)b * D;
         const real *fb = feat + (size_t)b * Tp * D;
@@ -508,6 +553,7 @@ mega_status mega_cls_forward(mega_cls *m, const mega_cls_input *in, const mega_c
     const mega_cls_config *c = &m->cfg;
     if (B < 1) MEGA_FAIL(MEGA_ERR_INVALID, "batch must be positive");
     if (c->two_tower && !in2) MEGA_FAIL(MEGA_ERR_INVALID, "two-tower model needs a second input");
+    if (c->mlm) MEGA_FAIL(MEGA_ERR_INVALID, "this model has a masked-LM head (mega train --task mlm): it does not classify");
     MEGA_TRY(reserve(m, B));
     m->run = run ? *run : (mega_lm_run){0, 0};
     m->B = B;
@@ -567,12 +613,14 @@ mega_status mega_cls_forward(mega_cls *m, const mega_cls_input *in, const mega_c
     return MEGA_OK;
 }
 
+static void stack_back(mega_cls *m, int k);
+
 /* backward of one tower from d rep [B, D] (stride ld) */
 static void decode_back(mega_cls *m, int k, const real *drep, size_t ld) {
     const mega_cls_config *c = &m->cfg;
     cls_pass *p = &m->pass[k];
     const int B = p->B, Tp = p->Tp;
-    const size_t D = (size_t)c->block.embed_dim, R = (size_t)B * Tp;
+    const size_t D = (size_t)c->block.embed_dim;
     real *dfeat = p->st.dx;
     for (int b = 0; b < B; b++) {
         const real *g = drep + (size_t)b * ld;
@@ -586,6 +634,16 @@ static void decode_back(mega_cls *m, int k, const real *drep, size_t ld) {
                 for (size_t d = 0; d < D; d++) df[(size_t)t * D + d] = g[d] * inv;
         }
     }
+    stack_back(m, k);
+}
+
+/* backward of tower k's stack and embedding from d features [B, Tp, D] in its stack's dx */
+static void stack_back(mega_cls *m, int k) {
+    const mega_cls_config *c = &m->cfg;
+    cls_pass *p = &m->pass[k];
+    const int B = p->B, Tp = p->Tp;
+    const size_t D = (size_t)c->block.embed_dim, R = (size_t)B * Tp;
+    real *dfeat = p->st.dx;
     const int train = m->run.training;
     uint64_t key = mega__subkey(m->run.key, 1000 + (uint64_t)k);
     real *W = m->P.data, *dW = m->P.grad;
@@ -610,11 +668,141 @@ void mega_cls_set_batch_sync(mega_cls *m, mega_sum_fn sum, void *ctx) {
     for (int i = 0; i < 2; i++) m->pass[i].st.sync.fn = sum, m->pass[i].st.sync.ctx = ctx;
 }
 
+/* ---- the masked-LM head (mlm = 1; fairseq RobertaLMHead, docs/pretraining.md) --------------- */
+
+static mega_status mlm_reserve(mega_cls *m, int M) {
+    cls_mlm *h = &m->mlm;
+    if (M <= h->cap) return MEGA_OK;
+    const size_t D = (size_t)m->cfg.block.embed_dim, V = (size_t)m->cfg.vocab_size, n = (size_t)M;
+    free(h->row), free(h->tgt), mega__free(h->h);
+    h->row = malloc(n * sizeof *h->row);
+    h->tgt = malloc(n * sizeof *h->tgt);
+    h->h = mega__calloc(n * (6 * D + 1 + V), sizeof(real));
+    if (!h->row || !h->tgt || !h->h) {
+        free(h->row), free(h->tgt), mega__free(h->h);
+        h->row = NULL, h->tgt = NULL, h->h = NULL, h->cap = 0;
+        MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving the masked-LM head's buffers (%d positions)", M);
+    }
+    h->u = h->h + n * D, h->g = h->u + n * D, h->xhat = h->g + n * D, h->y = h->xhat + n * D, h->dy = h->y + n * D;
+    h->rstd = h->dy + n * D, h->logits = h->rstd + n;
+    h->cap = M;
+    return MEGA_OK;
+}
+
+/* the head over the M gathered features h->h: logits, then (softmax - one-hot) in their place */
+static void mlm_head(mega_cls *m, double *tot, int64_t *ok) {
+    cls_mlm *h = &m->mlm;
+    const size_t M = (size_t)h->M, D = (size_t)m->cfg.block.embed_dim, V = (size_t)m->cfg.vocab_size;
+    const real *W = m->P.data;
+    mega_linear_forward(h->u, h->h, W + h->dw, W + h->db, M, D, D);
+    mega_act_forward(MEGA_ACT_GELU, h->g, h->u, M * D);
+    for (size_t i = 0; i < M; i++) { /* LayerNorm(D), eps 1e-5 (torch's default, as fairseq's) */
+        const real *g = h->g + i * D;
+        double mu = 0, var = 0;
+        for (size_t d = 0; d < D; d++) mu += g[d];
+        mu /= (double)D;
+        for (size_t d = 0; d < D; d++) var += (g[d] - mu) * (g[d] - mu);
+        const double rs = 1 / sqrt(var / (double)D + 1e-5);
+        h->rstd[i] = (real)rs;
+        for (size_t d = 0; d < D; d++) {
+            h->xhat[i * D + d] = (real)((g[d] - mu) * rs);
+            h->y[i * D + d] = h->xhat[i * D + d] * W[h->lw + d] + W[h->lb + d];
+        }
+    }
+    /* the output layer is the token embedding transposed (tied), plus its own bias */
+    mega_linear_forward(h->logits, h->y, W + m->emb, W + h->bias, M, D, V);
+    for (size_t i = 0; i < M; i++) {
+        real *l = h->logits + i * V;
+        size_t am = 0;
+        for (size_t k = 1; k < V; k++)
+            if (l[k] > l[am]) am = k;
+        double s = 0;
+        for (size_t k = 0; k < V; k++) s += exp((double)l[k] - (double)l[am]);
+        const double lse = (double)l[am] + log(s);
+        *tot += lse - (double)l[h->tgt[i]];
+        *ok += (int32_t)am == h->tgt[i];
+        for (size_t k = 0; k < V; k++) l[k] = (real)exp((double)l[k] - lse);
+        l[h->tgt[i]] -= 1;
+    }
+}
+
+mega_status mega_cls_mlm_forward(mega_cls *m, const mega_cls_input *in, int B, const int32_t *targets, const mega_lm_run *run,
+                                 double *loss, int64_t *correct, int64_t *count) {
+    const mega_cls_config *c = &m->cfg;
+    if (!c->mlm) MEGA_FAIL(MEGA_ERR_INVALID, "this model has no masked-LM head (it was not trained with --task mlm)");
+    if (B < 1 || !targets || !in || in->T < 1 || !in->lengths) MEGA_FAIL(MEGA_ERR_INVALID, "masked-LM forward: bad batch");
+    const int T = in->T;
+    int M = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const int32_t y = targets[(size_t)b * T + t];
+            if (y < 0) continue;
+            if (y >= c->vocab_size) MEGA_FAIL(MEGA_ERR_INVALID, "target %d is outside the vocabulary of %d", y, c->vocab_size);
+            if (t >= in->lengths[b]) MEGA_FAIL(MEGA_ERR_INVALID, "a target at position %d, past the length %d of sequence %d", t, in->lengths[b], b);
+            M++;
+        }
+    MEGA_TRY(reserve(m, B));
+    MEGA_TRY(mlm_reserve(m, M));
+    m->run = run ? *run : (mega_lm_run){0, 0};
+    m->B = B;
+    MEGA_TRY(encode(m, 0, in, B));
+    cls_mlm *h = &m->mlm;
+    const size_t D = (size_t)c->block.embed_dim, Tp = (size_t)m->pass[0].Tp;
+    h->M = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            if (targets[(size_t)b * T + t] >= 0) {
+                h->row[h->M] = (size_t)b * Tp + (size_t)t;
+                h->tgt[h->M] = targets[(size_t)b * T + t];
+                memcpy(h->h + (size_t)h->M * D, m->pass[0].feat + h->row[h->M] * D, D * sizeof(real));
+                h->M++;
+            }
+    double tot = 0;
+    int64_t ok = 0;
+    if (M > 0) mlm_head(m, &tot, &ok);
+    m->has_targets = 1;
+    if (loss) *loss = M > 0 ? tot / M : 0;
+    if (correct) *correct = ok;
+    if (count) *count = M;
+    return MEGA_OK;
+}
+
+static mega_status mlm_backward(mega_cls *m, double scale) {
+    cls_mlm *h = &m->mlm;
+    cls_pass *p = &m->pass[0];
+    const size_t M = (size_t)h->M, D = (size_t)m->cfg.block.embed_dim, V = (size_t)m->cfg.vocab_size;
+    real *W = m->P.data, *dW = m->P.grad, *dfeat = p->st.dx;
+    memset(dfeat, 0, (size_t)p->B * p->Tp * D * sizeof(real));
+    if (M > 0) {
+        const real sc = (real)(scale / (double)M);
+        for (size_t i = 0; i < M * V; i++) h->logits[i] *= sc;
+        mega_linear_backward(h->dy, dW + m->emb, dW + h->bias, h->logits, h->y, W + m->emb, M, D, V, 0);
+        for (size_t i = 0; i < M; i++) { /* layer norm: dg = rstd (dxh - mean(dxh) - xhat mean(dxh xhat)) */
+            real *dy = h->dy + i * D, *g = h->g + i * D;
+            const real *xh = h->xhat + i * D;
+            double s1 = 0, s2 = 0;
+            for (size_t d = 0; d < D; d++) {
+                dW[h->lw + d] += dy[d] * xh[d], dW[h->lb + d] += dy[d];
+                const double dx = (double)dy[d] * W[h->lw + d];
+                s1 += dx, s2 += dx * xh[d];
+            }
+            s1 /= (double)D, s2 /= (double)D;
+            for (size_t d = 0; d < D; d++) g[d] = (real)(h->rstd[i] * ((double)dy[d] * W[h->lw + d] - s1 - xh[d] * s2));
+        }
+        mega_act_backward(MEGA_ACT_GELU, h->u, h->g, h->u, M * D);
+        mega_linear_backward(h->xhat, dW + h->dw, dW + h->db, h->u, h->h, W + h->dw, M, D, D, 0);
+        for (size_t i = 0; i < M; i++) memcpy(dfeat + h->row[i] * D, h->xhat + i * D, D * sizeof(real));
+    }
+    stack_back(m, 0);
+    return MEGA_OK;
+}
+
 mega_status mega_cls_backward(mega_cls *m, double scale) {
     const mega_cls_config *c = &m->cfg;
     if (!m->P.grad) MEGA_FAIL(MEGA_ERR_INVALID, "backward: this model was loaded for inference (no gradients)");
     if (!m->has_targets) MEGA_FAIL(MEGA_ERR_INVALID, "backward needs a forward with targets");
     m->has_targets = 0;
+    if (c->mlm) return mlm_backward(m, scale);
     const int B = m->B;
     const size_t C = (size_t)c->classes, D = (size_t)c->block.embed_dim;
     real *W = m->P.data, *dW = m->P.grad;
@@ -649,7 +837,8 @@ mega_status mega_cls_backward(mega_cls *m, double scale) {
 char *mega_cls_config_to_json(const mega_cls_config *c) {
     int n;
     const mega_field *f = mega_cls_config_fields(&n);
-    return mega__config_to_json(mega_model_kind_name(MEGA_MODEL_CLS), f, n, c, offsetof(mega_cls_config, block));
+    /* "mlm" only on masked-LM models: a classifier's config stays as it was written before */
+    return mega__config_to_json(mega_model_kind_name(MEGA_MODEL_CLS), f, c->mlm ? n : n - 1, c, offsetof(mega_cls_config, block));
 }
 
 /* the official names of the classifier's fields (fairseq LRA arguments, as in the reference

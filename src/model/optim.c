@@ -30,6 +30,42 @@ const char *mega_ps_info(const mega_paramset *p, int i, size_t *offset, size_t *
 }
 void mega_ps_zero_grad(mega_paramset *p) { mega_params_zero_grad((mega_params *)p); }
 
+/* the name src's tensor s would have in dst under map (pairs of prefixes; the first that matches) */
+static void renamed(const char *s, const char *const *map, char *out, size_t cap) {
+    for (int i = 0; map && map[i] && map[i + 1]; i += 2)
+        if (!strncmp(s, map[i], strlen(map[i]))) {
+            snprintf(out, cap, "%s%s", map[i + 1], s + strlen(map[i]));
+            return;
+        }
+    snprintf(out, cap, "%s", s);
+}
+
+int mega_ps_copy_renamed(mega_paramset *dst, const mega_paramset *src, const char *const *map, uint8_t *copied) {
+    mega_params *D = (mega_params *)dst;
+    const mega_params *S = (const mega_params *)src;
+    int n = 0;
+    for (int i = 0; i < D->n; i++) copied[i] = 0;
+    for (int j = 0; j < S->n; j++) {
+        const mega_pspec *s = &S->specs[j];
+        char name[2 * MEGA_NAME_MAX];
+        renamed(s->name, map, name, sizeof name);
+        for (int i = 0; i < D->n; i++) {
+            const mega_pspec *d = &D->specs[i];
+            if (copied[i] || strcmp(d->name, name) || d->ndim != s->ndim ||
+                memcmp(d->shape, s->shape, (size_t)d->ndim * sizeof *d->shape))
+                continue;
+            memcpy(D->data + d->offset, S->data + s->offset, d->numel * sizeof(real));
+            copied[i] = 1, n++;
+            break;
+        }
+    }
+    return n;
+}
+
+int mega_ps_copy_matching(mega_paramset *dst, const mega_paramset *src, uint8_t *copied) {
+    return mega_ps_copy_renamed(dst, src, NULL, copied);
+}
+
 void mega_adamw_step_lm(mega_adamw *o, mega_lm *m, const mega_adamw_hp *hp, double lr) {
     mega_adamw_step(o, mega_lm_paramset(m), hp, lr);
 }

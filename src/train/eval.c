@@ -252,3 +252,45 @@ mega_status mega_s2s_evaluate(mega_s2s *m, const mega_s2s_data *d, const int *se
     if (tokens) *tokens = cnt;
     return MEGA_OK;
 }
+
+mega_status mega_mlm_evaluate(mega_cls *m, const uint8_t *text, size_t n, int batch, int T, uint64_t seed, size_t max_bytes,
+                              mega_eval_progress progress, void *ctx, double *loss, int64_t *correct, int64_t *count) {
+    const mega_cls_config *c = mega_cls_get_config(m);
+    if (!c->mlm) MEGA_FAIL(MEGA_ERR_INVALID, "this model has no masked-LM head (it was not trained with --task mlm)");
+    if (batch < 1 || T < 1) MEGA_FAIL(MEGA_ERR_INVALID, "masked-LM evaluation: bad batch %d x %d", batch, T);
+    if (max_bytes > 0 && max_bytes < n) n = max_bytes;
+    if (n < 1) MEGA_FAIL(MEGA_ERR_INVALID, "masked-LM evaluation: no text");
+    const size_t nw = (n + (size_t)T - 1) / (size_t)T;
+    const int B = nw < (size_t)batch ? (int)nw : batch;
+    int32_t *tok = malloc((size_t)B * T * sizeof *tok), *tgt = malloc((size_t)B * T * sizeof *tgt);
+    int32_t *len = malloc((size_t)B * sizeof *len);
+    if (!tok || !tgt || !len) {
+        free(tok), free(tgt), free(len);
+        MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
+    }
+    uint64_t st = mega_data_rng_seed(seed);
+    double tot = 0;
+    int64_t ok = 0, cnt = 0;
+    mega_status rc = MEGA_OK;
+    const mega_lm_run run = {0, 0};
+    for (size_t w0 = 0; w0 < nw && !rc; w0 += (size_t)B) {
+        const int nb = (int)(nw - w0 < (size_t)B ? nw - w0 : (size_t)B);
+        for (int b = 0; b < nb; b++) {
+            const size_t s0 = (w0 + (size_t)b) * (size_t)T, L = n - s0 < (size_t)T ? n - s0 : (size_t)T;
+            int32_t *tk = tok + (size_t)b * T, *tg = tgt + (size_t)b * T;
+            for (int t = 0; t < T; t++) tk[t] = (size_t)t < L ? text[s0 + (size_t)t] : c->padding_idx, tg[t] = -1;
+            len[b] = (int32_t)L;
+            mega_mlm_mask(tk, tg, (int)L, 0.15, c->vocab_size - 1, 256, &st);
+        }
+        const mega_cls_input in = {tok, NULL, len, T};
+        double l;
+        int64_t k, cn;
+        rc = mega_cls_mlm_forward(m, &in, nb, tgt, &run, &l, &k, &cn);
+        tot += l * (double)cn, ok += k, cnt += cn;
+        if (!rc && progress) progress(ctx, (int64_t)(w0 + (size_t)nb), (int64_t)nw, cnt ? (double)ok / (double)cnt : 0);
+    }
+    free(tok), free(tgt), free(len);
+    if (rc) return rc;
+    *loss = cnt ? tot / (double)cnt : 0, *correct = ok, *count = cnt;
+    return MEGA_OK;
+}

@@ -422,7 +422,7 @@ expect_error "F20 train --valid with --valid-images/--valid-labels" "--valid and
   expect_error "F28 --beta1 1" "--beta1 must be in [0, 0.999999], got 1" "$M" train --data corpus.txt --out o $LMF --steps 1 --beta1 1
   expect_error "F28 --eps 0" "--eps must be in [1e-30, 1], got 0" "$M" train --data corpus.txt --out o $LMF --steps 1 --eps 0
   expect_rc "F29 a repeated flag: the last one wins" 0 "data      cls.tsv: " "$M" train --data corpus.txt --data cls.tsv --out f29 $LMF --steps 1
-  expect_error "F31 --task bogus" "--task must be one of {lm|classify|translate}, got 'bogus'" "$M" train --task bogus --data corpus.txt --out o
+  expect_error "F31 --task bogus" "--task must be one of {lm|classify|translate|mlm}, got 'bogus'" "$M" train --task bogus --data corpus.txt --out o
   expect_error "F31 --mixer bogus" "--mixer must be one of {mega|" "$M" train --data corpus.txt --out o $LMF --mixer bogus
   expect_error "F32 a switch given a value" "--resume takes no value (or true/false), got 'yes'" "$M" train --data corpus.txt --out o --resume=yes
   expect_error "F35 train --max-memory abc" "--max-memory expects a size in bytes (e.g. 123456, 512M, 8G), got 'abc'" "$M" train --data corpus.txt --out o $LMF --max-memory abc

@@ -15,9 +15,9 @@ cd "$T" || exit 1
 cat "$HERE"/docs/*.md "$HERE"/README.md > text.txt
 
 n=$("$M" experiment --list | wc -l)
-if [ "$n" -eq 8 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^ablation-fmnist " &&
-  "$M" experiment --list | grep -q "^pathfinder " && "$M" experiment --list | grep -q "^vision "; then
-  ok "--list names the 8 experiments"
+if [ "$n" -eq 9 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^ablation-fmnist " &&
+  "$M" experiment --list | grep -q "^pathfinder " && "$M" experiment --list | grep -q "^vision " && "$M" experiment --list | grep -q "^abc-mlm "; then
+  ok "--list names the 9 experiments"
 else
   bad "--list ($n lines)"
 fi
@@ -110,6 +110,26 @@ if [ -n "$PF" ]; then
   else
     bad "pathfinder: the test images are the training images"
   fi
+fi
+
+# abc-mlm reads GCIDE (dict-gcide) and eight FreeDict dictionaries, not --data
+need=""
+for d in gcide freedict-deu-eng freedict-fra-eng freedict-ita-eng freedict-spa-eng freedict-por-eng freedict-nld-eng freedict-swe-eng freedict-fin-eng; do
+  [ -f /usr/share/dictd/$d.index ] || need="$need $d"
+done
+if [ -n "$need" ]; then
+  echo "NOTE abc-mlm --quick skipped: /usr/share/dictd lacks$need (apt-get install dict-gcide dict-freedict-LANG-eng)"
+else
+  "$M" experiment abc-mlm --quick --out q --threads 1 > abc-mlm.out 2>&1
+  status $? "experiment abc-mlm --quick exits 0"
+  md=q/abc-mlm/results.md
+  r=$(grep '^| ' "$md" 2>/dev/null | grep -v -e '^| model' | wc -l)
+  if [ "$r" -eq 6 ]; then ok "abc-mlm: 6 table rows"; else bad "abc-mlm: $r table rows, expected 6"; fi
+  if [ -s "$md" ] && ! grep '^| ' "$md" | grep -q '—'; then ok "abc-mlm: no failed run in the table"; else bad "abc-mlm: a failed run in $md"; fi
+  grep -q "^init-from .*initialised fresh 3 " q/abc-mlm/logs/pos-pre-abc64.txt
+  status $? "abc-mlm: the fine-tuning run loaded the pretrained encoder (all but the 3 head tensors)"
+  [ "$(cut -f1 q/abc-mlm/data/langid-train.tsv | sort -u | wc -l)" -eq 8 ] && [ "$(cut -f1 q/abc-mlm/data/pos-test.tsv | sort -u | wc -l)" -eq 4 ]
+  status $? "abc-mlm: 8 languages and 4 parts of speech in the data"
 fi
 
 # the same seed gives the same validation numbers (the bits-per-byte column of aft)
