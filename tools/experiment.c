@@ -392,6 +392,7 @@ static const struct {
      exp_ablation_fmnist},
     {"extrapolate", "train at 256 bytes, evaluate at 256..8192: Mega, RoPE (+ window mask), ALiBi, KERPLE, Sandwich, XPOS, local, log-n", "~16 min", exp_extrapolate},
     {"speed", "training step time and peak memory from 1K to 16K tokens: Mega-chunk, Mega full, Transformer", "~3 min", exp_speed},
+    {"megalodon", "Mega vs Megalodon vs Transformer at equal training time, train at 256 / test to 4096, decode memory", "~12 min", exp_megalodon},
 };
 #define NEXP (int)(sizeof EXPERIMENTS / sizeof *EXPERIMENTS)
 

@@ -15,8 +15,8 @@ cd "$T" || exit 1
 cat "$HERE"/docs/*.md "$HERE"/README.md > text.txt
 
 n=$("$M" experiment --list | wc -l)
-if [ "$n" -eq 6 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^ablation-fmnist "; then
-  ok "--list names the 6 experiments"
+if [ "$n" -eq 7 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^megalodon "; then
+  ok "--list names the 7 experiments"
 else
   bad "--list ($n lines)"
 fi
@@ -64,7 +64,7 @@ EOF
 
 # name, expected model rows in results.md (table rows that are not headers, separators or the
 # majority line), expected figures
-for spec in "aft 5 6" "lra 10 2" "ablation-listops 11 2" "ablation-fmnist 11 2" "extrapolate 9 3" "speed 15 2"; do
+for spec in "aft 5 6" "lra 10 2" "ablation-listops 11 2" "ablation-fmnist 11 2" "extrapolate 9 3" "speed 15 2" "megalodon 9 3"; do
   set -- $spec
   name=$1 rows=$2 figs=$3
   "$M" experiment "$name" --quick --out q --data text.txt --threads 1 > "$name.out" 2>&1
