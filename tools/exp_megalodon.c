@@ -143,7 +143,7 @@ int exp_megalodon(xctx *c) {
     sbuf svg = {0};
     svg_line_chart(&svg, &ch, s, NM);
     if (write_fig(c, "megalodon-extrapolate.svg", &svg)) return -1;
-    svg_chart cm = {"decoding memory", "generated tokens", "peak resident memory (MiB)", 1, 0, 1};
+    svg_chart cm = {"decoding memory", "generated length (tokens)", "peak resident memory (MiB)", 1, 0, 1};
     sbuf svm = {0};
     svg_line_chart(&svm, &cm, m, NM);
     return write_fig(c, "megalodon-decode-memory.svg", &svm);
