@@ -7,6 +7,7 @@
 #     segments of 5, 8 (the chunk) and 64 bytes give the same loss; mega eval --lengths runs;
 #   * mega generate (greedy) is deterministic; mega info names the mixer and the Megalodon fields;
 #   * Python's mega.load(...).generate gives mega generate --quiet's bytes (when python3 + numpy);
+#   * a token LM (a fairseq binarized dataset with its dict.txt) trains, evaluates and generates;
 #   * a configuration the mixer refuses (dropout) fails with one line naming it.
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
@@ -61,6 +62,20 @@ sys.stdout.buffer.write(m.generate(b"The ", 24, temperature=0))' >py.txt 2>py.er
 else
   echo "NOTE python checks skipped (no python3 with numpy, or a sanitizer build)"
 fi
+
+# ---- a token LM: a fairseq binarized dataset with its dict.txt ----------------------------------
+F="$ROOT/tests/fixtures/fairseq-bin"
+mkdir d
+cp "$F/mmap.bin" d/train.bin && cp "$F/mmap.idx" d/train.idx && cp "$F/dict.txt" d/ &&
+  cp "$F/cached.bin" d/valid.bin && cp "$F/cached.idx" d/valid.idx
+mega train --arch megalodon --data d/train --out W --threads 1 --quiet --steps 3 --batch 2 --seq-len 16 --layers 1 \
+  --embed-dim 16 --z-dim 8 --hidden-dim 16 --n-dim 2 --ffn-dim 16 --chunk-size 8 --eval-every 3 >W.out 2>&1
+status $? "token LM: mega train --arch megalodon --data data-bin/train"
+check "token LM: the vocabulary is the dict.txt" grep -q "fairseq dictionary: 56 tokens, word unit" W.out
+mega eval --model W --data d/valid >We.txt 2>&1
+status $? "token LM: mega eval --data data-bin/valid"
+mega generate --model W -n 5 --temperature 0 >Wg.txt 2>&1
+status $? "token LM: mega generate"
 
 expect_error "dropout with megalodon" "dropout is not implemented" mega train --arch megalodon $M --out D --steps 2 --dropout 0.1
 finish
