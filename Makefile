@@ -243,7 +243,7 @@ HDRS := $(LIB_HDRS) $(wildcard tests/*.h tests/lib/*.h)
 # double-precision build (finite differences and float64 fixtures). The tests named in T64_FROM
 # are built twice from the same source: $(BUILD)/test_X (float) and $(BUILD)/t64_X (double)
 # from tests/test_X.c.
-T64_FROM := fixtures lm s2s stream mixer_attn_stream mixer_aft_stream mixer_abc_stream megalodon
+T64_FROM := fixtures lm s2s stream mixer_attn_stream mixer_aft_stream mixer_abc_stream megalodon megalodon_model
 TEST32_SRC := $(wildcard tests/test_*.c)
 TEST64_SRC := $(wildcard tests/t64_*.c)
 TEST_BINS := $(TEST32_SRC:tests/%.c=$(BUILD)/%) $(TEST64_SRC:tests/%.c=$(BUILD)/%) $(T64_FROM:%=$(BUILD)/t64_%)

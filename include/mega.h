@@ -207,7 +207,8 @@ MEGA_API mega_status mega_write_file_atomic(const char *path, const void *data, 
     X(ABC_WINDOW, abc_window, "abc-window", "bounded-memory attention over the last n tokens")      \
     X(ABC_LINFORMER, abc_linformer, "abc-linformer", "bounded-memory attention, Linformer control") \
     X(ABC_MLP, abc_mlp, "abc-mlp", "bounded-memory attention, learned input-dependent control")    \
-    X(LOCAL, local, "local", "multi-head attention restricted to a sliding window")
+    X(LOCAL, local, "local", "multi-head attention restricted to a sliding window")                \
+    X(MEGALODON, megalodon, "megalodon", "Megalodon: timestep norm, complex EMA, chunk attention, own FFN")
 
 /* Model kinds (docs/library.md, the generic model API). X(ID, id, name, summary): `name` is the
  * kind a checkpoint's config names ("model": "mega_lm"); `id` names the typed API (mega_<id>,
@@ -294,6 +295,10 @@ typedef struct {
                              * 0 = none */
     int log_n_scaling;      /* scale attention logits by max(1, log n / log train_len) */
     int train_len;          /* the training sequence length (log-n scaling, max_len's default) */
+    /* Megalodon (official ModelConf names; docs/megalodon.md) */
+    int norm_num_groups;    /* timestep-norm groups; 0 = the mixer's default */
+    int swiglu;             /* the normalized FFN as SwiGLU (fc3) */
+    int rescale_nffn;       /* learned per-channel scale of the FFN output (layer scale) */
 } mega_block_config;
 
 /* Mega's defaults (the small byte-level model of `mega train`); bidirectional 0 */

@@ -110,8 +110,8 @@ static void check_options(void) {
                 TL_CHECK(mega_field_applies(&f[i], (mega_mixer_kind)k), "%s applies to %s", f[i].name,
                          mega_mixer_name((mega_mixer_kind)k));
     }
-    TL_CHECK(declared == 17, "fields some mixer declares: %d (17: Mega's 10, heads, window, memory-size, max-len, pos, "
-             "attn-window, log-n-scaling)", declared);
+    TL_CHECK(declared == 20, "fields some mixer declares: %d (20: Mega's 10, heads, window, memory-size, max-len, pos, "
+             "attn-window, log-n-scaling, Megalodon's norm-num-groups, swiglu, rescale-nffn)", declared);
     for (int i = 0; i < n; i++)
         if (!strcmp(f[i].name, "z-dim") || !strcmp(f[i].name, "heads") || !strcmp(f[i].name, "ffn-dim")) {
             const int mega = mega_field_applies(&f[i], MEGA_MIXER_MEGA), mha = mega_field_applies(&f[i], MEGA_MIXER_MHA);

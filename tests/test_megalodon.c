@@ -1,6 +1,7 @@
 /*
  * Megalodon parity: the complex EMA (src/layers/cema.c), the timestep norm (src/layers/tsnorm.c)
- * the inner attention (src/layers/mgattn.c) and the whole layer (src/layers/mglayer.c) against the official modules' values in
+ * the inner attention (src/layers/mgattn.c), the whole layer (src/layers/mglayer.c) and the model (the megalodon
+ * mixer, src/layers/megalodon.c, in the language model: blocks, final timestep norm, tied head) against the official modules' values in
  * tests/fixtures/megalodon (written by tests/ref/ref_megalodon.py, which runs the official
  * MultiHeadComplexEMA, TimestepNorm, _InnerAttention and MovingAverageGatedAttention on the CPU in float64; gradients by
  * autograd). Forward, final states, decoding and every gradient; relative to each tensor's
@@ -11,6 +12,7 @@
 #include "layers/mgattn.h"
 #include "layers/mglayer.h"
 #include "layers/tsnorm.h"
+#include "model/lm.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -197,11 +199,56 @@ static void run_layer(fx_case *c) {
     mega_params_free(&P);
 }
 
+/* the whole model through the language model with the megalodon mixer: logits, the mean
+ * cross-entropy, every parameter's gradient */
+static void run_model(fx_case *c) {
+    const int B = c->B, T = c->T, V = fx_cfg_int(c, "vocab", 0);
+    mega_lm_config cf;
+    mega_lm_config_default(&cf);
+    cf.vocab_size = V, cf.padding_idx = -1, cf.layers = fx_cfg_int(c, "layers", 0);
+    cf.scale_embedding = 1, cf.tie_embeddings = 1;
+    mega_block_config *b = &cf.block;
+    b->mixer = MEGA_MIXER_MEGALODON, b->embed_dim = fx_cfg_int(c, "dim", 0), b->z_dim = fx_cfg_int(c, "zdim", 0);
+    b->hidden_dim = fx_cfg_int(c, "hdim", 0), b->heads = fx_cfg_int(c, "heads", 0), b->n_dim = fx_cfg_int(c, "ndim", 0);
+    b->norm_num_groups = fx_cfg_int(c, "groups", 0), b->chunk_size = fx_cfg_int(c, "chunk_size", 0);
+    b->ffn_dim = fx_cfg_int(c, "ffn_dim", 0), b->swiglu = fx_cfg_int(c, "swiglu", 0);
+    b->rescale_nffn = fx_cfg_int(c, "rescale", 0);
+    const mega_load_opts o = {0, 1};
+    char wp[1200];
+    snprintf(wp, sizeof wp, "%s/weights.safetensors", c->dir);
+    mega_lm *m = NULL;
+    if (mega_lm_create_ex(&cf, &o, &m) || mega_lm_load_weights(m, wp)) {
+        printf("FAIL %s: %s\n", c->name, mega_last_error());
+        c->failed = 1;
+        mega_lm_free(m);
+        return;
+    }
+    const size_t R = (size_t)B * T;
+    mega_real *tk = need(c, "tokens", R), *tg = need(c, "targets", R), *ref_loss = need(c, "loss", 1);
+    int32_t *tok = malloc(R * sizeof *tok), *tgt = malloc(R * sizeof *tgt);
+    for (size_t i = 0; i < R; i++) tok[i] = (int32_t)tk[i], tgt[i] = (int32_t)tg[i];
+    const mega_lm_run run = {1, 0};
+    double loss = 0;
+    if (mega_lm_forward(m, tok, tgt, B, T, &run, &loss, NULL)) {
+        printf("FAIL %s: %s\n", c->name, mega_last_error());
+        c->failed = 1;
+    } else {
+        cmp(c, "out", mega_lm_logits(m), R * (size_t)V);
+        const mega_real lv = (mega_real)loss;
+        fx_compare(c, "loss", &lv, ref_loss, 1, 0);
+        mega_lm_zero_grad(m);
+        mega_lm_backward(m, 1.0);
+        fx_compare_grads(c, &m->P, "");
+    }
+    free(tk), free(tg), free(ref_loss), free(tok), free(tgt);
+    mega_lm_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     static char names[64][1024];
     const int n = fx_list(ROOT, names, 64);
-    TL_CHECK(n >= 9, "found the Megalodon fixture cases in " ROOT " (%d)", n);
+    TL_CHECK(n >= 11, "found the Megalodon fixture cases in " ROOT " (%d)", n);
     for (int i = 0; i < n; i++) {
         fx_case c;
         if (fx_open(&c, names[i])) {
@@ -218,6 +265,8 @@ int main(int argc, char **argv) {
             run_attn(&c);
         else if (!strcmp(kind, "layer"))
             run_layer(&c);
+        else if (!strcmp(kind, "model"))
+            run_model(&c);
         else
             printf("FAIL %s: unknown kind '%s'\n", c.name, kind), c.failed = 1;
         tl_check(!c.failed, "%s: forward, states and gradients match the official values (worst rel %.2e at %s)",

@@ -118,5 +118,6 @@ int exp_speed(xctx *c);
 int exp_pathfinder(xctx *c);
 int exp_vision(xctx *c);
 int exp_abc_mlm(xctx *c);
+int exp_megalodon(xctx *c);
 
 #endif

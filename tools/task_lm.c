@@ -256,6 +256,14 @@ int lm_task_flags(train_args *a, cli_flag *fl, int n) {
         {"no-affine-final-norm", F_CLEAR, &a->lm.final_norm_affine, "= --final-norm-affine=false", NULL, 1, 0, 0},
     };
     for (size_t i = 0; i < sizeof lf / sizeof *lf; i++) fl[n++] = lf[i];
+    /* --arch: the mixer under the name of the architecture it makes (--arch megalodon) */
+    static char arch[512];
+    if (!arch[0])
+        for (int k = 0; k < MEGA_MIXER_COUNT; k++)
+            snprintf(arch + strlen(arch), sizeof arch - strlen(arch), "%s%s", k ? "|" : "", mega_mixer_name((mega_mixer_kind)k));
+    const cli_flag af = {"arch", F_CHOICE, &a->lm.block.mixer,
+                         "= --mixer (--arch megalodon: the Megalodon model, docs/megalodon.md)", arch, 1, 0, 0};
+    fl[n++] = af;
     return n;
 }
 

@@ -31,7 +31,8 @@ class BlockConfig(Structure):
                 ("norm_affine", c_int), ("activation", c_int), ("dropout", c_float), ("attention_dropout", c_float),
                 ("hidden_dropout", c_float), ("activation_dropout", c_float), ("bidirectional", c_int),
                 ("heads", c_int), ("window", c_int), ("memory_size", c_int), ("max_len", c_int), ("pos", c_int),
-                ("attn_window", c_int), ("log_n_scaling", c_int), ("train_len", c_int)]
+                ("attn_window", c_int), ("log_n_scaling", c_int), ("train_len", c_int),
+                ("norm_num_groups", c_int), ("swiglu", c_int), ("rescale_nffn", c_int)]
 
 
 class LMConfig(Structure):

@@ -6,6 +6,8 @@
 enum { SITE_SUBLAYER = 11 }; /* dropout site of the standard sublayer's output */
 
 static int self_residual(const mega_block *bl) { return (bl->ops->flags & MEGA_MIXER_SELF_RESIDUAL) != 0; }
+/* the block's own normalized FFN (not when the mixer brings its own, MEGA_MIXER_OWN_FFN) */
+static int has_ffn(const mega_block *bl) { return bl->cfg->ffn_dim > 0 && !(bl->ops->flags & MEGA_MIXER_OWN_FFN); }
 
 mega_status mega_block_declare(mega_block *bl, mega_params *P, const char *prefix, const mega_block_config *cfg) {
     memset(bl, 0, sizeof *bl);
@@ -18,14 +20,14 @@ mega_status mega_block_declare(mega_block *bl, mega_params *P, const char *prefi
         MEGA_TRY(mega_seqnorm_declare(&bl->mnorm, P, pre, cfg->norm_type, cfg->embed_dim, cfg->norm_affine));
     }
     MEGA_TRY(bl->ops->declare(bl->mixer, cfg, P, prefix));
-    if (cfg->ffn_dim > 0) MEGA_TRY(mega_nffn_declare(&bl->ffn, P, prefix, cfg));
+    if (has_ffn(bl)) MEGA_TRY(mega_nffn_declare(&bl->ffn, P, prefix, cfg));
     return MEGA_OK;
 }
 
 void mega_block_init(const mega_block *bl, real *W, mega_rng *rng) {
     if (!self_residual(bl)) mega_seqnorm_init(&bl->mnorm, W);
     bl->ops->init(bl->mixer, W, rng);
-    if (bl->cfg->ffn_dim > 0) mega_nffn_init(&bl->ffn, W, rng);
+    if (has_ffn(bl)) mega_nffn_init(&bl->ffn, W, rng);
 }
 
 /* reals of one [B, T, D] tensor, rounded as the bump allocator rounds */
@@ -45,7 +47,7 @@ size_t mega_block_acts_point(const mega_block *bl, mega_block_acts *A, real *bas
         A->mn = mega_bump_take(&b, (size_t)B * T * bl->cfg->embed_dim);
         A->mstat = mega_bump_take(&b, mega_seqnorm_stat_size(&bl->mnorm, (size_t)B * T));
     }
-    if (bl->cfg->ffn_dim > 0) {
+    if (has_ffn(bl)) {
         A->y1 = mega_bump_take(&b, (size_t)B * T * bl->cfg->embed_dim);
         b.off += mega_nffn_acts_point(&bl->ffn, &A->ffn, base ? base + b.off : NULL, B, T);
     }
@@ -55,7 +57,7 @@ size_t mega_block_acts_point(const mega_block *bl, mega_block_acts *A, real *bas
 size_t mega_block_scratch_size(const mega_block *bl, int B, int T, int nthreads) {
     size_t s = bl->ops->scratch_size(bl->mixer, B, T, nthreads);
     if (!self_residual(bl)) s += 2 * rd(bl, B, T); /* wrapper: core output / gradients */
-    if (bl->cfg->ffn_dim > 0) /* backward keeps dy1 (R x D) in front of the layers' scratch */
+    if (has_ffn(bl)) /* backward keeps dy1 (R x D) in front of the layers' scratch */
         s = rd(bl, B, T) + MEGA_MAX(s, mega_nffn_scratch(&bl->ffn, B, T));
     return s;
 }
@@ -107,7 +109,7 @@ static void sublayer_backward(const mega_block *bl, const real *W, real *dW, con
 
 mega_status mega_block_forward(const mega_block *bl, real *W, mega_block_acts *A, real *out, const real *x,
                                const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
-    if (bl->cfg->ffn_dim <= 0) return sublayer_forward(bl, W, A, out, x, pad, B, T, run, scratch);
+    if (!has_ffn(bl)) return sublayer_forward(bl, W, A, out, x, pad, B, T, run, scratch);
     MEGA_TRY(sublayer_forward(bl, W, A, A->y1, x, pad, B, T, run, scratch));
     mega_nffn_forward(&bl->ffn, W, &A->ffn, out, A->y1, (size_t)B * T, run, scratch);
     return MEGA_OK;
@@ -116,7 +118,7 @@ mega_status mega_block_forward(const mega_block *bl, real *W, mega_block_acts *A
 void mega_block_backward(const mega_block *bl, const real *W, real *dW, const mega_block_acts *A, real *dx,
                          const real *dout, const real *x, const uint8_t *pad, int B, int T, const mega_run *run,
                          real *scratch) {
-    if (bl->cfg->ffn_dim <= 0) {
+    if (!has_ffn(bl)) {
         sublayer_backward(bl, W, dW, A, dx, dout, x, pad, B, T, run, scratch);
         return;
     }
@@ -155,7 +157,7 @@ size_t mega_block_step_scratch(const mega_block *bl, int B, int T, int cap) {
     const size_t RD = rd(bl, B, T), R = (size_t)B * T;
     size_t s = bl->ops->step_scratch ? bl->ops->step_scratch(bl->mixer, B, T, cap) : 0;
     if (!self_residual(bl)) s += 2 * RD + mega_seqnorm_stat_size(&bl->mnorm, R) + 16;
-    if (bl->cfg->ffn_dim > 0) s = MEGA_MAX(s, mega_nffn_step_scratch(&bl->ffn, R));
+    if (has_ffn(bl)) s = MEGA_MAX(s, mega_nffn_step_scratch(&bl->ffn, R));
     return s;
 }
 
@@ -177,6 +179,6 @@ mega_status mega_block_step(const mega_block *bl, const real *W, mega_block_stat
         for (size_t i = 0; i < R * D; i++) out[i] = x[i] + core[i];
         if (!bl->cfg->prenorm) mega_seqnorm_forward(&bl->mnorm, (real *)W, out, st, out, R, 0, 0, NULL);
     }
-    if (bl->cfg->ffn_dim > 0) mega_nffn_step(&bl->ffn, W, out, out, R, scratch);
+    if (has_ffn(bl)) mega_nffn_step(&bl->ffn, W, out, out, R, scratch);
     return MEGA_OK;
 }

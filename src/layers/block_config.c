@@ -70,6 +70,9 @@ static mega_field FIELDS[] = {
     INT_("attn-window", attn_window, 0, 1 << 24, 0, "local attention mask, usually at evaluation (0 = none)"),
     BOOL_("log-n-scaling", log_n_scaling, 0, "scale attention logits by max(1, log n / log train-len)"),
     INT_("train-len", train_len, 0, 1 << 24, MEGA_FIELD_NOFLAG, "training sequence length (0 = unknown)"),
+    INT_("norm-num-groups", norm_num_groups, 0, 65536, 0, "timestep-norm groups (0 = the mixer's default)"),
+    BOOL_("swiglu", swiglu, 0, "the FFN as SwiGLU: silu(fc1 x) * fc3 x"),
+    BOOL_("rescale-nffn", rescale_nffn, 0, "a learned per-channel scale on the FFN output (layer scale)"),
 };
 #define NFIELDS ((int)(sizeof FIELDS / sizeof *FIELDS))
 

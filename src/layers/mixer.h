@@ -63,8 +63,12 @@ enum {
     MEGA_MIXER_STEP_TEAM = 1u << 3,     /* its step runs on the step team (ops.h), so a language
                                          * model's stream may be fed in groups (model/lm.c) */
     MEGA_MIXER_PROBE = 1u << 4,         /* its step writes attention weights into state.probe */
-    MEGA_MIXER_GATED_XATTN = 1u << 5    /* a decoder with it uses the gated cross-attention
+    MEGA_MIXER_GATED_XATTN = 1u << 5,   /* a decoder with it uses the gated cross-attention
                                          * (xattn.h); the others use multi-head */
+    MEGA_MIXER_OWN_FFN = 1u << 6,       /* forward is the whole block, its FFN included (Megalodon's
+                                         * two-hop residual): the block adds no FFN of its own */
+    MEGA_MIXER_FINAL_TSNORM = 1u << 7   /* a stack of it ends with a timestep norm (model/stack.h),
+                                         * Megalodon's MegaOutputLayer.final_norm */
 };
 
 /* bytes a block reserves for a mixer's layer struct (each mixer asserts that it fits) */

@@ -461,7 +461,13 @@ static mega_status stream_alloc(mega_lm *m, int B, int cap, const mega_lm_stream
         s->ascr = mega__calloc(as, sizeof(real));
         s->aorder = calloc((size_t)B * s->tmax, sizeof(int32_t));
     }
-    if (!s->S || (!of && !s->mem) || !s->x || !s->scratch || !s->tok || !s->pad || (as && (!s->ascr || !s->aorder))) {
+    if (m->st.has_tfnorm && !of) {
+        s->tfs.count = calloc((size_t)B, sizeof(int64_t));
+        s->tfs.mv = mega__calloc((size_t)B * 2 * m->st.tfnorm.G, sizeof(real));
+        if (s->tfs.count && s->tfs.mv) mega_tsnorm_state_prior(&m->st.tfnorm, m->P.data, &s->tfs, B);
+    }
+    if (!s->S || (!of && !s->mem) || !s->x || !s->scratch || !s->tok || !s->pad || (as && (!s->ascr || !s->aorder)) ||
+        (m->st.has_tfnorm && (of || !s->tfs.count || !s->tfs.mv))) {
         mega_lm_stream_free(s);
         MEGA_FAIL(MEGA_ERR_OOM, "out of memory allocating the streaming state");
     }
@@ -526,6 +532,8 @@ void mega_lm_stream_free(mega_lm_stream *s) {
     free(s->gst);
     free(s->gerr);
     free(s->S);
+    free(s->tfs.count);
+    mega__free(s->tfs.mv);
     mega__free(s->mem);
     mega__free(s->x);
     mega__free(s->scratch);
@@ -551,6 +559,7 @@ static void stream_set_pos(mega_lm_stream *s, int64_t pos) {
 void mega_lm_stream_reset(mega_lm_stream *s) {
     /* the whole state (the groups' views included) */
     for (int l = 0; l < s->m->cfg.layers; l++) mega_block_state_reset(&s->m->st.blocks[l], &s->S[l]);
+    if (s->m->st.has_tfnorm) mega_tsnorm_state_prior(&s->m->st.tfnorm, s->m->P.data, &s->tfs, s->B);
     stream_set_pos(s, 0);
 }
 
@@ -593,6 +602,7 @@ static mega_status feed_layers(void *arg) {
         y = tmp;
     }
     if (m->st.has_fnorm) mega_seqnorm_forward(&m->st.fnorm, (real *)W, x, st, x, R, 0, 0, NULL);
+    if (m->st.has_tfnorm) mega_tsnorm_forward(&m->st.tfnorm, W, x, x, NULL, B, n, &s->tfs, NULL); /* rows [b][n] */
     if (f->logits && m->has_as) {
         /* the adaptive softmax's log-probabilities, a sequence's rows at a time unless in order */
         if (n == T) mega_adaptive_softmax_forward(&m->as, W, f->logits, x, R, 0, 0, s->ascr);

@@ -186,7 +186,7 @@ size_t mega__stack_bytes(const mega_stack *s, int B, int T) {
     const size_t per = mega_block_acts_size(&s->blocks[0], B, T);
     const size_t scr = mega_block_scratch_size(&s->blocks[0], B, T, s->nthreads);
     const size_t reals = per * L + R * D * (L + 1) + (R * D + 2 * R + 2 * D) + scr + 2 * R * D;
-    return reals * sizeof(real) + L * sizeof(mega_block_acts);
+    return (reals + mega_stack_tf_reals(s, R)) * sizeof(real) + L * sizeof(mega_block_acts);
 }
 
 void mega__memory_fill(mega_memory *out, const mega_params *P, int training, size_t buffers) {

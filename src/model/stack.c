@@ -15,6 +15,10 @@ mega_status mega_stack_declare(mega_stack *s, mega_params *P, const char *layer_
         snprintf(pre, sizeof pre, "%s%d.", layer_prefix, l);
         MEGA_TRY(mega_block_declare(&s->blocks[l], P, pre, cfg));
     }
+    if (mega_mixer_ops_of(cfg->mixer)->flags & MEGA_MIXER_FINAL_TSNORM) {
+        s->has_tfnorm = 1; /* official MegaOutputLayer: TimestepNorm(model_dim, norm_num_groups, eps) */
+        return mega_tsnorm_declare(&s->tfnorm, P, fnorm_prefix, cfg->embed_dim, cfg->norm_num_groups, 1e-5);
+    }
     s->has_fnorm = cfg->prenorm;
     if (s->has_fnorm) MEGA_TRY(mega_seqnorm_declare(&s->fnorm, P, fnorm_prefix, cfg->norm_type, cfg->embed_dim, fnorm_affine));
     return MEGA_OK;
@@ -23,6 +27,16 @@ mega_status mega_stack_declare(mega_stack *s, mega_params *P, const char *layer_
 void mega_stack_init(const mega_stack *s, real *W, mega_rng *rng) {
     for (int l = 0; l < s->L; l++) mega_block_init(&s->blocks[l], W, rng);
     if (s->has_fnorm) mega_seqnorm_init(&s->fnorm, W);
+    if (s->has_tfnorm) mega_tsnorm_init(&s->tfnorm, W);
+}
+
+/* acts [R][3G+1] | counts (int64 per sequence, at most R) | means, variances [R][2G] */
+static size_t rnd16(size_t n) { return (n + 15) & ~(size_t)15; } /* keeps the int64 counts aligned */
+static size_t tf_acts_reals(const mega_stack *s, size_t R) { return rnd16(R * (3 * (size_t)s->tfnorm.G + 1)); }
+static size_t tf_count_reals(size_t R) { return rnd16((R * sizeof(int64_t) + sizeof(real) - 1) / sizeof(real)); }
+size_t mega_stack_tf_reals(const mega_stack *s, size_t R) {
+    if (!s->has_tfnorm) return 0;
+    return tf_acts_reals(s, R) + tf_count_reals(R) + R * 2 * (size_t)s->tfnorm.G;
 }
 
 static void free_buffers(mega_stack *s) {
@@ -32,6 +46,8 @@ static void free_buffers(mega_stack *s) {
     mega__free(s->scratch);
     mega__free(s->dx);
     mega__free(s->dy);
+    mega__free(s->tf);
+    s->tf = NULL;
     free(s->A);
     s->acts = s->H = s->xf = s->scratch = s->dx = s->dy = NULL;
     s->A = NULL;
@@ -49,6 +65,7 @@ void mega_stack_share(mega_stack *dst, const mega_stack *src) {
     memset(dst, 0, sizeof *dst);
     dst->L = src->L, dst->cfg = src->cfg, dst->blocks = src->blocks, dst->owns_blocks = 0;
     dst->fnorm = src->fnorm, dst->has_fnorm = src->has_fnorm, dst->nthreads = src->nthreads;
+    dst->tfnorm = src->tfnorm, dst->has_tfnorm = src->has_tfnorm;
 }
 
 /* Capacities, not shapes: a batch fits when its rows, activations and scratch fit what is
@@ -71,7 +88,8 @@ mega_status mega_stack_reserve(mega_stack *s, int B, int T) {
     s->scratch = mega__calloc(scr, sizeof(real));
     s->dx = mega__calloc(R * D, sizeof(real));
     s->dy = mega__calloc(R * D, sizeof(real));
-    if (!s->acts || !s->A || !s->H || !s->xf || !s->scratch || !s->dx || !s->dy) {
+    if (s->has_tfnorm) s->tf = mega__calloc(mega_stack_tf_reals(s, R), sizeof(real));
+    if (!s->acts || !s->A || !s->H || !s->xf || !s->scratch || !s->dx || !s->dy || (s->has_tfnorm && !s->tf)) {
         size_t mb = (per * L + R * D * (L + 4) + scr) * sizeof(real) >> 20;
         free_buffers(s);
         MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving buffers for %zu tokens (about %zu MiB)", R, mb);
@@ -100,6 +118,14 @@ mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B
         mega_seqnorm_forward(&s->fnorm, W, s->xf, s->fstat, HL, R, training, training, &s->sync);
         xf = s->xf;
     }
+    if (s->has_tfnorm) { /* from the prior; no padding mask, as MegaOutputLayer.forward */
+        mega_tsnorm_acts ta = mega_tsnorm_acts_at(&s->tfnorm, s->tf, B, T);
+        real *cnt = s->tf + tf_acts_reals(s, R);
+        mega_tsnorm_state ts = {(int64_t *)(void *)cnt, cnt + tf_count_reals(R)};
+        mega_tsnorm_state_prior(&s->tfnorm, W, &ts, B);
+        mega_tsnorm_forward(&s->tfnorm, W, s->xf, HL, NULL, B, T, &ts, &ta);
+        xf = s->xf;
+    }
     if (pad) {
         if (xf == HL) {
             memcpy(s->xf, HL, R * D * sizeof(real));
@@ -123,6 +149,13 @@ real *mega_stack_backward(mega_stack *s, const real *W, real *dW, real *dout, in
     if (s->has_fnorm) {
         real *dst = dout == s->dx ? s->dy : s->dx;
         mega_seqnorm_backward(&s->fnorm, W, dW, dst, dout, s->H + (size_t)L * R * D, s->fstat, R, training, 0, &s->sync);
+        dH = dst;
+    }
+    if (s->has_tfnorm) {
+        real *dst = dout == s->dx ? s->dy : s->dx;
+        mega_tsnorm_acts ta = mega_tsnorm_acts_at(&s->tfnorm, s->tf, B, T);
+        memset(dst, 0, R * D * sizeof(real)); /* the timestep norm's backward accumulates */
+        mega_tsnorm_backward(&s->tfnorm, W, dW, dst, dout, s->H + (size_t)L * R * D, NULL, B, T, &ta, NULL, NULL);
         dH = dst;
     }
     for (int l = L - 1; l >= 0; l--) {

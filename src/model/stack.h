@@ -10,6 +10,7 @@
 #ifndef MEGA_STACK_H
 #define MEGA_STACK_H
 #include "layers/block.h"
+#include "layers/tsnorm.h"
 #include "ops/ops.h"
 
 typedef struct {
@@ -19,6 +20,11 @@ typedef struct {
     int owns_blocks;
     mega_seqnorm fnorm;
     int has_fnorm;
+    /* Megalodon (mixers with MEGA_MIXER_FINAL_TSNORM): the final norm is a timestep norm over
+     * groups of norm-num-groups, started from its prior at every forward (has_fnorm 0) */
+    mega_tsnorm tfnorm;
+    int has_tfnorm;
+    real *tf;          /* its activations and state (mega_stack_tf_reals) */
     int nthreads;
     mega_bnsync sync; /* batchnorm statistics over processes (set by the model; fn NULL = none) */
     /* buffers */
@@ -55,6 +61,8 @@ mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B
                                const real **out);
 /* from d out [B,T,D] (may be s->dx) to d H[0]; returns a pointer to it (one of s->dx / s->dy) */
 real *mega_stack_backward(mega_stack *s, const real *W, real *dW, real *dout, int training, uint64_t key);
+/* reals of the final timestep norm's activations and state for R rows (0 without one) */
+size_t mega_stack_tf_reals(const mega_stack *s, size_t R);
 /* dropout key of block l */
 static inline uint64_t mega_stack_key(uint64_t key, int l) { return mega__subkey(key, 100 + (uint64_t)l); }
 #endif

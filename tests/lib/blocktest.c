@@ -29,6 +29,14 @@ static const perturb_rule RULES[] = {
     {"move.alpha", P_NORMAL, 0, 1},
     {"move.beta", P_SHIFT, 0, 0.05},
     {"move.", P_KEEP, 0, 0}, /* EMA gamma, omega: initialised N(0, 1) */
+    {"timenorm.prior_count", P_KEEP, 0, 0}, /* Megalodon's timestep-norm buffers (prior count 0) */
+    {"timenorm.prior_mean", P_KEEP, 0, 0},
+    {"timenorm.prior_logv", P_KEEP, 0, 0},
+    {"cema.gamma", P_NORMAL, 0, 1},     /* the imaginary parts start at 0 */
+    {"cema.", P_KEEP, 0, 0},            /* alpha, delta, theta, omega: random at initialisation */
+    {"mega.gamma", P_NORMAL, 0, 0.5},
+    {"mega.beta", P_NORMAL, 0, 0.3},
+    {"nffn.alpha", P_NORMAL, 0, 0.5},
     {"norm.weight", P_ONE, 0, 0.2},
     {"norm.bias", P_NORMAL, 0, 0.1},
     {"norm.scalar", P_ONE, 0, 0.15},

@@ -62,6 +62,7 @@ Usage: /usr/bin/python3 tests/ref/ref_megalodon.py [--repo DIR] [--out tests/fix
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -384,6 +385,64 @@ def layer_case(mega, rope, out, commit, D, Z, E, H, N, G, C, B, L, seed):
     print("wrote", name)
 
 
+def load_nffn(repo):
+    """NormalizedFeedForwardNetwork with the official FusedLayerNorm (its CPU branch, F.layer_norm with
+    weight + 1) and nn.Linear for the model-parallel linears (after load_layer set them up)"""
+    return load_module("megalodon.modules.normalized_feedforward_network",
+                       official_source(repo, "megalodon/modules/normalized_feedforward_network.py"), "megalodon.modules")
+
+
+def model_case(mega, rope, nffn, tsn, out, commit, V, NL, D, Z, E, H, N, G, C, F, swiglu, rescale, B, L, seed):
+    """The whole model: official MegaBlock.forward (y = mega(x); out = nffn(y, x), the two-hop residual),
+    Mega.forward (embedding scale sqrt(D), the chunk's causal mask and rotary frequencies) and
+    MegaOutputLayer.forward (final TimestepNorm, the tied output projection), transcribed from
+    model/mega.py (which needs fairscale and process groups) over the official modules; the loss is
+    the mean cross-entropy of the targets, its gradients by autograd. Written under the library's
+    names (decoder.layers.<i>.mega.*, .nffn.*, decoder.final_norm.norm.*, decoder.embed_tokens.weight)."""
+    g = torch.Generator().manual_seed(seed)
+    layers = [mega.MovingAverageGatedAttention(D, Z, E, N, H, chunk_size=C, efficient_attn=None, norm_num_groups=G,
+                                               norm_eps=1e-5).double() for _ in range(NL)]
+    ffns = [nffn.NormalizedFeedForwardNetwork(D, F, swiglu=swiglu, norm_eps=1e-5,
+                                              rescale=0.1 * 0.5 ** i if rescale else None).double() for i in range(NL)]
+    fnorm = tsn.TimestepNorm(D, G, eps=1e-5).double()
+    emb = torch.nn.Parameter(torch.zeros(V, D, dtype=torch.float64))
+    named = [("decoder.embed_tokens.weight", emb)]
+    for i in range(NL):
+        named += [("decoder.layers.%d.mega.%s" % (i, n), p) for n, p in layers[i].named_parameters()]
+        named += [("decoder.layers.%d.nffn.%s" % (i, n), p) for n, p in ffns[i].named_parameters()]
+    named += [("decoder.final_norm.norm." + n, p) for n, p in fnorm.named_parameters()]
+    with torch.no_grad():
+        for _, p in named:
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.4)
+    tok = torch.randint(0, V, (B, L), generator=g)
+    tgt = torch.randint(0, V, (B, L), generator=g)
+    rot = rope.RotaryEmbedding(Z // H, C, base=10000)
+    ms = min(L, C)
+    mask = torch.triu(torch.full((1, 1, ms, ms), float("-inf"), dtype=torch.float64), diagonal=1)
+    x = emb[tok] * math.sqrt(D)
+    for m, f in zip(layers, ffns):
+        y, _ = m(x, rot.get_freqs_cis(0, ms), mask, None)
+        x = f(y, x)
+    x, _, _, _ = fnorm(x, None, None, None)
+    logits = x @ emb.t()
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+    grads = torch.autograd.grad(loss, [p for _, p in named])
+    weights = {n: p for n, p in named}
+    for i in range(NL):
+        weights.update({"decoder.layers.%d.mega.%s" % (i, n): b for n, b in layers[i].named_buffers()})
+    weights.update({"decoder.final_norm.norm." + n: b for n, b in fnorm.named_buffers()})
+    io = {"tokens": tok.double(), "targets": tgt.double(), "out": logits, "loss": loss.reshape(1)}
+    for (n, _), gr in zip(named, grads):
+        io["grad." + n] = gr
+    name = "model_V%d_L%d_D%d_C%d_B%d_T%d%s" % (V, NL, D, C, B, L, "_swiglu" if swiglu else "")
+    write_case(out, name, "model", {"vocab": V, "layers": NL, "dim": D, "zdim": Z, "hdim": E, "heads": H, "ndim": N,
+                                    "groups": G, "chunk_size": C, "ffn_dim": F, "swiglu": int(swiglu),
+                                    "rescale": int(rescale), "batch": B, "seq_len": L},
+               weights, io, "Megalodon model (two blocks, scaled embedding, final timestep norm, tied head) from "
+               "the official modules; logits, the mean cross-entropy and its gradients by autograd", commit)
+    print("wrote", name)
+
+
 def attn_case(mods, out, commit, H, Z, E, C, B, L, seed):
     mega, rope = mods
     g = torch.Generator().manual_seed(seed)
@@ -437,6 +496,11 @@ def main():
     attn_case(attn_mods, a.out, commit, H=1, Z=6, E=5, C=16, B=1, L=10, seed=7)  # shorter than a chunk
     layer = load_layer(a.repo, cema64_mod)
     layer_case(layer, attn_mods[1], a.out, commit, D=8, Z=8, E=6, H=2, N=3, G=4, C=4, B=2, L=8, seed=8)
+    nffn = load_nffn(a.repo)
+    model_case(layer, attn_mods[1], nffn, tsn_mod, a.out, commit, V=11, NL=2, D=8, Z=4, E=6, H=2, N=2, G=2, C=4, F=10,
+               swiglu=True, rescale=True, B=2, L=12, seed=9)  # three chunks
+    model_case(layer, attn_mods[1], nffn, tsn_mod, a.out, commit, V=7, NL=2, D=6, Z=4, E=4, H=1, N=3, G=3, C=8, F=6,
+               swiglu=False, rescale=False, B=1, L=5, seed=10)  # shorter than a chunk
 
 
 if __name__ == "__main__":

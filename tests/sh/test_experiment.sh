@@ -15,9 +15,10 @@ cd "$T" || exit 1
 cat "$HERE"/docs/*.md "$HERE"/README.md > text.txt
 
 n=$("$M" experiment --list | wc -l)
-if [ "$n" -eq 9 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^ablation-fmnist " &&
-  "$M" experiment --list | grep -q "^pathfinder " && "$M" experiment --list | grep -q "^vision " && "$M" experiment --list | grep -q "^abc-mlm "; then
-  ok "--list names the 9 experiments"
+if [ "$n" -eq 10 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^ablation-fmnist " &&
+  "$M" experiment --list | grep -q "^pathfinder " && "$M" experiment --list | grep -q "^vision " && "$M" experiment --list | grep -q "^abc-mlm " &&
+  "$M" experiment --list | grep -q "^megalodon "; then
+  ok "--list names the 10 experiments"
 else
   bad "--list ($n lines)"
 fi
@@ -76,7 +77,7 @@ fi
 
 # name, expected model rows in results.md (table rows that are not headers, separators or the
 # majority line; pathfinder: 2 rows of data statistics and 4 models), expected figures
-for spec in "aft 5 6" "lra 10 2" "ablation-listops 11 2" "ablation-fmnist 11 2" "extrapolate 9 3" "speed 15 2" "vision 4 1" ${PF:+"$PF"}; do
+for spec in "aft 5 6" "lra 10 2" "ablation-listops 11 2" "ablation-fmnist 11 2" "extrapolate 9 3" "speed 15 2" "vision 4 1" "megalodon 9 3" ${PF:+"$PF"}; do
   set -- $spec
   name=$1 rows=$2 figs=$3
   "$M" experiment "$name" --quick --out q --data text.txt --threads 1 > "$name.out" 2>&1
