@@ -991,7 +991,7 @@ int cmd_serve(int argc, char **argv) {
     s->threads = all;
     /* an encoder-decoder or a classifier has no slots: its requests run one at a time (model_mu) */
     if (serve_engine_start(&s->eng, &s->model, s->model.kind == MEGA_MODEL_LM ? parallel : 0, max_queue,
-                           all / parallel > 0 ? all / parallel : 1, &s->mt) == 0) {
+                           all / parallel > 0 ? all / parallel : 1, all, &s->mt) == 0) {
         signal(SIGPIPE, SIG_IGN);
         signal(SIGINT, on_stop);
         signal(SIGTERM, on_stop);
