@@ -56,6 +56,8 @@ int cmd_serve(int argc, char **argv) {
 #include <civetweb.h>
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <time.h>
@@ -910,6 +912,43 @@ static void model_name(const char *arg, char *out, size_t n) {
 
 static int is_loopback(const char *h) { return !strncmp(h, "127.", 4) || !strcmp(h, "localhost") || !strcmp(h, "::1"); }
 
+/* Waking civetweb's listener while mg_stop waits for it: the listener looks at the stop flag only
+ * between two polls of its sockets, which wait up to a few seconds for a connection (civetweb.c,
+ * master_thread_run: SOCKET_TIMEOUT_QUANTUM), so a stop took 1.5 s. A connection that opens and
+ * closes at once ends the poll; one every 20 ms until mg_stop returns. */
+typedef struct {
+    char host[256], port[16];
+    volatile int done;
+} waker;
+
+static void *wake_listener(void *arg) {
+    waker *w = arg;
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM, hints.ai_flags = AI_NUMERICSERV;
+    if (getaddrinfo(w->host, w->port, &hints, &ai) || !ai) return NULL;
+    while (!w->done) {
+        const int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+        if (fd >= 0) connect(fd, ai->ai_addr, ai->ai_addrlen), close(fd);
+        usleep(20000);
+    }
+    freeaddrinfo(ai);
+    return NULL;
+}
+
+/* mg_stop, with the listener woken (the loopback address when it listens on every address) */
+static void stop_http(struct mg_context *ctx, const char *host, int port) {
+    waker w;
+    memset(&w, 0, sizeof w);
+    snprintf(w.host, sizeof w.host, "%s", !strcmp(host, "0.0.0.0") ? "127.0.0.1" : !strcmp(host, "::") ? "::1" : host);
+    snprintf(w.port, sizeof w.port, "%d", port);
+    pthread_t t;
+    const int woken = pthread_create(&t, NULL, wake_listener, &w) == 0;
+    mg_stop(ctx); /* waits for the handlers */
+    w.done = 1;
+    if (woken) pthread_join(t, NULL);
+}
+
 /* listen, then wait for SIGINT/SIGTERM; 0, or 1 after the error */
 static int serve_run(server *s, const char *host, int port) {
     char ports[300], threads[16];
@@ -935,10 +974,10 @@ static int serve_run(server *s, const char *host, int port) {
     if (!s->key && !is_loopback(host))
         fprintf(stderr, "mega: warning: listening on %s without an API key: anyone who reaches it can use the model "
                         "(--api-key-file)\n", host);
-    while (!g_stop) usleep(50000);
+    while (!g_stop) usleep(20000);
     fprintf(stderr, "mega serve: stopping\n");
     serve_engine_stop(&s->eng); /* the running requests end at their next token */
-    mg_stop(ctx);                /* waits for the handlers */
+    stop_http(ctx, host, bound);
     mg_exit_library();
     return 0;
 }
