@@ -286,8 +286,8 @@ static void batch_join(serve_engine *e, serve_job *j) {
 }
 
 /* every row samples its next token from its logits (its own sampler), then, under the lock once
- * for all, the tokens' text is appended and the handlers woken; a row is done at a stop string,
- * a cancel, its deadline or its length */
+ * for all, the tokens' text is appended, and the handlers are woken; a row is done at a stop
+ * string, a cancel, its deadline or its length */
 static void batch_sample(serve_engine *e, int n) {
     const mega_lm_config *c = mega_lm_get_config(e->model->lm);
     const int V = c->vocab_size;
@@ -318,7 +318,6 @@ static void batch_sample(serve_engine *e, int n) {
         }
         if (j->ntok == 1) j->t_first = t;
         j->t_last = t;
-        pthread_cond_broadcast(&j->cv);
         q->done = 1;
         if (hit) q->fin = hit > 0 ? FIN_STOP : FIN_ERROR;
         else if (j->cancel || e->stopping) q->fin = FIN_CANCELLED;
@@ -326,6 +325,9 @@ static void batch_sample(serve_engine *e, int n) {
         else q->done = q->ntok >= j->rq.max_tokens; /* FIN_LENGTH */
     }
     pthread_mutex_unlock(&e->mu);
+    /* the handlers woken once the lock is free (woken under it, each would run only to wait for
+     * it again); a running job is ended by this thread alone, so every j here is still alive */
+    for (int r = 0; r < n; r++) pthread_cond_broadcast(&e->row[r].j->cv);
 }
 
 /* one token of every running request: sample, let the finished leave, feed the others together */
