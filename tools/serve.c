@@ -414,6 +414,7 @@ static int h_completion(server *s, struct mg_connection *c, int llama) {
     s->mt.prompt_tokens += j->np;
     pthread_mutex_unlock(&s->mt.mu);
     st = j->rq.stream ? stream_job(s, c, j, llama) : whole_job(s, c, j, llama);
+    serve_detach(&s->eng);
     serve_job_free(j);
     return st;
 }
@@ -983,6 +984,7 @@ static int serve_run(server *s, const char *host, int port) {
     while (!g_stop) usleep(20000);
     fprintf(stderr, "mega serve: stopping\n");
     serve_engine_stop(&s->eng); /* the running requests end at their next token */
+    serve_wait_detached(&s->eng, 0.5); /* their handlers write their last events (a stalled client: not) */
     stop_http(ctx, host, bound);
     mg_exit_library();
     return 0;

@@ -117,6 +117,7 @@ typedef struct {
     pthread_cond_t work;
     serve_job *head, *tail;
     int queued, running, stopping;
+    int attached; /* submitted jobs whose handler has not yet answered (serve_detach) */
     pthread_t *workers;
     int nworkers;
     serve_metrics *metrics; /* may be NULL */
@@ -151,6 +152,11 @@ int serve_submit(serve_engine *e, serve_job *j);
  * now with that reason, a running one at its next token; call with the mutex not held */
 void serve_cancel(serve_engine *e, serve_job *j, serve_finish why);
 void serve_job_free(serve_job *j);
+/* a handler is done with its submitted job (its answer written); serve_wait_detached: until every
+ * handler is, or `seconds` pass (a stop lets them write their last events: civetweb refuses
+ * writes once mg_stop has begun) */
+void serve_detach(serve_engine *e);
+void serve_wait_detached(serve_engine *e, double seconds);
 
 /* ---- metrics (serve.c), called by the slots under the engine's mutex ---- */
 void serve_metrics_token(serve_metrics *mt, double since_last);

@@ -99,7 +99,7 @@ int serve_submit(serve_engine *e, serve_job *j) {
     if (e->tail) e->tail->next = j;
     else e->head = j;
     e->tail = j;
-    e->queued++;
+    e->queued++, e->attached++;
     pthread_cond_signal(&e->work);
     pthread_mutex_unlock(&e->mu);
     return 0;
@@ -120,6 +120,23 @@ static void unqueue(serve_engine *e, serve_job *j) {
     if (e->tail == j) e->tail = prev;
     j->next = NULL;
     e->queued--;
+}
+
+void serve_detach(serve_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->attached--;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void serve_wait_detached(serve_engine *e, double seconds) {
+    const double end = now_sec() + seconds;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        const int n = e->attached;
+        pthread_mutex_unlock(&e->mu);
+        if (n <= 0 || now_sec() > end) return;
+        usleep(2000);
+    }
 }
 
 void serve_cancel(serve_engine *e, serve_job *j, serve_finish why) {
