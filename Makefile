@@ -6,8 +6,8 @@
 #   make bench      benchmarks against the PyTorch peer (see docs/performance.md)
 #   make bench-ttq  time to quality: held-out bits per byte after the same training time as the
 #                   PyTorch peer (BENCH_TTQ_BUDGETS, default "300" s; docs/performance.md)
-#   make bench-serve  mega serve under load on 127.0.0.1: 1, 4, 16 and 64 clients against --parallel 1
-#                   and 4, against mega generate's single-stream rate (docs/serving.md)
+#   make bench-serve  mega serve under load on 127.0.0.1: 1, 4, 16 and 64 clients against --parallel 1,
+#                   4 and 16, against mega generate's single-stream rate (docs/serving.md)
 #   make asan       the test suite built with AddressSanitizer + UndefinedBehaviorSanitizer
 #   make check-valgrind  train/eval/generate/classify/translate runs under valgrind --leak-check=full
 #                   (build-vg, without -march=native: valgrind does not emulate AVX-512)
@@ -262,8 +262,8 @@ bench-serve: $(BUILD)/mega
 	@awk 'BEGIN { for (i = 0; i < 4000; i++) printf "the cat %d sees the bird %d. ", i % 7, i % 11 }' > $(BUILD)/bench-serve/text.txt
 	@$(BUILD)/mega train --data $(BUILD)/bench-serve/text.txt --out $(BUILD)/bench-serve/run --layers 4 --embed-dim 128 \
 	  --z-dim 64 --hidden-dim 256 --ffn-dim 256 --chunk-size 64 --batch 4 --seq-len 64 --steps 20 --force --quiet > /dev/null
-	python3 scripts/bench_serve.py --mega $(BUILD)/mega --model $(BUILD)/bench-serve/run --parallel 1,4 \
-	  --clients 1,4,16,64 --requests 2 --max-tokens 128 $(if $(BENCH_SERVE_THREADS),--threads $(BENCH_SERVE_THREADS))
+	python3 scripts/bench_serve.py --mega $(BUILD)/mega --model $(BUILD)/bench-serve/run --parallel 1,4,16 \
+	  --clients 1,4,16,64 --requests 4 --max-tokens 256 $(if $(BENCH_SERVE_THREADS),--threads $(BENCH_SERVE_THREADS))
 
 banner:
 	@echo "mega build ($(CC), $(BUILD)): $(MSG_NATIVE)  $(MSG_OMP)  $(MSG_BLAS)  $(MSG_JSON)  $(MSG_MPI)  $(MSG_HTTP)  $(MSG_PNG)  $(MSG_SNDFILE)"

@@ -530,6 +530,22 @@ MEGA_API int64_t mega_lm_stream_pos(const mega_lm_stream *s);
  * chunk from its start fills the chunk's causal attention map. rows NULL stops. Mega mixer only
  * (MEGA_ERR_UNSUPPORTED otherwise). */
 MEGA_API mega_status mega_lm_stream_probe_attention(mega_lm_stream *s, int layer, mega_real *rows, int ld);
+/* Rows: a stream's B sequences used one by one, each at its own position (continuous batching:
+ * a sequence joins or leaves while the others go on). row_add takes the next free row (the rows
+ * in use are always 0 .. mega_lm_stream_rows() - 1) and starts it empty at position 0;
+ * row_feed feeds T tokens to that row alone (a prompt; logits [T,V] or NULL); rows_step feeds
+ * one token to every row in use (tokens [rows], logits [rows,V] or NULL) as one batch, each weight
+ * read once; row_remove frees a row: the last row in use moves into its place (its index becomes
+ * `row`). A row's logits are those it gives alone: the same bits whichever rows run beside it.
+ * A stream fed through rows is not fed with mega_lm_stream_feed (MEGA_ERR_INVALID) until
+ * mega_lm_stream_reset. The Mega mixer only (its step takes a position per row; other mixers:
+ * MEGA_ERR_UNSUPPORTED); the attention probe sees no row's tokens. */
+MEGA_API mega_status mega_lm_stream_row_add(mega_lm_stream *s, int *row);
+MEGA_API mega_status mega_lm_stream_row_feed(mega_lm_stream *s, int row, const int32_t *tokens, int T, mega_real *logits);
+MEGA_API mega_status mega_lm_stream_rows_step(mega_lm_stream *s, const int32_t *tokens, mega_real *logits);
+MEGA_API mega_status mega_lm_stream_row_remove(mega_lm_stream *s, int row);
+MEGA_API int mega_lm_stream_rows(const mega_lm_stream *s);
+MEGA_API int64_t mega_lm_stream_row_pos(const mega_lm_stream *s, int row);
 
 /* ---------------------------------------------------------------------------------------------
  * Classifier (official LRA model: MegaLRAEncoder + LRAModel head; docs/mega.md §10).

@@ -56,6 +56,8 @@ int cmd_serve(int argc, char **argv) {
 #include <civetweb.h>
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <time.h>
@@ -276,9 +278,15 @@ static const char *oai_finish(const serve_job *j) { return j->finish == FIN_STOP
 static int sse(struct mg_connection *c, cJSON *o) {
     char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
-    if (!s) return -1;
-    int ok = write_str(c, "data: ") > 0 && write_str(c, s) > 0 && write_str(c, "\n\n") > 0;
+    const size_t n = s ? strlen(s) : 0;
+    char *ev = s ? malloc(n + 9) : NULL;
+    if (!ev) return free(s), -1;
+    /* one write per event: one send and one segment, where three small ones cost a busy server
+     * three system calls per token */
+    memcpy(ev, "data: ", 6), memcpy(ev + 6, s, n), memcpy(ev + 6 + n, "\n\n", 3);
     free(s);
+    const int ok = mg_write(c, ev, n + 8) > 0;
+    free(ev);
     return ok ? 0 : -1;
 }
 
@@ -406,6 +414,7 @@ static int h_completion(server *s, struct mg_connection *c, int llama) {
     s->mt.prompt_tokens += j->np;
     pthread_mutex_unlock(&s->mt.mu);
     st = j->rq.stream ? stream_job(s, c, j, llama) : whole_job(s, c, j, llama);
+    serve_detach(&s->eng);
     serve_job_free(j);
     return st;
 }
@@ -910,6 +919,43 @@ static void model_name(const char *arg, char *out, size_t n) {
 
 static int is_loopback(const char *h) { return !strncmp(h, "127.", 4) || !strcmp(h, "localhost") || !strcmp(h, "::1"); }
 
+/* Waking civetweb's listener while mg_stop waits for it: the listener looks at the stop flag only
+ * between two polls of its sockets, which wait up to a few seconds for a connection (civetweb.c,
+ * master_thread_run: SOCKET_TIMEOUT_QUANTUM), so a stop took 1.5 s. A connection that opens and
+ * closes at once ends the poll; one every 20 ms until mg_stop returns. */
+typedef struct {
+    char host[256], port[16];
+    volatile int done;
+} waker;
+
+static void *wake_listener(void *arg) {
+    waker *w = arg;
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM, hints.ai_flags = AI_NUMERICSERV;
+    if (getaddrinfo(w->host, w->port, &hints, &ai) || !ai) return NULL;
+    while (!w->done) {
+        const int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+        if (fd >= 0) connect(fd, ai->ai_addr, ai->ai_addrlen), close(fd);
+        usleep(20000);
+    }
+    freeaddrinfo(ai);
+    return NULL;
+}
+
+/* mg_stop, with the listener woken (the loopback address when it listens on every address) */
+static void stop_http(struct mg_context *ctx, const char *host, int port) {
+    waker w;
+    memset(&w, 0, sizeof w);
+    snprintf(w.host, sizeof w.host, "%s", !strcmp(host, "0.0.0.0") ? "127.0.0.1" : !strcmp(host, "::") ? "::1" : host);
+    snprintf(w.port, sizeof w.port, "%d", port);
+    pthread_t t;
+    const int woken = pthread_create(&t, NULL, wake_listener, &w) == 0;
+    mg_stop(ctx); /* waits for the handlers */
+    w.done = 1;
+    if (woken) pthread_join(t, NULL);
+}
+
 /* listen, then wait for SIGINT/SIGTERM; 0, or 1 after the error */
 static int serve_run(server *s, const char *host, int port) {
     char ports[300], threads[16];
@@ -935,10 +981,11 @@ static int serve_run(server *s, const char *host, int port) {
     if (!s->key && !is_loopback(host))
         fprintf(stderr, "mega: warning: listening on %s without an API key: anyone who reaches it can use the model "
                         "(--api-key-file)\n", host);
-    while (!g_stop) usleep(50000);
+    while (!g_stop) usleep(20000);
     fprintf(stderr, "mega serve: stopping\n");
     serve_engine_stop(&s->eng); /* the running requests end at their next token */
-    mg_stop(ctx);                /* waits for the handlers */
+    serve_wait_detached(&s->eng, 0.5); /* their handlers write their last events (a stalled client: not) */
+    stop_http(ctx, host, bound);
     mg_exit_library();
     return 0;
 }
@@ -956,7 +1003,7 @@ int cmd_serve(int argc, char **argv) {
         WHICH_FLAG,
         {"host", F_STR, &host, "address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)", NULL, 1, 0, 0},
         {"port", F_INT, &port, "TCP port (0 = any free port, printed at the start)", NULL, 0, 65535, 0},
-        {"parallel", F_INT, &parallel, "slots: requests decoded at the same time, each by its own thread", NULL, 1, 256, 0},
+        {"parallel", F_INT, &parallel, "slots: requests decoded at the same time, as rows of one batch (docs/serving.md)", NULL, 1, 256, 0},
         {"api-key", F_STR, &key, "require \"Authorization: Bearer KEY\" (visible in the process list: prefer --api-key-file)", NULL, 1, 0, 0},
         {"api-key-file", F_STR, &key_file, "the key from the first line of this file", NULL, 1, 0, 0},
         {"timeout", F_DBL, &timeout, "seconds a request may take, queueing included (0 = no limit)", NULL, 0, 1e7, 0},
@@ -991,7 +1038,7 @@ int cmd_serve(int argc, char **argv) {
     s->threads = all;
     /* an encoder-decoder or a classifier has no slots: its requests run one at a time (model_mu) */
     if (serve_engine_start(&s->eng, &s->model, s->model.kind == MEGA_MODEL_LM ? parallel : 0, max_queue,
-                           all / parallel > 0 ? all / parallel : 1, &s->mt) == 0) {
+                           all / parallel > 0 ? all / parallel : 1, all, &s->mt) == 0) {
         signal(SIGPIPE, SIG_IGN);
         signal(SIGINT, on_stop);
         signal(SIGTERM, on_stop);

@@ -2,9 +2,10 @@
  * mega serve (docs/serving.md): an HTTP server for a model of this project. Three parts:
  *  - serve_api.c: the requests' JSON fields read and checked (each bad field is a message that
  *    names it), independent of the HTTP library;
- *  - serve_engine.c: the generation slots of a language model: --parallel worker threads, each
- *    decoding one request at a time through its own stream of the one shared model (the streams of
- *    a model may be fed from several threads, docs/library.md "Threads"), fed by one bounded queue;
+ *  - serve_engine.c: the generation slots of a language model, fed by one bounded queue: --parallel
+ *    rows of one stream decoded together by one thread (continuous batching, a Mega model with
+ *    chunks), else --parallel worker threads, each decoding one request at a time through its own
+ *    stream of the one shared model (docs/library.md "Threads");
  *  - serve.c: the HTTP side (civetweb): routes, keys, limits, server-sent events, metrics, the page
  *    (serve_page.c).
  */
@@ -101,6 +102,14 @@ typedef struct serve_job {
 
 typedef struct serve_metrics serve_metrics;
 
+/* a row of the batch (serve_engine.c): its request, sampler and progress */
+typedef struct {
+    serve_job *j;
+    mega_sampler *smp;
+    int line_start, ntok, done;
+    serve_finish fin;
+} serve_row;
+
 typedef struct {
     loaded_model *model;
     int parallel, max_queue, threads_per_slot;
@@ -108,15 +117,25 @@ typedef struct {
     pthread_cond_t work;
     serve_job *head, *tail;
     int queued, running, stopping;
+    int attached; /* submitted jobs whose handler has not yet answered (serve_detach) */
     pthread_t *workers;
     int nworkers;
     serve_metrics *metrics; /* may be NULL */
     uint64_t seed_counter;
+    /* continuous batching (one thread, workers[0]): the rows of one stream, their logits
+     * [parallel, V], a prompt block's [chunk, V], the tokens of a step; batched 0: a worker
+     * thread per slot */
+    int batched, threads_all;
+    mega_lm_stream *rows;
+    serve_row *row;
+    mega_real *lg, *lgp;
+    int32_t *tok;
 } serve_engine;
 
-/* start `parallel` slot threads for the language model in m; 0, or 1 after the error */
+/* start the `parallel` slots for the language model in m (threads_all threads in all: the batch's
+ * thread takes them all, a slot's thread threads_per_slot); 0, or 1 after the error */
 int serve_engine_start(serve_engine *e, loaded_model *m, int parallel, int max_queue, int threads_per_slot,
-                       serve_metrics *mt);
+                       int threads_all, serve_metrics *mt);
 /* stop: queued requests end (FIN_CANCELLED), running ones stop at their next token; joins the
  * slots. The mutex stays for the handlers still answering; serve_engine_free after them. */
 void serve_engine_stop(serve_engine *e);
@@ -133,6 +152,11 @@ int serve_submit(serve_engine *e, serve_job *j);
  * now with that reason, a running one at its next token; call with the mutex not held */
 void serve_cancel(serve_engine *e, serve_job *j, serve_finish why);
 void serve_job_free(serve_job *j);
+/* a handler is done with its submitted job (its answer written); serve_wait_detached: until every
+ * handler is, or `seconds` pass (a stop lets them write their last events: civetweb refuses
+ * writes once mg_stop has begun) */
+void serve_detach(serve_engine *e);
+void serve_wait_detached(serve_engine *e, double seconds);
 
 /* ---- metrics (serve.c), called by the slots under the engine's mutex ---- */
 void serve_metrics_token(serve_metrics *mt, double since_last);

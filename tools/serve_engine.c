@@ -1,12 +1,17 @@
 /*
- * mega serve: the generation slots of a language model. --parallel N worker threads each take
- * the oldest queued request and decode it through a stream of their own of the one shared model,
- * as `mega generate` does (the library's mega_lm_stream_feed and mega_sampler_next, with the
- * request's own sampler and seed): the streams of one model may be fed from several threads at
- * once, each stream by one thread (docs/library.md, "Threads"), so the N slots decode at the same
- * time. A request's tokens depend only on its prompt and sampling fields, never on what else runs.
- * The queue is bounded (--max-queue); a client that leaves, the request's deadline (--timeout) or
- * the server's stop end a request at its next token.
+ * mega serve: the generation slots of a language model. Continuous batching: one thread decodes
+ * the --parallel N slots as the rows of one stream (mega_lm_stream_row_add ...: each row at its
+ * own position); a queued request joins at the next token (its prompt fed to its row alone, in
+ * chunk-sized blocks as `mega generate` feeds it), then every running request takes one token per
+ * step together (one product per layer for all of them, each weight read once), each with its own
+ * sampler and seed (mega_sampler_next); a finished request frees its row for the next. A row's
+ * logits are the bits it has alone (the library's rows), so a request's tokens depend only on its
+ * prompt and sampling fields, never on what else runs. Models whose mixer has no rows (not Mega)
+ * or whose cache is the whole stream (no chunks: a row would hold --ctx positions) get the older
+ * way: N worker threads, each decoding one request at a time through a stream of its own of the
+ * one shared model (the streams of a model may be fed from several threads at once, each by one
+ * thread: docs/library.md, "Threads"). The queue is bounded (--max-queue); a client that leaves,
+ * the request's deadline (--timeout) or the server's stop end a request at its next token.
  */
 #include "serve.h"
 #include <math.h>
@@ -86,7 +91,7 @@ void serve_job_free(serve_job *j) {
 int serve_submit(serve_engine *e, serve_job *j) {
     pthread_mutex_lock(&e->mu);
     /* a request an idle slot takes at once does not count against --max-queue */
-    if (e->stopping || e->queued >= e->max_queue + (e->nworkers - e->running)) {
+    if (e->stopping || e->queued >= e->max_queue + (e->parallel - e->running)) {
         pthread_mutex_unlock(&e->mu);
         return -1;
     }
@@ -94,7 +99,7 @@ int serve_submit(serve_engine *e, serve_job *j) {
     if (e->tail) e->tail->next = j;
     else e->head = j;
     e->tail = j;
-    e->queued++;
+    e->queued++, e->attached++;
     pthread_cond_signal(&e->work);
     pthread_mutex_unlock(&e->mu);
     return 0;
@@ -115,6 +120,23 @@ static void unqueue(serve_engine *e, serve_job *j) {
     if (e->tail == j) e->tail = prev;
     j->next = NULL;
     e->queued--;
+}
+
+void serve_detach(serve_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->attached--;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void serve_wait_detached(serve_engine *e, double seconds) {
+    const double end = now_sec() + seconds;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        const int n = e->attached;
+        pthread_mutex_unlock(&e->mu);
+        if (n <= 0 || now_sec() > end) return;
+        usleep(2000);
+    }
 }
 
 void serve_cancel(serve_engine *e, serve_job *j, serve_finish why) {
@@ -231,6 +253,157 @@ static void run_job(serve_engine *e, serve_job *j) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* ---- continuous batching ----------------------------------------------------------------- */
+
+/* end row r's request (its fields already set) and free the row: the last row moves into r */
+static void batch_leave(serve_engine *e, int r) {
+    serve_row *q = &e->row[r];
+    const int last = mega_lm_stream_rows(e->rows) - 1;
+    const size_t V = (size_t)mega_lm_get_config(e->model->lm)->vocab_size;
+    mega_sampler_free(q->smp);
+    pthread_mutex_lock(&e->mu);
+    job_end(q->j, q->fin); /* its handler may free it now: not touched after */
+    e->running--;
+    pthread_mutex_unlock(&e->mu);
+    mega_lm_stream_row_remove(e->rows, r); /* a row in use: cannot fail */
+    if (r != last) {
+        e->row[r] = e->row[last];
+        memcpy(e->lg + (size_t)r * V, e->lg + (size_t)last * V, V * sizeof(mega_real));
+        e->tok[r] = e->tok[last];
+    }
+}
+
+/* j joins: a row, its sampler, its prompt fed in chunk-sized blocks (mega generate's blocks);
+ * the prompt's last logits in its row of e->lg. A failure or a cancel ends it at once. */
+static void batch_join(serve_engine *e, serve_job *j) {
+    const mega_lm_config *c = mega_lm_get_config(e->model->lm);
+    const size_t V = (size_t)c->vocab_size, blk = (size_t)c->block.chunk_size;
+    int r = -1;
+    if (mega_lm_stream_row_add(e->rows, &r) != MEGA_OK) { /* rows are taken only while one is free */
+        pthread_mutex_lock(&e->mu);
+        snprintf(j->err, sizeof j->err, "%s", mega_last_error());
+        job_end(j, FIN_ERROR), e->running--;
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    serve_row *q = &e->row[r];
+    memset(q, 0, sizeof *q);
+    q->j = j, q->fin = FIN_LENGTH;
+    q->line_start = j->rq.prompt_len == 0 || j->rq.prompt[j->rq.prompt_len - 1] == '\n';
+    if (j->rq.max_tokens == 0) q->done = 1; /* nothing to generate: nothing to feed */
+    else if (mega_sampler_new((int)V, &j->rq.sp, &q->smp) != MEGA_OK) q->done = 1, q->fin = FIN_ERROR;
+    for (size_t p = 0; !q->done && p < j->np; p += blk) {
+        const int T = (int)((j->np - p) < blk ? (j->np - p) : blk);
+        if (mega_lm_stream_row_feed(e->rows, r, j->ids + p, T, e->lgp) != MEGA_OK) q->done = 1, q->fin = FIN_ERROR;
+        else memcpy(e->lg + (size_t)r * V, e->lgp + (size_t)(T - 1) * V, V * sizeof(mega_real));
+        if (j->cancel || e->stopping) q->done = 1, q->fin = FIN_CANCELLED; /* read without the lock: one block late */
+    }
+    if (q->fin == FIN_ERROR) snprintf(j->err, sizeof j->err, "%s", mega_last_error());
+    if (q->done) batch_leave(e, r);
+}
+
+/* every row samples its next token from its logits (its own sampler), then, under the lock once
+ * for all, the tokens' text is appended, and the handlers are woken; a row is done at a stop
+ * string, a cancel, its deadline or its length */
+static void batch_sample(serve_engine *e, int n) {
+    const mega_lm_config *c = mega_lm_get_config(e->model->lm);
+    const int V = c->vocab_size;
+    char piece[1024];
+    for (int r = 0; r < n; r++) {
+        serve_row *q = &e->row[r];
+        mega_real *lg = e->lg + (size_t)r * V;
+        if (e->model->dict) /* as mega generate: never <s>, <pad>, the fillers */
+            for (int v = 0; v < V; v++)
+                if (!mega_fdict_generable(e->model->dict, v)) lg[v] = -INFINITY;
+        e->tok[r] = mega_sampler_next(q->smp, lg, c->padding_idx);
+        if (e->tok[r] < 0) snprintf(q->j->err, sizeof q->j->err, "%s", mega_last_error()), q->done = 1, q->fin = FIN_ERROR;
+    }
+    const double t = now_sec();
+    pthread_mutex_lock(&e->mu);
+    for (int r = 0; r < n; r++) {
+        serve_row *q = &e->row[r];
+        serve_job *j = q->j;
+        if (q->done) continue;
+        size_t k = 1;
+        if (e->model->dict) k = mega_fdict_decode(e->model->dict, e->tok[r], &q->line_start, piece, sizeof piece);
+        else piece[0] = (char)e->tok[r];
+        const int hit = append_text(j, piece, k);
+        j->ntok++, q->ntok++;
+        if (e->metrics) {
+            if (j->ntok == 1) serve_metrics_first(e->metrics, t - j->t_enq);
+            else serve_metrics_token(e->metrics, t - j->t_last);
+        }
+        if (j->ntok == 1) j->t_first = t;
+        j->t_last = t;
+        q->done = 1;
+        if (hit) q->fin = hit > 0 ? FIN_STOP : FIN_ERROR;
+        else if (j->cancel || e->stopping) q->fin = FIN_CANCELLED;
+        else if (j->deadline > 0 && t > j->deadline) q->fin = FIN_TIMEOUT;
+        else q->done = q->ntok >= j->rq.max_tokens; /* FIN_LENGTH */
+    }
+    pthread_mutex_unlock(&e->mu);
+    /* the handlers woken once the lock is free (woken under it, each would run only to wait for
+     * it again); a running job is ended by this thread alone, so every j here is still alive */
+    for (int r = 0; r < n; r++) pthread_cond_broadcast(&e->row[r].j->cv);
+}
+
+/* one token of every running request: sample, let the finished leave, feed the others together */
+static void batch_tick(serve_engine *e) {
+    const int n = mega_lm_stream_rows(e->rows);
+    if (n == 0) return;
+    batch_sample(e, n);
+    for (int r = n - 1; r >= 0; r--) /* from the last: the row moved into r is one already seen */
+        if (e->row[r].done) batch_leave(e, r);
+    if (mega_lm_stream_rows(e->rows) == 0 || mega_lm_stream_rows_step(e->rows, e->tok, e->lg) == MEGA_OK) return;
+    for (int r = mega_lm_stream_rows(e->rows) - 1; r >= 0; r--) {
+        snprintf(e->row[r].j->err, sizeof e->row[r].j->err, "%s", mega_last_error());
+        e->row[r].fin = FIN_ERROR;
+        batch_leave(e, r);
+    }
+}
+
+static void *batcher(void *arg) {
+    serve_engine *e = arg;
+    mega_set_threads(e->threads_all); /* OpenMP keeps its count per thread (docs/library.md) */
+    serve_job *take[256];
+    for (;;) {
+        int nt = 0;
+        pthread_mutex_lock(&e->mu);
+        while (!e->head && !e->stopping && mega_lm_stream_rows(e->rows) == 0) pthread_cond_wait(&e->work, &e->mu);
+        const int stop = e->stopping;
+        while (!stop && e->head && mega_lm_stream_rows(e->rows) + nt < e->parallel) {
+            serve_job *j = take[nt++] = e->head;
+            unqueue(e, j);
+            j->state = JOB_RUNNING, j->t_start = now_sec();
+            e->running++;
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (stop) break;
+        for (int i = 0; i < nt; i++) batch_join(e, take[i]);
+        batch_tick(e);
+    }
+    for (int r = mega_lm_stream_rows(e->rows) - 1; r >= 0; r--) e->row[r].fin = FIN_CANCELLED, batch_leave(e, r);
+    return NULL;
+}
+
+/* continuous batching for this model: its mixer has rows and its cache is a chunk; 1 with the
+ * stream and buffers made, 0 for the worker threads */
+static int batch_setup(serve_engine *e) {
+    mega_lm *lm = e->model->lm;
+    const mega_lm_config *c = mega_lm_get_config(lm);
+    const size_t V = (size_t)c->vocab_size, B = (size_t)e->parallel;
+    int r;
+    if (c->block.chunk_size <= 0 || B > 256 || mega_lm_stream_new(lm, e->parallel, c->block.chunk_size, &e->rows) != MEGA_OK)
+        return 0;
+    if (mega_lm_stream_row_add(e->rows, &r) != MEGA_OK) return mega_lm_stream_free(e->rows), e->rows = NULL, 0;
+    mega_lm_stream_row_remove(e->rows, r);
+    e->row = calloc(B, sizeof *e->row);
+    e->lg = malloc(B * V * sizeof(mega_real));
+    e->lgp = malloc((size_t)c->block.chunk_size * V * sizeof(mega_real));
+    e->tok = calloc(B, sizeof(int32_t));
+    return e->batched = e->row && e->lg && e->lgp && e->tok;
+}
+
 static void *worker(void *arg) {
     serve_engine *e = arg;
     mega_set_threads(e->threads_per_slot); /* OpenMP keeps its count per thread (docs/library.md) */
@@ -252,15 +425,17 @@ static void *worker(void *arg) {
 }
 
 int serve_engine_start(serve_engine *e, loaded_model *m, int parallel, int max_queue, int threads_per_slot,
-                       serve_metrics *mt) {
+                       int threads_all, serve_metrics *mt) {
     memset(e, 0, sizeof *e);
     e->model = m, e->parallel = parallel, e->max_queue = max_queue, e->threads_per_slot = threads_per_slot;
-    e->metrics = mt;
+    e->threads_all = threads_all, e->metrics = mt;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);
     if (!(e->workers = calloc((size_t)(parallel > 0 ? parallel : 1), sizeof(pthread_t)))) return cli_error("out of memory");
-    for (; e->nworkers < parallel; e->nworkers++)
-        if (pthread_create(&e->workers[e->nworkers], NULL, worker, e)) {
+    const int batched = parallel > 0 && batch_setup(e), nthreads = batched ? 1 : parallel;
+    if (parallel > 0 && e->rows && !batched) return serve_engine_free(e), cli_error("out of memory");
+    for (; e->nworkers < nthreads; e->nworkers++)
+        if (pthread_create(&e->workers[e->nworkers], NULL, batched ? batcher : worker, e)) {
             serve_engine_stop(e);
             serve_engine_free(e);
             return cli_error("cannot start %d threads", parallel);
@@ -284,6 +459,9 @@ void serve_engine_stop(serve_engine *e) {
 }
 
 void serve_engine_free(serve_engine *e) {
+    mega_lm_stream_free(e->rows);
+    free(e->row), free(e->lg), free(e->lgp), free(e->tok), free(e->workers);
+    e->rows = NULL, e->row = NULL, e->lg = e->lgp = NULL, e->tok = NULL, e->workers = NULL;
     pthread_cond_destroy(&e->work);
     pthread_mutex_destroy(&e->mu);
 }

@@ -427,19 +427,28 @@ typedef struct {
     real *O, *w;
     const real *q, *kk, *v;
     int T, t, n, nblk;
+    const int64_t *rpos; /* per-sequence positions (mega_mixer_state.rpos; T = 1), or NULL */
+    int chunk;
 } step_attn_args;
+
+/* sequence b's cached positions before this token: its own position's place in the chunk when
+ * the sequences stand at their own positions, else the state's */
+static size_t step_len(const step_attn_args *a, int b) {
+    if (!a->rpos) return (size_t)a->S->len;
+    return (size_t)(a->chunk > 0 ? a->rpos[b] % a->chunk : a->rpos[b]);
+}
 
 /* sequence b: append its key and value to the cache at S->len, and the attention weights of its
  * query over the n cached positions (w: the sequence's cap weights) */
 static void step_attn_weights(void *arg, int b) {
     const step_attn_args *a = arg;
     mg_state *S = a->S;
-    const size_t Z = (size_t)a->ak->Z, E = (size_t)a->ak->E, cap = (size_t)S->cap, len = (size_t)S->len;
+    const size_t Z = (size_t)a->ak->Z, E = (size_t)a->ak->E, cap = (size_t)S->cap, len = step_len(a, b);
     const size_t r = (size_t)b * a->T + a->t;
     real *kt = S->kc + (size_t)b * Z * cap;
     for (size_t z = 0; z < Z; z++) kt[z * cap + len] = a->kk[r * Z + z];
     memcpy(S->vc + ((size_t)b * cap + len) * E, a->v + r * E, E * sizeof(real));
-    mega_attn_query_weights(a->ak, a->q + r * Z, kt, cap, a->n, a->w + (size_t)b * cap);
+    mega_attn_query_weights(a->ak, a->q + r * Z, kt, cap, a->rpos ? (int)len + 1 : a->n, a->w + (size_t)b * cap);
 }
 
 /* piece i: output block i % nblk of sequence i / nblk */
@@ -448,7 +457,7 @@ static void step_attn_out(void *arg, int i) {
     const int b = i / a->nblk, e0 = (i % a->nblk) * MEGA_ATTN_QBLOCK, E = a->ak->E;
     const size_t cap = (size_t)a->S->cap, r = (size_t)b * a->T + a->t;
     mega_attn_query_out(a->O + r * E + e0, a->w + (size_t)b * cap, a->S->vc + (size_t)b * cap * E + e0, (size_t)E,
-                        a->n, MEGA_MIN(MEGA_ATTN_QBLOCK, E - e0));
+                        a->rpos ? (int)step_len(a, b) + 1 : a->n, MEGA_MIN(MEGA_ATTN_QBLOCK, E - e0));
 }
 
 static mega_status mg_step(const void *layer, const real *W, mega_mixer_state *St, real *out, const real *x, int T,
@@ -463,8 +472,12 @@ static mega_status mg_step(const void *layer, const real *W, mega_mixer_state *S
         S->h += b0 * c->n_dim * c->embed_dim, S->kc += b0 * cap * c->z_dim, S->vc += b0 * cap * c->hidden_dim;
     }
     const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim, P = P_(c);
-    if (c->chunk_size <= 0 && S->len + T > S->cap)
-        MEGA_FAIL(MEGA_ERR_INVALID, "stream of %d tokens exceeds the attention cache capacity %d", S->len + T, S->cap);
+    if (St->rpos && T != 1) MEGA_FAIL(MEGA_ERR_INVALID, "a step of sequences at their own positions takes one token (got %d)", T);
+    int64_t far = S->len; /* the furthest sequence's position before this step */
+    if (St->rpos)
+        for (int b = 0; b < B; b++) far = b ? MEGA_MAX(far, St->rpos[b]) : St->rpos[b];
+    if (c->chunk_size <= 0 && far + T > S->cap)
+        MEGA_FAIL(MEGA_ERR_INVALID, "stream of %lld tokens exceeds the attention cache capacity %d", (long long)(far + T), S->cap);
     mega_bump bp = {scratch, 0};
     /* norm statistics: 2R reals per-token norms, 2D for batchnorm (mega_seqnorm_stat_size) */
     real *xn = mega_bump_take(&bp, R * D), *nst = mega_bump_take(&bp, mega_seqnorm_stat_size(&L->norm, R));
@@ -480,7 +493,7 @@ static mega_status mg_step(const void *layer, const real *W, mega_mixer_state *S
     }
     /* the projections split their output columns over the threads (mega_linear_step) */
     mega_linear_step(v, xb, W + L->v_w, W + L->v_b, R, D, E);
-    mega_act_forward(c->activation, v, v, R * E);
+    mega_act_rows(c->activation, v, v, R, E); /* row by row: a row's bits whatever rows share the step */
     /* EMA with carried state, untruncated (official incremental path); n-dim 0: no EMA */
     if (c->n_dim > 0)
         mega_ema_layer_step(&L->ema, W, S->coef, S->h, mp, m, xb, B, T);
@@ -501,13 +514,15 @@ static mega_status mg_step(const void *layer, const real *W, mega_mixer_state *S
      * region each; no region at all otherwise: libgomp allocates a team descriptor for a region
      * of one thread, if() false included) */
     const int nblk = (int)((E + MEGA_ATTN_QBLOCK - 1) / MEGA_ATTN_QBLOCK);
-    step_attn_args aa = {&ak, S, O, w, q, kk, v, T, 0, 0, nblk};
+    step_attn_args aa = {&ak, S, O, w, q, kk, v, T, 0, 0, nblk, St->rpos, c->chunk_size};
     for (int t = 0; t < T; t++) {
-        aa.t = t, aa.n = S->len + 1;
+        /* n: the cached positions after this token (the furthest sequence's with rpos: a bound
+         * for the work estimate only; each sequence attends over its own) */
+        aa.t = t, aa.n = (St->rpos ? (int)(c->chunk_size > 0 ? MEGA_MIN(far, (int64_t)c->chunk_size - 1) : far) : S->len) + 1;
         const size_t work = (size_t)B * aa.n * (Z + E);
         mega_step_parallel(B, step_attn_weights, &aa, B > 1 && work > MEGA_PAR_MIN);
         mega_step_parallel(B * nblk, step_attn_out, &aa, work > MEGA_PAR_MIN / 2);
-        if (St->probe) memcpy(St->probe + (size_t)S->len * St->probe_ld, w, (size_t)aa.n * sizeof(real));
+        if (St->probe && !St->rpos) memcpy(St->probe + (size_t)S->len * St->probe_ld, w, (size_t)aa.n * sizeof(real));
         S->len = (c->chunk_size > 0 && aa.n == c->chunk_size) ? 0 : aa.n;
     }
     /* h = act(hx + h_proj(O*r)); out = x + u*(h - x); post-norm */
@@ -517,7 +532,7 @@ static mega_status mg_step(const void *layer, const real *W, mega_mixer_state *S
     /* whole rows per pass (vectorised; the activation of a few rows runs on this thread) */
     for (size_t r = 0; r < R; r++)
         for (size_t j = 0; j < D; j++) hp[r * D + j] += base[r * P + D + Z + E + j];
-    mega_act_forward(c->activation, hp, hp, R * D);
+    mega_act_rows(c->activation, hp, hp, R, D);
     for (size_t r = 0; r < R; r++)
         for (size_t j = 0; j < D; j++) {
             real u = mega_sigmoid(base[r * P + j]);
@@ -553,10 +568,12 @@ static size_t mg_state_size(const void *layer, int B, int cap) {
 static void mg_state_reset(const void *layer, mega_mixer_state *S) {
     const mega_mlayer *L = layer;
     mg_state v;
-    state_view(L, S->mem, S->B, S->cap, 0, &v);
+    state_view(L, S->mem, S->Bmem ? S->Bmem : S->B, S->cap, 0, &v);
     S->pos = 0;
-    /* only the EMA state needs zeroing: the caches are overwritten before being read */
-    memset(v.h, 0, (size_t)S->B * L->cfg->n_dim * L->cfg->embed_dim * sizeof(real));
+    /* only the EMA state needs zeroing: the caches are overwritten before being read; a view
+     * (mega_mixer_state.b0) clears its own sequences */
+    const size_t per = (size_t)L->cfg->n_dim * L->cfg->embed_dim;
+    memset(v.h + (size_t)S->b0 * per, 0, (size_t)S->B * per * sizeof(real));
 }
 
 static void mg_state_reorder(const void *layer, mega_mixer_state *S, const int *idx, real *tmp) {
@@ -604,7 +621,7 @@ static const char *const MG_OPTIONS[] = {"z-dim", "hidden-dim", "n-dim", "chunk-
 const mega_mixer_ops mega_mixer_ops_mega = {
     .name = "mega",
     .flags = MEGA_MIXER_SELF_RESIDUAL | MEGA_MIXER_CAUSAL | MEGA_MIXER_BIDIR | MEGA_MIXER_STEP_TEAM | MEGA_MIXER_PROBE |
-             MEGA_MIXER_GATED_XATTN,
+             MEGA_MIXER_GATED_XATTN | MEGA_MIXER_ROWS,
     .layer_size = sizeof(mega_mlayer),
     .check = mg_check,
     .options = MG_OPTIONS,

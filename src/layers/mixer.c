@@ -21,8 +21,13 @@ void mega_block_context_of(const mega_block_config *c, int T, mega_block_context
 }
 
 void mega__rows_gather(real *a, size_t per, int B, const int *idx, real *tmp) {
-    memcpy(tmp, a, (size_t)B * per * sizeof(real));
-    for (int b = 0; b < B; b++) memcpy(a + (size_t)b * per, tmp + (size_t)idx[b] * per, per * sizeof(real));
+    /* only the rows that change: their sources saved first (a source may itself be overwritten),
+     * then written; a row that keeps its place is not copied at all (a stream's row that leaves,
+     * model/lm.c, moves one row of B) */
+    for (int b = 0; b < B; b++)
+        if (idx[b] != b) memcpy(tmp + (size_t)idx[b] * per, a + (size_t)idx[b] * per, per * sizeof(real));
+    for (int b = 0; b < B; b++)
+        if (idx[b] != b) memcpy(a + (size_t)b * per, tmp + (size_t)idx[b] * per, per * sizeof(real));
 }
 
 mega_status mega_qkvo_declare(mega_qkvo *p, mega_params *P, const char *prefix, const char *sub, int D) {

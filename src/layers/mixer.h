@@ -52,8 +52,12 @@ typedef struct {
     size_t probe_ld;
     /* a view of sequences [b0, b0 + B) of a state laid out for Bmem sequences (0: not a view);
      * the Mega mixer's step only (model/lm.c decodes a batch as groups of sequences through such
-     * views); views are stepped, never initialised, reset or reordered */
+     * views); views are stepped and reset (their sequences only), never initialised or reordered */
     int b0, Bmem;
+    /* per-sequence positions (MEGA_MIXER_ROWS mixers; model/lm.c, a stream's rows): when not
+     * NULL, a step of one token where sequence b of this state (or view) stands at rpos[b], not
+     * at pos (continuous batching: each sequence started at its own time) */
+    const int64_t *rpos;
 } mega_mixer_state;
 
 enum {
@@ -67,8 +71,10 @@ enum {
                                          * (xattn.h); the others use multi-head */
     MEGA_MIXER_OWN_FFN = 1u << 6,       /* forward is the whole block, its FFN included (Megalodon's
                                          * two-hop residual): the block adds no FFN of its own */
-    MEGA_MIXER_FINAL_TSNORM = 1u << 7   /* a stack of it ends with a timestep norm (model/stack.h),
+    MEGA_MIXER_FINAL_TSNORM = 1u << 7,  /* a stack of it ends with a timestep norm (model/stack.h),
                                          * Megalodon's MegaOutputLayer.final_norm */
+    MEGA_MIXER_ROWS = 1u << 8           /* its step reads mega_mixer_state.rpos and its reset
+                                         * clears a view's sequences alone */
 };
 
 /* bytes a block reserves for a mixer's layer struct (each mixer asserts that it fits) */

@@ -135,7 +135,7 @@ void mega_nffn_step(const mega_nffn *f, const real *W, real *out, const real *x,
     }
     /* the step forms split the output columns over the threads (decode streams the weights) */
     mega_linear_step(h, xb, W + f->fc1_w, W + f->fc1_b, R, D, F);
-    mega_act_forward(c->activation, h, h, R * F);
+    mega_act_rows(c->activation, h, h, R, F); /* row by row: a row's bits whatever rows share the step */
     /* out may alias x: keep the residual in xn when post-norm */
     if (!c->prenorm) memcpy(xn, x, R * D * sizeof(real));
     const real *res = c->prenorm ? x : xn;

@@ -524,8 +524,19 @@ mega_status mega_lm_stream_new(mega_lm *m, int B, int cap, mega_lm_stream **out)
     return MEGA_OK;
 }
 
+/* the rows' views and buffers (lm.c, rows below) */
+static void rows_drop(mega_lm_stream *s) {
+    mega_lm_stream_free(s->rowv);
+    mega_lm_stream_free(s->stepv);
+    free(s->rpos);
+    mega__free(s->rtmp);
+    free(s->ridx);
+    s->rowv = s->stepv = NULL, s->rpos = NULL, s->rtmp = NULL, s->ridx = NULL, s->nrows = 0;
+}
+
 void mega_lm_stream_free(mega_lm_stream *s) {
     if (!s) return;
+    rows_drop(s);
     if (s->group)
         for (int g = 0; g < s->ngroups; g++) mega_lm_stream_free(s->group[g]);
     free(s->group);
@@ -561,6 +572,7 @@ void mega_lm_stream_reset(mega_lm_stream *s) {
     for (int l = 0; l < s->m->cfg.layers; l++) mega_block_state_reset(&s->m->st.blocks[l], &s->S[l]);
     if (s->m->st.has_tfnorm) mega_tsnorm_state_prior(&s->m->st.tfnorm, s->m->P.data, &s->tfs, s->B);
     stream_set_pos(s, 0);
+    rows_drop(s); /* fed as a whole again, or by rows from scratch */
 }
 
 int64_t mega_lm_stream_pos(const mega_lm_stream *s) { return s->pos; }
@@ -693,15 +705,21 @@ static mega_status group_body(void *arg) {
     return MEGA_OK;
 }
 
+static mega_status check_tokens(const mega_lm_config *c, const int32_t *tokens, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            MEGA_FAIL(MEGA_ERR_INVALID, "token %d is outside the vocabulary of %d", tokens[i], c->vocab_size);
+    return MEGA_OK;
+}
+
 mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T, mega_real *logits) {
     mega_lm *m = s->m;
     const mega_lm_config *c = &m->cfg;
     const int B = s->B;
     if (T < 0) MEGA_FAIL(MEGA_ERR_INVALID, "stream feed of %d tokens", T);
+    if (s->stepv) MEGA_FAIL(MEGA_ERR_INVALID, "a stream fed by rows is fed by rows until it is reset");
     /* the whole call is checked first: a bad token or an overflowing cache feeds nothing */
-    for (size_t i = 0; i < (size_t)B * (size_t)T; i++)
-        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
-            MEGA_FAIL(MEGA_ERR_INVALID, "token %d is outside the vocabulary of %d", tokens[i], c->vocab_size);
+    MEGA_TRY(check_tokens(c, tokens, (size_t)B * (size_t)T));
     mega_block_context x;
     mega_block_context_of(&c->block, s->cap, &x);
     if (x.cache_full && s->pos + T > s->cap)
@@ -729,4 +747,109 @@ mega_status mega_lm_stream_feed(mega_lm_stream *s, const int32_t *tokens, int T,
     if (st) return st;
     stream_set_pos(s, pos);
     return MEGA_OK;
+}
+
+/* ---- rows: sequences at their own positions (continuous batching) ----------------------------
+ * The state keeps B sequences; rows 0 .. nrows-1 are in use, row b at position rpos[b]. A row's
+ * prompt goes through a view of that one sequence (stream_alloc's views, as the groups above),
+ * fed as a stream of one sequence is fed (the same GEMMs over the same rows: the same bits as a
+ * stream of its own); a step goes through a view of the first nrows sequences with the positions
+ * rpos (mega_mixer_state.rpos: the Mega step attends each row over its own cached positions).
+ * The step's products give every row the sum it has alone (gemm.c, step_dots) and the rest of a
+ * step is per row, so a row's tokens do not depend on the rows beside it. A row that leaves is
+ * replaced by the last one (mega_block_state_reorder), so a step always covers rows 0 .. n-1. */
+
+/* the views and buffers, made on the first row (a stream never fed by rows has none) */
+static mega_status rows_ready(mega_lm_stream *s) {
+    if (s->stepv) return MEGA_OK;
+    mega_lm *m = s->m;
+    if (!(mega_mixer_ops_of(m->cfg.block.mixer)->flags & MEGA_MIXER_ROWS))
+        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "a stream's rows need the Mega mixer (this model's is %s)",
+                  mega_mixer_name(m->cfg.block.mixer));
+    if (s->pos) MEGA_FAIL(MEGA_ERR_INVALID, "a stream fed as a whole is fed by rows only after a reset");
+    const size_t per = mega_block_state_size(&m->st.blocks[0], s->B, s->cap);
+    s->rpos = calloc((size_t)s->B, sizeof *s->rpos);
+    s->ridx = calloc((size_t)s->B, sizeof *s->ridx);
+    s->rtmp = mega__calloc(per, sizeof(real));
+    mega_status st = !s->rpos || !s->ridx || !s->rtmp ? mega__error(MEGA_ERR_OOM, "out of memory allocating a stream's rows")
+                     : stream_alloc(m, 1, s->cap, s, 0, &s->rowv);
+    mega_lm_stream *v = NULL;
+    if (!st) st = stream_alloc(m, s->B, s->cap, s, 0, &v);
+    if (st) return rows_drop(s), st;
+    for (int l = 0; l < m->cfg.layers; l++) v->S[l].rpos = s->rpos;
+    s->stepv = v; /* last: the mark that the rows are ready */
+    return MEGA_OK;
+}
+
+/* point the one-sequence view at row b */
+static void rows_view(mega_lm_stream *s, int b) {
+    mega_lm_stream *v = s->rowv;
+    v->pos = s->rpos[b];
+    for (int l = 0; l < s->m->cfg.layers; l++) v->S[l].b0 = b, v->S[l].pos = s->rpos[b];
+}
+
+mega_status mega_lm_stream_row_add(mega_lm_stream *s, int *row) {
+    *row = -1;
+    MEGA_TRY(rows_ready(s));
+    if (s->nrows == s->B) MEGA_FAIL(MEGA_ERR_INVALID, "every row of the stream is in use (%d)", s->B);
+    const int b = s->nrows;
+    s->rpos[b] = 0;
+    rows_view(s, b);
+    /* the view's reset clears its own sequence only (MEGA_MIXER_ROWS) */
+    for (int l = 0; l < s->m->cfg.layers; l++) mega_block_state_reset(&s->m->st.blocks[l], &s->rowv->S[l]);
+    s->nrows++;
+    *row = b;
+    return MEGA_OK;
+}
+
+/* the cache of a mixer that keeps the whole stream: rows' positions + T within the capacity */
+static mega_status rows_fit(const mega_lm_stream *s, int b0, int n, int T) {
+    mega_block_context x;
+    mega_block_context_of(&s->m->cfg.block, s->cap, &x);
+    for (int b = b0; x.cache_full && b < b0 + n; b++)
+        if (s->rpos[b] + T > s->cap)
+            MEGA_FAIL(MEGA_ERR_INVALID, "row %d: stream of %lld tokens exceeds the cache capacity %d", b,
+                      (long long)(s->rpos[b] + T), s->cap);
+    return MEGA_OK;
+}
+
+mega_status mega_lm_stream_row_feed(mega_lm_stream *s, int row, const int32_t *tokens, int T, mega_real *logits) {
+    if (row < 0 || row >= s->nrows) MEGA_FAIL(MEGA_ERR_INVALID, "row %d is not in use (%d rows)", row, s->nrows);
+    if (T < 0) MEGA_FAIL(MEGA_ERR_INVALID, "stream feed of %d tokens", T);
+    MEGA_TRY(check_tokens(&s->m->cfg, tokens, (size_t)T));
+    MEGA_TRY(rows_fit(s, row, 1, T));
+    rows_view(s, row);
+    MEGA_TRY(stream_feed_rows(s->rowv, tokens, T, logits));
+    s->rpos[row] += T;
+    return MEGA_OK;
+}
+
+mega_status mega_lm_stream_rows_step(mega_lm_stream *s, const int32_t *tokens, mega_real *logits) {
+    const int n = s->nrows;
+    if (n == 0) return MEGA_OK;
+    MEGA_TRY(check_tokens(&s->m->cfg, tokens, (size_t)n));
+    MEGA_TRY(rows_fit(s, 0, n, 1));
+    mega_lm_stream *v = s->stepv;
+    v->B = n;
+    for (int l = 0; l < s->m->cfg.layers; l++) v->S[l].B = n;
+    MEGA_TRY(stream_feed_rows(v, tokens, 1, logits));
+    for (int b = 0; b < n; b++) s->rpos[b]++;
+    return MEGA_OK;
+}
+
+mega_status mega_lm_stream_row_remove(mega_lm_stream *s, int row) {
+    if (row < 0 || row >= s->nrows) MEGA_FAIL(MEGA_ERR_INVALID, "row %d is not in use (%d rows)", row, s->nrows);
+    const int last = --s->nrows;
+    if (row == last) return MEGA_OK;
+    for (int b = 0; b < s->B; b++) s->ridx[b] = b;
+    s->ridx[row] = last;
+    for (int l = 0; l < s->m->cfg.layers; l++) MEGA_TRY(mega_block_state_reorder(&s->m->st.blocks[l], &s->S[l], s->ridx, s->rtmp));
+    s->rpos[row] = s->rpos[last];
+    return MEGA_OK;
+}
+
+int mega_lm_stream_rows(const mega_lm_stream *s) { return s->nrows; }
+
+int64_t mega_lm_stream_row_pos(const mega_lm_stream *s, int row) {
+    return row >= 0 && row < s->nrows ? s->rpos[row] : -1;
 }

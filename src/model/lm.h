@@ -47,5 +47,13 @@ struct mega_lm_stream {
     mega_lm_stream **group;
     mega_status *gst;
     char (*gerr)[256];
+    /* rows (lm.c, mega_lm_stream_row_add ...): sequences [0, nrows) in use, sequence b at its own
+     * position rpos[b]; rowv: a view of one sequence (a row's own feed), stepv: a view of the
+     * first nrows (one token of every row); rtmp, ridx: moving a row (mega_block_state_reorder) */
+    int nrows;
+    int64_t *rpos;
+    mega_lm_stream *rowv, *stepv;
+    real *rtmp;
+    int *ridx;
 };
 #endif

@@ -72,6 +72,19 @@ static void act_backward_range(mega_act a, real *dx, const real *dy, const real 
 
 void mega_act_forward_serial(mega_act a, real *y, const real *x, size_t n) { act_forward_range(a, y, x, n); }
 
+void mega_act_rows(mega_act a, real *y, const real *x, size_t R, size_t n) {
+    if (R == 1) { /* its slices are whole vectors (ACT_SLICE): the bits of the loop below */
+        mega_act_forward(a, y, x, n);
+        return;
+    }
+    if (R * n <= MEGA_PAR_MIN) { /* no region at all (libgomp allocates one even if() false) */
+        for (size_t r = 0; r < R; r++) act_forward_range(a, y + r * n, x + r * n, n);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < R; r++) act_forward_range(a, y + r * n, x + r * n, n);
+}
+
 void mega_silu_times(real *out, const real *rows, size_t ld, const real *O, size_t R, size_t D) {
 #pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {

@@ -71,6 +71,9 @@ void mega_act_forward(mega_act a, real *y, const real *x, size_t n);
 /* the same on the calling thread, never entering a parallel region (for row loops that are
  * parallel themselves) */
 void mega_act_forward_serial(mega_act a, real *y, const real *x, size_t n);
+/* R rows of n: each row alone (its vector lanes and scalar tail the same whatever rows come
+ * before it: a decoded sequence's step gives the bits it has alone, model/lm.c rows) */
+void mega_act_rows(mega_act a, real *y, const real *x, size_t R, size_t n);
 /* dx = dy * f'(x)  (dx may alias dy) */
 void mega_act_backward(mega_act a, real *dx, const real *dy, const real *x, size_t n);
 /* s[j] = exp(s[j] - m) for j < n (mega_exp's values: exactly 0 for -inf or below the float range),
