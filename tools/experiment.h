@@ -111,5 +111,6 @@ int exp_ablation_listops(xctx *c);
 int exp_ablation_fmnist(xctx *c);
 int exp_extrapolate(xctx *c);
 int exp_speed(xctx *c);
+int exp_speech(xctx *c);
 
 #endif
