@@ -15,8 +15,8 @@ cd "$T" || exit 1
 cat "$HERE"/docs/*.md "$HERE"/README.md > text.txt
 
 n=$("$M" experiment --list | wc -l)
-if [ "$n" -eq 6 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^ablation-fmnist "; then
-  ok "--list names the 6 experiments"
+if [ "$n" -eq 7 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^speech "; then
+  ok "--list names the 7 experiments"
 else
   bad "--list ($n lines)"
 fi
@@ -62,9 +62,20 @@ EOF
   fi
 }
 
+# speech needs espeak-ng and a build with libsndfile (speech-synth of one clip tells)
+SPEECH="speech 4 2"
+if ! command -v espeak-ng >/dev/null 2>&1; then
+  SPEECH=skip
+  echo "NOTE test_experiment: speech skipped (espeak-ng not installed)"
+elif ! "$M" speech-synth --out probe --n-words 1 --per-word 1 --quiet > probe.txt 2>&1; then
+  SPEECH=skip
+  echo "NOTE test_experiment: speech skipped ($(head -n 1 probe.txt))"
+fi
+
 # name, expected model rows in results.md (table rows that are not headers, separators or the
 # majority line), expected figures
-for spec in "aft 5 6" "lra 10 2" "ablation-listops 11 2" "ablation-fmnist 11 2" "extrapolate 9 3" "speed 15 2"; do
+for spec in "aft 5 6" "lra 10 2" "ablation-listops 11 2" "ablation-fmnist 11 2" "extrapolate 9 3" "speed 15 2" "$SPEECH"; do
+  [ "$spec" = skip ] && continue
   set -- $spec
   name=$1 rows=$2 figs=$3
   "$M" experiment "$name" --quick --out q --data text.txt --threads 1 > "$name.out" 2>&1
@@ -82,6 +93,14 @@ for spec in "aft 5 6" "lra 10 2" "ablation-listops 11 2" "ablation-fmnist 11 2" 
   done
 done
 grep -q "majority class" q/lra/results.md && ok "lra reports the majority baseline" || bad "lra: no majority baseline"
+if [ "$SPEECH" != skip ]; then
+  if grep -q "Chance is 50.0 %" q/speech/results.md && grep -q "peak memory" q/speech/results.md &&
+     [ -L q/speech/data/speech-sub/"$(head -n 1 q/speech/data/speech-sub/testing_list.txt)" ]; then
+    ok "speech: chance, peak memory, and the Transformer's linked test subset"
+  else
+    bad "speech: results.md or data/speech-sub incomplete"
+  fi
+fi
 
 # the same seed gives the same validation numbers (the bits-per-byte column of aft)
 "$M" experiment aft --quick --out q2 --data text.txt --threads 1 > /dev/null 2>&1
