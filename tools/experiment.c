@@ -412,6 +412,7 @@ static const struct {
     {"vision", "Fashion-MNIST as patches and as pixels: Mega against a ViT (Transformer) at equal parameters and time", "~18 min", exp_vision},
     {"abc-mlm", "ABC article: masked-LM pretraining on GCIDE, then fine-tuning on language id and part of speech, against from scratch: BASE, Linformer, ABC-MLP, Mega", "~20 min", exp_abc_mlm},
     {"megalodon", "Mega vs Megalodon vs Transformer at equal training time, train at 256 / test to 4096, decode memory", "~12 min", exp_megalodon},
+    {"speech", "raw keyword spotting at L = 16,000 on espeak-ng speech: Mega (chunk 1000), local attention, Transformer, ABC at equal parameters and time", "~40 min", exp_speech},
 };
 #define NEXP (int)(sizeof EXPERIMENTS / sizeof *EXPERIMENTS)
 

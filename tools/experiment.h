@@ -119,5 +119,6 @@ int exp_pathfinder(xctx *c);
 int exp_vision(xctx *c);
 int exp_abc_mlm(xctx *c);
 int exp_megalodon(xctx *c);
+int exp_speech(xctx *c);
 
 #endif

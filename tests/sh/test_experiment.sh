@@ -15,10 +15,11 @@ cd "$T" || exit 1
 cat "$HERE"/docs/*.md "$HERE"/README.md > text.txt
 
 n=$("$M" experiment --list | wc -l)
-if [ "$n" -eq 10 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^ablation-fmnist " &&
+if [ "$n" -eq 11 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^ablation-fmnist " &&
   "$M" experiment --list | grep -q "^pathfinder " && "$M" experiment --list | grep -q "^vision " && "$M" experiment --list | grep -q "^abc-mlm " &&
-  "$M" experiment --list | grep -q "^megalodon "; then
-  ok "--list names the 10 experiments"
+  "$M" experiment --list | grep -q "^megalodon " &&
+  "$M" experiment --list | grep -q "^speech "; then
+  ok "--list names the 11 experiments"
 else
   bad "--list ($n lines)"
 fi
@@ -75,9 +76,20 @@ if grep -q 'no libpng' err.txt; then
   echo "NOTE test_experiment.sh: this build has no libpng; experiment pathfinder --quick is skipped"
 fi
 
+# speech needs espeak-ng and a build with libsndfile (speech-synth of one clip tells)
+SPEECH="speech 4 2"
+if ! command -v espeak-ng >/dev/null 2>&1; then
+  SPEECH=skip
+  echo "NOTE test_experiment: speech skipped (espeak-ng not installed)"
+elif ! "$M" speech-synth --out probe --n-words 1 --per-word 1 --quiet > probe.txt 2>&1; then
+  SPEECH=skip
+  echo "NOTE test_experiment: speech skipped ($(head -n 1 probe.txt))"
+fi
+
 # name, expected model rows in results.md (table rows that are not headers, separators or the
 # majority line; pathfinder: 2 rows of data statistics and 4 models), expected figures
-for spec in "aft 5 6" "lra 10 2" "ablation-listops 11 2" "ablation-fmnist 11 2" "extrapolate 9 3" "speed 15 2" "vision 4 1" "megalodon 9 3" ${PF:+"$PF"}; do
+for spec in "aft 5 6" "lra 10 2" "ablation-listops 11 2" "ablation-fmnist 11 2" "extrapolate 9 3" "speed 15 2" "vision 4 1" "megalodon 9 3" ${PF:+"$PF"} "$SPEECH"; do
+  [ "$spec" = skip ] && continue
   set -- $spec
   name=$1 rows=$2 figs=$3
   "$M" experiment "$name" --quick --out q --data text.txt --threads 1 > "$name.out" 2>&1
@@ -131,6 +143,14 @@ else
   status $? "abc-mlm: the fine-tuning run loaded the pretrained encoder (all but the 3 head tensors)"
   [ "$(cut -f1 q/abc-mlm/data/langid-train.tsv | sort -u | wc -l)" -eq 8 ] && [ "$(cut -f1 q/abc-mlm/data/pos-test.tsv | sort -u | wc -l)" -eq 4 ]
   status $? "abc-mlm: 8 languages and 4 parts of speech in the data"
+fi
+if [ "$SPEECH" != skip ]; then
+  if grep -q "Chance is 50.0 %" q/speech/results.md && grep -q "peak memory" q/speech/results.md &&
+     [ -L q/speech/data/speech-sub/"$(head -n 1 q/speech/data/speech-sub/testing_list.txt)" ]; then
+    ok "speech: chance, peak memory, and the Transformer's linked test subset"
+  else
+    bad "speech: results.md or data/speech-sub incomplete"
+  fi
 fi
 
 # the same seed gives the same validation numbers (the bits-per-byte column of aft)

@@ -107,6 +107,14 @@ if command -v espeak-ng >/dev/null 2>&1; then
   # shellcheck disable=SC2086
   "$MEGA" train --task classify --preset sc-raw --data syn --out synrun --steps 1 $tiny >syn_train.out 2>&1
   status $? "train reads the synthesized corpus"
+  # the whole path: a held-out (test speaker) clip through the trained model
+  clip=syn/$(head -n 1 syn/testing_list.txt)
+  "$MEGA" predict --model synrun --audio "$clip" >syn_pred.txt 2>&1
+  check "predict --audio classifies a held-out synthesized clip as one of the ten words" \
+    grep -qE "^$clip	(yes|no|up|down|left|right|on|off|stop|go)	(0|1)\.[0-9]{4}\$" syn_pred.txt
+  "$MEGA" speech-synth --out syn2 --n-words 2 --per-word 2 --seed 5 --quiet >syn2.out 2>&1
+  check "speech-synth --n-words 2 writes the first two words only (yes, no)" \
+    sh -c 'test "$(ls syn2 | grep -v _list.txt | tr "\n" " ")" = "no yes " && test "$(ls syn2/*/*.wav | wc -l)" -eq 4'
 else
   echo "NOTE test_speech: speech-synth part skipped (espeak-ng not installed)"
 fi
