@@ -7,6 +7,7 @@ mega_status mega_stack_declare(mega_stack *s, mega_params *P, const char *layer_
     s->L = layers;
     s->cfg = cfg;
     s->nthreads = mega_get_threads();
+    s->recompute = mega_get_recompute() == MEGA_RECOMPUTE_BLOCKS;
     s->blocks = calloc((size_t)layers, sizeof *s->blocks);
     if (!s->blocks) MEGA_FAIL(MEGA_ERR_OOM, "out of memory");
     s->owns_blocks = 1;
@@ -49,6 +50,7 @@ void mega_stack_share(mega_stack *dst, const mega_stack *src) {
     memset(dst, 0, sizeof *dst);
     dst->L = src->L, dst->cfg = src->cfg, dst->blocks = src->blocks, dst->owns_blocks = 0;
     dst->fnorm = src->fnorm, dst->has_fnorm = src->has_fnorm, dst->nthreads = src->nthreads;
+    dst->recompute = src->recompute;
 }
 
 /* Capacities, not shapes: a batch fits when its rows, activations and scratch fit what is
@@ -64,7 +66,8 @@ mega_status mega_stack_reserve(mega_stack *s, int B, int T) {
     free_buffers(s);
     const size_t D = (size_t)s->cfg->embed_dim;
     const int L = s->L;
-    s->acts = mega__calloc(per * (size_t)L, sizeof(real));
+    const size_t nacts = s->recompute ? 1 : (size_t)L;
+    s->acts = mega__calloc(per * nacts, sizeof(real));
     s->A = calloc((size_t)L, sizeof *s->A);
     s->H = mega__calloc(R * D * (size_t)(L + 1), sizeof(real));
     s->xf = mega__calloc(R * D + 2 * R + 2 * D, sizeof(real));
@@ -72,7 +75,7 @@ mega_status mega_stack_reserve(mega_stack *s, int B, int T) {
     s->dx = mega__calloc(R * D, sizeof(real));
     s->dy = mega__calloc(R * D, sizeof(real));
     if (!s->acts || !s->A || !s->H || !s->xf || !s->scratch || !s->dx || !s->dy) {
-        size_t mb = (per * L + R * D * (L + 4) + scr) * sizeof(real) >> 20;
+        size_t mb = (per * nacts + R * D * (L + 4) + scr) * sizeof(real) >> 20;
         free_buffers(s);
         MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving buffers for %zu tokens (about %zu MiB)", R, mb);
     }
@@ -88,7 +91,7 @@ mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B
     const int L = s->L;
     s->B = B, s->T = T, s->pad = pad;
     for (int l = 0; l < L; l++) {
-        mega_block_acts_point(&s->blocks[l], &s->A[l], s->acts + (size_t)l * s->acts_per, B, T);
+        mega_block_acts_point(&s->blocks[l], &s->A[l], s->acts + (s->recompute ? 0 : (size_t)l * s->acts_per), B, T);
         mega_run br = {training, training, mega_stack_key(key, l), s->nthreads, &s->sync};
         MEGA_TRY(mega_block_forward(&s->blocks[l], W, &s->A[l], s->H + (size_t)(l + 1) * R * D, s->H + (size_t)l * R * D,
                                     pad, B, T, &br, s->scratch));
@@ -113,6 +116,20 @@ mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B
     return MEGA_OK;
 }
 
+/* block l's activations again (recomputation): its forward from its input H[l] with the dropout
+ * key of the training forward, so the masks are the same, and without updating the batchnorm
+ * running statistics a second time (the forward then writes nothing into W). Its output goes to
+ * H[l+1], which block l+1's backward, already done, was the last to read; the values are those of
+ * the first forward. The same forward on the same input and buffers succeeded in the training
+ * forward, so its status is not looked at again. */
+static void recompute_block(mega_stack *s, const real *W, int l, int training, uint64_t key) {
+    const size_t R = (size_t)s->B * s->T, D = (size_t)s->cfg->embed_dim;
+    mega_run br = {training, 0, mega_stack_key(key, l), s->nthreads, &s->sync};
+    mega_status st = mega_block_forward(&s->blocks[l], (real *)W, &s->A[l], s->H + (size_t)(l + 1) * R * D,
+                                        s->H + (size_t)l * R * D, s->pad, s->B, s->T, &br, s->scratch);
+    (void)st;
+}
+
 real *mega_stack_backward(mega_stack *s, const real *W, real *dW, real *dout, int training, uint64_t key) {
     const int B = s->B, T = s->T, L = s->L;
     const size_t R = (size_t)B * T, D = (size_t)s->cfg->embed_dim;
@@ -128,6 +145,7 @@ real *mega_stack_backward(mega_stack *s, const real *W, real *dW, real *dout, in
     for (int l = L - 1; l >= 0; l--) {
         mega_run br = {training, training, mega_stack_key(key, l), s->nthreads, &s->sync};
         real *dIn = (dH == s->dx) ? s->dy : s->dx;
+        if (s->recompute && l < L - 1) recompute_block(s, W, l, training, key);
         mega_block_backward(&s->blocks[l], W, dW, &s->A[l], dIn, dH, s->H + (size_t)l * R * D, s->pad, B, T, &br,
                             s->scratch);
         dH = dIn;

@@ -6,6 +6,11 @@
  *   H[0]            input (written by the caller: embeddings)
  *   H[l+1]          = block_l(H[l])
  *   out             = final_norm(H[L]) (prenorm) else H[L], then zeroed at pads
+ *
+ * With recomputation (mega_set_recompute, read at declare) the blocks share one activation
+ * buffer: the backward re-runs block l's forward from H[l] with block l's dropout key just before
+ * its backward (the last block's activations are still there), so it needs H[0..L] and one
+ * block's activations instead of L blocks'.
  */
 #ifndef MEGA_STACK_H
 #define MEGA_STACK_H
@@ -20,12 +25,13 @@ typedef struct {
     mega_seqnorm fnorm;
     int has_fnorm;
     int nthreads;
+    int recompute;     /* MEGA_RECOMPUTE_BLOCKS: one block's activations, re-run by the backward */
     mega_bnsync sync; /* batchnorm statistics over processes (set by the model; fn NULL = none) */
     /* buffers */
     int Bmax, Tmax;    /* the batch that set the capacities (for information) */
     size_t Rcap, scr_cap; /* rows (B*T) and scratch reals the buffers hold */
     size_t acts_per;   /* activation reals per block */
-    real *acts;
+    real *acts;        /* L x acts_per, or one block's with recompute (every A[l] points at it) */
     mega_block_acts *A;
     real *H;           /* [(L+1)][R][D] */
     real *xf, *fstat;  /* output features [R][D] and final-norm statistics */
