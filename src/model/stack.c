@@ -56,11 +56,31 @@ void mega_stack_share(mega_stack *dst, const mega_stack *src) {
 /* Capacities, not shapes: a batch fits when its rows, activations and scratch fit what is
  * allocated, whatever its B x T (batches by tokens vary both; sizing by the largest B and the
  * largest T seen separately would allocate for their product). */
+/* the features and final-norm statistics for R rows; without a final norm, recomputation zeroes
+ * the pads of H[L] in place (mega_stack_forward) and needs none */
+static size_t xf_reals(const mega_stack *s, size_t R) {
+    const size_t D = (size_t)s->cfg->embed_dim;
+    return s->recompute && !s->has_fnorm ? 16 : R * D + 2 * R + 2 * D;
+}
+
+void mega_stack_sizes(const mega_stack *s, int B, int T, size_t *per, size_t *scr, size_t *xf) {
+    const mega_block *bl = &s->blocks[0];
+    *xf = xf_reals(s, (size_t)B * T);
+    if (s->recompute) {
+        mega_block_acts A;
+        *per = mega_block_acts_point_split(bl, &A, NULL, NULL, B, T);
+        *scr = mega_block_scratch_size_split(bl, B, T, s->nthreads);
+    } else {
+        *per = mega_block_acts_size(bl, B, T);
+        *scr = mega_block_scratch_size(bl, B, T, s->nthreads);
+    }
+}
+
 mega_status mega_stack_reserve(mega_stack *s, int B, int T) {
     if (B < 1 || T < 1) MEGA_FAIL(MEGA_ERR_INVALID, "batch and sequence length must be positive (got %d x %d)", B, T);
-    size_t R = (size_t)B * T;
-    size_t per = mega_block_acts_size(&s->blocks[0], B, T);
-    size_t scr = mega_block_scratch_size(&s->blocks[0], B, T, s->nthreads);
+    size_t R = (size_t)B * T, per, scr, nxf;
+    mega_stack_sizes(s, B, T, &per, &scr, &nxf);
+    (void)nxf; /* follows R */
     if (s->H && R <= s->Rcap && per <= s->acts_per && scr <= s->scr_cap) return MEGA_OK;
     R = MEGA_MAX(R, s->Rcap), per = MEGA_MAX(per, s->acts_per), scr = MEGA_MAX(scr, s->scr_cap);
     free_buffers(s);
@@ -70,7 +90,7 @@ mega_status mega_stack_reserve(mega_stack *s, int B, int T) {
     s->acts = mega__calloc(per * nacts, sizeof(real));
     s->A = calloc((size_t)L, sizeof *s->A);
     s->H = mega__calloc(R * D * (size_t)(L + 1), sizeof(real));
-    s->xf = mega__calloc(R * D + 2 * R + 2 * D, sizeof(real));
+    s->xf = mega__calloc(xf_reals(s, R), sizeof(real));
     s->scratch = mega__calloc(scr, sizeof(real));
     s->dx = mega__calloc(R * D, sizeof(real));
     s->dy = mega__calloc(R * D, sizeof(real));
@@ -79,7 +99,7 @@ mega_status mega_stack_reserve(mega_stack *s, int B, int T) {
         free_buffers(s);
         MEGA_FAIL(MEGA_ERR_OOM, "out of memory reserving buffers for %zu tokens (about %zu MiB)", R, mb);
     }
-    s->fstat = s->xf + R * D;
+    s->fstat = s->has_fnorm ? s->xf + R * D : NULL;
     s->Bmax = B, s->Tmax = T, s->acts_per = per, s->Rcap = R, s->scr_cap = scr;
     return MEGA_OK;
 }
@@ -91,7 +111,8 @@ mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B
     const int L = s->L;
     s->B = B, s->T = T, s->pad = pad;
     for (int l = 0; l < L; l++) {
-        mega_block_acts_point(&s->blocks[l], &s->A[l], s->acts + (s->recompute ? 0 : (size_t)l * s->acts_per), B, T);
+        if (s->recompute) mega_block_acts_point_split(&s->blocks[l], &s->A[l], s->acts, s->scratch, B, T);
+        else mega_block_acts_point(&s->blocks[l], &s->A[l], s->acts + (size_t)l * s->acts_per, B, T);
         mega_run br = {training, training, mega_stack_key(key, l), s->nthreads, &s->sync};
         MEGA_TRY(mega_block_forward(&s->blocks[l], W, &s->A[l], s->H + (size_t)(l + 1) * R * D, s->H + (size_t)l * R * D,
                                     pad, B, T, &br, s->scratch));
@@ -104,12 +125,13 @@ mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B
         xf = s->xf;
     }
     if (pad) {
-        if (xf == HL) {
-            memcpy(s->xf, HL, R * D * sizeof(real));
-            xf = s->xf;
-        }
+        /* recomputation zeroes H[L]'s pads in place: the backward does not read H[L] (the last
+         * block's recomputation writes it anew), and a copy would be one more R x D buffer */
+        real *z = s->recompute && xf == HL ? HL : s->xf;
+        if (xf == HL && z != HL) memcpy(s->xf, HL, R * D * sizeof(real));
         for (size_t r = 0; r < R; r++)
-            if (pad[r]) memset(s->xf + r * D, 0, D * sizeof(real));
+            if (pad[r]) memset(z + r * D, 0, D * sizeof(real));
+        xf = z;
     }
     s->out = xf;
     *out = xf;
@@ -145,7 +167,9 @@ real *mega_stack_backward(mega_stack *s, const real *W, real *dW, real *dout, in
     for (int l = L - 1; l >= 0; l--) {
         mega_run br = {training, training, mega_stack_key(key, l), s->nthreads, &s->sync};
         real *dIn = (dH == s->dx) ? s->dy : s->dx;
-        if (s->recompute && l < L - 1) recompute_block(s, W, l, training, key);
+        /* the last block's activations are still there, unless the next forward (none) or the
+         * head could have clobbered its FFN's in the scratch: recompute it too then */
+        if (s->recompute && (l < L - 1 || s->cfg->ffn_dim > 0)) recompute_block(s, W, l, training, key);
         mega_block_backward(&s->blocks[l], W, dW, &s->A[l], dIn, dH, s->H + (size_t)l * R * D, s->pad, B, T, &br,
                             s->scratch);
         dH = dIn;

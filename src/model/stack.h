@@ -8,9 +8,9 @@
  *   out             = final_norm(H[L]) (prenorm) else H[L], then zeroed at pads
  *
  * With recomputation (mega_set_recompute, read at declare) the blocks share one activation
- * buffer: the backward re-runs block l's forward from H[l] with block l's dropout key just before
- * its backward (the last block's activations are still there), so it needs H[0..L] and one
- * block's activations instead of L blocks'.
+ * buffer, and the FFN's input and activations live in the scratch (mega_block_acts_point_split):
+ * the backward re-runs block l's forward from H[l] with block l's dropout key just before its
+ * backward, so it needs H[0..L] and one block's mixer activations instead of L blocks'.
  */
 #ifndef MEGA_STACK_H
 #define MEGA_STACK_H
@@ -52,6 +52,9 @@ void mega_stack_share(mega_stack *dst, const mega_stack *src);
 void mega_stack_init(const mega_stack *s, real *W, mega_rng *rng);
 void mega_stack_free(mega_stack *s);
 mega_status mega_stack_reserve(mega_stack *s, int B, int T);
+/* the activation reals (per block, or the one block of recomputation), scratch reals and
+ * feature reals (xf and fstat) that reserve allocates for B x T */
+void mega_stack_sizes(const mega_stack *s, int B, int T, size_t *per, size_t *scr, size_t *xf);
 static inline real *mega_stack_input(mega_stack *s) { return s->H; }
 static inline const real *mega_stack_hidden(const mega_stack *s, int i) {
     return s->H + (size_t)i * s->B * s->T * s->cfg->embed_dim;
