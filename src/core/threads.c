@@ -46,7 +46,9 @@ int mega_get_threads(void) {
  * model runs rather than what it is */
 static _Thread_local mega_recompute g_recompute;
 
-void mega_set_recompute(mega_recompute r) { g_recompute = r > MEGA_RECOMPUTE_NONE && r < MEGA_RECOMPUTE_COUNT ? r : MEGA_RECOMPUTE_NONE; }
+void mega_set_recompute(mega_recompute r) {
+    g_recompute = r > MEGA_RECOMPUTE_NONE && r < MEGA_RECOMPUTE_COUNT ? r : MEGA_RECOMPUTE_NONE;
+}
 
 mega_recompute mega_get_recompute(void) { return g_recompute; }
 

@@ -180,8 +180,9 @@ mega_status mega__model_fill(mega_params *P, const mega_st_file *f, const char *
 }
 
 size_t mega__stack_bytes(const mega_stack *s, int B, int T) {
-    /* the sizes of mega_stack_reserve (stack.c): acts per block x L (x 1 with recomputation), H [(L+1)][R][D], xf and the
-     * final-norm statistics, scratch, dx and dy, the activation views */
+    /* the sizes of mega_stack_reserve (stack.c, mega_stack_sizes): acts per block x L (x 1 with
+     * recomputation), H [(L+1)][R][D], xf and the final-norm statistics, scratch, dx and dy, the
+     * activation views */
     const size_t R = (size_t)B * T, D = (size_t)s->cfg->embed_dim, L = (size_t)s->L;
     size_t per, scr, xf;
     mega_stack_sizes(s, B, T, &per, &scr, &xf);

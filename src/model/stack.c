@@ -53,9 +53,6 @@ void mega_stack_share(mega_stack *dst, const mega_stack *src) {
     dst->recompute = src->recompute;
 }
 
-/* Capacities, not shapes: a batch fits when its rows, activations and scratch fit what is
- * allocated, whatever its B x T (batches by tokens vary both; sizing by the largest B and the
- * largest T seen separately would allocate for their product). */
 /* the features and final-norm statistics for R rows; without a final norm, recomputation zeroes
  * the pads of H[L] in place (mega_stack_forward) and needs none */
 static size_t xf_reals(const mega_stack *s, size_t R) {
@@ -76,11 +73,13 @@ void mega_stack_sizes(const mega_stack *s, int B, int T, size_t *per, size_t *sc
     }
 }
 
+/* Capacities, not shapes: a batch fits when its rows, activations and scratch fit what is
+ * allocated, whatever its B x T (batches by tokens vary both; sizing by the largest B and the
+ * largest T seen separately would allocate for their product). */
 mega_status mega_stack_reserve(mega_stack *s, int B, int T) {
     if (B < 1 || T < 1) MEGA_FAIL(MEGA_ERR_INVALID, "batch and sequence length must be positive (got %d x %d)", B, T);
-    size_t R = (size_t)B * T, per, scr, nxf;
+    size_t R = (size_t)B * T, per, scr, nxf; /* the features' size follows R */
     mega_stack_sizes(s, B, T, &per, &scr, &nxf);
-    (void)nxf; /* follows R */
     if (s->H && R <= s->Rcap && per <= s->acts_per && scr <= s->scr_cap) return MEGA_OK;
     R = MEGA_MAX(R, s->Rcap), per = MEGA_MAX(per, s->acts_per), scr = MEGA_MAX(scr, s->scr_cap);
     free_buffers(s);
