@@ -50,7 +50,8 @@ size_t mega_block_scratch_size(const mega_block *bl, int B, int T, int nthreads)
  * base, and the FFN's input y1 and activations in the scratch, past what the FFN's forward and
  * backward use of it. Those live from the block's forward to the FFN's backward, while the
  * mixer's part of the scratch is unused, so they cost no memory of their own; but any other
- * forward clobbers them: the block's forward must run just before its backward. The scratch
+ * block's forward clobbers them: the block's forward must be the last to use the scratch before
+ * its backward. The scratch
  * is then mega_block_scratch_size_split reals. Returns the reals used in base (as
  * mega_block_acts_point; scratch NULL: count). */
 size_t mega_block_acts_point_split(const mega_block *bl, mega_block_acts *A, real *base, real *scratch, int B, int T);

@@ -166,9 +166,10 @@ real *mega_stack_backward(mega_stack *s, const real *W, real *dW, real *dout, in
     for (int l = L - 1; l >= 0; l--) {
         mega_run br = {training, training, mega_stack_key(key, l), s->nthreads, &s->sync};
         real *dIn = (dH == s->dx) ? s->dy : s->dx;
-        /* the last block's activations are still there, unless the next forward (none) or the
-         * head could have clobbered its FFN's in the scratch: recompute it too then */
-        if (s->recompute && (l < L - 1 || s->cfg->ffn_dim > 0)) recompute_block(s, W, l, training, key);
+        /* the last block's activations are still there: its FFN's in the scratch too, since
+         * nothing else writes the stack's scratch between its forward and its backward (the
+         * final norm and the models' heads have their own buffers) */
+        if (s->recompute && l < L - 1) recompute_block(s, W, l, training, key);
         mega_block_backward(&s->blocks[l], W, dW, &s->A[l], dIn, dH, s->H + (size_t)l * R * D, s->pad, B, T, &br,
                             s->scratch);
         dH = dIn;

@@ -10,7 +10,8 @@
  * With recomputation (mega_set_recompute, read at declare) the blocks share one activation
  * buffer, and the FFN's input and activations live in the scratch (mega_block_acts_point_split):
  * the backward re-runs block l's forward from H[l] with block l's dropout key just before its
- * backward, so it needs H[0..L] and one block's mixer activations instead of L blocks'.
+ * backward (the last block's are still there: nothing but the blocks writes the scratch), so it
+ * needs H[0..L] and one block's mixer activations instead of L blocks'.
  */
 #ifndef MEGA_STACK_H
 #define MEGA_STACK_H
