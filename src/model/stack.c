@@ -124,8 +124,9 @@ mega_status mega_stack_forward(mega_stack *s, real *W, const uint8_t *pad, int B
         xf = s->xf;
     }
     if (pad) {
-        /* recomputation zeroes H[L]'s pads in place: the backward does not read H[L] (the last
-         * block's recomputation writes it anew), and a copy would be one more R x D buffer */
+        /* recomputation zeroes H[L]'s pads in place: without a final norm the backward does not
+         * read H[L] (the last block's backward reads its input), and a copy would be one more
+         * R x D buffer */
         real *z = s->recompute && xf == HL ? HL : s->xf;
         if (xf == HL && z != HL) memcpy(s->xf, HL, R * D * sizeof(real));
         for (size_t r = 0; r < R; r++)
