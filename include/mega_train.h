@@ -156,6 +156,22 @@ MEGA_API uint64_t mega_mix64(uint64_t z);
 MEGA_API uint64_t mega_dropout_key(uint64_t seed, int64_t step);
 MEGA_API uint64_t mega_shard_key(uint64_t key, int shard);
 
+/* ---------------------------------------------------------------------------------------------
+ * Activation recomputation (`mega train --recompute`; docs/training.md, docs/performance.md).
+ * none: a training forward keeps every block's activations for the backward. blocks: it keeps
+ * only each block's input (the hidden states it already keeps) and one block's activations; the
+ * backward re-runs each block's forward from its input, with the same dropout key (the masks are
+ * drawn again, not stored) and without touching the batchnorm running statistics, just before
+ * that block's backward: one more forward of the blocks per step for L - 1 fewer activation sets.
+ * The gradients, hence the trained weights, are bit for bit those of none. It applies to the
+ * Mega stacks of the language model, the classifier and the encoder-decoder's encoder. The
+ * calling thread's setting (as mega_set_threads), read by a model when it is created or loaded
+ * and by mega_*_memory; a model keeps the setting it was made with. */
+typedef enum { MEGA_RECOMPUTE_NONE = 0, MEGA_RECOMPUTE_BLOCKS, MEGA_RECOMPUTE_COUNT } mega_recompute;
+MEGA_API void mega_set_recompute(mega_recompute r); /* out of range: none */
+MEGA_API mega_recompute mega_get_recompute(void);
+MEGA_API const char *mega_recompute_name(mega_recompute r); /* "none", "blocks"; NULL out of range */
+
 #ifdef __cplusplus
 }
 #endif

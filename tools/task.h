@@ -37,6 +37,7 @@ typedef struct train_args {
     double time_budget, trained_seconds, evaled_seconds;
     int batch, seq_len, threads, resume, quiet;
     int grad_accum;      /* micro-batches per step and rank (--grad-accum) */
+    int recompute;       /* --recompute: a mega_recompute (not stored: it changes no bit of the run) */
     double dist_timeout; /* seconds a rank waits for the others (--dist-timeout) */
     int force, reschedule, keep; /* the run directory: --force, --reschedule, --keep */
     /* a --reschedule at step sched_from (0 = never): from there the learning rate decays from

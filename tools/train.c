@@ -459,6 +459,10 @@ static int build_flags(cli_flag *fl, train_args *a, const task_def *td) {
         {"optimizer", F_ENUM, &a->optimizer, "the optimizer (its flags follow)", optim_choices(), 1, 0, 0},
         {"seed", F_I64, &a->seed, "seed (initialisation, data sampling, dropout)", NULL, 0, 9e15, 0},
         {"threads", F_INT, &a->threads, "threads (0 = all cores)", NULL, 0, 4096, 0},
+        {"recompute", F_CHOICE, &a->recompute, "activation recomputation: none keeps every block's activations for the "
+         "backward; blocks keeps each block's input only and runs its forward again just before its backward (less memory, "
+         "about one more forward per step; the same trained weights, bit for bit; any value with --resume; docs/training.md)",
+         "none|blocks", 1, 0, 0},
         {"max-memory", F_SIZE, &tool_max_memory, "refuse a run whose expected memory (printed at the start: weights, gradients, optimizer state, buffers, data, checkpoint saves) exceeds this: bytes, or with K/M/G/T (0 = the memory available)", NULL, 1, 0, 0},
         {"eval-every", F_I64, &a->eval_every, "validate every N steps (0 = only at the end)", NULL, 0, 1e12, 0},
         {"eval-tokens", F_I64, &a->eval_tokens, "lm: validation bytes per evaluation; classify: examples (0 = the whole split)", NULL, 0, 1e15, 0},
@@ -1113,6 +1117,9 @@ static void describe_run(const train_args *a, task *t, int64_t start) {
            (long long)a->steps, a->batch, a->seq_len, a->lr, final_lr(a),
            a->schedule, (long long)a->warmup, a->opt.weight_decay,
            a->clip, (long long)a->seed, mega_get_threads());
+    if (a->recompute != MEGA_RECOMPUTE_NONE) /* runs without it print as before */
+        printf("  recompute %s (the backward runs each block's forward again from its input)\n",
+               mega_recompute_name((mega_recompute)a->recompute));
     if (mega_optim_find(a->optimizer) != (int)mega_optim_legacy()) /* the legacy optimizer's runs print as before */
         printf("  optimizer %s (%s)\n", a->optimizer, mega_optim_describe((mega_optim_kind)mega_optim_find(a->optimizer)));
     if (dist_size() > 1 || a->grad_accum > 1)
@@ -1185,6 +1192,7 @@ int cmd_train(int argc, char **argv) {
         return 2;
     }
     mega_set_threads(a.threads);
+    mega_set_recompute((mega_recompute)a.recompute); /* before the model is made: it sizes its buffers */
     train_pos pos;
     memset(&pos, 0, sizeof pos);
     mega_optim *opt = NULL;

@@ -42,6 +42,21 @@ int mega_get_threads(void) {
 #endif
 }
 
+/* activation recomputation (mega_train.h): per thread, as the thread count, since both say how a
+ * model runs rather than what it is */
+static _Thread_local mega_recompute g_recompute;
+
+void mega_set_recompute(mega_recompute r) {
+    g_recompute = r > MEGA_RECOMPUTE_NONE && r < MEGA_RECOMPUTE_COUNT ? r : MEGA_RECOMPUTE_NONE;
+}
+
+mega_recompute mega_get_recompute(void) { return g_recompute; }
+
+const char *mega_recompute_name(mega_recompute r) {
+    static const char *const names[MEGA_RECOMPUTE_COUNT] = {"none", "blocks"};
+    return r >= 0 && r < MEGA_RECOMPUTE_COUNT ? names[r] : NULL;
+}
+
 const char *mega_build_info(void) {
     return "mega " MEGA_VERSION " " MEGA_REAL_NAME
 #if defined(__AVX512F__)

@@ -38,20 +38,39 @@ size_t mega_block_acts_size(const mega_block *bl, int B, int T) {
     return mega_block_acts_point(bl, &A, NULL, B, T);
 }
 
-/* lay out: mixer | wrapper (mn, mstat) | y1 | ffn */
-size_t mega_block_acts_point(const mega_block *bl, mega_block_acts *A, real *base, int B, int T) {
+/* lay out: mixer | wrapper (mn, mstat) | y1 | ffn, the last two in `tail` instead when split;
+ * returns the reals used in base (*tail_used: in tail) */
+static size_t layout(const mega_block *bl, mega_block_acts *A, real *base, real *tail, int split, int B, int T,
+                     size_t *tail_used) {
     memset(A, 0, sizeof *A);
-    mega_bump b = {base, 0};
+    mega_bump b = {base, 0}, t = {tail, 0};
     A->mixer = mega_bump_take(&b, bl->ops->acts_size(bl->mixer, B, T));
     if (!self_residual(bl)) {
         A->mn = mega_bump_take(&b, (size_t)B * T * bl->cfg->embed_dim);
         A->mstat = mega_bump_take(&b, mega_seqnorm_stat_size(&bl->mnorm, (size_t)B * T));
     }
     if (has_ffn(bl)) {
-        A->y1 = mega_bump_take(&b, (size_t)B * T * bl->cfg->embed_dim);
-        b.off += mega_nffn_acts_point(&bl->ffn, &A->ffn, base ? base + b.off : NULL, B, T);
+        mega_bump *f = split ? &t : &b;
+        A->y1 = mega_bump_take(f, (size_t)B * T * bl->cfg->embed_dim);
+        f->off += mega_nffn_acts_point(&bl->ffn, &A->ffn, f->base ? f->base + f->off : NULL, B, T);
+        A->y1_in_scratch = split;
     }
+    if (tail_used) *tail_used = t.off;
     return b.off;
+}
+
+size_t mega_block_acts_point(const mega_block *bl, mega_block_acts *A, real *base, int B, int T) {
+    return layout(bl, A, base, NULL, 0, B, T, NULL);
+}
+
+/* where the split layout's tail starts in the scratch: past dy1 and the FFN's scratch, which
+ * mega_nffn_forward (from the scratch's start) and the FFN's backward (from rd) use */
+static size_t tail_start(const mega_block *bl, int B, int T) {
+    return rd(bl, B, T) + ((mega_nffn_scratch(&bl->ffn, B, T) + 15) & ~(size_t)15);
+}
+
+size_t mega_block_acts_point_split(const mega_block *bl, mega_block_acts *A, real *base, real *scratch, int B, int T) {
+    return layout(bl, A, base, scratch ? scratch + tail_start(bl, B, T) : NULL, 1, B, T, NULL);
 }
 
 size_t mega_block_scratch_size(const mega_block *bl, int B, int T, int nthreads) {
@@ -60,6 +79,15 @@ size_t mega_block_scratch_size(const mega_block *bl, int B, int T, int nthreads)
     if (has_ffn(bl)) /* backward keeps dy1 (R x D) in front of the layers' scratch */
         s = rd(bl, B, T) + MEGA_MAX(s, mega_nffn_scratch(&bl->ffn, B, T));
     return s;
+}
+
+size_t mega_block_scratch_size_split(const mega_block *bl, int B, int T, int nthreads) {
+    const size_t s = mega_block_scratch_size(bl, B, T, nthreads);
+    if (!has_ffn(bl)) return s;
+    mega_block_acts A;
+    size_t tail;
+    layout(bl, &A, NULL, NULL, 1, B, T, &tail);
+    return MEGA_MAX(s, tail_start(bl, B, T) + tail);
 }
 
 /* the mixer sublayer: Mega directly, any other mixer inside the standard residual wrapper */
@@ -110,7 +138,14 @@ static void sublayer_backward(const mega_block *bl, const real *W, real *dW, con
 mega_status mega_block_forward(const mega_block *bl, real *W, mega_block_acts *A, real *out, const real *x,
                                const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
     if (!has_ffn(bl)) return sublayer_forward(bl, W, A, out, x, pad, B, T, run, scratch);
-    MEGA_TRY(sublayer_forward(bl, W, A, A->y1, x, pad, B, T, run, scratch));
+    if (A->y1_in_scratch) {
+        /* y1 in the scratch's tail, which the sublayer's forward uses: its output goes to out
+         * first (the FFN then reads its copy and overwrites out) */
+        MEGA_TRY(sublayer_forward(bl, W, A, out, x, pad, B, T, run, scratch));
+        memcpy(A->y1, out, (size_t)B * T * bl->cfg->embed_dim * sizeof(real));
+    } else {
+        MEGA_TRY(sublayer_forward(bl, W, A, A->y1, x, pad, B, T, run, scratch));
+    }
     mega_nffn_forward(&bl->ffn, W, &A->ffn, out, A->y1, (size_t)B * T, run, scratch);
     return MEGA_OK;
 }

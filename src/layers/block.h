@@ -29,6 +29,7 @@ typedef struct {
     real *mn, *mstat; /* sublayer wrapper: normalised input (prenorm) or residual sum (postnorm), stats */
     mega_nffn_acts ffn;
     real *y1;         /* mixer sublayer output (FFN input) */
+    int y1_in_scratch; /* the recomputation layout (mega_block_acts_point_split) */
 } mega_block_acts;
 
 /* streaming state of one block: its mixer's (the FFN and the norms have none) */
@@ -45,6 +46,16 @@ size_t mega_block_acts_size(const mega_block *bl, int B, int T);
 size_t mega_block_acts_point(const mega_block *bl, mega_block_acts *A, real *base, int B, int T);
 /* scratch reals for forward + backward */
 size_t mega_block_scratch_size(const mega_block *bl, int B, int T, int nthreads);
+/* The layout of recomputation (model/stack.c): the mixer's (and its wrapper's) activations in
+ * base, and the FFN's input y1 and activations in the scratch, past what the FFN's forward and
+ * backward use of it. Those live from the block's forward to the FFN's backward, while the
+ * mixer's part of the scratch is unused, so they cost no memory of their own; but any other
+ * block's forward clobbers them: the block's forward must be the last to use the scratch before
+ * its backward. The scratch
+ * is then mega_block_scratch_size_split reals. Returns the reals used in base (as
+ * mega_block_acts_point; scratch NULL: count). */
+size_t mega_block_acts_point_split(const mega_block *bl, mega_block_acts *A, real *base, real *scratch, int B, int T);
+size_t mega_block_scratch_size_split(const mega_block *bl, int B, int T, int nthreads);
 
 /* out [B,T,D] = block(x); pad [B,T] (1 = pad) or NULL */
 mega_status mega_block_forward(const mega_block *bl, real *W, mega_block_acts *A, real *out, const real *x,

@@ -180,12 +180,13 @@ mega_status mega__model_fill(mega_params *P, const mega_st_file *f, const char *
 }
 
 size_t mega__stack_bytes(const mega_stack *s, int B, int T) {
-    /* the sizes of mega_stack_reserve (stack.c): acts per block x L, H [(L+1)][R][D], xf and the
-     * final-norm statistics, scratch, dx and dy, the activation views */
+    /* the sizes of mega_stack_reserve (stack.c, mega_stack_sizes): acts per block x L (x 1 with
+     * recomputation), H [(L+1)][R][D], xf and the final-norm statistics, scratch, dx and dy, the
+     * activation views */
     const size_t R = (size_t)B * T, D = (size_t)s->cfg->embed_dim, L = (size_t)s->L;
-    const size_t per = mega_block_acts_size(&s->blocks[0], B, T);
-    const size_t scr = mega_block_scratch_size(&s->blocks[0], B, T, s->nthreads);
-    const size_t reals = per * L + R * D * (L + 1) + (R * D + 2 * R + 2 * D) + scr + 2 * R * D;
+    size_t per, scr, xf;
+    mega_stack_sizes(s, B, T, &per, &scr, &xf);
+    const size_t reals = per * (s->recompute ? 1 : L) + R * D * (L + 1) + xf + scr + 2 * R * D;
     return (reals + mega_stack_tf_reals(s, R)) * sizeof(real) + L * sizeof(mega_block_acts);
 }
 

@@ -6,6 +6,12 @@
  *   H[0]            input (written by the caller: embeddings)
  *   H[l+1]          = block_l(H[l])
  *   out             = final_norm(H[L]) (prenorm) else H[L], then zeroed at pads
+ *
+ * With recomputation (mega_set_recompute, read at declare) the blocks share one activation
+ * buffer, and the FFN's input and activations live in the scratch (mega_block_acts_point_split):
+ * the backward re-runs block l's forward from H[l] with block l's dropout key just before its
+ * backward (the last block's are still there: nothing but the blocks writes the scratch), so it
+ * needs H[0..L] and one block's mixer activations instead of L blocks'.
  */
 #ifndef MEGA_STACK_H
 #define MEGA_STACK_H
@@ -26,12 +32,13 @@ typedef struct {
     int has_tfnorm;
     real *tf;          /* its activations and state (mega_stack_tf_reals) */
     int nthreads;
+    int recompute;     /* MEGA_RECOMPUTE_BLOCKS: one block's activations, re-run by the backward */
     mega_bnsync sync; /* batchnorm statistics over processes (set by the model; fn NULL = none) */
     /* buffers */
     int Bmax, Tmax;    /* the batch that set the capacities (for information) */
     size_t Rcap, scr_cap; /* rows (B*T) and scratch reals the buffers hold */
     size_t acts_per;   /* activation reals per block */
-    real *acts;
+    real *acts;        /* L x acts_per, or one block's with recompute (every A[l] points at it) */
     mega_block_acts *A;
     real *H;           /* [(L+1)][R][D] */
     real *xf, *fstat;  /* output features [R][D] and final-norm statistics */
@@ -52,6 +59,9 @@ void mega_stack_share(mega_stack *dst, const mega_stack *src);
 void mega_stack_init(const mega_stack *s, real *W, mega_rng *rng);
 void mega_stack_free(mega_stack *s);
 mega_status mega_stack_reserve(mega_stack *s, int B, int T);
+/* the activation reals (per block, or the one block of recomputation), scratch reals and
+ * feature reals (xf and fstat) that reserve allocates for B x T */
+void mega_stack_sizes(const mega_stack *s, int B, int T, size_t *per, size_t *scr, size_t *xf);
 static inline real *mega_stack_input(mega_stack *s) { return s->H; }
 static inline const real *mega_stack_hidden(const mega_stack *s, int i) {
     return s->H + (size_t)i * s->B * s->T * s->cfg->embed_dim;
