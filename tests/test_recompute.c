@@ -156,10 +156,12 @@ int main(void) {
     c.k = K_LM;
     for (int k = 0; k < MEGA_MIXER_COUNT; k++) {
         char what[96];
-        snprintf(what, sizeof what, "lm %s, dropout", mega_mixer_name((mega_mixer_kind)k));
+        /* Megalodon refuses dropout (docs/megalodon.md): its recomputation is checked without */
+        const int drop = k != MEGA_MIXER_MEGALODON;
+        snprintf(what, sizeof what, "lm %s%s", mega_mixer_name((mega_mixer_kind)k), drop ? ", dropout" : "");
         mega_lm_config_default(&c.lm);
         c.lm.layers = L;
-        block(&c.lm.block, (mega_mixer_kind)k, 16, 0.1f);
+        block(&c.lm.block, (mega_mixer_kind)k, 16, drop ? 0.1f : 0.0f);
         check(what, &c);
     }
     mega_lm_config_default(&c.lm);

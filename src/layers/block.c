@@ -70,7 +70,7 @@ static size_t tail_start(const mega_block *bl, int B, int T) {
 }
 
 size_t mega_block_acts_point_split(const mega_block *bl, mega_block_acts *A, real *base, real *scratch, int B, int T) {
-    return layout(bl, A, base, scratch ? scratch + tail_start(bl, B, T) : NULL, 1, B, T, NULL);
+    return layout(bl, A, base, scratch && has_ffn(bl) ? scratch + tail_start(bl, B, T) : NULL, 1, B, T, NULL);
 }
 
 size_t mega_block_scratch_size(const mega_block *bl, int B, int T, int nthreads) {
