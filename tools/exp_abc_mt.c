@@ -110,7 +110,9 @@ static int mt_setting(xctx *c, const mt_model *M, int n, const mt_size *z, const
         xrun r;
         memset(&R[i], 0, sizeof R[i]);
         R[i].bleu = R[i].chrf = R[i].tok_s = R[i].peak = NAN;
-        const int F = i ? match_ffn(c, M[i].id, z->common, M[i].flags, z->F0, z->D, z->L, R[0].params) : z->F0;
+        /* at least half BASE's FFN: ABC-MLP's controls (2 H n D per attention) can outweigh all of it */
+        int F = i ? match_ffn(c, M[i].id, z->common, M[i].flags, z->F0, z->D, z->L, R[0].params) : z->F0;
+        if (F < z->F0 / 2) F = z->F0 / 2;
         snprintf(flags[i], sizeof flags[i], "%s --ffn-dim %d", M[i].flags, F);
         if (!train_model(c, M[i].id, full, flags[i], "acc", &R[i].g, &R[i].params, &r)) {
             R[i].steps = R[i].g.steps;
@@ -156,15 +158,17 @@ int exp_abc_mt(xctx *c) {
     const int D = q ? 16 : 128, L = q ? 2 : 4, F0 = q ? 32 : 256, sent_len = 256, doc_len = q ? 512 : 2048;
     char model[512], run[1024], common[12000];
     snprintf(model, sizeof model, "%s --bpe 0",
-             q ? "--encoder-layers 1 --decoder-layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 32 --n-dim 4"
-               : "--encoder-layers 2 --decoder-layers 2 --embed-dim 128 --z-dim 64 --hidden-dim 256 --n-dim 16");
+             q ? "--encoder-layers 1 --decoder-layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 32 --n-dim 4 --heads 2"
+               : "--encoder-layers 2 --decoder-layers 2 --embed-dim 128 --z-dim 64 --hidden-dim 256 --n-dim 16 --heads 4");
     if (q) snprintf(run, sizeof run, "--steps 4 --eval-every 2 --warmup 1");
     else snprintf(run, sizeof run, "--time-budget %d --steps 1000000 --eval-every 200 --patience 0", budget);
     sbuf_printf(&c->md,
                 "Every model is an encoder-decoder over bytes (`%s`; the ABC and Linformer mixers are the encoder's "
                 "bidirectional and the decoder's causal attention with `--memory-size` slots, and the cross-attention has "
                 "`--cross-memory` slots: \"32/8\" is cross/causal) with the FFN width of each moved so that it has about "
-                "BASE's parameters (`--ffn-dim %d` for BASE), and `--max-positions` equal to `--seq-len` (Linformer's "
+                "BASE's parameters (`--ffn-dim %d` for BASE; at least half of it: where ABC-MLP's controls, 2·H·n·D per "
+                "attention, or Linformer's length-`--seq-len` projections outweigh that, the parameters column shows the "
+                "excess), and `--max-positions` equal to `--seq-len` (Linformer's "
                 "projections have that length). Each is trained %s with `mega train --task translate`'s defaults "
                 "otherwise, then scored with `mega eval --beam 4` on held-out pairs: corpus BLEU and chrF2 (sacreBLEU's "
                 "definitions), beam-search output tokens per second, and the evaluation's peak resident memory (wait4; "
