@@ -155,7 +155,7 @@ int exp_abc_mt(xctx *c) {
         if ((gs[s] = write_pairs(p[s], sent[s], ns[s], 0)) < 0 || (gd[s] = write_pairs(p[s], docf[s], nd[s], doc_bytes)) < 0) return -1;
     }
     /* bytes on both sides (--bpe 0): the bounded memories count bytes, and no run learns subword units */
-    const int D = q ? 16 : 128, L = q ? 2 : 4, F0 = q ? 32 : 256, sent_len = 256, doc_len = q ? 512 : 2048;
+    const int D = q ? 16 : 128, L = q ? 2 : 4, F0 = q ? 32 : 256, sent_len = 256, doc_len = q ? 512 : 1024;
     char model[512], run[1024], common[12000];
     snprintf(model, sizeof model, "%s --bpe 0",
              q ? "--encoder-layers 1 --decoder-layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 32 --n-dim 4 --heads 2"
@@ -191,7 +191,7 @@ int exp_abc_mt(xctx *c) {
                         "document-level IWSLT14 ES-EN BLEU, with ABC-MLP at 128/64.\n\n",
                 gd[0], gd[1], gd[2], doc_bytes);
     snprintf(common, sizeof common, "--task translate --data %s --valid %s %s --seq-len %d --max-positions %d --max-tokens %d", docf[0],
-             docf[1], model, doc_len, doc_len, 2 * doc_len);
+             docf[1], model, doc_len, doc_len, 4 * doc_len);
     z.test = docf[2];
     if (mt_setting(c, DOC, NDOC, &z, "abc-mt-document.svg", "FreeDict deu-eng, documents of joined entries",
                    "paper: doc-level IWSLT14 ES-EN BLEU"))
