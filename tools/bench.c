@@ -69,14 +69,14 @@
 
 /* ---- workloads ---------------------------------------------------------------------------- */
 
-typedef enum { WK_SGEMM, WK_LM_TRAIN, WK_CLS_TRAIN, WK_LM_DECODE } wk_kind;
+typedef enum { WK_SGEMM, WK_LM_TRAIN, WK_CLS_TRAIN, WK_LM_DECODE, WK_CLS_INFER } wk_kind;
 
 typedef struct {
     const char *name;
     wk_kind kind;
     int B, T;          /* batch; tokens per sequence (decode: tokens generated per sequence) */
     int chunk;         /* classifier attention chunk (-1 = full); the LM uses 256 */
-    const char *mixer; /* classifier token mixer: "mega", or "mha" (Transformer, 8 heads) */
+    const char *mixer; /* classifier token mixer: "mega", "mha" (Transformer, 8 heads), or "abc-*:N" (N memory slots) */
     const char *what;
     int lm;            /* decode: the model (LM_BENCH, or an official size with random weights) */
     int q8;            /* decode: its matrices in q8_0 (mega quantize) */
@@ -105,6 +105,13 @@ static const workload WORKLOADS[] = {
     {"scaling-1k", WK_CLS_TRAIN, 2, 1024, 128, "mega", "chunked LRA text classifier at 1K tokens", LM_BENCH, 0},
     {"scaling-4k", WK_CLS_TRAIN, 2, 4096, 128, "mega", "chunked LRA text classifier at 4K tokens", LM_BENCH, 0},
     {"scaling-16k", WK_CLS_TRAIN, 2, 16384, 128, "mega", "chunked LRA text classifier at 16K tokens", LM_BENCH, 0},
+    /* the ABC paper's efficiency table (Peng et al. 2022, Table 6): text encoding, 512 tokens at
+     * batch 16, inference; the classifier's 4x128 encoder with each mixer (8 heads) */
+    {"abc-enc-base", WK_CLS_INFER, 16, 512, -1, "mha", "ABC Table 6: BASE (mha) encoder, 512 tokens, batch 16, inference", LM_BENCH, 0},
+    {"abc-enc-lin64", WK_CLS_INFER, 16, 512, -1, "abc-linformer:64", "ABC Table 6: Linformer n=64 encoder, inference", LM_BENCH, 0},
+    {"abc-enc-lin128", WK_CLS_INFER, 16, 512, -1, "abc-linformer:128", "ABC Table 6: Linformer n=128 encoder, inference", LM_BENCH, 0},
+    {"abc-enc-mlp64", WK_CLS_INFER, 16, 512, -1, "abc-mlp:64", "ABC Table 6: ABC-MLP n=64 encoder, inference", LM_BENCH, 0},
+    {"abc-enc-mlp128", WK_CLS_INFER, 16, 512, -1, "abc-mlp:128", "ABC Table 6: ABC-MLP n=128 encoder, inference", LM_BENCH, 0},
 };
 #define N_WORKLOADS ((int)(sizeof WORKLOADS / sizeof *WORKLOADS))
 
@@ -178,9 +185,13 @@ static int mixer_reads(mega_mixer_kind k, const char *name) {
  * Returns 1 with the reason when this library does not have the mixer. */
 static int cls_select_mixer(const workload *w, mega_cls_config *c, char *why, size_t nwhy) {
     mega_mixer_kind k;
-    if (mega_mixer_parse(w->mixer, &k) != 0) return snprintf(why, nwhy, "unknown mixer %s", w->mixer), 1;
-    if (!mega_mixer_available(k)) return snprintf(why, nwhy, "%s mixer not built yet", w->mixer), 1;
+    char name[64];
+    const char *colon = strchr(w->mixer, ':'); /* "abc-mlp:64": the mixer and its memory slots */
+    snprintf(name, sizeof name, "%.*s", colon ? (int)(colon - w->mixer) : (int)strlen(w->mixer), w->mixer);
+    if (mega_mixer_parse(name, &k) != 0) return snprintf(why, nwhy, "unknown mixer %s", name), 1;
+    if (!mega_mixer_available(k)) return snprintf(why, nwhy, "%s mixer not built yet", name), 1;
     c->block.mixer = k;
+    if (colon) c->block.memory_size = atoi(colon + 1);
     /* positions: the default (none), as nn.MultiheadAttention */
     if (mixer_reads(k, "heads")) c->block.heads = MHA_HEADS;
     return 0;
@@ -217,6 +228,7 @@ static double out_macs(const mega_lm_config *c) {
 
 /* FLOPs of one timed step (training: forward + backward; decode: one whole 512-token run) */
 static double workload_flops(const workload *w) {
+    if (w->kind == WK_CLS_INFER) return NAN; /* not counted (the ABC rows compare times, not rates) */
     if (w->kind == WK_LM_TRAIN || w->kind == WK_LM_DECODE) {
         mega_lm_config c;
         lm_decode_config(w, &c);
@@ -482,6 +494,41 @@ static int child_cls_train(const workload *w, int warmup, int repeat, timings *t
     return rc;
 }
 
+/* forward only, on a model without gradients (the ABC efficiency rows: text encoding at inference) */
+static int child_cls_infer(const workload *w, int warmup, int repeat, timings *tm, char *why, size_t nwhy) {
+    mega_cls_config c;
+    cls_bench_config(w, &c);
+    if (cls_select_mixer(w, &c, why, nwhy)) return -1; /* not available */
+    mega_cls *m = NULL;
+    const mega_load_opts lo = {1, 0};
+    if (mega_cls_create_ex(&c, &lo, &m) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const size_t n = (size_t)w->B * w->T;
+    int32_t *tok = malloc(n * sizeof *tok), *len = malloc((size_t)w->B * sizeof *len), *y = malloc((size_t)w->B * sizeof *y);
+    if (!tok || !len || !y) {
+        free(tok), free(len), free(y), mega_cls_free(m);
+        return cli_error("out of memory");
+    }
+    uint64_t r = 11;
+    for (size_t i = 0; i < n; i++) tok[i] = (int32_t)(rng_next(&r) % 256);
+    for (int b = 0; b < w->B; b++) len[b] = w->T, y[b] = b & 1;
+    mega_cls_input in = {tok, NULL, len, w->T};
+    int rc = 0;
+    for (int s = 0; s < warmup + repeat && step_go(tm, s, warmup); s++) {
+        double t0 = now_sec(), loss;
+        int64_t correct;
+        mega_lm_run run = {0, (uint64_t)s};
+        if (mega_cls_forward(m, &in, NULL, w->B, y, &run, &loss, &correct) != MEGA_OK) {
+            rc = cli_error("%s", mega_last_error());
+            break;
+        }
+        record_step(tm, s, warmup, now_sec() - t0);
+        tm->loss = loss;
+    }
+    free(tok), free(len), free(y);
+    mega_cls_free(m);
+    return rc;
+}
+
 /* m with its matrices in q8_0: written to a temporary file, quantized (mega_model_quantize) and
  * loaded for inference, as `mega quantize` then `mega generate` would; m is freed */
 static mega_lm *lm_quantized(mega_lm *m) {
@@ -574,6 +621,7 @@ static int run_child(const char *name, int threads, int warmup, int repeat, doub
         switch (w->kind) {
         case WK_LM_TRAIN: r = child_lm_train(w, warmup, repeat, &tm); break;
         case WK_CLS_TRAIN: r = child_cls_train(w, warmup, repeat, &tm, why, sizeof why); break;
+        case WK_CLS_INFER: r = child_cls_infer(w, warmup, repeat, &tm, why, sizeof why); break;
         default: r = child_lm_decode(w, warmup, repeat, &tm, &digest); break;
         }
         if (r > 0) {
@@ -731,7 +779,7 @@ static cJSON *workload_record(const workload *w, const cJSON *child, const char 
     put_num(o, "base_rss_mib", child ? jnum(child, "base_rss_mib") : NAN);
     put_num(o, "loss", ok ? jnum(child, "loss") : NAN);
     if (ok && decode) cJSON_AddStringToObject(o, "tokens_digest", jstr(child, "tokens_digest"));
-    cJSON_AddStringToObject(o, "mixer", w->kind == WK_CLS_TRAIN ? w->mixer : "mega");
+    cJSON_AddStringToObject(o, "mixer", w->kind == WK_CLS_TRAIN || w->kind == WK_CLS_INFER ? w->mixer : "mega");
     cJSON_AddStringToObject(o, "build", mega_build_info());
     return o;
 }
@@ -777,6 +825,33 @@ static cJSON *sgemm_record(const cJSON *c, const char *err, int threads, double 
     return o;
 }
 
+/* The ABC rows against BASE measured in the same run, beside the paper's Table 6 (Peng et al. 2022,
+ * on a GPU): speed = BASE's ms/step over the row's; memory = the row's peak resident memory over
+ * BASE's, each less the process's resident memory before the model was built (base_rss_mib) */
+static void print_abc_relative(cJSON *const *recs) {
+    static const struct {
+        const char *name, *speed, *mem;
+    } P[] = {{"abc-enc-base", "1.0", "1.0"}, {"abc-enc-lin64", "1.7", "0.5"}, {"abc-enc-lin128", "1.5", "0.6"},
+             {"abc-enc-mlp64", "1.5", "0.5"}, {"abc-enc-mlp128", "1.3", "0.6"}};
+    const cJSON *base = NULL;
+    for (int k = 1; k < N_WORKLOADS; k++)
+        if (recs[k] && !strcmp(WORKLOADS[k].name, P[0].name) && !strcmp(jstr(recs[k], "status"), "ok")) base = recs[k];
+    if (!base) return;
+    const double bms = jnum(base, "ms_per_step"), bmem = jnum(base, "peak_rss_mib") - jnum(base, "base_rss_mib");
+    printf("\nABC Table 6 (encoding 512 tokens at batch 16, inference), relative to BASE in this run:\n");
+    printf("%-16s %8s %12s %8s %12s\n", "workload", "speed", "paper speed", "memory", "paper memory");
+    for (int k = 1; k < N_WORKLOADS; k++) {
+        for (size_t i = 0; i < sizeof P / sizeof *P; i++) {
+            const cJSON *o = recs[k];
+            if (!o || strcmp(WORKLOADS[k].name, P[i].name) || strcmp(jstr(o, "status"), "ok")) continue;
+            char a[32], b[32];
+            fmt_num(a, sizeof a, bms / jnum(o, "ms_per_step"), "%.2fx");
+            fmt_num(b, sizeof b, (jnum(o, "peak_rss_mib") - jnum(o, "base_rss_mib")) / bmem, "%.2fx");
+            printf("%-16s %8s %11sx %8s %11sx\n", P[i].name, a, P[i].speed, b, P[i].mem);
+        }
+    }
+}
+
 static void print_table(cJSON *const *recs, int threads, int warmup, int repeat) {
     if (recs[0]) {
         const cJSON *sh = cJSON_GetObjectItemCaseSensitive(recs[0], "shapes");
@@ -811,6 +886,7 @@ static void print_table(cJSON *const *recs, int threads, int warmup, int repeat)
            "feed of the whole batch. GFLOP: analytic count, see docs/performance.md. Peak: each workload in a "
            "fresh process.)\n",
            repeat, warmup);
+    print_abc_relative(recs);
 }
 
 /* split the positional workload names from the flags (flags with a value take the next word) */

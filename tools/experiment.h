@@ -120,5 +120,6 @@ int exp_vision(xctx *c);
 int exp_abc_mlm(xctx *c);
 int exp_megalodon(xctx *c);
 int exp_speech(xctx *c);
+int exp_abc_mt(xctx *c);
 
 #endif

@@ -15,11 +15,11 @@ cd "$T" || exit 1
 cat "$HERE"/docs/*.md "$HERE"/README.md > text.txt
 
 n=$("$M" experiment --list | wc -l)
-if [ "$n" -eq 11 ] && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^ablation-fmnist " &&
+if [ "$n" -eq 12 ] && "$M" experiment --list | grep -q "^abc-mt " && "$M" experiment --list | grep -q "^extrapolate " && "$M" experiment --list | grep -q "^ablation-fmnist " &&
   "$M" experiment --list | grep -q "^pathfinder " && "$M" experiment --list | grep -q "^vision " && "$M" experiment --list | grep -q "^abc-mlm " &&
   "$M" experiment --list | grep -q "^megalodon " &&
   "$M" experiment --list | grep -q "^speech "; then
-  ok "--list names the 11 experiments"
+  ok "--list names the 12 experiments"
 else
   bad "--list ($n lines)"
 fi
@@ -143,6 +143,27 @@ else
   status $? "abc-mlm: the fine-tuning run loaded the pretrained encoder (all but the 3 head tensors)"
   [ "$(cut -f1 q/abc-mlm/data/langid-train.tsv | sort -u | wc -l)" -eq 8 ] && [ "$(cut -f1 q/abc-mlm/data/pos-test.tsv | sort -u | wc -l)" -eq 4 ]
   status $? "abc-mlm: 8 languages and 4 parts of speech in the data"
+fi
+# abc-mt reads FreeDict deu-eng (dict-freedict-deu-eng), not --data
+if [ ! -f /usr/share/dictd/freedict-deu-eng.index ]; then
+  echo "NOTE abc-mt --quick skipped: /usr/share/dictd lacks freedict-deu-eng (apt-get install dict-freedict-deu-eng)"
+else
+  "$M" experiment abc-mt --quick --out q --threads 1 > abc-mt.out 2>&1
+  status $? "experiment abc-mt --quick exits 0"
+  md=q/abc-mt/results.md
+  r=$(grep '^| ' "$md" 2>/dev/null | grep -v -e '^| model' | wc -l)
+  if [ "$r" -eq 10 ]; then ok "abc-mt: 10 table rows (6 sentence-level, 4 document-level)"; else bad "abc-mt: $r table rows, expected 10"; fi
+  if [ -s "$md" ] && ! grep '^| ' "$md" | grep -q '—'; then ok "abc-mt: no failed run in the table"; else bad "abc-mt: a failed run in $md"; fi
+  f=$(ls q/abc-mt/*.svg 2>/dev/null | wc -l)
+  if [ "$f" -eq 2 ]; then ok "abc-mt: 2 figures"; else bad "abc-mt: $f figures, expected 2"; fi
+  for s in q/abc-mt/*.svg; do
+    if [ -f "$s" ] && svg_ok "$s"; then ok "$s well-formed with data"; else bad "$s is not a well-formed SVG with data"; fi
+  done
+  grep -q '^| ABC-MLP 32/8 .* | 27.1 |$' "$md" && grep -q '^| BASE (Transformer) .* | 39.9 |$' "$md"
+  status $? "abc-mt: the paper's BLEU beside the models"
+  # a document's source is at least 100 bytes (quick mode) and joins several pairs
+  awk -F'\t' 'length($1) < 100 { short++ } END { exit !(NR >= 40 && short <= 1) }' q/abc-mt/data/doc-train.tsv
+  status $? "abc-mt: documents of joined entries (sources of at least 100 bytes)"
 fi
 if [ "$SPEECH" != skip ]; then
   if grep -q "Chance is 50.0 %" q/speech/results.md && grep -q "peak memory" q/speech/results.md &&
