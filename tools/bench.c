@@ -30,6 +30,8 @@
  * plus, per model, the LM output layer L·D·V, or the classifier head D·H + H·C per sequence.
  * A Transformer block (mixer "mha", for lra-text-mha-train): 4·L·D² (q, k, v, out projections)
  * + 2·L²·D (bidirectional scores and values, all heads) + 2·L·D·F.
+ * The megalodon-* rows count a Megalodon block instead (megalodon_block_macs): L·D·(D + Z + 3E)
+ * (wv, wr, wz, wh1, wh2), 6·L·D·N for the complex EMA, the same attention, the same FFN.
  * FLOPs = 2·MACs. Training (forward + backward) = 3 × forward (backward = 2 × forward). Not
  * counted: norms, activations, gates, softmax, the loss, the embedding lookup and the AdamW update
  * (all O(L·D) or O(params)), so the GFLOP/s is a lower bound on the arithmetic done.

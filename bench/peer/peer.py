@@ -9,7 +9,9 @@ code (docs/mega.md) and checked against the official fixtures: EMA by FFT convol
 as batched matmuls over the chunks, as the official code does it. `--check` re-runs those modules
 on every fixture case and prints the worst error. lra-text-mha-train uses a plain PyTorch
 Transformer encoder (nn.TransformerEncoderLayer, i.e. nn.MultiheadAttention with 8 heads,
-post-norm, the same widths as the Mega classifier).
+post-norm, the same widths as the Mega classifier). megalodon-lm-train and megalodon-lm-decode-b1
+use the official XuezheMax/megalodon modules (bench/peer/megalodon_peer.py: the mirror's sources
+as tests/ref/ref_megalodon.py composes them, float32, the official incremental decode).
 
     peer.py [WORKLOAD...] [--json] [--threads N] [--repeat R] [--warmup W]
     peer.py --check [FIXTURE_DIR...]
