@@ -10,10 +10,11 @@
 . "$(dirname "$0")/lib.sh"
 need_tool
 list=$("$MEGA" bench --list)
+plist=$([ -x /usr/bin/python3 ] && /usr/bin/python3 "$ROOT/bench/peer/peer.py" --list)
 for w in megalodon-lm-train megalodon-lm-decode-b1; do
   echo "$list" | grep -q "^$w " && ok "mega bench --list: $w" || bad "mega bench --list lacks $w"
   if [ -x /usr/bin/python3 ]; then
-    /usr/bin/python3 "$ROOT/bench/peer/peer.py" --list | grep -q "^$w " && ok "peer --list: $w" || bad "peer --list lacks $w"
+    echo "$plist" | grep -q "^$w " && ok "peer --list: $w" || bad "peer --list lacks $w"
   fi
 done
 run() { "$MEGA" bench --no-sgemm --json --threads 1 --warmup 0 --repeat 1 "$1" 2>/dev/null; }
