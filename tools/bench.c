@@ -30,6 +30,8 @@
  * plus, per model, the LM output layer L·D·V, or the classifier head D·H + H·C per sequence.
  * A Transformer block (mixer "mha", for lra-text-mha-train): 4·L·D² (q, k, v, out projections)
  * + 2·L²·D (bidirectional scores and values, all heads) + 2·L·D·F.
+ * The megalodon-* rows count a Megalodon block instead (megalodon_block_macs): L·D·(D + Z + 3E)
+ * (wv, wr, wz, wh1, wh2), 6·L·D·N for the complex EMA, the same attention, the same FFN.
  * FLOPs = 2·MACs. Training (forward + backward) = 3 × forward (backward = 2 × forward). Not
  * counted: norms, activations, gates, softmax, the loss, the embedding lookup and the AdamW update
  * (all O(L·D) or O(params)), so the GFLOP/s is a lower bound on the arithmetic done.
@@ -94,6 +96,8 @@ static const workload WORKLOADS[] = {
     {"lra-text-train-full", WK_CLS_TRAIN, 2, 4096, -1, "mega", "LRA text classifier, 4x128, full attention: fwd+bwd", LM_BENCH, 0},
     {"lm-decode-b1", WK_LM_DECODE, 1, 512, 256, "mega", "the lm-train model generating 512 tokens, batch 1", LM_BENCH, 0},
     {"lm-decode-b8", WK_LM_DECODE, 8, 512, 256, "mega", "the lm-train model generating 512 tokens, batch 8", LM_BENCH, 0},
+    {"megalodon-lm-train", WK_LM_TRAIN, 8, 1024, 256, "megalodon", "lm-train's shape as Megalodon (docs/megalodon.md): fwd+bwd+AdamW", LM_BENCH, 0},
+    {"megalodon-lm-decode-b1", WK_LM_DECODE, 1, 512, 256, "megalodon", "the megalodon-lm-train model generating 512 tokens, batch 1", LM_BENCH, 0},
     {"lm-decode-b1-q8", WK_LM_DECODE, 1, 512, 256, "mega", "lm-decode-b1 with q8_0 weights", LM_BENCH, 1},
     {"enwik8-decode-b1", WK_LM_DECODE, 1, 128, 2048, "mega", "official enwik8 base size (12x512, random weights), 128 tokens, batch 1", LM_ENWIK8, 0},
     {"enwik8-decode-b1-q8", WK_LM_DECODE, 1, 128, 2048, "mega", "enwik8-decode-b1 with q8_0 weights", LM_ENWIK8, 1},
@@ -140,6 +144,9 @@ static void lm_bench_config(mega_lm_config *c) {
  * output to the embedding; WikiText-103 cutoffs 20000,60000 on its 267,744 words) */
 static void lm_decode_config(const workload *w, mega_lm_config *c) {
     lm_bench_config(c);
+    /* the megalodon-* rows: the same widths, layers and chunk with the megalodon mixer (one head,
+     * its default norm groups, no SwiGLU or layer scale; the Mega-only options are not read) */
+    if (!strcmp(w->mixer, "megalodon")) c->block.mixer = MEGA_MIXER_MEGALODON, mega_lm_config_resolve(c);
     if (w->lm == LM_BENCH) return;
     mega_block_config *k = &c->block;
     k->rel_pos_bias = MEGA_RELPOS_ROTARY, c->final_norm_affine = 0, k->n_dim = 16, k->chunk_size = w->chunk;
@@ -208,6 +215,15 @@ static double mega_block_macs(double D, double Z, double E, double N, double F, 
     return proj + ema + attn + ffn;
 }
 
+/* one Megalodon block (docs/megalodon.md; the official MovingAverageGatedAttention and
+ * NormalizedFeedForwardNetwork): wv, wr D->E, wz D->Z, wh1 D->D, wh2 E->D; the complex EMA's
+ * recurrence, about 6 real MACs per (channel, component, token) (q h + p x, then Re(g h)); chunk
+ * attention as Mega's; the FFN 2·L·D·F (3·L·D·F with SwiGLU) */
+static double megalodon_block_macs(const mega_block_config *k, double L, double c) {
+    const double D = k->embed_dim, Z = k->z_dim, E = k->hidden_dim, N = k->n_dim, F = k->ffn_dim;
+    return L * D * (D + Z + 3 * E) + 6 * L * D * N + 0.5 * L * c * (Z + E) + (k->swiglu ? 3 : 2) * L * D * F;
+}
+
 static double mha_block_macs(double D, double F, double L) { return 4 * L * D * D + 2 * L * L * D + 2 * L * D * F; }
 
 /* the output layer's MACs per token: D x V, or the adaptive softmax's head (the first band and
@@ -235,14 +251,17 @@ static double workload_flops(const workload *w) {
         const double D = c.block.embed_dim, Z = c.block.z_dim, E = c.block.hidden_dim, N = c.block.n_dim, F = c.block.ffn_dim, V = c.vocab_size;
         mega_block_context x;
         mega_block_context_of(&c.block, w->T, &x);
+        const int mg = c.block.mixer == MEGA_MIXER_MEGALODON;
         if (w->kind == WK_LM_TRAIN) {
-            double fwd = c.layers * mega_block_macs(D, Z, E, N, F, w->T, x.segment, 1) + (double)w->T * D * V;
+            double blk = mg ? megalodon_block_macs(&c.block, w->T, x.segment) : mega_block_macs(D, Z, E, N, F, w->T, x.segment, 1);
+            double fwd = c.layers * blk + (double)w->T * D * V;
             return 2.0 * 3.0 * fwd * w->B;
         }
         double macs = 0;
         for (int t = 0; t < w->T; t++) {
             double n = (double)(t % x.cache + 1); /* the positions cached when token t attends */
-            macs += c.layers * (D * (2 * D + Z + 3 * E) + 3 * D * N + n * (Z + E) + 2 * D * F) + out_macs(&c);
+            double blk = mg ? megalodon_block_macs(&c.block, 1, 2 * n) : D * (2 * D + Z + 3 * E) + 3 * D * N + n * (Z + E) + 2 * D * F;
+            macs += c.layers * blk + out_macs(&c);
         }
         return 2.0 * macs * w->B;
     }
@@ -413,7 +432,7 @@ static int child_sgemm(int threads, cJSON *o) {
 
 static int child_lm_train(const workload *w, int warmup, int repeat, timings *tm) {
     mega_lm_config c;
-    lm_bench_config(&c);
+    lm_decode_config(w, &c); /* lm_bench_config, with the row's mixer */
     mega_lm *m = NULL;
     if (mega_lm_create(&c, &m) != MEGA_OK) return cli_error("%s", mega_last_error());
     mega_lm_init_params(m, 1);
@@ -779,7 +798,7 @@ static cJSON *workload_record(const workload *w, const cJSON *child, const char 
     put_num(o, "base_rss_mib", child ? jnum(child, "base_rss_mib") : NAN);
     put_num(o, "loss", ok ? jnum(child, "loss") : NAN);
     if (ok && decode) cJSON_AddStringToObject(o, "tokens_digest", jstr(child, "tokens_digest"));
-    cJSON_AddStringToObject(o, "mixer", w->kind == WK_CLS_TRAIN || w->kind == WK_CLS_INFER ? w->mixer : "mega");
+    cJSON_AddStringToObject(o, "mixer", w->mixer);
     cJSON_AddStringToObject(o, "build", mega_build_info());
     return o;
 }

@@ -9,7 +9,9 @@ code (docs/mega.md) and checked against the official fixtures: EMA by FFT convol
 as batched matmuls over the chunks, as the official code does it. `--check` re-runs those modules
 on every fixture case and prints the worst error. lra-text-mha-train uses a plain PyTorch
 Transformer encoder (nn.TransformerEncoderLayer, i.e. nn.MultiheadAttention with 8 heads,
-post-norm, the same widths as the Mega classifier).
+post-norm, the same widths as the Mega classifier). megalodon-lm-train and megalodon-lm-decode-b1
+use the official XuezheMax/megalodon modules (bench/peer/megalodon_peer.py: the mirror's sources
+as tests/ref/ref_megalodon.py composes them, float32, the official incremental decode).
 
     peer.py [WORKLOAD...] [--json] [--threads N] [--repeat R] [--warmup W]
     peer.py --check [FIXTURE_DIR...]
@@ -51,6 +53,8 @@ WORKLOADS = {
     "lra-text-train-full": ("cls-train", 2, 4096, -1, "mega"),
     "lm-decode-b1": ("lm-decode", 1, 512, 256, "mega"),
     "lm-decode-b8": ("lm-decode", 8, 512, 256, "mega"),
+    "megalodon-lm-train": ("lm-train", 8, 1024, 256, "megalodon"),
+    "megalodon-lm-decode-b1": ("lm-decode", 1, 512, 256, "megalodon"),
     "lra-text-mha-train": ("cls-train", 2, 4096, -1, "mha"),
     "scaling-1k": ("cls-train", 2, 1024, 128, "mega"),
     "scaling-4k": ("cls-train", 2, 4096, 128, "mega"),
@@ -187,9 +191,13 @@ def run_child(name, threads, warmup, repeat, budget):
     sys.path.insert(0, REF)
     import mega_ref  # noqa: E402
 
+    kind, B, T, chunk, mixer = WORKLOADS[name]
+    if mixer == "megalodon":  # the official modules (bench/peer/megalodon_peer.py)
+        sys.path.insert(0, HERE)
+        import megalodon_peer  # noqa: E402
+        mg_mods = megalodon_peer.load_modules()
     torch.set_num_threads(threads)
     torch.manual_seed(1)
-    kind, B, T, chunk, mixer = WORKLOADS[name]
     base_torch = rss_mib("VmRSS")
     g = torch.Generator().manual_seed(7)
     times, loss_v, extra = [], float("nan"), {}
@@ -211,7 +219,12 @@ def run_child(name, threads, warmup, repeat, budget):
                 times.append(dt * 1e3)
 
     if kind == "lm-train":
-        model = mega_ref.build("lm", lm_config()).train()
+        if mixer == "megalodon":
+            mg = megalodon_peer.MegalodonLM(mg_mods).train()
+            model = lambda t: (mg(t), None)  # noqa: E731
+            model.parameters = mg.parameters
+        else:
+            model = mega_ref.build("lm", lm_config()).train()
         decay = [p for p in model.parameters() if p.dim() >= 2]
         other = [p for p in model.parameters() if p.dim() < 2]
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": other, "weight_decay": 0.0}],
@@ -251,13 +264,16 @@ def run_child(name, threads, warmup, repeat, budget):
             loss_v = float(loss)
         per_run = 1
     else:  # lm-decode
-        model = mega_ref.build("lm", lm_config()).eval()
+        if mixer == "megalodon":
+            model = megalodon_peer.MegalodonLM(mg_mods).eval()
+        else:
+            model = mega_ref.build("lm", lm_config()).eval()
         h = 1469598103934665603
         with torch.inference_mode():
             for s in range(warmup + repeat):
                 if not go(s):
                     break
-                state = []
+                state = model.new_state(B) if mixer == "megalodon" else []
                 tokens = torch.tensor([[ord("A") + b] for b in range(B)], dtype=torch.long)
                 h = 1469598103934665603
                 t0 = time.perf_counter()
@@ -331,7 +347,8 @@ def record(name, child, peak, rc, threads, warmup, repeat):
     if ok and "tokens_digest" in child:
         rec["tokens_digest"] = child["tokens_digest"]
     rec["torch_rss_mib"] = (child or {}).get("torch_rss_mib")
-    rec["mixer"] = "mha (nn.TransformerEncoderLayer)" if mixer == "mha" else "mega (tests/ref/mega_ref.py)"
+    rec["mixer"] = {"mha": "mha (nn.TransformerEncoderLayer)",
+                    "megalodon": "megalodon (official modules, bench/peer/megalodon_peer.py)"}.get(mixer, "mega (tests/ref/mega_ref.py)")
     rec["build"] = (child or {}).get("build", "")
     return rec
 
@@ -558,6 +575,11 @@ def report(ours_path, peer_path, save, meta_kv, cotenant=None):
     for w in ("lm-decode-b1", "lm-decode-b8"):
         s = speed(w)
         target(f"{w} >= 10x peer tok/s", None if s is None else s >= 10, _f(s, "{:.2f}x"))
+    # Megalodon against the official modules (bench/peer/megalodon_peer.py): Mega's margins
+    s = speed("megalodon-lm-train")
+    target("megalodon-lm-train >= 2x peer tok/s", None if s is None else s >= 2, _f(s, "{:.2f}x"))
+    s = speed("megalodon-lm-decode-b1")
+    target("megalodon-lm-decode-b1 >= 10x peer tok/s", None if s is None else s >= 10, _f(s, "{:.2f}x"))
     if cotenant:
         lines.extend(cotenant_table(ours, peer, ours_ct, peer_ct, order, num, ratio, target))
     else:

@@ -239,6 +239,8 @@ static void mgb_backward(const void *layer, const real *W, real *dW, const real 
 typedef struct {
     mega_tsnorm_state s;
     real *h, *cache;
+    real *coef; /* the CEMA's coefficients, computed once at state_init as Mega's EMA step does
+                 * (mega_layer.c mg_state_init): not per fed token */
 } mgb_state;
 
 static size_t state_at(const mgb_layer *L, real *mem, int B, mgb_state *v) {
@@ -248,6 +250,7 @@ static size_t state_at(const mgb_layer *L, real *mem, int B, mgb_state *v) {
     v->s.mv = mega_bump_take(&b, Bz * 2 * L->mg.G);
     v->h = mega_bump_take(&b, Bz * 2 * L->mg.N * L->mg.D);
     v->cache = mega_bump_take(&b, Bz * mega_mgattn_cache_size(&L->mg.at));
+    v->coef = mega_bump_take(&b, mega_cema_layer_coef_size(&L->mg.cema));
     return b.off;
 }
 static size_t mgb_state_size(const void *L, int B, int cap) {
@@ -274,15 +277,18 @@ static mega_status mgb_state_init(const void *layer, const real *W, mega_mixer_s
     if (W[L->mg.tn.prior_count] != 0)
         MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "megalodon streaming assumes the timestep norm's prior count 0 (got %g)",
                   (double)W[L->mg.tn.prior_count]);
+    mgb_state v;
+    state_at(L, S->mem, S->B, &v);
+    mega_cema_layer_coef(&L->mg.cema, W, v.coef);
     mgb_state_reset(layer, S);
     return MEGA_OK;
 }
-/* step scratch: coef | layer work | x, y rows [B,D] | the FFN's n, o [B,D], h1, h3, hid [B,F] */
+/* step scratch: layer work | x, y rows [B,D] | the FFN's n, o [B,D], h1, h3, hid [B,F] */
 static size_t mgb_step_scratch(const void *layer, int B, int T, int cap) {
     const mgb_layer *L = layer;
     (void)T, (void)cap;
     const size_t Bz = (size_t)B;
-    return rup(mega_cema_layer_coef_size(&L->mg.cema)) + rup(mega_mglayer_step_work(&L->mg, B)) +
+    return rup(mega_mglayer_step_work(&L->mg, B)) +
            4 * rup(Bz * L->mg.D) + 3 * rup(Bz * L->F) + 2 * rup(Bz) + 64;
 }
 static mega_status mgb_step(const void *layer, const real *W, mega_mixer_state *S, real *y, const real *x, int T,
@@ -293,7 +299,6 @@ static mega_status mgb_step(const void *layer, const real *W, mega_mixer_state *
     mgb_state v;
     state_at(L, S->mem, B, &v);
     mega_bump b = {scratch, 0};
-    real *coef = mega_bump_take(&b, mega_cema_layer_coef_size(&L->mg.cema));
     real *work = mega_bump_take(&b, mega_mglayer_step_work(&L->mg, B));
     real *xr = mega_bump_take(&b, Bz * D), *yr = mega_bump_take(&b, Bz * D), *outr = mega_bump_take(&b, Bz * D);
     mgb_acts a = {0};
@@ -301,10 +306,9 @@ static mega_status mgb_step(const void *layer, const real *W, mega_mixer_state *
     a.h3 = L->swiglu ? mega_bump_take(&b, Bz * F) : NULL;
     a.o = L->rescale ? mega_bump_take(&b, Bz * D) : NULL;
     a.mu = mega_bump_take(&b, Bz), a.rs = mega_bump_take(&b, Bz);
-    mega_cema_layer_coef(&L->mg.cema, W, coef);
     for (int t = 0; t < T; t++) {
         for (int bi = 0; bi < B; bi++) memcpy(xr + bi * D, x + ((size_t)bi * T + t) * D, D * sizeof(real));
-        mega_mglayer_step(&L->mg, W, coef, yr, xr, B, S->pos, &v.s, v.h, v.cache, work);
+        mega_mglayer_step(&L->mg, W, v.coef, yr, xr, B, S->pos, &v.s, v.h, v.cache, work);
         ffn_forward(L, W, outr, yr, xr, Bz, &a);
         for (int bi = 0; bi < B; bi++) memcpy(y + ((size_t)bi * T + t) * D, outr + bi * D, D * sizeof(real));
         S->pos++;
