@@ -113,7 +113,13 @@ void note_unused_block_flags(const train_args *a, const mega_block_config *mine,
  * one error line naming the first field that differs. init_from_load: the tensors of src whose
  * names (renamed by map, as mega_ps_copy_renamed; NULL: the same names) and shapes are dst's,
  * with a line saying what was loaded and what was initialised fresh. */
-int init_from_open(const char *from, const mega_block_config *mine, int layers, mega_cls **src);
+int init_from_open(const char *from, const mega_block_config *mine, int layers, mega_cls **src);  /* mine NULL: no check */
+/* init_from_adopt: the block fields (dropouts and training length aside) and --layers not given on
+ * the command line (fl) take the pretrained encoder's values, so `--init-from RUN` alone fine-tunes
+ * RUN's architecture; init_from_verify: the check of init_from_open on an opened src (freed and
+ * NULL after the error line) */
+void init_from_adopt(const cli_flag *fl, const mega_cls *src, mega_block_config *block, int *layers);
+int init_from_verify(const char *from, const mega_block_config *mine, int layers, mega_cls **src);
 int init_from_load(const char *from, mega_paramset *dst, mega_paramset *src, const char *const *map);
 
 /* One row per training task (tasks.c): everything `mega train` does differently per task. Adding

@@ -58,7 +58,7 @@ int cls_task_flags(train_args *a, cli_flag *fl, int n) {
         {"words", F_ENUM, &a->words, "speech data: the ten words of SC10 or all 35", "sc10|all", 1, 0, 0},
         {"pad-short", F_SET, &a->pad_short, "speech data: zero-pad clips shorter than a second (default: drop them)", NULL, 1, 0, 0},
         {"classes", F_INT, &a->classes, "number of classes (0 = from the training labels)", NULL, 0, 1 << 20, 0},
-        {"init-from", F_STR, &a->init_from, "start from the weights of a run (mega train --task mlm, or a classifier) whose names and shapes match; the block configuration must be the run's (docs/pretraining.md)", NULL, 1, 0, 0},
+        {"init-from", F_STR, &a->init_from, "start from the weights of a run (mega train --task mlm, or a classifier) whose names and shapes match; model flags not given take the run's values, those given must agree with it (docs/pretraining.md)", NULL, 1, 0, 0},
         {"postnorm", F_CLEAR, &a->cls.block.prenorm, "normalize after each sublayer (= --prenorm=false)", NULL, 1, 0, 0},
         {"no-affine-final-norm", F_CLEAR, &a->cls.final_norm_affine, "= --final-norm-affine=false", NULL, 1, 0, 0},
     };
@@ -448,9 +448,12 @@ static int data_fits(const train_args *a, const mega_dataset *d, int have_prev) 
 /* the pretrained model of --init-from, checked against this run's encoder (init_from_open); byte
  * data adopts its vocabulary (the mask row stays unused) */
 static int init_source(train_args *a, mega_cls **src) {
+    if (init_from_open(a->init_from, NULL, 0, src)) return 1;
+    /* a preset sets its fields without flags: they stand, and are checked */
+    if (!a->preset) init_from_adopt(a->flags, *src, &a->cls.block, &a->cls.layers);
     mega_cls_config mine = a->cls;
     mega_cls_config_resolve(&mine);
-    if (init_from_open(a->init_from, &mine.block, mine.layers, src)) return 1;
+    if (init_from_verify(a->init_from, &mine.block, mine.layers, src)) return 1;
     const mega_cls_config *s = mega_cls_get_config(*src);
     if (a->cls.embedding == MEGA_EMBED_TOKEN && s->embedding == MEGA_EMBED_TOKEN && s->padding_idx == a->cls.padding_idx &&
         s->vocab_size > a->cls.vocab_size)

@@ -104,8 +104,9 @@ int resume_config_differs(const train_args *a, const mega_field *mf, int nmf, co
     return field_differs(a, mf, nmf, mine, ck, bc->mixer, all) || field_differs(a, bf, nb, bm, bc, bc->mixer, all);
 }
 
-int init_from_open(const char *from, const mega_block_config *mine, int layers, mega_cls **src) {
-    char p[4096], x[64], y[64];
+/* the pretrained model of --init-from (a classifier or masked-LM encoder), loaded for inference */
+static int init_from_read(const char *from, mega_cls **src) {
+    char p[4096];
     mega_model_kind k;
     *src = NULL;
     if (!model_path(from, p, sizeof p)) return cli_error("--init-from: %s", mega_last_error());
@@ -113,20 +114,53 @@ int init_from_open(const char *from, const mega_block_config *mine, int layers, 
     if (k != MEGA_MODEL_CLS)
         return cli_error("--init-from '%s' is a %s, not an encoder (mega train --task mlm or classify)", from, model_kind_noun(k));
     if (mega_cls_load_ex(p, &MODEL_INFERENCE, src) != MEGA_OK) return cli_error("--init-from '%s': %s", from, mega_last_error());
-    const mega_cls_config *s = mega_cls_get_config(*src);
-    int nb, bad = 0;
+    return 0;
+}
+
+/* the dropouts and the recorded training length change no weight: neither checked nor adopted */
+static int init_from_free_field(const mega_field *f) { return strstr(f->name, "dropout") || !strcmp(f->name, "train-len"); }
+
+static int init_from_check(const char *from, const mega_block_config *mine, int layers, const mega_cls *src) {
+    const mega_cls_config *s = mega_cls_get_config(src);
+    char x[64], y[64];
+    int nb;
     const mega_field *bf = mega_block_config_fields(&nb);
     if (layers != s->layers)
-        bad = cli_error("--init-from '%s': --layers %d differs from the pretrained encoder's %d", from, layers, s->layers);
-    for (int i = 0; i < nb && !bad; i++) {
-        /* the dropouts and the recorded training length change no weight */
-        if (strstr(bf[i].name, "dropout") || !strcmp(bf[i].name, "train-len") || !mega_field_applies(&bf[i], s->block.mixer)) continue;
+        return cli_error("--init-from '%s': --layers %d differs from the pretrained encoder's %d", from, layers, s->layers);
+    for (int i = 0; i < nb; i++) {
+        if (init_from_free_field(&bf[i]) || !mega_field_applies(&bf[i], s->block.mixer)) continue;
         mega_field_format(&bf[i], mine, x, sizeof x);
         mega_field_format(&bf[i], &s->block, y, sizeof y);
         if (strcmp(x, y))
-            bad = cli_error("--init-from '%s': --%s %s differs from the pretrained encoder's %s (see 'mega info --model %s')", from,
-                            bf[i].name, x, y, from);
+            return cli_error("--init-from '%s': --%s %s differs from the pretrained encoder's %s (see 'mega info --model %s')",
+                             from, bf[i].name, x, y, from);
     }
+    return 0;
+}
+
+int init_from_open(const char *from, const mega_block_config *mine, int layers, mega_cls **src) {
+    if (init_from_read(from, src)) return 1;
+    if (!mine) return 0;
+    const int bad = init_from_check(from, mine, layers, *src);
+    if (bad) mega_cls_free(*src), *src = NULL;
+    return bad;
+}
+
+void init_from_adopt(const cli_flag *fl, const mega_cls *src, mega_block_config *block, int *layers) {
+    const mega_cls_config *s = mega_cls_get_config(src);
+    char v[64];
+    int nb;
+    const mega_field *bf = mega_block_config_fields(&nb);
+    if (!cli_seen(fl, "layers")) *layers = s->layers;
+    for (int i = 0; i < nb; i++) {
+        if (init_from_free_field(&bf[i]) || (bf[i].flags & MEGA_FIELD_NOFLAG) || cli_seen(fl, bf[i].name)) continue;
+        mega_field_format(&bf[i], &s->block, v, sizeof v);
+        (void)mega_field_parse(&bf[i], block, v); /* a value of the same table: it parses */
+    }
+}
+
+int init_from_verify(const char *from, const mega_block_config *mine, int layers, mega_cls **src) {
+    const int bad = init_from_check(from, mine, layers, *src);
     if (bad) mega_cls_free(*src), *src = NULL;
     return bad;
 }

@@ -55,6 +55,11 @@ status $? "initialised fresh: the classification head only ($fresh)"
 "$M" info --model F >fi.out 2>&1 && grep -q "vocab-size 258" fi.out
 status $? "the classifier keeps the pretrained vocabulary (bytes, pad, mask: 258)"
 
+# no block flag: the classifier takes the pretrained encoder's (P is 1 layer, D 16, no chunking)
+"$M" train --task classify --data words.tsv --init-from P --seq-len 64 --batch 8 --steps 2 --warmup 1 --threads 1 --out A >a.out 2>&1 &&
+  "$M" info --model A >ai.out 2>&1 && grep -q "embed-dim 16" ai.out && grep -q "layers 1" ai.out && grep -q "^init-from P: loaded" a.out
+status $? "--init-from alone adopts the pretrained block configuration ($(grep -m1 -o 'embed-dim [0-9]*' ai.out))"
+
 # shellcheck disable=SC2086
 expect_error "another embedding width" "--embed-dim 24 differs from the pretrained encoder's 16" \
   "$M" train --task classify --data words.tsv --init-from P --layers 1 --embed-dim 24 --hidden-dim 32 --z-dim 8 --ffn-dim 32 --chunk-size -1 --steps 2 --out G
