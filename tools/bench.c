@@ -471,6 +471,23 @@ static int child_lm_train(const workload *w, int warmup, int repeat, timings *tm
     return rc;
 }
 
+/* the classifier workloads' batch: bytes from a fixed seed, full lengths, labels alternating */
+typedef struct {
+    int32_t *tok, *len, *y;
+} cls_batch;
+
+static void cls_batch_free(cls_batch *b) { free(b->tok), free(b->len), free(b->y); }
+
+static int cls_batch_make(const workload *w, cls_batch *b) {
+    const size_t n = (size_t)w->B * w->T;
+    b->tok = malloc(n * sizeof *b->tok), b->len = malloc((size_t)w->B * sizeof *b->len), b->y = malloc((size_t)w->B * sizeof *b->y);
+    if (!b->tok || !b->len || !b->y) return cls_batch_free(b), -1;
+    uint64_t r = 11;
+    for (size_t i = 0; i < n; i++) b->tok[i] = (int32_t)(rng_next(&r) % 256);
+    for (int i = 0; i < w->B; i++) b->len[i] = w->T, b->y[i] = i & 1;
+    return 0;
+}
+
 static int child_cls_train(const workload *w, int warmup, int repeat, timings *tm, char *why, size_t nwhy) {
     mega_cls_config c;
     cls_bench_config(w, &c);
@@ -480,16 +497,10 @@ static int child_cls_train(const workload *w, int warmup, int repeat, timings *t
         return cli_error("%s", mega_last_error());
     }
     mega_cls_init_params(m, 1);
-    const size_t n = (size_t)w->B * w->T;
-    int32_t *tok = malloc(n * sizeof *tok), *len = malloc((size_t)w->B * sizeof *len), *y = malloc((size_t)w->B * sizeof *y);
-    if (!tok || !len || !y) {
-        free(tok), free(len), free(y), mega_cls_free(m);
-        return cli_error("out of memory");
-    }
-    uint64_t r = 11;
-    for (size_t i = 0; i < n; i++) tok[i] = (int32_t)(rng_next(&r) % 256);
-    for (int b = 0; b < w->B; b++) len[b] = w->T, y[b] = b & 1;
-    mega_cls_input in = {tok, NULL, len, w->T};
+    cls_batch cb;
+    if (cls_batch_make(w, &cb)) return mega_cls_free(m), cli_error("out of memory");
+    mega_cls_input in = {cb.tok, NULL, cb.len, w->T};
+    const int32_t *y = cb.y;
     mega_paramset *ps = mega_cls_paramset(m);
     int rc = 0;
     for (int s = 0; s < warmup + repeat && step_go(tm, s, warmup); s++) {
@@ -508,7 +519,7 @@ static int child_cls_train(const workload *w, int warmup, int repeat, timings *t
         record_step(tm, s, warmup, now_sec() - t0);
         tm->loss = loss;
     }
-    free(tok), free(len), free(y);
+    cls_batch_free(&cb);
     mega_cls_free(m);
     return rc;
 }
@@ -521,16 +532,10 @@ static int child_cls_infer(const workload *w, int warmup, int repeat, timings *t
     mega_cls *m = NULL;
     const mega_load_opts lo = {1, 0};
     if (mega_cls_create_ex(&c, &lo, &m) != MEGA_OK) return cli_error("%s", mega_last_error());
-    const size_t n = (size_t)w->B * w->T;
-    int32_t *tok = malloc(n * sizeof *tok), *len = malloc((size_t)w->B * sizeof *len), *y = malloc((size_t)w->B * sizeof *y);
-    if (!tok || !len || !y) {
-        free(tok), free(len), free(y), mega_cls_free(m);
-        return cli_error("out of memory");
-    }
-    uint64_t r = 11;
-    for (size_t i = 0; i < n; i++) tok[i] = (int32_t)(rng_next(&r) % 256);
-    for (int b = 0; b < w->B; b++) len[b] = w->T, y[b] = b & 1;
-    mega_cls_input in = {tok, NULL, len, w->T};
+    cls_batch cb;
+    if (cls_batch_make(w, &cb)) return mega_cls_free(m), cli_error("out of memory");
+    mega_cls_input in = {cb.tok, NULL, cb.len, w->T};
+    const int32_t *y = cb.y;
     int rc = 0;
     for (int s = 0; s < warmup + repeat && step_go(tm, s, warmup); s++) {
         double t0 = now_sec(), loss;
@@ -543,7 +548,7 @@ static int child_cls_infer(const workload *w, int warmup, int repeat, timings *t
         record_step(tm, s, warmup, now_sec() - t0);
         tm->loss = loss;
     }
-    free(tok), free(len), free(y);
+    cls_batch_free(&cb);
     mega_cls_free(m);
     return rc;
 }
