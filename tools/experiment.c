@@ -413,7 +413,7 @@ static const struct {
     {"abc-mlm", "ABC article: masked-LM pretraining on GCIDE, then fine-tuning on language id and part of speech, against from scratch: BASE, Linformer, ABC-MLP, Mega", "~20 min", exp_abc_mlm},
     {"megalodon", "Mega vs Megalodon vs Transformer at equal training time, train at 256 / test to 4096, decode memory", "~12 min", exp_megalodon},
     {"speech", "raw keyword spotting at L = 16,000 on espeak-ng speech: Mega (chunk 1000), local attention, Transformer, ABC at equal parameters and time", "~40 min", exp_speech},
-    {"abc-mt", "ABC article: translation on FreeDict deu-eng, sentences and joined-entry documents, at equal training time: BASE, Linformer, ABC-MLP 32/32, 32/8, 64/64, Mega", "~55 min (estimate, not run)", exp_abc_mt},
+    {"abc-mt", "ABC article: translation on FreeDict deu-eng, sentences and joined-entry documents, at equal training time: BASE, Linformer, ABC-MLP 32/32, 32/8, 64/64, Mega", "~50 min", exp_abc_mt},
 };
 #define NEXP (int)(sizeof EXPERIMENTS / sizeof *EXPERIMENTS)
 
