@@ -244,19 +244,7 @@ int exp_extrapolate(xctx *c) {
         xa(&a, c->self), xa(&a, "eval"), xaf(&a, "--model=%s", run), xaf(&a, "--data=%s", va), xaf(&a, "--lengths=%s", lstr);
         xaf(&a, "--max-bytes=%d", lens[NL - 1] * (c->quick ? 4 : 8)), xaf(&a, "--threads=%d", c->threads), xa(&a, "--quiet");
         if (M[i].of) xaf(&a, "--attn-window=%d", train_len);
-        if (xrun_ok(c, log, &a, &r)) continue;
-        /* the table rows of mega eval --lengths: "LENGTH   BPB   BYTES" */
-        char lp[4096], line[512];
-        snprintf(lp, sizeof lp, "%s/logs/%s.txt", c->dir, log);
-        FILE *f = fopen(lp, "r");
-        while (f && fgets(line, sizeof line, f)) {
-            int L;
-            double v;
-            if (sscanf(line, "%d %lf", &L, &v) == 2)
-                for (int j = 0; j < NL; j++)
-                    if (L == lens[j]) bpb[i][j] = v;
-        }
-        if (f) fclose(f);
+        if (!xrun_ok(c, log, &a, &r)) read_lengths(c, log, lens, NL, bpb[i]);
     }
     sbuf_printf(&c->md, "Two-layer byte LMs trained on %d-byte sequences, then scored on held-out text in "
                         "non-overlapping windows of each length (`mega eval --lengths`: one full forward per window); "

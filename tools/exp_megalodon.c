@@ -13,21 +13,6 @@ static const xmodel MODELS[] = {
 };
 enum { NM = sizeof MODELS / sizeof *MODELS, NL = 5, ND = 3 };
 
-/* the rows "LENGTH BPB BYTES" of a `mega eval --lengths` log into bpb[] */
-static void read_lengths(xctx *c, const char *log, const int *lens, double *bpb) {
-    char lp[4096], line[512];
-    snprintf(lp, sizeof lp, "%s/logs/%s.txt", c->dir, log);
-    FILE *f = fopen(lp, "r");
-    while (f && fgets(line, sizeof line, f)) {
-        int L;
-        double v;
-        if (sscanf(line, "%d %lf", &L, &v) == 2)
-            for (int j = 0; j < NL; j++)
-                if (L == lens[j]) bpb[j] = v;
-    }
-    if (f) fclose(f);
-}
-
 /* peak resident memory of `mega generate` producing n bytes from the trained model */
 static double decode_mib(xctx *c, const char *id, int n) {
     char run[4096], log[128];
@@ -99,7 +84,7 @@ int exp_megalodon(xctx *c) {
         xargv a = {0};
         xa(&a, c->self), xa(&a, "eval"), xaf(&a, "--model=%s", run), xaf(&a, "--data=%s", va), xaf(&a, "--lengths=%s", lstr);
         xaf(&a, "--max-bytes=%d", lens[NL - 1] * 4), xaf(&a, "--threads=%d", c->threads), xa(&a, "--quiet");
-        if (!xrun_ok(c, log, &a, &r)) read_lengths(c, log, lens, bpb[i]);
+        if (!xrun_ok(c, log, &a, &r)) read_lengths(c, log, lens, NL, bpb[i]);
         for (int j = 0; j < ND; j++) mib[i][j] = decode_mib(c, MODELS[i].id, dl[j]);
     }
     sbuf_printf(&c->md, "Byte language models of %s, trained on %d-byte sequences %s; Mega and Megalodon attend in "

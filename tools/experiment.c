@@ -156,6 +156,22 @@ int read_runlog(const char *run, const char *metric, xlog *g) {
     return 0;
 }
 
+/* the table rows "LENGTH BPB BYTES" of a `mega eval --lengths` log: bpb[j] for lens[j] (n lengths;
+ * a length without a row keeps its value) */
+void read_lengths(xctx *c, const char *log, const int *lens, int n, double *bpb) {
+    char lp[4096], line[512];
+    snprintf(lp, sizeof lp, "%s/logs/%s.txt", c->dir, log);
+    FILE *f = fopen(lp, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        int L;
+        double v;
+        if (sscanf(line, "%d %lf", &L, &v) == 2)
+            for (int j = 0; j < n; j++)
+                if (L == lens[j]) bpb[j] = v;
+    }
+    if (f) fclose(f);
+}
+
 /* ---- results.md ---- */
 
 void md_cmd(xctx *c, const char *log) {

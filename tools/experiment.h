@@ -83,6 +83,7 @@ int xrun_ok(xctx *c, const char *log, xargv *a, xrun *r);
 
 /* ---- runs, results.md, figures ---- */
 int read_runlog(const char *run, const char *metric, xlog *g);
+void read_lengths(xctx *c, const char *log, const int *lens, int n, double *bpb);
 void md_cmd(xctx *c, const char *log);
 int write_fig(xctx *c, const char *file, sbuf *svg);
 int curves_fig(xctx *c, const char *file, const char *title, const char *ylabel, const xcurve *cv, int n, int by_steps);
