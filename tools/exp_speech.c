@@ -145,23 +145,6 @@ static double speech_test(xctx *c, const char *id, const char *data, int nw, dou
     return acc;
 }
 
-/* the FFN width that gives model `flags` about `target` parameters: a one-step probe at the width
- * F0 (one clip, one validation clip), then the FFN's 2D + 1 parameters per unit (fc1 and fc2 of the
- * normalized FFN; one layer) */
-static int equal_ffn(xctx *c, const char *id, const char *common, const char *flags, int F0, double target) {
-    char pid[80], cm[24100], fl[1024];
-    xlog pg;
-    xrun r;
-    double p = NAN;
-    snprintf(pid, sizeof pid, "%s-probe", id);
-    snprintf(cm, sizeof cm, "%s --steps 1 --eval-every 0 --eval-tokens 1 --batch 1", common);
-    snprintf(fl, sizeof fl, "%s --ffn-dim %d", flags, F0);
-    if (train_model(c, pid, cm, fl, "acc", &pg, &p, &r) || !isfinite(p) || !isfinite(target)) return F0;
-    const int D = c->quick ? 8 : 16;
-    int F = (int)lround(F0 + (target - p) / (2.0 * D + 1));
-    return F < 8 ? 8 : (F + 4) / 8 * 8;
-}
-
 typedef struct {
     double params, acc, peak_mib;
     int F, outside;
@@ -180,7 +163,13 @@ static int speech_models(xctx *c, const xmodel *M, int nm, int mha, const char *
         snprintf(id, sizeof id, "speech-%s", M[i].id);
         snprintf(common, sizeof common, "--task classify --preset sc-raw --data %s %s%s%s", dir, model, i == mha ? " --valid " : "",
                  i == mha ? sub : "");
-        R[i].F = i > 0 && !c->quick ? equal_ffn(c, id, common, M[i].flags, F0, R[0].params) : F0;
+        if (i > 0 && !c->quick) { /* one layer of width 16 (SP_MODEL); the probe on one clip */
+            char probe[24100];
+            snprintf(probe, sizeof probe, "%s --batch 1", common);
+            R[i].F = match_ffn(c, id, probe, M[i].flags, F0, 16, 1, R[0].params);
+        } else {
+            R[i].F = F0;
+        }
         snprintf(flags, sizeof flags, "%s --ffn-dim %d", M[i].flags, R[i].F);
         char full[24100];
         if (c->quick) snprintf(full, sizeof full, "%s --steps 1", common);
