@@ -6,8 +6,8 @@
  *
  *   y   = MegalodonLayer(x)                        (layers/mglayer.h: y already holds + x)
  *   n   = LayerNorm(y) (1 + w) + b                 (FusedLayerNorm: weight stored as an offset)
- *   hid = silu(fc1 n)           [* fc3 n with SwiGLU]     (no biases)
- *   out = alpha * fc2 hid + x                       (alpha: layer scale when rescale-nffn, else 1)
+ *   hid = hdrop(silu(fc1 n)     [* fc3 n with SwiGLU])    (no biases)
+ *   out = alpha * drop(fc2 hid) + x                 (alpha: layer scale when rescale-nffn, else 1)
  *
  * Parameters, under the official names: "<prefix>mega.*" (the layer) and "<prefix>nffn.norm.weight",
  * "nffn.norm.bias", "nffn.fc1.weight" [F, D], "nffn.fc2.weight" [D, F], "nffn.fc3.weight" (SwiGLU),
@@ -15,8 +15,14 @@
  * with a = sqrt(5) (std 1 / sqrt(3 fan_in)) for every projection, zero biases, norm weights,
  * gamma and beta; alpha = 0.1 * 0.5^layer_id (the layer id read from the prefix "...layers.<i>.").
  *
- * Not in this mixer (docs/megalodon.md): dropout (the check refuses it), a padding mask (the LM
- * pads only on the right, where a causal layer cannot see the pads).
+ * Dropout in training as the official code: the layer's (mglayer.h: hidden_dropout on mx and on
+ * attn * r, attention_dropout on the attention weights, dropout on the layer's h) and the FFN's
+ * (hidden_dropout on hid, dropout on fc2's output), masks keyed by the run's key (one subkey per
+ * site) so a recomputed forward and the backward regenerate them. The official code has no
+ * activation dropout: the check refuses it.
+ *
+ * Not in this mixer (docs/megalodon.md): a padding mask (the LM pads only on the right, where a
+ * causal layer cannot see the pads).
  *
  * Streaming state per sequence: the timestep norm's (count, means, variances), the CEMA's complex
  * state [2][N][D] and the attention cache of the current chunk only: O(chunk) memory per layer
@@ -62,8 +68,9 @@ static mega_status mgb_check(const mega_block_config *c) {
     if (c->norm_num_groups < 1 || c->embed_dim % c->norm_num_groups)
         MEGA_FAIL(MEGA_ERR_INVALID, "megalodon: norm-num-groups %d must divide embed-dim %d", c->norm_num_groups,
                   c->embed_dim);
-    if (c->dropout > 0 || c->attention_dropout > 0 || c->hidden_dropout > 0 || c->activation_dropout > 0)
-        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "megalodon: dropout is not implemented (set every dropout to 0)");
+    if (c->activation_dropout > 0)
+        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "megalodon has no activation-dropout (its FFN's hidden units take "
+                  "hidden-dropout, as the official NormalizedFeedForwardNetwork)");
     return MEGA_OK;
 }
 
@@ -151,9 +158,23 @@ static size_t mgb_scratch(const void *layer, int B, int T, int nt) {
            2 * rup(R * L->mg.D) + 2 * rup(R * L->F) + 64;
 }
 
-/* out = rescale(fc2 hid(LN(y))) + x over R rows; a: where the intermediates go */
+/* the FFN's dropout sites, after the layer's (mglayer.c: 1..4) under the same key */
+enum { SITE_HID = 5, SITE_FC2 };
+
+/* the layer's dropout in a training run with a dropout set, else NULL */
+static const mega_mgdrop *drop_of(const mega_block_config *c, const mega_run *run, mega_mgdrop *d) {
+    if (!run || !run->training || !(c->dropout > 0 || c->attention_dropout > 0 || c->hidden_dropout > 0)) return NULL;
+    d->p_out = c->dropout, d->p_attn = c->attention_dropout, d->p_hidden = c->hidden_dropout, d->key = run->key;
+    return d;
+}
+static void drop(real *v, size_t n, const mega_mgdrop *dr, double p, int site) {
+    if (dr && p > 0) mega_dropout(v, v, n, p, mega__subkey(dr->key, (uint64_t)site));
+}
+
+/* out = rescale(drop(fc2 hdrop(hid(LN(y))))) + x over R rows; a: where the intermediates go;
+ * dr: dropout (NULL: none) */
 static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real *y, const real *x, size_t R,
-                        const mgb_acts *a) {
+                        const mgb_acts *a, const mega_mgdrop *dr) {
     const size_t D = L->mg.D, F = L->F;
     for (size_t r = 0; r < R; r++) {
         const real *yr = y + r * D;
@@ -169,8 +190,10 @@ static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real
     mega_linear_forward(a->h1, a->n, W + L->fc1, NULL, R, D, F);
     if (L->swiglu) mega_linear_forward(a->h3, a->n, W + L->fc3, NULL, R, D, F);
     for (size_t i = 0; i < R * F; i++) a->hid[i] = mega_silu(a->h1[i]) * (L->swiglu ? a->h3[i] : 1);
+    drop(a->hid, R * F, dr, dr ? dr->p_hidden : 0, SITE_HID);
     real *o = L->rescale ? a->o : out;
     mega_linear_forward(o, a->hid, W + L->fc2, NULL, R, F, D);
+    drop(o, R * D, dr, dr ? dr->p_out : 0, SITE_FC2);
     for (size_t r = 0; r < R; r++)
         for (size_t i = 0; i < D; i++) {
             const size_t k = r * D + i;
@@ -181,20 +204,24 @@ static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real
 static mega_status mgb_forward(const void *layer, real *W, real *acts, real *y, const real *x, const uint8_t *pad,
                                int B, int T, const mega_run *run, real *scratch) {
     const mgb_layer *L = layer;
-    (void)pad, (void)run;
+    (void)pad;
+    mega_mgdrop d;
+    const mega_mgdrop *dr = drop_of(L->cfg, run, &d);
     mgb_acts a = acts_at(L, acts, B, T);
     mega_tsnorm_state s = {(int64_t *)(void *)scratch, scratch + count_reals(B)};
     mega_tsnorm_state_prior(&L->mg.tn, W, &s, B); /* every batch starts from the prior */
     real *ls = s.mv + rup((size_t)B * 2 * L->mg.G);
-    mega_mglayer_forward(&L->mg, W, a.y, x, B, T, &s, NULL, a.mg, ls);
-    ffn_forward(L, W, y, a.y, x, (size_t)B * T, &a);
+    mega_mglayer_forward(&L->mg, W, a.y, x, B, T, &s, NULL, dr, a.mg, ls);
+    ffn_forward(L, W, y, a.y, x, (size_t)B * T, &a, dr);
     return MEGA_OK;
 }
 
 static void mgb_backward(const void *layer, const real *W, real *dW, const real *acts, real *dx, const real *dout,
                          const real *x, const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
     const mgb_layer *L = layer;
-    (void)pad, (void)run;
+    (void)pad;
+    mega_mgdrop d;
+    const mega_mgdrop *dr = drop_of(L->cfg, run, &d);
     const size_t R = (size_t)B * T, D = L->mg.D, F = L->F;
     mgb_acts a = acts_at(L, (real *)(uintptr_t)acts, B, T);
     real *dy = scratch, *dn = dy + rup(R * D), *dhid = dn + rup(R * D), *dh3 = dhid + rup(R * F);
@@ -207,7 +234,9 @@ static void mgb_backward(const void *layer, const real *W, real *dW, const real 
             if (L->rescale) dW[L->alpha + i] += dout[k] * a.o[k];
             dO[k] = L->rescale ? dout[k] * W[L->alpha + i] : dout[k];
         }
+    drop(dO, R * D, dr, dr ? dr->p_out : 0, SITE_FC2);
     mega_linear_backward(dhid, dW + L->fc2, NULL, dO, a.hid, W + L->fc2, R, F, D, 0);
+    drop(dhid, R * F, dr, dr ? dr->p_hidden : 0, SITE_HID);
     for (size_t i = 0; i < R * F; i++) {
         const real g = mega_silu(a.h1[i]);
         if (L->swiglu) dh3[i] = dhid[i] * g, dhid[i] *= a.h3[i];
@@ -232,7 +261,7 @@ static void mgb_backward(const void *layer, const real *W, real *dW, const real 
             dy[r * D + i] = (real)(rs * (du - s1 - u * s2));
         }
     }
-    mega_mglayer_backward(&L->mg, W, dW, dx, dy, x, B, T, NULL, a.mg, ls);
+    mega_mglayer_backward(&L->mg, W, dW, dx, dy, x, B, T, NULL, dr, a.mg, ls);
 }
 
 /* ---- streaming: count [B] | means, variances [B][2][G] | CEMA [B][2][N][D] | caches [B][C...] */
@@ -309,7 +338,7 @@ static mega_status mgb_step(const void *layer, const real *W, mega_mixer_state *
     for (int t = 0; t < T; t++) {
         for (int bi = 0; bi < B; bi++) memcpy(xr + bi * D, x + ((size_t)bi * T + t) * D, D * sizeof(real));
         mega_mglayer_step(&L->mg, W, v.coef, yr, xr, B, S->pos, &v.s, v.h, v.cache, work);
-        ffn_forward(L, W, outr, yr, xr, Bz, &a);
+        ffn_forward(L, W, outr, yr, xr, Bz, &a, NULL);
         for (int bi = 0; bi < B; bi++) memcpy(y + ((size_t)bi * T + t) * D, outr + bi * D, D * sizeof(real));
         S->pos++;
     }
@@ -318,7 +347,8 @@ static mega_status mgb_step(const void *layer, const real *W, mega_mixer_state *
 
 /* ffn-dim is not listed: no mixer declares it, so it applies to every mixer */
 static const char *const MGB_OPTIONS[] = {"z-dim", "hidden-dim", "n-dim", "chunk-size", "heads",
-                                          "norm-num-groups", "swiglu", "rescale-nffn", NULL};
+                                          "norm-num-groups", "swiglu", "rescale-nffn", "attention-dropout",
+                                          "hidden-dropout", NULL};
 
 const mega_mixer_ops mega_mixer_ops_megalodon = {
     .name = "megalodon",
