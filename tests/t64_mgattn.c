@@ -79,7 +79,7 @@ static double step_err(fx *f) {
             memcpy(ks + (size_t)b * HZ, f->k + ((size_t)b * T + t) * HZ, HZ * sizeof(double));
             memcpy(vs + (size_t)b * HE, f->v + ((size_t)b * T + t) * HE, HE * sizeof(double));
         }
-        mega_mgattn_step(a, os, qs, ks, vs, B, t, cache, w);
+        mega_mgattn_step(a, os, qs, ks, vs, B, t, NULL, cache, w);
         for (int b = 0; b < B; b++)
             for (int i = 0; i < HE; i++) worst = fmax(worst, fabs(os[(size_t)b * HE + i] - f->O[((size_t)b * T + t) * HE + i]));
     }

@@ -76,7 +76,7 @@ int main(void) {
     mega_cema_layer_coef(&f.L.cema, f.P.data, coef);
     for (int t = 0; t < T; t++) {
         for (int b = 0; b < B; b++) memcpy(xs + (size_t)b * D, f.x + ((size_t)b * T + t) * D, D * 8);
-        mega_mglayer_step(&f.L, f.P.data, coef, ys, xs, B, t, &s, h, cache, work);
+        mega_mglayer_step(&f.L, f.P.data, coef, ys, xs, B, t, NULL, &s, h, cache, work);
         for (int b = 0; b < B; b++)
             for (int i = 0; i < D; i++) worst = fmax(worst, fabs(ys[(size_t)b * D + i] - f.y[((size_t)b * T + t) * D + i]));
     }

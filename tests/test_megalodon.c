@@ -160,7 +160,7 @@ static void run_attn(fx_case *c) {
             memcpy(ks + (size_t)b * HZ, k + ((size_t)b * T + t) * HZ, HZ * sizeof *ks);
             memcpy(vs + (size_t)b * HE, v + ((size_t)b * T + t) * HE, HE * sizeof *vs);
         }
-        mega_mgattn_step(&a, os, qs, ks, vs, B, t, cache, w);
+        mega_mgattn_step(&a, os, qs, ks, vs, B, t, NULL, cache, w);
         for (int b = 0; b < B; b++) memcpy(dec + ((size_t)b * T + t) * HE, os + (size_t)b * HE, HE * sizeof *os);
     }
     cmp(c, "decode.out", dec, RE);

@@ -26,7 +26,10 @@
  *
  * Streaming state per sequence: the timestep norm's (count, means, variances), the CEMA's complex
  * state [2][N][D] and the attention cache of the current chunk only: O(chunk) memory per layer
- * whatever the length.
+ * whatever the length. Rows (MEGA_MIXER_ROWS, a stream's sequences each at its own position):
+ * the step reads mega_mixer_state.rpos for the attention's chunk border and rotary position
+ * (the norm and the CEMA have no position), views and their reset cover their own sequences, and
+ * the reorder moves every part of a sequence's state.
  */
 #include "layers/mglayer.h"
 #include "layers/mixer.h"
@@ -171,10 +174,14 @@ static void drop(real *v, size_t n, const mega_mgdrop *dr, double p, int site) {
     if (dr && p > 0) mega_dropout(v, v, n, p, mega__subkey(dr->key, (uint64_t)site));
 }
 
+/* the products: mega_linear_forward in a forward, mega_linear_step in a streaming step (each
+ * row's sums those it has alone: a stream's rows get the bits they have alone) */
+typedef void (*lin_fn)(real *Y, const real *X, const real *Wt, const real *b, size_t R, size_t In, size_t O);
+
 /* out = rescale(drop(fc2 hdrop(hid(LN(y))))) + x over R rows; a: where the intermediates go;
  * dr: dropout (NULL: none) */
 static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real *y, const real *x, size_t R,
-                        const mgb_acts *a, const mega_mgdrop *dr) {
+                        const mgb_acts *a, const mega_mgdrop *dr, lin_fn lin) {
     const size_t D = L->mg.D, F = L->F;
     for (size_t r = 0; r < R; r++) {
         const real *yr = y + r * D;
@@ -187,12 +194,12 @@ static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real
         for (size_t i = 0; i < D; i++)
             a->n[r * D + i] = (real)((yr[i] - m) * rs * (1 + W[L->ln_w + i]) + W[L->ln_b + i]);
     }
-    mega_linear_forward(a->h1, a->n, W + L->fc1, NULL, R, D, F);
-    if (L->swiglu) mega_linear_forward(a->h3, a->n, W + L->fc3, NULL, R, D, F);
+    lin(a->h1, a->n, W + L->fc1, NULL, R, D, F);
+    if (L->swiglu) lin(a->h3, a->n, W + L->fc3, NULL, R, D, F);
     for (size_t i = 0; i < R * F; i++) a->hid[i] = mega_silu(a->h1[i]) * (L->swiglu ? a->h3[i] : 1);
     drop(a->hid, R * F, dr, dr ? dr->p_hidden : 0, SITE_HID);
     real *o = L->rescale ? a->o : out;
-    mega_linear_forward(o, a->hid, W + L->fc2, NULL, R, F, D);
+    lin(o, a->hid, W + L->fc2, NULL, R, F, D);
     drop(o, R * D, dr, dr ? dr->p_out : 0, SITE_FC2);
     for (size_t r = 0; r < R; r++)
         for (size_t i = 0; i < D; i++) {
@@ -212,7 +219,7 @@ static mega_status mgb_forward(const void *layer, real *W, real *acts, real *y, 
     mega_tsnorm_state_prior(&L->mg.tn, W, &s, B); /* every batch starts from the prior */
     real *ls = s.mv + rup((size_t)B * 2 * L->mg.G);
     mega_mglayer_forward(&L->mg, W, a.y, x, B, T, &s, NULL, dr, a.mg, ls);
-    ffn_forward(L, W, y, a.y, x, (size_t)B * T, &a, dr);
+    ffn_forward(L, W, y, a.y, x, (size_t)B * T, &a, dr, mega_linear_forward);
     return MEGA_OK;
 }
 
@@ -272,6 +279,9 @@ typedef struct {
                  * (mega_layer.c mg_state_init): not per fed token */
 } mgb_state;
 
+/* per sequence: the count (an int64 in reals), the means and variances, the CEMA state, the cache */
+static size_t per_count(void) { return sizeof(int64_t) / sizeof(real); }
+
 static size_t state_at(const mgb_layer *L, real *mem, int B, mgb_state *v) {
     const size_t Bz = (size_t)B;
     mega_bump b = {mem, 0};
@@ -281,6 +291,13 @@ static size_t state_at(const mgb_layer *L, real *mem, int B, mgb_state *v) {
     v->cache = mega_bump_take(&b, Bz * mega_mgattn_cache_size(&L->mg.at));
     v->coef = mega_bump_take(&b, mega_cema_layer_coef_size(&L->mg.cema));
     return b.off;
+}
+/* the state of S's sequences: all of them, or those of a view ([b0, b0 + B) of Bmem sequences) */
+static void state_of(const mgb_layer *L, const mega_mixer_state *S, mgb_state *v) {
+    state_at(L, S->mem, S->Bmem ? S->Bmem : S->B, v);
+    const size_t b0 = (size_t)S->b0;
+    v->s.count += b0, v->s.mv += b0 * 2 * L->mg.G, v->h += b0 * 2 * L->mg.N * L->mg.D;
+    v->cache += b0 * mega_mgattn_cache_size(&L->mg.at);
 }
 static size_t mgb_state_size(const void *L, int B, int cap) {
     mgb_state v;
@@ -292,7 +309,7 @@ static size_t mgb_state_size(const void *L, int B, int cap) {
 static void mgb_state_reset(const void *layer, mega_mixer_state *S) {
     const mgb_layer *L = layer;
     mgb_state v;
-    state_at(L, S->mem, S->B, &v);
+    state_of(L, S, &v); /* a view clears its own sequences only */
     const size_t G = L->mg.G;
     for (int b = 0; b < S->B; b++) {
         v.s.count[b] = 0;
@@ -325,8 +342,9 @@ static mega_status mgb_step(const void *layer, const real *W, mega_mixer_state *
     const mgb_layer *L = layer;
     const int B = S->B;
     const size_t D = L->mg.D, F = L->F, Bz = (size_t)B;
+    if (S->rpos && T != 1) MEGA_FAIL(MEGA_ERR_INVALID, "a step of sequences at their own positions takes one token (got %d)", T);
     mgb_state v;
-    state_at(L, S->mem, B, &v);
+    state_of(L, S, &v);
     mega_bump b = {scratch, 0};
     real *work = mega_bump_take(&b, mega_mglayer_step_work(&L->mg, B));
     real *xr = mega_bump_take(&b, Bz * D), *yr = mega_bump_take(&b, Bz * D), *outr = mega_bump_take(&b, Bz * D);
@@ -337,12 +355,23 @@ static mega_status mgb_step(const void *layer, const real *W, mega_mixer_state *
     a.mu = mega_bump_take(&b, Bz), a.rs = mega_bump_take(&b, Bz);
     for (int t = 0; t < T; t++) {
         for (int bi = 0; bi < B; bi++) memcpy(xr + bi * D, x + ((size_t)bi * T + t) * D, D * sizeof(real));
-        mega_mglayer_step(&L->mg, W, v.coef, yr, xr, B, S->pos, &v.s, v.h, v.cache, work);
-        ffn_forward(L, W, outr, yr, xr, Bz, &a, NULL);
+        mega_mglayer_step(&L->mg, W, v.coef, yr, xr, B, S->pos, S->rpos, &v.s, v.h, v.cache, work);
+        ffn_forward(L, W, outr, yr, xr, Bz, &a, NULL, mega_linear_step);
         for (int bi = 0; bi < B; bi++) memcpy(y + ((size_t)bi * T + t) * D, outr + bi * D, D * sizeof(real));
         S->pos++;
     }
     return MEGA_OK;
+}
+
+/* beam search and a stream's leaving rows: new sequence b = old idx[b], every part of its state */
+static void mgb_state_reorder(const void *layer, mega_mixer_state *S, const int *idx, real *tmp) {
+    const mgb_layer *L = layer;
+    mgb_state v;
+    state_at(L, S->mem, S->B, &v);
+    mega__rows_gather((real *)(void *)v.s.count, per_count(), S->B, idx, tmp); /* int64 counts moved as their bytes */
+    mega__rows_gather(v.s.mv, 2 * L->mg.G, S->B, idx, tmp);
+    mega__rows_gather(v.h, 2 * L->mg.N * L->mg.D, S->B, idx, tmp);
+    mega__rows_gather(v.cache, mega_mgattn_cache_size(&L->mg.at), S->B, idx, tmp);
 }
 
 /* ffn-dim is not listed: no mixer declares it, so it applies to every mixer */
@@ -352,7 +381,8 @@ static const char *const MGB_OPTIONS[] = {"z-dim", "hidden-dim", "n-dim", "chunk
 
 const mega_mixer_ops mega_mixer_ops_megalodon = {
     .name = "megalodon",
-    .flags = MEGA_MIXER_SELF_RESIDUAL | MEGA_MIXER_CAUSAL | MEGA_MIXER_OWN_FFN | MEGA_MIXER_FINAL_TSNORM,
+    .flags = MEGA_MIXER_SELF_RESIDUAL | MEGA_MIXER_CAUSAL | MEGA_MIXER_OWN_FFN | MEGA_MIXER_FINAL_TSNORM |
+             MEGA_MIXER_ROWS,
     .layer_size = sizeof(mgb_layer),
     .resolve = mgb_resolve,
     .check = mgb_check,
@@ -369,4 +399,5 @@ const mega_mixer_ops mega_mixer_ops_megalodon = {
     .state_reset = mgb_state_reset,
     .step_scratch = mgb_step_scratch,
     .step = mgb_step,
+    .state_reorder = mgb_state_reorder,
 };

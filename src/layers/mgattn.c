@@ -79,13 +79,15 @@ void mega_mgattn_backward(const mega_mgattn *a, real *dq, real *dk, real *dv, co
 }
 
 void mega_mgattn_step(const mega_mgattn *a, real *O, const real *q, const real *k, const real *v, int B, int64_t pos,
-                      real *cache, real *w) {
+                      const int64_t *rpos, real *cache, real *w) {
     MEGA_ASSERT(a->Z <= ZMAX);
     const int H = a->H, Z = a->Z, E = a->E, HZ = H * Z, HE = H * E;
-    const int n = (int)(pos % a->C) + 1; /* keys in the current chunk, this one included */
     real cs[ZMAX], qh[ZMAX];
-    mega_rope_angles(cs, Z, n - 1, a->rope_base, 0);
+    int nprev = -1;
     for (int b = 0; b < B; b++) {
+        /* keys in the current chunk, this one included: each sequence's own with rpos */
+        const int n = (int)((rpos ? rpos[b] : pos) % a->C) + 1;
+        if (n != nprev) mega_rope_angles(cs, Z, n - 1, a->rope_base, 0), nprev = n;
         real *kc = cache + (size_t)b * mega_mgattn_cache_size(a), *vc = kc + (size_t)a->C * HZ;
         /* a new chunk starts with an empty cache: row n-1 is overwritten, earlier rows are this
          * chunk's */

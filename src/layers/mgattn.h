@@ -39,8 +39,9 @@ void mega_mgattn_backward(const mega_mgattn *a, real *dq, real *dk, real *dv, co
 static inline size_t mega_mgattn_cache_size(const mega_mgattn *a) {
     return (size_t)a->C * a->H * ((size_t)a->Z + a->E);
 }
-/* one token per sequence: q, k [B,H*Z], v [B,H*E] at position pos (the same for all B);
+/* one token per sequence: q, k [B,H*Z], v [B,H*E] at position pos (the same for all B), or
+ * sequence b at rpos[b] when rpos is not NULL (each its own chunk border and rotary position);
  * cache [B][mega_mgattn_cache_size]; O [B,H*E]; w: scratch of C reals */
 void mega_mgattn_step(const mega_mgattn *a, real *O, const real *q, const real *k, const real *v, int B, int64_t pos,
-                      real *cache, real *w);
+                      const int64_t *rpos, real *cache, real *w);
 #endif

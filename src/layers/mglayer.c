@@ -189,7 +189,7 @@ size_t mega_mglayer_step_work(const mega_mglayer *L, int B) {
 }
 
 void mega_mglayer_step(const mega_mglayer *L, const real *W, const real *coef, real *y, const real *x, int B,
-                       int64_t pos, mega_tsnorm_state *s, real *h, real *cache, real *work) {
+                       int64_t pos, const int64_t *rpos, mega_tsnorm_state *s, real *h, real *cache, real *work) {
     const size_t R = (size_t)B, D = L->D, Z = L->Z, E = L->E, dz = Z / L->H;
     real *xn = work, *c = xn + R * D, *mx = c + R * D, *zl = mx + R * D, *zn = zl + R * Z, *q = zn + R * Z;
     real *k = q + R * Z, *v = k + R * Z, *r = v + R * E, *a = r + R * E, *ar = a + R * E, *rinv = ar + R * E;
@@ -200,7 +200,8 @@ void mega_mglayer_step(const mega_mglayer *L, const real *W, const real *coef, r
     rms_rows(mx, rinv, c, R, D, L->eps);
     for (size_t b = 0; b < R; b++)
         for (size_t i = 0; i < D; i++) mx[b * D + i] *= 1 + W[L->rms_w + i];
-    mega_linear_forward(zl, mx, W + L->wz, W + L->bz, R, D, Z);
+    /* the products are mega_linear_step's: each row's sums are those it has alone (gemm.c) */
+    mega_linear_step(zl, mx, W + L->wz, W + L->bz, R, D, Z);
     rms_rows(zn, zr, zl, R * L->H, dz, L->eps);
     const double sc = 1.0 / sqrt((double)dz);
     for (size_t b = 0; b < R; b++)
@@ -208,12 +209,12 @@ void mega_mglayer_step(const mega_mglayer *L, const real *W, const real *coef, r
             q[b * Z + i] = (real)(zn[b * Z + i] * (W[L->gamma + i] + 1) * sc + W[L->beta + i]);
             k[b * Z + i] = (real)(zn[b * Z + i] * (W[L->gamma + Z + i] + 1) * sc + W[L->beta + Z + i]);
         }
-    mega_linear_forward(v, xn, W + L->wv, W + L->bv, R, D, E);
-    mega_linear_forward(r, mx, W + L->wr, W + L->br, R, D, E);
+    mega_linear_step(v, xn, W + L->wv, W + L->bv, R, D, E);
+    mega_linear_step(r, mx, W + L->wr, W + L->br, R, D, E);
     for (size_t i = 0; i < R * E; i++) v[i] = mega_silu(v[i]);
-    mega_mgattn_step(&L->at, a, q, k, v, B, pos, cache, w);
+    mega_mgattn_step(&L->at, a, q, k, v, B, pos, rpos, cache, w);
     for (size_t i = 0; i < R * E; i++) ar[i] = a[i] * mega_silu(r[i]);
-    mega_linear_forward(y, mx, W + L->wh1, W + L->bh1, R, D, D);
-    mega_gemm(0, 1, R, D, E, 1, ar, E, W + L->wh2, E, 1, y, D);
+    mega_linear_step(y, mx, W + L->wh1, W + L->bh1, R, D, D);
+    mega_gemm_step(R, D, E, ar, E, W + L->wh2, E, 1, y, D);
     for (size_t i = 0; i < R * D; i++) y[i] += x[i];
 }

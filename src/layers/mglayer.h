@@ -48,12 +48,14 @@ void mega_mglayer_forward(const mega_mglayer *L, const real *W, real *y, const r
 void mega_mglayer_backward(const mega_mglayer *L, const real *W, real *dW, real *dx, const real *dy, const real *x,
                            int B, int T, const real *h0, const mega_mgdrop *dr, real *acts, real *scratch);
 
-/* streaming: one token per sequence, x [B,D] at position pos (the same for all B), y [B,D];
+/* streaming: one token per sequence, x [B,D] at position pos (the same for all B, or sequence b
+ * at rpos[b] when rpos is not NULL), y [B,D];
  * s: the timestep norm's state, h: the CEMA state [B][2][N][D], cache: B attention caches of
  * mega_mgattn_cache_size (the current chunk only), all carried in place; coef: the CEMA's
  * coefficients (mega_cema_layer_coef); work: mega_mglayer_step_work reals. Computes what the
- * forward computes over the same tokens. */
+ * forward computes over the same tokens; a sequence's bits do not depend on the others beside it
+ * (the products are mega_linear_step's, every other pass is per sequence). */
 size_t mega_mglayer_step_work(const mega_mglayer *L, int B);
 void mega_mglayer_step(const mega_mglayer *L, const real *W, const real *coef, real *y, const real *x, int B,
-                       int64_t pos, mega_tsnorm_state *s, real *h, real *cache, real *work);
+                       int64_t pos, const int64_t *rpos, mega_tsnorm_state *s, real *h, real *cache, real *work);
 #endif
