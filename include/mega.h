@@ -538,8 +538,8 @@ MEGA_API mega_status mega_lm_stream_probe_attention(mega_lm_stream *s, int layer
  * read once; row_remove frees a row: the last row in use moves into its place (its index becomes
  * `row`). A row's logits are those it gives alone: the same bits whichever rows run beside it.
  * A stream fed through rows is not fed with mega_lm_stream_feed (MEGA_ERR_INVALID) until
- * mega_lm_stream_reset. The Mega mixer only (its step takes a position per row; other mixers:
- * MEGA_ERR_UNSUPPORTED); the attention probe sees no row's tokens. */
+ * mega_lm_stream_reset. The Mega and Megalodon mixers only (their steps take a position per row;
+ * other mixers: MEGA_ERR_UNSUPPORTED); the attention probe sees no row's tokens. */
 MEGA_API mega_status mega_lm_stream_row_add(mega_lm_stream *s, int *row);
 MEGA_API mega_status mega_lm_stream_row_feed(mega_lm_stream *s, int row, const int32_t *tokens, int T, mega_real *logits);
 MEGA_API mega_status mega_lm_stream_rows_step(mega_lm_stream *s, const int32_t *tokens, mega_real *logits);

@@ -23,7 +23,7 @@ typedef struct {
 
 static double loss_fn(void *arg) {
     fx *f = arg;
-    mega_mgattn_forward(&f->a, f->O, f->q, f->k, f->v, f->B, f->T, f->acts, f->scratch, 1);
+    mega_mgattn_forward(&f->a, f->O, f->q, f->k, f->v, f->B, f->T, 0, 0, f->acts, f->scratch, 1);
     double s = 0;
     for (size_t i = 0; i < (size_t)f->B * f->T * f->a.H * f->a.E; i++) s += f->gO[i] * f->O[i];
     return s;
@@ -79,7 +79,7 @@ static double step_err(fx *f) {
             memcpy(ks + (size_t)b * HZ, f->k + ((size_t)b * T + t) * HZ, HZ * sizeof(double));
             memcpy(vs + (size_t)b * HE, f->v + ((size_t)b * T + t) * HE, HE * sizeof(double));
         }
-        mega_mgattn_step(a, os, qs, ks, vs, B, t, cache, w);
+        mega_mgattn_step(a, os, qs, ks, vs, B, t, NULL, cache, w);
         for (int b = 0; b < B; b++)
             for (int i = 0; i < HE; i++) worst = fmax(worst, fabs(os[(size_t)b * HE + i] - f->O[((size_t)b * T + t) * HE + i]));
     }
@@ -107,7 +107,7 @@ static void run(int H, int Z, int E, int C, int B, int T) {
     for (size_t i = 0; i < RZ; i++) f.dq[i] = 0.25, f.dk[i] = -0.5;
     for (size_t i = 0; i < RE; i++) f.dv[i] = 0.125;
     loss_fn(&f);
-    mega_mgattn_backward(&f.a, f.dq, f.dk, f.dv, f.gO, f.v, B, T, f.acts, f.scratch, 1);
+    mega_mgattn_backward(&f.a, f.dq, f.dk, f.dv, f.gO, f.v, B, T, 0, 0, f.acts, f.scratch, 1);
     for (size_t i = 0; i < RZ; i++) f.dq[i] -= 0.25, f.dk[i] += 0.5;
     for (size_t i = 0; i < RE; i++) f.dv[i] -= 0.125;
     fd_opts o = {loss_fn, &f, 0, 0, 0, 0, 1};

@@ -25,7 +25,7 @@ static double loss_fn(void *arg) {
     fx *f = arg;
     mega_tsnorm_state s = {f->count, f->mv};
     mega_tsnorm_state_prior(&f->L.tn, f->P.data, &s, f->B);
-    mega_mglayer_forward(&f->L, f->P.data, f->y, f->x, f->B, f->T, &s, NULL, f->acts, f->scratch);
+    mega_mglayer_forward(&f->L, f->P.data, f->y, f->x, f->B, f->T, &s, NULL, NULL, f->acts, f->scratch);
     double l = 0;
     for (size_t i = 0; i < (size_t)f->B * f->T * f->L.D; i++) l += f->gy[i] * f->y[i];
     return l;
@@ -54,7 +54,7 @@ int main(void) {
     for (size_t i = 0; i < R; i++) f.x[i] = tl_randn(&g_seed) + 0.2, f.gy[i] = tl_randn(&g_seed);
     mega_params_zero_grad(&f.P);
     loss_fn(&f);
-    mega_mglayer_backward(&f.L, f.P.data, f.P.grad, f.dx, f.gy, f.x, B, T, NULL, f.acts, f.scratch);
+    mega_mglayer_backward(&f.L, f.P.data, f.P.grad, f.dx, f.gy, f.x, B, T, NULL, NULL, f.acts, f.scratch);
     fd_opts o = {loss_fn, &f, 0, 0, 24, 24, 1};
     for (int i = 0; i < f.P.n; i++) {
         const mega_pspec *s = &f.P.specs[i];
@@ -76,7 +76,7 @@ int main(void) {
     mega_cema_layer_coef(&f.L.cema, f.P.data, coef);
     for (int t = 0; t < T; t++) {
         for (int b = 0; b < B; b++) memcpy(xs + (size_t)b * D, f.x + ((size_t)b * T + t) * D, D * 8);
-        mega_mglayer_step(&f.L, f.P.data, coef, ys, xs, B, t, &s, h, cache, work);
+        mega_mglayer_step(&f.L, f.P.data, coef, ys, xs, B, t, NULL, &s, h, cache, work);
         for (int b = 0; b < B; b++)
             for (int i = 0; i < D; i++) worst = fmax(worst, fabs(ys[(size_t)b * D + i] - f.y[((size_t)b * T + t) * D + i]));
     }

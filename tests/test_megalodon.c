@@ -150,9 +150,9 @@ static void run_attn(fx_case *c) {
     mega_real *dec = malloc(RE * sizeof *dec), *qs = malloc((size_t)B * HZ * sizeof *qs);
     mega_real *ks = malloc((size_t)B * HZ * sizeof *ks), *vs = malloc((size_t)B * HE * sizeof *vs);
     mega_real *os = malloc((size_t)B * HE * sizeof *os);
-    mega_mgattn_forward(&a, O, q, k, v, B, T, acts, scratch, 1);
+    mega_mgattn_forward(&a, O, q, k, v, B, T, 0, 0, acts, scratch, 1);
     cmp(c, "out", O, RE);
-    mega_mgattn_backward(&a, dq, dk, dv, gy, v, B, T, acts, scratch, 1);
+    mega_mgattn_backward(&a, dq, dk, dv, gy, v, B, T, 0, 0, acts, scratch, 1);
     cmp(c, "grad.q", dq, RZ), cmp(c, "grad.k", dk, RZ), cmp(c, "grad.v", dv, RE);
     for (int t = 0; t < T; t++) { /* the official cached decode, token by token */
         for (int b = 0; b < B; b++) {
@@ -160,7 +160,7 @@ static void run_attn(fx_case *c) {
             memcpy(ks + (size_t)b * HZ, k + ((size_t)b * T + t) * HZ, HZ * sizeof *ks);
             memcpy(vs + (size_t)b * HE, v + ((size_t)b * T + t) * HE, HE * sizeof *vs);
         }
-        mega_mgattn_step(&a, os, qs, ks, vs, B, t, cache, w);
+        mega_mgattn_step(&a, os, qs, ks, vs, B, t, NULL, cache, w);
         for (int b = 0; b < B; b++) memcpy(dec + ((size_t)b * T + t) * HE, os + (size_t)b * HE, HE * sizeof *os);
     }
     cmp(c, "decode.out", dec, RE);
@@ -189,10 +189,10 @@ static void run_layer(fx_case *c) {
     int64_t count[16];
     mega_tsnorm_state s = {count, mv};
     mega_tsnorm_state_prior(&L.tn, P.data, &s, B);
-    mega_mglayer_forward(&L, P.data, y, x, B, T, &s, NULL, acts, scratch);
+    mega_mglayer_forward(&L, P.data, y, x, B, T, &s, NULL, NULL, acts, scratch);
     cmp(c, "out", y, R);
     mega_params_zero_grad(&P);
-    mega_mglayer_backward(&L, P.data, P.grad, dx, gy, x, B, T, NULL, acts, scratch);
+    mega_mglayer_backward(&L, P.data, P.grad, dx, gy, x, B, T, NULL, NULL, acts, scratch);
     cmp(c, "dx", dx, R);
     fx_compare_grads(c, &P, ""); /* every parameter has its grad.<name>, and no other grad.* exists */
     free(x), free(gy), free(y), free(dx), free(acts), free(scratch), free(mv);

@@ -7,8 +7,10 @@
  * each step's) must be bit-identical to what it gets alone, in a stream of one sequence fed its
  * prompt in one call and then one token per call, and equal the full forward over the sequence
  * to 1e-4 of max |logit|. Models: Mega chunked (chunk 8: the sequences cross chunk borders at
- * different steps, each its own; simple bias) and under full attention (rotary), with 1 and 2
- * threads. Also: a full-attention row that would pass its cache fails and feeds nothing; a row
+ * different steps, each its own; simple bias), under full attention (rotary), and Megalodon
+ * (chunk 8, two heads: each row's attention cache empties at its own chunk border and its rotary
+ * positions restart there, while its timestep norms and CEMA carry on; a leaving row's place is
+ * taken with all of that and the final timestep norm's state), with 1 and 2 threads. Also: a full-attention row that would pass its cache fails and feeds nothing; a row
  * not in use and a full stream are refused; mega_lm_stream_feed on a stream fed by rows is
  * refused until a reset; a model of another mixer refuses rows (MEGA_ERR_UNSUPPORTED).
  */
@@ -21,9 +23,17 @@
 enum { NSEQ = 5, BROWS = 4, PMAX = 11, GMAX = 20, LMAX = PMAX + GMAX, V = 257 };
 static const int JOIN[NSEQ] = {0, 0, 3, 5, 9}, PLEN[NSEQ] = {3, 11, 1, 9, 5}, GEN[NSEQ] = {12, 4, 20, 6, 10};
 
+enum { MGL = 2 }; /* the model kind after chunked 0/1: Megalodon */
+
 static void config(mega_lm_config *c, int chunked) {
     mega_lm_config_default(c);
     c->vocab_size = V, c->padding_idx = 256, c->layers = 2;
+    if (chunked == MGL) {
+        c->block.mixer = MEGA_MIXER_MEGALODON, c->block.embed_dim = 16, c->block.z_dim = 8, c->block.hidden_dim = 24;
+        c->block.ffn_dim = 24, c->block.n_dim = 4, c->block.chunk_size = 8, c->block.heads = 2;
+        c->block.norm_num_groups = 4, c->block.swiglu = 1;
+        return;
+    }
     c->block.embed_dim = 16, c->block.z_dim = 8, c->block.hidden_dim = 24, c->block.ffn_dim = 24, c->block.n_dim = 4;
     c->block.chunk_size = chunked ? 8 : -1, c->block.max_positions = 64;
     c->block.rel_pos_bias = chunked ? MEGA_RELPOS_SIMPLE : MEGA_RELPOS_ROTARY;
@@ -151,7 +161,7 @@ static void check_model(int chunked, int threads) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
-    for (int th = 1; th <= 2; th++) check_model(1, th), check_model(0, th);
+    for (int th = 1; th <= 2; th++) check_model(1, th), check_model(0, th), check_model(MGL, th);
     mega_lm_config c;
     config(&c, 1);
     c.block.mixer = MEGA_MIXER_MHA;

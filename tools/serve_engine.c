@@ -6,7 +6,8 @@
  * step together (one product per layer for all of them, each weight read once), each with its own
  * sampler and seed (mega_sampler_next); a finished request frees its row for the next. A row's
  * logits are the bits it has alone (the library's rows), so a request's tokens depend only on its
- * prompt and sampling fields, never on what else runs. Models whose mixer has no rows (not Mega)
+ * prompt and sampling fields, never on what else runs. Models whose mixer has no rows (not Mega
+ * or Megalodon)
  * or whose cache is the whole stream (no chunks: a row would hold --ctx positions) get the older
  * way: N worker threads, each decoding one request at a time through a stream of its own of the
  * one shared model (the streams of a model may be fed from several threads at once, each by one

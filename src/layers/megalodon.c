@@ -6,8 +6,8 @@
  *
  *   y   = MegalodonLayer(x)                        (layers/mglayer.h: y already holds + x)
  *   n   = LayerNorm(y) (1 + w) + b                 (FusedLayerNorm: weight stored as an offset)
- *   hid = silu(fc1 n)           [* fc3 n with SwiGLU]     (no biases)
- *   out = alpha * fc2 hid + x                       (alpha: layer scale when rescale-nffn, else 1)
+ *   hid = hdrop(silu(fc1 n)     [* fc3 n with SwiGLU])    (no biases)
+ *   out = alpha * drop(fc2 hid) + x                 (alpha: layer scale when rescale-nffn, else 1)
  *
  * Parameters, under the official names: "<prefix>mega.*" (the layer) and "<prefix>nffn.norm.weight",
  * "nffn.norm.bias", "nffn.fc1.weight" [F, D], "nffn.fc2.weight" [D, F], "nffn.fc3.weight" (SwiGLU),
@@ -15,12 +15,21 @@
  * with a = sqrt(5) (std 1 / sqrt(3 fan_in)) for every projection, zero biases, norm weights,
  * gamma and beta; alpha = 0.1 * 0.5^layer_id (the layer id read from the prefix "...layers.<i>.").
  *
- * Not in this mixer (docs/megalodon.md): dropout (the check refuses it), a padding mask (the LM
- * pads only on the right, where a causal layer cannot see the pads).
+ * Dropout in training as the official code: the layer's (mglayer.h: hidden_dropout on mx and on
+ * attn * r, attention_dropout on the attention weights, dropout on the layer's h) and the FFN's
+ * (hidden_dropout on hid, dropout on fc2's output), masks keyed by the run's key (one subkey per
+ * site) so a recomputed forward and the backward regenerate them. The official code has no
+ * activation dropout: the check refuses it.
+ *
+ * Not in this mixer (docs/megalodon.md): a padding mask (the LM pads only on the right, where a
+ * causal layer cannot see the pads).
  *
  * Streaming state per sequence: the timestep norm's (count, means, variances), the CEMA's complex
  * state [2][N][D] and the attention cache of the current chunk only: O(chunk) memory per layer
- * whatever the length.
+ * whatever the length. Rows (MEGA_MIXER_ROWS, a stream's sequences each at its own position):
+ * the step reads mega_mixer_state.rpos for the attention's chunk border and rotary position
+ * (the norm and the CEMA have no position), views and their reset cover their own sequences, and
+ * the reorder moves every part of a sequence's state.
  */
 #include "layers/mglayer.h"
 #include "layers/mixer.h"
@@ -62,8 +71,9 @@ static mega_status mgb_check(const mega_block_config *c) {
     if (c->norm_num_groups < 1 || c->embed_dim % c->norm_num_groups)
         MEGA_FAIL(MEGA_ERR_INVALID, "megalodon: norm-num-groups %d must divide embed-dim %d", c->norm_num_groups,
                   c->embed_dim);
-    if (c->dropout > 0 || c->attention_dropout > 0 || c->hidden_dropout > 0 || c->activation_dropout > 0)
-        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "megalodon: dropout is not implemented (set every dropout to 0)");
+    if (c->activation_dropout > 0)
+        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "megalodon has no activation-dropout (its FFN's hidden units take "
+                  "hidden-dropout, as the official NormalizedFeedForwardNetwork)");
     return MEGA_OK;
 }
 
@@ -151,9 +161,27 @@ static size_t mgb_scratch(const void *layer, int B, int T, int nt) {
            2 * rup(R * L->mg.D) + 2 * rup(R * L->F) + 64;
 }
 
-/* out = rescale(fc2 hid(LN(y))) + x over R rows; a: where the intermediates go */
+/* the FFN's dropout sites, after the layer's (mglayer.c: 1..4) under the same key */
+enum { SITE_HID = 5, SITE_FC2 };
+
+/* the layer's dropout in a training run with a dropout set, else NULL */
+static const mega_mgdrop *drop_of(const mega_block_config *c, const mega_run *run, mega_mgdrop *d) {
+    if (!run || !run->training || !(c->dropout > 0 || c->attention_dropout > 0 || c->hidden_dropout > 0)) return NULL;
+    d->p_out = c->dropout, d->p_attn = c->attention_dropout, d->p_hidden = c->hidden_dropout, d->key = run->key;
+    return d;
+}
+static void drop(real *v, size_t n, const mega_mgdrop *dr, double p, int site) {
+    if (dr && p > 0) mega_dropout(v, v, n, p, mega__subkey(dr->key, (uint64_t)site));
+}
+
+/* the products: mega_linear_forward in a forward, mega_linear_step in a streaming step (each
+ * row's sums those it has alone: a stream's rows get the bits they have alone) */
+typedef void (*lin_fn)(real *Y, const real *X, const real *Wt, const real *b, size_t R, size_t In, size_t O);
+
+/* out = rescale(drop(fc2 hdrop(hid(LN(y))))) + x over R rows; a: where the intermediates go;
+ * dr: dropout (NULL: none) */
 static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real *y, const real *x, size_t R,
-                        const mgb_acts *a) {
+                        const mgb_acts *a, const mega_mgdrop *dr, lin_fn lin) {
     const size_t D = L->mg.D, F = L->F;
     for (size_t r = 0; r < R; r++) {
         const real *yr = y + r * D;
@@ -166,11 +194,13 @@ static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real
         for (size_t i = 0; i < D; i++)
             a->n[r * D + i] = (real)((yr[i] - m) * rs * (1 + W[L->ln_w + i]) + W[L->ln_b + i]);
     }
-    mega_linear_forward(a->h1, a->n, W + L->fc1, NULL, R, D, F);
-    if (L->swiglu) mega_linear_forward(a->h3, a->n, W + L->fc3, NULL, R, D, F);
+    lin(a->h1, a->n, W + L->fc1, NULL, R, D, F);
+    if (L->swiglu) lin(a->h3, a->n, W + L->fc3, NULL, R, D, F);
     for (size_t i = 0; i < R * F; i++) a->hid[i] = mega_silu(a->h1[i]) * (L->swiglu ? a->h3[i] : 1);
+    drop(a->hid, R * F, dr, dr ? dr->p_hidden : 0, SITE_HID);
     real *o = L->rescale ? a->o : out;
-    mega_linear_forward(o, a->hid, W + L->fc2, NULL, R, F, D);
+    lin(o, a->hid, W + L->fc2, NULL, R, F, D);
+    drop(o, R * D, dr, dr ? dr->p_out : 0, SITE_FC2);
     for (size_t r = 0; r < R; r++)
         for (size_t i = 0; i < D; i++) {
             const size_t k = r * D + i;
@@ -181,20 +211,24 @@ static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real
 static mega_status mgb_forward(const void *layer, real *W, real *acts, real *y, const real *x, const uint8_t *pad,
                                int B, int T, const mega_run *run, real *scratch) {
     const mgb_layer *L = layer;
-    (void)pad, (void)run;
+    (void)pad;
+    mega_mgdrop d;
+    const mega_mgdrop *dr = drop_of(L->cfg, run, &d);
     mgb_acts a = acts_at(L, acts, B, T);
     mega_tsnorm_state s = {(int64_t *)(void *)scratch, scratch + count_reals(B)};
     mega_tsnorm_state_prior(&L->mg.tn, W, &s, B); /* every batch starts from the prior */
     real *ls = s.mv + rup((size_t)B * 2 * L->mg.G);
-    mega_mglayer_forward(&L->mg, W, a.y, x, B, T, &s, NULL, a.mg, ls);
-    ffn_forward(L, W, y, a.y, x, (size_t)B * T, &a);
+    mega_mglayer_forward(&L->mg, W, a.y, x, B, T, &s, NULL, dr, a.mg, ls);
+    ffn_forward(L, W, y, a.y, x, (size_t)B * T, &a, dr, mega_linear_forward);
     return MEGA_OK;
 }
 
 static void mgb_backward(const void *layer, const real *W, real *dW, const real *acts, real *dx, const real *dout,
                          const real *x, const uint8_t *pad, int B, int T, const mega_run *run, real *scratch) {
     const mgb_layer *L = layer;
-    (void)pad, (void)run;
+    (void)pad;
+    mega_mgdrop d;
+    const mega_mgdrop *dr = drop_of(L->cfg, run, &d);
     const size_t R = (size_t)B * T, D = L->mg.D, F = L->F;
     mgb_acts a = acts_at(L, (real *)(uintptr_t)acts, B, T);
     real *dy = scratch, *dn = dy + rup(R * D), *dhid = dn + rup(R * D), *dh3 = dhid + rup(R * F);
@@ -207,7 +241,9 @@ static void mgb_backward(const void *layer, const real *W, real *dW, const real 
             if (L->rescale) dW[L->alpha + i] += dout[k] * a.o[k];
             dO[k] = L->rescale ? dout[k] * W[L->alpha + i] : dout[k];
         }
+    drop(dO, R * D, dr, dr ? dr->p_out : 0, SITE_FC2);
     mega_linear_backward(dhid, dW + L->fc2, NULL, dO, a.hid, W + L->fc2, R, F, D, 0);
+    drop(dhid, R * F, dr, dr ? dr->p_hidden : 0, SITE_HID);
     for (size_t i = 0; i < R * F; i++) {
         const real g = mega_silu(a.h1[i]);
         if (L->swiglu) dh3[i] = dhid[i] * g, dhid[i] *= a.h3[i];
@@ -232,7 +268,7 @@ static void mgb_backward(const void *layer, const real *W, real *dW, const real 
             dy[r * D + i] = (real)(rs * (du - s1 - u * s2));
         }
     }
-    mega_mglayer_backward(&L->mg, W, dW, dx, dy, x, B, T, NULL, a.mg, ls);
+    mega_mglayer_backward(&L->mg, W, dW, dx, dy, x, B, T, NULL, dr, a.mg, ls);
 }
 
 /* ---- streaming: count [B] | means, variances [B][2][G] | CEMA [B][2][N][D] | caches [B][C...] */
@@ -242,6 +278,9 @@ typedef struct {
     real *coef; /* the CEMA's coefficients, computed once at state_init as Mega's EMA step does
                  * (mega_layer.c mg_state_init): not per fed token */
 } mgb_state;
+
+/* per sequence: the count (an int64 in reals), the means and variances, the CEMA state, the cache */
+static size_t per_count(void) { return sizeof(int64_t) / sizeof(real); }
 
 static size_t state_at(const mgb_layer *L, real *mem, int B, mgb_state *v) {
     const size_t Bz = (size_t)B;
@@ -253,6 +292,13 @@ static size_t state_at(const mgb_layer *L, real *mem, int B, mgb_state *v) {
     v->coef = mega_bump_take(&b, mega_cema_layer_coef_size(&L->mg.cema));
     return b.off;
 }
+/* the state of S's sequences: all of them, or those of a view ([b0, b0 + B) of Bmem sequences) */
+static void state_of(const mgb_layer *L, const mega_mixer_state *S, mgb_state *v) {
+    state_at(L, S->mem, S->Bmem ? S->Bmem : S->B, v);
+    const size_t b0 = (size_t)S->b0;
+    v->s.count += b0, v->s.mv += b0 * 2 * L->mg.G, v->h += b0 * 2 * L->mg.N * L->mg.D;
+    v->cache += b0 * mega_mgattn_cache_size(&L->mg.at);
+}
 static size_t mgb_state_size(const void *L, int B, int cap) {
     mgb_state v;
     (void)cap;
@@ -263,7 +309,7 @@ static size_t mgb_state_size(const void *L, int B, int cap) {
 static void mgb_state_reset(const void *layer, mega_mixer_state *S) {
     const mgb_layer *L = layer;
     mgb_state v;
-    state_at(L, S->mem, S->B, &v);
+    state_of(L, S, &v); /* a view clears its own sequences only */
     const size_t G = L->mg.G;
     for (int b = 0; b < S->B; b++) {
         v.s.count[b] = 0;
@@ -296,8 +342,9 @@ static mega_status mgb_step(const void *layer, const real *W, mega_mixer_state *
     const mgb_layer *L = layer;
     const int B = S->B;
     const size_t D = L->mg.D, F = L->F, Bz = (size_t)B;
+    if (S->rpos && T != 1) MEGA_FAIL(MEGA_ERR_INVALID, "a step of sequences at their own positions takes one token (got %d)", T);
     mgb_state v;
-    state_at(L, S->mem, B, &v);
+    state_of(L, S, &v);
     mega_bump b = {scratch, 0};
     real *work = mega_bump_take(&b, mega_mglayer_step_work(&L->mg, B));
     real *xr = mega_bump_take(&b, Bz * D), *yr = mega_bump_take(&b, Bz * D), *outr = mega_bump_take(&b, Bz * D);
@@ -308,21 +355,34 @@ static mega_status mgb_step(const void *layer, const real *W, mega_mixer_state *
     a.mu = mega_bump_take(&b, Bz), a.rs = mega_bump_take(&b, Bz);
     for (int t = 0; t < T; t++) {
         for (int bi = 0; bi < B; bi++) memcpy(xr + bi * D, x + ((size_t)bi * T + t) * D, D * sizeof(real));
-        mega_mglayer_step(&L->mg, W, v.coef, yr, xr, B, S->pos, &v.s, v.h, v.cache, work);
-        ffn_forward(L, W, outr, yr, xr, Bz, &a);
+        mega_mglayer_step(&L->mg, W, v.coef, yr, xr, B, S->pos, S->rpos, &v.s, v.h, v.cache, work);
+        ffn_forward(L, W, outr, yr, xr, Bz, &a, NULL, mega_linear_step);
         for (int bi = 0; bi < B; bi++) memcpy(y + ((size_t)bi * T + t) * D, outr + bi * D, D * sizeof(real));
         S->pos++;
     }
     return MEGA_OK;
 }
 
+/* beam search and a stream's leaving rows: new sequence b = old idx[b], every part of its state */
+static void mgb_state_reorder(const void *layer, mega_mixer_state *S, const int *idx, real *tmp) {
+    const mgb_layer *L = layer;
+    mgb_state v;
+    state_at(L, S->mem, S->B, &v);
+    mega__rows_gather((real *)(void *)v.s.count, per_count(), S->B, idx, tmp); /* int64 counts moved as their bytes */
+    mega__rows_gather(v.s.mv, 2 * L->mg.G, S->B, idx, tmp);
+    mega__rows_gather(v.h, 2 * L->mg.N * L->mg.D, S->B, idx, tmp);
+    mega__rows_gather(v.cache, mega_mgattn_cache_size(&L->mg.at), S->B, idx, tmp);
+}
+
 /* ffn-dim is not listed: no mixer declares it, so it applies to every mixer */
 static const char *const MGB_OPTIONS[] = {"z-dim", "hidden-dim", "n-dim", "chunk-size", "heads",
-                                          "norm-num-groups", "swiglu", "rescale-nffn", NULL};
+                                          "norm-num-groups", "swiglu", "rescale-nffn", "attention-dropout",
+                                          "hidden-dropout", NULL};
 
 const mega_mixer_ops mega_mixer_ops_megalodon = {
     .name = "megalodon",
-    .flags = MEGA_MIXER_SELF_RESIDUAL | MEGA_MIXER_CAUSAL | MEGA_MIXER_OWN_FFN | MEGA_MIXER_FINAL_TSNORM,
+    .flags = MEGA_MIXER_SELF_RESIDUAL | MEGA_MIXER_CAUSAL | MEGA_MIXER_OWN_FFN | MEGA_MIXER_FINAL_TSNORM |
+             MEGA_MIXER_ROWS,
     .layer_size = sizeof(mgb_layer),
     .resolve = mgb_resolve,
     .check = mgb_check,
@@ -339,4 +399,5 @@ const mega_mixer_ops mega_mixer_ops_megalodon = {
     .state_reset = mgb_state_reset,
     .step_scratch = mgb_step_scratch,
     .step = mgb_step,
+    .state_reorder = mgb_state_reorder,
 };

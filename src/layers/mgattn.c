@@ -1,5 +1,6 @@
 /* Megalodon's inner attention: chunk-local rotary, unscaled causal softmax per chunk. See mgattn.h. */
 #include "layers/mgattn.h"
+#include "core/rng.h"
 #include "ops/attn.h"
 #include "ops/ops.h"
 
@@ -34,7 +35,7 @@ static void rope_rows(const mega_mgattn *a, real *x, int B, int T, int inverse, 
 }
 
 void mega_mgattn_forward(const mega_mgattn *a, real *O, const real *q, const real *k, const real *v, int B, int T,
-                         real *acts, real *scratch, int nthreads) {
+                         double p, uint64_t key, real *acts, real *scratch, int nthreads) {
     MEGA_ASSERT(a->Z <= ZMAX && a->Z % 2 == 0 && a->C > 0);
     const size_t RZ = (size_t)B * T * a->H * a->Z;
     real *qr = acts, *kr = acts + RZ, *lse = acts + 2 * RZ;
@@ -44,16 +45,20 @@ void mega_mgattn_forward(const mega_mgattn *a, real *O, const real *q, const rea
     rope_rows(a, qr, B, T, 0, (real)sqrt((double)a->Z));
     rope_rows(a, kr, B, T, 0, 1);
     mega_attn_k ak = head_kernel(a);
-    for (int h = 0; h < a->H; h++)
+    ak.p_attn = p;
+    for (int h = 0; h < a->H; h++) {
+        ak.key_attn = mega__subkey(key, (uint64_t)h); /* each head its own mask */
         mega_attn_forward(&ak, O + (size_t)h * a->E, lse + (size_t)h * B * T, qr + (size_t)h * a->Z,
                           kr + (size_t)h * a->Z, v + (size_t)h * a->E, NULL, B, T, scratch, nthreads);
+    }
 }
 
 void mega_mgattn_backward(const mega_mgattn *a, real *dq, real *dk, real *dv, const real *dO, const real *v, int B,
-                          int T, real *acts, real *scratch, int nthreads) {
+                          int T, double p, uint64_t key, real *acts, real *scratch, int nthreads) {
     const size_t RZ = (size_t)B * T * a->H * a->Z;
     const real *qr = acts, *kr = acts + RZ, *lse = acts + 2 * RZ;
     mega_attn_k ak = head_kernel(a);
+    ak.p_attn = p; /* the kernel regenerates the forward's masks from the keys */
     /* gradients with respect to the rotated q and k go to a rotated frame first: dq, dk
      * accumulate, so they are rotated into that frame, added to, and rotated back (the rotation
      * is orthogonal: its transpose is the inverse rotation) */
@@ -62,23 +67,27 @@ void mega_mgattn_backward(const mega_mgattn *a, real *dq, real *dk, real *dv, co
     const real s = (real)sqrt((double)a->Z);
     /* d(qr) = sqrt(Z) rope(dq_raw): accumulate d(qr) into dq scaled by 1/sqrt(Z), rescale after */
     for (size_t i = 0; i < RZ; i++) dq[i] /= s;
-    for (int h = 0; h < a->H; h++)
+    for (int h = 0; h < a->H; h++) {
+        ak.key_attn = mega__subkey(key, (uint64_t)h);
         mega_attn_backward(&ak, dq + (size_t)h * a->Z, dk + (size_t)h * a->Z, dv + (size_t)h * a->E, NULL,
                            dO + (size_t)h * a->E, qr + (size_t)h * a->Z, kr + (size_t)h * a->Z, v + (size_t)h * a->E,
                            lse + (size_t)h * B * T, NULL, B, T, scratch, nthreads);
+    }
     for (size_t i = 0; i < RZ; i++) dq[i] *= s;
     rope_rows(a, dq, B, T, 1, 1);
     rope_rows(a, dk, B, T, 1, 1);
 }
 
 void mega_mgattn_step(const mega_mgattn *a, real *O, const real *q, const real *k, const real *v, int B, int64_t pos,
-                      real *cache, real *w) {
+                      const int64_t *rpos, real *cache, real *w) {
     MEGA_ASSERT(a->Z <= ZMAX);
     const int H = a->H, Z = a->Z, E = a->E, HZ = H * Z, HE = H * E;
-    const int n = (int)(pos % a->C) + 1; /* keys in the current chunk, this one included */
     real cs[ZMAX], qh[ZMAX];
-    mega_rope_angles(cs, Z, n - 1, a->rope_base, 0);
+    int nprev = -1;
     for (int b = 0; b < B; b++) {
+        /* keys in the current chunk, this one included: each sequence's own with rpos */
+        const int n = (int)((rpos ? rpos[b] : pos) % a->C) + 1;
+        if (n != nprev) mega_rope_angles(cs, Z, n - 1, a->rope_base, 0), nprev = n;
         real *kc = cache + (size_t)b * mega_mgattn_cache_size(a), *vc = kc + (size_t)a->C * HZ;
         /* a new chunk starts with an empty cache: row n-1 is overwritten, earlier rows are this
          * chunk's */

@@ -2,6 +2,14 @@
 #include "layers/mglayer.h"
 #include "ops/ops.h"
 
+/* dropout sites (mega__subkey of the mega_mgdrop key) */
+enum { SITE_MX = 1, SITE_ATTN, SITE_AR, SITE_OUT };
+
+/* the dropout at one site, in place (forward on values, backward on gradients: the same mask) */
+static void drop(real *v, size_t n, const mega_mgdrop *dr, double p, int site) {
+    if (dr && p > 0) mega_dropout(v, v, n, p, mega__subkey(dr->key, (uint64_t)site));
+}
+
 mega_status mega_mglayer_declare(mega_mglayer *L, mega_params *P, const char *prefix, int D, int Z, int E, int H,
                                  int N, int G, int C, double eps, double rope_base) {
     memset(L, 0, sizeof *L);
@@ -80,7 +88,7 @@ static void rms_rows_back(real *dx, const real *du, const real *x, const real *r
 }
 
 void mega_mglayer_forward(const mega_mglayer *L, const real *W, real *y, const real *x, int B, int T,
-                          mega_tsnorm_state *s, const real *h0, real *acts, real *scratch) {
+                          mega_tsnorm_state *s, const real *h0, const mega_mgdrop *dr, real *acts, real *scratch) {
     const size_t R = (size_t)B * T, D = L->D, Z = L->Z, E = L->E, dz = Z / L->H;
     acts_map m = map_acts(L, acts, B, T);
     mega_tsnorm_acts ta = mega_tsnorm_acts_at(&L->tn, m.tna, B, T);
@@ -89,6 +97,7 @@ void mega_mglayer_forward(const mega_mglayer *L, const real *W, real *y, const r
     rms_rows(m.mx, m.rinv, m.c, R, D, L->eps);
     for (size_t r = 0; r < R; r++)
         for (size_t i = 0; i < D; i++) m.mx[r * D + i] *= 1 + W[L->rms_w + i];
+    drop(m.mx, R * D, dr, dr ? dr->p_hidden : 0, SITE_MX); /* mx = hidden_dropout(rmsnorm(...)) */
     mega_linear_forward(m.zl, m.mx, W + L->wz, W + L->bz, R, D, Z);
     real *zn = scratch; /* normalised z, only to form q and k */
     rms_rows(zn, m.zr, m.zl, R * L->H, dz, L->eps);
@@ -101,10 +110,13 @@ void mega_mglayer_forward(const mega_mglayer *L, const real *W, real *y, const r
     mega_linear_forward(m.vpre, m.xn, W + L->wv, W + L->bv, R, D, E);
     mega_linear_forward(m.rpre, m.mx, W + L->wr, W + L->br, R, D, E);
     for (size_t i = 0; i < R * E; i++) m.v[i] = mega_silu(m.vpre[i]);
-    mega_mgattn_forward(&L->at, m.a, m.q, m.k, m.v, B, T, m.ata, scratch, 1);
+    mega_mgattn_forward(&L->at, m.a, m.q, m.k, m.v, B, T, dr ? dr->p_attn : 0,
+                        dr ? mega__subkey(dr->key, SITE_ATTN) : 0, m.ata, scratch, 1);
     for (size_t i = 0; i < R * E; i++) m.ar[i] = m.a[i] * mega_silu(m.rpre[i]);
+    drop(m.ar, R * E, dr, dr ? dr->p_hidden : 0, SITE_AR); /* hidden_dropout(attn * r) */
     mega_linear_forward(y, m.mx, W + L->wh1, W + L->bh1, R, D, D);
     mega_gemm(0, 1, R, D, E, 1, m.ar, E, W + L->wh2, E, 1, y, D);
+    drop(y, R * D, dr, dr ? dr->p_out : 0, SITE_OUT); /* h = dropout(wh1 mx + wh2 attn) */
     for (size_t i = 0; i < R * D; i++) y[i] += x[i];
 }
 
@@ -119,15 +131,19 @@ static void linear_back(real *dX, real *dW, real *db, const real *dY, const real
 }
 
 void mega_mglayer_backward(const mega_mglayer *L, const real *W, real *dW, real *dx, const real *dy, const real *x,
-                           int B, int T, const real *h0, real *acts, real *scratch) {
+                           int B, int T, const real *h0, const mega_mgdrop *dr, real *acts, real *scratch) {
     const size_t R = (size_t)B * T, D = L->D, Z = L->Z, E = L->E, dz = Z / L->H;
     acts_map m = map_acts(L, acts, B, T);
     real *cs = scratch, *as = cs + mega_cema_layer_scratch(&L->cema), *dxn = as + mega_mgattn_scratch(&L->at, T, 1);
     real *dc = dxn + R * D, *dmx = dc + R * D, *dq = dmx + R * D, *dk = dq + R * Z, *dv = dk + R * Z, *dar = dv + R * E;
     memset(dxn, 0, sizeof(real) * R * (3 * D + 2 * Z + 2 * E));
     for (size_t i = 0; i < R * D; i++) dx[i] += dy[i]; /* residual */
-    linear_back(dmx, dW + L->wh1, dW + L->bh1, dy, m.mx, W + L->wh1, R, D, D);
-    linear_back(dar, dW + L->wh2, NULL, dy, m.ar, W + L->wh2, R, E, D);
+    const real *dh = dy; /* dh = the output dropout's mask on dy, in dc until dc is needed */
+    if (dr && dr->p_out > 0) memcpy(dc, dy, sizeof(real) * R * D), drop(dc, R * D, dr, dr->p_out, SITE_OUT), dh = dc;
+    linear_back(dmx, dW + L->wh1, dW + L->bh1, dh, m.mx, W + L->wh1, R, D, D);
+    linear_back(dar, dW + L->wh2, NULL, dh, m.ar, W + L->wh2, R, E, D);
+    if (dh != dy) memset(dc, 0, sizeof(real) * R * D);
+    drop(dar, R * E, dr, dr ? dr->p_hidden : 0, SITE_AR);
     /* ar = a * silu(rpre): da into dv's slot first (the attention's output gradient), drpre into dar */
     real *da = dv;
     for (size_t i = 0; i < R * E; i++) {
@@ -137,7 +153,8 @@ void mega_mglayer_backward(const mega_mglayer *L, const real *W, real *dW, real 
     linear_back(dmx, dW + L->wr, dW + L->br, dar, m.mx, W + L->wr, R, D, E);
     memcpy(dar, da, sizeof(real) * R * E); /* dar now holds dO of the attention */
     memset(dv, 0, sizeof(real) * R * E);
-    mega_mgattn_backward(&L->at, dq, dk, dv, dar, m.v, B, T, m.ata, as, 1);
+    mega_mgattn_backward(&L->at, dq, dk, dv, dar, m.v, B, T, dr ? dr->p_attn : 0,
+                         dr ? mega__subkey(dr->key, SITE_ATTN) : 0, m.ata, as, 1);
     for (size_t i = 0; i < R * E; i++) dv[i] *= mega_silu_grad(m.vpre[i]);
     linear_back(dxn, dW + L->wv, dW + L->bv, dv, m.xn, W + L->wv, R, D, E);
     /* q, k = zn (gamma + 1) / sqrt(dz) + beta: dzn into dq (zn recomputed from zl and zr) */
@@ -153,7 +170,8 @@ void mega_mglayer_backward(const mega_mglayer *L, const real *W, real *dW, real 
     memset(dk, 0, sizeof(real) * R * Z); /* dzl */
     rms_rows_back(dk, dq, m.zl, m.zr, R * L->H, dz);
     linear_back(dmx, dW + L->wz, dW + L->bz, dk, m.mx, W + L->wz, R, D, Z);
-    /* mx = c rinv (1 + w) */
+    /* mx = hdrop(c rinv (1 + w)) */
+    drop(dmx, R * D, dr, dr ? dr->p_hidden : 0, SITE_MX);
     for (size_t r = 0; r < R; r++)
         for (size_t i = 0; i < D; i++) {
             const size_t o = r * D + i;
@@ -171,7 +189,7 @@ size_t mega_mglayer_step_work(const mega_mglayer *L, int B) {
 }
 
 void mega_mglayer_step(const mega_mglayer *L, const real *W, const real *coef, real *y, const real *x, int B,
-                       int64_t pos, mega_tsnorm_state *s, real *h, real *cache, real *work) {
+                       int64_t pos, const int64_t *rpos, mega_tsnorm_state *s, real *h, real *cache, real *work) {
     const size_t R = (size_t)B, D = L->D, Z = L->Z, E = L->E, dz = Z / L->H;
     real *xn = work, *c = xn + R * D, *mx = c + R * D, *zl = mx + R * D, *zn = zl + R * Z, *q = zn + R * Z;
     real *k = q + R * Z, *v = k + R * Z, *r = v + R * E, *a = r + R * E, *ar = a + R * E, *rinv = ar + R * E;
@@ -182,7 +200,8 @@ void mega_mglayer_step(const mega_mglayer *L, const real *W, const real *coef, r
     rms_rows(mx, rinv, c, R, D, L->eps);
     for (size_t b = 0; b < R; b++)
         for (size_t i = 0; i < D; i++) mx[b * D + i] *= 1 + W[L->rms_w + i];
-    mega_linear_forward(zl, mx, W + L->wz, W + L->bz, R, D, Z);
+    /* the products are mega_linear_step's: each row's sums are those it has alone (gemm.c) */
+    mega_linear_step(zl, mx, W + L->wz, W + L->bz, R, D, Z);
     rms_rows(zn, zr, zl, R * L->H, dz, L->eps);
     const double sc = 1.0 / sqrt((double)dz);
     for (size_t b = 0; b < R; b++)
@@ -190,12 +209,12 @@ void mega_mglayer_step(const mega_mglayer *L, const real *W, const real *coef, r
             q[b * Z + i] = (real)(zn[b * Z + i] * (W[L->gamma + i] + 1) * sc + W[L->beta + i]);
             k[b * Z + i] = (real)(zn[b * Z + i] * (W[L->gamma + Z + i] + 1) * sc + W[L->beta + Z + i]);
         }
-    mega_linear_forward(v, xn, W + L->wv, W + L->bv, R, D, E);
-    mega_linear_forward(r, mx, W + L->wr, W + L->br, R, D, E);
+    mega_linear_step(v, xn, W + L->wv, W + L->bv, R, D, E);
+    mega_linear_step(r, mx, W + L->wr, W + L->br, R, D, E);
     for (size_t i = 0; i < R * E; i++) v[i] = mega_silu(v[i]);
-    mega_mgattn_step(&L->at, a, q, k, v, B, pos, cache, w);
+    mega_mgattn_step(&L->at, a, q, k, v, B, pos, rpos, cache, w);
     for (size_t i = 0; i < R * E; i++) ar[i] = a[i] * mega_silu(r[i]);
-    mega_linear_forward(y, mx, W + L->wh1, W + L->bh1, R, D, D);
-    mega_gemm(0, 1, R, D, E, 1, ar, E, W + L->wh2, E, 1, y, D);
+    mega_linear_step(y, mx, W + L->wh1, W + L->bh1, R, D, D);
+    mega_gemm_step(R, D, E, ar, E, W + L->wh2, E, 1, y, D);
     for (size_t i = 0; i < R * D; i++) y[i] += x[i];
 }

@@ -438,6 +438,12 @@ static int group_first(const mega_lm_stream *s, int g) { return (int)((int64_t)s
 
 /* one stream of B sequences with its own buffers (cap: already the cache capacity): with its own
  * state (of NULL), or a view of sequences [b0, b0 + B) of the state of stream of (a group) */
+/* a view's final timestep-norm state: sequences from b0 of the stream of's */
+static void tfs_at(mega_lm_stream *v, const mega_lm_stream *of, int b0) {
+    v->tfs.count = of->tfs.count + b0;
+    v->tfs.mv = of->tfs.mv + (size_t)b0 * 2 * v->m->st.tfnorm.G;
+}
+
 static mega_status stream_alloc(mega_lm *m, int B, int cap, const mega_lm_stream *of, int b0, mega_lm_stream **out) {
     *out = NULL;
     const mega_lm_config *c = &m->cfg;
@@ -465,9 +471,12 @@ static mega_status stream_alloc(mega_lm *m, int B, int cap, const mega_lm_stream
         s->tfs.count = calloc((size_t)B, sizeof(int64_t));
         s->tfs.mv = mega__calloc((size_t)B * 2 * m->st.tfnorm.G, sizeof(real));
         if (s->tfs.count && s->tfs.mv) mega_tsnorm_state_prior(&m->st.tfnorm, m->P.data, &s->tfs, B);
+    } else if (m->st.has_tfnorm) { /* a view: its sequences' part of the stream's final-norm state */
+        s->tfs_view = 1;
+        tfs_at(s, of, b0);
     }
     if (!s->S || (!of && !s->mem) || !s->x || !s->scratch || !s->tok || !s->pad || (as && (!s->ascr || !s->aorder)) ||
-        (m->st.has_tfnorm && (of || !s->tfs.count || !s->tfs.mv))) {
+        (m->st.has_tfnorm && (!s->tfs.count || !s->tfs.mv))) {
         mega_lm_stream_free(s);
         MEGA_FAIL(MEGA_ERR_OOM, "out of memory allocating the streaming state");
     }
@@ -543,8 +552,7 @@ void mega_lm_stream_free(mega_lm_stream *s) {
     free(s->gst);
     free(s->gerr);
     free(s->S);
-    free(s->tfs.count);
-    mega__free(s->tfs.mv);
+    if (!s->tfs_view) free(s->tfs.count), mega__free(s->tfs.mv);
     mega__free(s->mem);
     mega__free(s->x);
     mega__free(s->scratch);
@@ -764,7 +772,7 @@ static mega_status rows_ready(mega_lm_stream *s) {
     if (s->stepv) return MEGA_OK;
     mega_lm *m = s->m;
     if (!(mega_mixer_ops_of(m->cfg.block.mixer)->flags & MEGA_MIXER_ROWS))
-        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "a stream's rows need the Mega mixer (this model's is %s)",
+        MEGA_FAIL(MEGA_ERR_UNSUPPORTED, "a stream's rows need the Mega or Megalodon mixer (this model's is %s)",
                   mega_mixer_name(m->cfg.block.mixer));
     if (s->pos) MEGA_FAIL(MEGA_ERR_INVALID, "a stream fed as a whole is fed by rows only after a reset");
     const size_t per = mega_block_state_size(&m->st.blocks[0], s->B, s->cap);
@@ -786,6 +794,7 @@ static void rows_view(mega_lm_stream *s, int b) {
     mega_lm_stream *v = s->rowv;
     v->pos = s->rpos[b];
     for (int l = 0; l < s->m->cfg.layers; l++) v->S[l].b0 = b, v->S[l].pos = s->rpos[b];
+    if (v->tfs_view) tfs_at(v, s, b);
 }
 
 mega_status mega_lm_stream_row_add(mega_lm_stream *s, int *row) {
@@ -797,6 +806,7 @@ mega_status mega_lm_stream_row_add(mega_lm_stream *s, int *row) {
     rows_view(s, b);
     /* the view's reset clears its own sequence only (MEGA_MIXER_ROWS) */
     for (int l = 0; l < s->m->cfg.layers; l++) mega_block_state_reset(&s->m->st.blocks[l], &s->rowv->S[l]);
+    if (s->rowv->tfs_view) mega_tsnorm_state_prior(&s->m->st.tfnorm, s->m->P.data, &s->rowv->tfs, 1);
     s->nrows++;
     *row = b;
     return MEGA_OK;
@@ -844,6 +854,11 @@ mega_status mega_lm_stream_row_remove(mega_lm_stream *s, int row) {
     for (int b = 0; b < s->B; b++) s->ridx[b] = b;
     s->ridx[row] = last;
     for (int l = 0; l < s->m->cfg.layers; l++) MEGA_TRY(mega_block_state_reorder(&s->m->st.blocks[l], &s->S[l], s->ridx, s->rtmp));
+    if (s->tfs.count) { /* the final timestep norm's state (Megalodon) moves with the row */
+        const size_t G2 = 2 * (size_t)s->m->st.tfnorm.G;
+        s->tfs.count[row] = s->tfs.count[last];
+        memcpy(s->tfs.mv + (size_t)row * G2, s->tfs.mv + (size_t)last * G2, G2 * sizeof(real));
+    }
     s->rpos[row] = s->rpos[last];
     return MEGA_OK;
 }

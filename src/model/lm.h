@@ -36,7 +36,9 @@ struct mega_lm_stream {
     real *mem, *x, *scratch;
     real *ascr;      /* adaptive input scratch / adaptive softmax activations for tmax rows */
     int32_t *aorder;
-    mega_tsnorm_state tfs; /* the final timestep norm's state (Megalodon; NULL pointers otherwise) */
+    mega_tsnorm_state tfs; /* the final timestep norm's state (Megalodon; NULL pointers otherwise;
+                            * a view's points into its stream's, tfs_view set) */
+    int tfs_view;
     int32_t *tok;
     uint8_t *pad;
     mega_step_tuner tune; /* team or calling thread alone for this stream's steps (stepteam.c) */

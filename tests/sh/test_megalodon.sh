@@ -8,7 +8,8 @@
 #   * mega generate (greedy) is deterministic; mega info names the mixer and the Megalodon fields;
 #   * Python's mega.load(...).generate gives mega generate --quiet's bytes (when python3 + numpy);
 #   * a token LM (a fairseq binarized dataset with its dict.txt) trains, evaluates and generates;
-#   * a configuration the mixer refuses (dropout) fails with one line naming it.
+#   * training with --dropout, --attention-dropout, --hidden-dropout runs; the configuration the mixer
+#     refuses (--activation-dropout: the official FFN has none) fails with one line naming it.
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
 need_tool
@@ -77,5 +78,8 @@ status $? "token LM: mega eval --data data-bin/valid"
 mega generate --model W -n 5 --temperature 0 >Wg.txt 2>&1
 status $? "token LM: mega generate"
 
-expect_error "dropout with megalodon" "dropout is not implemented" mega train --arch megalodon $M --out D --steps 2 --dropout 0.1
+mega train --arch megalodon $M --out D --steps 2 --dropout 0.1 --attention-dropout 0.1 --hidden-dropout 0.1 >D.out 2>&1
+status $? "mega train --arch megalodon with --dropout, --attention-dropout, --hidden-dropout"
+expect_error "activation-dropout with megalodon" "no activation-dropout" mega train --arch megalodon $M --out D2 --steps 2 \
+  --activation-dropout 0.1
 finish

@@ -6,7 +6,7 @@
 #     streamed), /tokenize, /detokenize, the page at /;
 #   * the same seed gives the same text alone, streamed, and among 7 other requests on 4 slots;
 #     16 requests (their own prompts, seeds, temperatures, lengths) at once on 16 slots each give
-#     the text they give alone;
+#     the text they give alone; so do 4 requests to a Megalodon model on 4 slots (its rows);
 #   * an encoder-decoder: POST /v1/translate gives the translations `mega translate` prints;
 #   * every error status: 400 (malformed bodies, wrong types and ranges, invalid UTF-8; the
 #     message names the field), 401 (API key), 404, 405, 413 (--max-body, declared or chunked),
@@ -163,6 +163,30 @@ print(sum(t("alone%d.json" % i) == t("crowd%d.json" % i) and n("crowd%d.json" % 
       len({t("alone%d.json" % i) for i in range(1, 17)}))' 2>&1)
 check "16 requests at once on 16 slots: each gives the text it gives alone, in full (same of 16, distinct texts: $SAME16)" \
   test "${SAME16% *}" = 16 -a "${SAME16#* }" -gt 8
+kill -TERM $MPID; wait $PID
+U=$A_U MPID=$A_MPID PID=$A_PID
+
+# ---- a Megalodon model: its rows too (the same request alone and among others, same tokens) ------
+timeout 60 "$MEGA" train --arch megalodon --data corpus.txt --out mgl --layers 1 --embed-dim 16 --z-dim 8 --hidden-dim 16 \
+  --n-dim 2 --ffn-dim 16 --chunk-size 8 --norm-num-groups 4 --batch 4 --seq-len 16 --threads 1 --steps 20 --quiet >mgl.out 2>&1
+status $? "train a tiny Megalodon model"
+serve_start m mgl --parallel 4 --max-tokens 1000 --ctx 2000
+for i in 1 2 3 4; do
+  printf '{"prompt":"the %s","max_tokens":%d,"temperature":0.%d,"seed":%d}' \
+    "$(echo cat dog bird fox | cut -d' ' -f$i)" $((9 + 6 * i)) $((i + 4)) $((200 + i)) > m$i.req
+  $C -o "malone$i.json" "$U/v1/completions" --data-binary @m$i.req
+done
+CL=""
+for i in 1 2 3 4; do
+  $C -o "mcrowd$i.json" "$U/v1/completions" --data-binary @m$i.req &
+  CL="$CL $!"
+done
+wait $CL
+SAMEM=$(python3 -c 'import json
+t = lambda f: json.load(open(f))["choices"][0]["text"]
+n = lambda f: json.load(open(f))["usage"]["completion_tokens"]
+print(sum(t("malone%d.json" % i) == t("mcrowd%d.json" % i) and n("mcrowd%d.json" % i) == 9 + 6 * i for i in range(1, 5)))' 2>&1)
+check "Megalodon, 4 requests at once on 4 slots: each gives the text it gives alone, in full ($SAMEM of 4)" test "$SAMEM" = 4
 kill -TERM $MPID; wait $PID
 U=$A_U MPID=$A_MPID PID=$A_PID
 
