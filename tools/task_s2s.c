@@ -195,6 +195,20 @@ static int s2s_memory(s2s_task *C, const train_args *a, const mega_s2s_config *c
                         resident + data, tool_max_memory, &C->mem);
 }
 
+/* a resumed model's positions against the longest source (the encoder's) and target (the
+ * decoder's), before training: a run whose decoder kept max-positions 1024 under a longer --seq-len
+ * would otherwise stop at the first batch holding a longer pair */
+static int s2s_positions_fit(const s2s_task *C) {
+    const mega_s2s_config *c = mega_s2s_get_config(C->m);
+    const int S = MAXI(C->train.src_max, C->valid.src_max), L = MAXI(C->train.tgt_max, C->valid.tgt_max);
+    const char *fix = "the run cannot train on these pairs (--resume keeps its --seq-len): start a new run";
+    char what[64];
+    snprintf(what, sizeof what, "the data's longest source, %d tokens", S);
+    if (task_positions_fit(&c->encoder, S, "--resume", "the checkpoint's encoder's", what, fix)) return 1;
+    snprintf(what, sizeof what, "the data's longest target, %d tokens", L);
+    return task_positions_fit(&c->decoder, L, "--resume", "the checkpoint's decoder's", what, fix);
+}
+
 static void s2s_destroy(task *t) {
     s2s_task *C = t->impl;
     mega_s2s_free(C->m);
@@ -450,7 +464,10 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
     if (!C->m) {
         const int64_t tgt_tokens = s2s_default_dropout(C, a);
         mega_s2s_config *c = &a->s2s;
+        /* both sides: a target of --seq-len tokens needs the decoder's positions as much as a source
+         * the encoder's (the decoder copied the encoder's flags before this raise) */
         if (c->encoder.max_positions < a->seq_len) c->encoder.max_positions = a->seq_len;
+        if (c->decoder.max_positions < a->seq_len) c->decoder.max_positions = a->seq_len;
         if (s2s_new_model(C, a)) goto fail;
         const double np = (double)mega_ps_total(mega_s2s_paramset(C->m));
         if (dist_rank() == 0 && np > S2S_PARAMS_PER_TOKEN * (double)tgt_tokens)
@@ -468,6 +485,7 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
         if (resume_config_differs(a, f, n, &a->s2s, mega_s2s_get_config(C->m), offsetof(mega_s2s_config, encoder))) goto fail;
     }
     /* the data must fit the model: its positions and its vocabularies (bytes or subwords, pad, eos) */
+    if (model_path && s2s_positions_fit(C)) goto fail;
     const mega_s2s_config *mc = mega_s2s_get_config(C->m);
     const int Vs = mega_bpe_vocab_size(C->src_bpe), Vt = mega_bpe_vocab_size(C->tgt_bpe);
     if (mc->src_vocab_size != Vs || mc->tgt_vocab_size != Vt || mc->padding_idx != MEGA_S2S_PAD || mc->eos_idx != MEGA_S2S_EOS) {
