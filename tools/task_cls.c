@@ -550,7 +550,10 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     /* the LRA image layout: its valid split (DIR/input/valid.src) when --data is the directory */
     const int speech_valid = !lra && !a->valid && !a->valid_images &&
                              ((C->train.audio_rate && speech_has_valid(a->data)) || (C->train.pixel_lines && image_has_valid(a->data)));
-    vo.split = speech_valid;
+    /* --valid naming a Speech Commands directory: its validation_list.txt clips (split 1), as the
+     * corpus's layout splits it, not the clips its lists leave to training */
+    struct stat vsb;
+    vo.split = speech_valid || (C->train.audio_rate && a->valid && !stat(a->valid, &vsb) && S_ISDIR(vsb.st_mode));
     if (lra ? C->valid.n > 0 : a->valid || a->valid_images || speech_valid) {
         if (!lra && mega_dataset_load(fmt, speech_valid ? a->data : a->valid, a->valid_images, a->valid_labels, &vo, &C->valid) != MEGA_OK)
             goto fail_msg;
