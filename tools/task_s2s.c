@@ -500,10 +500,8 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
     if (!C->m) {
         const int64_t tgt_tokens = s2s_default_dropout(C, a);
         mega_s2s_config *c = &a->s2s;
-        /* both sides: a target of --seq-len tokens needs the decoder's positions as much as a source
-         * the encoder's (the decoder copied the encoder's flags before this raise) */
         if (c->encoder.max_positions < a->seq_len) c->encoder.max_positions = a->seq_len;
-        if (c->decoder.max_positions < a->seq_len) c->decoder.max_positions = a->seq_len;
+        if (c->decoder.max_positions < a->seq_len) c->decoder.max_positions = a->seq_len; /* targets need them as sources do */
         if (s2s_new_model(C, a)) goto fail;
         const double np = (double)mega_ps_total(mega_s2s_paramset(C->m));
         if (dist_rank() == 0 && np > S2S_PARAMS_PER_TOKEN * (double)tgt_tokens)
