@@ -122,6 +122,19 @@ void init_from_adopt(const cli_flag *fl, const mega_cls *src, mega_block_config 
 int init_from_verify(const char *from, const mega_block_config *mine, int layers, mega_cls **src);
 int init_from_load(const char *from, mega_paramset *dst, mega_paramset *src, const char *const *map);
 
+/* 1 after one error line when sequences of `longest` positions are longer than the relative-position
+ * table of block b covers (mega_block_context.positions: Mega's simple bias under full attention,
+ * max-positions), which forward would otherwise only find at the first such batch, mid-training.
+ * The line: "<who>: max-positions N (<whose>) is shorter than <what>: <fix>". */
+int task_positions_fit(const mega_block_config *b, int longest, const char *who, const char *whose, const char *what,
+                       const char *fix);
+/* The byte text of the lm and mlm tasks: --data read whole into *data, and the validation text:
+ * --valid read into *valid, else the held-out tail of --data (--valid-fraction), else none (also
+ * when it has fewer than 2 bytes). train, ntrain, val and nval point into them; valid_from
+ * (24 bytes) says where the validation text comes from. 1 after one error line. */
+int task_text_split(const train_args *a, mega_bytes *data, mega_bytes *valid, const uint8_t **train, size_t *ntrain,
+                    const uint8_t **val, size_t *nval, char *valid_from);
+
 /* One row per training task (tasks.c): everything `mega train` does differently per task. Adding
  * a task is one task_X.c with its row's functions, plus the row. */
 typedef struct task_def {

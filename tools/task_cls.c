@@ -239,6 +239,34 @@ static void cls_describe(task *t, const train_args *a, FILE *f) {
 
 static int imax(int a, int b) { return a > b ? a : b; }
 
+/* the longest sequence a batch holds: the data's longest (training and validation), cut at --seq-len */
+static int cls_longest(const cls_task *C, const train_args *a) {
+    int T = imax(C->train.max_len, C->train.max_len2);
+    if (C->valid.n) T = imax(T, imax(C->valid.max_len, C->valid.max_len2));
+    return T < a->seq_len ? T : a->seq_len;
+}
+
+/* the model's positions against the longest sequence, before training: a pretrained encoder
+ * (--init-from) or a checkpoint (--resume) keeps its max-positions, and a longer sequence would
+ * otherwise stop the run at the first batch that holds it (a new model's is --seq-len at least) */
+static int cls_positions_fit(const cls_task *C, const train_args *a, const mega_cls_config *c, const char *model_path) {
+    const int T = cls_longest(C, a), P = c->patch > 0 ? T / (c->patch * c->patch) : T; /* positions: patches */
+    char who[4200], what[96], fix[160];
+    mega_block_context x;
+    mega_block_context_of(&c->block, P, &x);
+    snprintf(who, sizeof who, model_path ? "--resume" : "--init-from '%s'", a->init_from);
+    snprintf(what, sizeof what, "the data's longest sequence, %d %s%s", P, c->patch > 0 ? "patches" : "tokens",
+             T == a->seq_len ? " (at --seq-len)" : "");
+    if (c->patch > 0) /* images are never cut */
+        snprintf(fix, sizeof fix, "the images need a model with --max-positions %d or more", P);
+    else if (model_path)
+        snprintf(fix, sizeof fix, "the run cannot train on this data (--resume keeps its --seq-len): start a new run");
+    else
+        snprintf(fix, sizeof fix, "pretrain with --max-positions %d or more, or cut the longer sequences with --seq-len %d", P,
+                 x.positions);
+    return task_positions_fit(&c->block, P, who, model_path ? "the checkpoint's" : "the pretrained encoder's", what, fix);
+}
+
 /* bytes a dataset holds: its token pool and the per-example arrays */
 static uint64_t dataset_bytes(const mega_dataset *d) {
     return (uint64_t)d->n_tokens * sizeof(uint16_t) + (uint64_t)d->n * (2 * sizeof(void *) + 4 * sizeof(int));
@@ -249,9 +277,7 @@ static uint64_t dataset_bytes(const mega_dataset *d) {
  * the reserve functions size them) and the datasets. resident: bytes already allocated (the data, a
  * resumed model's weights and gradients). */
 static int cls_memory(cls_task *C, const train_args *a, const mega_cls_config *c, uint64_t resident) {
-    int T = imax(C->train.max_len, C->train.max_len2);
-    if (C->valid.n) T = imax(T, imax(C->valid.max_len, C->valid.max_len2));
-    T = T < a->seq_len ? T : a->seq_len;
+    const int T = cls_longest(C, a);
     mega_memory mm;
     if (mega_cls_memory(c, 1, a->batch, T > 0 ? T : 1, &mm) != MEGA_OK) return cli_error("%s", mega_last_error());
     const uint64_t data = dataset_bytes(&C->train) + dataset_bytes(&C->valid);
@@ -466,6 +492,9 @@ static int init_source(train_args *a, mega_cls **src) {
 static int new_model(cls_task *C, train_args *a) {
     mega_cls *src = NULL; /* --init-from: the pretrained model */
     if (a->init_from && init_source(a, &src)) return 1;
+    mega_cls_config mine = a->cls;
+    mega_cls_config_resolve(&mine);
+    if (src && cls_positions_fit(C, a, &mine, NULL)) return mega_cls_free(src), 1;
     /* refuse a configuration that does not fit before allocating it */
     if (cls_memory(C, a, &a->cls, 0)) return mega_cls_free(src), 1;
     const mega_load_opts lo = {0, 1}; /* gradients; drawn once below, with the run's seed */
@@ -521,7 +550,10 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
     /* the LRA image layout: its valid split (DIR/input/valid.src) when --data is the directory */
     const int speech_valid = !lra && !a->valid && !a->valid_images &&
                              ((C->train.audio_rate && speech_has_valid(a->data)) || (C->train.pixel_lines && image_has_valid(a->data)));
-    vo.split = speech_valid;
+    /* --valid naming a Speech Commands directory: its validation_list.txt clips (split 1), as the
+     * corpus's layout splits it, not the clips its lists leave to training */
+    struct stat vsb;
+    vo.split = speech_valid || (C->train.audio_rate && a->valid && !stat(a->valid, &vsb) && S_ISDIR(vsb.st_mode));
     if (lra ? C->valid.n > 0 : a->valid || a->valid_images || speech_valid) {
         if (!lra && mega_dataset_load(fmt, speech_valid ? a->data : a->valid, a->valid_images, a->valid_labels, &vo, &C->valid) != MEGA_OK)
             goto fail_msg;
@@ -562,6 +594,7 @@ int cls_task_new(train_args *a, const char *model_path, task **out) {
         mega_cls_config_resolve(&a->cls); /* as the model did */
         if (resume_config_differs(a, f, n, &a->cls, mega_cls_get_config(C->m), offsetof(mega_cls_config, block))) goto fail;
     }
+    if (model_path && cls_positions_fit(C, a, mega_cls_get_config(C->m), model_path)) goto fail;
     if (!C->vocab_json) C->vocab_json = mega_vocab_to_json(&C->train.vocab);
     C->classes_json = mega_classes_to_json(&C->train.classes);
     C->idx = malloc((size_t)(a->batch > 0 ? a->batch : 1) * sizeof(int));

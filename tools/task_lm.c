@@ -206,22 +206,7 @@ static int lm_load_ids(lm_task *L, const train_args *a) {
 
 /* the byte text of --data and --valid (the held-out tail of --data without --valid) */
 static int lm_load_bytes(lm_task *L, const train_args *a) {
-    if (mega_read_file(a->data, "--data", &L->data) != MEGA_OK) return cli_error("%s", mega_last_error());
-    L->train_txt = L->data.data, L->ntrain = L->data.n;
-    if (a->valid) {
-        if (mega_fbin_prefix(a->valid, NULL, 0))
-            return cli_error("--valid '%s' is a fairseq binarized dataset, but --data is text: the model reads bytes", a->valid);
-        if (mega_read_file(a->valid, "--valid", &L->valid) != MEGA_OK) return cli_error("%s", mega_last_error());
-        L->val_txt = L->valid.data, L->nval = L->valid.n;
-        snprintf(L->valid_from, sizeof L->valid_from, "--valid");
-    } else if (a->valid_fraction > 0) {
-        L->nval = (size_t)((double)L->data.n * a->valid_fraction);
-        L->ntrain = L->data.n - L->nval;
-        L->val_txt = L->data.data + L->ntrain;
-        snprintf(L->valid_from, sizeof L->valid_from, "held-out tail");
-    }
-    if (L->val_txt && L->nval < 2) L->val_txt = NULL, L->nval = 0, L->valid_from[0] = 0;
-    return 0;
+    return task_text_split(a, &L->data, &L->valid, &L->train_txt, &L->ntrain, &L->val_txt, &L->nval, L->valid_from);
 }
 
 /* the run's memory from the model's config (before its buffers are reserved and the data read):
@@ -300,6 +285,17 @@ int lm_task_new(train_args *a, const char *model_path, task **out) {
             a->lm.vocab_size = mega_fdict_size(L->dict);
             a->lm.padding_idx = mega_fdict_get_specials(L->dict).pad;
         }
+        /* windows of --seq-len need as many positions (Mega's simple bias under full attention):
+         * raised as the other tasks do, or, when --max-positions was given, refused now rather
+         * than at the first step */
+        if (!cli_seen(a->flags, "max-positions") && a->lm.block.max_positions < a->seq_len) a->lm.block.max_positions = a->seq_len;
+        mega_lm_config mine = a->lm;
+        mega_lm_config_resolve(&mine);
+        char what[48];
+        snprintf(what, sizeof what, "the windows of --seq-len %d", a->seq_len);
+        if (task_positions_fit(&mine.block, a->seq_len, "--task lm", "--max-positions", what,
+                               "give --max-positions at least --seq-len, or a shorter --seq-len"))
+            goto fail;
         /* refuse a configuration that does not fit before allocating it */
         if (lm_memory(L, a, &a->lm, 0)) goto fail;
         const mega_load_opts o = {0, 1}; /* gradients; drawn once below, with the run's seed */

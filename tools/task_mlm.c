@@ -112,19 +112,7 @@ static void mlm_destroy(task *t) {
 static int mlm_load(mlm_task *L, const train_args *a) {
     if (mega_fbin_prefix(a->data, NULL, 0))
         return cli_error("--data '%s' is a fairseq binarized dataset: --task mlm reads text (bytes)", a->data);
-    if (mega_read_file(a->data, "--data", &L->data) != MEGA_OK) return cli_error("%s", mega_last_error());
-    L->train_txt = L->data.data, L->ntrain = L->data.n;
-    if (a->valid) {
-        if (mega_read_file(a->valid, "--valid", &L->valid) != MEGA_OK) return cli_error("%s", mega_last_error());
-        L->val_txt = L->valid.data, L->nval = L->valid.n;
-        snprintf(L->valid_from, sizeof L->valid_from, "--valid");
-    } else if (a->valid_fraction > 0) {
-        L->nval = (size_t)((double)L->data.n * a->valid_fraction);
-        L->ntrain = L->data.n - L->nval;
-        L->val_txt = L->data.data + L->ntrain;
-        snprintf(L->valid_from, sizeof L->valid_from, "held-out tail");
-    }
-    if (L->val_txt && L->nval < 2) L->val_txt = NULL, L->nval = 0, L->valid_from[0] = 0;
+    if (task_text_split(a, &L->data, &L->valid, &L->train_txt, &L->ntrain, &L->val_txt, &L->nval, L->valid_from)) return 1;
     if (L->ntrain < (size_t)a->seq_len + 1)
         return cli_error("training text has %zu bytes, fewer than --seq-len + 1 = %d (use a shorter --seq-len)", L->ntrain,
                          a->seq_len + 1);

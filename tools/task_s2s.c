@@ -23,7 +23,7 @@ typedef struct {
     char how[96];
     mega_bpe *src_bpe, *tgt_bpe; /* subword units of each side (NULL: bytes; one object when shared) */
     char *src_text, *tgt_text;   /* their merge lists, as saved */
-    char bpe_how[320];           /* how they were made (printed by describe) */
+    char bpe_how[512];           /* how they were made (printed by describe) */
 } s2s_task;
 
 /* the byte vocabulary of the checkpoint's metadata */
@@ -195,6 +195,20 @@ static int s2s_memory(s2s_task *C, const train_args *a, const mega_s2s_config *c
                         resident + data, tool_max_memory, &C->mem);
 }
 
+/* a resumed model's positions against the longest source (the encoder's) and target (the
+ * decoder's), before training: a run whose decoder kept max-positions 1024 under a longer --seq-len
+ * would otherwise stop at the first batch holding a longer pair */
+static int s2s_positions_fit(const s2s_task *C) {
+    const mega_s2s_config *c = mega_s2s_get_config(C->m);
+    const int S = MAXI(C->train.src_max, C->valid.src_max), L = MAXI(C->train.tgt_max, C->valid.tgt_max);
+    const char *fix = "the run cannot train on these pairs (--resume keeps its --seq-len): start a new run";
+    char what[64];
+    snprintf(what, sizeof what, "the data's longest source, %d tokens", S);
+    if (task_positions_fit(&c->encoder, S, "--resume", "the checkpoint's encoder's", what, fix)) return 1;
+    snprintf(what, sizeof what, "the data's longest target, %d tokens", L);
+    return task_positions_fit(&c->decoder, L, "--resume", "the checkpoint's decoder's", what, fix);
+}
+
 static void s2s_destroy(task *t) {
     s2s_task *C = t->impl;
     mega_s2s_free(C->m);
@@ -209,19 +223,54 @@ static void s2s_destroy(task *t) {
     free(t);
 }
 
-/* Without --bpe and --bpe-sides, a training set of fewer pairs than this stays in bytes on both
- * sides with one shared table (docs/translation.md, "Vocabularies from the data size"): with few
- * pairs most words are seen once or never, and a byte decoder that attends to the source's bytes
- * can copy and respell them, where source subwords hand it words whose spelling it must have
- * memorised */
+/* Without --bpe and --bpe-sides, the default learns source subwords only when the training set
+ * has at least S2S_BPE_MIN_PAIRS pairs AND the run's budget is long enough for them to pay: at least
+ * S2S_BPE_MIN_TOKENS batch tokens (--steps x --max-tokens) and, under --time-budget, at least
+ * S2S_BPE_MIN_SECONDS; otherwise bytes on both sides with one shared table (docs/translation.md,
+ * "Vocabularies from the data size and the budget"). With few pairs most words are seen once or
+ * never, and a byte decoder that attends to the source's bytes can copy and respell them, where
+ * source subwords hand it words whose spelling it must have memorised. With many pairs (FreeDict
+ * deu-eng, 488,486) subwords lost at 300 s of one core (2,498 steps x 1,024 tokens = 2.6 M batch
+ * tokens: chrF2 15.68 against 20.12 in bytes) and won at 600 s (10,218 steps, 10.5 M batch tokens:
+ * 29.36 against 24.77 at 9,623 steps): the two budget thresholds are round numbers between those
+ * measurements, where the crossing itself was not measured. */
 #define S2S_BPE_MIN_PAIRS 100000
+#define S2S_BPE_MIN_TOKENS 5000000
+#define S2S_BPE_MIN_SECONDS 450
+
+/* whether the default learns subword units for n training pairs and the run's budget (--steps x
+ * --max-tokens, --time-budget); why: the one-line reason */
+static int s2s_default_subwords(const train_args *a, int n, char *why, size_t cap) {
+    const int by_steps = !(a->time_budget > 0 && !cli_seen(a->flags, "steps")); /* a budget alone ends the run */
+    const double tokens = (double)a->steps * a->max_tokens;
+    char budget[160] = "";
+    if (by_steps)
+        snprintf(budget, sizeof budget, "--steps %lld x --max-tokens %d = %.3g M batch tokens", (long long)a->steps, a->max_tokens,
+                 tokens / 1e6);
+    if (a->time_budget > 0)
+        snprintf(budget + strlen(budget), sizeof budget - strlen(budget), "%s--time-budget %g s", by_steps ? " and " : "",
+                 a->time_budget);
+    if (n < S2S_BPE_MIN_PAIRS) {
+        snprintf(why, cap, "%d training pairs, fewer than the %d from which the default learns --bpe %d source merges "
+                 "(docs/translation.md)", n, S2S_BPE_MIN_PAIRS, a->bpe_merges);
+        return 0;
+    }
+    if ((by_steps && tokens < S2S_BPE_MIN_TOKENS) || (a->time_budget > 0 && a->time_budget < S2S_BPE_MIN_SECONDS)) {
+        snprintf(why, cap, "%d training pairs, but a budget of %s, short of the %.3g M batch tokens (and %d s under "
+                 "--time-budget) from which the default learns --bpe %d source merges (docs/translation.md)", n, budget,
+                 S2S_BPE_MIN_TOKENS / 1e6, S2S_BPE_MIN_SECONDS, a->bpe_merges);
+        return 0;
+    }
+    snprintf(why, cap, "the default for %d training pairs and a budget of %s (docs/translation.md)", n, budget);
+    return 1;
+}
 
 /* Subword units for a new run: --bpe merges learned from the pairs of --data that are trained on
  * (without --valid, the held-out tail is cut by line number here: *tail_line receives the line
  * where it starts, 0 when there is none), from the sides --bpe-sides names: both (one vocabulary,
  * the two sides one text collection), or one side (the other stays bytes). Returns 0, 1 after an
  * error, or 2 (nothing learned) when the vocabularies were left at their defaults and the
- * training set has fewer than S2S_BPE_MIN_PAIRS pairs. */
+ * default keeps bytes (s2s_default_subwords). */
 static int s2s_learn_bpe(s2s_task *C, const train_args *a, int *tail_line) {
     const double t0 = now_sec();
     mega_s2s_opts o = {0, 0, 0, 0, "--data", "--seq-len", NULL, NULL};
@@ -233,10 +282,10 @@ static int s2s_learn_bpe(s2s_task *C, const train_args *a, int *tail_line) {
         n = d.n - task_valid_count(d.n, a->valid_fraction);
         *tail_line = d.line[n];
     }
-    if (!cli_seen(a->flags, "bpe") && !cli_seen(a->flags, "bpe-sides") && n < S2S_BPE_MIN_PAIRS) {
-        snprintf(C->bpe_how, sizeof C->bpe_how, "bytes on both sides, one shared table: %d training pairs, fewer than "
-                 "the %d from which the default learns --bpe %d source merges (docs/translation.md)", n, S2S_BPE_MIN_PAIRS,
-                 a->bpe_merges);
+    char why[320] = "";
+    const int dflt = !cli_seen(a->flags, "bpe") && !cli_seen(a->flags, "bpe-sides");
+    if (dflt && !s2s_default_subwords(a, n, why, sizeof why)) {
+        snprintf(C->bpe_how, sizeof C->bpe_how, "bytes on both sides, one shared table: %s", why);
         mega_s2s_data_free(&d);
         return 2;
     }
@@ -280,8 +329,9 @@ static int s2s_learn_bpe(s2s_task *C, const train_args *a, int *tail_line) {
                  now_sec() - t0, mega_bpe_vocab_size(b),
                  both ? " for both sides" : tgt_side ? " on the target side (bytes on the source side)" : " on the source side (bytes on the target side)");
         if (left_out && k > 0 && (size_t)k < sizeof C->bpe_how)
-            snprintf(C->bpe_how + k, sizeof C->bpe_how - (size_t)k, "; %d pair%s too long for --seq-len %d left out (the first at %s line %d)",
-                     left_out, left_out > 1 ? "s" : "", a->seq_len, a->data, first_out);
+            k += snprintf(C->bpe_how + k, sizeof C->bpe_how - (size_t)k, "; %d pair%s too long for --seq-len %d left out (the first at %s line %d)",
+                          left_out, left_out > 1 ? "s" : "", a->seq_len, a->data, first_out);
+        if (dflt && k > 0 && (size_t)k < sizeof C->bpe_how) snprintf(C->bpe_how + k, sizeof C->bpe_how - (size_t)k, "; %s", why);
     } else {
         mega_bpe_free(b), free(text);
     }
@@ -320,8 +370,8 @@ int s2s_task_flags(train_args *a, cli_flag *fl, int n) {
         {"label-smoothing", F_DBL, &a->label_smoothing, "label smoothing of the cross-entropy (fairseq; 0 = none)", NULL, 0, 0.99, 0},
         {"bpe", F_INT, &a->bpe_merges, "subword units: learn this many byte-pair merges from the training pairs (both sides, "
          "one vocabulary of 258 + N tokens, stored in the checkpoint; docs/translation.md); 0 = bytes on both sides. "
-         "Without --bpe and --bpe-sides, a training set of fewer than 100000 pairs stays in bytes on both sides with one "
-         "shared table", NULL, 0,
+         "Without --bpe and --bpe-sides, a training set of fewer than 100000 pairs, or a budget of fewer than 5 M batch tokens "
+         "(--steps x --max-tokens) or 450 s (--time-budget), stays in bytes on both sides with one shared table", NULL, 0,
          MEGA_BPE_MAX_MERGES, 0},
         {"bpe-sides", F_ENUM, &a->bpe_sides, "with --bpe: the sides in subword units (both: one vocabulary learned from "
          "both sides; source or target: learned from that side only, the other side stays bytes, separate embedding "
@@ -451,6 +501,7 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
         const int64_t tgt_tokens = s2s_default_dropout(C, a);
         mega_s2s_config *c = &a->s2s;
         if (c->encoder.max_positions < a->seq_len) c->encoder.max_positions = a->seq_len;
+        if (c->decoder.max_positions < a->seq_len) c->decoder.max_positions = a->seq_len; /* targets need them as sources do */
         if (s2s_new_model(C, a)) goto fail;
         const double np = (double)mega_ps_total(mega_s2s_paramset(C->m));
         if (dist_rank() == 0 && np > S2S_PARAMS_PER_TOKEN * (double)tgt_tokens)
@@ -468,6 +519,7 @@ int s2s_task_new(train_args *a, const char *model_path, task **out) {
         if (resume_config_differs(a, f, n, &a->s2s, mega_s2s_get_config(C->m), offsetof(mega_s2s_config, encoder))) goto fail;
     }
     /* the data must fit the model: its positions and its vocabularies (bytes or subwords, pad, eos) */
+    if (model_path && s2s_positions_fit(C)) goto fail;
     const mega_s2s_config *mc = mega_s2s_get_config(C->m);
     const int Vs = mega_bpe_vocab_size(C->src_bpe), Vt = mega_bpe_vocab_size(C->tgt_bpe);
     if (mc->src_vocab_size != Vs || mc->tgt_vocab_size != Vt || mc->padding_idx != MEGA_S2S_PAD || mc->eos_idx != MEGA_S2S_EOS) {

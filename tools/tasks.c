@@ -183,3 +183,31 @@ int init_from_load(const char *from, mega_paramset *dst, mega_paramset *src, con
     free(got);
     return 0;
 }
+
+int task_text_split(const train_args *a, mega_bytes *data, mega_bytes *valid, const uint8_t **train, size_t *ntrain,
+                    const uint8_t **val, size_t *nval, char *valid_from) {
+    if (mega_read_file(a->data, "--data", data) != MEGA_OK) return cli_error("%s", mega_last_error());
+    *train = data->data, *ntrain = data->n, *val = NULL, *nval = 0, valid_from[0] = 0;
+    if (a->valid) {
+        if (mega_fbin_prefix(a->valid, NULL, 0))
+            return cli_error("--valid '%s' is a fairseq binarized dataset, but --data is text: the model reads bytes", a->valid);
+        if (mega_read_file(a->valid, "--valid", valid) != MEGA_OK) return cli_error("%s", mega_last_error());
+        *val = valid->data, *nval = valid->n;
+        snprintf(valid_from, 24, "--valid");
+    } else if (a->valid_fraction > 0) {
+        *nval = (size_t)((double)data->n * a->valid_fraction);
+        *ntrain = data->n - *nval;
+        *val = data->data + *ntrain;
+        snprintf(valid_from, 24, "held-out tail");
+    }
+    if (*val && *nval < 2) *val = NULL, *nval = 0, valid_from[0] = 0;
+    return 0;
+}
+
+int task_positions_fit(const mega_block_config *b, int longest, const char *who, const char *whose, const char *what,
+                       const char *fix) {
+    mega_block_context x;
+    mega_block_context_of(b, longest, &x);
+    if (x.positions <= 0 || longest <= x.positions) return 0;
+    return cli_error("%s: max-positions %d (%s) is shorter than %s: %s", who, x.positions, whose, what, fix);
+}

@@ -318,10 +318,14 @@ mega_status mega_dataset_load_speech(const char *dir, const mega_data_opts *opts
     for (int i = 0; st == MEGA_OK && i < nw; i++) st = speech_word(&w, words[i], i);
     if (st == MEGA_OK && w.wavs == 0)
         st = mega__error(MEGA_ERR_FORMAT, "speech data '%s': no .wav files in any of the %d word folders (%s, ...)", dir, nw, words[0]);
+    /* a held-out split is what its list names: none without the list (or an empty one) */
+    const name_list *held = opts->split == 1 ? &valid : opts->split == 2 ? &test : NULL;
     if (st == MEGA_OK && d->n == 0)
-        st = mega__error(MEGA_ERR_FORMAT, "speech data '%s': no %s clips of 16,000 samples%s", dir,
+        st = mega__error(MEGA_ERR_FORMAT, "speech data '%s': no %s clips of 16,000 samples%s%s%s", dir,
                          opts->split == 0 ? "training" : opts->split == 1 ? "validation" : "test",
-                         w.dropped ? " (shorter clips are dropped; see --pad-short)" : "");
+                         w.dropped ? " (shorter clips are dropped; see --pad-short)" : "",
+                         held && held->n == 0 ? " (no clip named by its " : "",
+                         held && held->n == 0 ? (opts->split == 1 ? "validation_list.txt)" : "testing_list.txt)") : "");
     if (st == MEGA_OK) {
         mega_classes fixed = {nw, (char **)words};
         st = mega__builder_finish(&b, opts->classes ? NULL : &fixed);

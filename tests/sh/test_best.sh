@@ -10,8 +10,9 @@
 #   * --resume keeps the best and the patience count: a run stopped with --stop-after and resumed
 #     ends with the same best.safetensors bytes as a straight run;
 #   * Python's mega.load(which="best"|"last") follows the same rule;
-#   * translate's defaults: bytes on both sides with one table below 100,000 training pairs unless
-#     --bpe is given; dropout 0.3 on a small training set unless --dropout is given, the
+#   * translate's defaults: bytes on both sides with one table below 100,000 training pairs or a
+#     budget below 5 M batch tokens (450 s under --time-budget) unless --bpe is given, the line
+#     naming the choice and why; dropout 0.3 on a small training set unless --dropout is given, the
 #     warning for a model much larger than its data, --patience 10.
 # Prints "N passed, M failed" last and exits 1 on any failure. -v as $2 prints every check.
 . "$(dirname "$0")/lib.sh"
@@ -104,6 +105,20 @@ check "a small training set without --bpe: bytes on both sides, one table" grep 
 check "... and its model shares its embeddings (258-token vocabularies)" grep -qF '\"share-all-embeddings\":true' X4/model.safetensors
 mega train $TV --bpe 20 --out X5 >X5.out 2>&1
 check "an explicit --bpe learns its merges on a small set" grep -q "byte-pair merges (--bpe 20) learned" X5.out
+# ... and from the budget: 100,000 pairs learn the source merges only with at least 5 M batch tokens
+# (--steps x --max-tokens) and, under --time-budget, 450 s; the line says which and why
+awk 'BEGIN { for (i = 0; i < 100000; i++) printf "%c%c%d\tx\n", 97 + i % 7, 97 + i % 5, i % 97 }' >many.tsv
+TB="$(echo "$TV" | sed 's/--data [^ ]*/--data many.tsv/') --valid-fraction 0"
+mega train $TB --out X6 >X6.out 2>&1
+check "100,000 pairs and 1,024 batch tokens: bytes, the budget named" \
+  grep -q "^  vocab     bytes on both sides, one shared table: 100000 training pairs, but a budget of --steps 1 x --max-tokens 1024 = 0.00102 M batch tokens, short of the 5 M" X6.out
+mega train $TB --max-tokens 5000000 --out X7 >X7.out 2>&1
+check "100,000 pairs and 5 M batch tokens: the source merges, and why" \
+  grep -q "^  subwords  [0-9]* byte-pair merges (--bpe 4000) learned .*; the default for 100000 training pairs and a budget of --steps 1 x --max-tokens 5000000 = 5 M batch tokens" X7.out
+mega train $TB --max-tokens 5000000 --time-budget 300 --out X8 >X8.out 2>&1
+check "... but bytes under --time-budget 300" grep -q "^  vocab     bytes on both sides, one shared table: 100000 training pairs, but a budget of .* and --time-budget 300 s, short of" X8.out
+mega train $TB --bpe 30 --out X9 >X9.out 2>&1
+check "an explicit --bpe wins over the budget" grep -q "^  subwords  30 byte-pair merges (--bpe 30) learned" X9.out
 
 # ---- Python ------------------------------------------------------------------------------------------
 PY=/usr/bin/python3

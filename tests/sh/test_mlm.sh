@@ -7,7 +7,10 @@
 #   * `mega train --task classify --init-from RUN` loads the encoder (the report names the tensors
 #     initialised fresh: the head's only) and trains;
 #   * refused with one error line: another block configuration (naming the field), a path that
-#     is not a run, a language model, a masked-LM model given to classification eval's --images.
+#     is not a run, a language model, a masked-LM model given to classification eval's --images;
+#     a pretrained max-positions shorter than the classification data's longest sequence, before
+#     the first step (not at the first batch that holds such a sequence), and not once --seq-len
+#     cuts the sequences to it; a language model's --max-positions shorter than its --seq-len.
 # Usage: sh tests/sh/test_mlm.sh [BUILD_DIR]
 . "$(dirname "$0")/lib.sh"
 M="$B/mega"
@@ -75,8 +78,31 @@ expect_error "--init-from a file that is not a model" "junk.safetensors" \
 "$M" train --task lm --data text.txt --layers 1 --embed-dim 16 --hidden-dim 32 --z-dim 8 --ffn-dim 32 --seq-len 32 --batch 2 --steps 1 --threads 1 --quiet --out L >/dev/null 2>&1
 expect_error "--init-from a language model" "not an encoder" \
   "$M" train --task classify --data words.tsv --init-from L --steps 2 --out G
+# a language model's windows need --seq-len positions under full attention: raised to them by
+# default, refused before the first step when --max-positions says fewer
+# shellcheck disable=SC2086
+"$M" train --task lm --data text.txt $model --seq-len 1100 --batch 1 --steps 1 --threads 1 --quiet --out L2 >l2.out 2>&1
+status $? "train --task lm under full attention with --seq-len 1100 (beyond the default 1024 positions) trains"
+# shellcheck disable=SC2086
+expect_error "train --task lm: --max-positions shorter than --seq-len" \
+  "--task lm: max-positions 1000 (--max-positions) is shorter than the windows of --seq-len 1100" \
+  "$M" train --task lm --data text.txt $model --max-positions 1000 --seq-len 1100 --batch 1 --steps 1 --threads 1 --out L3
 expect_error "--task mlm on a --data that does not exist" "missing.txt" \
   "$M" train --task mlm --data missing.txt --steps 2 --out H
+
+# a pretrained simple bias of 32 positions (full attention), and labelled lines of up to 60 bytes:
+# refused before training, naming the field, the pretrained value and the longest length
+# shellcheck disable=SC2086
+"$M" train --task mlm --data text.txt $model --max-positions 32 --seq-len 32 --batch 2 --steps 1 --threads 1 --quiet --out P32 >/dev/null 2>&1
+awk 'BEGIN { srand(5); for (i = 0; i < 40; i++) { n = (i % 8 == 0) ? 60 : 10; w = "";
+       for (j = 0; j < n; j++) w = w substr((i % 2) ? "aeiou" : "xyzkq", 1 + int(rand() * 5), 1);
+       printf "%s\t%s\n", (i % 2) ? "soft" : "hard", w } }' > long.tsv
+expect_error "--init-from: the pretrained max-positions against the data's longest sequence" \
+  "--init-from 'P32': max-positions 32 (the pretrained encoder's) is shorter than the data's longest sequence, 60 tokens: pretrain with --max-positions 60 or more, or cut the longer sequences with --seq-len 32" \
+  "$M" train --task classify --data long.tsv --init-from P32 --seq-len 64 --batch 8 --steps 20 --warmup 1 --threads 1 --out G32
+check "refused before training: no step ran, no run directory" sh -c '! grep -q "^step" out.txt && test ! -e G32'
+"$M" train --task classify --data long.tsv --init-from P32 --seq-len 32 --batch 8 --steps 2 --threads 1 --quiet --out C32 >c32.out 2>&1
+status $? "the same with --seq-len 32 (the sequences cut to the pretrained positions) trains"
 
 # the translation model's encoder from the same run: encoder.encoder.* read as encoder.*
 awk 'BEGIN { s = 11; for (i = 0; i < 200; i++) { x = ""; y = ""; s = (s * 16807) % 2147483647; L = 2 + s % 4;

@@ -2,7 +2,8 @@
 # Raw speech from the command line (docs/speech.md):
 #   * a Speech Commands directory (written here with Python's wave module: tones, one folder per
 #     word, validation_list.txt / testing_list.txt, _background_noise_) trains with --preset sc-raw
-#     on a tiny model, takes its validation clips from the list, eval reads the test clips, predict
+#     on a tiny model, takes its validation clips from the list (also those of --valid DIR), eval
+#     reads the test clips, predict
 #     --audio prints a word and a probability; short clips are dropped, or kept with --pad-short;
 #   * hostile inputs fail with one line: stereo, 8 kHz, truncated, not audio, too long, a list
 #     naming a missing clip, no .wav at all, clips longer than --seq-len;
@@ -73,6 +74,16 @@ check "predict --audio DIR prints one line per clip (11)" test "$(wc -l <pred_di
 "$MEGA" train --task classify --preset sc-raw --data sc --out run3 --steps 1 $tiny >drop.out 2>&1
 check "the short clip is dropped (12 training clips), or zero-padded with --pad-short (13)" \
   sh -c 'grep -q ": 12 training examples" drop.out && grep -q ": 13 training examples" pad.out'
+
+# --valid DIR: that directory's validation_list.txt clips (here 2 of its 20), not its training clips
+cp -r sc scv && printf 'yes/s3_nohash_0.wav\nno/s3_nohash_1.wav\n' >scv/validation_list.txt
+# shellcheck disable=SC2086
+"$MEGA" train --task classify --preset sc-raw --data sc --valid scv --out runv --steps 1 $tiny >valid.out 2>&1
+check "--valid DIR validates on its validation_list.txt (2 clips)" grep -q ": 12 training examples (.*), 2 validation examples" valid.out
+rm scv/validation_list.txt
+# shellcheck disable=SC2086
+expect_error "--valid DIR without validation_list.txt" "no validation clips of 16,000 samples (no clip named by its validation_list.txt)" \
+  "$MEGA" train --task classify --preset sc-raw --data sc --valid scv --out runv2 --steps 1 $tiny
 
 for f in stereo:channels r8k:"8000 Hz" cut:truncated junk:"audio file" long:"more than the 16000"; do
   name=${f%%:*} pat=${f#*:}

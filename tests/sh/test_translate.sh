@@ -9,6 +9,7 @@
 #     --strict stops there; beam 1 and beam 4 both run;
 #   * --bpe: subword units learned, stored, used by eval / translate / info, kept on resume; lines
 #     of megabytes without a space are left out of the learning (named) and skipped, in seconds;
+#   * a 1,100-byte target under --seq-len 1200: the decoder's positions follow --seq-len too;
 #   * bad data: lines without a tab, with an empty side or invalid UTF-8 are skipped and counted
 #     in the run description; a file with no usable line, a missing file, a language model given
 #     to translate exit 2 with exactly one "mega: error:" line.
@@ -211,6 +212,13 @@ status $? "T20 --bpe 4000 on two lines of 4 MB without a space exits 0 in time (
 grep -q "subwords  .* learned from the sources of 300 pairs .*; 2 pairs too long for --seq-len 256 left out (the first at huge.tsv line 1)" H.out &&
     grep -q "skipped in huge.tsv: 2 with a source longer than --seq-len 256 (first at line 1)" H.out
 status $? "T20 the long lines are left out of the learning and skipped, named by file and line"
+# a target longer than the default 1024 positions under --seq-len 1200 (full attention): both the
+# encoder's and the decoder's max-positions follow --seq-len (the decoder kept 1024, and the run
+# stopped at the first batch holding the long pair; one batch holds every pair here)
+{ yes abcdefg | head -n 158 | tr -d '\n' | cut -c1-1100 | awk '{ print $0 "\t" toupper($0) }'; head -n 3 ctrain.tsv; } >longpair.tsv
+# shellcheck disable=SC2086
+"$M" train --task translate --data longpair.tsv --valid-fraction 0 $model --bpe 0 --seq-len 1200 --max-tokens 4800 --steps 2 --warmup 1 --threads 1 --quiet --out LP >LP.out 2>&1
+status $? "a 1,100-byte target under --seq-len 1200 trains ($(grep 'error' LP.out | head -n 1))"
 printf 'hello world\n' >lm.txt
 "$M" train --data lm.txt --valid-fraction 0 --steps 1 --seq-len 4 --batch 1 --layers 1 --embed-dim 8 --z-dim 4 --hidden-dim 8 --ffn-dim 8 --out L >/dev/null 2>&1
 expect_error "translate with a language model" "" "$M" translate --model L --input src.txt
