@@ -10,8 +10,9 @@ threads each send --requests streamed completions (one after another, seeds diff
 aggregate generated tokens per second (completion tokens of all requests / wall time) and per second
 of the server's CPU time (its user + system time over the run, from /proc: on a shared machine the
 wall rate follows the share of the cores the server gets, this one does not), the time to
-the first token (p50, p99) and the time between two streamed events (p50, p99; with a byte model
-an event carries one or a few tokens), then stops the server with SIGTERM. Only the standard
+the first token (p50, p99) and the time between two arrivals of streamed text (p50, p99, max;
+events read together count as one arrival; with a byte model an event carries one or a few
+tokens), then stops the server with SIGTERM. Only the standard
 library; nothing leaves 127.0.0.1. Each run stops at --deadline seconds. With 1 and 16 clients
 measured, it says whether the targets hold: 16 clients give >= 4x one client's tokens/s, their
 p99 gap is <= 3x one client's, one client gets >= 95% of mega generate's rate.
@@ -52,20 +53,21 @@ def one_request(port, seed, max_tokens, deadline, prompt="The "):
         if not chunk:
             break
         buf += chunk
+        now, text = time.time(), False
         while b"\n\n" in buf:
             ev, buf = buf.split(b"\n\n", 1)
             if not ev.startswith(b"data: ") or ev == b"data: [DONE]":
                 continue
             o = json.loads(ev[6:])
-            now = time.time()
-            if o["choices"][0]["text"]:
-                if first is None:
-                    first = now - t0
-                elif last is not None:
-                    gaps.append(now - last)
-                last = now
+            text = text or bool(o["choices"][0]["text"])
             if "usage" in o:
                 tokens = o["usage"]["completion_tokens"]
+        if text:  # events read together arrived together: one arrival
+            if first is None:
+                first = now - t0
+            elif last is not None:
+                gaps.append(now - last)
+            last = now
     c.close()
     return first, gaps, tokens
 

@@ -123,7 +123,7 @@ typedef struct {
     int line_start, ntok, done, wake;
     serve_finish fin;
     size_t fed;     /* prompt tokens fed so far (its prompt is fed a block per step) */
-    uint64_t order; /* joins in this order: the prompts are fed first come, first served */
+    uint64_t order; /* joins in this order (between prompts with as many tokens left to feed) */
 } serve_row;
 
 typedef struct {

@@ -365,8 +365,9 @@ static void batch_join(serve_engine *e, serve_job *j) {
 }
 
 /* Chunked prefill: the rows after ndec are fed their prompts in chunk-sized blocks (the blocks
- * `mega generate` feeds, so the same bits), first come first served, until a chunk's worth of
- * tokens went in during this step; then the decoding rows take their step. A long prompt so
+ * `mega generate` feeds, so the same bits), the prompt with the fewest tokens left first (a short
+ * prompt does not wait behind a long one; then the earliest), until a chunk's worth of tokens
+ * went in during this step; then the decoding rows take their step. A long prompt so
  * delays the others' next token by a block, not by the whole prompt. With no row decoding, no one
  * waits: the prompts go in whole. A prompt fed to its end joins the decoding rows (row ndec), its
  * last logits in its row of e->lg. A cancel is seen after each block. */
@@ -376,8 +377,10 @@ static void batch_prefill(serve_engine *e) {
     size_t spent = 0;
     while (e->ndec < mega_lm_stream_rows(e->rows) && (e->ndec == 0 || spent < blk)) {
         int r = e->ndec;
-        for (int i = r + 1; i < mega_lm_stream_rows(e->rows); i++)
-            if (e->row[i].order < e->row[r].order) r = i;
+        for (int i = r + 1; i < mega_lm_stream_rows(e->rows); i++) {
+            const size_t a = e->row[i].j->np - e->row[i].fed, b = e->row[r].j->np - e->row[r].fed;
+            if (a < b || (a == b && e->row[i].order < e->row[r].order)) r = i;
+        }
         serve_row *q = &e->row[r];
         serve_job *j = q->j;
         const int T = (int)((j->np - q->fed) < blk ? (j->np - q->fed) : blk);
