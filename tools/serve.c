@@ -338,16 +338,16 @@ static void completion_id(char *id, size_t n, const serve_job *j) {
  * completion share it) */
 static int stream_events(const server *s, serve_job *j, int llama) {
     if (llama) return serve_job_events(j, "data: {\"content\":\"", "\",\"stop\":false}\n\n");
-    char id[64], *name = malloc(6 * sizeof s->name + 1), *pre = malloc(6 * sizeof s->name + 256);
+    char id[64], *name = malloc(6 * sizeof s->name + 1), *post = malloc(6 * sizeof s->name + 256);
     int rc = -1;
-    if (name && pre) {
+    if (name && post) { /* the members in oai_object's order */
         completion_id(id, sizeof id, j);
         serve_json_text(s->name, strlen(s->name), name);
-        snprintf(pre, 6 * sizeof s->name + 256, "data: {\"id\":\"%s\",\"object\":\"text_completion\",\"created\":%lld,"
-                 "\"model\":\"%s\",\"choices\":[{\"text\":\"", id, (long long)time(NULL), name);
-        rc = serve_job_events(j, pre, "\",\"index\":0,\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+        snprintf(post, 6 * sizeof s->name + 256, "\",\"index\":0,\"logprobs\":null,\"finish_reason\":null}],\"id\":\"%s\","
+                 "\"object\":\"text_completion\",\"created\":%lld,\"model\":\"%s\"}\n\n", id, (long long)time(NULL), name);
+        rc = serve_job_events(j, "data: {\"choices\":[{\"text\":\"", post);
     }
-    free(name), free(pre);
+    free(name), free(post);
     return rc;
 }
 
