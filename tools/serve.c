@@ -293,9 +293,10 @@ static int sse(struct mg_connection *c, cJSON *o) {
 }
 
 /* Waits until j has events to send or ends, then takes all of them: j's buffer and the handler's
- * *buf (taken before, written, so empty now) swap places, both reused. The bytes taken, and *done.
- * A request still queued at its deadline ends there (FIN_TIMEOUT). */
-static size_t take_events(server *s, serve_job *j, char **buf, size_t *cap, int *done) {
+ * *buf (taken before, written, so empty now) swap places, both reused. The bytes taken, *done,
+ * and *crowd: other requests decode beside it. A request still queued at its deadline ends there
+ * (FIN_TIMEOUT). */
+static size_t take_events(server *s, serve_job *j, char **buf, size_t *cap, int *done, int *crowd) {
     serve_engine *e = &s->eng;
     pthread_mutex_lock(&e->mu);
     for (;;) {
@@ -317,6 +318,7 @@ static size_t take_events(server *s, serve_job *j, char **buf, size_t *cap, int 
     const size_t n = j->out_len, c = j->out_cap;
     j->out = *buf, j->out_cap = *cap, j->out_len = 0;
     *buf = b, *cap = c;
+    *crowd = e->batched && e->running > 1;
     pthread_mutex_unlock(&e->mu);
     return n;
 }
@@ -356,26 +358,26 @@ static int stream_events(const server *s, serve_job *j, int llama) {
 static int stream_job(server *s, struct mg_connection *c, serve_job *j, int llama) {
     char id[64], *buf = NULL;
     size_t cap = 0;
-    int done = 0, gone = 0;
+    int done = 0, gone = 0, crowd = 0;
     completion_id(id, sizeof id, j);
     /* the status waits for the first text: a request that never started is an error status */
-    size_t k = take_events(s, j, &buf, &cap, &done);
+    size_t k = take_events(s, j, &buf, &cap, &done, &crowd);
     int st = done ? failed_early(c, j) : 0;
     if (st) return free(buf), st;
     write_str(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                  "X-Accel-Buffering: no\r\nConnection: close\r\n\r\n");
     if (j->rq.echo && !llama) gone = sse(c, oai_object(s, id, j->rq.prompt, j->rq.prompt_len, NULL, NULL));
     for (int first = 1; !gone && (first || !done); first = 0) {
-        if (!first) k = take_events(s, j, &buf, &cap, &done);
+        if (!first) k = take_events(s, j, &buf, &cap, &done, &crowd);
         if (k) gone = mg_write(c, buf, k) <= 0;
         /* while other requests decode beside it, the next write waits SERVE_COALESCE_MS: the
          * events of a few steps go in one send (each send over loopback costs the sender the
          * receiver's side too; perf: a third of a token's CPU at 16 rows, one send per token) */
-        if (!gone && !done && s->eng.batched && s->eng.running > 1) usleep(SERVE_COALESCE_MS * 1000);
+        if (!gone && !done && crowd) usleep(SERVE_COALESCE_MS * 1000);
     }
     if (gone) { /* the client left: stop generating for it, and wait for the slot to let go */
         serve_cancel(&s->eng, j, FIN_CANCELLED);
-        while (!done) take_events(s, j, &buf, &cap, &done);
+        while (!done) take_events(s, j, &buf, &cap, &done, &crowd);
     } else if (llama) {
         sse(c, llama_object(s, "", 0, j));
     } else {
@@ -390,8 +392,8 @@ static int stream_job(server *s, struct mg_connection *c, serve_job *j, int llam
 static int whole_job(server *s, struct mg_connection *c, serve_job *j, int llama) {
     char id[64], *buf = NULL;
     size_t cap = 0;
-    int done = 0;
-    while (!done) take_events(s, j, &buf, &cap, &done); /* no events: woken at the end */
+    int done = 0, crowd;
+    while (!done) take_events(s, j, &buf, &cap, &done, &crowd); /* no events: woken at the end */
     free(buf);
     int st = failed_early(c, j);
     if (st) return st;
