@@ -85,7 +85,8 @@ static void same_as_plain(void) {
                 lg[v] = r < 30 ? (mega_real)0.0 : r < 60 ? (mega_real)-0.0 : r < 70 ? (mega_real)-INFINITY
                                                                     : (mega_real)((double)(r % 64) / 16.0 - 2.0);
             }
-            differ += mega_sampler_next(s, lg, t % 7 ? (int)(t % V) : -1) != ref_next(lg, V, &P[c], &rng, t % 7 ? (int)(t % V) : -1, idx, prob);
+            const int ex = t % 7 ? (int)(t % V) : -1;
+            differ += mega_sampler_next(s, lg, ex) != ref_next(lg, V, &P[c], &rng, ex, idx, prob);
         }
         mega_sampler_free(s);
     }

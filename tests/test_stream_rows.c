@@ -175,8 +175,10 @@ static void check_step_n(int chunked) {
         q[0][n[0]] = greedy(lg[0] + (size_t)(n[0] - 1) * V);
         ok = mega_lm_stream_rows_step_n(s, 1, &q[0][n[0]], lg[0] + (size_t)n[0] * V) == MEGA_OK;
     }
-    ok = ok && mega_lm_stream_row_pos(s, 1) == P1A && mega_lm_stream_row_feed(s, 1, q[1] + P1A, P1B, lg[1] + (size_t)P1A * V) == MEGA_OK;
-    ok = ok && mega_lm_stream_row_swap(s, 0, 1) == MEGA_OK && mega_lm_stream_row_pos(s, 0) == n[1] && mega_lm_stream_row_pos(s, 1) == n[0];
+    ok = ok && mega_lm_stream_row_pos(s, 1) == P1A &&
+         mega_lm_stream_row_feed(s, 1, q[1] + P1A, P1B, lg[1] + (size_t)P1A * V) == MEGA_OK;
+    ok = ok && mega_lm_stream_row_swap(s, 0, 1) == MEGA_OK && mega_lm_stream_row_pos(s, 0) == n[1] &&
+         mega_lm_stream_row_pos(s, 1) == n[0];
     for (int t = 0; t < S2 && ok; t++) {
         int32_t tk[2];
         for (int k = 0; k < 2; k++) tk[1 - k] = q[k][n[k]] = greedy(lg[k] + (size_t)(n[k] - 1) * V);
@@ -190,7 +192,8 @@ static void check_step_n(int chunked) {
         mega_lm_stream_reset(one);
         ok = mega_lm_stream_feed(one, q[k], first, l1) == MEGA_OK &&
              (!k || mega_lm_stream_feed(one, q[k] + P1A, P1B, l1 + (size_t)P1A * V) == MEGA_OK);
-        for (int i = k ? P1A + P1B : P0; i < n[k] && ok; i++) ok = mega_lm_stream_feed(one, q[k] + i, 1, l1 + (size_t)i * V) == MEGA_OK;
+        for (int i = k ? P1A + P1B : P0; i < n[k] && ok; i++)
+            ok = mega_lm_stream_feed(one, q[k] + i, 1, l1 + (size_t)i * V) == MEGA_OK;
         differ += ok ? memcmp(l1, lg[k], (size_t)n[k] * V * sizeof *l1) != 0 : 1;
     }
     TL_CHECK(ok && !differ, "chunked %d: a row fed between steps of the others, then swapped, has the bits it has alone", chunked);

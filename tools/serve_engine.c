@@ -3,8 +3,9 @@
  * the --parallel N slots as the rows of one stream (mega_lm_stream_row_add ...: each row at its
  * own position); a queued request joins at the next step (its prompt fed to its row alone, in
  * chunk-sized blocks as `mega generate` feeds it, a block per step between the others' tokens:
- * batch_prefill), then every running request takes one token per step together (one product per layer for all of them, each weight read once), each with its own
- * sampler and seed (mega_sampler_next); a finished request frees its row for the next. A row's
+ * batch_prefill), then every running request takes one token per step together (one product per
+ * layer for all of them, each weight read once), each with its own sampler and seed
+ * (mega_sampler_next); a finished request frees its row for the next. A row's
  * logits are the bits it has alone (the library's rows), so a request's tokens depend only on its
  * prompt and sampling fields, never on what else runs. Models whose mixer has no rows (not Mega)
  * or whose cache is the whole stream (no chunks: a row would hold --ctx positions) get the older
