@@ -544,6 +544,12 @@ MEGA_API mega_status mega_lm_stream_row_add(mega_lm_stream *s, int *row);
 MEGA_API mega_status mega_lm_stream_row_feed(mega_lm_stream *s, int row, const int32_t *tokens, int T, mega_real *logits);
 MEGA_API mega_status mega_lm_stream_rows_step(mega_lm_stream *s, const int32_t *tokens, mega_real *logits);
 MEGA_API mega_status mega_lm_stream_row_remove(mega_lm_stream *s, int row);
+/* rows_step_n: rows_step over rows 0 .. n-1 alone (n at most the rows in use; tokens [n], logits
+ * [n,V] or NULL): the other rows keep their state and position (a row still being fed its prompt
+ * block by block while the others decode). row_swap: rows a and b exchange their places (their
+ * states and positions), as row_remove moves the last row. */
+MEGA_API mega_status mega_lm_stream_rows_step_n(mega_lm_stream *s, int n, const int32_t *tokens, mega_real *logits);
+MEGA_API mega_status mega_lm_stream_row_swap(mega_lm_stream *s, int a, int b);
 MEGA_API int mega_lm_stream_rows(const mega_lm_stream *s);
 MEGA_API int64_t mega_lm_stream_row_pos(const mega_lm_stream *s, int row);
 

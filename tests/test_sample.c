@@ -8,6 +8,7 @@
  *  - frequencies follow softmax(logits / temperature) (20000 draws, within 0.015);
  *  - the same seed gives the same draws, mega_sampler_reset restarts them, another seed differs;
  *  - a large vocabulary (2^18) samples quickly (no quadratic sort);
+ *  - 3000 draws on logits with ties, +0 and -0, -inf: the tokens of the algorithm written plainly;
  *  - bad arguments and non-finite logits fail with a one-line message.
  */
 #include "testlib.h"
@@ -27,6 +28,70 @@ static void make_logits(mega_real *lg, int V, uint64_t seed) {
 }
 
 static int one_line(const char *msg) { return msg[0] && !strchr(msg, '\n'); }
+
+/* the documented algorithm written plainly (sample.c's header): candidates sorted by qsort on
+ * (larger logit, then smaller index), softmax of the k best, the top_p prefix, the draw; the
+ * library sorts otherwise (a radix sort on float keys) and must draw the same tokens */
+static const mega_real *ref_lg;
+static int ref_cmp(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    if (ref_lg[x] != ref_lg[y]) return ref_lg[x] > ref_lg[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+static int ref_next(const mega_real *lg, int V, const mega_sample_params *p, uint64_t *rng, int exclude, int *idx, double *prob) {
+    int n = 0;
+    for (int v = 0; v < V; v++)
+        if (v != exclude) idx[n++] = v;
+    ref_lg = lg;
+    qsort(idx, (size_t)n, sizeof *idx, ref_cmp);
+    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
+    double mx = lg[idx[0]], sum = 0;
+    for (int i = 0; i < n; i++) sum += (prob[i] = exp(((double)lg[idx[i]] - mx) / p->temperature));
+    for (int i = 0; i < n; i++) prob[i] /= sum;
+    if (p->top_p < 1) {
+        double c = 0;
+        int k = 0;
+        while (k < n && c < p->top_p) c += prob[k++];
+        n = k;
+        for (int i = 0; i < n; i++) prob[i] /= c;
+    }
+    uint64_t z = (*rng += 0x9E3779B97F4A7C15ull); /* splitmix64 (core/rng.h), u = top 53 bits */
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull, z = (z ^ (z >> 27)) * 0x94D049BB133111EBull, z ^= z >> 31;
+    const double u = (double)(z >> 11) * (1.0 / 9007199254740992.0);
+    double c = 0;
+    for (int i = 0; i < n; i++)
+        if (u < (c += prob[i])) return idx[i];
+    return idx[n - 1];
+}
+
+/* 3000 draws on logits with many ties, +0 and -0 among them, -inf, negative and positive values:
+ * the library's tokens are the plain algorithm's */
+static void same_as_plain(void) {
+    enum { V = 300 };
+    static const mega_sample_params P[4] = {{0.8, 0, 0.95, 5}, {1.0, 0, 1, 6}, {0.7, 9, 0.9, 7}, {3.0, 0, 0.99, 8}};
+    mega_real lg[V];
+    int idx[V], differ = 0, draws = 0;
+    double prob[V];
+    for (int c = 0; c < 4; c++) {
+        mega_sampler *s;
+        if (mega_sampler_new(V, &P[c], &s) != MEGA_OK) {
+            TL_CHECK(0, "same as plain %d: %s", c, mega_last_error());
+            continue;
+        }
+        uint64_t rng = P[c].seed * 0xD1B54A32D192ED03ull + 11, g = 77 + (uint64_t)c;
+        for (int t = 0; t < 750; t++, draws++) {
+            for (int v = 0; v < V; v++) {
+                const uint64_t r = lcg(&g) % 1000;
+                lg[v] = r < 30 ? (mega_real)0.0 : r < 60 ? (mega_real)-0.0 : r < 70 ? (mega_real)-INFINITY
+                                                                    : (mega_real)((double)(r % 64) / 16.0 - 2.0);
+            }
+            const int ex = t % 7 ? (int)(t % V) : -1;
+            differ += mega_sampler_next(s, lg, ex) != ref_next(lg, V, &P[c], &rng, ex, idx, prob);
+        }
+        mega_sampler_free(s);
+    }
+    TL_CHECK(differ == 0, "%d draws with ties, +-0 and -inf: the plain algorithm's tokens (%d differ)", draws, differ);
+}
 
 static void known_answers(void) {
     static const mega_sample_params P[6] = {{0.8, 0, 0.95, 0}, {1.0, 0, 1, 7},        {0.5, 5, 0.9, 42},
@@ -199,6 +264,7 @@ static void errors(void) {
 
 int main(void) {
     known_answers();
+    same_as_plain();
     selection();
     streams();
     large_vocab();

@@ -12,7 +12,8 @@
  * positions restart there, while its timestep norms and CEMA carry on; a leaving row's place is
  * taken with all of that and the final timestep norm's state), with 1 and 2 threads. Also: a full-attention row that would pass its cache fails and feeds nothing; a row
  * not in use and a full stream are refused; mega_lm_stream_feed on a stream fed by rows is
- * refused until a reset; a model of another mixer refuses rows (MEGA_ERR_UNSUPPORTED).
+ * refused until a reset; a model of another mixer refuses rows (MEGA_ERR_UNSUPPORTED). And
+ * rows_step_n (the first rows step, the others wait) and row_swap (check_step_n).
  */
 #include "mega.h"
 #include "testlib.h"
@@ -159,9 +160,66 @@ static void check_model(int chunked, int threads) {
     mega_set_threads(0);
 }
 
+/* rows_step_n and row_swap (a server feeding a prompt block by block while the other rows
+ * decode): row 1 is fed its prompt in two blocks with 6 steps of row 0 alone between them, then
+ * the rows swap places and step together; every logit of both is the bits it has alone (the same
+ * blocks), and the rows' positions follow the swap */
+static void check_step_n(int chunked) {
+    enum { P0 = 5, P1A = 4, P1B = 5, S0 = 6, S2 = 4 };
+    mega_lm_config c;
+    config(&c, chunked);
+    mega_lm *m = NULL;
+    mega_lm_stream *s = NULL, *one = NULL;
+    int32_t q[2][LMAX];
+    mega_real *lg[2], *l1 = malloc((size_t)LMAX * V * sizeof *l1), *buf = malloc((size_t)PMAX * V * sizeof *buf);
+    lg[0] = malloc((size_t)LMAX * V * sizeof *l1), lg[1] = malloc((size_t)LMAX * V * sizeof *l1);
+    int ok = l1 && buf && lg[0] && lg[1] && mega_lm_create(&c, &m) == MEGA_OK, n[2] = {P0, P1A + P1B}, r = -1;
+    if (ok) mega_lm_init_params(m, 11);
+    ok = ok && mega_lm_stream_new(m, BROWS, 64, &s) == MEGA_OK && mega_lm_stream_new(m, 1, 64, &one) == MEGA_OK;
+    unsigned long long seed = 0x5eed;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < n[k]; i++) q[k][i] = (int32_t)(tl_rand01(&seed) * 256);
+    ok = ok && mega_lm_stream_row_add(s, &r) == MEGA_OK && mega_lm_stream_row_feed(s, 0, q[0], P0, lg[0]) == MEGA_OK &&
+         mega_lm_stream_row_add(s, &r) == MEGA_OK && mega_lm_stream_row_feed(s, 1, q[1], P1A, lg[1]) == MEGA_OK;
+    for (int t = 0; t < S0 && ok; t++, n[0]++) {
+        q[0][n[0]] = greedy(lg[0] + (size_t)(n[0] - 1) * V);
+        ok = mega_lm_stream_rows_step_n(s, 1, &q[0][n[0]], lg[0] + (size_t)n[0] * V) == MEGA_OK;
+    }
+    ok = ok && mega_lm_stream_row_pos(s, 1) == P1A &&
+         mega_lm_stream_row_feed(s, 1, q[1] + P1A, P1B, lg[1] + (size_t)P1A * V) == MEGA_OK;
+    ok = ok && mega_lm_stream_row_swap(s, 0, 1) == MEGA_OK && mega_lm_stream_row_pos(s, 0) == n[1] &&
+         mega_lm_stream_row_pos(s, 1) == n[0];
+    for (int t = 0; t < S2 && ok; t++) {
+        int32_t tk[2];
+        for (int k = 0; k < 2; k++) tk[1 - k] = q[k][n[k]] = greedy(lg[k] + (size_t)(n[k] - 1) * V);
+        ok = mega_lm_stream_rows_step(s, tk, buf) == MEGA_OK;
+        for (int k = 0; k < 2 && ok; k++) memcpy(lg[k] + (size_t)n[k]++ * V, buf + (size_t)(1 - k) * V, V * sizeof *buf);
+    }
+    TL_CHECK(ok, "chunked %d: rows_step_n and row_swap run (%s)", chunked, ok ? "" : mega_last_error());
+    int differ = 0;
+    for (int k = 0; k < 2 && ok; k++) { /* alone: the same blocks, then a token per call */
+        const int first = k ? P1A : P0;
+        mega_lm_stream_reset(one);
+        ok = mega_lm_stream_feed(one, q[k], first, l1) == MEGA_OK &&
+             (!k || mega_lm_stream_feed(one, q[k] + P1A, P1B, l1 + (size_t)P1A * V) == MEGA_OK);
+        for (int i = k ? P1A + P1B : P0; i < n[k] && ok; i++)
+            ok = mega_lm_stream_feed(one, q[k] + i, 1, l1 + (size_t)i * V) == MEGA_OK;
+        differ += ok ? memcmp(l1, lg[k], (size_t)n[k] * V * sizeof *l1) != 0 : 1;
+    }
+    TL_CHECK(ok && !differ, "chunked %d: a row fed between steps of the others, then swapped, has the bits it has alone", chunked);
+    const int32_t tk[3] = {1, 2, 3};
+    TL_CHECK(mega_lm_stream_rows_step_n(s, 3, tk, NULL) == MEGA_ERR_INVALID && mega_lm_stream_row_swap(s, 0, 2) == MEGA_ERR_INVALID &&
+                 mega_lm_stream_rows_step_n(s, -1, tk, NULL) == MEGA_ERR_INVALID,
+             "chunked %d: a step of more rows than in use, a swap with a row not in use are refused", chunked);
+    free(lg[0]), free(lg[1]), free(l1), free(buf);
+    mega_lm_stream_free(s), mega_lm_stream_free(one);
+    mega_lm_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "-v")) tl_verbose = 1;
     for (int th = 1; th <= 2; th++) check_model(1, th), check_model(0, th), check_model(MGL, th);
+    check_step_n(1), check_step_n(0), check_step_n(MGL);
     mega_lm_config c;
     config(&c, 1);
     c.block.mixer = MEGA_MIXER_MHA;

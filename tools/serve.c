@@ -207,6 +207,8 @@ static int key_ok(const server *s, struct mg_connection *c) {
     return d == 0;
 }
 
+#define SERVE_COALESCE_MS 2
+
 static double ms(double a, double b) { return b > a ? (b - a) * 1000 : 0; }
 
 /* ---- completions ------------------------------------------------------------------------- */
@@ -290,22 +292,16 @@ static int sse(struct mg_connection *c, cJSON *o) {
     return ok ? 0 : -1;
 }
 
-/* Waits until j has text beyond *sent that may be sent (not the start of a stop string or of a
- * UTF-8 sequence still incomplete) or ends, then copies it into *buf: the bytes copied, and *done.
- * A request still queued at its deadline ends there (FIN_TIMEOUT). */
-static size_t next_text(server *s, serve_job *j, size_t *sent, char **buf, size_t *bcap, int *done) {
+/* Waits until j has events to send or ends, then takes all of them: j's buffer and the handler's
+ * *buf (taken before, written, so empty now) swap places, both reused. The bytes taken, *done,
+ * and *crowd: other requests decode beside it. A request still queued at its deadline ends there
+ * (FIN_TIMEOUT). */
+static size_t take_events(server *s, serve_job *j, char **buf, size_t *cap, int *done, int *crowd) {
     serve_engine *e = &s->eng;
-    size_t hold = 0;
-    for (int i = 0; i < j->rq.nstop; i++) {
-        size_t L = strlen(j->rq.stop[i]);
-        hold = L - 1 > hold ? L - 1 : hold;
-    }
     pthread_mutex_lock(&e->mu);
-    size_t ready = 0;
     for (;;) {
         *done = j->state == JOB_DONE;
-        ready = *done ? j->len : j->len > hold ? serve_utf8_ready(j->text, j->len - hold, 0) : 0;
-        if (*done || ready > *sent) break;
+        if (*done || j->out_len) break;
         if (j->state == JOB_QUEUED && j->deadline > 0 && now_sec() > j->deadline) {
             pthread_mutex_unlock(&e->mu);
             serve_cancel(e, j, FIN_TIMEOUT);
@@ -318,16 +314,13 @@ static size_t next_text(server *s, serve_job *j, size_t *sent, char **buf, size_
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&j->cv, &e->mu, &ts);
     }
-    size_t k = ready > *sent ? ready - *sent : 0;
-    if (k + 1 > *bcap) {
-        char *nb = realloc(*buf, k + 1);
-        if (nb) *buf = nb, *bcap = k + 1;
-        else k = 0, *done = 1; /* out of memory: the request ends with what was sent */
-    }
-    if (k) memcpy(*buf, j->text + *sent, k);
-    *sent += k;
+    char *b = j->out;
+    const size_t n = j->out_len, c = j->out_cap;
+    j->out = *buf, j->out_cap = *cap, j->out_len = 0;
+    *buf = b, *cap = c;
+    *crowd = e->batched && e->running > 1;
     pthread_mutex_unlock(&e->mu);
-    return k;
+    return n;
 }
 
 /* a request that ended before its first token, for another reason than its length: the status */
@@ -342,26 +335,49 @@ static void completion_id(char *id, size_t n, const serve_job *j) {
     snprintf(id, n, "cmpl-%016llx", (unsigned long long)(j->rq.sp.seed * 0x9E3779B97F4A7C15ull ^ (uint64_t)(j->t_enq * 1e6)));
 }
 
-/* the streamed answer: SSE events as text becomes ready; OpenAI's end with "data: [DONE]" */
+/* a streamed request's events around their text (serve_job_events), the objects oai_object and
+ * llama_object print while streaming; "created" is the request's time (OpenAI's chunks of one
+ * completion share it) */
+static int stream_events(const server *s, serve_job *j, int llama) {
+    if (llama) return serve_job_events(j, "data: {\"content\":\"", "\",\"stop\":false}\n\n");
+    char id[64], *name = malloc(6 * sizeof s->name + 1), *post = malloc(6 * sizeof s->name + 256);
+    int rc = -1;
+    if (name && post) { /* the members in oai_object's order */
+        completion_id(id, sizeof id, j);
+        serve_json_text(s->name, strlen(s->name), name);
+        snprintf(post, 6 * sizeof s->name + 256, "\",\"index\":0,\"logprobs\":null,\"finish_reason\":null}],\"id\":\"%s\","
+                 "\"object\":\"text_completion\",\"created\":%lld,\"model\":\"%s\"}\n\n", id, (long long)time(NULL), name);
+        rc = serve_job_events(j, "data: {\"choices\":[{\"text\":\"", post);
+    }
+    free(name), free(post);
+    return rc;
+}
+
+/* the streamed answer: the events the decoding thread built, all those pending in one write;
+ * OpenAI's end with "data: [DONE]" */
 static int stream_job(server *s, struct mg_connection *c, serve_job *j, int llama) {
     char id[64], *buf = NULL;
-    size_t sent = 0, bcap = 0;
-    int done = 0, gone = 0;
+    size_t cap = 0;
+    int done = 0, gone = 0, crowd = 0;
     completion_id(id, sizeof id, j);
     /* the status waits for the first text: a request that never started is an error status */
-    size_t k = next_text(s, j, &sent, &buf, &bcap, &done);
+    size_t k = take_events(s, j, &buf, &cap, &done, &crowd);
     int st = done ? failed_early(c, j) : 0;
     if (st) return free(buf), st;
     write_str(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                  "X-Accel-Buffering: no\r\nConnection: close\r\n\r\n");
     if (j->rq.echo && !llama) gone = sse(c, oai_object(s, id, j->rq.prompt, j->rq.prompt_len, NULL, NULL));
     for (int first = 1; !gone && (first || !done); first = 0) {
-        if (!first) k = next_text(s, j, &sent, &buf, &bcap, &done);
-        if (k) gone = sse(c, llama ? llama_object(s, buf, k, NULL) : oai_object(s, id, buf, k, NULL, NULL));
+        if (!first) k = take_events(s, j, &buf, &cap, &done, &crowd);
+        if (k) gone = mg_write(c, buf, k) <= 0;
+        /* while other requests decode beside it, the next write waits SERVE_COALESCE_MS: the
+         * events of a few steps go in one send (each send over loopback costs the sender the
+         * receiver's side too; perf: a third of a token's CPU at 16 rows, one send per token) */
+        if (!gone && !done && crowd) usleep(SERVE_COALESCE_MS * 1000);
     }
     if (gone) { /* the client left: stop generating for it, and wait for the slot to let go */
         serve_cancel(&s->eng, j, FIN_CANCELLED);
-        while (!done) next_text(s, j, &sent, &buf, &bcap, &done);
+        while (!done) take_events(s, j, &buf, &cap, &done, &crowd);
     } else if (llama) {
         sse(c, llama_object(s, "", 0, j));
     } else {
@@ -375,9 +391,9 @@ static int stream_job(server *s, struct mg_connection *c, serve_job *j, int llam
 /* the whole answer at the end */
 static int whole_job(server *s, struct mg_connection *c, serve_job *j, int llama) {
     char id[64], *buf = NULL;
-    size_t sent = 0, bcap = 0;
-    int done = 0;
-    while (!done) next_text(s, j, &sent, &buf, &bcap, &done);
+    size_t cap = 0;
+    int done = 0, crowd;
+    while (!done) take_events(s, j, &buf, &cap, &done, &crowd); /* no events: woken at the end */
     free(buf);
     int st = failed_early(c, j);
     if (st) return st;
@@ -405,6 +421,7 @@ static int h_completion(server *s, struct mg_connection *c, int llama) {
     serve_job *j = serve_job_new(&s->eng, &r, s->timeout, s->lim.ctx, err, sizeof err);
     gen_req_free(&r);
     if (!j) return send_error(c, 400, "%s", err);
+    if (j->rq.stream && stream_events(s, j, llama)) return serve_job_free(j), send_error(c, 503, "out of memory");
     if (serve_submit(&s->eng, j)) {
         serve_job_free(j);
         return g_stop ? send_error(c, 503, "the server is stopping")
@@ -963,8 +980,10 @@ static int serve_run(server *s, const char *host, int port) {
     /* a connection holds a civetweb thread while it waits: the slots, the queue, and a few for
      * /health, /metrics and the page */
     snprintf(threads, sizeof threads, "%d", s->parallel + s->max_queue + 4);
+    /* tcp_nodelay: a stream's events go out when written, not held by Nagle's algorithm until the
+     * client's delayed ACK (40 ms) when an earlier segment is still unacknowledged */
     const char *opts[] = {"listening_ports", ports, "num_threads", threads, "request_timeout_ms", "10000",
-                          "enable_keep_alive", "no", NULL};
+                          "enable_keep_alive", "no", "tcp_nodelay", "1", NULL};
     struct mg_callbacks cb;
     memset(&cb, 0, sizeof cb);
     cb.begin_request = on_request;

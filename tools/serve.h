@@ -74,6 +74,10 @@ size_t serve_utf8_ready(const char *s, size_t n, int final);
 /* s[0..n) as valid UTF-8 into out (3n + 1 bytes): each byte of an invalid sequence becomes
  * U+FFFD. Returns the length. */
 size_t serve_utf8_fix(const char *s, size_t n, char *out);
+/* s[0..n) made valid UTF-8 (as serve_utf8_fix) and escaped as the inside of a JSON string (as
+ * cJSON escapes it) into out (6n + 1 bytes): the length. Streamed events are built with it, with
+ * no cJSON object per token. */
+size_t serve_json_text(const char *s, size_t n, char *out);
 
 /* ---- the engine ---- */
 
@@ -96,7 +100,17 @@ typedef struct serve_job {
     serve_finish finish;
     int cancel;
     char err[256];
-    pthread_cond_t cv; /* signalled at each token and at the end */
+    /* a streamed request's events, built by the decoding thread (the handler never waits on the
+     * model, the decoding thread never on a socket): each text that may be sent (held back: the
+     * start of a stop string, hold bytes, and an incomplete UTF-8 sequence) becomes ev_pre + the
+     * text as JSON + ev_post, appended to out; evsent: the text's bytes in events so far. The
+     * handler takes all of out at once (events pile up while it writes) in one write. ev_pre
+     * NULL: not streamed. */
+    char *ev_pre, *ev_post;
+    size_t ev_pre_len, ev_post_len, hold, evsent;
+    char *out;
+    size_t out_len, out_cap;
+    pthread_cond_t cv; /* signalled when out becomes non-empty, and at the end */
     struct serve_job *next;
 } serve_job;
 
@@ -106,8 +120,10 @@ typedef struct serve_metrics serve_metrics;
 typedef struct {
     serve_job *j;
     mega_sampler *smp;
-    int line_start, ntok, done;
+    int line_start, ntok, done, wake;
     serve_finish fin;
+    size_t fed;     /* prompt tokens fed so far (its prompt is fed a block per step) */
+    uint64_t order; /* joins in this order (between prompts with as many tokens left to feed) */
 } serve_row;
 
 typedef struct {
@@ -130,6 +146,10 @@ typedef struct {
     serve_row *row;
     mega_real *lg, *lgp;
     int32_t *tok;
+    /* rows 0 .. ndec-1 decode; the rows after them are still being fed their prompts, a
+     * chunk-sized block per step (chunked prefill: a long prompt does not stall the others) */
+    int ndec;
+    uint64_t joins;
 } serve_engine;
 
 /* start the `parallel` slots for the language model in m (threads_all threads in all: the batch's
@@ -146,6 +166,8 @@ int serve_tokenize(const loaded_model *m, const char *text, size_t n, int32_t **
 char *serve_detokenize(const loaded_model *m, const int32_t *ids, size_t n, size_t *len);
 /* a new job for r (taken over: r is zeroed) with its tokens; NULL with the reason in err (400) */
 serve_job *serve_job_new(serve_engine *e, gen_req *r, double timeout, int ctx, char *err, size_t en);
+/* a streamed job's events are ev_pre + text + ev_post (copied; before serve_submit): 0, or -1 */
+int serve_job_events(serve_job *j, const char *ev_pre, const char *ev_post);
 /* queue it: 0, or -1 when the queue is full or the server stops (the job is not queued) */
 int serve_submit(serve_engine *e, serve_job *j);
 /* cancel (the client left: FIN_CANCELLED; its deadline passed: FIN_TIMEOUT): a queued job ends

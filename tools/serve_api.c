@@ -241,6 +241,27 @@ size_t serve_utf8_fix(const char *s, size_t n, char *out) {
     return o;
 }
 
+/* cJSON's escapes (print_string_ptr): the two that must be, the five short ones, \u00XX for the
+ * other control characters; every other byte as it is */
+size_t serve_json_text(const char *s, size_t n, char *out) {
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        const size_t ok = mega_utf8_check(s + i, n - i);
+        for (size_t e = i + ok; i < e; i++) {
+            const unsigned char c = (unsigned char)s[i];
+            const char *sh = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : c == '\n' ? "\\n"
+                             : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
+            if (sh) out[o++] = sh[0], out[o++] = sh[1];
+            else if (c < 0x20) memcpy(out + o, "\\u00", 4), out[o + 4] = hex[c >> 4], out[o + 5] = hex[c & 15], o += 6;
+            else out[o++] = (char)c;
+        }
+        if (i < n) out[o++] = (char)0xEF, out[o++] = (char)0xBF, out[o++] = (char)0xBD, i++;
+    }
+    out[o] = 0;
+    return o;
+}
+
 int serve_parse_translate(const char *body, size_t n, tr_req *r, char *err, size_t en) {
     memset(r, 0, sizeof *r);
     mega_s2s_search_default(&r->sp);

@@ -1,10 +1,11 @@
 /*
  * mega serve: the generation slots of a language model. Continuous batching: one thread decodes
  * the --parallel N slots as the rows of one stream (mega_lm_stream_row_add ...: each row at its
- * own position); a queued request joins at the next token (its prompt fed to its row alone, in
- * chunk-sized blocks as `mega generate` feeds it), then every running request takes one token per
- * step together (one product per layer for all of them, each weight read once), each with its own
- * sampler and seed (mega_sampler_next); a finished request frees its row for the next. A row's
+ * own position); a queued request joins at the next step (its prompt fed to its row alone, in
+ * chunk-sized blocks as `mega generate` feeds it, a block per step between the others' tokens:
+ * batch_prefill), then every running request takes one token per step together (one product per
+ * layer for all of them, each weight read once), each with its own sampler and seed
+ * (mega_sampler_next); a finished request frees its row for the next. A row's
  * logits are the bits it has alone (the library's rows), so a request's tokens depend only on its
  * prompt and sampling fields, never on what else runs. Models whose mixer has no rows (not Mega
  * or Megalodon)
@@ -13,6 +14,9 @@
  * one shared model (the streams of a model may be fed from several threads at once, each by one
  * thread: docs/library.md, "Threads"). The queue is bounded (--max-queue); a client that leaves,
  * the request's deadline (--timeout) or the server's stop end a request at its next token.
+ * The decoding thread also builds a streamed request's events (job_events: the text as JSON, no
+ * cJSON object per token) into the request's buffer and wakes its handler only when that buffer
+ * was empty; the handler writes all that is pending at once. It never waits on a socket.
  */
 #include "serve.h"
 #include <math.h>
@@ -75,16 +79,28 @@ serve_job *serve_job_new(serve_engine *e, gen_req *r, double timeout, int ctx, c
         pthread_mutex_unlock(&e->mu);
         j->rq.sp.seed = z >> 12;
     }
+    for (int i = 0; i < j->rq.nstop; i++) { /* the bytes a stop string may still take back */
+        const size_t L = strlen(j->rq.stop[i]);
+        j->hold = L - 1 > j->hold ? L - 1 : j->hold;
+    }
     pthread_cond_init(&j->cv, NULL);
     j->t_enq = now_sec();
     j->deadline = timeout > 0 ? j->t_enq + timeout : 0;
     return j;
 }
 
+int serve_job_events(serve_job *j, const char *ev_pre, const char *ev_post) {
+    const size_t a = strlen(ev_pre), b = strlen(ev_post);
+    if (!(j->ev_pre = malloc(a + b + 2))) return -1;
+    memcpy(j->ev_pre, ev_pre, a + 1), memcpy(j->ev_post = j->ev_pre + a + 1, ev_post, b + 1);
+    j->ev_pre_len = a, j->ev_post_len = b;
+    return 0;
+}
+
 void serve_job_free(serve_job *j) {
     if (!j) return;
     gen_req_free(&j->rq);
-    free(j->ids), free(j->text);
+    free(j->ids), free(j->text), free(j->ev_pre), free(j->out);
     pthread_cond_destroy(&j->cv);
     free(j);
 }
@@ -106,9 +122,32 @@ int serve_submit(serve_engine *e, serve_job *j) {
     return 0;
 }
 
-/* under the mutex: end j (queued or running) */
+/* under the mutex: a streamed job's text [evsent, ready) as one event appended to out (ready: the
+ * whole text when final, else what no stop string and no UTF-8 sequence may still change); 1 when
+ * out was empty before (its handler is to be woken: else it has not taken the last ones yet). The
+ * buffer grows to the most a handler lets pile up, then is reused: no allocation per token. */
+static int job_events(serve_job *j, int final) {
+    const size_t ready = final ? j->len : j->len > j->hold ? serve_utf8_ready(j->text, j->len - j->hold, 0) : 0;
+    if (!j->ev_pre || ready <= j->evsent) return 0;
+    const size_t n = ready - j->evsent, need = j->out_len + j->ev_pre_len + 6 * n + j->ev_post_len + 1;
+    if (need > j->out_cap) {
+        char *no = realloc(j->out, 2 * need + 256);
+        if (!no) return j->cancel = 1, 0; /* out of memory: the request ends at its next token */
+        j->out = no, j->out_cap = 2 * need + 256;
+    }
+    const int was_empty = j->out_len == 0;
+    char *o = j->out + j->out_len;
+    memcpy(o, j->ev_pre, j->ev_pre_len), o += j->ev_pre_len;
+    o += serve_json_text(j->text + j->evsent, n, o);
+    memcpy(o, j->ev_post, j->ev_post_len + 1), o += j->ev_post_len;
+    j->out_len = (size_t)(o - j->out), j->evsent = ready;
+    return was_empty;
+}
+
+/* under the mutex: end j (queued or running); the rest of its text in a last event */
 static void job_end(serve_job *j, serve_finish f) {
     j->state = JOB_DONE, j->finish = f, j->t_end = now_sec();
+    job_events(j, 1);
     pthread_cond_broadcast(&j->cv);
 }
 
@@ -172,6 +211,21 @@ static int append_text(serve_job *j, const char *s, size_t k) {
     return 0;
 }
 
+/* under the mutex: a token's text (k bytes) to j: appended, counted and timed, its event built;
+ * 1 at a stop string (-1: out of memory), *wake when j's handler is to be woken */
+static int job_token(serve_engine *e, serve_job *j, const char *piece, size_t k, double t, int *wake) {
+    const int hit = append_text(j, piece, k);
+    j->ntok++;
+    if (e->metrics) {
+        if (j->ntok == 1) serve_metrics_first(e->metrics, t - j->t_enq);
+        else serve_metrics_token(e->metrics, t - j->t_last);
+    }
+    if (j->ntok == 1) j->t_first = t;
+    j->t_last = t;
+    *wake = !hit && job_events(j, 0); /* at a hit the request ends now: job_end sends the rest */
+    return hit;
+}
+
 typedef struct {
     mega_lm_stream *s;
     mega_sampler *smp;
@@ -228,18 +282,12 @@ static void run_job(serve_engine *e, serve_job *j) {
         if (e->model->dict) k = mega_fdict_decode(e->model->dict, b, &line_start, piece, sizeof piece);
         else piece[0] = (char)b;
         const double t = now_sec();
+        int wake;
         pthread_mutex_lock(&e->mu);
-        const int hit = append_text(j, piece, k);
-        j->ntok++;
-        if (e->metrics) {
-            if (j->ntok == 1) serve_metrics_first(e->metrics, t - j->t_enq);
-            else serve_metrics_token(e->metrics, t - j->t_last);
-        }
-        if (j->ntok == 1) j->t_first = t;
-        j->t_last = t;
-        pthread_cond_broadcast(&j->cv);
+        const int hit = job_token(e, j, piece, k, t, &wake);
         const int cancel = j->cancel || e->stopping;
         pthread_mutex_unlock(&e->mu);
+        if (wake) pthread_cond_signal(&j->cv);
         if (hit) fin = hit > 0 ? FIN_STOP : FIN_ERROR;
         else if (cancel) fin = FIN_CANCELLED;
         else if (j->deadline > 0 && t > j->deadline) fin = FIN_TIMEOUT;
@@ -256,16 +304,36 @@ static void run_job(serve_engine *e, serve_job *j) {
 
 /* ---- continuous batching ----------------------------------------------------------------- */
 
-/* end row r's request (its fields already set) and free the row: the last row moves into r */
+/* rows a and b exchange places: the library's rows, their requests, logits and tokens */
+static void batch_swap(serve_engine *e, int a, int b) {
+    if (a == b) return;
+    const size_t V = (size_t)mega_lm_get_config(e->model->lm)->vocab_size;
+    mega_lm_stream_row_swap(e->rows, a, b); /* two rows in use of a Mega model: cannot fail */
+    const serve_row q = e->row[a];
+    const int32_t t = e->tok[a];
+    e->row[a] = e->row[b], e->row[b] = q;
+    e->tok[a] = e->tok[b], e->tok[b] = t;
+    memcpy(e->lgp, e->lg + (size_t)a * V, V * sizeof(mega_real));
+    memcpy(e->lg + (size_t)a * V, e->lg + (size_t)b * V, V * sizeof(mega_real));
+    memcpy(e->lg + (size_t)b * V, e->lgp, V * sizeof(mega_real));
+}
+
+/* end row r's request (its fields already set) and free the row. A decoding row's place is taken
+ * by the last decoding row, so that the rows still fed their prompts stay after the decoding ones
+ * (a step covers rows 0 .. ndec-1); the last row then moves into the freed place. */
 static void batch_leave(serve_engine *e, int r) {
     serve_row *q = &e->row[r];
-    const int last = mega_lm_stream_rows(e->rows) - 1;
     const size_t V = (size_t)mega_lm_get_config(e->model->lm)->vocab_size;
     mega_sampler_free(q->smp);
     pthread_mutex_lock(&e->mu);
     job_end(q->j, q->fin); /* its handler may free it now: not touched after */
     e->running--;
     pthread_mutex_unlock(&e->mu);
+    if (r < e->ndec) {
+        if (e->ndec < mega_lm_stream_rows(e->rows)) batch_swap(e, r, e->ndec - 1), r = e->ndec - 1;
+        e->ndec--;
+    }
+    const int last = mega_lm_stream_rows(e->rows) - 1;
     mega_lm_stream_row_remove(e->rows, r); /* a row in use: cannot fail */
     if (r != last) {
         e->row[r] = e->row[last];
@@ -274,11 +342,10 @@ static void batch_leave(serve_engine *e, int r) {
     }
 }
 
-/* j joins: a row, its sampler, its prompt fed in chunk-sized blocks (mega generate's blocks);
- * the prompt's last logits in its row of e->lg. A failure or a cancel ends it at once. */
+/* j joins: a row after the others and its sampler; its prompt is fed by batch_prefill. A failure
+ * ends it at once. */
 static void batch_join(serve_engine *e, serve_job *j) {
-    const mega_lm_config *c = mega_lm_get_config(e->model->lm);
-    const size_t V = (size_t)c->vocab_size, blk = (size_t)c->block.chunk_size;
+    const int V = mega_lm_get_config(e->model->lm)->vocab_size;
     int r = -1;
     if (mega_lm_stream_row_add(e->rows, &r) != MEGA_OK) { /* rows are taken only while one is free */
         pthread_mutex_lock(&e->mu);
@@ -289,23 +356,53 @@ static void batch_join(serve_engine *e, serve_job *j) {
     }
     serve_row *q = &e->row[r];
     memset(q, 0, sizeof *q);
-    q->j = j, q->fin = FIN_LENGTH;
+    q->j = j, q->fin = FIN_LENGTH, q->order = e->joins++;
     q->line_start = j->rq.prompt_len == 0 || j->rq.prompt[j->rq.prompt_len - 1] == '\n';
     if (j->rq.max_tokens == 0) q->done = 1; /* nothing to generate: nothing to feed */
-    else if (mega_sampler_new((int)V, &j->rq.sp, &q->smp) != MEGA_OK) q->done = 1, q->fin = FIN_ERROR;
-    for (size_t p = 0; !q->done && p < j->np; p += blk) {
-        const int T = (int)((j->np - p) < blk ? (j->np - p) : blk);
-        if (mega_lm_stream_row_feed(e->rows, r, j->ids + p, T, e->lgp) != MEGA_OK) q->done = 1, q->fin = FIN_ERROR;
-        else memcpy(e->lg + (size_t)r * V, e->lgp + (size_t)(T - 1) * V, V * sizeof(mega_real));
-        if (j->cancel || e->stopping) q->done = 1, q->fin = FIN_CANCELLED; /* read without the lock: one block late */
+    else if (mega_sampler_new(V, &j->rq.sp, &q->smp) != MEGA_OK) {
+        snprintf(j->err, sizeof j->err, "%s", mega_last_error());
+        q->done = 1, q->fin = FIN_ERROR;
     }
-    if (q->fin == FIN_ERROR) snprintf(j->err, sizeof j->err, "%s", mega_last_error());
     if (q->done) batch_leave(e, r);
 }
 
-/* every row samples its next token from its logits (its own sampler), then, under the lock once
- * for all, the tokens' text is appended, and the handlers are woken; a row is done at a stop
- * string, a cancel, its deadline or its length */
+/* Chunked prefill: the rows after ndec are fed their prompts in chunk-sized blocks (the blocks
+ * `mega generate` feeds, so the same bits), the prompt with the fewest tokens left first (a short
+ * prompt does not wait behind a long one; then the earliest), until a chunk's worth of tokens
+ * went in during this step; then the decoding rows take their step. A long prompt so
+ * delays the others' next token by a block, not by the whole prompt. With no row decoding, no one
+ * waits: the prompts go in whole. A prompt fed to its end joins the decoding rows (row ndec), its
+ * last logits in its row of e->lg. A cancel is seen after each block. */
+static void batch_prefill(serve_engine *e) {
+    const mega_lm_config *c = mega_lm_get_config(e->model->lm);
+    const size_t V = (size_t)c->vocab_size, blk = (size_t)c->block.chunk_size;
+    size_t spent = 0;
+    while (e->ndec < mega_lm_stream_rows(e->rows) && (e->ndec == 0 || spent < blk)) {
+        int r = e->ndec;
+        for (int i = r + 1; i < mega_lm_stream_rows(e->rows); i++) {
+            const size_t a = e->row[i].j->np - e->row[i].fed, b = e->row[r].j->np - e->row[r].fed;
+            if (a < b || (a == b && e->row[i].order < e->row[r].order)) r = i;
+        }
+        serve_row *q = &e->row[r];
+        serve_job *j = q->j;
+        const int T = (int)((j->np - q->fed) < blk ? (j->np - q->fed) : blk);
+        if (mega_lm_stream_row_feed(e->rows, r, j->ids + q->fed, T, e->lgp) != MEGA_OK) {
+            snprintf(j->err, sizeof j->err, "%s", mega_last_error());
+            q->done = 1, q->fin = FIN_ERROR;
+        } else {
+            q->fed += (size_t)T, spent += (size_t)T;
+            if (q->fed == j->np) memcpy(e->lg + (size_t)r * V, e->lgp + (size_t)(T - 1) * V, V * sizeof(mega_real));
+        }
+        if (!q->done && (j->cancel || e->stopping)) q->done = 1, q->fin = FIN_CANCELLED; /* read without the lock: a block late */
+        if (q->done) batch_leave(e, r);
+        else if (q->fed == j->np) batch_swap(e, r, e->ndec), e->ndec++;
+    }
+}
+
+/* every decoding row samples its next token from its logits (its own sampler), then, under the
+ * lock once for all, the tokens' text is appended and their events built; the handlers whose
+ * events were all taken are woken. A row is done at a stop string, a cancel, its deadline or its
+ * length. */
 static void batch_sample(serve_engine *e, int n) {
     const mega_lm_config *c = mega_lm_get_config(e->model->lm);
     const int V = c->vocab_size;
@@ -324,18 +421,13 @@ static void batch_sample(serve_engine *e, int n) {
     for (int r = 0; r < n; r++) {
         serve_row *q = &e->row[r];
         serve_job *j = q->j;
+        q->wake = 0;
         if (q->done) continue;
         size_t k = 1;
         if (e->model->dict) k = mega_fdict_decode(e->model->dict, e->tok[r], &q->line_start, piece, sizeof piece);
         else piece[0] = (char)e->tok[r];
-        const int hit = append_text(j, piece, k);
-        j->ntok++, q->ntok++;
-        if (e->metrics) {
-            if (j->ntok == 1) serve_metrics_first(e->metrics, t - j->t_enq);
-            else serve_metrics_token(e->metrics, t - j->t_last);
-        }
-        if (j->ntok == 1) j->t_first = t;
-        j->t_last = t;
+        const int hit = job_token(e, j, piece, k, t, &q->wake);
+        q->ntok++;
         q->done = 1;
         if (hit) q->fin = hit > 0 ? FIN_STOP : FIN_ERROR;
         else if (j->cancel || e->stopping) q->fin = FIN_CANCELLED;
@@ -343,20 +435,23 @@ static void batch_sample(serve_engine *e, int n) {
         else q->done = q->ntok >= j->rq.max_tokens; /* FIN_LENGTH */
     }
     pthread_mutex_unlock(&e->mu);
-    /* the handlers woken once the lock is free (woken under it, each would run only to wait for
-     * it again); a running job is ended by this thread alone, so every j here is still alive */
-    for (int r = 0; r < n; r++) pthread_cond_broadcast(&e->row[r].j->cv);
+    /* woken once the lock is free (woken under it, each would run only to wait for it again); a
+     * running job is ended by this thread alone, so every j here is still alive */
+    for (int r = 0; r < n; r++)
+        if (e->row[r].wake) pthread_cond_signal(&e->row[r].j->cv);
 }
 
-/* one token of every running request: sample, let the finished leave, feed the others together */
+/* one step: a block of the prompts being fed, then one token of every decoding request: sample,
+ * let the finished leave, feed the others together (the rows still fed a prompt wait) */
 static void batch_tick(serve_engine *e) {
-    const int n = mega_lm_stream_rows(e->rows);
+    batch_prefill(e);
+    const int n = e->ndec;
     if (n == 0) return;
     batch_sample(e, n);
     for (int r = n - 1; r >= 0; r--) /* from the last: the row moved into r is one already seen */
         if (e->row[r].done) batch_leave(e, r);
-    if (mega_lm_stream_rows(e->rows) == 0 || mega_lm_stream_rows_step(e->rows, e->tok, e->lg) == MEGA_OK) return;
-    for (int r = mega_lm_stream_rows(e->rows) - 1; r >= 0; r--) {
+    if (e->ndec == 0 || mega_lm_stream_rows_step_n(e->rows, e->ndec, e->tok, e->lg) == MEGA_OK) return;
+    for (int r = e->ndec - 1; r >= 0; r--) {
         snprintf(e->row[r].j->err, sizeof e->row[r].j->err, "%s", mega_last_error());
         e->row[r].fin = FIN_ERROR;
         batch_leave(e, r);

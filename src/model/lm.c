@@ -835,7 +835,12 @@ mega_status mega_lm_stream_row_feed(mega_lm_stream *s, int row, const int32_t *t
 }
 
 mega_status mega_lm_stream_rows_step(mega_lm_stream *s, const int32_t *tokens, mega_real *logits) {
-    const int n = s->nrows;
+    return mega_lm_stream_rows_step_n(s, s->nrows, tokens, logits);
+}
+
+/* the step's view covers the first n rows; the rows after them are not read nor written */
+mega_status mega_lm_stream_rows_step_n(mega_lm_stream *s, int n, const int32_t *tokens, mega_real *logits) {
+    if (n < 0 || n > s->nrows) MEGA_FAIL(MEGA_ERR_INVALID, "a step of %d rows (%d in use)", n, s->nrows);
     if (n == 0) return MEGA_OK;
     MEGA_TRY(check_tokens(&s->m->cfg, tokens, (size_t)n));
     MEGA_TRY(rows_fit(s, 0, n, 1));
@@ -860,6 +865,27 @@ mega_status mega_lm_stream_row_remove(mega_lm_stream *s, int row) {
         memcpy(s->tfs.mv + (size_t)row * G2, s->tfs.mv + (size_t)last * G2, G2 * sizeof(real));
     }
     s->rpos[row] = s->rpos[last];
+    return MEGA_OK;
+}
+
+mega_status mega_lm_stream_row_swap(mega_lm_stream *s, int a, int b) {
+    if (a < 0 || a >= s->nrows || b < 0 || b >= s->nrows)
+        MEGA_FAIL(MEGA_ERR_INVALID, "rows %d and %d: not both in use (%d rows)", a, b, s->nrows);
+    if (a == b) return MEGA_OK;
+    for (int i = 0; i < s->B; i++) s->ridx[i] = i;
+    s->ridx[a] = b, s->ridx[b] = a;
+    for (int l = 0; l < s->m->cfg.layers; l++) MEGA_TRY(mega_block_state_reorder(&s->m->st.blocks[l], &s->S[l], s->ridx, s->rtmp));
+    if (s->tfs.count) { /* the final timestep norm's state (Megalodon) moves with its row */
+        const size_t G2 = 2 * (size_t)s->m->st.tfnorm.G;
+        const int64_t c = s->tfs.count[a];
+        s->tfs.count[a] = s->tfs.count[b], s->tfs.count[b] = c;
+        for (size_t i = 0; i < G2; i++) {
+            const real t = s->tfs.mv[(size_t)a * G2 + i];
+            s->tfs.mv[(size_t)a * G2 + i] = s->tfs.mv[(size_t)b * G2 + i], s->tfs.mv[(size_t)b * G2 + i] = t;
+        }
+    }
+    const int64_t p = s->rpos[a];
+    s->rpos[a] = s->rpos[b], s->rpos[b] = p;
     return MEGA_OK;
 }
 

@@ -11,7 +11,10 @@
  *
  * The random stream and every floating-point step are those of the sampler `mega generate` had
  * before it moved here, so its output for a model, prompt and seed is unchanged. Everything is
- * allocated by mega_sampler_new: a token costs no allocation.
+ * allocated by mega_sampler_new: a token costs no allocation. With float logits the candidates
+ * are sorted by a radix sort on keys that order as the merge sort's comparison does (the same
+ * order, ties included): the merge sort's data-dependent branches made it most of a token's
+ * sampling time, itself a sixth of a served token's time at 16 rows (perf, docs/serving.md).
  */
 #include "core/internal.h"
 #include "core/rng.h"
@@ -20,7 +23,8 @@ struct mega_sampler {
     int V;
     mega_sample_params p;
     mega_rng rng;
-    int *idx, *tmp; /* candidates, and the merge sort's buffer */
+    int *idx, *tmp; /* candidates, and the sort's buffer */
+    uint32_t *key;  /* the radix sort's keys, 2 V (float logits) */
     double *prob;
 };
 
@@ -54,8 +58,9 @@ mega_status mega_sampler_new(int vocab, const mega_sample_params *p, mega_sample
         s->idx = malloc((size_t)vocab * sizeof(int));
         s->tmp = malloc((size_t)vocab * sizeof(int));
         s->prob = malloc((size_t)vocab * sizeof(double));
+        s->key = malloc(2 * (size_t)vocab * sizeof(uint32_t));
     }
-    if (!s || !s->idx || !s->tmp || !s->prob) {
+    if (!s || !s->idx || !s->tmp || !s->prob || !s->key) {
         mega_sampler_free(s);
         MEGA_FAIL(MEGA_ERR_OOM, "sampler: out of memory for a vocabulary of %d", vocab);
     }
@@ -71,6 +76,7 @@ void mega_sampler_free(mega_sampler *s) {
     free(s->idx);
     free(s->tmp);
     free(s->prob);
+    free(s->key);
     free(s);
 }
 
@@ -79,6 +85,7 @@ void mega_sampler_reset(mega_sampler *s, uint64_t seed) {
     s->rng.s = seed * 0xD1B54A32D192ED03ull + 11;
 }
 
+#ifdef MEGA_F64
 /* a precedes b: larger logit, or the same logit and a smaller index (the order a stable sort by
  * descending logit gives from ascending indexes) */
 static inline int before(const mega_real *lg, int a, int b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); }
@@ -99,6 +106,38 @@ static void sort_candidates(const mega_real *lg, int *idx, int *tmp, int n) {
     }
     if (src != idx) memcpy(idx, src, (size_t)n * sizeof(int));
 }
+#else
+/* float logits in sort_candidates' order (f64 builds): a key per candidate that ascends as
+ * `before` does (a larger logit first; -0 as +0, which == says they are; NaN never comes here),
+ * then a stable LSD radix sort over the key's 4 bytes from the ascending indexes, so equal logits
+ * keep the smaller index first. A byte that all keys share is skipped. */
+static void radix_candidates(const float *lg, int *idx, int *tmp, uint32_t *key, int n) {
+    uint32_t *ks = key, *kd = key + n;
+    for (int i = 0; i < n; i++) {
+        float x = lg[idx[i]];
+        uint32_t b;
+        if (x == 0) x = 0;
+        memcpy(&b, &x, sizeof b);
+        ks[i] = b & 0x80000000u ? b : ~b & 0x7fffffffu; /* negatives: larger magnitude later */
+    }
+    int *src = idx, *dst = tmp;
+    for (int sh = 0; sh < 32 && n > 1; sh += 8) {
+        int cnt[257] = {0};
+        for (int i = 0; i < n; i++) cnt[((ks[i] >> sh) & 255) + 1]++;
+        if (cnt[((ks[0] >> sh) & 255) + 1] == n) continue;
+        for (int d = 0; d < 256; d++) cnt[d + 1] += cnt[d];
+        for (int i = 0; i < n; i++) {
+            const int p = cnt[(ks[i] >> sh) & 255]++;
+            kd[p] = ks[i], dst[p] = src[i];
+        }
+        uint32_t *tk = ks;
+        ks = kd, kd = tk;
+        int *t = src;
+        src = dst, dst = t;
+    }
+    if (src != idx) memcpy(idx, src, (size_t)n * sizeof(int));
+}
+#endif
 
 int mega_sampler_next(mega_sampler *s, const mega_real *lg, int exclude) {
     if (!s || !lg) MEGA_FAIL(MEGA_ERR_INVALID, "mega_sampler_next: NULL sampler or logits");
@@ -117,7 +156,11 @@ int mega_sampler_next(mega_sampler *s, const mega_real *lg, int exclude) {
     int n = 0;
     for (int v = 0; v < V; v++)
         if (v != exclude) idx[n++] = v;
+#ifdef MEGA_F64
     sort_candidates(lg, idx, s->tmp, n);
+#else
+    radix_candidates(lg, idx, s->tmp, s->key, n);
+#endif
     if (s->p.top_k > 0 && s->p.top_k < n) n = s->p.top_k;
     double mx = lg[idx[0]], sum = 0;
     for (int i = 0; i < n; i++) sum += (prob[i] = exp(((double)lg[idx[i]] - mx) / temp));

@@ -7,6 +7,8 @@
 #   * the same seed gives the same text alone, streamed, and among 7 other requests on 4 slots;
 #     16 requests (their own prompts, seeds, temperatures, lengths) at once on 16 slots each give
 #     the text they give alone; so do 4 requests to a Megalodon model on 4 slots (its rows);
+#   * a 400-byte prompt joining 3 streams in flight (fed a block per step) gives its text alone;
+#   * a q8_0 model (mega quantize) is served and gives mega generate's text;
 #   * an encoder-decoder: POST /v1/translate gives the translations `mega translate` prints;
 #   * every error status: 400 (malformed bodies, wrong types and ranges, invalid UTF-8; the
 #     message names the field), 401 (API key), 404, 405, 413 (--max-body, declared or chunked),
@@ -138,6 +140,32 @@ wait $CL
 PAR=$(python3 -c 'import json,sys; j=[json.load(open("par%d.json" % i)) for i in range(1, 9)]
 print(sum(x["choices"][0]["text"][:24] == sys.argv[1] for x in j[0::2]), sum(x["usage"]["completion_tokens"] == 64 for x in j))' "$T1")
 check "8 concurrent requests on 4 slots: all answered, the 4 with seed 7 give the text of seed 7 alone ($PAR)" test "$PAR" = "4 8"
+
+# ---- chunked prefill: a long prompt joining streams in flight ----------------------------------------
+# 400 bytes (25 blocks of the chunk, 16): alone its prompt goes in whole (no other row decodes);
+# joining 3 long streams, a block per step between their tokens. The same text both ways, and
+# mega generate's; the 3 streams were still running when it was answered.
+LP=$(python3 -c 'print(("the dog sees the fox. the cat sees the bird. " * 10)[:400])')
+printf '{"prompt":"%s","max_tokens":40,"temperature":0.8,"seed":42}' "$LP" > long.req
+req longA POST /v1/completions --data-binary @long.req
+CL=""
+for i in 1 2 3; do
+  $C -N -o "bg$i.txt" "$U/v1/completions" -d "{\"prompt\":\"the \",\"max_tokens\":100000,\"seed\":$i,\"stream\":true}" &
+  CL="$CL $!"
+done
+for i in $(seq 1 200); do [ -s bg1.txt ] && [ -s bg2.txt ] && [ -s bg3.txt ] && break; sleep 0.02; done
+req longC POST /v1/completions --data-binary @long.req
+ended=$(cat bg1.txt bg2.txt bg3.txt | grep -c 'DONE')
+kill $CL 2>/dev/null
+wait $CL 2>/dev/null
+"$MEGA" generate --model run --prompt "$LP" --tokens 40 --temperature 0.8 --top-p 0.95 --seed 42 --threads 1 --quiet >genl.txt 2>/dev/null
+LONG=$(python3 -c 'import json
+a = lambda t: "".join(ch for ch in t if ord(ch) < 128)
+t = [json.load(open(f))["choices"][0]["text"] for f in ("longA.json", "longC.json")]
+g = open("genl.txt", "rb").read().decode("utf-8", "replace")[:-1]
+print(len(t[0]) > 0 and t[0] == t[1], len(a(t[0])) > 12 and a(t[0]) == a(g))' 2>&1)
+check "a 400-byte prompt joining 3 streams in flight ($ended of them ended by then) gives its text alone and mega generate's ($LONG)" \
+  test "$LONG $ended" = "True True 0"
 
 # ---- continuous batching: 16 requests alone, then all 16 at once on 16 slots ----------------------
 # each with its own prompt, seed, temperature and length: the rows join and leave at different
@@ -371,6 +399,19 @@ expect "lenpen negative" 400 lenpen POST /v1/translate -d '{"source":"a","lenpen
 expect "a completion asked of an encoder-decoder" 400 "language model" POST /v1/completions -d '{"prompt":"a"}'
 kill -TERM "$(ps -o pid= --ppid $PID | tr -d ' ')"; wait $PID
 status $? "the translation server exits 0 on SIGTERM"
+
+# ---- a q8_0 model (mega quantize): served, with mega generate's text ------------------------------
+timeout 30 "$MEGA" quantize --model run --out runq >quant.out 2>&1
+status $? "mega quantize the tiny model (q8_0)"
+serve_start qz runq --parallel 2
+req qc POST /v1/completions -d "$Q"
+"$MEGA" generate --model runq --prompt "the cat " --tokens 24 --temperature 0.9 --top-p 0.95 --seed 7 --threads 1 --quiet >genq.txt 2>/dev/null
+QGEN=$(python3 -c 'import json
+a = lambda t: "".join(ch for ch in t if ord(ch) < 128)
+t, g = json.load(open("qc.json"))["choices"][0]["text"], open("genq.txt", "rb").read().decode("utf-8", "replace")[:-1]
+print(len(a(t)) > 12 and a(t) == a(g))' 2>&1)
+check "a q8_0 model is served: the text mega generate gives it for the same seed ($QGEN)" test "$code $QGEN" = "200 True"
+kill -TERM $MPID; wait $PID
 
 # ---- flags ----------------------------------------------------------------------------------------
 timeout 10 "$MEGA" serve --help > help.txt 2>&1
