@@ -5,7 +5,8 @@
 #   * a tiny language model (3 blocks, every dropout of the Mega layer);
 #   * a tiny classifier with batchnorm (the recomputed forward must not update the running
 #     statistics a second time: they are in the model file) and padded batches;
-#   * a tiny encoder-decoder (the encoder's stack recomputes);
+#   * a tiny encoder-decoder (the encoder's blocks and the decoder's layers, cross-attention
+#     included, recompute);
 #   * a run stopped with blocks and resumed with none ends as the uninterrupted run (the setting
 #     is not part of the run);
 #   * the printed memory estimate is lower with blocks.
@@ -41,7 +42,7 @@ awk 'BEGIN { s = 11; for (i = 0; i < 200; i++) { x = ""; y = ""; s = (s * 16807)
   for (k = 0; k < L; k++) { s = (s * 16807) % 2147483647; j = 1 + s % 7; x = x substr("abcdefg", j, 1); y = y substr("bcdefgh", j, 1) }
   print x "\t" y } }' > pairs.tsv
 # shellcheck disable=SC2086
-same mt --task translate --data pairs.tsv --encoder-layers 2 --decoder-layers 1 --steps 3 --bpe 0 --max-tokens 128 $drop
+same mt --task translate --data pairs.tsv --encoder-layers 2 --decoder-layers 2 --steps 3 --bpe 0 --max-tokens 128 $drop
 
 # the run is not tied to the setting: stopped with blocks, resumed with none
 # shellcheck disable=SC2086
