@@ -9,7 +9,8 @@
 #     included, recompute);
 #   * a run stopped with blocks and resumed with none ends as the uninterrupted run (the setting
 #     is not part of the run);
-#   * the printed memory estimate is lower with blocks.
+#   * the printed memory estimate is lower with blocks, and follows the micro-batch of
+#     --grad-accum.
 # Usage: sh tests/sh/test_recompute.sh [BUILD_DIR]
 . "$(dirname "$0")/lib.sh"
 need_tool
@@ -61,5 +62,14 @@ if [ -n "$bn" ] && [ -n "$bb" ] && awk -v n="$bn" -v b="$bb" 'BEGIN { exit !(b <
 else bad "the memory estimate's buffers with blocks ($bb) are not below none's ($bn)"; fi
 grep -q "^  recompute blocks" lm.blocks.out && ! grep -q "recompute" lm.none.out
 status $? "the run's description names --recompute blocks (and none prints as before)"
+# the estimate follows the micro-batch: --batch 8 --grad-accum 2 forwards 4 sequences at a time
+# (validation too), so its buffers are those of --batch 4, below those of --batch 8
+est() { # shellcheck disable=SC2086
+  "$MEGA" train --data text.txt --seq-len 48 --layers 3 --chunk-size 16 $tiny --recompute blocks --max-memory 1 --out E "$@" 2>&1 |
+    sed -n 's/.*buffers \([0-9.]* [KMG]iB\) (\([a-z-]* [0-9]* x [0-9]*\)).*/\1 \2/p'; }
+ga=$(est --batch 8 --grad-accum 2) b4=$(est --batch 4) b8=$(est --batch 8)
+if [ "${ga% micro-batch 4 x 48}" != "$ga" ] && [ "${ga% micro-batch 4 x 48}" = "${b4% batch 4 x 48}" ] &&
+  [ "${b8% batch 8 x 48}" != "${b4% batch 4 x 48}" ]; then ok "the estimate of --batch 8 --grad-accum 2 is that of the micro-batch ($ga)"
+else bad "the estimate with --grad-accum 2 ('$ga') is not that of --batch 4 ('$b4'; --batch 8: '$b8')"; fi
 expect_error "--recompute with an unknown level is refused" "recompute" "$MEGA" train --data text.txt --out X --recompute all
 finish
