@@ -497,7 +497,7 @@ static real *layer_y(const mega_s2s *m, real *Y, int l) {
 
 /* decoder layer l (official MegaDecoderLayer.forward): H[l] -> self -> Y1 -> cross-attention to
  * the encoder output E -> Y2 -> FFN -> H[l+1], its activations in its slot. With recompute the
- * backward calls it again for the layers below the last (decoder_layer_recompute). */
+ * backward calls it again for the layers below the last (mega_s2s_backward). */
 static mega_status decoder_layer_forward(mega_s2s *m, int l, int train, int update) {
     const mega_s2s_config *c = &m->cfg;
     const int B = m->B, Lp = m->Lp, S = m->S, sl = m->recompute ? 0 : l;
