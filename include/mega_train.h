@@ -164,7 +164,8 @@ MEGA_API uint64_t mega_shard_key(uint64_t key, int shard);
  * drawn again, not stored) and without touching the batchnorm running statistics, just before
  * that block's backward: one more forward of the blocks per step for L - 1 fewer activation sets.
  * The gradients, hence the trained weights, are bit for bit those of none. It applies to the
- * Mega stacks of the language model, the classifier and the encoder-decoder's encoder. The
+ * Mega stacks of the language model, the classifier and the encoder-decoder's encoder, and to
+ * the encoder-decoder's decoder layers (cross-attention included). The
  * calling thread's setting (as mega_set_threads), read by a model when it is created or loaded
  * and by mega_*_memory; a model keeps the setting it was made with. */
 typedef enum { MEGA_RECOMPUTE_NONE = 0, MEGA_RECOMPUTE_BLOCKS, MEGA_RECOMPUTE_COUNT } mega_recompute;

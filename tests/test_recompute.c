@@ -4,8 +4,9 @@
  * statistics are in them: the recomputed forward must not update them again) of
  * MEGA_RECOMPUTE_NONE bit for bit, for every token mixer of the language model (three blocks,
  * dropout on, so each recomputed block must draw its forward's masks), a batchnorm classifier
- * and a two-tower one on ragged batches, and an encoder-decoder; and the memory estimate is that
- * of L - 1 fewer blocks of activations. Each setting gets its own model, created after
+ * and a two-tower one on ragged batches, and an encoder-decoder (its encoder's stack and its
+ * decoder's layers, cross-attention included, recompute); and the memory estimate is that of
+ * L - 1 fewer blocks of activations. Each setting gets its own model, created after
  * mega_set_recompute, with the same initialisation.
  */
 #include "anymodel.h"
@@ -97,10 +98,16 @@ int main(void) {
     memset(&c, 0, sizeof c);
     c.k = AM_S2S;
     mega_s2s_config_default(&c.s2s);
-    c.s2s.encoder_layers = L;
+    c.s2s.encoder_layers = c.s2s.decoder_layers = L;
     block(&c.s2s.encoder, MEGA_MIXER_MEGA, -1, 0.1f);
     block(&c.s2s.decoder, MEGA_MIXER_MEGA, -1, 0.1f);
-    check("encoder-decoder mega, dropout", &c);
+    check("encoder-decoder mega, three decoder layers, dropout", &c);
+    /* chunked decoder (padded to a chunk multiple), multi-head cross-attention, no FFN */
+    block(&c.s2s.encoder, MEGA_MIXER_MEGA, 16, 0.1f);
+    block(&c.s2s.decoder, MEGA_MIXER_MEGA, 16, 0.1f);
+    c.s2s.encoder.ffn_dim = c.s2s.decoder.ffn_dim = 0;
+    c.s2s.cross_attention = 2; /* the field's choices: auto, gated, mha, ... */
+    check("encoder-decoder mega, chunks, multi-head cross-attention, no FFN, dropout", &c);
     check_memory();
     return tl_finish();
 }

@@ -88,6 +88,13 @@ static inline void task_shard_rows(int B, int shard, int nshards, int *r0, int *
     *r1 = (int)((int64_t)B * (shard + 1) / nshards);
 }
 
+/* The most sequences one forward holds, which sizes the buffers and the memory estimate
+ * (docs/performance.md, "Training memory"): a training step forwards one of the dist_size() x
+ * --grad-accum shards of --batch at a time, and with --grad-accum N > 1 validation goes through
+ * batches of ceil(batch / N) (not split over the ranks), so a run's memory follows the
+ * micro-batch; without, validation forwards whole batches, as before. */
+int task_forward_batch(const train_args *a);
+
 /* the examples held out for validation from the end of n training examples without --valid
  * (--valid-fraction; at least one) */
 static inline int task_valid_count(int n, double fraction) {

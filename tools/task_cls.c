@@ -205,7 +205,7 @@ static int cls_validate(task *t, const train_args *a, int64_t max_units, double 
     int n = C->n_valid;
     if (max_units > 0 && max_units < n) n = (int)max_units;
     int64_t ok;
-    if (mega_cls_evaluate(C->m, vset(C), C->vidx, n, a->batch, a->seq_len, NULL, NULL, loss, &ok, NULL) != MEGA_OK)
+    if (mega_cls_evaluate(C->m, vset(C), C->vidx, n, task_forward_batch(a), a->seq_len, NULL, NULL, loss, &ok, NULL) != MEGA_OK)
         return cli_error("%s", mega_last_error()), -1;
     *metric = (double)ok / n;
     *count = n;
@@ -279,9 +279,10 @@ static uint64_t dataset_bytes(const mega_dataset *d) {
 static int cls_memory(cls_task *C, const train_args *a, const mega_cls_config *c, uint64_t resident) {
     const int T = cls_longest(C, a);
     mega_memory mm;
-    if (mega_cls_memory(c, 1, a->batch, T > 0 ? T : 1, &mm) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const int B = task_forward_batch(a);
+    if (mega_cls_memory(c, 1, B, T > 0 ? T : 1, &mm) != MEGA_OK) return cli_error("%s", mega_last_error());
     const uint64_t data = dataset_bytes(&C->train) + dataset_bytes(&C->valid);
-    snprintf(C->how, sizeof C->how, "batch %d x %d", a->batch, T);
+    snprintf(C->how, sizeof C->how, "%s %d x %d", B < a->batch ? "micro-batch" : "batch", B, T);
     return memory_guard("this training run", C->how, "lower --batch, --seq-len or the model's size, or ", &mm, data,
                         resident + data, tool_max_memory, &C->mem);
 }

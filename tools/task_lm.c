@@ -56,7 +56,7 @@ static int lm_validate(task *t, const train_args *a, int64_t max_units, double *
     lm_task *L = t->impl;
     if (!L->val_txt && !L->val_ids) return 1;
     const mega_tokens val = {L->val_ids ? NULL : L->val_txt, L->val_ids, L->nval};
-    if (mega_lm_eval_windows(L->m, &val, a->batch, a->seq_len, (size_t)max_units, loss, count) != MEGA_OK)
+    if (mega_lm_eval_windows(L->m, &val, task_forward_batch(a), a->seq_len, (size_t)max_units, loss, count) != MEGA_OK)
         return cli_error("%s", mega_last_error()), -1;
     *metric = *loss / M_LN2;
     return 0;
@@ -215,10 +215,11 @@ static int lm_load_bytes(lm_task *L, const train_args *a) {
  * resident: bytes of it already allocated (a resumed model's weights and gradients). */
 static int lm_memory(lm_task *L, const train_args *a, const mega_lm_config *c, uint64_t resident) {
     mega_memory mm;
-    if (mega_lm_memory(c, 1, a->batch, a->seq_len, &mm) != MEGA_OK) return cli_error("%s", mega_last_error());
+    const int B = task_forward_batch(a);
+    if (mega_lm_memory(c, 1, B, a->seq_len, &mm) != MEGA_OK) return cli_error("%s", mega_last_error());
     const uint64_t data = data_bytes(a->data) + data_bytes(a->valid) +
                           2ull * (uint64_t)a->batch * a->seq_len * sizeof(int32_t); /* the batch's tokens */
-    snprintf(L->how, sizeof L->how, "batch %d x %d", a->batch, a->seq_len);
+    snprintf(L->how, sizeof L->how, "%s %d x %d", B < a->batch ? "micro-batch" : "batch", B, a->seq_len);
     return memory_guard("this training run", L->how, "lower --batch, --seq-len or the model's size, or ", &mm, data,
                         resident, tool_max_memory, &L->mem);
 }
@@ -323,7 +324,7 @@ int lm_task_new(train_args *a, const char *model_path, task **out) {
         cli_error("out of memory");
         goto fail;
     }
-    if (mega_lm_reserve(L->m, a->batch, a->seq_len) != MEGA_OK) goto fail_msg;
+    if (mega_lm_reserve(L->m, task_forward_batch(a), a->seq_len) != MEGA_OK) goto fail_msg;
     t->ps = mega_lm_paramset(L->m);
     t->batchnorm = mega_lm_get_config(L->m)->block.norm_type == MEGA_NORM_BATCH;
     /* batchnorm: the statistics of the whole batch, over the ranks' shards */

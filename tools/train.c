@@ -1162,6 +1162,10 @@ static int open_run(train_args *a, const cli_flag *fl, task **t, mega_optim **op
     return ranks_in_sync(*t, *opt, pos) ? 0 : 2;
 }
 
+int task_forward_batch(const train_args *a) {
+    return a->grad_accum > 1 ? (int)(((int64_t)a->batch + a->grad_accum - 1) / a->grad_accum) : a->batch;
+}
+
 /* the ranks and micro-batches split each batch evenly (translate's token-bucketed batches have
  * varying sentence counts: their shards may differ by one sentence); 0, or 1 after the error
  * (printed by rank 0) */

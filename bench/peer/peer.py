@@ -60,6 +60,10 @@ WORKLOADS = {
     "scaling-4k": ("cls-train", 2, 4096, 128, "mega"),
     "scaling-16k": ("cls-train", 2, 16384, 128, "mega"),
 }
+# the Path-X shape against length (docs/performance.md, "Recomputation"): the lra-pathx preset's
+# classifier at batch 4, one chunk over the sequence; run only when named (not in `all`)
+PATHX = {f"pathx-train-{k}k": ("cls-train", 4, k * 1024, -1, "mega-pathx") for k in (1, 2, 4, 8, 16)}
+WORKLOADS.update(PATHX)
 MHA_HEADS = 8
 
 
@@ -84,6 +88,20 @@ def cls_config(T, chunk):
         "rel_pos_bias": "simple", "truncation_length": None, "max_positions": max(T, 4096),
         "activation_fn": "silu", "embedding_type": "sparse", "sen_rep_type": "mp", "classifier_layers": 1,
         "classifier_out_dim": 256, "classifier_activation_fn": "gelu", "sentence_class_num": 2,
+        "vocab_size": 257, "padding_idx": 256,
+    }
+
+
+def pathx_config(T):
+    """The lra-pathx preset (tools/task_cls.c; official mega_lra_pf128) in the reference's keys:
+    real-valued pixels, batchnorm, pre-norm, laplace attention over one chunk."""
+    return {
+        "encoder_layers": 4, "encoder_embed_dim": 64, "encoder_z_dim": 32, "encoder_hidden_dim": 128,
+        "encoder_n_dim": 16, "encoder_ffn_embed_dim": 128, "encoder_chunk_size": -1,
+        "attention_activation_fn": "laplace", "normalization_type": "batchnorm", "normalize_before": True,
+        "rel_pos_bias": "simple", "truncation_length": 4096, "max_positions": T,
+        "activation_fn": "silu", "embedding_type": "linear", "sen_rep_type": "mp", "classifier_layers": 1,
+        "classifier_out_dim": 128, "classifier_activation_fn": "gelu", "sentence_class_num": 2,
         "vocab_size": 257, "padding_idx": 256,
     }
 
@@ -247,9 +265,14 @@ def run_child(name, threads, warmup, repeat, budget):
     elif kind == "cls-train":
         if mixer == "mha":
             model = build_transformer_classifier(torch, nn, F, T).train()
+        elif mixer == "mega-pathx":
+            model = mega_ref.build("cls", pathx_config(T)).train()
         else:
             model = mega_ref.build("cls", cls_config(T, chunk)).train()
-        tok = torch.randint(0, 256, (B, T), generator=g)
+        if mixer == "mega-pathx":
+            tok = torch.rand((B, T), generator=g)  # pixel values
+        else:
+            tok = torch.randint(0, 256, (B, T), generator=g)
         lengths = torch.full((B,), T, dtype=torch.long)
         y = torch.arange(B) % 2
         for s in range(warmup + repeat):
@@ -682,9 +705,9 @@ def main(argv=None):
         run_child(a.child, threads, a.warmup, a.repeat, a.budget)
         return 0
     names = []
-    for n in a.workloads or list(WORKLOADS):
+    for n in a.workloads or [w for w in WORKLOADS if w not in PATHX]:
         if n == "all":
-            names += [w for w in WORKLOADS if w not in names]
+            names += [w for w in WORKLOADS if w not in names and w not in PATHX]
         elif n == "sgemm":
             continue  # measured by `mega bench` only
         elif n not in WORKLOADS:

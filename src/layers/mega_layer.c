@@ -117,36 +117,45 @@ static size_t mg_scratch(const void *layer, int B, int T, int nthreads) {
     mega_attn_k k = attn_kernel(L, NULL, (int)((btab_size(L, T) + 1) / 2), NULL);
     size_t attn = mega_attn_scratch(&k, T) * (size_t)nthreads + mega_attn_db_scratch(&k);
     size_t ema = c->n_dim > 0 ? mega_ema_layer_scratch(&L->ema, T, nthreads) : 0;
-    /* backward buffers (mg_bwd): G1 D, dbase P, Or E, dOr E, dq Z, dk Z, dv E, dxn D, hb D, q Z,
-     * k Z, dbtab; the forward lays out the same buffers (its attention workspace follows them) */
-    size_t bufs = R * (3 * D + P_(c) + 3 * E + 4 * Z) + btab_size(L, T) + 16 * 15;
+    /* backward buffers (mg_bwd, bwd_buffers): dbase P, dOr E, dv E, dbtab, then one region that
+     * holds [G1 D | dxn D | hb D | Or E] or [v E | q Z | k Z | dq Z | dk Z]; the forward lays out
+     * the same buffers (its attention workspace follows them) */
+    size_t bufs = R * (P_(c) + 2 * E) + btab_size(L, T) + R * MEGA_MAX(3 * D + E, E + 4 * Z) + 16 * 15;
     return bufs + MEGA_MAX(attn, ema) + 64;
 }
 
-/* the backward's scratch buffers (mega_bump layout; sized by mg_scratch). The forward uses the
- * same layout for its temporaries (x_bar, v, m, q, k, O*r, h, the pre-norm output) and runs the
- * attention in ws. */
+/* the backward's scratch buffers (mega_bump layout; sized by mg_scratch). dbase, dOr and dv live
+ * through the whole backward. The rest share one region, used twice: G1, dxn, hb and Or by the
+ * gate's backward (bwd_gate), then v, q, k, dq and dk by the attention's backward (made after
+ * bwd_gate, when the first four are dead; dead themselves after bwd_qk, before the EMA's and
+ * v_proj's backward take G1, dxn and hb again). The attention's backward is the peak: dbase, dOr,
+ * dv and the second use (min(3D, 4Z) reals per token fewer than a buffer each).
+ * The forward uses the same layout for its temporaries (x_bar in hb, m in G1, v in dv, q, k,
+ * O*r in Or, h in hb, the post-norm's input in G1), in that order: each is dead before the next
+ * that overlaps it is written. The attention runs in ws. */
 typedef struct {
-    real *G1, *dbase, *Or, *dOr, *dq, *dk, *dv, *dxn, *hb, *q, *k, *dbtab, *ws;
+    real *G1, *dbase, *Or, *dOr, *dq, *dk, *dv, *dxn, *hb, *q, *k, *v, *dbtab, *ws;
 } mg_bwd;
 
 static void bwd_buffers(const mega_mlayer *L, const mega_mlayer_acts *A, int B, int T, real *scratch, mg_bwd *s) {
     const mega_block_config *c = L->cfg;
     const size_t R = (size_t)B * T, D = (size_t)c->embed_dim, Z = (size_t)c->z_dim, E = (size_t)c->hidden_dim;
     mega_bump bp = {scratch, 0};
-    s->G1 = mega_bump_take(&bp, R * D);
     s->dbase = mega_bump_take(&bp, R * P_(c));
-    s->Or = mega_bump_take(&bp, R * E);
     s->dOr = mega_bump_take(&bp, R * E);
-    s->dq = mega_bump_take(&bp, R * Z);
-    s->dk = mega_bump_take(&bp, R * Z);
     s->dv = mega_bump_take(&bp, R * E);
-    s->dxn = mega_bump_take(&bp, R * D);
-    s->hb = mega_bump_take(&bp, R * D);
-    s->q = mega_bump_take(&bp, R * Z);
-    s->k = mega_bump_take(&bp, R * Z);
     s->dbtab = mega_bump_take(&bp, (size_t)(2 * A->Mc - 1));
-    s->ws = scratch + bp.off;
+    mega_bump g = {scratch + bp.off, 0}, a = g; /* the region: the gate's use, the attention's */
+    s->G1 = mega_bump_take(&g, R * D);
+    s->dxn = mega_bump_take(&g, R * D);
+    s->hb = mega_bump_take(&g, R * D);
+    s->Or = mega_bump_take(&g, R * E);
+    s->v = mega_bump_take(&a, R * E);
+    s->q = mega_bump_take(&a, R * Z);
+    s->k = mega_bump_take(&a, R * Z);
+    s->dq = mega_bump_take(&a, R * Z);
+    s->dk = mega_bump_take(&a, R * Z);
+    s->ws = scratch + bp.off + MEGA_MAX(g.off, a.off);
 }
 
 /* ---- the element-wise results the forward does not keep: one code for the forward and the
@@ -346,15 +355,16 @@ static void mg_backward(const void *layer, const real *W, real *dW, const real *
     mg_bwd s;
     bwd_buffers(L, A, B, T, scratch, &s);
     bwd_gate(L, W, dW, A, dx, dout, x, R, run, &s);
-    /* attention backward: dq, dk, dv, bias table; q, k and v recomputed (v in Or, free again) */
+    /* attention backward: dq, dk, dv, bias table; q, k and v recomputed (in the region bwd_gate
+     * no longer needs) */
     memset(s.dq, 0, R * Z * sizeof(real));
     memset(s.dk, 0, R * Z * sizeof(real));
     memset(s.dv, 0, R * E * sizeof(real));
     memset(s.dbtab, 0, (size_t)(2 * A->Mc - 1) * sizeof(real));
     make_qk(L, W, s.q, s.k, A->base, R);
-    make_v(L, s.Or, A->vpre, R, run);
+    make_v(L, s.v, A->vpre, R, run);
     mega_attn_k ak = attn_kernel(L, A->btab, A->Mc, run);
-    mega_attn_backward(&ak, s.dq, s.dk, s.dv, s.dbtab, s.dOr, s.q, s.k, s.Or, A->lse, pad, B, T, s.ws, nt);
+    mega_attn_backward(&ak, s.dq, s.dk, s.dv, s.dbtab, s.dOr, s.q, s.k, s.v, A->lse, pad, B, T, s.ws, nt);
     mega_relpos_backward(&L->rp, W, dW, s.dbtab, A->Mc);
     bwd_qk(L, W, dW, A, R, &s);
     /* v: hidden dropout and activation */

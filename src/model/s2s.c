@@ -153,6 +153,7 @@ mega_status mega__s2s_declare(const mega_s2s_config *config, mega_s2s **out) {
     m->dec_self = c->decoder;
     m->dec_self.ffn_dim = 0;
     m->Mx = MEGA_MAX(c->encoder.max_positions, c->decoder.max_positions);
+    m->recompute = mega_get_recompute() == MEGA_RECOMPUTE_BLOCKS;
     mega_params_init(&m->P);
     mega_status st;
     const int64_t D = c->encoder.embed_dim, Vs = c->src_vocab_size, Vt = c->tgt_vocab_size;
@@ -302,8 +303,9 @@ static size_t caps_bytes(const mega_s2s *m, const s2s_caps *k) {
     const size_t Ld = (size_t)c->decoder_layers, D = (size_t)c->encoder.embed_dim;
     const size_t V = (size_t)MEGA_MAX(c->tgt_vocab_size, 1), Rs = k->Rs, R = k->R;
     const size_t nst = 2 * MEGA_MAX(Rs, R) + 2 * D + 16;
-    const size_t reals = Rs * D * 3 + R * D * 3 + 3 * nst + R * D * (Ld + 1) + 2 * R * D * Ld +
-                         (k->bper + k->xper + k->fper) * Ld + k->scr + 3 * MEGA_MAX(R, Rs) * D + R * V + R;
+    const size_t slots = m->recompute ? 1 : Ld; /* of Y1, Y2 and the layers' activations */
+    const size_t reals = Rs * D * 3 + R * D * 3 + 3 * nst + R * D * (Ld + 1) + 2 * R * D * slots +
+                         (k->bper + k->xper + k->fper) * slots + k->scr + 3 * MEGA_MAX(R, Rs) * D + R * V + R;
     return reals * sizeof(real) + (Rs + 2 * R) * sizeof(int32_t) + 2 * Rs + R +
            Ld * (sizeof(mega_block_acts) + sizeof(mega_xattn_acts) + sizeof(mega_nffn_acts));
 }
@@ -332,11 +334,12 @@ mega_status mega__s2s_reserve(mega_s2s *m, int B, int S, int L) {
     m->enpre = mega__calloc(Rs * D, sizeof(real)), m->enstat = mega__calloc(nst, sizeof(real));
     m->dnpre = mega__calloc(R * D, sizeof(real)), m->dnstat = mega__calloc(nst, sizeof(real));
     m->E = mega__calloc(Rs * D, sizeof(real)), m->dE = mega__calloc(Rs * D, sizeof(real));
+    const size_t slots = m->recompute ? 1 : (size_t)Ld;
     m->H = mega__calloc(R * D * (size_t)(Ld + 1), sizeof(real));
-    m->Y1 = mega__calloc(R * D * (size_t)Ld, sizeof(real)), m->Y2 = mega__calloc(R * D * (size_t)Ld, sizeof(real));
-    m->bacts = mega__calloc(bper * (size_t)Ld, sizeof(real));
-    m->xacts = mega__calloc(xper * (size_t)Ld, sizeof(real));
-    m->facts = fper ? mega__calloc(fper * (size_t)Ld, sizeof(real)) : NULL;
+    m->Y1 = mega__calloc(R * D * slots, sizeof(real)), m->Y2 = mega__calloc(R * D * slots, sizeof(real));
+    m->bacts = mega__calloc(bper * slots, sizeof(real));
+    m->xacts = mega__calloc(xper * slots, sizeof(real));
+    m->facts = fper ? mega__calloc(fper * slots, sizeof(real)) : NULL;
     m->BA = calloc((size_t)Ld, sizeof *m->BA), m->XA = calloc((size_t)Ld, sizeof *m->XA);
     m->FA = calloc((size_t)Ld, sizeof *m->FA);
     m->xf = mega__calloc(R * D, sizeof(real)), m->fstat = mega__calloc(nst, sizeof(real));
@@ -487,6 +490,37 @@ static mega_run cross_run(const mega_run *r) {
     return x;
 }
 
+/* Y1 and Y2 of decoder layer l: its own slot, or the one slot every layer shares with recompute */
+static real *layer_y(const mega_s2s *m, real *Y, int l) {
+    return Y + (size_t)(m->recompute ? 0 : l) * m->B * m->Lp * m->cfg.decoder.embed_dim;
+}
+
+/* decoder layer l (official MegaDecoderLayer.forward): H[l] -> self -> Y1 -> cross-attention to
+ * the encoder output E -> Y2 -> FFN -> H[l+1], its activations in its slot. With recompute the
+ * backward calls it again for the layers below the last (mega_s2s_backward). */
+static mega_status decoder_layer_forward(mega_s2s *m, int l, int train, int update) {
+    const mega_s2s_config *c = &m->cfg;
+    const int B = m->B, Lp = m->Lp, S = m->S, sl = m->recompute ? 0 : l;
+    const size_t D = (size_t)c->decoder.embed_dim, R = (size_t)B * Lp;
+    const uint8_t *tpad = m->tgt_any_pad ? m->tpad : NULL, *spad = m->src_any_pad ? m->spadc : NULL;
+    real *W = m->P.data;
+    mega_declayer *dl = &m->dl[l];
+    mega_run r = layer_run(m, l, train, m->run.key);
+    r.update_stats = update && train;
+    const mega_run rx = cross_run(&r);
+    real *in = m->H + (size_t)l * R * D, *out = m->H + (size_t)(l + 1) * R * D;
+    real *y1 = layer_y(m, m->Y1, l), *y2 = c->decoder.ffn_dim > 0 ? layer_y(m, m->Y2, l) : out;
+    mega_block_acts_point(&dl->self, &m->BA[l], m->bacts + (size_t)sl * m->bper, B, Lp);
+    mega_xattn_acts_view(&dl->x, &m->XA[l], m->xacts + (size_t)sl * m->xper, B, Lp, S);
+    MEGA_TRY(mega_block_forward(&dl->self, W, &m->BA[l], y1, in, tpad, B, Lp, &r, m->scratch));
+    MEGA_TRY(mega_xattn_forward(&dl->x, W, &m->XA[l], y2, y1, m->E, spad, B, Lp, S, &rx, m->scratch));
+    if (c->decoder.ffn_dim > 0) {
+        mega_nffn_acts_point(&dl->ffn, &m->FA[l], m->facts + (size_t)sl * m->fper, B, Lp);
+        mega_nffn_forward(&dl->ffn, W, &m->FA[l], out, y2, R, &r, m->scratch);
+    }
+    return MEGA_OK;
+}
+
 mega_status mega_s2s_forward(mega_s2s *m, const int32_t *src, int S, const int32_t *prev, const int32_t *tgt, int L,
                              int B, const mega_lm_run *run, double label_smoothing, double *loss, double *nll,
                              int64_t *count) {
@@ -513,21 +547,7 @@ mega_status mega_s2s_forward(mega_s2s *m, const int32_t *src, int S, const int32
     real *W = m->P.data;
     embed_forward(m, m->H, m->tgt_emb, &m->dec_enorm, m->dnpre, m->dnstat, m->ttok, m->tpad, R, train,
                   mega__subkey(key, SITE_EMBED + 1000));
-    const uint8_t *tpad = any ? m->tpad : NULL, *spad = m->src_any_pad ? m->spadc : NULL;
-    for (int l = 0; l < Ld; l++) {
-        mega_declayer *dl = &m->dl[l];
-        mega_run r = layer_run(m, l, train, key), rx = cross_run(&r);
-        real *in = m->H + (size_t)l * R * D, *out = m->H + (size_t)(l + 1) * R * D;
-        real *y1 = m->Y1 + (size_t)l * R * D, *y2 = c->decoder.ffn_dim > 0 ? m->Y2 + (size_t)l * R * D : out;
-        mega_block_acts_point(&dl->self, &m->BA[l], m->bacts + (size_t)l * m->bper, B, Lp);
-        mega_xattn_acts_view(&dl->x, &m->XA[l], m->xacts + (size_t)l * m->xper, B, Lp, S);
-        MEGA_TRY(mega_block_forward(&dl->self, W, &m->BA[l], y1, in, tpad, B, Lp, &r, m->scratch));
-        MEGA_TRY(mega_xattn_forward(&dl->x, W, &m->XA[l], y2, y1, m->E, spad, B, Lp, S, &rx, m->scratch));
-        if (c->decoder.ffn_dim > 0) {
-            mega_nffn_acts_point(&dl->ffn, &m->FA[l], m->facts + (size_t)l * m->fper, B, Lp);
-            mega_nffn_forward(&dl->ffn, W, &m->FA[l], out, y2, R, &r, m->scratch);
-        }
-    }
+    for (int l = 0; l < Ld; l++) MEGA_TRY(decoder_layer_forward(m, l, train, 1));
     const real *HL = m->H + (size_t)Ld * R * D;
     if (m->has_dfnorm)
         mega_seqnorm_forward(&m->dfnorm, W, m->xf, m->fstat, HL, R, train, train, &m->bnsync);
@@ -609,7 +629,12 @@ mega_status mega_s2s_backward(mega_s2s *m, double scale) {
     for (int l = Ld - 1; l >= 0; l--) {
         mega_declayer *dl = &m->dl[l];
         mega_run r = layer_run(m, l, train, key), rx = cross_run(&r);
-        real *in = m->H + (size_t)l * R * D, *y1 = m->Y1 + (size_t)l * R * D, *y2 = m->Y2 + (size_t)l * R * D;
+        /* recompute: layer l's activations again, with its forward's dropout keys (the same
+         * masks, so the same values, H[l+1] included); the last layer's are still there, as
+         * nothing but the decoder layers writes their slot and the decoder's scratch holds
+         * nothing a layer's backward reads. The same forward succeeded on these shapes. */
+        if (m->recompute && l < Ld - 1) (void)decoder_layer_forward(m, l, train, 0);
+        real *in = m->H + (size_t)l * R * D, *y1 = layer_y(m, m->Y1, l), *y2 = layer_y(m, m->Y2, l);
         /* three gradient buffers rotate: a holds dH; with an FFN dY2 = b, dY1 = c, the new dH = a;
          * without, dY2 = a, dY1 = b, the new dH = c */
         real *a = dH, *b = a == m->g[0] ? m->g[1] : m->g[0];

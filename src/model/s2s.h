@@ -25,6 +25,8 @@ struct mega_s2s {
     mega_seqnorm dfnorm;
     int has_dfnorm;
     int Mx; /* the gated cross-attention's max positions */
+    int recompute; /* MEGA_RECOMPUTE_BLOCKS at declare: the decoder keeps one layer's activations
+                    * (and Y1, Y2), and its backward runs each layer's forward again */
     /* buffer capacities: source and target rows (B x padded length), activation reals per
      * decoder layer (block, cross-attention, FFN), scratch reals */
     size_t Rs_cap, R_cap, scr_cap;
@@ -33,7 +35,7 @@ struct mega_s2s {
     real *enpre, *enstat, *dnpre, *dnstat; /* embeddings before their norm, and its statistics */
     real *E, *dE;                      /* encoder output [B, S, D] and its gradient */
     real *H, *Y1, *Y2;                 /* decoder: layer inputs [(Ld+1)][R][D], after self / cross */
-    real *bacts, *xacts, *facts;
+    real *bacts, *xacts, *facts;       /* Y1, Y2 and these: one slot per layer, or one with recompute */
     size_t bper, xper, fper; /* capacities of one layer's activations */
     mega_block_acts *BA;
     mega_xattn_acts *XA;

@@ -5,10 +5,12 @@
 #   * a tiny language model (3 blocks, every dropout of the Mega layer);
 #   * a tiny classifier with batchnorm (the recomputed forward must not update the running
 #     statistics a second time: they are in the model file) and padded batches;
-#   * a tiny encoder-decoder (the encoder's stack recomputes);
+#   * a tiny encoder-decoder (the encoder's blocks and the decoder's layers, cross-attention
+#     included, recompute);
 #   * a run stopped with blocks and resumed with none ends as the uninterrupted run (the setting
 #     is not part of the run);
-#   * the printed memory estimate is lower with blocks.
+#   * the printed memory estimate is lower with blocks, and follows the micro-batch of
+#     --grad-accum.
 # Usage: sh tests/sh/test_recompute.sh [BUILD_DIR]
 . "$(dirname "$0")/lib.sh"
 need_tool
@@ -41,7 +43,7 @@ awk 'BEGIN { s = 11; for (i = 0; i < 200; i++) { x = ""; y = ""; s = (s * 16807)
   for (k = 0; k < L; k++) { s = (s * 16807) % 2147483647; j = 1 + s % 7; x = x substr("abcdefg", j, 1); y = y substr("bcdefgh", j, 1) }
   print x "\t" y } }' > pairs.tsv
 # shellcheck disable=SC2086
-same mt --task translate --data pairs.tsv --encoder-layers 2 --decoder-layers 1 --steps 3 --bpe 0 --max-tokens 128 $drop
+same mt --task translate --data pairs.tsv --encoder-layers 2 --decoder-layers 2 --steps 3 --bpe 0 --max-tokens 128 $drop
 
 # the run is not tied to the setting: stopped with blocks, resumed with none
 # shellcheck disable=SC2086
@@ -60,5 +62,14 @@ if [ -n "$bn" ] && [ -n "$bb" ] && awk -v n="$bn" -v b="$bb" 'BEGIN { exit !(b <
 else bad "the memory estimate's buffers with blocks ($bb) are not below none's ($bn)"; fi
 grep -q "^  recompute blocks" lm.blocks.out && ! grep -q "recompute" lm.none.out
 status $? "the run's description names --recompute blocks (and none prints as before)"
+# the estimate follows the micro-batch: --batch 8 --grad-accum 2 forwards 4 sequences at a time
+# (validation too), so its buffers are those of --batch 4, below those of --batch 8
+est() { # shellcheck disable=SC2086
+  "$MEGA" train --data text.txt --seq-len 48 --layers 3 --chunk-size 16 $tiny --recompute blocks --max-memory 1 --out E "$@" 2>&1 |
+    sed -n 's/.*buffers \([0-9.]* [KMG]iB\) (\([a-z-]* [0-9]* x [0-9]*\)).*/\1 \2/p'; }
+ga=$(est --batch 8 --grad-accum 2) b4=$(est --batch 4) b8=$(est --batch 8)
+if [ "${ga% micro-batch 4 x 48}" != "$ga" ] && [ "${ga% micro-batch 4 x 48}" = "${b4% batch 4 x 48}" ] &&
+  [ "${b8% batch 8 x 48}" != "${b4% batch 4 x 48}" ]; then ok "the estimate of --batch 8 --grad-accum 2 is that of the micro-batch ($ga)"
+else bad "the estimate with --grad-accum 2 ('$ga') is not that of --batch 4 ('$b4'; --batch 8: '$b8')"; fi
 expect_error "--recompute with an unknown level is refused" "recompute" "$MEGA" train --data text.txt --out X --recompute all
 finish
