@@ -3,7 +3,8 @@
 #   make            build build/libmega.a and build/mega (installs missing Debian packages first)
 #   make test       build and run every test; ends with "N passed, N failed"
 #   make run        the main job: train a small byte-level Mega LM on the default corpus
-#   make bench      benchmarks against the PyTorch peer (see docs/performance.md)
+#   make bench      benchmarks against the PyTorch peer (see docs/performance.md); AVX2=1: an
+#                   AVX2-only machine simulated (build-avx2 without AVX-512, both sides on AVX2 kernels)
 #   make bench-ttq  time to quality: held-out bits per byte after the same training time as the
 #                   PyTorch peer (BENCH_TTQ_BUDGETS, default "300" s; docs/performance.md)
 #   make bench-serve  mega serve under load on 127.0.0.1: 1, 4, 16 and 64 clients against --parallel 1,
@@ -40,7 +41,7 @@ run:
 	@$(MAKE) --no-print-directory MEGA_INNER=1 run
 bench:
 	@sh scripts/deps.sh bench
-	@$(MAKE) --no-print-directory MEGA_INNER=1 bench
+	@$(MAKE) --no-print-directory MEGA_INNER=1 $(if $(filter 1,$(AVX2)),BUILD=build-avx2 NATIVE=0 EXTRA_CFLAGS=-march=haswell) bench
 bench-ttq:
 	@sh scripts/deps.sh bench-ttq
 	@$(MAKE) --no-print-directory MEGA_INNER=1 bench-ttq
@@ -333,7 +334,7 @@ run: all
 	@sh scripts/run.sh $(BUILD)
 
 bench: all
-	@sh bench/run.sh $(BUILD) $(if $(filter 1,$(COTENANT)),--cotenant)
+	@sh bench/run.sh $(BUILD) $(if $(filter 1,$(COTENANT)),--cotenant) $(if $(filter 1,$(AVX2)),--avx2)
 
 bench-ttq: all
 	@sh bench/ttq.sh $(BUILD)

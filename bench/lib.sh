@@ -53,3 +53,27 @@ bench_peer_blas() {
   [ "${BENCH_PEER_BLAS:-openmp}" = openmp ] && peer_ld=$peer_ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   return 0
 }
+
+# The widest vector registers our binary ($MEGA) uses, from its disassembly: sets vec.
+# usage: bench_vectors
+bench_vectors() {
+  vec="unknown (no objdump)"
+  command -v objdump >/dev/null 2>&1 || return 0
+  objdump -d "$MEGA" >"${TMPDIR:-/tmp}/bench_vec.$$" 2>/dev/null || return 0
+  if grep -q '%zmm' "${TMPDIR:-/tmp}/bench_vec.$$"; then vec="AVX-512 (zmm)"
+  elif grep -q '%ymm' "${TMPDIR:-/tmp}/bench_vec.$$"; then vec="AVX2 (ymm, no zmm)"
+  else vec="128-bit (no ymm)"; fi
+  rm -f "${TMPDIR:-/tmp}/bench_vec.$$"
+}
+
+# --avx2: an AVX2-only machine simulated on an AVX-512 one (docs/performance.md, "An AVX2-only
+# machine, simulated"). Both sides on OpenBLAS's Haswell (AVX2) kernels; the peer's ATen and
+# oneDNN kernels capped at AVX2; our binary must have no AVX-512 instruction. Exits otherwise.
+# usage: bench_avx2 NAME (after bench_vectors)
+bench_avx2() {
+  case "$vec" in
+    AVX-512*) echo "$1: --avx2: $MEGA uses AVX-512 registers; build it with 'make bench AVX2=1' (build-avx2: NATIVE=0 EXTRA_CFLAGS=-march=haswell)" >&2; exit 1 ;;
+  esac
+  export OPENBLAS_CORETYPE=Haswell ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 DNNL_MAX_CPU_ISA=AVX2
+  echo "$1: AVX2-only machine simulated: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE ATEN_CPU_CAPABILITY=$ATEN_CPU_CAPABILITY ONEDNN_MAX_CPU_ISA=$ONEDNN_MAX_CPU_ISA DNNL_MAX_CPU_ISA=$DNNL_MAX_CPU_ISA (both sides)"
+}

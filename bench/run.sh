@@ -3,7 +3,7 @@
 # same machine with the same thread count, then one table with both, the ratios and the
 # performance targets. See docs/performance.md.
 #
-#   sh bench/run.sh [BUILD_DIR] [--cotenant] [WORKLOAD...]   (default: build, every workload)
+#   sh bench/run.sh [BUILD_DIR] [--cotenant] [--avx2] [WORKLOAD...]   (default: build, every workload)
 #
 # Workload by workload, bench/pair.py starts both sides (each in its own process, warmed up
 # alone) and times them in turns: a round is one timed step of ours and one of the peer's,
@@ -15,6 +15,13 @@
 # each side with a co-tenant: one busy process (a plain shell spin loop at normal priority, like a
 # neighbour's job) running during those two steps. The report adds a table of the speedups quiet
 # and with the co-tenant and the robustness targets (docs/performance.md).
+#
+# --avx2 (or BENCH_AVX2=1, `make bench AVX2=1`): an AVX2-only machine simulated on an AVX-512
+# one. Our side must be built without AVX-512 (`make bench AVX2=1` builds build-avx2 with
+# NATIVE=0 EXTRA_CFLAGS=-march=haswell; the script refuses a binary with zmm instructions), and
+# both sides run with OPENBLAS_CORETYPE=Haswell (OpenBLAS's AVX2 kernels), the peer also with
+# ATEN_CPU_CAPABILITY=avx2 and ONEDNN_MAX_CPU_ISA=DNNL_MAX_CPU_ISA=AVX2. The report names the
+# kernels each side ran (docs/performance.md, "An AVX2-only machine, simulated").
 #
 # Environment:
 #   BENCH_THREADS   threads for both sides (default: every online core)
@@ -32,11 +39,13 @@ set -e
 BUILD=build
 case "${1:-}" in -*|"") ;; *) BUILD=$1; shift ;; esac
 cotenant=${BENCH_COTENANT:-0}
+avx2=${BENCH_AVX2:-0}
 args=""
 for a in "$@"; do
   case "$a" in
     --cotenant) cotenant=1 ;;
-    -*) echo "bench: unknown option $a (usage: sh bench/run.sh [BUILD_DIR] [--cotenant] [WORKLOAD...])" >&2; exit 2 ;;
+    --avx2) avx2=1 ;;
+    -*) echo "bench: unknown option $a (usage: sh bench/run.sh [BUILD_DIR] [--cotenant] [--avx2] [WORKLOAD...])" >&2; exit 2 ;;
     *) args="$args $a" ;;
   esac
 done
@@ -63,10 +72,16 @@ fi
 
 bench_machine bench "$cores"
 bench_peer_blas bench
+bench_vectors
+if [ "$avx2" = 1 ]; then
+  bench_avx2 bench
+fi
 echo "bench: $("$MEGA" version | head -n 1) vs $("$PY" -c 'import torch; print("torch", torch.__version__)')"
 echo "bench: $cpu, $cores cores; $threads threads each side; warm-up $warmup, up to $repeat rounds (median), budget ${budget}s"
 echo "bench: $("$MEGA" version | grep '^blas' || echo 'blas: unknown')"
 echo "bench: the peer's BLAS: $peer_blas"
+peer_kernels=$(LD_LIBRARY_PATH=$peer_ld "$PY" "$PEER" --kernels 2>/dev/null || echo unknown)
+echo "bench: kernels: ours $("$MEGA" version | sed -n 's/^blas //p'), vectors $vec; the peer's $peer_kernels"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -102,4 +117,5 @@ ct=""
   --meta "threads=$threads" --meta "repeat=$repeat" --meta "warmup=$warmup" --meta "budget=$budget" \
   --meta "load_before=$load_before" --meta "load_after=$load_after" --meta "build=$("$MEGA" version)" \
   --meta "seconds=$((t1 - t0))" --meta "cotenant=$cotenant" \
-  --meta "peer_blas=$peer_blas" --meta "method=paired rounds (bench/pair.py)"
+  --meta "peer_blas=$peer_blas" --meta "method=paired rounds (bench/pair.py)" \
+  --meta "avx2_simulated=$avx2" --meta "ours_vectors=$vec" --meta "peer_kernels=$peer_kernels"

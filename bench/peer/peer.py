@@ -31,6 +31,7 @@ a time with greedy argmax; one run = 512 tokens; ms/step = median run / 512.
 --json prints one JSON object per line with the keys of `mega bench --json` (impl "pytorch").
 """
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -158,6 +159,32 @@ def blas_loaded():
     except OSError:
         return "unknown"
     return ",".join(sorted(libs)) or "none found"
+
+
+def kernels():
+    """The kernels this process runs: ATen's CPU capability (the vector width of torch's own
+    element-wise and reduction kernels, lowered by ATEN_CPU_CAPABILITY) and OpenBLAS's core (its
+    GEMM kernels, chosen from the CPU unless OPENBLAS_CORETYPE names them)."""
+    import torch
+
+    aten = "unknown"
+    for line in torch.__config__.show().splitlines():  # torch 1.13 has no torch.backends.cpu
+        if "CPU capability usage:" in line:
+            aten = line.split(":", 1)[1].strip()
+    get = getattr(torch.backends, "cpu", None)
+    if get is not None and hasattr(get, "get_cpu_capability"):
+        aten = get.get_cpu_capability()
+    core = "not OpenBLAS"
+    for path in blas_loaded().split(","):
+        try:
+            f = ctypes.CDLL(path).openblas_get_corename
+        except (OSError, AttributeError):
+            continue
+        f.restype = ctypes.c_char_p
+        core = f"OpenBLAS {f().decode()}"
+        break
+    ct = os.environ.get("OPENBLAS_CORETYPE")
+    return f"ATen {aten}, {core} kernels" + (f" (OPENBLAS_CORETYPE={ct})" if ct else "")
 
 
 def turn_fds(env):
@@ -323,6 +350,7 @@ def run_child(name, threads, warmup, repeat, budget):
         "steps_timed": n, "loss": loss_v if math.isfinite(loss_v) else None, "base_rss_mib": base, "torch_rss_mib": base_torch,
         "self_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
         "build": f"torch {torch.__version__} python {platform.python_version()} blas {blas_loaded()}",
+        "kernels": kernels(),
     }
     out.update(extra)
     print(json.dumps(out))
@@ -683,6 +711,7 @@ def main(argv=None):
                     help="seconds: stop timing a workload early once its timed steps add up to this")
     ap.add_argument("--check", action="store_true", help="run the peer's modules on the fixture cases")
     ap.add_argument("--list", action="store_true", help="list the workloads")
+    ap.add_argument("--kernels", action="store_true", help="print the kernels torch and its BLAS run here")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--report", nargs=2, metavar=("OURS", "PEER"), help="print the combined table of two JSONL files")
     ap.add_argument("--save", help="with --report: write both sides' raw JSON here")
@@ -696,6 +725,12 @@ def main(argv=None):
     if a.report:
         return report(a.report[0], a.report[1], a.save, [kv.split("=", 1) for kv in a.meta if "=" in kv],
                       a.cotenant)
+    if a.kernels:
+        import torch
+
+        torch.mm(torch.ones(64, 64), torch.ones(64, 64))  # the BLAS is mapped by now
+        print(kernels())
+        return 0
     if a.list:
         for n, (kind, B, T, chunk, mixer) in WORKLOADS.items():
             print(f"{n:22s} {kind:10s} batch {B} x {T}" + (f", chunk {chunk}" if kind == "cls-train" else "")

@@ -410,7 +410,8 @@ typedef struct {
  *  - one row (dot_row): VL outputs at a time, VL accumulators;
  *  - a few rows (dot_tile): TILE_ROWS = VL / 4 rows by 4 outputs, VL accumulators, each weight
  *    vector used for every row of the tile (32 vector registers with AVX-512: 16 accumulators,
- *    4 + 1 operands; 16 with AVX2: 8 + 4 + 1).
+ *    4 + 1 operands; 16 with AVX2: 8 + 4 + 1); with AVX2, rows in fours go through dot_tile3
+ *    (4 rows by 3 outputs: 12 + 3 + 1 registers).
  * Every output is summed the same way: VL-wide partial sums along K, the lanes added as a tree
  * (vsum), then the K % VL tail. That order depends on K alone, so the bits depend neither on the
  * piece grid's assignment to threads nor on how many rows are multiplied together. */
@@ -421,6 +422,16 @@ typedef struct {
 #define KEEP_IN_REG(v) __asm__("" : "+v"(v))
 #else
 #define KEEP_IN_REG(v) (void)0
+#endif
+
+/* whether the tile's step at k prefetches: once per 64-byte line of each weight row. With AVX-512
+ * a step is a line; with AVX2 it is half a line, and a prefetch at every step put 4 prefetches
+ * next to the 6 loads of each 8 multiply-adds on the two load ports (perf annotate of
+ * lm-decode-b8, AVX2 build: the prefetches took a third of the tile's samples). */
+#if VL * 4 >= 64
+#define TILE_PREFETCH(k) 1
+#else
+#define TILE_PREFETCH(k) ((k) % (64 / sizeof(float)) == 0)
 #endif
 
 /* the lanes' sum as a tree (halves added, log2 VL deep): a fixed order, and shuffles instead of a
@@ -522,7 +533,7 @@ static void dot_tile(size_t K, const float *A, size_t lda, const float *B, size_
             /* the rows two tiles on, a line per row per step: the tile walks 4 rows side by side,
              * which the hardware prefetchers follow late (8 rows x 256 x 1088 products over 27 MB
              * of weights, 2 threads: 36 us each without, 25 with) */
-            __builtin_prefetch(B + (size_t)(j + 8) * ldb + k);
+            if (TILE_PREFETCH(k)) __builtin_prefetch(B + (size_t)(j + 8) * ldb + k);
             b[j] = vld(B + (size_t)j * ldb + k);
             /* keep it in a register: GCC otherwise folds the load into each multiply-add that uses
              * it (one load per multiply-add, the load ports then bound the tile) */
@@ -545,6 +556,53 @@ static void dot_tile(size_t K, const float *A, size_t lda, const float *B, size_
             dot_finish(sum[4 * i + j], k, K, A + (size_t)i * lda, B + (size_t)j * ldb, bias ? bias + j : NULL, beta,
                        C + (size_t)i * ldc + j);
 }
+
+#if VL == 8
+#define TILE3 1
+/* C[0:4, 0:3] = A B[0:3]^T (+ bias or beta C), for 16 vector registers (AVX2): 4 rows by 3
+ * outputs, 12 accumulators + 3 weight vectors + 1 row vector. dot_tile's 2 x 4 needs 6 loads
+ * (4 weights, 2 rows) per 8 multiply-adds and reads each weight vector once per 2 rows; this
+ * one 7 per 12, once per 4 rows. One thread, 4 rows by 12 products of 1088 x 256 (13 MB of
+ * weights): 493 us with dot_tile, 452 with this (AVX-512's dot_tile is 4 x 4, 32 registers).
+ * The same sums as dot_tile: each output's 8 lanes along K, then vsum_all's tree (the 12 sums
+ * in two calls, the second padded with zeros that are not stored), then the K % VL tail. */
+static void dot_tile3(size_t K, const float *A, size_t lda, const float *B, size_t ldb, const float *bias, float beta,
+                      float *C, size_t ldc) {
+    vf acc[12];
+#pragma GCC unroll 16
+    for (int f = 0; f < 12; f++) acc[f] = vbc(0);
+    size_t k = 0;
+    for (; k + VL <= K; k += VL) {
+        vf b[3];
+        for (int j = 0; j < 3; j++) {
+            if (TILE_PREFETCH(k)) __builtin_prefetch(B + (size_t)(j + 6) * ldb + k);
+            b[j] = vld(B + (size_t)j * ldb + k);
+            KEEP_IN_REG(b[j]);
+        }
+        for (int i = 0; i < 4; i++) {
+            vf x = vld(A + (size_t)i * lda + k);
+            KEEP_IN_REG(x);
+            for (int j = 0; j < 3; j++) acc[j * 4 + i] = vfma(x, b[j], acc[j * 4 + i]);
+        }
+    }
+    vf g0[VL], g1[VL]; /* lane L of the sums: output L % 3 of row L / 3, then L + 8 */
+    for (int L = 0; L < VL; L++) {
+        g0[VSUM_SRC(L)] = acc[(L % 3) * 4 + L / 3];
+        g1[VSUM_SRC(L)] = L < 4 ? acc[((L + 8) % 3) * 4 + (L + 8) / 3] : vbc(0);
+    }
+    float sum[2 * VL];
+    vsum_all(g0, sum);
+    vsum_all(g1, sum + VL);
+    if (k == K) {
+        for (int i = 0; i < 4; i++) sums_store(sum + 3 * i, 3, bias, beta, C + (size_t)i * ldc);
+        return;
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++)
+            dot_finish(sum[3 * i + j], k, K, A + (size_t)i * lda, B + (size_t)j * ldb, bias ? bias + j : NULL, beta,
+                       C + (size_t)i * ldc + j);
+}
+#endif
 
 /* one output: c = a . b (+ bias or beta c) */
 static void dot_one(size_t K, const float *a, const float *b, const float *bias, float beta, float *c) {
@@ -570,6 +628,19 @@ static void step_dot(size_t n, size_t K, const float *a, const float *B, size_t 
  * row tiles; the rows left over (M % TILE_ROWS) one at a time. */
 static void step_dots(size_t M, size_t n, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
                       const float *bias, float beta, float *C, size_t ldc) {
+#ifdef TILE3
+    if (M >= 4) { /* rows in fours, 3 outputs at a time; then the rows left over as below */
+        const size_t M4 = M / 4 * 4;
+        size_t j = 0;
+        for (; j + 3 <= n; j += 3)
+            for (size_t i = 0; i < M4; i += 4)
+                dot_tile3(K, A + i * lda, lda, B + j * ldb, ldb, bias ? bias + j : NULL, beta, C + i * ldc + j, ldc);
+        for (; j < n; j++)
+            for (size_t i = 0; i < M4; i++)
+                dot_one(K, A + i * lda, B + j * ldb, bias ? bias + j : NULL, beta, C + i * ldc + j);
+        M -= M4, A += M4 * lda, C += M4 * ldc;
+    }
+#endif
     const size_t Mt = M / TILE_ROWS * TILE_ROWS;
     size_t j = 0;
     for (; j + 4 <= n; j += 4)
