@@ -148,33 +148,83 @@ static size_t mgb_scratch(const void *layer, int B, int T, int nt) {
     (void)nt;
     const size_t R = (size_t)B * T;
     return count_reals(B) + rup((size_t)B * 2 * L->mg.G) + rup(mega_mglayer_scratch(&L->mg, B, T)) +
-           2 * rup(R * L->mg.D) + 2 * rup(R * L->F) + 64;
+           2 * rup(R * L->mg.D) + 2 * rup(R * L->F) + rup(L->mg.D) + 64;
 }
+
+/* row r of the FFN's LayerNorm: n = (y - mu) rs (1 + w) + b; mean and variance in the fixed
+ * lanes of mega_row_sum / mega_row_sqdev (ops.h) */
+static void ln_row(const mgb_layer *L, const real *W, const mgb_acts *a, const real *y, size_t r) {
+    const size_t D = L->mg.D;
+    const real *restrict yr = y + r * D, *restrict w = W + L->ln_w, *restrict bb = W + L->ln_b;
+    real *restrict nr = a->n + r * D;
+    const double m = (double)mega_row_sum(yr, D) / (double)D;
+    const double rs = 1.0 / sqrt((double)mega_row_sqdev(yr, (real)m, D) / (double)D + L->mg.eps);
+    a->mu[r] = (real)m, a->rs[r] = (real)rs;
+    for (size_t i = 0; i < D; i++) nr[i] = (real)((yr[i] - m) * rs * (1 + w[i]) + bb[i]);
+}
+
+/* rows of the training forward split over the team; the step's few rows on the calling thread */
+#define ROWS_PAR(R, n) ((R) * (n) > MEGA_PAR_MIN)
 
 /* out = rescale(fc2 hid(LN(y))) + x over R rows; a: where the intermediates go */
 static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real *y, const real *x, size_t R,
                         const mgb_acts *a) {
     const size_t D = L->mg.D, F = L->F;
-    for (size_t r = 0; r < R; r++) {
-        const real *yr = y + r * D;
-        double m = 0, v = 0;
-        for (size_t i = 0; i < D; i++) m += yr[i];
-        m /= (double)D;
-        for (size_t i = 0; i < D; i++) v += (yr[i] - m) * (yr[i] - m);
-        const double rs = 1.0 / sqrt(v / (double)D + L->mg.eps);
-        a->mu[r] = (real)m, a->rs[r] = (real)rs;
-        for (size_t i = 0; i < D; i++)
-            a->n[r * D + i] = (real)((yr[i] - m) * rs * (1 + W[L->ln_w + i]) + W[L->ln_b + i]);
+    if (!ROWS_PAR(R, D)) {
+        for (size_t r = 0; r < R; r++) ln_row(L, W, a, y, r);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (size_t r = 0; r < R; r++) ln_row(L, W, a, y, r);
     }
     mega_linear_forward(a->h1, a->n, W + L->fc1, NULL, R, D, F);
     if (L->swiglu) mega_linear_forward(a->h3, a->n, W + L->fc3, NULL, R, D, F);
-    for (size_t i = 0; i < R * F; i++) a->hid[i] = mega_silu(a->h1[i]) * (L->swiglu ? a->h3[i] : 1);
+    mega_act_rows(MEGA_ACT_SILU, a->hid, a->h1, R, F);
+    if (L->swiglu)
+        for (size_t i = 0; i < R * F; i++) a->hid[i] *= a->h3[i];
     real *o = L->rescale ? a->o : out;
     mega_linear_forward(o, a->hid, W + L->fc2, NULL, R, F, D);
     for (size_t r = 0; r < R; r++)
         for (size_t i = 0; i < D; i++) {
             const size_t k = r * D + i;
             out[k] = (L->rescale ? o[k] * W[L->alpha + i] : o[k]) + x[k];
+        }
+}
+
+/* dhid arrives as d(hid) over rows of F: with SwiGLU dh3 = dhid silu(h1), then dhid becomes
+ * d(h1) = dhid [h3] silu'(h1); the sigmoids vectorised (mega_sigmoid_row) */
+static void hid_row_back(real *restrict dhid, real *restrict dh3, const real *restrict h1, const real *restrict h3,
+                         size_t F) {
+    for (size_t j0 = 0; j0 < F; j0 += MEGA_SIG_BLOCK) {
+        const size_t m = MEGA_MIN(F - j0, (size_t)MEGA_SIG_BLOCK);
+        real s[MEGA_SIG_BLOCK];
+        mega_sigmoid_row(s, h1 + j0, m);
+        for (size_t j = 0; j < m; j++) {
+            const size_t i = j0 + j;
+            if (h3) dh3[i] = dhid[i] * h1[i] * s[j], dhid[i] *= h3[i];
+            dhid[i] *= mega_silu_grad_s(h1[i], s[j]);
+        }
+    }
+}
+
+/* the LayerNorm's backward of row r: n = u (1 + w) + b, u = (y - mu) rs:
+ * dy = rs (du - mean du - u mean(du u)), du = dn (1 + w); w1 holds 1 + w */
+static void ln_row_back(real *restrict dy, const real *restrict dn, const real *restrict y, const real *restrict w1,
+                        double mu, double rs, size_t D) {
+    real sg, sgx;
+    mega_row_norm_sums(dn, w1, y, (real)mu, D, &sg, &sgx);
+    const double s1 = (double)sg / (double)D, s2 = (double)sgx * rs / (double)D;
+    for (size_t i = 0; i < D; i++) {
+        const double u = (y[i] - mu) * rs, du = dn[i] * (double)w1[i];
+        dy[i] = (real)(rs * (du - s1 - u * s2));
+    }
+}
+/* the LayerNorm's weight and bias gradients over the rows */
+static void ln_params_back(real *restrict dw, real *restrict db, const real *restrict dn, const real *restrict y,
+                           const real *restrict mu, const real *restrict rs, size_t R, size_t D) {
+    for (size_t r = 0; r < R; r++)
+        for (size_t i = 0; i < D; i++) {
+            const double u = (y[r * D + i] - (double)mu[r]) * rs[r], g = dn[r * D + i];
+            dw[i] += (real)(g * u), db[i] += (real)g;
         }
 }
 
@@ -208,30 +258,18 @@ static void mgb_backward(const void *layer, const real *W, real *dW, const real 
             dO[k] = L->rescale ? dout[k] * W[L->alpha + i] : dout[k];
         }
     mega_linear_backward(dhid, dW + L->fc2, NULL, dO, a.hid, W + L->fc2, R, F, D, 0);
-    for (size_t i = 0; i < R * F; i++) {
-        const real g = mega_silu(a.h1[i]);
-        if (L->swiglu) dh3[i] = dhid[i] * g, dhid[i] *= a.h3[i];
-        dhid[i] *= mega_silu_grad(a.h1[i]);
-    }
+    const int sw = L->swiglu;
+#pragma omp parallel for schedule(static) if (ROWS_PAR(R, F))
+    for (size_t r = 0; r < R; r++)
+        hid_row_back(dhid + r * F, sw ? dh3 + r * F : NULL, a.h1 + r * F, sw ? a.h3 + r * F : NULL, F);
     mega_linear_backward(dn, dW + L->fc1, NULL, dhid, a.n, W + L->fc1, R, D, F, 0);
     if (L->swiglu) mega_linear_backward(dn, dW + L->fc3, NULL, dh3, a.n, W + L->fc3, R, D, F, 1);
-    /* n = u (1 + w) + b, u = (y - mu) rs: dy = rs (du - mean du - u mean(du u)) */
-    for (size_t r = 0; r < R; r++) {
-        const real *yr = a.y + r * D;
-        const double mu = a.mu[r], rs = a.rs[r];
-        double s1 = 0, s2 = 0;
-        for (size_t i = 0; i < D; i++) {
-            const double u = (yr[i] - mu) * rs, g = dn[r * D + i];
-            dW[L->ln_w + i] += (real)(g * u), dW[L->ln_b + i] += (real)g;
-            const double du = g * (1 + W[L->ln_w + i]);
-            s1 += du, s2 += du * u;
-        }
-        s1 /= (double)D, s2 /= (double)D;
-        for (size_t i = 0; i < D; i++) {
-            const double u = (yr[i] - mu) * rs, du = dn[r * D + i] * (1 + W[L->ln_w + i]);
-            dy[r * D + i] = (real)(rs * (du - s1 - u * s2));
-        }
-    }
+    /* n = u (1 + w) + b, u = (y - mu) rs */
+    ln_params_back(dW + L->ln_w, dW + L->ln_b, dn, a.y, a.mu, a.rs, R, D);
+    real *w1 = ls + rup(mega_mglayer_scratch(&L->mg, B, T)); /* 1 + w, after the layer's scratch */
+    for (size_t i = 0; i < D; i++) w1[i] = 1 + W[L->ln_w + i];
+#pragma omp parallel for schedule(static) if (ROWS_PAR(R, D))
+    for (size_t r = 0; r < R; r++) ln_row_back(dy + r * D, dn + r * D, a.y + r * D, w1, a.mu[r], a.rs[r], D);
     mega_mglayer_backward(&L->mg, W, dW, dx, dy, x, B, T, NULL, a.mg, ls);
 }
 

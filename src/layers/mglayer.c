@@ -58,24 +58,77 @@ size_t mega_mglayer_scratch(const mega_mglayer *L, int B, int T) {
            R * (3 * (size_t)L->D + 2 * (size_t)L->Z + 2 * (size_t)L->E);
 }
 
-/* y = x / sqrt(mean(x^2) + eps) over rows of n (apex manual_rms_norm); rinv [R] kept */
-static void rms_rows(real *y, real *rinv, const real *x, size_t R, size_t n, double eps) {
-    for (size_t r = 0; r < R; r++) {
-        double s = 0;
-        for (size_t i = 0; i < n; i++) s += (double)x[r * n + i] * x[r * n + i];
-        const double ri = 1.0 / sqrt(s / n + eps);
-        rinv[r] = (real)ri;
-        for (size_t i = 0; i < n; i++) y[r * n + i] = (real)(x[r * n + i] * ri);
+/* Row-wise passes: rows split over the OpenMP team when the pass is large (training), on the
+ * calling thread without entering a region when it is small (the streaming step: libgomp
+ * allocates a team descriptor for every region it enters, even one whose if() is false). Every
+ * row's sums run in the fixed lanes of mega_row_dot, so the result does not depend on the
+ * thread count. */
+#define ROWS_PAR(R, n) ((R) * (n) > MEGA_PAR_MIN)
+
+/* one row of rms_rows */
+static void rms_row(real *restrict y, real *restrict rinv, const real *restrict x, size_t n, double eps,
+                    const real *restrict w) {
+    const double ri = 1.0 / sqrt((double)mega_row_dot(x, x, n) / (double)n + eps);
+    *rinv = (real)ri;
+    for (size_t i = 0; i < n; i++) y[i] = (real)(x[i] * ri);
+    if (w)
+        for (size_t i = 0; i < n; i++) y[i] *= 1 + w[i];
+}
+/* y = x / sqrt(mean(x^2) + eps) (1 + w) over rows of n (apex manual_rms_norm; the weight is stored
+ * as an offset, w NULL: none); rinv [R] kept */
+static void rms_rows(real *y, real *rinv, const real *x, size_t R, size_t n, double eps, const real *w) {
+    if (!ROWS_PAR(R, n)) {
+        for (size_t r = 0; r < R; r++) rms_row(y + r * n, rinv + r, x + r * n, n, eps, w);
+        return;
     }
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < R; r++) rms_row(y + r * n, rinv + r, x + r * n, n, eps, w);
+}
+/* one row of rms_rows_back */
+static void rms_row_back(real *restrict dx, const real *restrict du, const real *restrict x, double ri, size_t n) {
+    const double s = (double)mega_row_dot(du, x, n) * ri / (double)n;
+    for (size_t i = 0; i < n; i++) dx[i] += (real)(ri * (du[i] - x[i] * ri * s));
 }
 /* dx += ri (du - u mean(du u)) for u = x ri, rows of n */
 static void rms_rows_back(real *dx, const real *du, const real *x, const real *rinv, size_t R, size_t n) {
-    for (size_t r = 0; r < R; r++) {
-        double s = 0;
-        const double ri = rinv[r];
-        for (size_t i = 0; i < n; i++) s += (double)du[r * n + i] * x[r * n + i] * ri;
-        s /= n;
-        for (size_t i = 0; i < n; i++) dx[r * n + i] += (real)(ri * (du[r * n + i] - x[r * n + i] * ri * s));
+    if (!ROWS_PAR(R, n)) {
+        for (size_t r = 0; r < R; r++) rms_row_back(dx + r * n, du + r * n, x + r * n, rinv[r], n);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < R; r++) rms_row_back(dx + r * n, du + r * n, x + r * n, rinv[r], n);
+}
+
+/* q, k = zn (gamma + 1) / sqrt(dz) + beta over rows of Z (g: gamma [2][Z], be: beta [2][Z]) */
+static void qk_row(real *restrict q, real *restrict k, const real *restrict zn, const real *restrict g,
+                   const real *restrict be, size_t Z, double sc) {
+    for (size_t i = 0; i < Z; i++) {
+        q[i] = (real)(zn[i] * (g[i] + 1) * sc + be[i]);
+        k[i] = (real)(zn[i] * (g[Z + i] + 1) * sc + be[Z + i]);
+    }
+}
+static void qk_rows(real *q, real *k, const real *zn, const real *g, const real *be, size_t R, size_t Z, double sc) {
+    if (!ROWS_PAR(R, Z)) {
+        for (size_t r = 0; r < R; r++) qk_row(q + r * Z, k + r * Z, zn + r * Z, g, be, Z, sc);
+        return;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t r = 0; r < R; r++) qk_row(q + r * Z, k + r * Z, zn + r * Z, g, be, Z, sc);
+}
+
+/* the output gate ar = a silu(rpre), backward from dar: da = dar silu(rpre), dar becomes
+ * d(rpre) = dar a silu'(rpre); one row of n, the sigmoids vectorised (mega_sigmoid_row) */
+static void gate_row_back(real *restrict da, real *restrict dar, const real *restrict a, const real *restrict rpre,
+                          size_t n) {
+    for (size_t j0 = 0; j0 < n; j0 += MEGA_SIG_BLOCK) {
+        const size_t m = MEGA_MIN(n - j0, (size_t)MEGA_SIG_BLOCK);
+        real s[MEGA_SIG_BLOCK];
+        mega_sigmoid_row(s, rpre + j0, m);
+        for (size_t j = 0; j < m; j++) {
+            const real x = rpre[j0 + j], g = dar[j0 + j];
+            da[j0 + j] = g * x * s[j];
+            dar[j0 + j] = g * a[j0 + j] * mega_silu_grad_s(x, s[j]);
+        }
     }
 }
 
@@ -86,36 +139,55 @@ void mega_mglayer_forward(const mega_mglayer *L, const real *W, real *y, const r
     mega_tsnorm_acts ta = mega_tsnorm_acts_at(&L->tn, m.tna, B, T);
     mega_tsnorm_forward(&L->tn, W, m.xn, x, NULL, B, T, s, &ta);
     mega_cema_layer_forward(&L->cema, W, m.coef, m.c, m.xn, B, T, h0, NULL);
-    rms_rows(m.mx, m.rinv, m.c, R, D, L->eps);
-    for (size_t r = 0; r < R; r++)
-        for (size_t i = 0; i < D; i++) m.mx[r * D + i] *= 1 + W[L->rms_w + i];
+    rms_rows(m.mx, m.rinv, m.c, R, D, L->eps, W + L->rms_w);
     mega_linear_forward(m.zl, m.mx, W + L->wz, W + L->bz, R, D, Z);
     real *zn = scratch; /* normalised z, only to form q and k */
-    rms_rows(zn, m.zr, m.zl, R * L->H, dz, L->eps);
-    const double sc = 1.0 / sqrt((double)dz);
-    for (size_t r = 0; r < R; r++)
-        for (size_t i = 0; i < Z; i++) {
-            m.q[r * Z + i] = (real)(zn[r * Z + i] * (W[L->gamma + i] + 1) * sc + W[L->beta + i]);
-            m.k[r * Z + i] = (real)(zn[r * Z + i] * (W[L->gamma + Z + i] + 1) * sc + W[L->beta + Z + i]);
-        }
+    rms_rows(zn, m.zr, m.zl, R * L->H, dz, L->eps, NULL);
+    qk_rows(m.q, m.k, zn, W + L->gamma, W + L->beta, R, Z, 1.0 / sqrt((double)dz));
     mega_linear_forward(m.vpre, m.xn, W + L->wv, W + L->bv, R, D, E);
     mega_linear_forward(m.rpre, m.mx, W + L->wr, W + L->br, R, D, E);
-    for (size_t i = 0; i < R * E; i++) m.v[i] = mega_silu(m.vpre[i]);
+    mega_act_rows(MEGA_ACT_SILU, m.v, m.vpre, R, E);
     mega_mgattn_forward(&L->at, m.a, m.q, m.k, m.v, B, T, m.ata, scratch, 1);
-    for (size_t i = 0; i < R * E; i++) m.ar[i] = m.a[i] * mega_silu(m.rpre[i]);
+    mega_silu_times(m.ar, m.rpre, E, m.a, R, E);
     mega_linear_forward(y, m.mx, W + L->wh1, W + L->bh1, R, D, D);
     mega_gemm(0, 1, R, D, E, 1, m.ar, E, W + L->wh2, E, 1, y, D);
     for (size_t i = 0; i < R * D; i++) y[i] += x[i];
 }
 
-/* linear backward: dW [O,I] += dY^T X, db += column sums of dY (b may be NULL), dX += dY W */
+/* linear backward (ops.h): dW [O,I] += dY^T X, db += column sums of dY (b may be NULL), dX += dY W */
 static void linear_back(real *dX, real *dW, real *db, const real *dY, const real *X, const real *Wt, size_t R,
                         size_t In, size_t O) {
-    mega_gemm(1, 0, O, In, R, 1, dY, O, X, In, 1, dW, In);
-    if (db)
-        for (size_t r = 0; r < R; r++)
-            for (size_t o = 0; o < O; o++) db[o] += dY[r * O + o];
-    if (dX) mega_gemm(0, 0, R, In, O, 1, dY, O, Wt, In, 1, dX, In);
+    mega_linear_backward(dX, dW, db, dY, X, Wt, R, In, O, 1);
+}
+
+/* q, k = zn (gamma + 1) sc + beta: the gamma and beta gradients over the rows (zn recomputed
+ * from zl and zr, heads of dz), and dzn into dq */
+static void qk_back(real *restrict dq, const real *restrict dk, real *restrict dg, real *restrict db,
+                    const real *restrict g, const real *restrict zl, const real *restrict zr, size_t R, size_t Z,
+                    size_t H, double sc) {
+    const size_t dz = Z / H;
+    for (size_t r = 0; r < R; r++)
+        for (size_t h = 0; h < H; h++) {
+            const double ri = zr[r * H + h];
+            for (size_t j = 0; j < dz; j++) {
+                const size_t i = h * dz + j, o = r * Z + i;
+                const double zn = (double)zl[o] * ri;
+                dg[i] += (real)(dq[o] * zn * sc), dg[Z + i] += (real)(dk[o] * zn * sc);
+                db[i] += dq[o], db[Z + i] += dk[o];
+                dq[o] = (real)((dq[o] * (g[i] + 1) + dk[o] * (g[Z + i] + 1)) * sc);
+            }
+        }
+}
+
+/* mx = c rinv (1 + w): dw += dmx c rinv over the rows, dmx *= 1 + w */
+static void rmsw_back(real *restrict dmx, real *restrict dw, const real *restrict w, const real *restrict c,
+                      const real *restrict rinv, size_t R, size_t D) {
+    for (size_t r = 0; r < R; r++)
+        for (size_t i = 0; i < D; i++) {
+            const size_t o = r * D + i;
+            dw[i] += (real)(dmx[o] * c[o] * rinv[r]);
+            dmx[o] *= 1 + w[i];
+        }
 }
 
 void mega_mglayer_backward(const mega_mglayer *L, const real *W, real *dW, real *dx, const real *dy, const real *x,
@@ -130,36 +202,24 @@ void mega_mglayer_backward(const mega_mglayer *L, const real *W, real *dW, real 
     linear_back(dar, dW + L->wh2, NULL, dy, m.ar, W + L->wh2, R, E, D);
     /* ar = a * silu(rpre): da into dv's slot first (the attention's output gradient), drpre into dar */
     real *da = dv;
-    for (size_t i = 0; i < R * E; i++) {
-        da[i] = dar[i] * mega_silu(m.rpre[i]);
-        dar[i] = dar[i] * m.a[i] * mega_silu_grad(m.rpre[i]);
+    if (!ROWS_PAR(R, E)) {
+        for (size_t r = 0; r < R; r++) gate_row_back(da + r * E, dar + r * E, m.a + r * E, m.rpre + r * E, E);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (size_t r = 0; r < R; r++) gate_row_back(da + r * E, dar + r * E, m.a + r * E, m.rpre + r * E, E);
     }
     linear_back(dmx, dW + L->wr, dW + L->br, dar, m.mx, W + L->wr, R, D, E);
     memcpy(dar, da, sizeof(real) * R * E); /* dar now holds dO of the attention */
     memset(dv, 0, sizeof(real) * R * E);
     mega_mgattn_backward(&L->at, dq, dk, dv, dar, m.v, B, T, m.ata, as, 1);
-    for (size_t i = 0; i < R * E; i++) dv[i] *= mega_silu_grad(m.vpre[i]);
+    mega_act_backward(MEGA_ACT_SILU, dv, dv, m.vpre, R * E);
     linear_back(dxn, dW + L->wv, dW + L->bv, dv, m.xn, W + L->wv, R, D, E);
     /* q, k = zn (gamma + 1) / sqrt(dz) + beta: dzn into dq (zn recomputed from zl and zr) */
-    const double sc = 1.0 / sqrt((double)dz);
-    for (size_t r = 0; r < R; r++)
-        for (size_t i = 0; i < Z; i++) {
-            const size_t o = r * Z + i;
-            const double zn = (double)m.zl[o] * m.zr[r * L->H + i / dz];
-            dW[L->gamma + i] += (real)(dq[o] * zn * sc), dW[L->gamma + Z + i] += (real)(dk[o] * zn * sc);
-            dW[L->beta + i] += dq[o], dW[L->beta + Z + i] += dk[o];
-            dq[o] = (real)((dq[o] * (W[L->gamma + i] + 1) + dk[o] * (W[L->gamma + Z + i] + 1)) * sc);
-        }
+    qk_back(dq, dk, dW + L->gamma, dW + L->beta, W + L->gamma, m.zl, m.zr, R, Z, L->H, 1.0 / sqrt((double)dz));
     memset(dk, 0, sizeof(real) * R * Z); /* dzl */
     rms_rows_back(dk, dq, m.zl, m.zr, R * L->H, dz);
     linear_back(dmx, dW + L->wz, dW + L->bz, dk, m.mx, W + L->wz, R, D, Z);
-    /* mx = c rinv (1 + w) */
-    for (size_t r = 0; r < R; r++)
-        for (size_t i = 0; i < D; i++) {
-            const size_t o = r * D + i;
-            dW[L->rms_w + i] += (real)(dmx[o] * m.c[o] * m.rinv[r]);
-            dmx[o] *= 1 + W[L->rms_w + i];
-        }
+    rmsw_back(dmx, dW + L->rms_w, W + L->rms_w, m.c, m.rinv, R, D);
     rms_rows_back(dc, dmx, m.c, m.rinv, R, D);
     mega_cema_layer_backward(&L->cema, W, dW, m.coef, dxn, dc, m.xn, B, T, h0, NULL, cs);
     mega_tsnorm_acts ta = mega_tsnorm_acts_at(&L->tn, m.tna, B, T);
@@ -179,22 +239,16 @@ void mega_mglayer_step(const mega_mglayer *L, const real *W, const real *coef, r
     /* the forward's operations on one row per sequence (see mega_mglayer_forward) */
     mega_tsnorm_forward(&L->tn, W, xn, x, NULL, B, 1, s, NULL);
     mega_cema_layer_step(&L->cema, W, coef, h, c, xn, B, 1);
-    rms_rows(mx, rinv, c, R, D, L->eps);
-    for (size_t b = 0; b < R; b++)
-        for (size_t i = 0; i < D; i++) mx[b * D + i] *= 1 + W[L->rms_w + i];
+    rms_rows(mx, rinv, c, R, D, L->eps, W + L->rms_w);
     mega_linear_forward(zl, mx, W + L->wz, W + L->bz, R, D, Z);
-    rms_rows(zn, zr, zl, R * L->H, dz, L->eps);
-    const double sc = 1.0 / sqrt((double)dz);
-    for (size_t b = 0; b < R; b++)
-        for (size_t i = 0; i < Z; i++) {
-            q[b * Z + i] = (real)(zn[b * Z + i] * (W[L->gamma + i] + 1) * sc + W[L->beta + i]);
-            k[b * Z + i] = (real)(zn[b * Z + i] * (W[L->gamma + Z + i] + 1) * sc + W[L->beta + Z + i]);
-        }
+    rms_rows(zn, zr, zl, R * L->H, dz, L->eps, NULL);
+    qk_rows(q, k, zn, W + L->gamma, W + L->beta, R, Z, 1.0 / sqrt((double)dz));
     mega_linear_forward(v, xn, W + L->wv, W + L->bv, R, D, E);
     mega_linear_forward(r, mx, W + L->wr, W + L->br, R, D, E);
-    for (size_t i = 0; i < R * E; i++) v[i] = mega_silu(v[i]);
+    mega_act_rows(MEGA_ACT_SILU, v, v, R, E); /* the forward's rows (the same vector lanes) */
     mega_mgattn_step(&L->at, a, q, k, v, B, pos, cache, w);
-    for (size_t i = 0; i < R * E; i++) ar[i] = a[i] * mega_silu(r[i]);
+    mega_act_rows(MEGA_ACT_SILU, r, r, R, E);
+    for (size_t i = 0; i < R * E; i++) ar[i] = a[i] * r[i]; /* mega_silu_times's product */
     mega_linear_forward(y, mx, W + L->wh1, W + L->bh1, R, D, D);
     mega_gemm(0, 1, R, D, E, 1, ar, E, W + L->wh2, E, 1, y, D);
     for (size_t i = 0; i < R * D; i++) y[i] += x[i];
