@@ -166,23 +166,26 @@ static void ln_row(const mgb_layer *L, const real *W, const mgb_acts *a, const r
 /* rows of the training forward split over the team; the step's few rows on the calling thread */
 #define ROWS_PAR(R, n) ((R) * (n) > MEGA_PAR_MIN)
 
-/* out = rescale(fc2 hid(LN(y))) + x over R rows; a: where the intermediates go */
+/* out = rescale(fc2 hid(LN(y))) + x over R rows; a: where the intermediates go; step: the
+ * streaming step's few rows, whose products take their step form (ops.h mega_linear_step) */
 static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real *y, const real *x, size_t R,
-                        const mgb_acts *a) {
+                        const mgb_acts *a, int step) {
     const size_t D = L->mg.D, F = L->F;
+    void (*const lin)(real *, const real *, const real *, const real *, size_t, size_t, size_t) =
+        step ? mega_linear_step : mega_linear_forward;
     if (!ROWS_PAR(R, D)) {
         for (size_t r = 0; r < R; r++) ln_row(L, W, a, y, r);
     } else {
 #pragma omp parallel for schedule(static)
         for (size_t r = 0; r < R; r++) ln_row(L, W, a, y, r);
     }
-    mega_linear_forward(a->h1, a->n, W + L->fc1, NULL, R, D, F);
-    if (L->swiglu) mega_linear_forward(a->h3, a->n, W + L->fc3, NULL, R, D, F);
+    lin(a->h1, a->n, W + L->fc1, NULL, R, D, F);
+    if (L->swiglu) lin(a->h3, a->n, W + L->fc3, NULL, R, D, F);
     mega_act_rows(MEGA_ACT_SILU, a->hid, a->h1, R, F);
     if (L->swiglu)
         for (size_t i = 0; i < R * F; i++) a->hid[i] *= a->h3[i];
     real *o = L->rescale ? a->o : out;
-    mega_linear_forward(o, a->hid, W + L->fc2, NULL, R, F, D);
+    lin(o, a->hid, W + L->fc2, NULL, R, F, D);
     for (size_t r = 0; r < R; r++)
         for (size_t i = 0; i < D; i++) {
             const size_t k = r * D + i;
@@ -237,7 +240,7 @@ static mega_status mgb_forward(const void *layer, real *W, real *acts, real *y, 
     mega_tsnorm_state_prior(&L->mg.tn, W, &s, B); /* every batch starts from the prior */
     real *ls = s.mv + rup((size_t)B * 2 * L->mg.G);
     mega_mglayer_forward(&L->mg, W, a.y, x, B, T, &s, NULL, a.mg, ls);
-    ffn_forward(L, W, y, a.y, x, (size_t)B * T, &a);
+    ffn_forward(L, W, y, a.y, x, (size_t)B * T, &a, 0);
     return MEGA_OK;
 }
 
@@ -347,7 +350,7 @@ static mega_status mgb_step(const void *layer, const real *W, mega_mixer_state *
     for (int t = 0; t < T; t++) {
         for (int bi = 0; bi < B; bi++) memcpy(xr + bi * D, x + ((size_t)bi * T + t) * D, D * sizeof(real));
         mega_mglayer_step(&L->mg, W, v.coef, yr, xr, B, S->pos, &v.s, v.h, v.cache, work);
-        ffn_forward(L, W, outr, yr, xr, Bz, &a);
+        ffn_forward(L, W, outr, yr, xr, Bz, &a, 1);
         for (int bi = 0; bi < B; bi++) memcpy(y + ((size_t)bi * T + t) * D, outr + bi * D, D * sizeof(real));
         S->pos++;
     }

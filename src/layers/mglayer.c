@@ -116,18 +116,19 @@ static void qk_rows(real *q, real *k, const real *zn, const real *g, const real 
     for (size_t r = 0; r < R; r++) qk_row(q + r * Z, k + r * Z, zn + r * Z, g, be, Z, sc);
 }
 
-/* the output gate ar = a silu(rpre), backward from dar: da = dar silu(rpre), dar becomes
- * d(rpre) = dar a silu'(rpre); one row of n, the sigmoids vectorised (mega_sigmoid_row) */
-static void gate_row_back(real *restrict da, real *restrict dar, const real *restrict a, const real *restrict rpre,
+/* the output gate ar = a silu(rpre), backward from g = d(ar) (in ga): ga becomes da = g silu(rpre)
+ * (the attention's output gradient), drp = d(rpre) = g a silu'(rpre); one row of n, the sigmoids
+ * vectorised (mega_sigmoid_row) */
+static void gate_row_back(real *restrict drp, real *restrict ga, const real *restrict a, const real *restrict rpre,
                           size_t n) {
     for (size_t j0 = 0; j0 < n; j0 += MEGA_SIG_BLOCK) {
         const size_t m = MEGA_MIN(n - j0, (size_t)MEGA_SIG_BLOCK);
         real s[MEGA_SIG_BLOCK];
         mega_sigmoid_row(s, rpre + j0, m);
         for (size_t j = 0; j < m; j++) {
-            const real x = rpre[j0 + j], g = dar[j0 + j];
-            da[j0 + j] = g * x * s[j];
-            dar[j0 + j] = g * a[j0 + j] * mega_silu_grad_s(x, s[j]);
+            const real x = rpre[j0 + j], g = ga[j0 + j];
+            ga[j0 + j] = g * x * s[j];
+            drp[j0 + j] = g * a[j0 + j] * mega_silu_grad_s(x, s[j]);
         }
     }
 }
@@ -154,10 +155,11 @@ void mega_mglayer_forward(const mega_mglayer *L, const real *W, real *y, const r
     for (size_t i = 0; i < R * D; i++) y[i] += x[i];
 }
 
-/* linear backward (ops.h): dW [O,I] += dY^T X, db += column sums of dY (b may be NULL), dX += dY W */
+/* linear backward (ops.h): dW [O,I] += dY^T X, db += column sums of dY (b may be NULL),
+ * dX (+)= dY W (acc 0: dX written, not read: no zeroing pass first) */
 static void linear_back(real *dX, real *dW, real *db, const real *dY, const real *X, const real *Wt, size_t R,
-                        size_t In, size_t O) {
-    mega_linear_backward(dX, dW, db, dY, X, Wt, R, In, O, 1);
+                        size_t In, size_t O, int acc) {
+    mega_linear_backward(dX, dW, db, dY, X, Wt, R, In, O, acc);
 }
 
 /* q, k = zn (gamma + 1) sc + beta: the gamma and beta gradients over the rows (zn recomputed
@@ -196,29 +198,26 @@ void mega_mglayer_backward(const mega_mglayer *L, const real *W, real *dW, real 
     acts_map m = map_acts(L, acts, B, T);
     real *cs = scratch, *as = cs + mega_cema_layer_scratch(&L->cema), *dxn = as + mega_mgattn_scratch(&L->at, T, 1);
     real *dc = dxn + R * D, *dmx = dc + R * D, *dq = dmx + R * D, *dk = dq + R * Z, *dv = dk + R * Z, *dar = dv + R * E;
-    memset(dxn, 0, sizeof(real) * R * (3 * D + 2 * Z + 2 * E));
+    /* only what is accumulated into before it is written: dc (rms_rows_back), dq and dk (the
+     * attention's backward); dxn, dmx and dar are written by their first product */
+    memset(dc, 0, sizeof(real) * R * D);
+    memset(dq, 0, sizeof(real) * R * 2 * Z);
     for (size_t i = 0; i < R * D; i++) dx[i] += dy[i]; /* residual */
-    linear_back(dmx, dW + L->wh1, dW + L->bh1, dy, m.mx, W + L->wh1, R, D, D);
-    linear_back(dar, dW + L->wh2, NULL, dy, m.ar, W + L->wh2, R, E, D);
-    /* ar = a * silu(rpre): da into dv's slot first (the attention's output gradient), drpre into dar */
-    real *da = dv;
-    if (!ROWS_PAR(R, E)) {
-        for (size_t r = 0; r < R; r++) gate_row_back(da + r * E, dar + r * E, m.a + r * E, m.rpre + r * E, E);
-    } else {
-#pragma omp parallel for schedule(static)
-        for (size_t r = 0; r < R; r++) gate_row_back(da + r * E, dar + r * E, m.a + r * E, m.rpre + r * E, E);
-    }
-    linear_back(dmx, dW + L->wr, dW + L->br, dar, m.mx, W + L->wr, R, D, E);
-    memcpy(dar, da, sizeof(real) * R * E); /* dar now holds dO of the attention */
+    linear_back(dmx, dW + L->wh1, dW + L->bh1, dy, m.mx, W + L->wh1, R, D, D, 0);
+    linear_back(dar, dW + L->wh2, NULL, dy, m.ar, W + L->wh2, R, E, D, 0);
+    /* ar = a * silu(rpre): drpre into dv's slot first, dar becomes the attention's output gradient */
+#pragma omp parallel for schedule(static) if (ROWS_PAR(R, E))
+    for (size_t r = 0; r < R; r++) gate_row_back(dv + r * E, dar + r * E, m.a + r * E, m.rpre + r * E, E);
+    linear_back(dmx, dW + L->wr, dW + L->br, dv, m.mx, W + L->wr, R, D, E, 1);
     memset(dv, 0, sizeof(real) * R * E);
     mega_mgattn_backward(&L->at, dq, dk, dv, dar, m.v, B, T, m.ata, as, 1);
     mega_act_backward(MEGA_ACT_SILU, dv, dv, m.vpre, R * E);
-    linear_back(dxn, dW + L->wv, dW + L->bv, dv, m.xn, W + L->wv, R, D, E);
+    linear_back(dxn, dW + L->wv, dW + L->bv, dv, m.xn, W + L->wv, R, D, E, 0);
     /* q, k = zn (gamma + 1) / sqrt(dz) + beta: dzn into dq (zn recomputed from zl and zr) */
     qk_back(dq, dk, dW + L->gamma, dW + L->beta, W + L->gamma, m.zl, m.zr, R, Z, L->H, 1.0 / sqrt((double)dz));
     memset(dk, 0, sizeof(real) * R * Z); /* dzl */
     rms_rows_back(dk, dq, m.zl, m.zr, R * L->H, dz);
-    linear_back(dmx, dW + L->wz, dW + L->bz, dk, m.mx, W + L->wz, R, D, Z);
+    linear_back(dmx, dW + L->wz, dW + L->bz, dk, m.mx, W + L->wz, R, D, Z, 1);
     rmsw_back(dmx, dW + L->rms_w, W + L->rms_w, m.c, m.rinv, R, D);
     rms_rows_back(dc, dmx, m.c, m.rinv, R, D);
     mega_cema_layer_backward(&L->cema, W, dW, m.coef, dxn, dc, m.xn, B, T, h0, NULL, cs);
@@ -236,20 +235,21 @@ void mega_mglayer_step(const mega_mglayer *L, const real *W, const real *coef, r
     real *xn = work, *c = xn + R * D, *mx = c + R * D, *zl = mx + R * D, *zn = zl + R * Z, *q = zn + R * Z;
     real *k = q + R * Z, *v = k + R * Z, *r = v + R * E, *a = r + R * E, *ar = a + R * E, *rinv = ar + R * E;
     real *zr = rinv + R, *w = zr + R * L->H;
-    /* the forward's operations on one row per sequence (see mega_mglayer_forward) */
+    /* the forward's operations on one row per sequence (see mega_mglayer_forward), the products
+     * in their streaming-step form (ops.h mega_linear_step, as Mega's step) */
     mega_tsnorm_forward(&L->tn, W, xn, x, NULL, B, 1, s, NULL);
     mega_cema_layer_step(&L->cema, W, coef, h, c, xn, B, 1);
     rms_rows(mx, rinv, c, R, D, L->eps, W + L->rms_w);
-    mega_linear_forward(zl, mx, W + L->wz, W + L->bz, R, D, Z);
+    mega_linear_step(zl, mx, W + L->wz, W + L->bz, R, D, Z);
     rms_rows(zn, zr, zl, R * L->H, dz, L->eps, NULL);
     qk_rows(q, k, zn, W + L->gamma, W + L->beta, R, Z, 1.0 / sqrt((double)dz));
-    mega_linear_forward(v, xn, W + L->wv, W + L->bv, R, D, E);
-    mega_linear_forward(r, mx, W + L->wr, W + L->br, R, D, E);
+    mega_linear_step(v, xn, W + L->wv, W + L->bv, R, D, E);
+    mega_linear_step(r, mx, W + L->wr, W + L->br, R, D, E);
     mega_act_rows(MEGA_ACT_SILU, v, v, R, E); /* the forward's rows (the same vector lanes) */
     mega_mgattn_step(&L->at, a, q, k, v, B, pos, cache, w);
     mega_act_rows(MEGA_ACT_SILU, r, r, R, E);
     for (size_t i = 0; i < R * E; i++) ar[i] = a[i] * r[i]; /* mega_silu_times's product */
-    mega_linear_forward(y, mx, W + L->wh1, W + L->bh1, R, D, D);
-    mega_gemm(0, 1, R, D, E, 1, ar, E, W + L->wh2, E, 1, y, D);
+    mega_linear_step(y, mx, W + L->wh1, W + L->bh1, R, D, D);
+    mega_gemm_step(R, D, E, ar, E, W + L->wh2, E, 1, y, D);
     for (size_t i = 0; i < R * D; i++) y[i] += x[i];
 }

@@ -86,9 +86,10 @@ void mega_tsnorm_forward(const mega_tsnorm *n, const real *W, real *y, const rea
     (void)par;
 }
 
-/* reverse pass of sequence b: aM, aV ([G] each) hold dL/d(state after the last step) on entry
- * and dL/d(initial state) on return */
-static void bwd_seq(const mega_tsnorm *n, const real *W, real *dW, real *dx, const real *gy, const real *x,
+/* reverse pass of sequence b (dx and the carried state; the weight and bias gradients are
+ * bwd_params'): aM, aV ([G] each) hold dL/d(state after the last step) on entry and dL/d(initial
+ * state) on return */
+static void bwd_seq(const mega_tsnorm *n, const real *W, real *dx, const real *gy, const real *x,
                     const uint8_t *pad, int b, int T, const mega_tsnorm_acts *a, double *aM, double *aV) {
     const int D = n->D, G = n->G, Dg = D / G;
     for (int t = T - 1; t >= 0; t--) {
@@ -102,8 +103,6 @@ static void bwd_seq(const mega_tsnorm *n, const real *W, real *dW, real *dx, con
             for (int k = g * Dg; k < (g + 1) * Dg; k++) {
                 const double dyw = gy[row + k] * (1.0 + W[n->weight + k]), xc = x[row + k] - M1;
                 sdy += dyw, sdr += dyw * xc;
-                dW[n->weight + k] += (real)(gy[row + k] * r * xc);
-                dW[n->bias + k] += gy[row + k];
             }
             /* through y = (x - M') r w + b and r = (V' + eps)^-1/2 */
             const double dM = aM[g] - r * sdy, dV = aV[g] - 0.5 * r * r * r * sdr;
@@ -119,22 +118,48 @@ static void bwd_seq(const mega_tsnorm *n, const real *W, real *dW, real *dx, con
     }
 }
 
+/* y = (x - M') r (1 + w) + b: dw += gy r (x - M'), db += gy over every unpadded row, in the order
+ * the sequential reverse pass took (sequences in order, time reversed) so the sums are the same
+ * whatever the thread count */
+static void bwd_params(const mega_tsnorm *n, real *restrict dw, real *restrict db, const real *restrict gy,
+                       const real *restrict x, const uint8_t *pad, int B, int T, const mega_tsnorm_acts *a) {
+    const int D = n->D, G = n->G, Dg = D / G;
+    for (int b = 0; b < B; b++)
+        for (int t = T - 1; t >= 0; t--) {
+            if (pad && pad[(size_t)b * T + t]) continue;
+            const size_t row = ((size_t)b * T + t) * D, st = ((size_t)b * T + t) * G;
+            for (int g = 0; g < G; g++) {
+                const double M1 = a->mean[st + g], r = a->rstd[st + g];
+                for (int k = g * Dg; k < (g + 1) * Dg; k++) {
+                    dw[k] += (real)(gy[row + k] * r * (x[row + k] - M1));
+                    db[k] += gy[row + k];
+                }
+            }
+        }
+}
+
 void mega_tsnorm_backward(const mega_tsnorm *n, const real *W, real *dW, real *dx, const real *gy, const real *x,
                           const uint8_t *pad, int B, int T, const mega_tsnorm_acts *a, const real *gmv, real *dmv0) {
     const int G = n->G;
-    double aM[512], aV[512]; /* G <= 512: the official configurations use 32-64 groups */
     MEGA_ASSERT(G <= 512);
-    /* sequences in order on this thread: the weight and bias gradients are sums over all of them */
+    /* the sequences are independent but for the weight and bias gradients (bwd_params, after) */
+    const int par = (size_t)B * T * n->D > MEGA_PAR_MIN && B > 1;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (par)
+#endif
     for (int b = 0; b < B; b++) {
+        double aM[512], aV[512]; /* G <= 512: the official configurations use 32-64 groups */
         for (int g = 0; g < G; g++) {
             aM[g] = gmv ? gmv[(size_t)b * 2 * G + g] : 0;
             aV[g] = gmv ? gmv[(size_t)b * 2 * G + G + g] : 0;
         }
-        bwd_seq(n, W, dW, dx, gy, x, pad, b, T, a, aM, aV);
+        bwd_seq(n, W, dx, gy, x, pad, b, T, a, aM, aV);
         if (dmv0)
             for (int g = 0; g < G; g++) {
                 dmv0[(size_t)b * 2 * G + g] = (real)aM[g];
                 dmv0[(size_t)b * 2 * G + G + g] = (real)aV[g];
             }
     }
+    (void)par;
+    bwd_params(n, dW + n->weight, dW + n->bias, gy, x, pad, B, T, a);
 }
