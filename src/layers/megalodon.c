@@ -221,14 +221,23 @@ static void ln_row_back(real *restrict dy, const real *restrict dn, const real *
         dy[i] = (real)(rs * (du - s1 - u * s2));
     }
 }
-/* the LayerNorm's weight and bias gradients over the rows */
-static void ln_params_back(real *restrict dw, real *restrict db, const real *restrict dn, const real *restrict y,
-                           const real *restrict mu, const real *restrict rs, size_t R, size_t D) {
+/* the LayerNorm's weight and bias gradients over the rows, columns [i0, i1) */
+static void ln_params_cols(real *restrict dw, real *restrict db, const real *restrict dn, const real *restrict y,
+                           const real *restrict mu, const real *restrict rs, size_t R, size_t D, size_t i0,
+                           size_t i1) {
     for (size_t r = 0; r < R; r++)
-        for (size_t i = 0; i < D; i++) {
+        for (size_t i = i0; i < i1; i++) {
             const double u = (y[r * D + i] - (double)mu[r]) * rs[r], g = dn[r * D + i];
             dw[i] += (real)(g * u), db[i] += (real)g;
         }
+}
+/* split by columns over the team: each column summed over the rows in row order whatever the
+ * thread count (32 columns a piece) */
+static void ln_params_back(real *dw, real *db, const real *dn, const real *y, const real *mu, const real *rs, size_t R,
+                           size_t D) {
+    const size_t nb = (D + 31) / 32;
+#pragma omp parallel for schedule(static) if (ROWS_PAR(R, D) && nb > 1)
+    for (size_t b = 0; b < nb; b++) ln_params_cols(dw, db, dn, y, mu, rs, R, D, b * 32, MEGA_MIN(D, (b + 1) * 32));
 }
 
 static mega_status mgb_forward(const void *layer, real *W, real *acts, real *y, const real *x, const uint8_t *pad,

@@ -162,17 +162,23 @@ static void linear_back(real *dX, real *dW, real *db, const real *dY, const real
     mega_linear_backward(dX, dW, db, dY, X, Wt, R, In, O, acc);
 }
 
+/* Parameter gradients summed over the rows are split by columns over the team: each thread owns
+ * whole columns and sums them over the rows in row order, so the bits do not depend on the
+ * thread count. COLS columns per piece (whole cache lines of a row). */
+#define COLS 32
+
 /* q, k = zn (gamma + 1) sc + beta: the gamma and beta gradients over the rows (zn recomputed
- * from zl and zr, heads of dz), and dzn into dq */
-static void qk_back(real *restrict dq, const real *restrict dk, real *restrict dg, real *restrict db,
-                    const real *restrict g, const real *restrict zl, const real *restrict zr, size_t R, size_t Z,
-                    size_t H, double sc) {
+ * from zl and zr, heads of dz), and dzn into dq; columns [i0, i1) */
+static void qk_back_cols(real *restrict dq, const real *restrict dk, real *restrict dg, real *restrict db,
+                         const real *restrict g, const real *restrict zl, const real *restrict zr, size_t R,
+                         size_t Z, size_t H, double sc, size_t i0, size_t i1) {
     const size_t dz = Z / H;
     for (size_t r = 0; r < R; r++)
-        for (size_t h = 0; h < H; h++) {
+        for (size_t i = i0; i < i1;) {
+            const size_t h = i / dz, ie = MEGA_MIN(i1, (h + 1) * dz);
             const double ri = zr[r * H + h];
-            for (size_t j = 0; j < dz; j++) {
-                const size_t i = h * dz + j, o = r * Z + i;
+            for (; i < ie; i++) {
+                const size_t o = r * Z + i;
                 const double zn = (double)zl[o] * ri;
                 dg[i] += (real)(dq[o] * zn * sc), dg[Z + i] += (real)(dk[o] * zn * sc);
                 db[i] += dq[o], db[Z + i] += dk[o];
@@ -180,16 +186,28 @@ static void qk_back(real *restrict dq, const real *restrict dk, real *restrict d
             }
         }
 }
+static void qk_back(real *dq, const real *dk, real *dg, real *db, const real *g, const real *zl, const real *zr,
+                    size_t R, size_t Z, size_t H, double sc) {
+    const size_t nb = (Z + COLS - 1) / COLS;
+#pragma omp parallel for schedule(static) if (ROWS_PAR(R, Z) && nb > 1)
+    for (size_t c = 0; c < nb; c++)
+        qk_back_cols(dq, dk, dg, db, g, zl, zr, R, Z, H, sc, c * COLS, MEGA_MIN(Z, (c + 1) * COLS));
+}
 
-/* mx = c rinv (1 + w): dw += dmx c rinv over the rows, dmx *= 1 + w */
-static void rmsw_back(real *restrict dmx, real *restrict dw, const real *restrict w, const real *restrict c,
-                      const real *restrict rinv, size_t R, size_t D) {
+/* mx = c rinv (1 + w): dw += dmx c rinv over the rows, dmx *= 1 + w; columns [i0, i1) */
+static void rmsw_back_cols(real *restrict dmx, real *restrict dw, const real *restrict w, const real *restrict c,
+                           const real *restrict rinv, size_t R, size_t D, size_t i0, size_t i1) {
     for (size_t r = 0; r < R; r++)
-        for (size_t i = 0; i < D; i++) {
+        for (size_t i = i0; i < i1; i++) {
             const size_t o = r * D + i;
             dw[i] += (real)(dmx[o] * c[o] * rinv[r]);
             dmx[o] *= 1 + w[i];
         }
+}
+static void rmsw_back(real *dmx, real *dw, const real *w, const real *c, const real *rinv, size_t R, size_t D) {
+    const size_t nb = (D + COLS - 1) / COLS;
+#pragma omp parallel for schedule(static) if (ROWS_PAR(R, D) && nb > 1)
+    for (size_t b = 0; b < nb; b++) rmsw_back_cols(dmx, dw, w, c, rinv, R, D, b * COLS, MEGA_MIN(D, (b + 1) * COLS));
 }
 
 void mega_mglayer_backward(const mega_mglayer *L, const real *W, real *dW, real *dx, const real *dy, const real *x,

@@ -144,17 +144,18 @@ static void bwd_seq(const mega_tsnorm *n, const real *W, real *dx, const real *g
     }
 }
 
-/* y = (x - M') r (1 + w) + b: dw += gy r (x - M'), db += gy over every unpadded row, in the order
- * the sequential reverse pass took (sequences in order, time reversed) so the sums are the same
- * whatever the thread count */
+/* y = (x - M') r (1 + w) + b: dw += gy r (x - M'), db += gy over every unpadded row, features
+ * of groups [g0, g1), in the order the sequential reverse pass took (sequences in order,
+ * time reversed) */
 static void bwd_params(const mega_tsnorm *n, real *restrict dw, real *restrict db, const real *restrict gy,
-                       const real *restrict x, const uint8_t *pad, int B, int T, const mega_tsnorm_acts *a) {
+                       const real *restrict x, const uint8_t *pad, int B, int T, const mega_tsnorm_acts *a, int g0,
+                       int g1) {
     const int D = n->D, G = n->G, Dg = D / G;
     for (int b = 0; b < B; b++)
         for (int t = T - 1; t >= 0; t--) {
             if (pad && pad[(size_t)b * T + t]) continue;
             const size_t row = ((size_t)b * T + t) * D, st = ((size_t)b * T + t) * G;
-            for (int g = 0; g < G; g++) {
+            for (int g = g0; g < g1; g++) {
                 const double M1 = a->mean[st + g], r = a->rstd[st + g];
                 for (int k = g * Dg; k < (g + 1) * Dg; k++) {
                     dw[k] += (real)(gy[row + k] * r * (x[row + k] - M1));
@@ -186,6 +187,13 @@ void mega_tsnorm_backward(const mega_tsnorm *n, const real *W, real *dW, real *d
                 dmv0[(size_t)b * 2 * G + G + g] = (real)aV[g];
             }
     }
+    /* the weight and bias gradients split by groups over the team: each feature's sum in the
+     * same order whatever the thread count */
+    const int pieces = MEGA_MIN(G, 8);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if ((size_t)B * T * n->D > MEGA_PAR_MIN && pieces > 1)
+#endif
+    for (int p = 0; p < pieces; p++)
+        bwd_params(n, dW + n->weight, dW + n->bias, gy, x, pad, B, T, a, G * p / pieces, G * (p + 1) / pieces);
     (void)par;
-    bwd_params(n, dW + n->weight, dW + n->bias, gy, x, pad, B, T, a);
 }
