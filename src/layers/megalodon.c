@@ -166,6 +166,15 @@ static void ln_row(const mgb_layer *L, const real *W, const mgb_acts *a, const r
 /* rows of the training forward split over the team; the step's few rows on the calling thread */
 #define ROWS_PAR(R, n) ((R) * (n) > MEGA_PAR_MIN)
 
+/* row r of out = [alpha *] o + x (the layer scale when rescale-nffn) */
+static void out_row(const mgb_layer *L, const real *W, real *out, const real *o, const real *x, size_t r) {
+    const size_t D = L->mg.D;
+    for (size_t i = 0; i < D; i++) {
+        const size_t k = r * D + i;
+        out[k] = (L->rescale ? o[k] * W[L->alpha + i] : o[k]) + x[k];
+    }
+}
+
 /* out = rescale(fc2 hid(LN(y))) + x over R rows; a: where the intermediates go; step: the
  * streaming step's few rows, whose products take their step form (ops.h mega_linear_step) */
 static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real *y, const real *x, size_t R,
@@ -186,11 +195,12 @@ static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real
         for (size_t i = 0; i < R * F; i++) a->hid[i] *= a->h3[i];
     real *o = L->rescale ? a->o : out;
     lin(o, a->hid, W + L->fc2, NULL, R, F, D);
-    for (size_t r = 0; r < R; r++)
-        for (size_t i = 0; i < D; i++) {
-            const size_t k = r * D + i;
-            out[k] = (L->rescale ? o[k] * W[L->alpha + i] : o[k]) + x[k];
-        }
+    if (!ROWS_PAR(R, D)) {
+        for (size_t r = 0; r < R; r++) out_row(L, W, out, o, x, r);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (size_t r = 0; r < R; r++) out_row(L, W, out, o, x, r);
+    }
 }
 
 /* dhid arrives as d(hid) over rows of F: with SwiGLU dh3 = dhid silu(h1), then dhid becomes
@@ -262,13 +272,16 @@ static void mgb_backward(const void *layer, const real *W, real *dW, const real 
     real *dy = scratch, *dn = dy + rup(R * D), *dhid = dn + rup(R * D), *dh3 = dhid + rup(R * F);
     real *ls = dh3 + rup(R * F);
     memcpy(dx, dout, R * D * sizeof(real)); /* the two-hop residual */
-    real *dO = dy;                           /* d(fc2 hid), before dy is needed */
-    for (size_t r = 0; r < R; r++)
-        for (size_t i = 0; i < D; i++) {
-            const size_t k = r * D + i;
-            if (L->rescale) dW[L->alpha + i] += dout[k] * a.o[k];
-            dO[k] = L->rescale ? dout[k] * W[L->alpha + i] : dout[k];
-        }
+    const real *dO = dout; /* d(fc2 hid): dout itself, or with the layer scale in dy's slot */
+    if (L->rescale) { /* before dy is needed */
+        for (size_t r = 0; r < R; r++)
+            for (size_t i = 0; i < D; i++) {
+                const size_t k = r * D + i;
+                dW[L->alpha + i] += dout[k] * a.o[k];
+                dy[k] = dout[k] * W[L->alpha + i];
+            }
+        dO = dy;
+    }
     mega_linear_backward(dhid, dW + L->fc2, NULL, dO, a.hid, W + L->fc2, R, F, D, 0);
     const int sw = L->swiglu;
 #pragma omp parallel for schedule(static) if (ROWS_PAR(R, F))

@@ -152,6 +152,7 @@ void mega_mglayer_forward(const mega_mglayer *L, const real *W, real *y, const r
     mega_silu_times(m.ar, m.rpre, E, m.a, R, E);
     mega_linear_forward(y, m.mx, W + L->wh1, W + L->bh1, R, D, D);
     mega_gemm(0, 1, R, D, E, 1, m.ar, E, W + L->wh2, E, 1, y, D);
+#pragma omp parallel for schedule(static) if (ROWS_PAR(R, D))
     for (size_t i = 0; i < R * D; i++) y[i] += x[i];
 }
 
@@ -220,6 +221,7 @@ void mega_mglayer_backward(const mega_mglayer *L, const real *W, real *dW, real 
      * attention's backward); dxn, dmx and dar are written by their first product */
     memset(dc, 0, sizeof(real) * R * D);
     memset(dq, 0, sizeof(real) * R * 2 * Z);
+#pragma omp parallel for schedule(static) if (ROWS_PAR(R, D))
     for (size_t i = 0; i < R * D; i++) dx[i] += dy[i]; /* residual */
     linear_back(dmx, dW + L->wh1, dW + L->bh1, dy, m.mx, W + L->wh1, R, D, D, 0);
     linear_back(dar, dW + L->wh2, NULL, dy, m.ar, W + L->wh2, R, E, D, 0);
