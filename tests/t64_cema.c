@@ -6,7 +6,8 @@
  *        k_j = Re sum_n p g q^j,   b_t = Re sum_n g q^{t+1} h0,   y = (k * x) + b + omega x,
  *        h_T = sum_j p q^{T-1-j} x_j + q^T h0
  *    with q^j = exp(j log q), as the official loops compute it;
- *  - the streaming step over any split of [0, T) against one forward call;
+ *  - the streaming step over any split of [0, T) against one forward call, and one token at a
+ *    time (mega_cema_step) bit for bit: the same operations in the same order;
  *  - every gradient (parameters, input, prior state) against central finite differences.
  * Shapes cover a partial channel block (D = 5) and two blocks (D = 21).
  */
@@ -111,7 +112,8 @@ static double direct_err(fx *f, int use_h0) {
 }
 
 /* the step over pieces of [0, T) with the state carried, against one forward call */
-static double split_err(fx *f) {
+/* pieces of 1, 2, 3, 1, ... tokens, or of one token each (single) */
+static double split_err(fx *f, int single) {
     const mega_cema *e = &f->e;
     const int D = e->D, B = f->B, T = f->T;
     const size_t S = (size_t)B * mega_cema_state_size(e);
@@ -120,7 +122,7 @@ static double split_err(fx *f) {
     double *ys = malloc((size_t)B * T * D * sizeof(double));
     memcpy(st, f->h0, S * sizeof(double));
     double worst = 0;
-    for (int t0 = 0, len = 1; t0 < T; t0 += len, len = len % 3 + 1) {
+    for (int t0 = 0, len = 1; t0 < T; t0 += len, len = single ? 1 : len % 3 + 1) {
         int l = MEGA_MIN(len, T - t0);
         for (int b = 0; b < B; b++) memcpy(xs + (size_t)b * l * D, f->x + ((size_t)b * T + t0) * D, sizeof(double) * l * D);
         mega_cema_layer_step(e, f->P.data, f->coef, st, ys, xs, B, l);
@@ -180,8 +182,9 @@ int main(void) {
         double e0 = direct_err(&f, 0), e1 = direct_err(&f, 1);
         TL_CHECK(e0 < 1e-12, "%s: forward and final state == official kernel form, no h0 (rel %.2e)", label, e0);
         TL_CHECK(e1 < 1e-12, "%s: forward and final state == official kernel form, with h0 (rel %.2e)", label, e1);
-        double es = split_err(&f);
+        double es = split_err(&f, 0), e1t = split_err(&f, 1);
         TL_CHECK(es < 1e-13, "%s: step over pieces == forward (max abs %.2e)", label, es);
+        TL_CHECK(e1t == 0, "%s: step one token at a time == forward, bit for bit (max abs %.2e)", label, e1t);
         grad_check(&f, 0, label);
         grad_check(&f, 1, label);
         fx_free(&f);

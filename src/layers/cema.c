@@ -69,5 +69,6 @@ void mega_cema_layer_step(const mega_cema *e, const real *W, const real *coef, r
                           int B, int T) {
     /* the recurrence is the forward's: the step is the forward from the carried state */
     mega_cema_k k = mega_cema_kernel(coef, W + e->omega, e->D, e->N);
-    mega_cema_forward(&k, y, x, B, T, state, state);
+    if (T == 1) mega_cema_step(&k, y, x, B, state); /* the same bits, without repacking per token */
+    else mega_cema_forward(&k, y, x, B, T, state, state);
 }

@@ -158,7 +158,7 @@ static size_t mgb_scratch(const void *layer, int B, int T, int nt) {
     (void)nt;
     const size_t R = (size_t)B * T;
     return count_reals(B) + rup((size_t)B * 2 * L->mg.G) + rup(mega_mglayer_scratch(&L->mg, B, T)) +
-           2 * rup(R * L->mg.D) + 2 * rup(R * L->F) + 64;
+           2 * rup(R * L->mg.D) + 2 * rup(R * L->F) + rup(L->mg.D) + 64;
 }
 
 /* the FFN's dropout sites, after the layer's (mglayer.c: 1..4) under the same key */
@@ -174,38 +174,107 @@ static void drop(real *v, size_t n, const mega_mgdrop *dr, double p, int site) {
     if (dr && p > 0) mega_dropout(v, v, n, p, mega__subkey(dr->key, (uint64_t)site));
 }
 
-/* the products: mega_linear_forward in a forward, mega_linear_step in a streaming step (each
- * row's sums those it has alone: a stream's rows get the bits they have alone) */
-typedef void (*lin_fn)(real *Y, const real *X, const real *Wt, const real *b, size_t R, size_t In, size_t O);
+/* row r of the FFN's LayerNorm: n = (y - mu) rs (1 + w) + b; mean and variance in the fixed
+ * lanes of mega_row_sum / mega_row_sqdev (ops.h) */
+static void ln_row(const mgb_layer *L, const real *W, const mgb_acts *a, const real *y, size_t r) {
+    const size_t D = L->mg.D;
+    const real *restrict yr = y + r * D, *restrict w = W + L->ln_w, *restrict bb = W + L->ln_b;
+    real *restrict nr = a->n + r * D;
+    const double m = (double)mega_row_sum(yr, D) / (double)D;
+    const double rs = 1.0 / sqrt((double)mega_row_sqdev(yr, (real)m, D) / (double)D + L->mg.eps);
+    a->mu[r] = (real)m, a->rs[r] = (real)rs;
+    for (size_t i = 0; i < D; i++) nr[i] = (real)((yr[i] - m) * rs * (1 + w[i]) + bb[i]);
+}
 
-/* out = rescale(drop(fc2 hdrop(hid(LN(y))))) + x over R rows; a: where the intermediates go;
- * dr: dropout (NULL: none) */
+/* rows of the training forward split over the team; the step's few rows on the calling thread */
+#define ROWS_PAR(R, n) ((R) * (n) > MEGA_PAR_MIN)
+
+/* row r of out = [alpha *] o + x (the layer scale when rescale-nffn) */
+static void out_row(const mgb_layer *L, const real *W, real *out, const real *o, const real *x, size_t r) {
+    const size_t D = L->mg.D;
+    for (size_t i = 0; i < D; i++) {
+        const size_t k = r * D + i;
+        out[k] = (L->rescale ? o[k] * W[L->alpha + i] : o[k]) + x[k];
+    }
+}
+
+/* out = rescale(drop(fc2 hdrop(hid(LN(y))))) + x over R rows; a: where the intermediates go; dr:
+ * dropout (NULL: none); step: the streaming step's few rows, whose products take their step form
+ * (ops.h mega_linear_step: each row's sums those it has alone, so a stream's rows get the bits
+ * they have alone) */
 static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real *y, const real *x, size_t R,
-                        const mgb_acts *a, const mega_mgdrop *dr, lin_fn lin) {
+                        const mgb_acts *a, const mega_mgdrop *dr, int step) {
     const size_t D = L->mg.D, F = L->F;
-    for (size_t r = 0; r < R; r++) {
-        const real *yr = y + r * D;
-        double m = 0, v = 0;
-        for (size_t i = 0; i < D; i++) m += yr[i];
-        m /= (double)D;
-        for (size_t i = 0; i < D; i++) v += (yr[i] - m) * (yr[i] - m);
-        const double rs = 1.0 / sqrt(v / (double)D + L->mg.eps);
-        a->mu[r] = (real)m, a->rs[r] = (real)rs;
-        for (size_t i = 0; i < D; i++)
-            a->n[r * D + i] = (real)((yr[i] - m) * rs * (1 + W[L->ln_w + i]) + W[L->ln_b + i]);
+    void (*const lin)(real *, const real *, const real *, const real *, size_t, size_t, size_t) =
+        step ? mega_linear_step : mega_linear_forward;
+    if (!ROWS_PAR(R, D)) {
+        for (size_t r = 0; r < R; r++) ln_row(L, W, a, y, r);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (size_t r = 0; r < R; r++) ln_row(L, W, a, y, r);
     }
     lin(a->h1, a->n, W + L->fc1, NULL, R, D, F);
     if (L->swiglu) lin(a->h3, a->n, W + L->fc3, NULL, R, D, F);
-    for (size_t i = 0; i < R * F; i++) a->hid[i] = mega_silu(a->h1[i]) * (L->swiglu ? a->h3[i] : 1);
+    mega_act_rows(MEGA_ACT_SILU, a->hid, a->h1, R, F);
+    if (L->swiglu)
+        for (size_t i = 0; i < R * F; i++) a->hid[i] *= a->h3[i];
     drop(a->hid, R * F, dr, dr ? dr->p_hidden : 0, SITE_HID);
     real *o = L->rescale ? a->o : out;
     lin(o, a->hid, W + L->fc2, NULL, R, F, D);
     drop(o, R * D, dr, dr ? dr->p_out : 0, SITE_FC2);
-    for (size_t r = 0; r < R; r++)
-        for (size_t i = 0; i < D; i++) {
-            const size_t k = r * D + i;
-            out[k] = (L->rescale ? o[k] * W[L->alpha + i] : o[k]) + x[k];
+    if (!ROWS_PAR(R, D)) {
+        for (size_t r = 0; r < R; r++) out_row(L, W, out, o, x, r);
+    } else {
+#pragma omp parallel for schedule(static)
+        for (size_t r = 0; r < R; r++) out_row(L, W, out, o, x, r);
+    }
+}
+
+/* dhid arrives as d(hid) over rows of F: with SwiGLU dh3 = dhid silu(h1), then dhid becomes
+ * d(h1) = dhid [h3] silu'(h1); the sigmoids vectorised (mega_sigmoid_row) */
+static void hid_row_back(real *restrict dhid, real *restrict dh3, const real *restrict h1, const real *restrict h3,
+                         size_t F) {
+    for (size_t j0 = 0; j0 < F; j0 += MEGA_SIG_BLOCK) {
+        const size_t m = MEGA_MIN(F - j0, (size_t)MEGA_SIG_BLOCK);
+        real s[MEGA_SIG_BLOCK];
+        mega_sigmoid_row(s, h1 + j0, m);
+        for (size_t j = 0; j < m; j++) {
+            const size_t i = j0 + j;
+            if (h3) dh3[i] = dhid[i] * h1[i] * s[j], dhid[i] *= h3[i];
+            dhid[i] *= mega_silu_grad_s(h1[i], s[j]);
         }
+    }
+}
+
+/* the LayerNorm's backward of row r: n = u (1 + w) + b, u = (y - mu) rs:
+ * dy = rs (du - mean du - u mean(du u)), du = dn (1 + w); w1 holds 1 + w */
+static void ln_row_back(real *restrict dy, const real *restrict dn, const real *restrict y, const real *restrict w1,
+                        double mu, double rs, size_t D) {
+    real sg, sgx;
+    mega_row_norm_sums(dn, w1, y, (real)mu, D, &sg, &sgx);
+    const double s1 = (double)sg / (double)D, s2 = (double)sgx * rs / (double)D;
+    for (size_t i = 0; i < D; i++) {
+        const double u = (y[i] - mu) * rs, du = dn[i] * (double)w1[i];
+        dy[i] = (real)(rs * (du - s1 - u * s2));
+    }
+}
+/* the LayerNorm's weight and bias gradients over the rows, columns [i0, i1) */
+static void ln_params_cols(real *restrict dw, real *restrict db, const real *restrict dn, const real *restrict y,
+                           const real *restrict mu, const real *restrict rs, size_t R, size_t D, size_t i0,
+                           size_t i1) {
+    for (size_t r = 0; r < R; r++)
+        for (size_t i = i0; i < i1; i++) {
+            const double u = (y[r * D + i] - (double)mu[r]) * rs[r], g = dn[r * D + i];
+            dw[i] += (real)(g * u), db[i] += (real)g;
+        }
+}
+/* split by columns over the team: each column summed over the rows in row order whatever the
+ * thread count (32 columns a piece) */
+static void ln_params_back(real *dw, real *db, const real *dn, const real *y, const real *mu, const real *rs, size_t R,
+                           size_t D) {
+    const size_t nb = (D + 31) / 32;
+#pragma omp parallel for schedule(static) if (ROWS_PAR(R, D) && nb > 1)
+    for (size_t b = 0; b < nb; b++) ln_params_cols(dw, db, dn, y, mu, rs, R, D, b * 32, MEGA_MIN(D, (b + 1) * 32));
 }
 
 static mega_status mgb_forward(const void *layer, real *W, real *acts, real *y, const real *x, const uint8_t *pad,
@@ -219,7 +288,7 @@ static mega_status mgb_forward(const void *layer, real *W, real *acts, real *y, 
     mega_tsnorm_state_prior(&L->mg.tn, W, &s, B); /* every batch starts from the prior */
     real *ls = s.mv + rup((size_t)B * 2 * L->mg.G);
     mega_mglayer_forward(&L->mg, W, a.y, x, B, T, &s, NULL, dr, a.mg, ls);
-    ffn_forward(L, W, y, a.y, x, (size_t)B * T, &a, dr, mega_linear_forward);
+    ffn_forward(L, W, y, a.y, x, (size_t)B * T, &a, dr, 0);
     return MEGA_OK;
 }
 
@@ -234,40 +303,35 @@ static void mgb_backward(const void *layer, const real *W, real *dW, const real 
     real *dy = scratch, *dn = dy + rup(R * D), *dhid = dn + rup(R * D), *dh3 = dhid + rup(R * F);
     real *ls = dh3 + rup(R * F);
     memcpy(dx, dout, R * D * sizeof(real)); /* the two-hop residual */
-    real *dO = dy;                           /* d(fc2 hid), before dy is needed */
-    for (size_t r = 0; r < R; r++)
-        for (size_t i = 0; i < D; i++) {
-            const size_t k = r * D + i;
-            if (L->rescale) dW[L->alpha + i] += dout[k] * a.o[k];
-            dO[k] = L->rescale ? dout[k] * W[L->alpha + i] : dout[k];
-        }
-    drop(dO, R * D, dr, dr ? dr->p_out : 0, SITE_FC2);
+    const real *dO = dout; /* d(fc2 hid): dout itself, or with the layer scale or a dropout in dy's slot */
+    if (L->rescale) { /* before dy is needed */
+        for (size_t r = 0; r < R; r++)
+            for (size_t i = 0; i < D; i++) {
+                const size_t k = r * D + i;
+                dW[L->alpha + i] += dout[k] * a.o[k];
+                dy[k] = dout[k] * W[L->alpha + i];
+            }
+        dO = dy;
+    }
+    if (dr && dr->p_out > 0) {
+        if (dO != dy) memcpy(dy, dout, R * D * sizeof(real));
+        drop(dy, R * D, dr, dr->p_out, SITE_FC2);
+        dO = dy;
+    }
     mega_linear_backward(dhid, dW + L->fc2, NULL, dO, a.hid, W + L->fc2, R, F, D, 0);
     drop(dhid, R * F, dr, dr ? dr->p_hidden : 0, SITE_HID);
-    for (size_t i = 0; i < R * F; i++) {
-        const real g = mega_silu(a.h1[i]);
-        if (L->swiglu) dh3[i] = dhid[i] * g, dhid[i] *= a.h3[i];
-        dhid[i] *= mega_silu_grad(a.h1[i]);
-    }
+    const int sw = L->swiglu;
+#pragma omp parallel for schedule(static) if (ROWS_PAR(R, F))
+    for (size_t r = 0; r < R; r++)
+        hid_row_back(dhid + r * F, sw ? dh3 + r * F : NULL, a.h1 + r * F, sw ? a.h3 + r * F : NULL, F);
     mega_linear_backward(dn, dW + L->fc1, NULL, dhid, a.n, W + L->fc1, R, D, F, 0);
     if (L->swiglu) mega_linear_backward(dn, dW + L->fc3, NULL, dh3, a.n, W + L->fc3, R, D, F, 1);
-    /* n = u (1 + w) + b, u = (y - mu) rs: dy = rs (du - mean du - u mean(du u)) */
-    for (size_t r = 0; r < R; r++) {
-        const real *yr = a.y + r * D;
-        const double mu = a.mu[r], rs = a.rs[r];
-        double s1 = 0, s2 = 0;
-        for (size_t i = 0; i < D; i++) {
-            const double u = (yr[i] - mu) * rs, g = dn[r * D + i];
-            dW[L->ln_w + i] += (real)(g * u), dW[L->ln_b + i] += (real)g;
-            const double du = g * (1 + W[L->ln_w + i]);
-            s1 += du, s2 += du * u;
-        }
-        s1 /= (double)D, s2 /= (double)D;
-        for (size_t i = 0; i < D; i++) {
-            const double u = (yr[i] - mu) * rs, du = dn[r * D + i] * (1 + W[L->ln_w + i]);
-            dy[r * D + i] = (real)(rs * (du - s1 - u * s2));
-        }
-    }
+    /* n = u (1 + w) + b, u = (y - mu) rs */
+    ln_params_back(dW + L->ln_w, dW + L->ln_b, dn, a.y, a.mu, a.rs, R, D);
+    real *w1 = ls + rup(mega_mglayer_scratch(&L->mg, B, T)); /* 1 + w, after the layer's scratch */
+    for (size_t i = 0; i < D; i++) w1[i] = 1 + W[L->ln_w + i];
+#pragma omp parallel for schedule(static) if (ROWS_PAR(R, D))
+    for (size_t r = 0; r < R; r++) ln_row_back(dy + r * D, dn + r * D, a.y + r * D, w1, a.mu[r], a.rs[r], D);
     mega_mglayer_backward(&L->mg, W, dW, dx, dy, x, B, T, NULL, dr, a.mg, ls);
 }
 
@@ -356,7 +420,7 @@ static mega_status mgb_step(const void *layer, const real *W, mega_mixer_state *
     for (int t = 0; t < T; t++) {
         for (int bi = 0; bi < B; bi++) memcpy(xr + bi * D, x + ((size_t)bi * T + t) * D, D * sizeof(real));
         mega_mglayer_step(&L->mg, W, v.coef, yr, xr, B, S->pos, S->rpos, &v.s, v.h, v.cache, work);
-        ffn_forward(L, W, outr, yr, xr, Bz, &a, NULL, mega_linear_step);
+        ffn_forward(L, W, outr, yr, xr, Bz, &a, NULL, 1);
         for (int bi = 0; bi < B; bi++) memcpy(y + ((size_t)bi * T + t) * D, outr + bi * D, D * sizeof(real));
         S->pos++;
     }

@@ -97,18 +97,18 @@ void mega_mgattn_step(const mega_mgattn *a, real *O, const real *q, const real *
         for (int h = 0; h < H; h++) {
             memcpy(qh, q + (size_t)b * HZ + (size_t)h * Z, Z * sizeof(real));
             mega_rope_apply(qh, cs, Z, 1);
-            double mx = -INFINITY, sum = 0;
-            for (int j = 0; j < n; j++) { /* unscaled scores */
-                double s = 0;
-                for (int i = 0; i < Z; i++) s += (double)qh[i] * kc[(size_t)j * HZ + (size_t)h * Z + i];
-                w[j] = (real)s;
-                if (s > mx) mx = s;
+            /* unscaled scores in the fixed lanes of mega_row_dot, their exponentials vectorised
+             * (mega_exp_sub) */
+            real mx = -INFINITY;
+            for (int j = 0; j < n; j++) {
+                w[j] = mega_row_dot(qh, kc + (size_t)j * HZ + (size_t)h * Z, (size_t)Z);
+                if (w[j] > mx) mx = w[j];
             }
-            for (int j = 0; j < n; j++) sum += (w[j] = (real)exp((double)w[j] - mx));
+            const real sum = mega_exp_sub(w, (size_t)n, mx, 1);
             real *o = O + (size_t)b * HE + (size_t)h * E;
             for (int e = 0; e < E; e++) o[e] = 0;
             for (int j = 0; j < n; j++) {
-                const real p = (real)(w[j] / sum);
+                const real p = w[j] / sum;
                 const real *vr = vc + (size_t)j * HE + (size_t)h * E;
                 for (int e = 0; e < E; e++) o[e] += p * vr[e];
             }

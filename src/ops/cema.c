@@ -139,6 +139,30 @@ void mega_cema_forward(const mega_cema_k *k, real *y, const real *x, int B, int 
     (void)par;
 }
 
+void mega_cema_step(const mega_cema_k *k, real *y, const real *x, int B, real *h) {
+    const int N = k->N, D = k->D;
+    const real *restrict om = k->omega;
+    for (int b = 0; b < B; b++) {
+        real *restrict yb = y + (size_t)b * D;
+        const real *restrict xb = x + (size_t)b * D;
+        real *hb = h + (size_t)b * 2 * N * D;
+        for (int d = 0; d < D; d++) yb[d] = 0;
+        for (int n = 0; n < N; n++) { /* fwd_step's arithmetic on the D channels of component n */
+            const size_t o = (size_t)n * D;
+            const real *restrict p = k->p + o, *restrict qr = k->qr + o, *restrict qi = k->qi + o;
+            const real *restrict gr = k->gr + o, *restrict gi = k->gi + o;
+            real *restrict r = hb + o, *restrict m = hb + (size_t)(N + n) * D;
+            for (int d = 0; d < D; d++) {
+                const real nr = qr[d] * r[d] - qi[d] * m[d] + p[d] * xb[d];
+                const real ni = qr[d] * m[d] + qi[d] * r[d];
+                r[d] = nr, m[d] = ni;
+                yb[d] += gr[d] * nr - gi[d] * ni;
+            }
+        }
+        for (int d = 0; d < D; d++) yb[d] = yb[d] + om[d] * xb[d];
+    }
+}
+
 /* backward workspace of a block: per component, the forward-mode state h, u, h' and the
  * accumulators S = sum gy h, P = sum gy u, Z = sum gy h' (complex: re, im rows) */
 typedef struct {

@@ -51,6 +51,12 @@ mega_cema_k mega_cema_kernel(const real *coef, const real *omega, int D, int N);
  * the last step, [B][2][N][D], or NULL (may equal h0: updated in place). Allocates nothing. */
 void mega_cema_forward(const mega_cema_k *k, real *y, const real *x, int B, int T, const real *h0, real *hT);
 
+/* one token (T = 1) of mega_cema_forward from the state h [B][2][N][D], updated in place: the
+ * same operations in the same order (so the same bits), read straight from the coefficient
+ * arrays [n][D] instead of repacked per channel block (the streaming step). y [B,D] is also the
+ * accumulator. Allocates nothing. */
+void mega_cema_step(const mega_cema_k *k, real *y, const real *x, int B, real *h);
+
 /* backward from gy = dL/dy [B,T,D]: dx +=, dcoef (layout of mega_cema_coef) +=, domega [D] +=;
  * dh0 ([B][2][N][D], set, not accumulated) when h0 and dh0 are both given. Allocates nothing. */
 void mega_cema_backward(const mega_cema_k *k, real *dx, real *dcoef, real *domega, const real *gy, const real *x,
