@@ -481,6 +481,32 @@ int main(int argc, char **argv) {
     }
     check_batch_independent(m);
     check_tuner_ways(m);
+    /* Megalodon's step runs on the step team too (MEGA_MIXER_STEP_TEAM): the same checks on a
+     * smaller model (2 layers, D 64, chunk 16: the 120 positions cross chunk borders) */
+    mega_lm_config cg;
+    bench_config(&cg);
+    cg.layers = 2, cg.block.mixer = MEGA_MIXER_MEGALODON, cg.block.embed_dim = 64, cg.block.z_dim = 32;
+    cg.block.hidden_dim = 128, cg.block.ffn_dim = 128, cg.block.n_dim = 4, cg.block.chunk_size = 16;
+    cg.block.heads = 2, cg.block.norm_num_groups = 8, cg.block.swiglu = 1;
+    mega_lm *mg = NULL;
+    if (mega_lm_create(&cg, &mg) != MEGA_OK) {
+        TL_CHECK(0, "create a Megalodon model: %s", mega_last_error());
+    } else {
+        mega_lm_init_params(mg, 2);
+        mega_real *l2 = NULL, *l1 = NULL;
+        int g2 = 0, g1 = 0;
+        check_stream_vs_forward(mg, 9, 2, &l2, &g2);
+        check_stream_vs_forward(mg, 9, 1, &l1, &g1);
+        TL_CHECK(l1 && l2 && !memcmp(l1, l2, (size_t)9 * SV_T * cg.vocab_size * sizeof *l1),
+                 "Megalodon B=9: streamed logits with 1 and 2 threads (%d and %d groups) are bit-identical", g1, g2);
+        TL_CHECK(g1 == 2 && g2 == 2, "Megalodon B=9: groups %d with 1 thread, %d with 2", g1, g2);
+        free(l1), free(l2);
+        check_batch_independent(mg);
+#ifndef NO_INTERPOSE
+        for (int B = 1; B <= 8; B += 7) check_decode(mg, B, 2);
+#endif
+        mega_lm_free(mg);
+    }
 #ifdef NO_INTERPOSE
     printf("NOTE allocation counting skipped: %s\n", NO_INTERPOSE);
 #else

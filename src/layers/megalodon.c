@@ -446,7 +446,7 @@ static const char *const MGB_OPTIONS[] = {"z-dim", "hidden-dim", "n-dim", "chunk
 const mega_mixer_ops mega_mixer_ops_megalodon = {
     .name = "megalodon",
     .flags = MEGA_MIXER_SELF_RESIDUAL | MEGA_MIXER_CAUSAL | MEGA_MIXER_OWN_FFN | MEGA_MIXER_FINAL_TSNORM |
-             MEGA_MIXER_ROWS,
+             MEGA_MIXER_ROWS | MEGA_MIXER_STEP_TEAM,
     .layer_size = sizeof(mgb_layer),
     .resolve = mgb_resolve,
     .check = mgb_check,

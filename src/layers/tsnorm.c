@@ -96,11 +96,15 @@ static void fwd_seq(const mega_tsnorm *n, const real *W, real *y, const real *x,
 void mega_tsnorm_forward(const mega_tsnorm *n, const real *W, real *y, const real *x, const uint8_t *pad, int B,
                          int T, mega_tsnorm_state *s, const mega_tsnorm_acts *a) {
     const int par = (size_t)B * T * n->D > MEGA_PAR_MIN && B > 1;
+    if (!par) { /* no region at all: the streaming step runs inside the step team (ops.h), where
+                 * one would be nested, and libgomp allocates a team even for a false if() */
+        for (int b = 0; b < B; b++) fwd_seq(n, W, y, x, pad, b, T, s, a);
+        return;
+    }
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static)
 #endif
     for (int b = 0; b < B; b++) fwd_seq(n, W, y, x, pad, b, T, s, a);
-    (void)par;
 }
 
 /* reverse pass of sequence b (dx and the carried state; the weight and bias gradients are
