@@ -230,19 +230,20 @@ static void ffn_forward(const mgb_layer *L, const real *W, real *out, const real
     }
 }
 
-/* dhid arrives as d(hid) over rows of F: with SwiGLU dh3 = dhid silu(h1), then dhid becomes
- * d(h1) = dhid [h3] silu'(h1); the sigmoids vectorised (mega_sigmoid_row) */
+/* dhid arrives as d(hid) over rows of F: with SwiGLU (hid = silu(h1) h3) dh3 = dhid silu(h1) and
+ * dhid becomes d(h1) = dhid h3 silu'(h1) (ops.h mega_silu_times_backward_row), without it
+ * d(h1) = dhid silu'(h1); the sigmoids vectorised (mega_sigmoid_row) */
 static void hid_row_back(real *restrict dhid, real *restrict dh3, const real *restrict h1, const real *restrict h3,
                          size_t F) {
+    if (h3) {
+        mega_silu_times_backward_row(dh3, dhid, dhid, h3, h1, F);
+        return;
+    }
     for (size_t j0 = 0; j0 < F; j0 += MEGA_SIG_BLOCK) {
         const size_t m = MEGA_MIN(F - j0, (size_t)MEGA_SIG_BLOCK);
         real s[MEGA_SIG_BLOCK];
         mega_sigmoid_row(s, h1 + j0, m);
-        for (size_t j = 0; j < m; j++) {
-            const size_t i = j0 + j;
-            if (h3) dh3[i] = dhid[i] * h1[i] * s[j], dhid[i] *= h3[i];
-            dhid[i] *= mega_silu_grad_s(h1[i], s[j]);
-        }
+        for (size_t j = 0; j < m; j++) dhid[j0 + j] *= mega_silu_grad_s(h1[j0 + j], s[j]);
     }
 }
 

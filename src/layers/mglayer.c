@@ -124,22 +124,6 @@ static void qk_rows(real *q, real *k, const real *zn, const real *g, const real 
     for (size_t r = 0; r < R; r++) qk_row(q + r * Z, k + r * Z, zn + r * Z, g, be, Z, sc);
 }
 
-/* the output gate ar = a silu(rpre), backward from g = d(ar) (in ga): ga becomes da = g silu(rpre)
- * (the attention's output gradient), drp = d(rpre) = g a silu'(rpre); one row of n, the sigmoids
- * vectorised (mega_sigmoid_row) */
-static void gate_row_back(real *restrict drp, real *restrict ga, const real *restrict a, const real *restrict rpre,
-                          size_t n) {
-    for (size_t j0 = 0; j0 < n; j0 += MEGA_SIG_BLOCK) {
-        const size_t m = MEGA_MIN(n - j0, (size_t)MEGA_SIG_BLOCK);
-        real s[MEGA_SIG_BLOCK];
-        mega_sigmoid_row(s, rpre + j0, m);
-        for (size_t j = 0; j < m; j++) {
-            const real x = rpre[j0 + j], g = ga[j0 + j];
-            ga[j0 + j] = g * x * s[j];
-            drp[j0 + j] = g * a[j0 + j] * mega_silu_grad_s(x, s[j]);
-        }
-    }
-}
 
 void mega_mglayer_forward(const mega_mglayer *L, const real *W, real *y, const real *x, int B, int T,
                           mega_tsnorm_state *s, const real *h0, const mega_mgdrop *dr, real *acts, real *scratch) {
@@ -243,7 +227,8 @@ void mega_mglayer_backward(const mega_mglayer *L, const real *W, real *dW, real 
     drop(dar, R * E, dr, dr ? dr->p_hidden : 0, SITE_AR);
     /* ar = a * silu(rpre): drpre into dv's slot first, dar becomes the attention's output gradient */
 #pragma omp parallel for schedule(static) if (ROWS_PAR(R, E))
-    for (size_t r = 0; r < R; r++) gate_row_back(dv + r * E, dar + r * E, m.a + r * E, m.rpre + r * E, E);
+    for (size_t r = 0; r < R; r++) /* dar becomes da = g silu(rpre), dv gets d(rpre) = g a silu'(rpre) */
+        mega_silu_times_backward_row(dar + r * E, dv + r * E, dar + r * E, m.a + r * E, m.rpre + r * E, E);
     linear_back(dmx, dW + L->wr, dW + L->br, dv, m.mx, W + L->wr, R, D, E, 1);
     memset(dv, 0, sizeof(real) * R * E);
     mega_mgattn_backward(&L->at, dq, dk, dv, dar, m.v, B, T, dr ? dr->p_attn : 0,

@@ -103,6 +103,20 @@ void mega_sigmoid_row(real *s, const real *x, size_t n) {
     for (; i < n; i++) s[i] = mega_sigmoid(x[i]);
 }
 
+void mega_silu_times_backward_row(real *da, real *dx, const real *g, const real *a, const real *x, size_t n) {
+    for (size_t j0 = 0; j0 < n; j0 += MEGA_SIG_BLOCK) {
+        const size_t m = MEGA_MIN(n - j0, (size_t)MEGA_SIG_BLOCK);
+        real s[MEGA_SIG_BLOCK];
+        mega_sigmoid_row(s, x + j0, m);
+        for (size_t j = 0; j < m; j++) {
+            const size_t i = j0 + j;
+            const real gi = g[i], xi = x[i];
+            da[i] = gi * xi * s[j];
+            dx[i] = gi * a[i] * mega_silu_grad_s(xi, s[j]);
+        }
+    }
+}
+
 void mega_gate_mix(real *out, const real *u_pre, size_t ld, const real *h, const real *x, size_t R, size_t D) {
 #pragma omp parallel for schedule(static) if (R * D > MEGA_PAR_MIN)
     for (size_t r = 0; r < R; r++) {

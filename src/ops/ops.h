@@ -95,6 +95,10 @@ void mega_sigmoid_row(real *s, const real *x, size_t n);
 void mega_silu_times(real *out, const real *rows, size_t ld, const real *O, size_t R, size_t D);
 /* rows of at most this many entries go through a stack buffer of sigmoids */
 #define MEGA_SIG_BLOCK 256
+/* The backward of y = a silu(x) over one row of n, on the calling thread, from g = d(y):
+ * da = g silu(x), dx = g a silu'(x); g may be da or dx (each g[i] is read before either is
+ * written). Megalodon's output gate (attn * silu(r)) and its SwiGLU (silu(fc1) * fc3) take it. */
+void mega_silu_times_backward_row(real *da, real *dx, const real *g, const real *a, const real *x, size_t n);
 /* The update gate of Mega's layer and of the gated cross-attention (official mega_layer.py and
  * gated_cross_attention.py: out = torch.addcmul(x, u, h - x), u = sigmoid(u_pre)), over R rows of
  * D (u_pre rows ld apart, the others packed): out = x + u (h - x). out may alias x or h. */

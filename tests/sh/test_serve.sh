@@ -167,6 +167,25 @@ print(len(t[0]) > 0 and t[0] == t[1], len(a(t[0])) > 12 and a(t[0]) == a(g))' 2>
 check "a 400-byte prompt joining 3 streams in flight ($ended of them ended by then) gives its text alone and mega generate's ($LONG)" \
   test "$LONG $ended" = "True True 0"
 
+# alone_then_crowd TAG N BASE STEP: send TAG1.req .. TAGN.req to $U one at a time, then all at once;
+# prints how many of the N crowd answers have the text of their alone answer and BASE + STEP * i
+# completion tokens, and how many distinct texts the alone answers have
+alone_then_crowd() {
+  for i in $(seq 1 $2); do $C -o "$1alone$i.json" "$U/v1/completions" --data-binary @$1$i.req; done
+  CL=""
+  for i in $(seq 1 $2); do
+    $C -o "$1crowd$i.json" "$U/v1/completions" --data-binary @$1$i.req &
+    CL="$CL $!"
+  done
+  wait $CL
+  python3 -c 'import json, sys
+tag, N, base, step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+t = lambda k, i: json.load(open("%s%s%d.json" % (tag, k, i)))["choices"][0]["text"]
+n = lambda i: json.load(open("%scrowd%d.json" % (tag, i)))["usage"]["completion_tokens"]
+print(sum(t("alone", i) == t("crowd", i) and n(i) == base + step * i for i in range(1, N + 1)),
+      len({t("alone", i) for i in range(1, N + 1)}))' "$@" 2>&1
+}
+
 # ---- continuous batching: 16 requests alone, then all 16 at once on 16 slots ----------------------
 # each with its own prompt, seed, temperature and length: the rows join and leave at different
 # tokens, and every request gets the text it gets alone (its logits do not depend on the rows
@@ -176,19 +195,8 @@ start b --parallel 16 --max-tokens 1000 --ctx 2000
 for i in $(seq 1 16); do
   printf '{"prompt":"the %s ","max_tokens":%d,"temperature":0.%d,"seed":%d}' \
     "$(echo cat dog bird fox | cut -d' ' -f$((i % 4 + 1)))" $((16 + 7 * i)) $((i % 9 + 1)) $((100 + i)) > q$i.req
-  $C -o "alone$i.json" "$U/v1/completions" --data-binary @q$i.req
 done
-CL=""
-for i in $(seq 1 16); do
-  $C -o "crowd$i.json" "$U/v1/completions" --data-binary @q$i.req &
-  CL="$CL $!"
-done
-wait $CL
-SAME16=$(python3 -c 'import json
-t = lambda f: json.load(open(f))["choices"][0]["text"]
-n = lambda f: json.load(open(f))["usage"]["completion_tokens"]
-print(sum(t("alone%d.json" % i) == t("crowd%d.json" % i) and n("crowd%d.json" % i) == 16 + 7 * i for i in range(1, 17)),
-      len({t("alone%d.json" % i) for i in range(1, 17)}))' 2>&1)
+SAME16=$(alone_then_crowd q 16 16 7)
 check "16 requests at once on 16 slots: each gives the text it gives alone, in full (same of 16, distinct texts: $SAME16)" \
   test "${SAME16% *}" = 16 -a "${SAME16#* }" -gt 8
 kill -TERM $MPID; wait $PID
@@ -202,18 +210,9 @@ serve_start m mgl --parallel 4 --max-tokens 1000 --ctx 2000
 for i in 1 2 3 4; do
   printf '{"prompt":"the %s","max_tokens":%d,"temperature":0.%d,"seed":%d}' \
     "$(echo cat dog bird fox | cut -d' ' -f$i)" $((9 + 6 * i)) $((i + 4)) $((200 + i)) > m$i.req
-  $C -o "malone$i.json" "$U/v1/completions" --data-binary @m$i.req
 done
-CL=""
-for i in 1 2 3 4; do
-  $C -o "mcrowd$i.json" "$U/v1/completions" --data-binary @m$i.req &
-  CL="$CL $!"
-done
-wait $CL
-SAMEM=$(python3 -c 'import json
-t = lambda f: json.load(open(f))["choices"][0]["text"]
-n = lambda f: json.load(open(f))["usage"]["completion_tokens"]
-print(sum(t("malone%d.json" % i) == t("mcrowd%d.json" % i) and n("mcrowd%d.json" % i) == 9 + 6 * i for i in range(1, 5)))' 2>&1)
+SAMEM=$(alone_then_crowd m 4 9 6)
+SAMEM=${SAMEM% *}
 check "Megalodon, 4 requests at once on 4 slots: each gives the text it gives alone, in full ($SAMEM of 4)" test "$SAMEM" = 4
 kill -TERM $MPID; wait $PID
 U=$A_U MPID=$A_MPID PID=$A_PID
