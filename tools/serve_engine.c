@@ -308,7 +308,7 @@ static void run_job(serve_engine *e, serve_job *j) {
 static void batch_swap(serve_engine *e, int a, int b) {
     if (a == b) return;
     const size_t V = (size_t)mega_lm_get_config(e->model->lm)->vocab_size;
-    mega_lm_stream_row_swap(e->rows, a, b); /* two rows in use of a Mega model: cannot fail */
+    mega_lm_stream_row_swap(e->rows, a, b); /* two rows in use of a model with rows: cannot fail */
     const serve_row q = e->row[a];
     const int32_t t = e->tok[a];
     e->row[a] = e->row[b], e->row[b] = q;

@@ -436,14 +436,14 @@ static int stream_groups(const mega_lm *m, int B) {
 /* group g's first sequence */
 static int group_first(const mega_lm_stream *s, int g) { return (int)((int64_t)s->B * g / s->ngroups); }
 
-/* one stream of B sequences with its own buffers (cap: already the cache capacity): with its own
- * state (of NULL), or a view of sequences [b0, b0 + B) of the state of stream of (a group) */
 /* a view's final timestep-norm state: sequences from b0 of the stream of's */
 static void tfs_at(mega_lm_stream *v, const mega_lm_stream *of, int b0) {
     v->tfs.count = of->tfs.count + b0;
     v->tfs.mv = of->tfs.mv + (size_t)b0 * 2 * v->m->st.tfnorm.G;
 }
 
+/* one stream of B sequences with its own buffers (cap: already the cache capacity): with its own
+ * state (of NULL), or a view of sequences [b0, b0 + B) of the state of stream of (a group) */
 static mega_status stream_alloc(mega_lm *m, int B, int cap, const mega_lm_stream *of, int b0, mega_lm_stream **out) {
     *out = NULL;
     const mega_lm_config *c = &m->cfg;
@@ -852,41 +852,41 @@ mega_status mega_lm_stream_rows_step_n(mega_lm_stream *s, int n, const int32_t *
     return MEGA_OK;
 }
 
+/* row a takes row b's place in every state a row has (the blocks', the final timestep norm's of
+ * Megalodon, the position); with swap, row b takes a's too (else b's is left as it was) */
+static mega_status rows_move(mega_lm_stream *s, int a, int b, int swap) {
+    for (int i = 0; i < s->B; i++) s->ridx[i] = i;
+    s->ridx[a] = b;
+    if (swap) s->ridx[b] = a;
+    for (int l = 0; l < s->m->cfg.layers; l++) MEGA_TRY(mega_block_state_reorder(&s->m->st.blocks[l], &s->S[l], s->ridx, s->rtmp));
+    if (s->tfs.count) {
+        const size_t G2 = 2 * (size_t)s->m->st.tfnorm.G;
+        real *ma = s->tfs.mv + (size_t)a * G2, *mb = s->tfs.mv + (size_t)b * G2;
+        const int64_t c = s->tfs.count[a];
+        s->tfs.count[a] = s->tfs.count[b];
+        if (swap) s->tfs.count[b] = c;
+        for (size_t i = 0; i < G2; i++) {
+            const real t = ma[i];
+            ma[i] = mb[i];
+            if (swap) mb[i] = t;
+        }
+    }
+    const int64_t p = s->rpos[a];
+    s->rpos[a] = s->rpos[b];
+    if (swap) s->rpos[b] = p;
+    return MEGA_OK;
+}
+
 mega_status mega_lm_stream_row_remove(mega_lm_stream *s, int row) {
     if (row < 0 || row >= s->nrows) MEGA_FAIL(MEGA_ERR_INVALID, "row %d is not in use (%d rows)", row, s->nrows);
     const int last = --s->nrows;
-    if (row == last) return MEGA_OK;
-    for (int b = 0; b < s->B; b++) s->ridx[b] = b;
-    s->ridx[row] = last;
-    for (int l = 0; l < s->m->cfg.layers; l++) MEGA_TRY(mega_block_state_reorder(&s->m->st.blocks[l], &s->S[l], s->ridx, s->rtmp));
-    if (s->tfs.count) { /* the final timestep norm's state (Megalodon) moves with the row */
-        const size_t G2 = 2 * (size_t)s->m->st.tfnorm.G;
-        s->tfs.count[row] = s->tfs.count[last];
-        memcpy(s->tfs.mv + (size_t)row * G2, s->tfs.mv + (size_t)last * G2, G2 * sizeof(real));
-    }
-    s->rpos[row] = s->rpos[last];
-    return MEGA_OK;
+    return row == last ? MEGA_OK : rows_move(s, row, last, 0);
 }
 
 mega_status mega_lm_stream_row_swap(mega_lm_stream *s, int a, int b) {
     if (a < 0 || a >= s->nrows || b < 0 || b >= s->nrows)
         MEGA_FAIL(MEGA_ERR_INVALID, "rows %d and %d: not both in use (%d rows)", a, b, s->nrows);
-    if (a == b) return MEGA_OK;
-    for (int i = 0; i < s->B; i++) s->ridx[i] = i;
-    s->ridx[a] = b, s->ridx[b] = a;
-    for (int l = 0; l < s->m->cfg.layers; l++) MEGA_TRY(mega_block_state_reorder(&s->m->st.blocks[l], &s->S[l], s->ridx, s->rtmp));
-    if (s->tfs.count) { /* the final timestep norm's state (Megalodon) moves with its row */
-        const size_t G2 = 2 * (size_t)s->m->st.tfnorm.G;
-        const int64_t c = s->tfs.count[a];
-        s->tfs.count[a] = s->tfs.count[b], s->tfs.count[b] = c;
-        for (size_t i = 0; i < G2; i++) {
-            const real t = s->tfs.mv[(size_t)a * G2 + i];
-            s->tfs.mv[(size_t)a * G2 + i] = s->tfs.mv[(size_t)b * G2 + i], s->tfs.mv[(size_t)b * G2 + i] = t;
-        }
-    }
-    const int64_t p = s->rpos[a];
-    s->rpos[a] = s->rpos[b], s->rpos[b] = p;
-    return MEGA_OK;
+    return a == b ? MEGA_OK : rows_move(s, a, b, 1);
 }
 
 int mega_lm_stream_rows(const mega_lm_stream *s) { return s->nrows; }
